@@ -1,0 +1,182 @@
+// civetweb glue: request dispatch, chunked streaming and listen-address handling.
+#include "exporter/http_server.h"
+
+#include <civetweb.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+
+namespace fw::http {
+
+namespace {
+
+const char* Reason(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 202: return "Accepted";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "Status";
+  }
+}
+
+std::once_flag g_init_once;
+
+}  // namespace
+
+bool SplitHostPort(const std::string& s, std::string* host, int* port) {
+  auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon + 1 >= s.size()) return false;
+  *host = s.substr(0, colon);
+  int p = 0;
+  for (size_t i = colon + 1; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9') return false;
+    p = p * 10 + (s[i] - '0');
+    if (p > 65535) return false;
+  }
+  *port = p;
+  return true;
+}
+
+std::string Request::Param(std::string_view name, std::string fallback) const {
+  if (query.empty()) return fallback;
+  std::string key(name);
+  char buf[1024];
+  int n = mg_get_var(query.data(), query.size(), key.c_str(), buf, sizeof buf);
+  if (n < 0) return fallback;
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+void Response::Send(int status, std::string_view content_type, std::string_view body) {
+  if (started_) return;
+  started_ = true;
+  ended_ = true;
+  mg_printf(conn_,
+            "HTTP/1.1 %d %s\r\nContent-Type: %.*s\r\nContent-Length: %zu\r\n"
+            "Cache-Control: no-store\r\n\r\n",
+            status, Reason(status), static_cast<int>(content_type.size()), content_type.data(),
+            body.size());
+  if (!body.empty()) mg_write(conn_, body.data(), body.size());
+}
+
+void Response::Begin(int status, std::string_view content_type) {
+  if (started_) return;
+  started_ = true;
+  chunked_ = true;
+  mg_printf(conn_,
+            "HTTP/1.1 %d %s\r\nContent-Type: %.*s\r\nTransfer-Encoding: chunked\r\n"
+            "Cache-Control: no-store\r\n\r\n",
+            status, Reason(status), static_cast<int>(content_type.size()), content_type.data());
+}
+
+void Response::Write(std::string_view chunk) {
+  if (!chunked_ || ended_ || chunk.empty()) return;
+  mg_send_chunk(conn_, chunk.data(), static_cast<unsigned>(chunk.size()));
+}
+
+void Response::End() {
+  if (!chunked_ || ended_) return;
+  ended_ = true;
+  mg_send_chunk(conn_, "", 0);
+}
+
+Server::~Server() { Stop(); }
+
+StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& listen, int threads) {
+  std::string host;
+  int port = 0;
+  if (!SplitHostPort(listen, &host, &port)) {
+    return Status::InvalidArgument("http listen address '" + listen + "' is not HOST:PORT");
+  }
+  std::call_once(g_init_once, [] { mg_init_library(0); });
+  std::string ports = (host.empty() || host == "0.0.0.0" ? "" : host + ":") + std::to_string(port);
+  std::string nthreads = std::to_string(threads);
+  const char* options[] = {"listening_ports", ports.c_str(), "num_threads", nthreads.c_str(),
+                           "request_timeout_ms", "10000", "enable_keep_alive", "yes",
+                           nullptr};
+  mg_callbacks callbacks{};
+  callbacks.log_message = [](const mg_connection*, const char* message) {
+    spdlog::warn("msg=\"http server\" error={}", message);
+    return 1;
+  };
+  std::unique_ptr<Server> server(new Server());
+  server->ctx_ = mg_start(&callbacks, server.get(), options);
+  if (server->ctx_ == nullptr) {
+    return Status::Unavailable("cannot listen for HTTP on " + listen +
+                               " (address in use or not local?)");
+  }
+  mg_server_port sp[4];
+  int n = mg_get_server_ports(server->ctx_, 4, sp);
+  if (n < 1) return Status::Internal("http server started but reports no listening port");
+  server->port_ = sp[0].port;
+  return server;
+}
+
+void Server::Handle(const std::string& path, Handler handler) {
+  if (handlers_.count(path) != 0) return;  // first registration wins; routes are never freed early
+  auto h = std::make_unique<Route>(Route{path, std::move(handler)});
+  mg_set_request_handler(ctx_, path.c_str(), &Server::Dispatch, h.get());
+  handlers_[path] = std::move(h);
+}
+
+void Server::HandleMetrics(const metrics::Registry& registry,
+                           std::function<void(double)> scrape_seconds) {
+  Handle("/metrics", [&registry, scrape_seconds](const Request&, Response& resp) {
+    auto start = std::chrono::steady_clock::now();
+    resp.Begin(200, "text/plain; version=0.0.4; charset=utf-8");
+    registry.Render([&resp](std::string_view chunk) { resp.Write(chunk); });
+    resp.End();
+    if (scrape_seconds) {
+      scrape_seconds(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  });
+}
+
+int Server::Dispatch(mg_connection* conn, void* cbdata) {
+  const mg_request_info* info = mg_get_request_info(conn);
+  auto* entry = static_cast<Route*>(cbdata);
+  Request req;
+  req.method = info->request_method ? info->request_method : "";
+  req.path = info->local_uri ? info->local_uri : "";
+  req.query = info->query_string ? info->query_string : "";
+  Response resp(conn);
+  // civetweb matches handler paths as prefixes; we promise exact paths.
+  if (req.path != entry->path) {
+    resp.Send(404, "text/plain", "not found\n");
+    return 1;
+  }
+  if (info->content_length > 0 && info->content_length < (1 << 20)) {
+    size_t want = static_cast<size_t>(info->content_length), have = 0;
+    req.body.resize(want);
+    while (have < want) {
+      int got = mg_read(conn, req.body.data() + have, want - have);
+      if (got <= 0) break;
+      have += static_cast<size_t>(got);
+    }
+    req.body.resize(have);
+  }
+  try {
+    entry->handler(req, resp);
+  } catch (const std::exception& e) {
+    spdlog::error("msg=\"http handler failed\" path={} error=\"{}\"", req.path, e.what());
+    if (!resp.started()) resp.Send(500, "text/plain", "internal error\n");
+  }
+  if (!resp.started()) resp.Send(500, "text/plain", "handler sent no response\n");
+  resp.End();
+  return 1;
+}
+
+void Server::Stop() {
+  if (ctx_ != nullptr) {
+    mg_stop(ctx_);
+    ctx_ = nullptr;
+  }
+}
+
+}  // namespace fw::http
