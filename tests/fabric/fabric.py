@@ -1,0 +1,936 @@
+#!/usr/bin/env python3
+"""A leaf-spine test fabric built from Linux network namespaces (Python 3 stdlib, needs root).
+
+API (put tests/fabric on sys.path, then `import fabric`):
+
+    with fabric.Fabric(spines=2, leaves=2, hosts_per_leaf=3) as fab:   # builds; always tears down
+        fab.prefix                      # unique per run, e.g. "fw4242-"; every namespace starts with it
+        fab.hosts["node01"]             # Host(name, ns, address, nic, leaf, mgmt_address)
+        fab.write_map("map.yaml")       # the DESIGN.md fabric map of this topology
+        agg = fab.spawn("mgmt", ["fabricwatch-aggregator", "--grpc-listen", f"{fab.mgmt_address}:9750"])
+        fab.spawn("node01", ["fabricwatch-agent", "--aggregator", f"{fab.mgmt_address}:9750"])
+        fab.stop(agg)                   # by PID: SIGTERM, then SIGKILL (teardown stops the rest)
+        fab.start_responder("node04")   # UDP echo + TCP byte counter on ports 7007/7008
+        fab.udp_flows("node01", "node04", 7007, sports=range(40000, 40032))   # {sport: FlowStats}
+        fab.tcp_goodput("node01", "node04", 7008, 4 << 20, sport=41000)      # {"bps": ...}
+        fab.path_of("node01", "node04", "udp", 40000, 7007)  # (["node01","leaf1","spine2",...], True)
+        fab.counters("spine1")          # {dev: {"rx_packets", "tx_packets", "rx_bytes", ...}}
+        fab.http_get("mgmt", "http://198.19.255.1:9751/api/v1/pairs")
+        with fab.limit_bandwidth("leaf1~spine1", "50mbit"):          # tbf; each fault has .undo()
+            ...
+        fault = fab.drop("leaf1~spine1", 20.0, toward="spine1")      # or fab.drop("spine1", 5.0)
+        fab.link_down("leaf1~spine2"); fab.link_up("leaf1~spine2")
+        fab.flap("leaf1~spine2", period=1.0, count=5).wait()         # background, bounded
+        fab.congest("leaf1~spine1", "40mbit", seconds=3, shape="20mbit").wait()
+
+Addresses (all inside the namespaces; the root namespace gets no route to any of them):
+  host k of leaf L       198.18.L.(k+1)/32, gateway 198.18.L.1 (every leaf port holds it)
+  spine S -- leaf L      198.18.(127+S).(2L) on the spine, 198.18.(127+S).(2L+1) on the leaf (/31)
+  management             bridge in namespace <prefix>mgmt, 198.19.255.1/24; host n has
+                         198.19.255.(n+1) on its mgmt0, which never crosses a fabric switch
+CLI: fabric.py up|down|cleanup|list|exec (see --help). docs/test-fabric.md has the details.
+"""
+
+import argparse
+import atexit
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import netns  # noqa: E402
+import traffic  # noqa: E402
+from netns import FabricError, NeedRoot  # noqa: E402,F401
+
+TRAFFIC_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "traffic.py")
+FABRIC_NET = "198.18.0.0/16"
+MGMT_GATEWAY = "198.19.255.1"
+STATE_DIR = "/run/fw-fabric"
+_RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
+
+
+def parse_rate(rate):
+    """'50mbit', '1.5gbit', '800kbit', '1000bit' or a number of bits/s -> int bits/s."""
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool):
+        bps = float(rate)
+    else:
+        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(bit|kbit|mbit|gbit)?\s*", str(rate).lower())
+        if not m:
+            raise FabricError(f"bad rate {rate!r}: use bits/s, e.g. 50mbit, 800kbit, 1gbit")
+        bps = float(m.group(1)) * _RATE_UNITS[m.group(2) or "bit"]
+    if not 8000 <= bps <= 100e9:
+        raise FabricError(f"rate {rate!r} is outside 8kbit..100gbit")
+    return int(bps)
+
+
+class Host:
+    def __init__(self, name, ns, leaf, leaf_index, index, address, gateway, mgmt_address):
+        self.name, self.ns, self.leaf = name, ns, leaf
+        self.leaf_index, self.index = leaf_index, index
+        self.address, self.gateway, self.mgmt_address = address, gateway, mgmt_address
+        self.nic = "eth0"
+
+    def __repr__(self):
+        return f"Host({self.name}, ns={self.ns}, address={self.address}, leaf={self.leaf})"
+
+
+class Switch:
+    def __init__(self, name, ns, tier, index):
+        self.name, self.ns, self.tier, self.index = name, ns, tier, index
+
+    def __repr__(self):
+        return f"Switch({self.name}, tier={self.tier}, ns={self.ns})"
+
+
+class End:
+    """One end of a cable: the node, its namespace, the device there and its address."""
+
+    def __init__(self, node, ns, dev, address):
+        self.node, self.ns, self.dev, self.address = node, ns, dev, address
+
+
+class Link:
+    """A veth pair. id is "a~b" with a < b; kind is "fabric" (switch-switch) or "host"."""
+
+    def __init__(self, end1, end2, kind):
+        e = sorted([end1, end2], key=lambda x: x.node)
+        self.a, self.b = e[0].node, e[1].node
+        self.id = f"{self.a}~{self.b}"
+        self.kind = kind
+        self.ends = {e[0].node: e[0], e[1].node: e[1]}
+
+    def other(self, node):
+        return self.b if node == self.a else self.a
+
+    def __repr__(self):
+        return f"Link({self.id})"
+
+
+class Fault:
+    """An applied fault. undo() is idempotent; a Fault is also a context manager."""
+
+    def __init__(self, fabric, description, undo_fn, stats_fn=None):
+        self.description = description
+        self._fabric, self._undo_fn, self._stats_fn = fabric, undo_fn, stats_fn
+        self.active = True
+
+    def undo(self):
+        if self.active:
+            self.active = False
+            if not self._fabric.closed:
+                self._undo_fn()
+
+    def stats(self):
+        """Fault-specific counters (e.g. packets dropped), or {}."""
+        return self._stats_fn() if self._stats_fn and not self._fabric.closed else {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.undo()
+
+    def __repr__(self):
+        return f"Fault({self.description}, active={self.active})"
+
+
+class Background:
+    """A bounded background activity (flap loop, congestion). stop() ends it early."""
+
+    def __init__(self, description):
+        self.description = description
+        self.error = None
+        self.result = None
+        self._stop = threading.Event()
+        self._thread = None
+
+    def _start(self, body):
+        def run():
+            try:
+                self.result = body(self._stop)
+            except Exception as e:  # reported by wait()
+                self.error = e
+
+        self._thread = threading.Thread(target=run, name=self.description, daemon=True)
+        self._thread.start()
+        return self
+
+    @property
+    def done(self):
+        return self._thread is not None and not self._thread.is_alive()
+
+    def wait(self, timeout=None):
+        """Waits for the end; returns the result, raises what the activity raised."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise FabricError(f"{self.description} still running after {timeout} s")
+        if self.error:
+            raise self.error
+        return self.result
+
+    def stop(self, timeout=30):
+        self._stop.set()
+        self._thread.join(timeout)
+        return self.result
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+class Fabric:
+    """A leaf-spine fabric of network namespaces. Nothing exists until up() (or `with`)."""
+
+    _instances = 0
+
+    def __init__(self, spines=2, leaves=2, hosts_per_leaf=3, prefix=None, log_dir=None,
+                 handle_signals=True):
+        for what, value, top in (("spines", spines, 128), ("leaves", leaves, 127),
+                                 ("hosts_per_leaf", hosts_per_leaf, 253)):
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top:
+                raise FabricError(f"{what} must be an integer in 1..{top}, got {value!r}")
+        if leaves * hosts_per_leaf > 253:
+            raise FabricError(f"{leaves * hosts_per_leaf} hosts do not fit the /24 management "
+                              "subnet; at most 253 hosts in all")
+        if prefix is not None and not netns.PREFIX_RE.match(prefix):
+            raise FabricError(f"bad prefix {prefix!r}: 2-40 letters, digits, '_' or '.', then '-'")
+        self.spines, self.leaves, self.hosts_per_leaf = spines, leaves, hosts_per_leaf
+        self.prefix = prefix
+        self.handle_signals = handle_signals
+        self._user_log_dir = log_dir
+        self.log_dir = None
+        self.closed = False
+        self._is_up = False
+        self._closing = False
+        self._created = []
+        self._down = set()
+        self._lock = threading.RLock()
+        self._procs = None
+        self._background = []
+        self._faults = 0
+        self._old_handlers = {}
+        self.mgmt_address = MGMT_GATEWAY
+
+    # ------------------------------------------------------------------ topology (pure)
+
+    def _build_topology(self):
+        p = self.prefix
+        self.mgmt_ns = p + "mgmt"
+        self.switches, self.hosts, self.links = {}, {}, {}
+        for li in range(1, self.leaves + 1):
+            self.switches[f"leaf{li}"] = Switch(f"leaf{li}", f"{p}leaf{li}", "leaf", li)
+        for si in range(1, self.spines + 1):
+            self.switches[f"spine{si}"] = Switch(f"spine{si}", f"{p}spine{si}", "spine", si)
+        n = 0
+        for li in range(1, self.leaves + 1):
+            leaf = f"leaf{li}"
+            for k in range(1, self.hosts_per_leaf + 1):
+                n += 1
+                name = f"node{n:02d}"
+                h = Host(name, p + name, leaf, li, n, f"198.18.{li}.{k + 1}", f"198.18.{li}.1",
+                         f"198.19.255.{n + 1}")
+                self.hosts[name] = h
+                lk = Link(End(name, h.ns, "eth0", h.address),
+                          End(leaf, self.switches[leaf].ns, name, h.gateway), "host")
+                self.links[lk.id] = lk
+            for si in range(1, self.spines + 1):
+                spine = f"spine{si}"
+                lk = Link(End(leaf, self.switches[leaf].ns, spine, f"198.18.{127 + si}.{2 * li + 1}"),
+                          End(spine, self.switches[spine].ns, leaf, f"198.18.{127 + si}.{2 * li}"),
+                          "fabric")
+                self.links[lk.id] = lk
+
+    def ns(self, node):
+        """The namespace of a host, a switch or "mgmt"."""
+        if node == "mgmt":
+            return self.mgmt_ns
+        if node in self.hosts:
+            return self.hosts[node].ns
+        if node in self.switches:
+            return self.switches[node].ns
+        raise FabricError(f"unknown node {node!r}; nodes are {self._node_names()}")
+
+    def _node_names(self):
+        return ", ".join(list(self.switches) + list(self.hosts) + ["mgmt"])
+
+    def link(self, link_id):
+        """The Link for "a~b" in either order."""
+        parts = str(link_id).split("~")
+        if len(parts) == 2:
+            key = "~".join(sorted(parts))
+            if key in self.links:
+                return self.links[key]
+        raise FabricError(f"unknown link {link_id!r}; links look like 'leaf1~spine1' or "
+                          "'leaf1~node01'")
+
+    def _links_of(self, node):
+        return [lk for lk in self.links.values() if node in lk.ends]
+
+    def _address_of(self, target):
+        if target in self.hosts:
+            return self.hosts[target].address
+        if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", str(target)):
+            return str(target)
+        raise FabricError(f"{target!r} is neither a host name nor an IPv4 address")
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self):
+        return self.up()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def up(self):
+        """Creates the namespaces, cables, addresses and routes. Tears down if anything fails."""
+        if self._is_up or self.closed:
+            raise FabricError("a Fabric can be brought up once")
+        netns.check_privileges()
+        with self._lock:
+            if self.prefix is None:
+                self.prefix = self._unique_prefix()
+            elif netns.list_namespaces(self.prefix):
+                raise FabricError(f"namespaces with prefix {self.prefix} exist already; run "
+                                  f"'fabric.py cleanup --prefix {self.prefix}' first")
+        self._is_up = True
+        atexit.register(self.close)
+        self._install_signal_handlers()
+        try:
+            self._build_topology()
+            self.log_dir = self._user_log_dir or tempfile.mkdtemp(prefix=f"{self.prefix}logs-")
+            os.makedirs(self.log_dir, exist_ok=True)
+            self._procs = netns.ProcessTable(self.log_dir)
+            self._create()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _unique_prefix(self):
+        Fabric._instances += 1
+        n = Fabric._instances
+        while True:
+            p = f"fw{os.getpid()}-" if n == 1 else f"fw{os.getpid()}x{n}-"
+            if not netns.list_namespaces(p):
+                return p
+            n += 1
+            Fabric._instances = n
+
+    def _create(self):
+        names = [s.ns for s in self.switches.values()] + [h.ns for h in self.hosts.values()]
+        names.append(self.mgmt_ns)
+        self._created = list(names)
+        netns.ip_batch([f"netns add {n}" for n in names])
+        common = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
+                  "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"]
+        switch = ["net.ipv4.ip_forward=1", "net.ipv4.fib_multipath_hash_policy=1",
+                  "net.ipv4.conf.all.ignore_routes_with_linkdown=1",
+                  "net.ipv4.conf.default.ignore_routes_with_linkdown=1"]
+        for n in names:
+            extra = switch if any(s.ns == n for s in self.switches.values()) else []
+            netns.sh(["ip", "netns", "exec", n, "sysctl", "-q", "-w"] + common + extra)
+        cables = []
+        for lk in self.links.values():
+            x, y = lk.ends[lk.a], lk.ends[lk.b]
+            cables.append(f"link add {x.dev} netns {x.ns} type veth peer name {y.dev} netns {y.ns}")
+        for h in self.hosts.values():
+            cables.append(f"link add mgmt0 netns {h.ns} type veth peer name {h.name} "
+                          f"netns {self.mgmt_ns}")
+        netns.ip_batch(cables)
+        # Addresses and links first everywhere, routes second: a gateway must be reachable.
+        mgmt = ["link set lo up", "link add br0 type bridge", "link set br0 up",
+                f"address add {MGMT_GATEWAY}/24 dev br0"]
+        for h in self.hosts.values():
+            mgmt += [f"link set {h.name} master br0", f"link set {h.name} up"]
+        netns.ip_batch(mgmt, ns=self.mgmt_ns)
+        for node in list(self.switches) + list(self.hosts):
+            lines = ["link set lo up"]
+            for lk in self._links_of(node):
+                e = lk.ends[node]
+                plen = 31 if lk.kind == "fabric" else 32
+                lines += [f"link set {e.dev} up", f"address add {e.address}/{plen} dev {e.dev}"]
+            if node in self.hosts:
+                h = self.hosts[node]
+                lines += ["link set mgmt0 up", f"address add {h.mgmt_address}/24 dev mgmt0"]
+            netns.ip_batch(lines, ns=self.ns(node))
+        for node in list(self.switches) + list(self.hosts):
+            netns.ip_batch(self._route_lines(node), ns=self.ns(node))
+
+    def _route_lines(self, node):
+        """'route replace' commands for node, using only the links that are up."""
+        up = [lk for lk in self._links_of(node) if lk.id not in self._down]
+        if node in self.hosts:
+            h = self.hosts[node]
+            if not up:
+                return []
+            return [f"route replace {h.gateway}/32 dev eth0 scope link",
+                    f"route replace {FABRIC_NET} via {h.gateway} dev eth0 src {h.address}"]
+        sw = self.switches[node]
+        lines = []
+        if sw.tier == "leaf":
+            lines.append(f"route replace unreachable 198.18.{sw.index}.0/24")
+            hops = []
+            for lk in up:
+                peer = lk.other(node)
+                if lk.kind == "host":
+                    lines.append(f"route replace {lk.ends[peer].address}/32 dev {peer} scope link "
+                                 f"src {lk.ends[node].address}")
+                else:
+                    hops.append(f"via {lk.ends[peer].address} dev {peer}")
+            if len(hops) == 1:
+                lines.append(f"route replace {FABRIC_NET} {hops[0]}")
+            elif hops:
+                lines.append(f"route replace {FABRIC_NET} " + " ".join(f"nexthop {h}" for h in hops))
+        else:
+            for lk in up:
+                peer = lk.other(node)
+                lines.append(f"route replace 198.18.{self.switches[peer].index}.0/24 "
+                             f"via {lk.ends[peer].address} dev {peer}")
+        return lines
+
+    def _install_signal_handlers(self):
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+            return
+
+        def on_signal(signum, frame):
+            if not self._closing:
+                raise SystemExit(128 + signum)  # unwinds through `with`; close() runs
+
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) in (signal.SIG_DFL, None):
+                self._old_handlers[sig] = signal.signal(sig, on_signal)
+
+    def close(self):
+        """Stops background work and processes (by PID) and deletes every namespace of this run.
+        Idempotent; runs from `with`, atexit and the SIGTERM/SIGHUP handlers."""
+        with self._lock:
+            if self.closed or self._closing:
+                return
+            self._closing = True
+        errors = []
+        try:
+            for bg in list(self._background):
+                bg.stop(timeout=15)
+            if self._procs:
+                self._procs.stop_all()
+            left = netns.delete_namespaces(self._created) if self._created else []
+            if self.prefix and netns.PREFIX_RE.match(self.prefix):
+                _, more = netns.cleanup_prefix(self.prefix)
+                left = sorted(set(left) | set(more))
+            if left:
+                errors.append(f"namespaces left behind: {left}; run 'fabric.py cleanup --prefix "
+                              f"{self.prefix}'")
+            if self.log_dir and not self._user_log_dir and not os.environ.get("FW_FABRIC_KEEP_LOGS"):
+                shutil.rmtree(self.log_dir, ignore_errors=True)
+        finally:
+            self.closed = True
+            atexit.unregister(self.close)
+            if threading.current_thread() is threading.main_thread():
+                for sig, old in self._old_handlers.items():
+                    signal.signal(sig, old)
+            self._old_handlers = {}
+        if errors:
+            raise FabricError("; ".join(errors))
+
+    def _require_up(self):
+        if not self._is_up or self.closed:
+            raise FabricError("the fabric is not up")
+
+    # ------------------------------------------------------------------ map and description
+
+    def map_yaml(self):
+        """The fabric map in the DESIGN.md format."""
+        self._require_up()
+        out = [f"# fabric map of test fabric {self.prefix} "
+               f"({self.spines} spines, {self.leaves} leaves, {self.hosts_per_leaf} hosts/leaf)",
+               "routing: ecmp", "switches:"]
+        out += [f"  - {{name: {s.name}, tier: {s.tier}}}" for s in self.switches.values()]
+        out.append("links:")
+        out += [f"  - {{a: {lk.a}, b: {lk.b}}}" for lk in self.links.values() if lk.kind == "fabric"]
+        out.append("hosts:")
+        out += [f"  - {{node: {h.name}, nic: {h.nic}, address: {h.address}, switch: {h.leaf}}}"
+                for h in self.hosts.values()]
+        return "\n".join(out) + "\n"
+
+    def write_map(self, path):
+        try:
+            with open(path, "w") as f:
+                f.write(self.map_yaml())
+        except OSError as e:
+            raise FabricError(f"cannot write fabric map {path}: {e}") from None
+        return path
+
+    def describe(self):
+        """Plain data: prefix, management address, hosts, switches, links."""
+        self._require_up()
+        return {
+            "prefix": self.prefix,
+            "mgmt": {"ns": self.mgmt_ns, "address": self.mgmt_address},
+            "hosts": {h.name: {"ns": h.ns, "address": h.address, "nic": h.nic, "leaf": h.leaf,
+                               "mgmt_address": h.mgmt_address} for h in self.hosts.values()},
+            "switches": {s.name: {"ns": s.ns, "tier": s.tier} for s in self.switches.values()},
+            "links": {lk.id: {e.node: {"dev": e.dev, "address": e.address}
+                              for e in lk.ends.values()} for lk in self.links.values()},
+            "log_dir": self.log_dir,
+        }
+
+    # ------------------------------------------------------------------ processes and calls
+
+    def spawn(self, node, argv, env=None, name=None):
+        """Starts argv inside node's namespace; its output goes to a log under log_dir."""
+        self._require_up()
+        return self._procs.spawn(node, self.ns(node), argv, env=env, name=name)
+
+    def stop(self, proc, grace=3.0):
+        """Stops a spawned process by PID; returns its exit status."""
+        return self._procs.stop(proc, grace=grace)
+
+    def processes(self):
+        return self._procs.all() if self._procs else []
+
+    def exec(self, node, argv, timeout=30):
+        """Runs argv to completion inside node's namespace; returns the CompletedProcess."""
+        self._require_up()
+        return netns.sh(["ip", "netns", "exec", self.ns(node)] + [str(a) for a in argv],
+                        timeout=timeout, check=False)
+
+    def run_in(self, node, fn, *args, timeout=120, **kwargs):
+        """Calls fn on a thread inside node's namespace (sockets it opens live there)."""
+        self._require_up()
+        return netns.call_in_namespace(self.ns(node), fn, *args, timeout=timeout, **kwargs)
+
+    def start_responder(self, node, udp_port=7007, tcp_port=7008, seconds=3600):
+        """Starts traffic.py serve (UDP echo, TCP byte counter) and waits until it listens."""
+        proc = self.spawn(node, [sys.executable, TRAFFIC_PY, "serve", "--udp-port", udp_port,
+                                 "--tcp-port", tcp_port, "--seconds", seconds], name="responder")
+        self._wait_ready(proc)
+        return proc
+
+    def _wait_ready(self, proc, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if "ready" in proc.log():
+                return
+            if not proc.running():
+                raise FabricError(f"{proc.argv[1:3]} on {proc.node} exited: {proc.log().strip()}")
+            time.sleep(0.02)
+        self.stop(proc)
+        raise FabricError(f"{proc.argv[1:3]} on {proc.node} not ready after {timeout} s")
+
+    def udp_flows(self, src, dst, port, sports, count=1, rate_pps=2000.0, timeout=0.5,
+                  payload=64):
+        """Echo probes from host src to dst (host or address), one flow per source port."""
+        return self.run_in(src, traffic.udp_flows, self._address_of(dst), port, list(sports),
+                           count, rate_pps, timeout, payload)
+
+    def udp_probe(self, src, dst, port, count=1, sport=0, **kw):
+        """Echo probes on one flow; returns its FlowStats."""
+        return next(iter(self.udp_flows(src, dst, port, [sport], count, **kw).values()))
+
+    def tcp_goodput(self, src, dst, port, nbytes, sport=0, timeout=30.0):
+        """One bounded TCP transfer to a responder; {"bytes", "seconds", "bps", "sport"}."""
+        return self.run_in(src, traffic.tcp_goodput, self._address_of(dst), port, nbytes, sport,
+                           timeout, timeout=timeout + 10)
+
+    def http_get(self, node, url, timeout=5.0):
+        """HTTP GET from inside node's namespace (e.g. "mgmt" to read the aggregator's API)."""
+        return self.run_in(node, traffic.http_get, url, timeout, timeout=timeout + 5)
+
+    # ------------------------------------------------------------------ observation
+
+    def counters(self, node):
+        """{dev: {rx_packets, tx_packets, rx_bytes, tx_bytes, rx_dropped, tx_dropped, operstate}}."""
+        self._require_up()
+        cp = netns.sh(["ip", "-n", self.ns(node), "-s", "-j", "link", "show"])
+        try:
+            links = json.loads(cp.stdout)
+        except ValueError as e:
+            raise FabricError(f"unparseable 'ip -j link' output in {node}: {e}") from None
+        out = {}
+        for li in links:
+            st = li.get("stats64", {})
+            rx, tx = st.get("rx", {}), st.get("tx", {})
+            out[li["ifname"]] = {"rx_packets": rx.get("packets", 0), "tx_packets": tx.get("packets", 0),
+                                 "rx_bytes": rx.get("bytes", 0), "tx_bytes": tx.get("bytes", 0),
+                                 "rx_dropped": rx.get("dropped", 0),
+                                 "tx_dropped": tx.get("dropped", 0),
+                                 "operstate": li.get("operstate", "UNKNOWN")}
+        return out
+
+    def link_state(self, link_id):
+        """{node: operstate} for both ends of a link."""
+        lk = self.link(link_id)
+        return {n: self.counters(n)[e.dev]["operstate"] for n, e in lk.ends.items()}
+
+    def path_of(self, src, dst, proto, sport, dport):
+        """The nodes a packet of this 5-tuple crosses, asking each hop's kernel ('ip route get'
+        with the L4 ports, so the ECMP hash is the one forwarding uses). Returns (nodes, reached).
+        """
+        self._require_up()
+        if proto not in ("udp", "tcp"):
+            raise FabricError(f"proto must be udp or tcp, got {proto!r}")
+        src_addr, dst_addr = self.hosts[src].address, self._address_of(dst)
+        nodes, node, iif = [src], src, None
+        for _ in range(16):
+            argv = ["ip", "-n", self.ns(node), "-j", "route", "get", dst_addr, "from", src_addr]
+            if iif:
+                argv += ["iif", iif]
+            argv += ["ipproto", proto, "sport", str(sport), "dport", str(dport)]
+            cp = netns.sh(argv, check=False)
+            if cp.returncode != 0:
+                return nodes, False
+            route = (json.loads(cp.stdout) or [{}])[0]
+            if route.get("type") == "local" or route.get("dev") == "lo":
+                return nodes, True
+            dev = route.get("dev")
+            lk = next((lk for lk in self._links_of(node) if lk.ends[node].dev == dev), None)
+            if lk is None:
+                return nodes, False
+            peer = lk.other(node)
+            nodes.append(peer)
+            if peer in self.hosts:
+                return nodes, self.hosts[peer].address == dst_addr
+            node, iif = peer, lk.ends[peer].dev
+        return nodes, False
+
+    # ------------------------------------------------------------------ faults
+
+    def _next_fault_id(self):
+        with self._lock:
+            self._faults += 1
+            return self._faults
+
+    def limit_bandwidth(self, link_id, rate, burst=None, latency="50ms", toward=None):
+        """tbf on the link's egress at both ends, or only in the direction toward `toward`.
+        burst defaults to 10 ms at the rate (at least 16 KiB)."""
+        self._require_up()
+        lk = self.link(link_id)
+        bps = parse_rate(rate)
+        burst = int(burst) if burst is not None else max(16384, bps // 800)
+        if not re.fullmatch(r"\d+(\.\d+)?(us|ms|s)", str(latency)):
+            raise FabricError(f"bad latency {latency!r}: use e.g. 50ms")
+        ends = self._senders(lk, toward)
+        for e in ends:
+            netns.sh(["tc", "-n", e.ns, "qdisc", "replace", "dev", e.dev, "root", "tbf", "rate",
+                      f"{bps}bit", "burst", str(burst), "latency", str(latency)])
+
+        def undo():
+            for e in ends:
+                netns.sh(["tc", "-n", e.ns, "qdisc", "del", "dev", e.dev, "root"], check=False)
+
+        return Fault(self, f"tbf {bps}bit on {lk.id}" + (f" toward {toward}" if toward else ""),
+                     undo)
+
+    def _senders(self, lk, toward):
+        """The ends whose egress carries traffic toward `toward` (both ends when None)."""
+        if toward is None:
+            return list(lk.ends.values())
+        if toward not in lk.ends:
+            raise FabricError(f"toward must be {lk.a} or {lk.b} for link {lk.id}")
+        return [lk.ends[lk.other(toward)]]
+
+    def drop(self, target, percent, toward=None):
+        """Drops percent% of packets at random with nftables numgen: on a switch (everything it
+        forwards) or on a link (each direction, or only toward `toward`)."""
+        self._require_up()
+        try:
+            pct = float(percent)
+        except (TypeError, ValueError):
+            raise FabricError(f"percent must be a number, got {percent!r}") from None
+        if not 0.0 <= pct <= 100.0:
+            raise FabricError(f"percent must be within 0..100, got {percent}")
+        threshold = int(round(pct * 10000))  # numgen over 1e6: 0.0001% resolution
+        match = f"numgen random mod 1000000 < {threshold} counter drop"
+        table = f"fwfault{self._next_fault_id()}"
+        rules = {}  # ns -> [(hook, rule)]
+        if target in self.switches:
+            rules[self.switches[target].ns] = [("forward", match)]
+            what = f"switch {target}"
+        else:
+            lk = self.link(target)
+            for x in self._senders(lk, toward):
+                y = lk.ends[lk.other(x.node)]
+                if x.node in self.switches:
+                    rules.setdefault(x.ns, []).append(("postrouting", f'oifname "{x.dev}" {match}'))
+                else:
+                    rules.setdefault(y.ns, []).append(("prerouting", f'iifname "{y.dev}" {match}'))
+            what = f"link {lk.id}" + (f" toward {toward}" if toward else "")
+        for ns_name, hooked in rules.items():
+            # PLATFORM-NOTES: one statement per line; 'fwd' is a keyword, so chains are c_<hook>.
+            text = [f"table inet {table} {{"]
+            for hook, rule in hooked:
+                text += [f"  chain c_{hook} {{",
+                         f"    type filter hook {hook} priority 0; policy accept;",
+                         f"    {rule}", "  }"]
+            text.append("}")
+            netns.sh(["ip", "netns", "exec", ns_name, "nft", "-f", "-"], input="\n".join(text) + "\n")
+
+        def undo():
+            for ns_name in rules:
+                netns.sh(["ip", "netns", "exec", ns_name, "nft", "delete", "table", "inet", table],
+                         check=False)
+
+        def stats():
+            dropped = 0
+            for ns_name in rules:
+                cp = netns.sh(["ip", "netns", "exec", ns_name, "nft", "-j", "list", "table", "inet",
+                               table], check=False)
+                if cp.returncode != 0:
+                    continue
+                for item in json.loads(cp.stdout).get("nftables", []):
+                    for expr in item.get("rule", {}).get("expr", []):
+                        if "counter" in expr:
+                            dropped += expr["counter"].get("packets", 0)
+            return {"dropped_packets": dropped}
+
+        return Fault(self, f"drop {pct}% on {what}", undo, stats)
+
+    def link_down(self, link_id):
+        """Sets both ends of the link down; returns a Fault whose undo() is link_up()."""
+        self._require_up()
+        lk = self.link(link_id)
+        with self._lock:
+            self._down.add(lk.id)
+            for e in lk.ends.values():
+                netns.sh(["ip", "-n", e.ns, "link", "set", e.dev, "down"])
+        return Fault(self, f"link {lk.id} down", lambda: self.link_up(lk.id))
+
+    def link_up(self, link_id):
+        """Sets both ends up and reinstalls the routes the kernel dropped with them."""
+        self._require_up()
+        lk = self.link(link_id)
+        with self._lock:
+            self._down.discard(lk.id)
+            for e in lk.ends.values():
+                netns.sh(["ip", "-n", e.ns, "link", "set", e.dev, "up"])
+            for node in lk.ends:
+                netns.ip_batch(self._route_lines(node), ns=self.ns(node))
+
+    def flap(self, link_id, period=1.0, count=5, down_fraction=0.5):
+        """Background loop: count times, link down for period*down_fraction, then up for the
+        rest of the period. Bounded (count <= 10000, total <= 1 h); the link ends up."""
+        self._require_up()
+        lk = self.link(link_id)
+        if not (0.02 <= period <= 600 and 1 <= count <= 10000 and 0 < down_fraction < 1
+                and period * count <= 3600):
+            raise FabricError("flap needs 0.02 <= period <= 600 s, 1 <= count <= 10000, "
+                              "0 < down_fraction < 1 and period*count <= 3600 s")
+
+        def body(stop):
+            cycles = 0
+            try:
+                for _ in range(count):
+                    if stop.is_set() or self._closing:
+                        break
+                    self.link_down(lk.id)
+                    stop.wait(period * down_fraction)
+                    self.link_up(lk.id)
+                    cycles += 1
+                    stop.wait(period * (1 - down_fraction))
+            finally:
+                if lk.id in self._down and not self.closed:
+                    self.link_up(lk.id)
+            return {"cycles": cycles}
+
+        bg = Background(f"flap {lk.id}")
+        self._background.append(bg)
+        return bg._start(body)
+
+    def congest(self, link_id, rate, seconds, toward=None, shape=None, burst=None,
+                latency="50ms", size=1200):
+        """Background UDP load at `rate` across one link for `seconds` (<= 600): a blaster at the
+        sending end, bound to the link's device, and a counting sink at the receiving end.
+        toward defaults to b; with shape, that direction also gets a tbf limit for the duration.
+        wait() returns {"blaster": {...}, "sink": {...}}."""
+        self._require_up()
+        lk = self.link(link_id)
+        bps = parse_rate(rate)
+        if not 0 < float(seconds) <= 600:
+            raise FabricError("congest needs 0 < seconds <= 600")
+        toward = toward or lk.b
+        x = self._senders(lk, toward)[0]
+        y = lk.ends[toward]
+        shaping = self.limit_bandwidth(lk.id, shape, burst, latency, toward=toward) if shape else None
+        port = 48000 + self._next_fault_id()
+        sink = self.spawn(y.node, [sys.executable, TRAFFIC_PY, "sink", "--port", port,
+                                   "--seconds", float(seconds) + 5], name="sink")
+        try:
+            self._wait_ready(sink)
+            blaster = self.spawn(x.node, [sys.executable, TRAFFIC_PY, "blast", "--dst", y.address,
+                                          "--port", port, "--rate-bps", bps, "--seconds", seconds,
+                                          "--size", size, "--dev", x.dev], name="blast")
+        except BaseException:
+            self.stop(sink)
+            if shaping:
+                shaping.undo()
+            raise
+
+        def body(stop):
+            try:
+                deadline = time.monotonic() + float(seconds) + 10
+                while blaster.running() and not stop.is_set() and time.monotonic() < deadline:
+                    stop.wait(0.05)
+                self.stop(blaster)
+                time.sleep(0.2)  # let the last queued packets drain into the sink
+                self.stop(sink)
+                return {"blaster": _last_json(blaster.log()), "sink": _last_json(sink.log())}
+            finally:
+                if shaping:
+                    shaping.undo()
+
+        bg = Background(f"congest {lk.id} toward {toward}")
+        self._background.append(bg)
+        return bg._start(body)
+
+
+def _last_json(text):
+    for line in reversed(text.strip().splitlines()):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    return {"error": f"no summary in output: {text.strip()[-300:]!r}"}
+
+
+# ---------------------------------------------------------------------- CLI
+
+
+def _state_path(prefix):
+    return os.path.join(STATE_DIR, f"{prefix}json")
+
+
+def _cmd_up(a):
+    fab = Fabric(a.spines, a.leaves, a.hosts, prefix=a.prefix, log_dir=a.log_dir)
+    try:
+        with fab:
+            if a.map:
+                fab.write_map(a.map)
+            desc = fab.describe()
+            desc["pid"] = os.getpid()
+            os.makedirs(STATE_DIR, exist_ok=True)
+            state = a.state or _state_path(fab.prefix)
+            with open(state, "w") as f:
+                json.dump(desc, f, indent=1)
+            if a.responders:
+                for h in fab.hosts:
+                    fab.start_responder(h)
+            print(json.dumps(desc, indent=1), flush=True)
+            print(f"ready prefix={fab.prefix} state={state}; Ctrl-C or "
+                  f"'fabric.py down --prefix {fab.prefix}' tears it down", file=sys.stderr,
+                  flush=True)
+            deadline = time.monotonic() + a.seconds if a.seconds else None
+            try:
+                while deadline is None or time.monotonic() < deadline:
+                    time.sleep(0.5)
+            except KeyboardInterrupt:
+                pass
+            finally:
+                try:
+                    os.unlink(state)
+                except OSError:
+                    pass
+    finally:
+        print(f"torn down prefix={fab.prefix}", file=sys.stderr, flush=True)
+    return 0
+
+
+def _cmd_down(a):
+    state = _state_path(a.prefix)
+    try:
+        with open(state) as f:
+            pid = int(json.load(f)["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pid = None
+    if pid:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().decode(errors="replace")
+        except OSError:
+            cmdline = ""
+        if "fabric.py" in cmdline:  # the 'up' process of this prefix; it tears itself down
+            netns.terminate_pid(pid, grace=15.0)
+    deleted, left = netns.cleanup_prefix(a.prefix)
+    try:
+        os.unlink(state)
+    except OSError:
+        pass
+    print(f"deleted {len(deleted)} leftover namespaces" + (f"; could not delete {left}" if left else ""))
+    return 1 if left else 0
+
+
+def _cmd_cleanup(a):
+    deleted, left = netns.cleanup_prefix(a.prefix)
+    for n in deleted:
+        print(f"deleted {n}")
+    for n in left:
+        print(f"could not delete {n}", file=sys.stderr)
+    return 1 if left else 0
+
+
+def _cmd_list(a):
+    groups = {}
+    for n in netns.list_namespaces():
+        m = re.match(r"^(.+-)(?:leaf\d+|spine\d+|node\d+|mgmt)$", n)
+        if m:
+            groups.setdefault(m.group(1), []).append(n)
+    for p, names in sorted(groups.items()):
+        print(f"{p}\t{len(names)} namespaces")
+    return 0
+
+
+def _cmd_exec(a):
+    if not netns.PREFIX_RE.match(a.prefix):
+        raise FabricError(f"bad prefix {a.prefix!r}")
+    argv = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
+    if not argv:
+        raise FabricError("exec needs a command after the node name")
+    os.execvp("ip", ["ip", "netns", "exec", a.prefix + a.node] + argv)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Leaf-spine test fabric of network namespaces")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="build a fabric and keep it until Ctrl-C/SIGTERM")
+    up.add_argument("--spines", type=int, default=2)
+    up.add_argument("--leaves", type=int, default=2)
+    up.add_argument("--hosts", type=int, default=3, help="hosts per leaf")
+    up.add_argument("--map", help="write the fabric map YAML here")
+    up.add_argument("--prefix", help="namespace prefix (default fw<pid>-)")
+    up.add_argument("--state", help=f"state JSON (default {STATE_DIR}/<prefix>json)")
+    up.add_argument("--log-dir", help="keep process logs here")
+    up.add_argument("--seconds", type=float, help="tear down after this many seconds")
+    up.add_argument("--responders", action="store_true",
+                    help="start a UDP echo / TCP counter responder (7007/7008) on every host")
+    for name, helptext in (("down", "stop the 'up' process of a prefix and delete leftovers"),
+                           ("cleanup", "delete every namespace with this prefix")):
+        c = sub.add_parser(name, help=helptext)
+        c.add_argument("--prefix", required=True)
+    sub.add_parser("list", help="list fabric namespaces by prefix")
+    ex = sub.add_parser("exec", help="run a command in a node's namespace")
+    ex.add_argument("--prefix", required=True)
+    ex.add_argument("node")
+    ex.add_argument("argv", nargs=argparse.REMAINDER)
+    a = p.parse_args(argv)
+    try:
+        if a.cmd != "list":
+            netns.check_privileges()
+        return {"up": _cmd_up, "down": _cmd_down, "cleanup": _cmd_cleanup, "list": _cmd_list,
+                "exec": _cmd_exec}[a.cmd](a)
+    except NeedRoot as e:
+        print(f"fabric: {e}", file=sys.stderr)
+        return 77
+    except FabricError as e:
+        print(f"fabric: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
