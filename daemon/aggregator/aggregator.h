@@ -1,0 +1,74 @@
+// Composes the aggregator: fleet state, gRPC ingest, HTTP API and the periodic tick.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "daemon/aggregator/fleet_state.h"
+#include "daemon/aggregator/ingest_service.h"
+#include "exporter/http_server.h"
+#include "exporter/registry.h"
+#include "exporter/self_metrics.h"
+
+namespace fw::aggregator {
+
+struct AggregatorOptions {
+  std::string grpc_listen = "0.0.0.0:9750";
+  std::string http_listen = "0.0.0.0:9751";
+  std::string fabric_map;
+  std::string state_dir;
+  double tick_s = 1;
+  double heartbeat_timeout_s = 15;
+  bool record_test_batches = false;
+};
+
+class Aggregator final : public IngestSink {
+ public:
+  explicit Aggregator(AggregatorOptions options, const Clock& clock = RealClock::Get());
+  ~Aggregator() override;
+
+  // Loads state, binds both listeners and starts the tick. Errors name the failing listener or file.
+  Status Start();
+  // Graceful stop: sessions ack what they stored and end; state is saved to --state-dir.
+  void Stop();
+
+  int grpc_port() const { return grpc_ ? grpc_->port() : 0; }
+  int http_port() const { return http_ ? http_->port() : 0; }
+  FleetState& fleet() { return fleet_; }
+  metrics::Registry& registry() { return registry_; }
+
+  // IngestSink
+  void OnProbeBatch(const std::string& node, const fabricwatch::v1::ProbeBatch& batch) override;
+  void OnCounterBatch(const std::string& node,
+                      const fabricwatch::v1::CounterBatch& batch) override;
+  void OnCheckReport(const std::string& node, const fabricwatch::v1::CheckReport& report) override;
+  std::optional<fabricwatch::v1::ProbePlan> PlanFor(const std::string& node) override;
+
+ private:
+  void TickLoop();
+  void InstallHttpHandlers();
+  std::string IngestStatePath() const;
+
+  AggregatorOptions options_;
+  const Clock& clock_;
+  metrics::Registry registry_;
+  metrics::SelfMetrics self_;
+  FleetState fleet_;
+  std::unique_ptr<GrpcServer> grpc_;
+  std::unique_ptr<http::Server> http_;
+  std::atomic<bool> ready_{false};
+
+  std::mutex tick_mu_;
+  std::condition_variable tick_cv_;
+  bool stopping_ = false;  // GUARDED_BY(tick_mu_)
+  std::thread ticker_;
+  metrics::Counter& ticks_;
+};
+
+}  // namespace fw::aggregator

@@ -1,0 +1,283 @@
+// Agent sessions, liveness and ingest accounting.
+#include "daemon/aggregator/fleet_state.h"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+namespace fw::aggregator {
+
+namespace v1 = fabricwatch::v1;
+
+const char* TransportName(v1::Transport t) {
+  switch (t) {
+    case v1::TRANSPORT_UDP: return "udp";
+    case v1::TRANSPORT_TCP_CONNECT: return "tcp_connect";
+    case v1::TRANSPORT_TCP_BW: return "tcp_bw";
+    case v1::TRANSPORT_RDMA_UD: return "rdma_ud";
+    case v1::TRANSPORT_RDMA_RC: return "rdma_rc";
+    case v1::TRANSPORT_COLLECTIVE: return "collective";
+    default: return "unknown";
+  }
+}
+
+FleetState::FleetState(const Clock& clock, metrics::Registry& registry, Options options)
+    : clock_(clock),
+      options_(options),
+      agents_connected_(
+          registry.AddGauge("fabricwatch_agents_connected", "Agents with a live session.")
+              .WithLabels({})),
+      agent_up_(registry.AddGauge("fabricwatch_agent_up",
+                                  "1 while the agent's session is live and it reports within the "
+                                  "heartbeat timeout, else 0.",
+                                  {"node"})),
+      agent_age_(registry.AddGauge("fabricwatch_agent_last_report_age_seconds",
+                                   "Seconds since the agent's last message.", {"node"})),
+      batches_total_(registry.AddCounter("fabricwatch_ingest_batches_total",
+                                         "Probe batches stored (duplicates excluded).")
+                         .WithLabels({})),
+      duplicate_batches_(registry
+                             .AddCounter("fabricwatch_ingest_duplicate_batches_total",
+                                         "Probe batches received again after a reconnect and "
+                                         "dropped as duplicates.")
+                             .WithLabels({})),
+      gap_batches_(registry
+                       .AddCounter("fabricwatch_ingest_gap_batches_total",
+                                   "Probe batches an agent never delivered (its buffer overflowed).")
+                       .WithLabels({})),
+      heartbeats_(registry.AddCounter("fabricwatch_ingest_heartbeats_total", "Heartbeats received.")
+                      .WithLabels({})),
+      disconnects_(registry
+                       .AddCounter("fabricwatch_agent_disconnects_total",
+                                   "Agent sessions that ended or timed out.")
+                       .WithLabels({})) {
+  auto& results = registry.AddCounter("fabricwatch_probe_results_received_total",
+                                      "Probe results received, by transport.", {"transport"});
+  for (int t = 0; t < 7; ++t) {
+    results_by_transport_[t] = &results.WithLabels({TransportName(static_cast<v1::Transport>(t))});
+  }
+  registry.AddBeforeRender([this] {
+    std::lock_guard lock(mu_);
+    int64_t now = clock_.MonotonicNanos();
+    for (auto& [name, n] : nodes_) {
+      n.age_gauge->Set(static_cast<double>(now - n.last_seen_mono_ns) * 1e-9);
+    }
+  });
+}
+
+FleetState::Node& FleetState::GetLocked(const std::string& name) {
+  auto it = nodes_.find(name);
+  if (it != nodes_.end()) return it->second;
+  Node& n = nodes_[name];
+  n.view.name = name;
+  n.view.health = "unknown";
+  n.up_gauge = &agent_up_.WithLabels({name});
+  n.age_gauge = &agent_age_.WithLabels({name});
+  n.last_seen_mono_ns = clock_.MonotonicNanos();
+  return n;
+}
+
+void FleetState::Touch(Node& n) {
+  n.last_seen_mono_ns = clock_.MonotonicNanos();
+  n.view.last_seen_wall_ns = clock_.WallNanos();
+  if (!n.view.up && n.view.connected) {
+    n.view.up = true;
+    n.up_gauge->Set(1);
+  }
+}
+
+void FleetState::UpdateConnectedGaugeLocked() {
+  size_t c = 0;
+  for (const auto& [name, n] : nodes_) c += n.view.connected && n.view.up ? 1 : 0;
+  agents_connected_.Set(static_cast<double>(c));
+}
+
+uint64_t FleetState::OnHello(uint64_t conn_id, const v1::Hello& hello) {
+  uint64_t ack = 0;
+  {
+    std::lock_guard lock(mu_);
+    Node& n = GetLocked(hello.node());
+    n.conn_id = conn_id;
+    n.view.connected = true;
+    n.view.version = hello.version();
+    n.view.inventory = hello.inventory();
+    n.view.endpoints.assign(hello.endpoints().begin(), hello.endpoints().end());
+    if (n.view.ingest.session_id != hello.session_id()) {
+      // A restarted agent starts its sequence again.
+      n.view.ingest.session_id = hello.session_id();
+      n.view.ingest.last_seq = 0;
+    }
+    ack = n.view.ingest.last_seq;
+    Touch(n);
+    UpdateConnectedGaugeLocked();
+  }
+  NotifyMembership();
+  return ack;
+}
+
+BatchVerdict FleetState::OnProbeBatch(const std::string& node, const v1::ProbeBatch& batch,
+                                      uint64_t* ack) {
+  std::lock_guard lock(mu_);
+  Node& n = GetLocked(node);
+  Touch(n);
+  NodeIngest& in = n.view.ingest;
+  if (batch.seq() <= in.last_seq) {
+    ++in.duplicates;
+    duplicate_batches_.Inc();
+    *ack = in.last_seq;
+    return BatchVerdict::kDuplicate;
+  }
+  BatchVerdict verdict = BatchVerdict::kAccepted;
+  if (batch.seq() != in.last_seq + 1) {
+    uint64_t missing = batch.seq() - in.last_seq - 1;
+    in.gaps += missing;
+    gap_batches_.Inc(static_cast<double>(missing));
+    verdict = BatchVerdict::kGap;
+  }
+  in.last_seq = batch.seq();
+  ++in.batches;
+  in.results += static_cast<uint64_t>(batch.results_size());
+  batches_total_.Inc();
+  for (const auto& r : batch.results()) {
+    int t = r.transport();
+    if (t < 0 || t >= 7) t = 0;
+    results_by_transport_[t]->Inc();
+  }
+  if (batch.test_id() != 0 && options_.record_test_batches) {
+    ++in.test_batches;
+    in.test_ids.insert(batch.test_id());
+  }
+  *ack = in.last_seq;
+  return verdict;
+}
+
+void FleetState::OnHeartbeat(const std::string& node) {
+  std::lock_guard lock(mu_);
+  heartbeats_.Inc();
+  Touch(GetLocked(node));
+  UpdateConnectedGaugeLocked();
+}
+
+void FleetState::OnCheckReport(const std::string& node, const v1::CheckReport& report) {
+  std::lock_guard lock(mu_);
+  Node& n = GetLocked(node);
+  Touch(n);
+  static const char* kHealth[] = {"ok", "warning", "critical", "unknown"};
+  int code = report.exit_code();
+  n.view.health = kHealth[(code >= 0 && code <= 3) ? code : 3];
+}
+
+void FleetState::OnCounterBatch(const std::string& node, const v1::CounterBatch&) {
+  std::lock_guard lock(mu_);
+  Touch(GetLocked(node));
+}
+
+void FleetState::OnDisconnect(const std::string& node, uint64_t conn_id) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = nodes_.find(node);
+    if (it == nodes_.end() || it->second.conn_id != conn_id) return;  // a newer stream took over
+    Node& n = it->second;
+    if (!n.view.connected) return;
+    n.view.connected = false;
+    n.view.up = false;
+    n.up_gauge->Set(0);
+    disconnects_.Inc();
+    UpdateConnectedGaugeLocked();
+  }
+  spdlog::info("msg=\"agent disconnected\" node={}", node);
+  NotifyMembership();
+}
+
+void FleetState::Sweep() {
+  bool changed = false;
+  {
+    std::lock_guard lock(mu_);
+    int64_t now = clock_.MonotonicNanos();
+    int64_t timeout = static_cast<int64_t>(options_.heartbeat_timeout_s * 1e9);
+    for (auto& [name, n] : nodes_) {
+      n.view.last_report_age_s = static_cast<double>(now - n.last_seen_mono_ns) * 1e-9;
+      if (n.view.up && now - n.last_seen_mono_ns > timeout) {
+        n.view.up = false;
+        n.up_gauge->Set(0);
+        disconnects_.Inc();
+        changed = true;
+        spdlog::warn("msg=\"agent heartbeat timeout\" node={} silent_s={:.1f}", name,
+                     n.view.last_report_age_s);
+      }
+    }
+    if (changed) UpdateConnectedGaugeLocked();
+  }
+  if (changed) NotifyMembership();
+}
+
+std::vector<NodeView> FleetState::Nodes() const {
+  std::lock_guard lock(mu_);
+  std::vector<NodeView> out;
+  int64_t now = clock_.MonotonicNanos();
+  for (const auto& [name, n] : nodes_) {
+    out.push_back(n.view);
+    out.back().last_report_age_s = static_cast<double>(now - n.last_seen_mono_ns) * 1e-9;
+  }
+  return out;
+}
+
+std::vector<std::string> FleetState::LiveNodes() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [name, n] : nodes_) {
+    if (n.view.connected && n.view.up) out.push_back(name);
+  }
+  return out;
+}
+
+size_t FleetState::connected() const {
+  std::lock_guard lock(mu_);
+  size_t c = 0;
+  for (const auto& [name, n] : nodes_) c += n.view.connected && n.view.up ? 1 : 0;
+  return c;
+}
+
+void FleetState::NotifyMembership() {
+  if (listener_) listener_();
+}
+
+std::string FleetState::ExportIngestJson() const {
+  std::lock_guard lock(mu_);
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, n] : nodes_) {
+    const NodeIngest& in = n.view.ingest;
+    j[name] = {{"session_id", in.session_id}, {"last_seq", in.last_seq},
+               {"batches", in.batches},       {"results", in.results},
+               {"duplicates", in.duplicates}, {"gaps", in.gaps},
+               {"test_batches", in.test_batches},
+               {"test_ids", std::vector<uint64_t>(in.test_ids.begin(), in.test_ids.end())}};
+  }
+  return j.dump();
+}
+
+Status FleetState::ImportIngestJson(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Status::InvalidArgument("ingest state is not a JSON object");
+  }
+  std::lock_guard lock(mu_);
+  try {
+    for (const auto& [name, v] : j.items()) {
+      Node& n = GetLocked(name);
+      NodeIngest& in = n.view.ingest;
+      in.session_id = v.at("session_id").get<uint64_t>();
+      in.last_seq = v.at("last_seq").get<uint64_t>();
+      in.batches = v.value("batches", uint64_t{0});
+      in.results = v.value("results", uint64_t{0});
+      in.duplicates = v.value("duplicates", uint64_t{0});
+      in.gaps = v.value("gaps", uint64_t{0});
+      in.test_batches = v.value("test_batches", uint64_t{0});
+      for (uint64_t id : v.value("test_ids", std::vector<uint64_t>{})) in.test_ids.insert(id);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(std::string("ingest state: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+}  // namespace fw::aggregator
