@@ -331,7 +331,7 @@ class Fabric:
         netns.ip_batch([f"netns add {n}" for n in names])
         common = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
                   "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"]
-        switch = ["net.ipv4.ip_forward=1", "net.ipv4.fib_multipath_hash_policy=1",
+        switch = ["net.ipv4.ip_forward=1"] + self._hash_sysctls() + [
                   "net.ipv4.conf.all.ignore_routes_with_linkdown=1",
                   "net.ipv4.conf.default.ignore_routes_with_linkdown=1"]
         for n in names:
@@ -363,6 +363,20 @@ class Fabric:
             netns.ip_batch(lines, ns=self.ns(node))
         for node in list(self.switches) + list(self.hosts):
             netns.ip_batch(self._route_lines(node), ns=self.ns(node))
+
+    @staticmethod
+    def _hash_sysctls():
+        """The ECMP hash: the L4 5-tuple of each packet, as a hardware switch computes it.
+
+        Policy 1 is not that on veth: it reuses skb->hash when the sender's socket set one, and a
+        connected UDP or any TCP socket sets a random per-socket txhash that survives the veth
+        crossing (TCP even re-rolls it after a timeout). Policy 3 with fields src/dst address,
+        protocol, src/dst port (0x37) always dissects the packet, so a 5-tuple keeps its path and
+        'ip route get ... sport/dport' predicts it. Kernels before 5.16 fall back to policy 1.
+        """
+        if os.path.exists("/proc/sys/net/ipv4/fib_multipath_hash_fields"):
+            return ["net.ipv4.fib_multipath_hash_policy=3", "net.ipv4.fib_multipath_hash_fields=0x37"]
+        return ["net.ipv4.fib_multipath_hash_policy=1"]
 
     def _route_lines(self, node):
         """'route replace' commands for node, using only the links that are up."""
@@ -830,8 +844,8 @@ def _cmd_up(a):
             try:
                 while deadline is None or time.monotonic() < deadline:
                     time.sleep(0.5)
-            except KeyboardInterrupt:
-                pass
+            except (KeyboardInterrupt, SystemExit):
+                pass  # Ctrl-C, or SIGTERM/SIGHUP through the fabric's handler: a normal stop
             finally:
                 try:
                     os.unlink(state)

@@ -21,6 +21,7 @@ _PROBE = struct.Struct("!IIQ")  # magic, flow index, sequence
 _MAGIC = 0x46574642  # "FWFB"
 _COUNT = struct.Struct("!Q")
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
 
 
 def _big_rcvbuf(sock, size=4 << 20):
@@ -111,6 +112,12 @@ def blast(dst, port, rate_bps, seconds, size=1200, dev=None):
         raise ValueError("blast needs rate_bps > 0 and 16 <= size <= 65000")
     seconds = min(seconds, MAX_SECONDS)
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    # A deep send buffer keeps a full qdisc from blocking us: the excess is dropped at the queue,
+    # as traffic forwarded from elsewhere would be, instead of throttling the sender.
+    try:
+        s.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, 8 << 20)
+    except OSError:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
     if dev:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, dev.encode())
     s.connect((dst, port))
@@ -199,6 +206,11 @@ class FlowStats:
         return f"FlowStats(sport={self.sport}, sent={self.sent}, received={self.received})"
 
 
+def _count_error(stats, e):
+    name = errno.errorcode.get(e.errno, str(e.errno))
+    stats.errors[name] = stats.errors.get(name, 0) + 1
+
+
 def udp_flows(dst, port, sports, count=1, rate_pps=2000.0, timeout=0.5, payload=64):
     """Sends count echo probes on each source port (round robin, paced at rate_pps in total).
 
@@ -206,7 +218,7 @@ def udp_flows(dst, port, sports, count=1, rate_pps=2000.0, timeout=0.5, payload=
     """
     if not sports or count < 1 or rate_pps <= 0 or payload < _PROBE.size:
         raise ValueError("udp_flows needs sports, count >= 1, rate_pps > 0, payload >= 16")
-    socks, stats, pending = [], [], []
+    socks, stats, pending, dead = [], [], [], set()
     sel = selectors.DefaultSelector()
     try:
         for i, sp in enumerate(sports):
@@ -214,11 +226,16 @@ def udp_flows(dst, port, sports, count=1, rate_pps=2000.0, timeout=0.5, payload=
             socks.append(s)
             _big_rcvbuf(s, 1 << 20)
             s.bind(("0.0.0.0", sp))
-            s.connect((dst, port))
-            s.setblocking(False)
-            sel.register(s, selectors.EVENT_READ, i)
             stats.append(FlowStats(s.getsockname()[1]))
             pending.append({})
+            try:
+                s.connect((dst, port))  # fails at once when there is no route at all
+            except OSError as e:
+                _count_error(stats[i], e)
+                dead.add(i)
+                continue
+            s.setblocking(False)
+            sel.register(s, selectors.EVENT_READ, i)
         pad = b"\x00" * (payload - _PROBE.size)
 
         def drain(wait):
@@ -230,8 +247,7 @@ def udp_flows(dst, port, sports, count=1, rate_pps=2000.0, timeout=0.5, payload=
                     except (BlockingIOError, InterruptedError):
                         break
                     except OSError as e:  # an ICMP error for an earlier probe
-                        name = errno.errorcode.get(e.errno, str(e.errno))
-                        stats[i].errors[name] = stats[i].errors.get(name, 0) + 1
+                        _count_error(stats[i], e)
                         continue
                     now = time.monotonic()
                     if len(data) < _PROBE.size:
@@ -257,14 +273,15 @@ def udp_flows(dst, port, sports, count=1, rate_pps=2000.0, timeout=0.5, payload=
                 drain(due - now)
                 continue
             i, seq = n % len(socks), n // len(socks)
-            pending[i][seq] = time.monotonic()
             stats[i].sent += 1
+            n += 1
+            if i in dead:
+                continue
+            pending[i][seq] = time.monotonic()
             try:
                 socks[i].send(_PROBE.pack(_MAGIC, i, seq) + pad)
             except OSError as e:
-                name = errno.errorcode.get(e.errno, str(e.errno))
-                stats[i].errors[name] = stats[i].errors.get(name, 0) + 1
-            n += 1
+                _count_error(stats[i], e)
         end = time.monotonic() + timeout
         while any(pending) and time.monotonic() < end:
             drain(end - time.monotonic())
