@@ -77,13 +77,18 @@ def namespace_pids(ns):
 
 
 def _pid_alive(pid):
+    """True while pid runs; a zombie (exited, not yet reaped by its parent) counts as gone."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def terminate_pid(pid, grace=3.0, popen=None):

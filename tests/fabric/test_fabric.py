@@ -361,6 +361,8 @@ class TeardownTest(unittest.TestCase):
         prefix = f"fwt{os.getpid()}a-"
         with tempfile.TemporaryDirectory() as d:
             p = self.start_cli(prefix, d)
+            self.addCleanup(p.stderr.close)
+            self.addCleanup(p.stdout.close)
             try:
                 down = subprocess.run([sys.executable, FABRIC_PY, "down", "--prefix", prefix],
                                       capture_output=True, text=True, timeout=30)
@@ -376,6 +378,8 @@ class TeardownTest(unittest.TestCase):
         prefix = f"fwt{os.getpid()}b-"
         with tempfile.TemporaryDirectory() as d:
             p = self.start_cli(prefix, d)
+            self.addCleanup(p.stderr.close)
+            self.addCleanup(p.stdout.close)
             os.kill(p.pid, signal.SIGKILL)
             p.wait(timeout=10)
             try:
