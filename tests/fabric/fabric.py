@@ -9,6 +9,7 @@ API (put tests/fabric on sys.path, then `import fabric`):
         fab.write_map("map.yaml")       # the DESIGN.md fabric map of this topology
         agg = fab.spawn("mgmt", ["fabricwatch-aggregator", "--grpc-listen", f"{fab.mgmt_address}:9750"])
         fab.spawn("node01", ["fabricwatch-agent", "--aggregator", f"{fab.mgmt_address}:9750"])
+        fab.start_aggregator(agg_bin); fab.start_agents(agent_bin)    # the same, DESIGN.md flags
         fab.stop(agg)                   # by PID: SIGTERM, then SIGKILL (teardown stops the rest)
         fab.start_responder("node04")   # UDP echo + TCP byte counter on ports 7007/7008
         fab.udp_flows("node01", "node04", 7007, sports=range(40000, 40032))   # {sport: FlowStats}
@@ -521,6 +522,30 @@ class Fabric:
         self._require_up()
         return netns.call_in_namespace(self.ns(node), fn, *args, timeout=timeout, **kwargs)
 
+    def start_aggregator(self, binary, grpc_port=9750, http_port=9751, map_path=None, args=()):
+        """Starts fabricwatch-aggregator in the management namespace with the DESIGN.md flags,
+        listening on the management address, with this fabric's map (written to log_dir)."""
+        map_path = map_path or self.write_map(os.path.join(self.log_dir, "fabric-map.yaml"))
+        argv = [binary, "--grpc-listen", f"{self.mgmt_address}:{grpc_port}",
+                "--http-listen", f"{self.mgmt_address}:{http_port}", "--fabric-map", map_path]
+        return self.spawn("mgmt", argv + list(args), name="aggregator")
+
+    def start_agents(self, binary, grpc_port=9750, probe_port=9753, http_port=9752, args=(),
+                     hosts=None):
+        """Starts fabricwatch-agent in each host namespace (all hosts by default): it reports to
+        the aggregator over the management network, probes on its fabric address and serves
+        /metrics on its management address. Returns {host: Proc}."""
+        procs = {}
+        for name in hosts or list(self.hosts):
+            h = self.hosts[name] if name in self.hosts else None
+            if h is None:
+                raise FabricError(f"unknown host {name!r}")
+            argv = [binary, "--aggregator", f"{self.mgmt_address}:{grpc_port}", "--node-name",
+                    h.name, "--probe-address", h.address, "--probe-port", probe_port,
+                    "--http-listen", f"{h.mgmt_address}:{http_port}"]
+            procs[name] = self.spawn(name, argv + list(args), name="agent")
+        return procs
+
     def start_responder(self, node, udp_port=7007, tcp_port=7008, seconds=3600):
         """Starts traffic.py serve (UDP echo, TCP byte counter) and waits until it listens."""
         proc = self.spawn(node, [sys.executable, TRAFFIC_PY, "serve", "--udp-port", udp_port,
@@ -881,7 +906,11 @@ def _cmd_down(a):
 
 
 def _cmd_cleanup(a):
-    deleted, left = netns.cleanup_prefix(a.prefix)
+    deleted, left = [], []
+    for prefix in netns.stale_prefixes() if a.stale else [a.prefix]:
+        d, lft = netns.cleanup_prefix(prefix)
+        deleted += d
+        left += lft
     for n in deleted:
         print(f"deleted {n}")
     for n in left:
@@ -923,10 +952,13 @@ def main(argv=None):
     up.add_argument("--seconds", type=float, help="tear down after this many seconds")
     up.add_argument("--responders", action="store_true",
                     help="start a UDP echo / TCP counter responder (7007/7008) on every host")
-    for name, helptext in (("down", "stop the 'up' process of a prefix and delete leftovers"),
-                           ("cleanup", "delete every namespace with this prefix")):
-        c = sub.add_parser(name, help=helptext)
-        c.add_argument("--prefix", required=True)
+    dn = sub.add_parser("down", help="stop the 'up' process of a prefix and delete leftovers")
+    dn.add_argument("--prefix", required=True)
+    cl = sub.add_parser("cleanup", help="delete every namespace with a prefix")
+    which = cl.add_mutually_exclusive_group(required=True)
+    which.add_argument("--prefix")
+    which.add_argument("--stale", action="store_true",
+                       help="every fw<pid>- prefix whose process is gone")
     sub.add_parser("list", help="list fabric namespaces by prefix")
     ex = sub.add_parser("exec", help="run a command in a node's namespace")
     ex.add_argument("--prefix", required=True)

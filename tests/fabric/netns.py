@@ -145,6 +145,20 @@ def cleanup_prefix(prefix):
     return [n for n in names if n not in left], left
 
 
+AUTO_PREFIX_RE = re.compile(r"^(fw(\d+)(?:x\d+)?-)")
+
+
+def stale_prefixes():
+    """Automatic prefixes (fw<pid>- or fw<pid>x<n>-) whose creating process no longer runs: what a
+    run killed by SIGKILL (e.g. a ctest timeout) left behind."""
+    out = set()
+    for n in list_namespaces("fw"):
+        m = AUTO_PREFIX_RE.match(n)
+        if m and not _pid_alive(int(m.group(2))):
+            out.add(m.group(1))
+    return sorted(out)
+
+
 _libc = None
 
 

@@ -207,6 +207,36 @@ class FabricTest(unittest.TestCase):
         clean = self.fab.udp_probe("node01", "node04", UDP, count=200, sport=44001, rate_pps=4000)
         self.assertEqual(clean.received, 200)
 
+    def test_drop_on_a_host_uplink(self):
+        # Only node01 -> leaf1 drops (the leaf's prerouting hook); the echo back is untouched.
+        with self.fab.drop("leaf1~node01", 50, toward="leaf1"):
+            st = self.fab.udp_probe("node01", "node02", UDP, count=600, sport=44200, rate_pps=4000,
+                                    timeout=0.3)
+        self.assertAlmostEqual(st.loss, 0.50, delta=0.08)
+
+    def test_daemons_run_in_their_namespaces_with_design_flags(self):
+        with tempfile.TemporaryDirectory() as d:
+            fake = os.path.join(d, "fake-daemon")
+            with open(fake, "w") as f:  # records where it runs and with which flags
+                f.write(f"#!{sys.executable}\nimport json, os, sys, time\n"
+                        "print(json.dumps({'argv': sys.argv[1:], 'netns': os.readlink("
+                        "'/proc/self/ns/net')}), flush=True)\ntime.sleep(30)\n")
+            os.chmod(fake, 0o755)
+            agg = self.fab.start_aggregator(fake)
+            agents = self.fab.start_agents(fake, hosts=["node02", "node05"])
+            time.sleep(0.5)
+            seen = {p.node: json.loads(p.log().splitlines()[0]) for p in [agg, *agents.values()]}
+            for p in [agg, *agents.values()]:
+                self.fab.stop(p)
+        self.assertIn("--fabric-map", seen["mgmt"]["argv"])
+        self.assertIn(f"{self.fab.mgmt_address}:9750", seen["mgmt"]["argv"])
+        a = seen["node05"]["argv"]
+        self.assertEqual(a[a.index("--aggregator") + 1], f"{self.fab.mgmt_address}:9750")
+        self.assertEqual(a[a.index("--probe-address") + 1], self.fab.hosts["node05"].address)
+        self.assertEqual(len({v["netns"] for v in seen.values()}), 3)  # three namespaces
+        own = os.readlink("/proc/self/ns/net")
+        self.assertNotIn(own, {v["netns"] for v in seen.values()})
+
     def test_drop_on_a_switch(self):
         # node01 -> node02 crosses leaf1 twice (request and echo): loss = 1 - 0.8^2 = 0.36.
         n = 2000
