@@ -1,0 +1,133 @@
+// The fabric map (--fabric-map): switches, links and host NICs, and the equal-cost paths between
+// NICs.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+
+namespace fw::aggregator {
+
+enum class Routing : uint8_t { kEcmp, kDeterministic };
+enum class SwitchTier : uint8_t { kLeaf, kSpine, kSuperspine, kCore };
+enum class PathClass : uint8_t { kIntraLeaf, kInterLeaf, kUnknown };
+
+std::string_view RoutingName(Routing r);
+std::string_view SwitchTierName(SwitchTier t);
+// "intra_leaf", "inter_leaf", "unknown" (the /api/v1/pairs contract).
+std::string_view PathClassName(PathClass c);
+
+using LinkIndex = uint32_t;
+using SwitchIndex = uint32_t;
+using HostNicIndex = uint32_t;
+inline constexpr uint32_t kNoIndex = std::numeric_limits<uint32_t>::max();
+
+struct Switch {
+  std::string name;
+  SwitchTier tier = SwitchTier::kLeaf;
+  int line = 0;  // 1-based line in the map file
+};
+
+// A link. Switch-to-switch links come from the map and have id "a~b" with a < b. Each host NIC also
+// gets an access link with id "<node>:<nic>~<switch>" (host side first, whatever the ordering), so
+// that a fault on a NIC cable can be named like any other link.
+struct Link {
+  std::string id;
+  SwitchIndex a = kNoIndex;          // for an access link: the switch the NIC attaches to
+  SwitchIndex b = kNoIndex;          // for an access link: kNoIndex
+  HostNicIndex host_nic = kNoIndex;  // set only for access links
+  int line = 0;
+  bool IsAccess() const { return host_nic != kNoIndex; }
+};
+
+struct HostNic {
+  std::string node;
+  std::string nic;
+  std::string address;
+  SwitchIndex leaf = kNoIndex;
+  LinkIndex access_link = kNoIndex;
+  int line = 0;
+};
+
+// The equal-cost switch-level paths between two switches, each a list of link indices in order.
+// Shared between every NIC pair behind the same two switches.
+struct SwitchPaths {
+  std::vector<std::vector<LinkIndex>> paths;  // one empty path when both switches are the same
+  bool truncated = false;                     // more than FabricMap::kMaxPaths existed
+};
+
+// Candidate paths of one NIC pair: src access link, then one of core->paths, then dst access link.
+struct PathSet {
+  PathClass path_class = PathClass::kUnknown;
+  LinkIndex src_access = kNoIndex;
+  LinkIndex dst_access = kNoIndex;
+  std::shared_ptr<const SwitchPaths> core;  // null when path_class is kUnknown
+
+  size_t PathCount() const { return core ? core->paths.size() : 0; }
+  // Full paths, access links included. Allocates; for display and tests, not for hot paths.
+  std::vector<std::vector<LinkIndex>> FullPaths() const;
+};
+
+// A validated fabric map. Immutable after Parse() except for the internal path cache, which is
+// guarded by its own mutex: every const method is safe to call from any thread.
+class FabricMap {
+ public:
+  static constexpr size_t kMaxPaths = 4096;
+  static constexpr size_t kMaxInputBytes = 64 << 20;
+
+  // Parses and validates YAML text. `source` names the input in error messages, e.g. the file
+  // path: "fabric.yaml:12: links[3]: unknown switch 'spine9'".
+  static StatusOr<FabricMap> Parse(std::string_view yaml, std::string_view source = "fabric map");
+  static StatusOr<FabricMap> Load(const std::string& path);
+
+  FabricMap(FabricMap&&) noexcept;
+  FabricMap& operator=(FabricMap&&) noexcept;
+  ~FabricMap();
+
+  Routing routing() const { return routing_; }
+  const std::vector<Switch>& switches() const { return switches_; }
+  const std::vector<Link>& links() const { return links_; }
+  const std::vector<HostNic>& host_nics() const { return host_nics_; }
+
+  std::optional<SwitchIndex> FindSwitch(std::string_view name) const;
+  std::optional<LinkIndex> FindLink(std::string_view id) const;
+  std::optional<HostNicIndex> FindHostNic(std::string_view node, std::string_view nic) const;
+  // The NICs of a node in map order; empty when the node is not in the map.
+  const std::vector<HostNicIndex>& NicsOfNode(std::string_view node) const;
+  // The NICs attached to a switch in map order.
+  const std::vector<HostNicIndex>& NicsOnSwitch(SwitchIndex s) const;
+
+  // Candidate path set between two host NICs. Cheap after the first call for the same switch pair.
+  PathSet Paths(HostNicIndex src, HostNicIndex dst) const;
+  // The same for two nodes: the first NIC pair on a common rail (same NIC name), else their first
+  // NICs. kUnknown when either node is absent or no path exists.
+  PathSet PathsBetweenNodes(std::string_view src_node, std::string_view dst_node) const;
+  // Equal-cost shortest paths between two switches (cached).
+  std::shared_ptr<const SwitchPaths> SwitchPathsBetween(SwitchIndex a, SwitchIndex b) const;
+
+ private:
+  struct Cache;
+  FabricMap();
+  std::vector<std::vector<LinkIndex>> EnumeratePaths(SwitchIndex a, SwitchIndex b,
+                                                     bool* truncated) const;
+
+  Routing routing_ = Routing::kEcmp;
+  std::vector<Switch> switches_;
+  std::vector<Link> links_;  // switch links first, then one access link per host NIC
+  std::vector<HostNic> host_nics_;
+  std::unordered_map<std::string, SwitchIndex> switch_by_name_;
+  std::unordered_map<std::string, LinkIndex> link_by_id_;
+  std::unordered_map<std::string, std::vector<HostNicIndex>> nics_by_node_;
+  std::vector<std::vector<HostNicIndex>> nics_by_switch_;
+  std::vector<std::vector<std::pair<SwitchIndex, LinkIndex>>> adjacency_;  // switch graph
+  std::unique_ptr<Cache> cache_;
+};
+
+}  // namespace fw::aggregator

@@ -1,0 +1,101 @@
+// Sliding 10 s / 60 s / 600 s windows of one probe pair: RTT quantiles, loss and bandwidth.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "daemon/aggregator/core/log_histogram.h"
+
+namespace fw::aggregator {
+
+enum class Window : uint8_t { k10s = 0, k60s, k600s };
+inline constexpr int kWindowCount = 3;
+inline constexpr std::array<Window, kWindowCount> kAllWindows = {Window::k10s, Window::k60s,
+                                                                 Window::k600s};
+// "10s", "60s", "600s": the keys of /api/v1/pairs.
+std::string_view WindowName(Window w);
+
+// The part of a probe result that the windows keep. Compact, so the ingest path copies no strings.
+struct ProbeSample {
+  bool lost = false;
+  int64_t rtt_ns = 0;        // ignored when lost, and for bandwidth-only pairs
+  double goodput_bps = 0.0;  // > 0 only for bandwidth probes
+};
+
+struct WindowStats {
+  uint64_t probes = 0;  // results in the window, lost ones included
+  uint64_t lost = 0;
+  double loss_ratio = 0.0;  // lost / probes; 0 when probes == 0
+  uint64_t rtt_samples = 0;
+  double rtt_p50_s = 0.0;  // the three quantiles are NaN when rtt_samples == 0
+  double rtt_p99_s = 0.0;
+  double rtt_p999_s = 0.0;
+  uint32_t bandwidth_samples = 0;
+  double bandwidth_bps = 0.0;  // mean goodput of the window's bandwidth probes; NaN when none
+};
+
+// RTT bucket counts of one slot, stored sparsely: a slot usually sees a handful of distinct
+// buckets, and a dense LogHistogram per slot would cost 3.3 KB. Entries are sorted by bucket and
+// pack the bucket (12 bits) with its count (20 bits); a full count continues in a second entry.
+// Clear() keeps the capacity, so a pair in steady state records without allocating.
+class SparseBuckets {
+ public:
+  void Add(int bucket);
+  void Clear() { entries_.clear(); }
+  void AddTo(LogHistogram& h) const;
+  size_t HeapBytes() const { return entries_.capacity() * sizeof(uint32_t); }
+  size_t EntryCount() const { return entries_.size(); }
+
+ private:
+  std::vector<uint32_t> entries_;
+};
+
+// The windows of one (src, dst, transport) pair, built from three tiers of time slots:
+//   10 s window:  10 slots of 1 s     60 s window: 6 slots of 10 s     600 s window: 10 slots of 60
+//   s
+// Each result is counted once in every tier. A window is the current (partial) slot plus the
+// previous n-1 slots, so it spans between W - slot and W seconds of data. Slots are recycled
+// lazily by epoch (monotonic seconds / slot length), so idle pairs cost no work.
+// Not thread-safe: PairTable serializes access.
+class PairWindows {
+ public:
+  // `now_ns` is the aggregator's monotonic time when the result arrived (agents' clocks are never
+  // compared with ours).
+  void Record(int64_t now_ns, const ProbeSample& sample);
+  WindowStats Snapshot(int64_t now_ns, Window w) const;
+  // Adds the window's RTT samples to `h` (for per-node aggregates); returns probes and lost.
+  void MergeInto(int64_t now_ns, Window w, LogHistogram& h, uint64_t* probes, uint64_t* lost) const;
+  // Monotonic seconds of the last Record(), 0 if none.
+  int64_t LastRecordSecond() const { return last_record_s_; }
+  // Heap bytes held by the sparse buckets (the object itself is sizeof(PairWindows)).
+  size_t HeapBytes() const;
+
+ private:
+  struct Slot {
+    uint32_t epoch = 0;  // which slot-length period this holds; 0 = never used
+    uint32_t probes = 0;
+    uint32_t lost = 0;
+    uint32_t bw_samples = 0;
+    double bw_sum_bps = 0.0;
+    SparseBuckets rtt;
+  };
+  struct TierSpec {
+    int slot_seconds;
+    int slots;
+    int offset;  // first index in slots_
+  };
+  static constexpr std::array<TierSpec, kWindowCount> kTiers = {
+      TierSpec{1, 10, 0}, TierSpec{10, 6, 10}, TierSpec{60, 10, 16}};
+  static constexpr int kTotalSlots = 26;
+
+  // Calls fn(const Slot&) for each slot inside window `w` at `now_ns`.
+  template <typename Fn>
+  void ForEachSlot(int64_t now_ns, Window w, Fn&& fn) const;
+
+  std::array<Slot, kTotalSlots> slots_{};
+  int64_t last_record_s_ = 0;
+};
+
+}  // namespace fw::aggregator

@@ -1,0 +1,116 @@
+// Sliding windows of one pair under a fake clock: counts, loss, quantiles, bandwidth, expiry.
+#include "daemon/aggregator/core/pair_windows.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace fw::aggregator {
+namespace {
+
+constexpr int64_t kSec = 1'000'000'000;
+
+TEST(PairWindowsTest, EmptyWindowsReportNothing) {
+  PairWindows w;
+  const WindowStats s = w.Snapshot(100 * kSec, Window::k60s);
+  EXPECT_EQ(s.probes, 0u);
+  EXPECT_EQ(s.loss_ratio, 0.0);
+  EXPECT_TRUE(std::isnan(s.rtt_p50_s));
+  EXPECT_TRUE(std::isnan(s.bandwidth_bps));
+}
+
+TEST(PairWindowsTest, WindowsCountTheRightSpanAtOneProbePerSecond) {
+  PairWindows w;
+  // One probe per second at t = 1000 s .. 1999 s, every 10th lost.
+  for (int t = 1000; t < 2000; ++t) {
+    w.Record(t * kSec + 5, ProbeSample{t % 10 == 0, 50'000, 0.0});
+  }
+  const int64_t now = 1999 * kSec + 500'000'000;  // mid-second after the last probe
+  // 10 s: the current 1 s slot plus the 9 before: t = 1990..1999.
+  const WindowStats s10 = w.Snapshot(now, Window::k10s);
+  EXPECT_EQ(s10.probes, 10u);
+  EXPECT_EQ(s10.lost, 1u);
+  EXPECT_DOUBLE_EQ(s10.loss_ratio, 0.1);
+  // 60 s: the current 10 s slot (1990..1999) plus 5 before: t = 1940..1999.
+  EXPECT_EQ(w.Snapshot(now, Window::k60s).probes, 60u);
+  // 600 s: 60 s slots aligned on multiples of 60: the current one starts at 1980, so the window
+  // holds t = 1440..1999.
+  const WindowStats s600 = w.Snapshot(now, Window::k600s);
+  EXPECT_EQ(s600.probes, 560u);
+  EXPECT_EQ(s600.lost, 56u);
+  EXPECT_EQ(s600.rtt_samples, 504u);  // lost probes carry no RTT
+  EXPECT_NEAR(s600.rtt_p50_s, 50e-6, 50e-6 * LogHistogram::kMaxRelativeError);
+}
+
+TEST(PairWindowsTest, OldDataLeavesTheWindows) {
+  PairWindows w;
+  w.Record(100 * kSec, ProbeSample{false, 30'000, 0.0});
+  EXPECT_EQ(w.Snapshot(109 * kSec, Window::k10s).probes, 1u);
+  EXPECT_EQ(w.Snapshot(110 * kSec, Window::k10s).probes, 0u);
+  EXPECT_EQ(w.Snapshot(159 * kSec, Window::k60s).probes, 1u);
+  EXPECT_EQ(w.Snapshot(160 * kSec, Window::k60s).probes, 0u);
+  EXPECT_EQ(w.Snapshot(659 * kSec, Window::k600s).probes, 1u);
+  EXPECT_EQ(w.Snapshot(660 * kSec, Window::k600s).probes, 0u);
+  // A slot reused after a long gap starts clean.
+  w.Record(1000 * kSec, ProbeSample{true, 0, 0.0});
+  const WindowStats s = w.Snapshot(1000 * kSec, Window::k600s);
+  EXPECT_EQ(s.probes, 1u);
+  EXPECT_EQ(s.rtt_samples, 0u);
+  EXPECT_DOUBLE_EQ(s.loss_ratio, 1.0);
+}
+
+TEST(PairWindowsTest, TailQuantilesMatchExactOnesWithinTheHistogramError) {
+  PairWindows w;
+  std::mt19937_64 rng(3);
+  std::lognormal_distribution<double> body(std::log(25'000.0), 0.3);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<int64_t> in_window;
+  // 20 probes per second for 60 s; 1% are 1–5 ms outliers (queueing on a congested link).
+  for (int t = 0; t < 60; ++t) {
+    for (int i = 0; i < 20; ++i) {
+      const int64_t rtt = u(rng) < 0.01 ? static_cast<int64_t>(1e6 + 4e6 * u(rng))
+                                        : static_cast<int64_t>(body(rng));
+      w.Record((5000 + t) * kSec + i, ProbeSample{false, rtt, 0.0});
+      in_window.push_back(rtt);
+    }
+  }
+  std::sort(in_window.begin(), in_window.end());
+  const WindowStats s = w.Snapshot(5059 * kSec, Window::k60s);
+  ASSERT_EQ(s.rtt_samples, in_window.size());
+  auto exact = [&](double q) {
+    const auto rank = static_cast<size_t>(std::ceil(q * static_cast<double>(in_window.size())));
+    return static_cast<double>(in_window[rank - 1]) * 1e-9;
+  };
+  const double bound = LogHistogram::kMaxRelativeError + 1e-9;
+  EXPECT_LE(std::abs(s.rtt_p50_s - exact(0.5)) / exact(0.5), bound);
+  EXPECT_LE(std::abs(s.rtt_p99_s - exact(0.99)) / exact(0.99), bound);
+  EXPECT_LE(std::abs(s.rtt_p999_s - exact(0.999)) / exact(0.999), bound);
+  EXPECT_GT(s.rtt_p999_s, 1e-3);  // the outliers show in the tail
+}
+
+TEST(PairWindowsTest, BandwidthIsTheMeanGoodputOfTheWindow) {
+  PairWindows w;
+  w.Record(300 * kSec, ProbeSample{false, 40'000'000, 9.0e9});
+  w.Record(420 * kSec, ProbeSample{false, 80'000'000, 5.0e9});
+  w.Record(421 * kSec, ProbeSample{true, 0, 0.0});  // a failed burst counts as lost
+  EXPECT_DOUBLE_EQ(w.Snapshot(421 * kSec, Window::k600s).bandwidth_bps, 7.0e9);
+  EXPECT_DOUBLE_EQ(w.Snapshot(421 * kSec, Window::k60s).bandwidth_bps, 5.0e9);
+  EXPECT_DOUBLE_EQ(w.Snapshot(421 * kSec, Window::k600s).loss_ratio, 1.0 / 3.0);
+}
+
+TEST(PairWindowsTest, SparseBucketsSplitASaturatedCount) {
+  SparseBuckets b;
+  for (int i = 0; i < (1 << 20) + 5; ++i) b.Add(100);
+  b.Add(50);
+  EXPECT_EQ(b.EntryCount(), 3u);
+  LogHistogram h;
+  b.AddTo(h);
+  EXPECT_EQ(h.Count(), (1u << 20) + 6u);
+  EXPECT_EQ(h.BucketCount(100), (1u << 20) + 5u);
+}
+
+}  // namespace
+}  // namespace fw::aggregator
