@@ -380,6 +380,8 @@ class TeardownTest(unittest.TestCase):
         p = subprocess.Popen([sys.executable, FABRIC_PY, "up", "--spines", "1", "--leaves", "1",
                               "--hosts", "1", "--prefix", prefix, "--seconds", "60", "--map", mp],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(p.stderr.close)
+        self.addCleanup(p.stdout.close)
         line = p.stderr.readline()  # "ready ..." once built
         self.assertTrue(line.startswith("ready"), line + p.stderr.read() if p.poll() else line)
         self.assertEqual(len(netns.list_namespaces(prefix)), 4)
@@ -391,8 +393,6 @@ class TeardownTest(unittest.TestCase):
         prefix = f"fwt{os.getpid()}a-"
         with tempfile.TemporaryDirectory() as d:
             p = self.start_cli(prefix, d)
-            self.addCleanup(p.stderr.close)
-            self.addCleanup(p.stdout.close)
             try:
                 down = subprocess.run([sys.executable, FABRIC_PY, "down", "--prefix", prefix],
                                       capture_output=True, text=True, timeout=30)
@@ -408,8 +408,6 @@ class TeardownTest(unittest.TestCase):
         prefix = f"fwt{os.getpid()}b-"
         with tempfile.TemporaryDirectory() as d:
             p = self.start_cli(prefix, d)
-            self.addCleanup(p.stderr.close)
-            self.addCleanup(p.stdout.close)
             os.kill(p.pid, signal.SIGKILL)
             p.wait(timeout=10)
             try:
