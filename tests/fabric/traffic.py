@@ -189,6 +189,7 @@ class FlowStats:
         self.sent = 0
         self.received = 0
         self.late = 0
+        self.malformed = 0  # replies that are not an echo of a probe this flow has outstanding
         self.rtts_s = []
         self.errors = {}
 
@@ -251,11 +252,13 @@ def udp_flows(dst, port, sports, count=1, rate_pps=2000.0, timeout=0.5, payload=
                         continue
                     now = time.monotonic()
                     if len(data) < _PROBE.size:
+                        stats[i].malformed += 1
                         continue
                     magic, flow, seq = _PROBE.unpack_from(data)
-                    sent_at = pending[i].pop(seq, None)
-                    if magic != _MAGIC or flow != i or sent_at is None:
+                    if magic != _MAGIC or flow != i or seq not in pending[i]:
+                        stats[i].malformed += 1
                         continue
+                    sent_at = pending[i].pop(seq)
                     if now - sent_at <= timeout:
                         stats[i].received += 1
                         stats[i].rtts_s.append(now - sent_at)
