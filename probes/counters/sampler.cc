@@ -1,0 +1,367 @@
+// The sampling pass: open directory descriptors once per scan, then openat/read/close each file.
+#include "probes/counters/sampler.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <filesystem>
+#include <map>
+
+#include "probes/counters/sysfs_value.h"
+
+namespace fw::counters {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kBuf = 128;
+
+int OpenDir(const fs::path& p) { return open(p.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); }
+
+void CloseFd(int& fd) {
+  if (fd >= 0 && close(fd) != 0) {
+    // Nothing useful to do: the descriptor is released either way on Linux.
+  }
+  fd = -1;
+}
+
+std::string ReadText(const fs::path& p) {
+  int dir = OpenDir(p.parent_path());
+  if (dir < 0) return "";
+  char buf[kBuf];
+  size_t len = 0;
+  int err = 0;
+  std::string out;
+  if (ReadSmallFileAt(dir, p.filename().c_str(), buf, sizeof(buf), len, err) == ReadResult::kOk) {
+    out.assign(buf, len);
+    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  }
+  CloseFd(dir);
+  return out;
+}
+
+std::vector<std::string> ListDir(const fs::path& p, bool dirs_only) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(p, ec)) {
+    std::error_code ec2;
+    if (dirs_only && !e.is_directory(ec2)) continue;
+    if (!dirs_only && !e.is_regular_file(ec2)) continue;
+    out.push_back(e.path().filename().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+const char* ReadErrorName(ReadError e) {
+  switch (e) {
+    case ReadError::kNone:
+      return "none";
+    case ReadError::kMissing:
+      return "missing";
+    case ReadError::kUnavailable:
+      return "unavailable";
+    case ReadError::kUnparsable:
+      return "unparsable";
+    case ReadError::kIoError:
+      return "io_error";
+    case ReadError::kGone:
+      return "gone";
+  }
+  return "io_error";
+}
+
+bool IsPauseCounterName(std::string_view name) {
+  return name.find("pause") != std::string_view::npos;
+}
+
+const CounterReading* PortSample::Find(CounterRole role) const {
+  const int i = by_role[static_cast<size_t>(role)];
+  return i >= 0 ? &counters[static_cast<size_t>(i)] : nullptr;
+}
+
+struct Sampler::PortHandle {
+  int port_fd = -1, counters_fd = -1, hw_fd = -1;
+  std::vector<std::optional<uint64_t>> prev;  // parallel to PortSample::counters
+  int64_t prev_mono_ns = 0;
+  size_t ethtool_begin = 0;  // index of the first ethtool reading in PortSample::counters
+
+  PortHandle() = default;
+  PortHandle(PortHandle&& o) noexcept { *this = std::move(o); }
+  PortHandle& operator=(PortHandle&& o) noexcept {
+    std::swap(port_fd, o.port_fd);
+    std::swap(counters_fd, o.counters_fd);
+    std::swap(hw_fd, o.hw_fd);
+    prev = std::move(o.prev);
+    prev_mono_ns = o.prev_mono_ns;
+    ethtool_begin = o.ethtool_begin;
+    return *this;
+  }
+  ~PortHandle() {
+    CloseFd(port_fd);
+    CloseFd(counters_fd);
+    CloseFd(hw_fd);
+  }
+};
+
+Sampler::Sampler(SamplerOptions options, const Clock& clock)
+    : options_(std::move(options)), clock_(clock) {}
+
+Sampler::~Sampler() = default;
+
+void Sampler::Rescan() {
+  ++stats_.rescans;
+  need_rescan_ = false;
+  // Keep history for ports that survive the rescan.
+  std::map<std::pair<std::string, int>, std::pair<PortHandle, PortSample>> old;
+  for (size_t i = 0; i < handles_.size(); ++i) {
+    if (samples_[i].vanished) continue;
+    auto key = std::make_pair(samples_[i].device, samples_[i].port);  // before the moves below
+    old.emplace(std::move(key), std::make_pair(std::move(handles_[i]), std::move(samples_[i])));
+  }
+  handles_.clear();
+  samples_.clear();
+  const fs::path ib = fs::path(options_.sysfs_root) / "class" / "infiniband";
+  for (const std::string& dev : ListDir(ib, true)) {
+    const fs::path dev_dir = ib / dev;
+    std::string netdev;
+    if (auto nets = ListDir(dev_dir / "device" / "net", true); !nets.empty()) netdev = nets.front();
+    std::vector<std::string> ports = ListDir(dev_dir / "ports", true);
+    std::sort(ports.begin(), ports.end(), [](const std::string& a, const std::string& b) {
+      return a.size() != b.size() ? a.size() < b.size() : a < b;
+    });
+    for (const std::string& port_name : ports) {
+      int port = 0;
+      const auto [ptr, ec] =
+          std::from_chars(port_name.data(), port_name.data() + port_name.size(), port);
+      if (ec != std::errc() || ptr != port_name.data() + port_name.size()) continue;
+      const fs::path port_dir = dev_dir / "ports" / port_name;
+      PortHandle h;
+      PortSample s;
+      h.port_fd = OpenDir(port_dir);
+      if (h.port_fd < 0) {
+        ++stats_.vanished;
+        continue;
+      }
+      h.counters_fd = OpenDir(port_dir / "counters");
+      h.hw_fd = OpenDir(port_dir / "hw_counters");
+      s.device = dev;
+      s.port = port;
+      s.netdev = netdev;
+      s.hca_type = ReadText(dev_dir / "hca_type");
+      s.fw_ver = ReadText(dev_dir / "fw_ver");
+      s.board_id = ReadText(dev_dir / "board_id");
+      auto add = [&](CounterGroup g, const std::string& name) {
+        CounterReading r;
+        r.name = name;
+        r.group = g;
+        r.spec = SpecFor(g, name);
+        s.counters.push_back(std::move(r));
+      };
+      for (const std::string& n : ListDir(port_dir / "counters", false))
+        add(CounterGroup::kCounters, n);
+      for (const std::string& n : ListDir(port_dir / "hw_counters", false))
+        add(CounterGroup::kHwCounters, n);
+      h.ethtool_begin = s.counters.size();
+      if (options_.ethernet_stats != nullptr && !netdev.empty() &&
+          options_.ethernet_stats->Read(netdev, ethtool_scratch_).ok()) {
+        for (const auto& [name, value] : ethtool_scratch_) {
+          if (IsPauseCounterName(name)) add(CounterGroup::kEthtool, name);
+        }
+      }
+      s.by_role.fill(-1);
+      for (size_t i = 0; i < s.counters.size(); ++i) {
+        const auto role = static_cast<size_t>(s.counters[i].spec.role);
+        if (s.counters[i].spec.role != CounterRole::kOther && s.by_role[role] < 0) {
+          s.by_role[role] = static_cast<int>(i);
+        }
+      }
+      h.prev.assign(s.counters.size(), std::nullopt);
+      if (auto it = old.find({dev, port}); it != old.end()) {
+        const PortSample& before = it->second.second;
+        const PortHandle& bh = it->second.first;
+        h.prev_mono_ns = bh.prev_mono_ns;
+        for (size_t i = 0; i < s.counters.size(); ++i) {
+          for (size_t j = 0; j < before.counters.size(); ++j) {
+            if (before.counters[j].name == s.counters[i].name &&
+                before.counters[j].group == s.counters[i].group) {
+              h.prev[i] = bh.prev[j];
+              break;
+            }
+          }
+        }
+      }
+      handles_.push_back(std::move(h));
+      samples_.push_back(std::move(s));
+    }
+  }
+}
+
+void Sampler::ReadPort(PortHandle& h, PortSample& s) {
+  char buf[kBuf];
+  size_t len = 0;
+  int err = 0;
+  s.mono_ns = clock_.MonotonicNanos();
+  s.interval_s = h.prev_mono_ns > 0 ? static_cast<double>(s.mono_ns - h.prev_mono_ns) * 1e-9 : 0;
+  auto gone = [&](ReadResult r) { return r == ReadResult::kMissing || r == ReadResult::kGone; };
+
+  // Identity and state. A missing state file means the port (or its device) is gone.
+  ReadResult r = ReadSmallFileAt(h.port_fd, "state", buf, sizeof(buf), len, err);
+  if (gone(r)) {
+    s.vanished = true;
+  } else if (r == ReadResult::kOk) {
+    if (auto v = ParseEnumValue({buf, len}); v.ok()) {
+      s.state_id = v->id;
+      s.state.assign(v->name);
+    } else {
+      ++stats_.unparsable;
+    }
+  } else {
+    ++stats_.io_errors;
+  }
+  if (!s.vanished) {
+    if (ReadSmallFileAt(h.port_fd, "phys_state", buf, sizeof(buf), len, err) == ReadResult::kOk) {
+      if (auto v = ParseEnumValue({buf, len}); v.ok()) {
+        s.phys_state_id = v->id;
+        s.phys_state.assign(v->name);
+      } else {
+        ++stats_.unparsable;
+      }
+    }
+    s.rate_gbps.reset();
+    if (ReadSmallFileAt(h.port_fd, "rate", buf, sizeof(buf), len, err) == ReadResult::kOk) {
+      if (auto v = ParseRateGbps({buf, len}); v.ok()) {
+        s.rate_gbps = *v;
+      } else {
+        ++stats_.unparsable;
+      }
+    }
+    if (ReadSmallFileAt(h.port_fd, "link_layer", buf, sizeof(buf), len, err) == ReadResult::kOk) {
+      std::string_view t(buf, len);
+      while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.remove_suffix(1);
+      s.link_layer.assign(t);
+    }
+  }
+
+  const bool have_ethtool = h.ethtool_begin < s.counters.size();
+  bool ethtool_ok = false;
+  if (have_ethtool && !s.vanished) {
+    ethtool_ok = options_.ethernet_stats->Read(s.netdev, ethtool_scratch_).ok();
+  }
+  for (size_t i = 0; i < s.counters.size(); ++i) {
+    CounterReading& c = s.counters[i];
+    const std::optional<uint64_t> prev = h.prev[i];
+    c.valid = false;
+    c.error = ReadError::kNone;
+    c.saturated = false;
+    c.rate.reset();
+    if (s.vanished) {
+      c.error = ReadError::kGone;
+    } else if (c.group == CounterGroup::kEthtool) {
+      c.error = ReadError::kUnavailable;
+      if (ethtool_ok) {
+        for (const auto& [name, value] : ethtool_scratch_) {
+          if (name == c.name) {
+            c.value = value;
+            c.valid = true;
+            c.error = ReadError::kNone;
+            break;
+          }
+        }
+      }
+    } else {
+      const int dir = c.group == CounterGroup::kCounters ? h.counters_fd : h.hw_fd;
+      r = dir < 0 ? ReadResult::kMissing
+                  : ReadSmallFileAt(dir, c.name.c_str(), buf, sizeof(buf), len, err);
+      if (r == ReadResult::kOk) {
+        auto v = ParseCounterValue({buf, len});
+        if (v.ok()) {
+          c.value = *v;
+          c.valid = true;
+        } else {
+          c.error = v.status().code() == StatusCode::kUnavailable ? ReadError::kUnavailable
+                                                                  : ReadError::kUnparsable;
+        }
+      } else if (gone(r)) {
+        // The file went away: if the port directory went too, the whole device vanished.
+        const bool port_gone =
+            gone(ReadSmallFileAt(h.port_fd, "state", buf, sizeof(buf), len, err));
+        c.error = port_gone ? ReadError::kGone : ReadError::kMissing;
+        if (port_gone) s.vanished = true;
+      } else {
+        c.error = ReadError::kIoError;
+      }
+    }
+    switch (c.error) {
+      case ReadError::kMissing:
+        ++stats_.missing;
+        break;
+      case ReadError::kUnavailable:
+        ++stats_.unavailable;
+        break;
+      case ReadError::kUnparsable:
+        ++stats_.unparsable;
+        break;
+      case ReadError::kIoError:
+        ++stats_.io_errors;
+        break;
+      default:
+        break;
+    }
+    if (!c.valid) {
+      c.delta = Delta{DeltaKind::kInvalid, 0};
+      h.prev[i].reset();  // the next good read starts a fresh baseline
+      continue;
+    }
+    c.delta = ComputeDelta(c.spec, prev, c.value);
+    c.saturated = c.delta.kind == DeltaKind::kSaturated;
+    if (c.delta.kind == DeltaKind::kReset) ++stats_.resets;
+    if (c.delta.kind == DeltaKind::kWrapped) ++stats_.wraps;
+    if (c.delta.known() && s.interval_s > 0) {
+      c.rate = static_cast<double>(c.delta.raw) * c.spec.scale / s.interval_s;
+    }
+    h.prev[i] = c.value;
+  }
+  if (s.vanished) {
+    ++stats_.vanished;
+    need_rescan_ = true;
+  }
+  h.prev_mono_ns = s.mono_ns;
+
+  auto rate_of = [&](CounterRole role) -> std::optional<double> {
+    const CounterReading* c = s.Find(role);
+    return c != nullptr ? c->rate : std::nullopt;
+  };
+  s.xmit_bytes_per_s = rate_of(CounterRole::kXmitData);
+  s.rcv_bytes_per_s = rate_of(CounterRole::kRcvData);
+  s.cnp_sent_per_s = rate_of(CounterRole::kCnpSent);
+  s.cnp_handled_per_s = rate_of(CounterRole::kCnpHandled);
+  s.ecn_marked_per_s = rate_of(CounterRole::kEcnMarked);
+  s.xmit_wait_ratio.reset();
+  if (auto wait = rate_of(CounterRole::kXmitWait); wait && s.rate_gbps && *s.rate_gbps > 0) {
+    const double line_bytes_per_s = *s.rate_gbps * 1e9 / 8.0;
+    s.xmit_wait_ratio =
+        std::clamp(*wait * options_.xmit_wait_tick_bytes / line_bytes_per_s, 0.0, 1.0);
+  }
+}
+
+const std::vector<PortSample>& Sampler::SampleOnce() {
+  if (need_rescan_ || (options_.rescan_every > 0 && stats_.passes > 0 &&
+                       stats_.passes % static_cast<uint64_t>(options_.rescan_every) == 0)) {
+    Rescan();
+  }
+  ++stats_.passes;
+  for (size_t i = 0; i < handles_.size(); ++i) {
+    samples_[i].vanished = false;
+    ReadPort(handles_[i], samples_[i]);
+  }
+  return samples_;
+}
+
+}  // namespace fw::counters

@@ -1,0 +1,107 @@
+// Samples every InfiniBand/RoCE port under <sysfs-root>/class/infiniband: state, rate, link layer,
+// every counter in counters/ and hw_counters/, with rates from deltas between passes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "probes/counters/counter_delta.h"
+#include "probes/counters/counter_spec.h"
+#include "probes/counters/ethernet_stats.h"
+
+namespace fw::counters {
+
+struct SamplerOptions {
+  std::string sysfs_root = "/sys";
+  // port_xmit_wait counts ticks in which the port had data but could not send. NVIDIA documents
+  // that Quantum-class ASICs count one tick per 8 bytes of line time, whatever the port width; we
+  // assume the same for HCAs. The wait ratio is ticks × tick_bytes / (line rate in bytes ×
+  // seconds).
+  double xmit_wait_tick_bytes = 8.0;
+  // Passes between re-listing devices and ports (a vanished port forces a re-list next pass).
+  int rescan_every = 60;
+  // Optional PFC pause source for Ethernet ports with a netdev; not owned; may be null.
+  EthernetStatsSource* ethernet_stats = nullptr;
+};
+
+enum class ReadError : uint8_t { kNone, kMissing, kUnavailable, kUnparsable, kIoError, kGone };
+const char* ReadErrorName(ReadError e);
+
+struct CounterReading {
+  std::string name;  // file name, e.g. "symbol_error"; for ethtool "ethtool:rx_prio3_pause"
+  CounterGroup group = CounterGroup::kCounters;
+  CounterSpec spec;
+  bool valid = false;
+  uint64_t value = 0;  // raw value as read (data counters still in 4-byte words)
+  ReadError error = ReadError::kNone;
+  bool saturated = false;
+  Delta delta;                 // against the previous pass
+  std::optional<double> rate;  // per second, in spec units (bytes for data); unknown = nullopt
+  double Scaled() const { return static_cast<double>(value) * spec.scale; }
+};
+
+struct PortSample {
+  std::string device;  // "mlx5_0"
+  int port = 0;
+  std::string hca_type, fw_ver, board_id, netdev;
+  std::string link_layer;  // "InfiniBand", "Ethernet"; empty when unreadable
+  int state_id = -1;       // 4 = ACTIVE
+  std::string state;
+  int phys_state_id = -1;  // 5 = LinkUp
+  std::string phys_state;
+  std::optional<double> rate_gbps;
+  bool vanished = false;  // the device went away before or during this pass
+  int64_t mono_ns = 0;
+  double interval_s = 0;  // since the previous pass of this port; 0 on the first
+  std::vector<CounterReading> counters;
+  std::array<int, static_cast<size_t>(CounterRole::kCount)> by_role{};  // index or -1
+
+  // Derived rates; nullopt when unknown (first pass, reset, saturation, unreadable, no rate).
+  std::optional<double> xmit_bytes_per_s, rcv_bytes_per_s;
+  std::optional<double> xmit_wait_ratio;  // 0..1, see SamplerOptions::xmit_wait_tick_bytes
+  std::optional<double> cnp_sent_per_s, cnp_handled_per_s, ecn_marked_per_s;
+
+  const CounterReading* Find(CounterRole role) const;
+};
+
+// Running totals of what went wrong while reading, for self-health metrics.
+struct SamplerStats {
+  uint64_t passes = 0;
+  uint64_t missing = 0, unavailable = 0, unparsable = 0, io_errors = 0;
+  uint64_t vanished = 0, resets = 0, wraps = 0;
+  uint64_t rescans = 0;
+};
+
+// Not thread-safe: one owner calls SampleOnce(). Holds directory descriptors of the ports it found.
+class Sampler {
+ public:
+  Sampler(SamplerOptions options, const Clock& clock);
+  ~Sampler();
+  Sampler(const Sampler&) = delete;
+  Sampler& operator=(const Sampler&) = delete;
+
+  // Reads every port once and returns the samples (valid until the next call). Never fails: a
+  // missing class/infiniband gives no ports; each unreadable value is marked and counted.
+  const std::vector<PortSample>& SampleOnce();
+
+  const SamplerStats& stats() const { return stats_; }
+
+ private:
+  struct PortHandle;
+  void Rescan();
+  void ReadPort(PortHandle& h, PortSample& s);
+
+  SamplerOptions options_;
+  const Clock& clock_;
+  std::vector<PortHandle> handles_;
+  std::vector<PortSample> samples_;  // parallel to handles_
+  SamplerStats stats_;
+  bool need_rescan_ = true;
+  std::vector<std::pair<std::string, uint64_t>> ethtool_scratch_;
+};
+
+}  // namespace fw::counters

@@ -1,0 +1,221 @@
+// The sampler on the real H100 tree and on synthetic trees for every edge case.
+#include "probes/counters/sampler.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "probes/counters/fake_sysfs.h"
+
+namespace fw::counters {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::FakeSysfs;
+
+std::string H100Root() {
+  const char* dir = std::getenv("FW_TESTDATA");
+  return std::string(dir ? dir : "tests/testdata") + "/sysfs/gpud-h100";
+}
+
+const PortSample* Port(const std::vector<PortSample>& s, const std::string& dev) {
+  for (const auto& p : s) {
+    if (p.device == dev) return &p;
+  }
+  return nullptr;
+}
+
+const CounterReading* Counter(const PortSample& p, const std::string& name) {
+  for (const auto& c : p.counters) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+TEST(SamplerH100, EightNdrPortsAndAnEthernetBond) {
+  FakeClock clock;
+  Sampler sampler({.sysfs_root = H100Root()}, clock);
+  const auto& s = sampler.SampleOnce();
+  ASSERT_EQ(s.size(), 9u);
+  for (const char* dev :
+       {"mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9"}) {
+    const PortSample* p = Port(s, dev);
+    ASSERT_NE(p, nullptr) << dev;
+    EXPECT_EQ(p->port, 1);
+    EXPECT_EQ(p->state_id, 4);
+    EXPECT_EQ(p->state, "ACTIVE");
+    EXPECT_EQ(p->phys_state_id, 5);
+    EXPECT_EQ(p->phys_state, "LinkUp");
+    EXPECT_EQ(p->rate_gbps, 400.0);
+    EXPECT_EQ(p->link_layer, "InfiniBand");
+    EXPECT_EQ(p->hca_type, "MT4129");
+    EXPECT_EQ(p->fw_ver, "28.41.1000");
+    EXPECT_EQ(p->counters.size(), 21u + 26u);
+    EXPECT_EQ(p->Find(CounterRole::kXmitWait)->value, 2489603687u);
+    EXPECT_FALSE(p->Find(CounterRole::kXmitWait)->saturated);
+    EXPECT_EQ(p->Find(CounterRole::kXmitData)->value, 230442669431839u);
+    EXPECT_EQ(p->Find(CounterRole::kXmitData)->Scaled(), 4.0 * 230442669431839.0);
+    EXPECT_FALSE(p->xmit_bytes_per_s.has_value());  // one pass: no rate yet
+  }
+  const PortSample* bond = Port(s, "mlx5_bond_0");
+  ASSERT_NE(bond, nullptr);
+  EXPECT_EQ(bond->link_layer, "Ethernet");
+  EXPECT_EQ(bond->rate_gbps, 200.0);
+  EXPECT_EQ(bond->hca_type, "MT41692");
+  // mlx5_1's link_downed is stuck at the 8-bit maximum.
+  const CounterReading* ld = Port(s, "mlx5_1")->Find(CounterRole::kLinkDowned);
+  EXPECT_EQ(ld->value, 255u);
+  EXPECT_TRUE(ld->saturated);
+  EXPECT_FALSE(Port(s, "mlx5_0")->Find(CounterRole::kLinkDowned)->saturated);
+  EXPECT_EQ(Port(s, "mlx5_1")->Find(CounterRole::kRcvData)->value, 205128687774249u);
+  EXPECT_EQ(sampler.stats().unparsable + sampler.stats().missing + sampler.stats().io_errors, 0u);
+
+  clock.Advance(1s);
+  const auto& s2 = sampler.SampleOnce();  // nothing moves in a static tree
+  const PortSample* p0 = Port(s2, "mlx5_0");
+  EXPECT_DOUBLE_EQ(p0->interval_s, 1.0);
+  EXPECT_EQ(p0->xmit_bytes_per_s, 0.0);
+  EXPECT_EQ(p0->xmit_wait_ratio, 0.0);
+  EXPECT_EQ(Counter(*Port(s2, "mlx5_1"), "link_downed")->delta.kind, DeltaKind::kSaturated);
+  EXPECT_FALSE(Counter(*Port(s2, "mlx5_1"), "link_downed")->rate.has_value());  // unknown, not 0
+}
+
+class SamplerSynthetic : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs_.AddPort("mlx5_0", 1);
+    fs_.Counter("mlx5_0", 1, "port_xmit_data", "1000");
+    fs_.Counter("mlx5_0", 1, "port_xmit_wait", "0");
+    fs_.Counter("mlx5_0", 1, "symbol_error", "100");
+    fs_.Counter("mlx5_0", 1, "link_downed", "3");
+    fs_.HwCounter("mlx5_0", 1, "out_of_sequence", "4294967000");
+    fs_.HwCounter("mlx5_0", 1, "rp_cnp_handled", "0");
+    fs_.HwCounter("mlx5_0", 1, "out_of_buffer", "65535");
+  }
+  const PortSample& Pass() {
+    const auto& s = sampler_.SampleOnce();
+    EXPECT_EQ(s.size(), 1u);
+    return s.front();
+  }
+  FakeSysfs fs_;
+  FakeClock clock_;
+  Sampler sampler_{{.sysfs_root = fs_.root()}, clock_};
+};
+
+TEST_F(SamplerSynthetic, RatesWrapResetAndStuckCounters) {
+  Pass();
+  fs_.Counter("mlx5_0", 1, "port_xmit_data", "1250");       // 250 words = 1000 bytes
+  fs_.Counter("mlx5_0", 1, "port_xmit_wait", "625000000");  // 5e9 bytes of 50e9 B/s line time
+  fs_.Counter("mlx5_0", 1, "symbol_error", "5");            // cleared by someone
+  fs_.HwCounter("mlx5_0", 1, "out_of_sequence", "200");     // wrapped at 2^32
+  fs_.HwCounter("mlx5_0", 1, "rp_cnp_handled", "5000");
+  clock_.Advance(1s);
+  const PortSample& p = Pass();
+  EXPECT_DOUBLE_EQ(*p.xmit_bytes_per_s, 1000.0);
+  EXPECT_DOUBLE_EQ(*p.xmit_wait_ratio, 0.1);
+  EXPECT_DOUBLE_EQ(*p.cnp_handled_per_s, 5000.0);
+  const CounterReading* sym = Counter(p, "symbol_error");
+  EXPECT_EQ(sym->delta.kind, DeltaKind::kReset);
+  EXPECT_FALSE(sym->rate.has_value());
+  const CounterReading* oos = Counter(p, "out_of_sequence");
+  EXPECT_EQ(oos->delta.kind, DeltaKind::kWrapped);
+  EXPECT_DOUBLE_EQ(*oos->rate, 496.0);
+  // out_of_buffer sat at 65535 on both passes: an unknown-width counter stuck at 2^16-1.
+  EXPECT_TRUE(Counter(p, "out_of_buffer")->saturated);
+  EXPECT_EQ(sampler_.stats().resets, 1u);
+  EXPECT_EQ(sampler_.stats().wraps, 1u);
+  // After the reset, the next increase has a rate again.
+  fs_.Counter("mlx5_0", 1, "symbol_error", "7");
+  clock_.Advance(2s);
+  EXPECT_DOUBLE_EQ(*Counter(Pass(), "symbol_error")->rate, 1.0);
+}
+
+TEST_F(SamplerSynthetic, GarbageNotAvailableAndMissingFiles) {
+  fs_.Counter("mlx5_0", 1, "symbol_error", "N/A (no PMA)");
+  fs_.Counter("mlx5_0", 1, "link_downed", "lots");
+  fs_.Write(fs_.PortDir("mlx5_0", 1) + "/rate", "fast\n");
+  const PortSample& p = Pass();
+  const CounterReading* sym = Counter(p, "symbol_error");
+  EXPECT_FALSE(sym->valid);
+  EXPECT_EQ(sym->error, ReadError::kUnavailable);
+  EXPECT_EQ(Counter(p, "link_downed")->error, ReadError::kUnparsable);
+  EXPECT_FALSE(p.rate_gbps.has_value());
+  EXPECT_EQ(sampler_.stats().unavailable, 1u);
+  EXPECT_EQ(sampler_.stats().unparsable, 2u);
+  fs_.Remove(fs_.PortDir("mlx5_0", 1) + "/counters/port_xmit_data");
+  fs_.Counter("mlx5_0", 1, "link_downed", "4");
+  clock_.Advance(1s);
+  const PortSample& p2 = Pass();
+  EXPECT_FALSE(p2.vanished);
+  EXPECT_EQ(Counter(p2, "port_xmit_data")->error, ReadError::kMissing);
+  EXPECT_FALSE(p2.xmit_bytes_per_s.has_value());
+  // link_downed recovered from garbage: a fresh baseline, not a bogus delta.
+  EXPECT_EQ(Counter(p2, "link_downed")->delta.kind, DeltaKind::kFirst);
+  EXPECT_EQ(sampler_.stats().missing, 1u);
+}
+
+TEST_F(SamplerSynthetic, DeviceVanishesAndComesBack) {
+  fs_.AddPort("mlx5_1", 1);
+  fs_.Counter("mlx5_1", 1, "symbol_error", "0");
+  ASSERT_EQ(sampler_.SampleOnce().size(), 2u);
+  fs_.Remove("class/infiniband/mlx5_1");
+  clock_.Advance(1s);
+  const auto& s = sampler_.SampleOnce();
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_FALSE(Port(s, "mlx5_0")->vanished);
+  EXPECT_TRUE(Port(s, "mlx5_1")->vanished);
+  EXPECT_EQ(Counter(*Port(s, "mlx5_1"), "symbol_error")->error, ReadError::kGone);
+  EXPECT_EQ(sampler_.stats().vanished, 1u);
+  clock_.Advance(1s);
+  const auto& s3 = sampler_.SampleOnce();  // rescanned without it
+  ASSERT_EQ(s3.size(), 1u);
+  // mlx5_0 kept its history across the rescan: a delta, not a fresh baseline.
+  EXPECT_EQ(Counter(s3.front(), "symbol_error")->delta.kind, DeltaKind::kOk);
+  fs_.AddPort("mlx5_1", 1);
+  fs_.Counter("mlx5_1", 1, "symbol_error", "0");
+  Sampler fresh({.sysfs_root = fs_.root(), .rescan_every = 1}, clock_);
+  EXPECT_EQ(fresh.SampleOnce().size(), 2u);
+}
+
+TEST(SamplerEmpty, NoInfinibandClassMeansNoPorts) {
+  FakeSysfs fs;
+  FakeClock clock;
+  Sampler sampler({.sysfs_root = fs.root()}, clock);
+  EXPECT_TRUE(sampler.SampleOnce().empty());
+  Sampler nowhere({.sysfs_root = "/nonexistent/fw"}, clock);
+  EXPECT_TRUE(nowhere.SampleOnce().empty());
+}
+
+class FakePause : public EthernetStatsSource {
+ public:
+  Status Read(std::string_view netdev,
+              std::vector<std::pair<std::string, uint64_t>>& out) override {
+    if (netdev != "eth2") return Status::NotFound("no such netdev");
+    out = {{"rx_prio3_pause", rx_}, {"tx_prio3_pause", 7}, {"rx_bytes", 1}};
+    return Status::Ok();
+  }
+  uint64_t rx_ = 100;
+};
+
+TEST(SamplerEthtool, PauseCountersFromTheSeam) {
+  FakeSysfs fs;
+  fs.AddPort("mlx5_2", 1, "200 Gb/sec (4X HDR)", "Ethernet");
+  fs.Write("class/infiniband/mlx5_2/device/net/eth2/mtu", "9000\n");
+  FakeClock clock;
+  FakePause pause;
+  Sampler sampler({.sysfs_root = fs.root(), .ethernet_stats = &pause}, clock);
+  const PortSample& p = sampler.SampleOnce().front();
+  EXPECT_EQ(p.netdev, "eth2");
+  ASSERT_EQ(p.counters.size(), 2u);  // rx_bytes is not a pause counter
+  EXPECT_EQ(p.counters[0].name, "rx_prio3_pause");
+  EXPECT_EQ(p.counters[0].group, CounterGroup::kEthtool);
+  EXPECT_EQ(p.counters[0].value, 100u);
+  pause.rx_ = 160;
+  clock.Advance(2s);
+  EXPECT_DOUBLE_EQ(*sampler.SampleOnce().front().counters[0].rate, 30.0);
+}
+
+}  // namespace
+}  // namespace fw::counters
