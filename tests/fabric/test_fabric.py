@@ -19,6 +19,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import fabric  # noqa: E402
+import fabric_cli  # noqa: E402
 import netns  # noqa: E402
 
 FABRIC_PY = os.path.join(HERE, "fabric.py")
@@ -418,7 +419,7 @@ class TeardownTest(unittest.TestCase):
             finally:
                 netns.cleanup_prefix(prefix)
                 try:
-                    os.unlink(fabric._state_path(prefix))
+                    os.unlink(fabric_cli._state_path(prefix))
                 except OSError:
                     pass
         self.assertEqual(netns.list_namespaces(prefix), [])
