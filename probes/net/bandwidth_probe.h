@@ -1,0 +1,45 @@
+// Bandwidth probe: a short TCP burst to a peer's echo responder, which sinks it and answers with
+// a header-only ack; goodput = burst bytes / (ack received - connection established).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "probes/net/probe_result.h"
+#include "probes/net/sha256.h"
+#include "probes/net/tcp_prober.h"
+#include "probes/net/token_bucket.h"
+
+namespace fw::net {
+
+struct BandwidthOptions {
+  uint64_t bytes = 4u << 20;                                    // burst size (payload bytes)
+  std::chrono::nanoseconds timeout = std::chrono::seconds(10);  // connect + burst + ack
+};
+
+// Not thread-safe: one burst at a time per instance (bursts should not overlap anyway).
+class BandwidthProbe {
+ public:
+  // `budget` (nullable) must admit the whole burst up front, or the probe is refused; its bytes
+  // bucket therefore needs a burst of at least `bytes`. `key` signs the request and checks the ack.
+  BandwidthProbe(const Clock& clock, ProbeBudget* budget, std::optional<std::string> key);
+
+  // Runs one burst. Returns a tcp_bw ProbeResult (lost = true when the ack did not arrive in
+  // time), or an error: ResourceExhausted (budget), InvalidArgument (target, size), Unavailable
+  // (connect refused, reset, a malformed or mismatched ack).
+  StatusOr<ProbeResult> Run(const TcpTarget& target, const BandwidthOptions& options);
+
+ private:
+  const Clock& clock_;
+  ProbeBudget* const budget_;
+  std::optional<HmacSha256> key_;
+  std::vector<uint8_t> chunk_;  // zeros streamed as the payload, allocated once
+  uint64_t seq_ = 0;
+};
+
+}  // namespace fw::net

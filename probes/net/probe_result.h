@@ -1,0 +1,60 @@
+// The one result record every probe produces (UDP, TCP, and later RDMA and collectives), and the
+// bounded queue that hands results to the uplink.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+namespace fw::net {
+
+enum class Transport : uint8_t { kUdp, kTcpConnect, kTcpBw, kRdmaUd, kRdmaRc, kCollective };
+
+// "udp", "tcp_connect", "tcp_bw", "rdma_ud", "rdma_rc", "collective": metric label values.
+std::string_view TransportName(Transport t);
+
+// A plain, trivially copyable record: no allocation to make, copy or queue one.
+struct ProbeResult {
+  static constexpr size_t kPeerNameMax = 63;
+
+  std::array<char, kPeerNameMax + 1> peer{};  // NUL-terminated peer name from the plan
+  Transport transport = Transport::kUdp;
+  uint16_t src_port = 0;  // the local port of this flow: selects the ECMP path
+  uint16_t dst_port = 0;
+  uint32_t flow_id = 0;  // index of the flow within its peer, stable across plans
+  uint64_t seq = 0;
+  bool lost = false;         // no answer within the timeout (rtt_ns is then 0)
+  int64_t rtt_ns = 0;        // round trip on the prober's CLOCK_MONOTONIC (see docs/probes.md)
+  uint64_t bytes = 0;        // bytes sent by this probe (the whole burst for tcp_bw)
+  double goodput_bps = 0;    // tcp_bw only: payload bits per second
+  int64_t timestamp_ns = 0;  // wall clock when the probe was sent, for windowing
+
+  void SetPeer(std::string_view name);
+  std::string_view PeerName() const { return std::string_view(peer.data()); }
+};
+
+// Bounded multi-producer queue. When full, new results are dropped and counted, so a stalled
+// uplink can never grow a prober's memory. Thread-safe.
+class ResultQueue {
+ public:
+  explicit ResultQueue(size_t capacity);
+
+  // Returns false (and counts a drop) when the queue is full.
+  bool TryPush(const ProbeResult& r);
+  // Moves up to `max` results into `out` (appending); returns how many.
+  size_t PopBatch(std::vector<ProbeResult>& out, size_t max);
+  size_t size() const;
+  uint64_t dropped() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<ProbeResult> ring_;  // GUARDED_BY(mu_), fixed size
+  size_t head_ = 0;                // GUARDED_BY(mu_)
+  size_t count_ = 0;               // GUARDED_BY(mu_)
+  uint64_t dropped_ = 0;           // GUARDED_BY(mu_)
+};
+
+}  // namespace fw::net

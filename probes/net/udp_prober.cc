@@ -1,0 +1,602 @@
+// UDP prober thread: plan switching, send slots, batched receive with kernel timestamps, timeouts.
+#include "probes/net/udp_prober.h"
+
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+
+#include "common/log.h"
+#include "probes/net/socket_util.h"
+
+namespace fw::net {
+namespace {
+
+constexpr size_t kRxBatch = 64;
+constexpr uint32_t kWakeTag = UINT32_MAX;
+constexpr uint32_t kMaxFlowsPerPeer = 64;
+constexpr size_t kMaxTotalFlows = 65535;  // the low 16 bits of the wire flow id
+constexpr double kMaxRateHz = 10000;
+constexpr size_t kIpUdpOverhead = 28;  // IPv4 + UDP headers, for the byte budget
+
+enum class SlotState : uint8_t { kFree, kOutstanding, kAnswered, kLost };
+
+struct Pending {
+  uint64_t seq = 0;
+  int64_t send_mono = 0;
+  int64_t send_wall = 0;
+  SlotState state = SlotState::kFree;
+};
+
+struct Flow {
+  size_t sock = 0;  // index into sockets_
+  SocketAddress dst;
+  uint32_t wire_id = 0;
+  uint64_t next_seq = 0;
+  uint64_t oldest = 0;  // lowest seq that may still be outstanding
+  std::vector<Pending> ring;
+  std::vector<uint8_t> tx;      // the packet; only the header changes per probe
+  ProbeResult result_template;  // peer, ports, flow id, bytes filled in once
+};
+
+struct Sock {
+  Fd fd;
+  int family = AF_INET;
+  uint16_t port = 0;
+  std::vector<mmsghdr> tx_msgs;  // one per peer: at most one probe per peer per slot
+  std::vector<iovec> tx_iov;
+  std::vector<uint32_t> tx_flows;  // flow index of each queued message
+  size_t tx_count = 0;
+};
+
+int64_t ReadClock(clockid_t id) {
+  timespec ts{};
+  clock_gettime(id, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// CLOCK_REALTIME minus CLOCK_MONOTONIC, sampled with the realtime read bracketed by two monotonic
+// reads; the midpoint bounds the sampling error by half the bracket (tens of ns).
+int64_t RealtimeMinusMonotonic() {
+  int64_t m1 = ReadClock(CLOCK_MONOTONIC);
+  int64_t r = ReadClock(CLOCK_REALTIME);
+  int64_t m2 = ReadClock(CLOCK_MONOTONIC);
+  return r - (m1 + (m2 - m1) / 2);
+}
+
+}  // namespace
+
+// Owned by the prober thread, except what is marked as shared.
+class UdpProber::Loop {
+ public:
+  Loop(UdpProberOptions options, const Clock& clock, ResultQueue& results, ProbeBudget* budget)
+      : options_(std::move(options)),
+        clock_(clock),
+        real_clock_(&clock == &RealClock::Get()),
+        results_(results),
+        budget_(budget) {
+    if (options_.key) key_.emplace(*options_.key);
+  }
+
+  Status Open();
+  void Run();
+  Status Submit(UdpProbePlan plan);
+  void RequestStop();
+  UdpProberStats Snapshot() const;
+  std::vector<uint16_t> Ports() const {
+    std::lock_guard lock(mu_);
+    return ports_;
+  }
+
+ private:
+  static constexpr auto kRelaxed = std::memory_order_relaxed;
+  void Wake();
+  Status Apply(const UdpProbePlan& plan);
+  StatusOr<size_t> SocketFor(int family, uint32_t j);
+  void SendSlot(uint32_t slot);
+  void Receive(size_t sock_index);
+  void HandleReply(size_t sock_index, const mmsghdr& m, const uint8_t* data, int64_t offset,
+                   int64_t now_mono);
+  void Resolve(Flow& f, Pending& p, bool lost, int64_t rtt_ns);
+  void ExpireTimeouts(int64_t now);
+  int64_t NextDeadline() const;
+
+  const UdpProberOptions options_;
+  const Clock& clock_;
+  const bool real_clock_;
+  ResultQueue& results_;
+  ProbeBudget* const budget_;
+  std::optional<HmacSha256> key_;
+
+  Fd epoll_fd_, wake_fd_;
+  std::atomic<bool> stopping_{false};
+
+  // Shared with SetPlan callers: the handoff of a new plan and its outcome.
+  mutable std::mutex mu_;
+  std::condition_variable applied_cv_;
+  std::optional<UdpProbePlan> pending_plan_;  // GUARDED_BY(mu_)
+  uint64_t submitted_ = 0, applied_ = 0;      // GUARDED_BY(mu_)
+  Status apply_status_;                       // GUARDED_BY(mu_)
+  std::vector<uint16_t> ports_;               // GUARDED_BY(mu_)
+
+  // Thread-owned state.
+  std::vector<Sock> sockets_;
+  std::vector<std::vector<size_t>> by_family_{2};  // [v4|v6][j] -> index into sockets_
+  std::vector<Flow> flows_;
+  std::vector<std::vector<uint32_t>> slots_;  // flow indexes per send slot
+  uint32_t generation_ = 0;
+  int64_t period_ns_ = 0;
+  int64_t timeout_ns_ = 0;
+  int64_t next_slot_time_ = 0;
+  uint32_t next_slot_ = 0;
+  std::vector<uint8_t> rx_buffers_;
+  size_t rx_buffer_size_ = 0;
+  std::array<mmsghdr, kRxBatch> rx_msgs_{};
+  std::array<iovec, kRxBatch> rx_iov_{};
+  std::array<sockaddr_storage, kRxBatch> rx_addr_{};
+  std::array<std::array<uint8_t, CMSG_SPACE(sizeof(timespec)) * 2>, kRxBatch> rx_cmsg_{};
+
+  std::atomic<uint64_t> sent_{0}, answered_{0}, lost_{0}, late_{0}, duplicate_{0}, stray_{0},
+      budget_skipped_{0}, send_errors_{0}, rx_kernel_ts_{0}, rx_user_ts_{0}, abandoned_{0},
+      plans_applied_{0}, wakeups_{0};
+  std::array<std::atomic<uint64_t>, kDropReasonCount> dropped_{};
+};
+
+Status UdpProber::Loop::Open() {
+  if (options_.send_slots == 0) return Status::InvalidArgument("send_slots must be >= 1");
+  epoll_fd_.Reset(epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_fd_.valid()) return ErrnoStatus("epoll_create1", errno);
+  wake_fd_.Reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake_fd_.valid()) return ErrnoStatus("eventfd", errno);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u32 = kWakeTag;
+  if (epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev) != 0) {
+    return ErrnoStatus("epoll_ctl(eventfd)", errno);
+  }
+  return Status::Ok();
+}
+
+void UdpProber::Loop::Wake() {
+  uint64_t one = 1;
+  if (write(wake_fd_.get(), &one, sizeof one) != sizeof one) {
+    SPDLOG_WARN("component=udp_prober msg=\"wake eventfd write failed\" error={}",
+                std::strerror(errno));
+  }
+}
+
+void UdpProber::Loop::RequestStop() {
+  stopping_ = true;
+  Wake();
+}
+
+Status UdpProber::Loop::Submit(UdpProbePlan plan) {
+  std::unique_lock lock(mu_);
+  uint64_t ticket = ++submitted_;
+  pending_plan_ = std::move(plan);
+  lock.unlock();
+  Wake();
+  lock.lock();
+  applied_cv_.wait(lock, [&] { return applied_ >= ticket || stopping_.load(); });
+  if (applied_ < ticket) return Status::FailedPrecondition("the UDP prober is stopping");
+  return applied_ == ticket ? apply_status_ : Status::Ok();
+}
+
+StatusOr<size_t> UdpProber::Loop::SocketFor(int family, uint32_t j) {
+  std::vector<size_t>& pool = by_family_[family == AF_INET6 ? 1 : 0];
+  while (pool.size() <= j) {
+    uint32_t index = static_cast<uint32_t>(pool.size());
+    uint16_t port =
+        options_.src_port_base ? static_cast<uint16_t>(options_.src_port_base + index) : 0;
+    StatusOr<SocketAddress> bind_addr = ParseAddress(
+        family == AF_INET6 ? options_.bind_address_v6 : options_.bind_address_v4, port);
+    if (!bind_addr.ok()) return bind_addr.status();
+    Sock s;
+    s.family = family;
+    s.fd.Reset(socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!s.fd.valid()) return ErrnoStatus("socket(UDP)", errno);
+    if (options_.kernel_rx_timestamps) {
+      int one = 1;
+      if (setsockopt(s.fd.get(), SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) != 0) {
+        return ErrnoStatus("setsockopt(SO_TIMESTAMPNS)", errno);
+      }
+    }
+    if (bind(s.fd.get(), bind_addr->get(), bind_addr->len) != 0) {
+      return ErrnoStatus("bind probe source port " + bind_addr->ToString(), errno);
+    }
+    StatusOr<SocketAddress> local = LocalAddress(s.fd.get());
+    if (!local.ok()) return local.status();
+    s.port = local->port();
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = static_cast<uint32_t>(sockets_.size());
+    if (epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, s.fd.get(), &ev) != 0) {
+      return ErrnoStatus("epoll_ctl(probe socket)", errno);
+    }
+    pool.push_back(sockets_.size());
+    sockets_.push_back(std::move(s));
+  }
+  return pool[j];
+}
+
+Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
+  // Validate everything before touching the running plan.
+  size_t total = 0;
+  std::vector<SocketAddress> dsts;
+  for (const PeerTarget& p : plan.peers) {
+    if (p.name.empty() || p.name.size() > ProbeResult::kPeerNameMax) {
+      return Status::InvalidArgument("peer name '" + p.name + "' must be 1..63 characters");
+    }
+    if (p.flows == 0 || p.flows > kMaxFlowsPerPeer) {
+      return Status::InvalidArgument("peer " + p.name + ": flows must be 1..64");
+    }
+    StatusOr<SocketAddress> a = ParseAddress(p.address, p.port);
+    if (!a.ok()) return Status::InvalidArgument("peer " + p.name + ": " + a.status().message());
+    dsts.push_back(*a);
+    total += p.flows;
+  }
+  if (total > kMaxTotalFlows) return Status::InvalidArgument("a plan holds at most 65535 flows");
+  if (!(plan.rate_hz > 0 && plan.rate_hz <= kMaxRateHz)) {
+    return Status::InvalidArgument("rate_hz must be in (0, 10000]");
+  }
+  if (plan.timeout_ns <= 0 || plan.timeout_ns > 60'000'000'000) {
+    return Status::InvalidArgument("timeout must be in (0, 60 s]");
+  }
+  if (plan.payload_bytes > kMaxEchoPayload) {
+    return Status::InvalidArgument("payload_bytes must be <= " + std::to_string(kMaxEchoPayload));
+  }
+
+  std::vector<Flow> flows;
+  flows.reserve(total);
+  const uint32_t generation = generation_ + 1;
+  const size_t packet_len = kHeaderSize + (key_ ? kMacSize : 0) + plan.payload_bytes;
+  const size_t ring = static_cast<size_t>(std::ceil(plan.rate_hz * plan.timeout_ns * 1e-9)) + 2;
+  for (size_t pi = 0; pi < plan.peers.size(); ++pi) {
+    const PeerTarget& p = plan.peers[pi];
+    for (uint32_t j = 0; j < p.flows; ++j) {
+      StatusOr<size_t> sock = SocketFor(dsts[pi].family(), j);
+      if (!sock.ok()) return sock.status();
+      Flow f;
+      f.sock = *sock;
+      f.dst = dsts[pi];
+      f.wire_id = ((generation & 0xffff) << 16) | static_cast<uint32_t>(flows.size());
+      f.ring.resize(ring);
+      f.tx.assign(packet_len, 0);
+      f.result_template.SetPeer(p.name);
+      f.result_template.transport = Transport::kUdp;
+      f.result_template.src_port = sockets_[*sock].port;
+      f.result_template.dst_port = p.port;
+      f.result_template.flow_id = j;
+      f.result_template.bytes = packet_len;
+      flows.push_back(std::move(f));
+    }
+  }
+  for (Sock& s : sockets_) {
+    s.tx_msgs.assign(plan.peers.size(), mmsghdr{});
+    s.tx_iov.assign(plan.peers.size(), iovec{});
+    s.tx_flows.assign(plan.peers.size(), 0);
+    s.tx_count = 0;
+  }
+  // Outstanding probes of the old plan are abandoned, not reported as lost.
+  for (const Flow& f : flows_) {
+    for (const Pending& p : f.ring)
+      abandoned_.fetch_add(p.state == SlotState::kOutstanding, kRelaxed);
+  }
+  flows_ = std::move(flows);
+  generation_ = generation;
+  period_ns_ = static_cast<int64_t>(1e9 / plan.rate_hz);
+  timeout_ns_ = plan.timeout_ns;
+  const uint32_t slots = static_cast<uint32_t>(
+      std::max<size_t>(1, std::min<size_t>(options_.send_slots, flows_.size())));
+  slots_.assign(slots, {});
+  for (uint32_t i = 0; i < flows_.size(); ++i) slots_[i % slots].push_back(i);
+  next_slot_ = 0;
+  next_slot_time_ = clock_.MonotonicNanos();
+  rx_buffer_size_ = packet_len + 64;  // room to see (and reject) a longer datagram
+  rx_buffers_.assign(kRxBatch * rx_buffer_size_, 0);
+  for (size_t i = 0; i < kRxBatch; ++i) {
+    rx_iov_[i] = {rx_buffers_.data() + i * rx_buffer_size_, rx_buffer_size_};
+  }
+  std::vector<uint16_t> ports;
+  for (const Sock& s : sockets_) ports.push_back(s.port);
+  {
+    std::lock_guard lock(mu_);
+    ports_ = std::move(ports);
+  }
+  plans_applied_.fetch_add(1, kRelaxed);
+  return Status::Ok();
+}
+
+void UdpProber::Loop::Resolve(Flow& f, Pending& p, bool lost, int64_t rtt_ns) {
+  p.state = lost ? SlotState::kLost : SlotState::kAnswered;
+  (lost ? lost_ : answered_).fetch_add(1, kRelaxed);
+  ProbeResult r = f.result_template;
+  r.seq = p.seq;
+  r.lost = lost;
+  r.rtt_ns = lost ? 0 : rtt_ns;
+  r.timestamp_ns = p.send_wall;
+  results_.TryPush(r);  // a full queue counts its own drops
+}
+
+void UdpProber::Loop::SendSlot(uint32_t slot) {
+  const HmacSha256* key = key_ ? &*key_ : nullptr;
+  const int64_t wall = clock_.WallNanos();
+  for (uint32_t fi : slots_[slot]) {
+    Flow& f = flows_[fi];
+    if (budget_ && !budget_->TryConsume(1, static_cast<double>(f.tx.size() + kIpUdpOverhead))) {
+      budget_skipped_.fetch_add(1, kRelaxed);
+      continue;
+    }
+    Pending& p = f.ring[f.next_seq % f.ring.size()];
+    if (p.state == SlotState::kOutstanding) Resolve(f, p, true, 0);  // thread stalled past the ring
+    Sock& s = sockets_[f.sock];
+    p.seq = f.next_seq++;
+    p.send_wall = wall;
+    p.state = SlotState::kOutstanding;
+    s.tx_flows[s.tx_count] = fi;
+    mmsghdr& m = s.tx_msgs[s.tx_count];
+    m.msg_hdr = {};
+    m.msg_hdr.msg_name = f.dst.get();
+    m.msg_hdr.msg_namelen = f.dst.len;
+    s.tx_iov[s.tx_count] = {f.tx.data(), f.tx.size()};
+    m.msg_hdr.msg_iov = &s.tx_iov[s.tx_count];
+    m.msg_hdr.msg_iovlen = 1;
+    ++s.tx_count;
+  }
+  for (Sock& s : sockets_) {
+    if (s.tx_count == 0) continue;
+    // Stamp each header as late as possible: right before the batch goes to the kernel.
+    for (size_t i = 0; i < s.tx_count; ++i) {
+      Flow& f = flows_[s.tx_flows[i]];
+      Pending& p = f.ring[(f.next_seq - 1) % f.ring.size()];
+      ProbeHeader h;
+      h.type = PacketType::kEchoRequest;
+      h.flow_id = f.wire_id;
+      h.payload_len = static_cast<uint32_t>(f.tx.size() - kHeaderSize - (key ? kMacSize : 0));
+      h.seq = p.seq;
+      p.send_mono = clock_.MonotonicNanos();
+      h.send_ts_ns = p.send_mono;
+      WriteHeader(h, key, f.tx);
+    }
+    size_t done = 0;
+    while (done < s.tx_count) {
+      int n = sendmmsg(s.fd.get(), s.tx_msgs.data() + done, s.tx_count - done, MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        // This datagram did not go out (buffer full, no route): it will time out as lost, which
+        // is what the path looks like from here. Count it and move on to the rest of the batch.
+        send_errors_.fetch_add(1, kRelaxed);
+        ++done;
+        continue;
+      }
+      sent_.fetch_add(n, kRelaxed);
+      done += n;
+    }
+    s.tx_count = 0;
+  }
+}
+
+void UdpProber::Loop::HandleReply(size_t sock_index, const mmsghdr& m, const uint8_t* data,
+                                  int64_t offset, int64_t now_mono) {
+  const HmacSha256* key = key_ ? &*key_ : nullptr;
+  if (m.msg_hdr.msg_flags & MSG_TRUNC) {
+    dropped_[static_cast<size_t>(DropReason::kBadLength)].fetch_add(1, kRelaxed);
+    return;
+  }
+  ProbeHeader h;
+  DropReason why = ParseDatagram(std::span<const uint8_t>(data, m.msg_len), key, &h);
+  if (why == DropReason::kNone && h.type != PacketType::kEchoReply) why = DropReason::kBadType;
+  if (why != DropReason::kNone) {
+    dropped_[static_cast<size_t>(why)].fetch_add(1, kRelaxed);
+    return;
+  }
+  const uint32_t index = h.flow_id & 0xffff;
+  if ((h.flow_id >> 16) != (generation_ & 0xffff) || index >= flows_.size()) {
+    stray_.fetch_add(1, kRelaxed);
+    return;
+  }
+  Flow& f = flows_[index];
+  SocketAddress from;
+  std::memcpy(&from.storage, m.msg_hdr.msg_name, m.msg_hdr.msg_namelen);
+  from.len = m.msg_hdr.msg_namelen;
+  if (f.sock != sock_index || !from.SameEndpoint(f.dst)) {
+    stray_.fetch_add(1, kRelaxed);
+    return;
+  }
+  Pending& p = f.ring[h.seq % f.ring.size()];
+  if (p.seq != h.seq || h.seq >= f.next_seq || p.state == SlotState::kLost) {
+    late_.fetch_add(1, kRelaxed);
+    return;
+  }
+  if (p.state == SlotState::kAnswered || p.send_mono != h.send_ts_ns) {
+    duplicate_.fetch_add(1, kRelaxed);
+    return;
+  }
+  // Receive time: the kernel's CLOCK_REALTIME stamp mapped onto CLOCK_MONOTONIC with the offset
+  // sampled for this batch. A stamp outside [send, now] means the wall clock stepped between the
+  // two: use the user-space time instead and count it.
+  int64_t rx = now_mono;
+  bool kernel = false;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr); c;
+       c = CMSG_NXTHDR(const_cast<msghdr*>(&m.msg_hdr), c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+      timespec ts;
+      std::memcpy(&ts, CMSG_DATA(c), sizeof ts);
+      int64_t k = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec - offset;
+      if (real_clock_ && k >= p.send_mono && k <= now_mono) {
+        rx = k;
+        kernel = true;
+      }
+    }
+  }
+  (kernel ? rx_kernel_ts_ : rx_user_ts_).fetch_add(1, kRelaxed);
+  Resolve(f, p, false, rx - p.send_mono);
+}
+
+void UdpProber::Loop::Receive(size_t sock_index) {
+  Sock& s = sockets_[sock_index];
+  for (;;) {
+    for (size_t i = 0; i < kRxBatch; ++i) {
+      msghdr& h = rx_msgs_[i].msg_hdr;
+      h = {};
+      h.msg_name = &rx_addr_[i];
+      h.msg_namelen = sizeof(sockaddr_storage);
+      h.msg_iov = &rx_iov_[i];
+      h.msg_iovlen = 1;
+      h.msg_control = rx_cmsg_[i].data();
+      h.msg_controllen = rx_cmsg_[i].size();
+    }
+    int n = recvmmsg(s.fd.get(), rx_msgs_.data(), kRxBatch, MSG_DONTWAIT, nullptr);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      // EAGAIN: drained. ECONNREFUSED and friends: an ICMP error for an earlier datagram; the
+      // probe it belonged to times out as lost.
+      return;
+    }
+    const int64_t offset = RealtimeMinusMonotonic();
+    const int64_t now = clock_.MonotonicNanos();
+    for (int i = 0; i < n; ++i) {
+      HandleReply(sock_index, rx_msgs_[i], rx_buffers_.data() + i * rx_buffer_size_, offset, now);
+    }
+    if (static_cast<size_t>(n) < kRxBatch) return;
+  }
+}
+
+void UdpProber::Loop::ExpireTimeouts(int64_t now) {
+  for (Flow& f : flows_) {
+    while (f.oldest < f.next_seq) {
+      Pending& p = f.ring[f.oldest % f.ring.size()];
+      if (p.seq == f.oldest && p.state == SlotState::kOutstanding) {
+        if (now - p.send_mono < timeout_ns_) break;
+        Resolve(f, p, true, 0);
+      }
+      ++f.oldest;
+    }
+  }
+}
+
+int64_t UdpProber::Loop::NextDeadline() const {
+  int64_t next = flows_.empty() ? INT64_MAX : next_slot_time_;
+  for (const Flow& f : flows_) {
+    if (f.oldest < f.next_seq) {
+      const Pending& p = f.ring[f.oldest % f.ring.size()];
+      if (p.state == SlotState::kOutstanding) next = std::min(next, p.send_mono + timeout_ns_);
+    }
+  }
+  return next;
+}
+
+void UdpProber::Loop::Run() {
+  pthread_setname_np(pthread_self(), "fw-udp-prober");
+  std::array<epoll_event, 64> events;
+  while (!stopping_.load()) {
+    wakeups_.fetch_add(1, kRelaxed);
+    int64_t now = clock_.MonotonicNanos();
+    int64_t deadline = NextDeadline();
+    timespec wait{};
+    timespec* wait_ptr = nullptr;  // block until woken when there is nothing to do
+    if (deadline != INT64_MAX) {
+      int64_t d = std::max<int64_t>(0, deadline - now);
+      wait = {static_cast<time_t>(d / 1'000'000'000), static_cast<long>(d % 1'000'000'000)};
+      wait_ptr = &wait;
+    }
+    int n = epoll_pwait2(epoll_fd_.get(), events.data(), events.size(), wait_ptr, nullptr);
+    if (n < 0 && errno != EINTR) {
+      SPDLOG_ERROR("component=udp_prober msg=\"epoll_pwait2 failed; prober stops\" error={}",
+                   std::strerror(errno));
+      break;
+    }
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.u32 != kWakeTag) {
+        Receive(events[i].data.u32);
+        continue;
+      }
+      uint64_t drained;
+      if (read(wake_fd_.get(), &drained, sizeof drained) < 0 && errno != EAGAIN) {
+        SPDLOG_WARN("component=udp_prober msg=\"eventfd read failed\" error={}",
+                    std::strerror(errno));
+      }
+      std::optional<UdpProbePlan> plan;
+      uint64_t ticket;
+      {
+        std::lock_guard lock(mu_);
+        plan.swap(pending_plan_);
+        ticket = submitted_;
+      }
+      if (plan) {
+        Status s = Apply(*plan);
+        std::lock_guard lock(mu_);
+        apply_status_ = s;
+        applied_ = ticket;
+        applied_cv_.notify_all();
+      }
+    }
+    now = clock_.MonotonicNanos();
+    if (!flows_.empty() && now >= next_slot_time_) {
+      const int64_t step = period_ns_ / static_cast<int64_t>(slots_.size());
+      // After a stall longer than a period, re-anchor instead of sending a burst to catch up.
+      if (now - next_slot_time_ > period_ns_) next_slot_time_ = now;
+      SendSlot(next_slot_);
+      next_slot_ = (next_slot_ + 1) % slots_.size();
+      next_slot_time_ += std::max<int64_t>(step, 1);
+    }
+    ExpireTimeouts(clock_.MonotonicNanos());
+  }
+  std::lock_guard lock(mu_);
+  applied_cv_.notify_all();
+}
+
+UdpProberStats UdpProber::Loop::Snapshot() const {
+  UdpProberStats s;
+  s.sent = sent_.load(kRelaxed);
+  s.answered = answered_.load(kRelaxed);
+  s.lost = lost_.load(kRelaxed);
+  s.late = late_.load(kRelaxed);
+  s.duplicate = duplicate_.load(kRelaxed);
+  s.stray = stray_.load(kRelaxed);
+  s.budget_skipped = budget_skipped_.load(kRelaxed);
+  s.send_errors = send_errors_.load(kRelaxed);
+  s.rx_kernel_ts = rx_kernel_ts_.load(kRelaxed);
+  s.rx_user_ts = rx_user_ts_.load(kRelaxed);
+  s.abandoned = abandoned_.load(kRelaxed);
+  s.plans_applied = plans_applied_.load(kRelaxed);
+  s.wakeups = wakeups_.load(kRelaxed);
+  for (size_t i = 0; i < kDropReasonCount; ++i) s.dropped[i] = dropped_[i].load(kRelaxed);
+  return s;
+}
+
+StatusOr<std::unique_ptr<UdpProber>> UdpProber::Start(UdpProberOptions options, const Clock& clock,
+                                                      ResultQueue& results, ProbeBudget* budget) {
+  std::unique_ptr<UdpProber> p(new UdpProber());
+  p->loop_ = std::make_unique<Loop>(std::move(options), clock, results, budget);
+  Status s = p->loop_->Open();
+  if (!s.ok()) return s;
+  p->thread_ = std::thread([loop = p->loop_.get()] { loop->Run(); });
+  return p;
+}
+
+UdpProber::~UdpProber() { Stop(); }
+
+void UdpProber::Stop() {
+  if (thread_.joinable()) {
+    loop_->RequestStop();
+    thread_.join();
+  }
+}
+
+Status UdpProber::SetPlan(UdpProbePlan plan) {
+  if (!thread_.joinable()) return Status::FailedPrecondition("the UDP prober is stopped");
+  return loop_->Submit(std::move(plan));
+}
+
+UdpProberStats UdpProber::Stats() const { return loop_->Snapshot(); }
+std::vector<uint16_t> UdpProber::SourcePorts() const { return loop_->Ports(); }
+
+}  // namespace fw::net

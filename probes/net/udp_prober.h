@@ -1,0 +1,95 @@
+// UDP latency and loss prober: probes every flow of a plan on a dedicated thread, with batched
+// sendmmsg/recvmmsg, kernel receive timestamps and preallocated rings (no allocation per probe).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "probes/net/probe_packet.h"
+#include "probes/net/probe_result.h"
+#include "probes/net/token_bucket.h"
+
+namespace fw::net {
+
+struct PeerTarget {
+  std::string name;     // the peer's node name; copied into every ProbeResult (max 63 chars)
+  std::string address;  // numeric IPv4 or IPv6
+  uint16_t port = 9753;
+  uint32_t flows = 1;  // distinct source ports toward this peer, to cover ECMP paths
+};
+
+// A probe plan as the aggregator sends it. Replace it at any time with UdpProber::SetPlan.
+struct UdpProbePlan {
+  std::vector<PeerTarget> peers;
+  double rate_hz = 1.0;                // probes per second, per flow
+  int64_t timeout_ns = 1'000'000'000;  // a probe unanswered this long is lost
+  uint32_t payload_bytes = 0;          // padding after the header (the reply is the same size)
+};
+
+struct UdpProberOptions {
+  std::optional<std::string> key;  // shared probe key: requests are signed, replies verified
+  // Source port of flow j is src_port_base + j; 0 lets the kernel pick ephemeral ports.
+  uint16_t src_port_base = 0;
+  std::string bind_address_v4 = "0.0.0.0";
+  std::string bind_address_v6 = "::";
+  // Each period is cut into this many send slots; flows are spread across them round-robin, so
+  // each wakeup sends one sendmmsg batch per socket instead of one syscall per probe.
+  uint32_t send_slots = 10;
+  bool kernel_rx_timestamps = true;
+};
+
+struct UdpProberStats {
+  uint64_t sent = 0;
+  uint64_t answered = 0;
+  uint64_t lost = 0;
+  uint64_t late = 0;  // a reply after its probe was declared lost
+  uint64_t duplicate = 0;
+  uint64_t stray = 0;           // valid reply matching no outstanding flow (old plan, bad source)
+  uint64_t budget_skipped = 0;  // probes not sent because the agent budget was spent
+  uint64_t send_errors = 0;
+  uint64_t rx_kernel_ts = 0;  // RTTs taken from the kernel receive timestamp
+  uint64_t rx_user_ts = 0;    // RTTs that fell back to the user-space receive time
+  uint64_t abandoned = 0;     // outstanding probes of a replaced plan (no result emitted)
+  uint64_t plans_applied = 0;
+  uint64_t wakeups = 0;  // prober thread loop iterations (epoll returns)
+  std::array<uint64_t, kDropReasonCount> dropped{};  // malformed replies by DropReason
+};
+
+class UdpProber {
+ public:
+  // Starts the prober thread with an empty plan. `results` and `budget` (nullable) are borrowed
+  // and must outlive the prober. `clock` must be the real clock for kernel timestamps to be used
+  // (they are compared against it); with any other clock RTTs use user-space receive times.
+  static StatusOr<std::unique_ptr<UdpProber>> Start(UdpProberOptions options, const Clock& clock,
+                                                    ResultQueue& results,
+                                                    ProbeBudget* budget = nullptr);
+  ~UdpProber();  // Stop()s.
+  UdpProber(const UdpProber&) = delete;
+  UdpProber& operator=(const UdpProber&) = delete;
+
+  // Validates `plan` and hands it to the prober thread, which switches over at its next wakeup
+  // (probes outstanding under the old plan are abandoned and counted). Thread-safe.
+  Status SetPlan(UdpProbePlan plan);
+  // Stops and joins the thread. Idempotent.
+  void Stop();
+  UdpProberStats Stats() const;
+  // The local source ports in use, flow j of every peer using ports[j]. For tests and logs.
+  std::vector<uint16_t> SourcePorts() const;
+
+ private:
+  class Loop;
+  UdpProber() = default;
+  std::unique_ptr<Loop> loop_;
+  std::thread thread_;
+};
+
+}  // namespace fw::net

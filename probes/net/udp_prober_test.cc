@@ -1,0 +1,232 @@
+// UDP prober against a real responder on loopback: RTTs, source ports, loss, auth, plans, budget.
+#include "probes/net/udp_prober.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "probes/net/echo_responder.h"
+#include "probes/net/net_test_util.h"
+
+namespace fw::net {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Eventually;
+using testing::StartResponder;
+
+std::unique_ptr<UdpProber> StartProber(ResultQueue& q, UdpProberOptions o = {},
+                                       ProbeBudget* budget = nullptr) {
+  auto p = UdpProber::Start(std::move(o), RealClock::Get(), q, budget);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return p.ok() ? std::move(p.value()) : nullptr;
+}
+
+UdpProbePlan Plan(std::string name, uint16_t port, uint32_t flows, double rate_hz,
+                  int64_t timeout_ns = 500'000'000) {
+  UdpProbePlan plan;
+  plan.peers.push_back({std::move(name), "127.0.0.1", port, flows});
+  plan.rate_hz = rate_hz;
+  plan.timeout_ns = timeout_ns;
+  return plan;
+}
+
+std::vector<ProbeResult> Collect(ResultQueue& q, size_t n, std::chrono::milliseconds wait) {
+  std::vector<ProbeResult> out;
+  Eventually(
+      [&] {
+        q.PopBatch(out, 1 << 20);
+        return out.size() >= n;
+      },
+      wait);
+  return out;
+}
+
+TEST(UdpProberTest, MeasuresRoundTripsOnEveryFlowWithDistinctSourcePorts) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  ResultQueue q(1024);
+  auto prober = StartProber(q);
+  ASSERT_TRUE(prober);
+  ASSERT_TRUE(prober->SetPlan(Plan("peer-a", responder->port(), 4, 50)).ok());
+  std::vector<ProbeResult> results = Collect(q, 40, 5s);
+  ASSERT_GE(results.size(), 40u);
+  std::set<uint16_t> ports;
+  std::set<uint32_t> flows;
+  for (const ProbeResult& r : results) {
+    EXPECT_FALSE(r.lost);
+    EXPECT_EQ(r.PeerName(), "peer-a");
+    EXPECT_EQ(r.transport, Transport::kUdp);
+    EXPECT_EQ(r.dst_port, responder->port());
+    EXPECT_GT(r.rtt_ns, 0);
+    EXPECT_LT(r.rtt_ns, 100'000'000);
+    EXPECT_EQ(r.bytes, kHeaderSize);
+    EXPECT_GT(r.timestamp_ns, 1'600'000'000'000'000'000);
+    ports.insert(r.src_port);
+    flows.insert(r.flow_id);
+  }
+  EXPECT_EQ(ports.size(), 4u);
+  EXPECT_EQ(flows, (std::set<uint32_t>{0, 1, 2, 3}));
+  std::vector<uint16_t> used = prober->SourcePorts();
+  EXPECT_EQ(std::set<uint16_t>(used.begin(), used.end()), ports);
+  UdpProberStats s = prober->Stats();
+  EXPECT_GT(s.rx_kernel_ts, 0u) << "kernel receive timestamps are used on loopback";
+  EXPECT_EQ(s.lost, 0u);
+}
+
+TEST(UdpProberTest, UnansweredProbesAreLostAfterTheTimeout) {
+  // A bound socket that never reads: datagrams arrive and nothing answers.
+  Fd sink = testing::UdpSocket();
+  auto addr = LocalAddress(sink.get());
+  ASSERT_TRUE(addr.ok());
+  ResultQueue q(1024);
+  auto prober = StartProber(q);
+  ASSERT_TRUE(prober);
+  ASSERT_TRUE(prober->SetPlan(Plan("silent", addr->port(), 2, 20, 100'000'000)).ok());
+  std::vector<ProbeResult> results = Collect(q, 10, 5s);
+  ASSERT_GE(results.size(), 10u);
+  for (const ProbeResult& r : results) {
+    EXPECT_TRUE(r.lost);
+    EXPECT_EQ(r.rtt_ns, 0);
+  }
+  EXPECT_EQ(prober->Stats().answered, 0u);
+}
+
+TEST(UdpProberTest, AResponderThatDropsEverythingShowsAsLoss) {
+  ResponderOptions o;
+  o.per_source_rate = 0;
+  o.per_source_burst = 0;
+  auto responder = StartResponder(o);
+  ASSERT_TRUE(responder);
+  ResultQueue q(1024);
+  auto prober = StartProber(q);
+  ASSERT_TRUE(prober);
+  ASSERT_TRUE(prober->SetPlan(Plan("dropper", responder->port(), 1, 50, 100'000'000)).ok());
+  std::vector<ProbeResult> results = Collect(q, 5, 5s);
+  ASSERT_GE(results.size(), 5u);
+  for (const ProbeResult& r : results) EXPECT_TRUE(r.lost);
+  EXPECT_GE(responder->Stats().dropped[static_cast<size_t>(ResponderDrop::kRateLimitedSource)], 5u);
+}
+
+TEST(UdpProberTest, SharedKeyIsAcceptedAndAWrongKeyIsRejected) {
+  ResponderOptions o;
+  o.key = "fleet";
+  auto responder = StartResponder(o);
+  ASSERT_TRUE(responder);
+  {
+    ResultQueue q(256);
+    UdpProberOptions po;
+    po.key = "fleet";
+    auto prober = StartProber(q, po);
+    ASSERT_TRUE(prober->SetPlan(Plan("keyed", responder->port(), 1, 50)).ok());
+    std::vector<ProbeResult> results = Collect(q, 5, 5s);
+    ASSERT_GE(results.size(), 5u);
+    for (const ProbeResult& r : results) EXPECT_FALSE(r.lost);
+    EXPECT_EQ(results[0].bytes, kHeaderSize + kMacSize);
+  }
+  {
+    ResultQueue q(256);
+    UdpProberOptions po;
+    po.key = "not-fleet";
+    auto prober = StartProber(q, po);
+    ASSERT_TRUE(prober->SetPlan(Plan("keyed", responder->port(), 1, 50, 100'000'000)).ok());
+    std::vector<ProbeResult> results = Collect(q, 5, 5s);
+    ASSERT_GE(results.size(), 5u);
+    for (const ProbeResult& r : results) EXPECT_TRUE(r.lost);
+    EXPECT_GE(responder->Stats().dropped[static_cast<size_t>(ResponderDrop::kBadAuth)], 5u);
+  }
+}
+
+TEST(UdpProberTest, PlanCanBeReplacedAtRuntime) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  ResultQueue q(4096);
+  auto prober = StartProber(q);
+  ASSERT_TRUE(prober->SetPlan(Plan("first", responder->port(), 2, 100)).ok());
+  ASSERT_GE(Collect(q, 10, 5s).size(), 10u);
+
+  UdpProbePlan bad = Plan("x", responder->port(), 1, 100);
+  bad.peers[0].address = "nowhere";
+  EXPECT_EQ(prober->SetPlan(bad).code(), StatusCode::kInvalidArgument);
+  bad = Plan("x", responder->port(), 0, 100);
+  EXPECT_EQ(prober->SetPlan(bad).code(), StatusCode::kInvalidArgument);
+  bad = Plan("x", responder->port(), 1, 0);
+  EXPECT_EQ(prober->SetPlan(bad).code(), StatusCode::kInvalidArgument);
+
+  UdpProbePlan second = Plan("second", responder->port(), 3, 100);
+  second.peers.push_back({"third", "127.0.0.1", responder->port(), 1});
+  ASSERT_TRUE(prober->SetPlan(second).ok());
+  std::vector<ProbeResult> drained;
+  q.PopBatch(drained, 1 << 20);  // anything produced before the switch
+  std::vector<ProbeResult> after = Collect(q, 40, 5s);
+  ASSERT_GE(after.size(), 40u);
+  std::set<std::string> peers;
+  for (const ProbeResult& r : after) {
+    peers.insert(std::string(r.PeerName()));
+    EXPECT_FALSE(r.lost);
+  }
+  EXPECT_EQ(peers, (std::set<std::string>{"second", "third"}));
+  EXPECT_EQ(prober->Stats().plans_applied, 2u);
+}
+
+TEST(UdpProberTest, BudgetCapsTheProbeRate) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  ResultQueue q(4096);
+  ProbeBudget budget(RealClock::Get(), /*packets_per_s=*/10, /*bytes_per_s=*/1e6,
+                     /*burst_seconds=*/0.5);
+  auto prober = StartProber(q, {}, &budget);
+  ASSERT_TRUE(prober->SetPlan(Plan("budgeted", responder->port(), 1, 200)).ok());
+  std::this_thread::sleep_for(1000ms);
+  prober->Stop();
+  UdpProberStats s = prober->Stats();
+  // 5 from the burst plus 10/s for about a second, against 200 attempted.
+  EXPECT_GE(s.sent, 10u);
+  EXPECT_LE(s.sent, 25u);
+  EXPECT_GT(s.budget_skipped, 100u);
+}
+
+TEST(UdpProberTest, MalformedRepliesAreDroppedAndCounted) {
+  // A fake peer that answers each probe with a truncated copy.
+  Fd peer = testing::UdpSocket();
+  auto addr = LocalAddress(peer.get());
+  ASSERT_TRUE(addr.ok());
+  std::atomic<bool> done{false};
+  std::thread echo([&] {
+    while (!done) {
+      pollfd p{peer.get(), POLLIN, 0};
+      if (poll(&p, 1, 50) != 1) continue;
+      uint8_t buf[2048];
+      sockaddr_storage from{};
+      socklen_t len = sizeof from;
+      ssize_t n =
+          recvfrom(peer.get(), buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&from), &len);
+      if (n > 10) sendto(peer.get(), buf, 10, 0, reinterpret_cast<sockaddr*>(&from), len);
+    }
+  });
+  ResultQueue q(1024);
+  auto prober = StartProber(q);
+  ASSERT_TRUE(prober->SetPlan(Plan("liar", addr->port(), 1, 50, 100'000'000)).ok());
+  bool counted = Eventually(
+      [&] { return prober->Stats().dropped[static_cast<size_t>(DropReason::kTruncated)] >= 3; },
+      5s);
+  done = true;
+  echo.join();
+  EXPECT_TRUE(counted);
+  EXPECT_EQ(prober->Stats().answered, 0u);
+}
+
+TEST(UdpProberTest, FullResultQueueDropsAndCounts) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  ResultQueue q(4);
+  auto prober = StartProber(q);
+  ASSERT_TRUE(prober->SetPlan(Plan("p", responder->port(), 2, 100)).ok());
+  EXPECT_TRUE(Eventually([&] { return q.dropped() > 0; }, 5s));
+  EXPECT_EQ(q.size(), 4u);
+}
+
+}  // namespace
+}  // namespace fw::net
