@@ -353,7 +353,7 @@ class Fabric(FaultsMixin):
                 self._procs.stop_all()
             left = netns.delete_namespaces(self._created) if self._created else []
             if self.prefix and netns.PREFIX_RE.match(self.prefix):
-                _, more = netns.cleanup_prefix(self.prefix)
+                _, more = netns.cleanup_prefix(self.prefix, remove_logs=False)
                 left = sorted(set(left) | set(more))
             if left:
                 errors.append(f"namespaces left behind: {left}; run 'fabric.py cleanup --prefix "

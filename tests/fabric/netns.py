@@ -7,6 +7,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -135,13 +136,19 @@ def delete_namespaces(names):
     return [n for n in names if os.path.exists(os.path.join(NETNS_DIR, n))]
 
 
-def cleanup_prefix(prefix):
-    """Deletes every namespace whose name starts with prefix. Returns (deleted, left)."""
+def cleanup_prefix(prefix, remove_logs=True):
+    """Deletes every namespace whose name starts with prefix, and that run's temporary log
+    directory. Returns (deleted namespaces, namespaces left)."""
     if not PREFIX_RE.match(prefix):
         raise FabricError(f"refusing prefix {prefix!r}: it must look like 'fw1234-' "
                           "(2-40 letters, digits, '_' or '.', then '-')")
     names = list_namespaces(prefix)
     left = delete_namespaces(names)
+    # The default log directory of that run (tempfile.mkdtemp(prefix=prefix + "logs-")).
+    tmp = tempfile.gettempdir()
+    for d in os.listdir(tmp) if remove_logs else []:
+        if d.startswith(prefix + "logs-") and os.path.isdir(os.path.join(tmp, d)):
+            shutil.rmtree(os.path.join(tmp, d), ignore_errors=True)
     return [n for n in names if n not in left], left
 
 

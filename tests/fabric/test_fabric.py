@@ -416,6 +416,8 @@ class TeardownTest(unittest.TestCase):
                 cp = subprocess.run([sys.executable, FABRIC_PY, "cleanup", "--prefix", prefix],
                                     capture_output=True, text=True, timeout=30)
                 self.assertEqual(cp.returncode, 0, cp.stderr)
+                self.assertFalse([d for d in os.listdir(tempfile.gettempdir())
+                                  if d.startswith(prefix + "logs-")])
             finally:
                 netns.cleanup_prefix(prefix)
                 try:
