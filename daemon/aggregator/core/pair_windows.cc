@@ -7,8 +7,8 @@
 
 namespace fw::aggregator {
 namespace {
-constexpr uint32_t kCountBits = 20;
-constexpr uint32_t kCountMask = (1u << kCountBits) - 1;
+constexpr int kCountBits = 7;
+constexpr uint16_t kCountMask = (1u << kCountBits) - 1;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Slot epochs start at 1 so that 0 means "never used"; monotonic time may start near zero.
@@ -30,23 +30,58 @@ std::string_view WindowName(Window w) {
   return "unknown";
 }
 
-void SparseBuckets::Add(int bucket) {
-  const uint32_t key = static_cast<uint32_t>(bucket) << kCountBits;
-  auto it = std::lower_bound(entries_.begin(), entries_.end(), key);
-  for (; it != entries_.end() && (*it >> kCountBits) == static_cast<uint32_t>(bucket); ++it) {
-    if ((*it & kCountMask) != kCountMask) {
-      ++*it;
-      return;
-    }
+SparseBuckets& SparseBuckets::operator=(SparseBuckets&& other) noexcept {
+  if (this == &other) return *this;
+  if (OnHeap()) delete[] heap_;
+  if (other.OnHeap()) {
+    heap_ = other.heap_;
+  } else {
+    std::copy(other.inline_, other.inline_ + kInline, inline_);
   }
-  entries_.insert(it, key | 1u);
+  size_ = other.size_;
+  capacity_ = other.capacity_;
+  other.size_ = 0;
+  other.capacity_ = kInline;
+  return *this;
+}
+
+SparseBuckets::~SparseBuckets() {
+  if (OnHeap()) delete[] heap_;
+}
+
+void SparseBuckets::Add(int bucket) {
+  const auto key = static_cast<uint16_t>(bucket << kCountBits);
+  uint16_t* begin = data();
+  uint16_t* it = std::lower_bound(begin, begin + size_, key);
+  // The first entry of a bucket is the one still counting; full ones follow it.
+  if (it != begin + size_ && (*it >> kCountBits) == bucket && (*it & kCountMask) != kCountMask) {
+    ++*it;
+    return;
+  }
+  if (size_ == capacity_) {
+    // Grow by half: bounded waste, and a few reallocations until the slot reaches its steady size.
+    const auto grown = static_cast<uint16_t>(std::min<int>(capacity_ + capacity_ / 2 + 4, 0xffff));
+    if (grown == capacity_) return;  // 65535 entries: cannot happen below 8M samples per slot
+    auto* block = new uint16_t[grown];
+    const auto offset = it - begin;
+    std::copy(begin, begin + size_, block);
+    if (OnHeap()) delete[] heap_;
+    heap_ = block;
+    capacity_ = grown;
+    begin = block;
+    it = begin + offset;
+  }
+  std::copy_backward(it, begin + size_, begin + size_ + 1);
+  *it = static_cast<uint16_t>(key | 1u);
+  ++size_;
 }
 
 void SparseBuckets::AddTo(LogHistogram& h) const {
-  for (uint32_t e : entries_) {
-    const int bucket = static_cast<int>(e >> kCountBits);
+  const uint16_t* d = data();
+  for (uint16_t i = 0; i < size_; ++i) {
+    const int bucket = d[i] >> kCountBits;
     h.RecordBucket(bucket, static_cast<int64_t>(LogHistogram::BucketValueNanos(bucket)),
-                   e & kCountMask);
+                   d[i] & kCountMask);
   }
 }
 

@@ -4,7 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <string_view>
-#include <vector>
+#include <utility>
 
 #include "daemon/aggregator/core/log_histogram.h"
 
@@ -36,21 +36,42 @@ struct WindowStats {
   double bandwidth_bps = 0.0;  // mean goodput of the window's bandwidth probes; NaN when none
 };
 
-// RTT bucket counts of one slot, stored sparsely: a slot usually sees a handful of distinct
-// buckets, and a dense LogHistogram per slot would cost 3.3 KB. Entries are sorted by bucket and
-// pack the bucket (12 bits) with its count (20 bits); a full count continues in a second entry.
-// Clear() keeps the capacity, so a pair in steady state records without allocating.
+// RTT bucket counts of one slot, stored sparsely: a slot usually sees a few dozen distinct
+// buckets, and a dense LogHistogram per slot would cost 3.3 KB. Each entry is 16 bits: the bucket
+// (9 bits) and its count (7 bits, up to 127); a bucket with more samples gets more entries. Entries
+// are sorted by bucket, the non-full entry of a bucket first. Up to six entries live inline in the
+// object; more go to a heap block that Clear() keeps, so a pair in steady state records without
+// allocating. 16 bytes plus the heap block.
 class SparseBuckets {
  public:
+  SparseBuckets() = default;
+  SparseBuckets(const SparseBuckets&) = delete;
+  SparseBuckets& operator=(const SparseBuckets&) = delete;
+  SparseBuckets(SparseBuckets&& other) noexcept { *this = std::move(other); }
+  SparseBuckets& operator=(SparseBuckets&& other) noexcept;
+  ~SparseBuckets();
+
+  // REQUIRES: 0 <= bucket < LogHistogram::kBucketCount.
   void Add(int bucket);
-  void Clear() { entries_.clear(); }
+  void Clear() { size_ = 0; }
   void AddTo(LogHistogram& h) const;
-  size_t HeapBytes() const { return entries_.capacity() * sizeof(uint32_t); }
-  size_t EntryCount() const { return entries_.size(); }
+  size_t HeapBytes() const { return OnHeap() ? capacity_ * sizeof(uint16_t) : 0; }
+  size_t EntryCount() const { return size_; }
 
  private:
-  std::vector<uint32_t> entries_;
+  static constexpr uint16_t kInline = 6;
+  bool OnHeap() const { return capacity_ > kInline; }
+  uint16_t* data() { return OnHeap() ? heap_ : inline_; }
+  const uint16_t* data() const { return OnHeap() ? heap_ : inline_; }
+
+  union {
+    uint16_t inline_[kInline];
+    uint16_t* heap_;
+  };
+  uint16_t size_ = 0;
+  uint16_t capacity_ = kInline;
 };
+static_assert(LogHistogram::kBucketCount <= 512, "SparseBuckets packs the bucket into 9 bits");
 
 // The windows of one (src, dst, transport) pair, built from three tiers of time slots:
 //   10 s window:  10 slots of 1 s     60 s window: 6 slots of 10 s     600 s window: 10 slots of 60

@@ -101,15 +101,37 @@ TEST(PairWindowsTest, BandwidthIsTheMeanGoodputOfTheWindow) {
   EXPECT_DOUBLE_EQ(w.Snapshot(421 * kSec, Window::k600s).loss_ratio, 1.0 / 3.0);
 }
 
-TEST(PairWindowsTest, SparseBucketsSplitASaturatedCount) {
+TEST(PairWindowsTest, SparseBucketsSplitSaturatedCountsAndGrowPastInline) {
   SparseBuckets b;
-  for (int i = 0; i < (1 << 20) + 5; ++i) b.Add(100);
+  for (int i = 0; i < 127 * 3 + 5; ++i) b.Add(100);  // four entries: 5, 127, 127, 127
   b.Add(50);
-  EXPECT_EQ(b.EntryCount(), 3u);
+  b.Add(412);
+  b.Add(0);
+  EXPECT_EQ(b.EntryCount(), 7u);  // past the six inline entries
+  EXPECT_GT(b.HeapBytes(), 0u);
   LogHistogram h;
   b.AddTo(h);
-  EXPECT_EQ(h.Count(), (1u << 20) + 6u);
-  EXPECT_EQ(h.BucketCount(100), (1u << 20) + 5u);
+  EXPECT_EQ(h.Count(), 127u * 3 + 5 + 3);
+  EXPECT_EQ(h.BucketCount(100), 127u * 3 + 5);
+  EXPECT_EQ(h.BucketCount(412), 1u);
+  EXPECT_EQ(h.BucketCount(0), 1u);
+  SparseBuckets moved(std::move(b));
+  EXPECT_EQ(moved.EntryCount(), 7u);
+  EXPECT_EQ(b.EntryCount(), 0u);  // NOLINT: moved-from is empty by contract
+  moved.Clear();
+  EXPECT_EQ(moved.EntryCount(), 0u);
+  EXPECT_GT(moved.HeapBytes(), 0u);  // the block is kept for reuse
+}
+
+TEST(PairWindowsTest, ManyDistinctBucketsInOneSlotStayExact) {
+  PairWindows w;
+  // Every bucket from 1 µs to 10 s once, in one second: the slot holds 411+ entries.
+  for (int b = 1; b <= LogHistogram::kLogBuckets; ++b) {
+    w.Record(50 * kSec,
+             ProbeSample{false, static_cast<int64_t>(LogHistogram::BucketValueNanos(b)), 0});
+  }
+  EXPECT_EQ(w.Snapshot(50 * kSec, Window::k10s).rtt_samples,
+            static_cast<uint64_t>(LogHistogram::kLogBuckets));
 }
 
 }  // namespace
