@@ -1,10 +1,9 @@
 // fabricwatch-aggregator: flags and config, then run until SIGTERM/SIGINT.
-#include <signal.h>
-
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "common/config.h"
+#include "common/daemon_util.h"
 #include "common/log.h"
 #include "daemon/aggregator/aggregator.h"
 
@@ -23,20 +22,8 @@ int main(int argc, char** argv) {
   binding.Bind("heartbeat-timeout", &hb_timeout);
   binding.Bind("log-level", &log_level);
 
-  if (std::string path = fw::FindConfigFlag(argc, argv); !path.empty()) {
-    fw::Status st = binding.LoadFile(path);
-    if (!st.ok()) {
-      std::fprintf(stderr, "fabricwatch-aggregator: %s\n", st.message().c_str());
-      return 3;
-    }
-  }
-  auto duration = [](fw::Seconds* s) {
-    return [s](const std::string& v) {
-      auto d = fw::ParseDurationSeconds(v);
-      if (!d.ok()) throw CLI::ValidationError(d.status().message());
-      s->value = *d;
-    };
-  };
+  if (!fw::LoadConfigFromArgs(binding, argc, argv, "fabricwatch-aggregator")) return 3;
+  auto duration = fw::DurationSetter;
 
   CLI::App app{"fabricwatch-aggregator: collects every agent's stream, localizes fabric problems, "
                "and serves metrics and a JSON API."};
@@ -49,21 +36,22 @@ int main(int argc, char** argv) {
   app.add_option_function<std::string>("--heartbeat-timeout", duration(&hb_timeout),
                                        "mark an agent down after this much silence (default 15s)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
+  std::string port_file;
+  app.add_option("--port-file", port_file,
+                 "write the bound ports as JSON here once listening (for tests and scripts)");
   app.add_flag("--record-test-batches", o.record_test_batches,
                "test only: remember the ids of numbered test batches")
       ->group("");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 3;
+  }
   o.tick_s = tick.value > 0 ? tick.value : 1;
   o.heartbeat_timeout_s = hb_timeout.value;
 
   fw::InitLogging("aggregator", log_level);
-  // Handle signals synchronously on this thread; every other thread inherits the blocked mask.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  fw::BlockTerminationSignals();
 
   fw::aggregator::Aggregator agg(o);
   fw::Status st = agg.Start();
@@ -71,8 +59,14 @@ int main(int argc, char** argv) {
     spdlog::critical("msg=\"cannot start\" error=\"{}\"", st.message());
     return 3;
   }
-  int sig = 0;
-  sigwait(&set, &sig);
+  if (!port_file.empty() &&
+      !fw::WritePortFile(port_file, "{\"grpc_port\": " + std::to_string(agg.grpc_port()) +
+                                        ", \"http_port\": " + std::to_string(agg.http_port()) +
+                                        "}\n")) {
+    spdlog::critical("msg=\"cannot write port file\" file={}", port_file);
+    return 3;
+  }
+  int sig = fw::WaitForTerminationSignal();
   spdlog::info("msg=\"shutting down\" signal={}", sig);
   agg.Stop();
   return 0;

@@ -1,0 +1,64 @@
+// Composes the agent: discovery, uplink, HTTP exporter, and (test mode) numbered batches.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/status.h"
+#include "daemon/agent/outbound_buffer.h"
+#include "daemon/agent/uplink.h"
+#include "exporter/http_server.h"
+#include "exporter/registry.h"
+#include "exporter/self_metrics.h"
+#include "fabricwatch.pb.h"
+
+namespace fw::agent {
+
+struct AgentOptions {
+  std::string aggregator = "127.0.0.1:9750";
+  std::string node_name;  // default: hostname
+  std::string probe_address;
+  int probe_port = 9753;
+  std::string http_listen = "0.0.0.0:9752";
+  std::string sysfs_root = "/sys";
+  std::string hwloc_xml;
+  std::string profile;
+  double heartbeat_interval_s = 5;
+  double sample_interval_s = 1;
+  int buffer_batches = 3600;
+  int buffer_mb = 64;
+  // Test mode: send this many numbered ProbeBatches at `test_batch_rate` per second.
+  int test_batches = 0;
+  double test_batch_rate = 20;
+};
+
+class Agent {
+ public:
+  explicit Agent(AgentOptions options);
+  ~Agent();
+  Status Start();
+  void Stop();
+  int http_port() const { return http_ ? http_->port() : 0; }
+  const std::string& node_name() const { return options_.node_name; }
+
+ private:
+  Status Discover();
+  fabricwatch::v1::Hello MakeHello() const;
+  void TestBatchLoop();
+
+  AgentOptions options_;
+  uint64_t session_id_;
+  metrics::Registry registry_;
+  metrics::SelfMetrics self_;
+  fabricwatch::v1::Inventory inventory_;
+  OutboundBuffer buffer_;
+  std::unique_ptr<Uplink> uplink_;
+  std::unique_ptr<http::Server> http_;
+  std::atomic<bool> stopping_{false};
+  std::thread test_thread_;
+  metrics::Counter& discovery_errors_;
+};
+
+}  // namespace fw::agent

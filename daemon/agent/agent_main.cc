@@ -1,0 +1,97 @@
+// fabricwatch-agent: run the per-node daemon, or `check` the node once and exit.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "common/config.h"
+#include "common/daemon_util.h"
+#include "common/log.h"
+#include "daemon/agent/agent.h"
+#include "daemon/agent/check_main.h"
+
+int main(int argc, char** argv) {
+  fw::agent::AgentOptions o;
+  fw::Seconds heartbeat{o.heartbeat_interval_s}, sample{o.sample_interval_s};
+  std::string log_level = "info", config, format = "text";
+
+  fw::ConfigBinding binding;
+  binding.Bind("aggregator", &o.aggregator);
+  binding.Bind("node-name", &o.node_name);
+  binding.Bind("probe-address", &o.probe_address);
+  binding.Bind("probe-port", &o.probe_port);
+  binding.Bind("http-listen", &o.http_listen);
+  binding.Bind("sysfs-root", &o.sysfs_root);
+  binding.Bind("hwloc-xml", &o.hwloc_xml);
+  binding.Bind("profile", &o.profile);
+  binding.Bind("heartbeat-interval", &heartbeat);
+  binding.Bind("sample-interval", &sample);
+  binding.Bind("buffer-batches", &o.buffer_batches);
+  binding.Bind("buffer-mb", &o.buffer_mb);
+  binding.Bind("log-level", &log_level);
+  if (!fw::LoadConfigFromArgs(binding, argc, argv, "fabricwatch-agent")) return 3;
+  auto duration = fw::DurationSetter;
+
+  CLI::App app{"fabricwatch-agent: watches this node's fabric (topology, NIC counters, probes to "
+               "peers) and streams it to the aggregator."};
+  app.add_option("--config", config, "YAML file whose keys are these flags' names");
+  app.add_option("--aggregator", o.aggregator, "aggregator gRPC address HOST:PORT")
+      ->capture_default_str();
+  app.add_option("--node-name", o.node_name, "this node's name (default: hostname)");
+  app.add_option("--probe-address", o.probe_address, "the address peers probe");
+  app.add_option("--probe-port", o.probe_port, "UDP and TCP echo port")->capture_default_str();
+  app.add_option("--http-listen", o.http_listen, "HTTP /metrics listen address")
+      ->capture_default_str();
+  app.add_option("--sysfs-root", o.sysfs_root, "sysfs root")->capture_default_str();
+  app.add_option("--hwloc-xml", o.hwloc_xml, "use an exported hwloc topology instead of live");
+  app.add_option("--profile", o.profile, "expected node shape: a name or a YAML file");
+  app.add_option_function<std::string>("--heartbeat-interval", duration(&heartbeat),
+                                       "heartbeat period (default 5s)");
+  app.add_option_function<std::string>("--sample-interval", duration(&sample),
+                                       "counter sampling period (default 1s)");
+  app.add_option("--buffer-batches", o.buffer_batches, "max unacknowledged batches kept")
+      ->capture_default_str();
+  app.add_option("--buffer-mb", o.buffer_mb, "max MiB of unacknowledged batches kept")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
+  app.add_option("--test-batches", o.test_batches, "test only: send N numbered batches")
+      ->group("");
+  app.add_option("--test-batch-rate", o.test_batch_rate, "test only: numbered batches per second")
+      ->group("");
+  std::string port_file;
+  app.add_option("--port-file", port_file, "write the bound HTTP port as JSON here once listening");
+  CLI::App* check = app.add_subcommand("check", "check this node once and exit 0/1/2/3");
+  check->add_option("--format", format, "text|json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  check->fallthrough();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 3;  // usage errors are "unknown" in the Nagios convention
+  }
+  o.heartbeat_interval_s = heartbeat.value > 0 ? heartbeat.value : 5;
+  o.sample_interval_s = sample.value > 0 ? sample.value : 1;
+
+  if (*check) return fw::agent::RunCheckCommand(o, format, std::cout);
+
+  fw::InitLogging("agent", log_level);
+  fw::BlockTerminationSignals();
+
+  fw::agent::Agent agent(o);
+  fw::Status st = agent.Start();
+  if (!st.ok()) {
+    spdlog::critical("msg=\"cannot start\" error=\"{}\"", st.message());
+    return 3;
+  }
+  if (!port_file.empty() &&
+      !fw::WritePortFile(port_file,
+                         "{\"http_port\": " + std::to_string(agent.http_port()) + "}\n")) {
+    spdlog::critical("msg=\"cannot write port file\" file={}", port_file);
+    return 3;
+  }
+  int sig = fw::WaitForTerminationSignal();
+  spdlog::info("msg=\"shutting down\" signal={}", sig);
+  agent.Stop();
+  return 0;
+}

@@ -1,0 +1,251 @@
+// gRPC client session with reconnect, resend and heartbeats.
+#include "daemon/agent/uplink.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <random>
+
+#include "fabricwatch.grpc.pb.h"
+
+namespace fw::agent {
+
+namespace v1 = fabricwatch::v1;
+
+Uplink::Uplink(Options options, OutboundBuffer& buffer, HelloFn hello, PlanFn on_plan,
+               metrics::Registry& registry)
+    : options_(std::move(options)),
+      buffer_(buffer),
+      hello_(std::move(hello)),
+      on_plan_(std::move(on_plan)),
+      backoff_(options_.backoff_base_s, options_.backoff_max_s, std::random_device{}()),
+      connected_gauge_(registry
+                           .AddGauge("fabricwatch_uplink_connected",
+                                     "1 while the session with the aggregator is established.")
+                           .WithLabels({})),
+      reconnects_(registry
+                      .AddCounter("fabricwatch_uplink_reconnects_total",
+                                  "Sessions established after the first.")
+                      .WithLabels({})),
+      connect_failures_(registry
+                            .AddCounter("fabricwatch_uplink_connect_failures_total",
+                                        "Attempts to reach the aggregator that failed.")
+                            .WithLabels({})),
+      batches_sent_(registry
+                        .AddCounter("fabricwatch_uplink_batches_sent_total",
+                                    "Probe batches written to the stream, resends included.")
+                        .WithLabels({})),
+      heartbeats_sent_(
+          registry.AddCounter("fabricwatch_uplink_heartbeats_sent_total", "Heartbeats sent.")
+              .WithLabels({})),
+      side_dropped_(registry
+                        .AddCounter("fabricwatch_uplink_side_messages_dropped_total",
+                                    "Counter samples and check reports dropped while "
+                                    "disconnected (only the newest are kept).")
+                        .WithLabels({})),
+      buffered_gauge_(registry
+                          .AddGauge("fabricwatch_uplink_buffered_batches",
+                                    "Probe batches waiting for an acknowledgement.")
+                          .WithLabels({})),
+      buffer_dropped_gauge_(registry
+                                .AddGauge("fabricwatch_uplink_buffer_dropped_batches",
+                                          "Probe batches dropped because the buffer was full.")
+                                .WithLabels({})),
+      acked_seq_gauge_(registry
+                           .AddGauge("fabricwatch_uplink_acked_seq",
+                                     "Highest batch sequence the aggregator acknowledged.")
+                           .WithLabels({})) {
+  registry.AddBeforeRender([this] {
+    buffered_gauge_.Set(static_cast<double>(buffer_.size()));
+    buffer_dropped_gauge_.Set(static_cast<double>(buffer_.dropped()));
+    acked_seq_gauge_.Set(static_cast<double>(buffer_.acked()));
+  });
+}
+
+Uplink::~Uplink() { Stop(); }
+
+void Uplink::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void Uplink::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+    if (active_context_ != nullptr) static_cast<grpc::ClientContext*>(active_context_)->TryCancel();
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Uplink::Notify() {
+  {
+    std::lock_guard lock(mu_);
+    wake_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Uplink::SendBestEffort(v1::AgentMessage msg) {
+  {
+    std::lock_guard lock(mu_);
+    side_.push_back(std::move(msg));
+    while (side_.size() > kMaxSideMessages) {
+      side_.pop_front();
+      side_dropped_.Inc();
+    }
+    wake_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool Uplink::SleepInterruptible(double seconds) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return stopping_; });
+  return !stopping_;
+}
+
+void Uplink::Run() {
+  bool first = true;
+  for (;;) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) break;
+    }
+    if (!first) reconnects_.Inc();
+    first = false;
+    RunSession();
+    buffer_.RewindForResend();
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) break;
+    }
+    double delay = backoff_.Next();
+    spdlog::info("msg=\"reconnecting\" aggregator={} in_s={:.2f} attempt={}", options_.aggregator,
+                 delay, backoff_.attempt());
+    if (!SleepInterruptible(delay)) break;
+  }
+}
+
+void Uplink::RunSession() {
+  auto channel = grpc::CreateChannel(options_.aggregator, grpc::InsecureChannelCredentials());
+  auto stub = v1::Aggregator::NewStub(channel);
+  grpc::ClientContext ctx;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    active_context_ = &ctx;
+    stream_broken_ = false;
+  }
+  auto clear_context = [&] {
+    std::lock_guard lock(mu_);
+    active_context_ = nullptr;
+  };
+  std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::AggregatorMessage>> stream =
+      stub->Connect(&ctx);
+  v1::AgentMessage hello_msg;
+  *hello_msg.mutable_hello() = hello_();
+  if (!stream->Write(hello_msg)) {
+    grpc::Status st = stream->Finish();
+    connect_failures_.Inc();
+    spdlog::warn("msg=\"cannot reach aggregator\" aggregator={} error=\"{}\"", options_.aggregator,
+                 st.error_message());
+    clear_context();
+    return;
+  }
+
+  // Reader: acks and plans. It ends when the stream ends; it then wakes the writer.
+  std::atomic<bool> got_first_ack{false};
+  std::thread reader([&] {
+    v1::AggregatorMessage in;
+    while (stream->Read(&in)) {
+      if (in.has_ack()) {
+        buffer_.Ack(in.ack().seq());
+        if (!got_first_ack.exchange(true)) {
+          connected_ = true;
+          connected_gauge_.Set(1);
+          backoff_.Reset();
+          spdlog::info("msg=\"connected\" aggregator={} resume_ack={}", options_.aggregator,
+                       in.ack().seq());
+        }
+      } else if (in.has_probe_plan()) {
+        if (on_plan_) on_plan_(in.probe_plan());
+      }
+    }
+    std::lock_guard lock(mu_);
+    stream_broken_ = true;
+    cv_.notify_all();
+  });
+
+  auto next_heartbeat = std::chrono::steady_clock::now();
+  bool ok = true;
+  while (ok) {
+    std::deque<v1::AgentMessage> side;
+    bool heartbeat_due = false;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait_until(lock, next_heartbeat, [this] { return stopping_ || wake_ || stream_broken_; });
+      if (stopping_ || stream_broken_) break;
+      wake_ = false;
+      side.swap(side_);
+      heartbeat_due = std::chrono::steady_clock::now() >= next_heartbeat;
+    }
+    // Batches are only sent once the aggregator has answered Hello with its resume point.
+    if (got_first_ack.load()) {
+      for (;;) {
+        auto batches = buffer_.TakeUnsent(options_.max_batches_per_wake);
+        if (batches.empty()) break;
+        for (auto& b : batches) {
+          v1::AgentMessage m;
+          *m.mutable_probe_batch() = std::move(b);
+          if (!stream->Write(m)) {
+            ok = false;
+            break;
+          }
+          batches_sent_.Inc();
+        }
+        if (!ok) break;
+      }
+    } else {
+      std::lock_guard lock(mu_);
+      wake_ = true;  // retry once the first ack lands
+    }
+    for (auto& m : side) {
+      if (!ok || !stream->Write(m)) {
+        ok = false;
+        break;
+      }
+    }
+    if (ok && heartbeat_due) {
+      v1::AgentMessage hb;
+      hb.mutable_heartbeat()->set_sent_unix_ns(RealClock::Get().WallNanos());
+      hb.mutable_heartbeat()->set_buffered_batches(buffer_.size());
+      hb.mutable_heartbeat()->set_dropped_batches(buffer_.dropped());
+      ok = stream->Write(hb);
+      if (ok) heartbeats_sent_.Inc();
+      next_heartbeat = std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds(
+                           static_cast<int64_t>(options_.heartbeat_interval_s * 1000));
+    }
+    if (!got_first_ack.load()) {
+      // Avoid spinning while waiting for the first ack.
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(20),
+                   [this] { return stopping_ || stream_broken_; });
+    }
+  }
+  ctx.TryCancel();
+  reader.join();
+  grpc::Status st = stream->Finish();
+  clear_context();
+  if (connected_.exchange(false)) {
+    connected_gauge_.Set(0);
+    spdlog::warn("msg=\"disconnected\" aggregator={} code={} error=\"{}\"", options_.aggregator,
+                 static_cast<int>(st.error_code()), st.error_message());
+  } else {
+    connect_failures_.Inc();
+    spdlog::warn("msg=\"session failed\" aggregator={} code={} error=\"{}\"", options_.aggregator,
+                 static_cast<int>(st.error_code()), st.error_message());
+  }
+}
+
+}  // namespace fw::agent

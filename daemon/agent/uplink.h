@@ -1,0 +1,88 @@
+// The agent's session with the aggregator: Hello, batches with acks, heartbeats, reconnects.
+//
+// Only uplink.cc includes grpcpp. It uses the synchronous bidi stream with one reader thread and one
+// writer thread per connection: at one stream per agent this is simpler to reason about than a
+// reactor, and every blocking call is released by cancelling the ClientContext.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/backoff.h"
+#include "common/clock.h"
+#include "daemon/agent/outbound_buffer.h"
+#include "exporter/registry.h"
+#include "fabricwatch.pb.h"
+
+namespace fw::agent {
+
+class Uplink {
+ public:
+  struct Options {
+    std::string aggregator = "127.0.0.1:9750";
+    double heartbeat_interval_s = 5;
+    double backoff_base_s = 0.5;
+    double backoff_max_s = 30;
+    size_t max_batches_per_wake = 64;
+  };
+  using HelloFn = std::function<fabricwatch::v1::Hello()>;
+  using PlanFn = std::function<void(const fabricwatch::v1::ProbePlan&)>;
+
+  Uplink(Options options, OutboundBuffer& buffer, HelloFn hello, PlanFn on_plan,
+         metrics::Registry& registry);
+  ~Uplink();
+
+  void Start();
+  // Cancels the stream and joins the threads. Idempotent.
+  void Stop();
+  // Wakes the writer because the buffer has new batches.
+  void Notify();
+  // Best-effort, unacknowledged messages (counter samples, check reports). Only the newest
+  // `kMaxSideMessages` are kept while disconnected.
+  void SendBestEffort(fabricwatch::v1::AgentMessage msg);
+
+  bool connected() const { return connected_.load(); }
+  uint64_t reconnects() const { return static_cast<uint64_t>(reconnects_.Value()); }
+
+  static constexpr size_t kMaxSideMessages = 16;
+
+ private:
+  void Run();
+  // One connection's life; returns when the stream ends or Stop() is called.
+  void RunSession();
+  bool SleepInterruptible(double seconds);
+
+  Options options_;
+  OutboundBuffer& buffer_;
+  HelloFn hello_;
+  PlanFn on_plan_;
+  Backoff backoff_;
+  std::thread thread_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;                               // GUARDED_BY(mu_)
+  bool wake_ = false;                                   // GUARDED_BY(mu_)
+  bool stream_broken_ = false;                          // GUARDED_BY(mu_)
+  std::deque<fabricwatch::v1::AgentMessage> side_;      // GUARDED_BY(mu_)
+  void* active_context_ = nullptr;                      // GUARDED_BY(mu_): grpc::ClientContext*
+  std::atomic<bool> connected_{false};
+
+  metrics::Gauge& connected_gauge_;
+  metrics::Counter& reconnects_;
+  metrics::Counter& connect_failures_;
+  metrics::Counter& batches_sent_;
+  metrics::Counter& heartbeats_sent_;
+  metrics::Counter& side_dropped_;
+  metrics::Gauge& buffered_gauge_;
+  metrics::Gauge& buffer_dropped_gauge_;
+  metrics::Gauge& acked_seq_gauge_;
+};
+
+}  // namespace fw::agent

@@ -1,0 +1,104 @@
+// Child-process helpers for integration tests.
+#include "tests/integration/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+namespace fw::testing {
+
+Process::Process(std::vector<std::string> argv, const std::string& log_path) {
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  pid_ = fork();
+  if (pid_ == 0) {
+    int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    // Die with the test runner rather than leak.
+    execv(args[0], args.data());
+    _exit(127);
+  }
+}
+
+Process::~Process() {
+  if (pid_ > 0 && status_ == -1) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &status_, 0);
+  }
+}
+
+void Process::Signal(int sig) {
+  if (pid_ > 0 && status_ == -1) kill(pid_, sig);
+}
+
+int Process::Wait(std::chrono::milliseconds timeout) {
+  if (status_ != -1) return status_;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int st = 0;
+    pid_t r = waitpid(pid_, &st, WNOHANG);
+    if (r == pid_) {
+      status_ = st;
+      return st;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return -1;
+}
+
+int Process::Stop(std::chrono::milliseconds grace) {
+  Signal(SIGTERM);
+  int st = Wait(grace);
+  if (st == -1) {
+    Signal(SIGKILL);
+    st = Wait(std::chrono::seconds(5));
+  }
+  return st;
+}
+
+bool Process::running() { return Wait(std::chrono::milliseconds(0)) == -1; }
+
+bool WaitUntil(const std::function<bool()>& cond, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return cond();
+}
+
+int ReadPort(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  if (!in) return -1;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded() || !j.contains(key)) return -1;
+  return j[key].get<int>();
+}
+
+TempDir::TempDir() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "fwtest.XXXXXX").string();
+  char* p = mkdtemp(tmpl.data());
+  path_ = p ? p : "/tmp";
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  if (std::getenv("FW_KEEP_TEMP") == nullptr) std::filesystem::remove_all(path_, ec);
+}
+
+}  // namespace fw::testing
