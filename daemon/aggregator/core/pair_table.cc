@@ -21,6 +21,12 @@ NodeId PairTable::Intern(std::string_view name) {
   return id;
 }
 
+std::optional<NodeId> PairTable::Find(std::string_view name) const {
+  std::shared_lock lock(names_mu_);
+  if (auto it = ids_.find(name); it != ids_.end()) return it->second;
+  return std::nullopt;
+}
+
 std::string_view PairTable::NameOf(NodeId id) const {
   std::shared_lock lock(names_mu_);
   return names_[id];
@@ -132,18 +138,26 @@ void PairTable::ForEachPair(const std::function<void(const PairView&)>& fn) cons
 
 void PairTable::ForEachPairFrom(std::string_view src,
                                 const std::function<void(const PairView&)>& fn) const {
-  NodeId id;
-  {
-    std::shared_lock lock(names_mu_);
-    auto it = ids_.find(src);
-    if (it == ids_.end()) return;
-    id = it->second;
-  }
-  const Shard& shard = shards_[ShardOf(id)];
+  const std::optional<NodeId> id = Find(src);
+  if (!id) return;
+  const Shard& shard = shards_[ShardOf(*id)];
   std::lock_guard<std::mutex> lock(shard.mu);
-  auto it = shard.by_source.find(id);
+  auto it = shard.by_source.find(*id);
   if (it == shard.by_source.end()) return;
   for (uint32_t index : it->second) VisitLocked(shard.pairs[index], fn);
+}
+
+bool PairTable::VisitPair(std::string_view src, std::string_view dst, Transport t,
+                          const std::function<void(const PairView&)>& fn) const {
+  const std::optional<NodeId> s = Find(src);
+  const std::optional<NodeId> d = Find(dst);
+  if (!s || !d) return false;
+  const Shard& shard = shards_[ShardOf(*s)];
+  std::lock_guard<std::mutex> lock(shard.mu);
+  const auto it = shard.by_key.find(Key(*s, *d, t));
+  if (it == shard.by_key.end()) return false;
+  VisitLocked(shard.pairs[it->second], fn);
+  return true;
 }
 
 std::vector<std::string> PairTable::SourceNodes() const {

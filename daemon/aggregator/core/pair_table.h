@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <span>
 #include <string>
@@ -73,6 +74,9 @@ class PairTable {
   void ForEachPair(const std::function<void(const PairView&)>& fn) const;
   // Calls fn for every pair whose source is `src` (fast: pairs are indexed by source).
   void ForEachPairFrom(std::string_view src, const std::function<void(const PairView&)>& fn) const;
+  // Calls fn for one pair if it exists; returns whether it did. Creates nothing.
+  bool VisitPair(std::string_view src, std::string_view dst, Transport t,
+                 const std::function<void(const PairView&)>& fn) const;
   // Source node names that have at least one pair, in first-seen order.
   std::vector<std::string> SourceNodes() const;
 
@@ -115,6 +119,7 @@ class PairTable {
   }
   static int ShardOf(NodeId src) { return static_cast<int>(src % kShards); }
   NodeId Intern(std::string_view name);
+  std::optional<NodeId> Find(std::string_view name) const;
   std::string_view NameOf(NodeId id) const;
   // REQUIRES: shard.mu held.
   uint32_t FindOrCreateLocked(Shard& shard, NodeId src, NodeId dst, Transport t);
