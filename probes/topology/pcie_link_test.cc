@@ -136,8 +136,12 @@ TEST_F(PcieTree, DowntrainedGpuWidthIsCriticalNicSpeedIsWarningIdleGpuSpeedIsFin
       ASSERT_EQ(l.problems.size(), 1u);
       EXPECT_THAT(l.problems[0], HasSubstr("current_link_speed: unparsable"));
     }
-    if (l.target.bdf == "0000:02:01.0") EXPECT_EQ(l.problems.size(), 4u);
-    if (l.target.bdf == "0000:84:00.0") EXPECT_FALSE(l.present);
+    if (l.target.bdf == "0000:02:01.0") {
+      EXPECT_EQ(l.problems.size(), 4u);
+    }
+    if (l.target.bdf == "0000:84:00.0") {
+      EXPECT_FALSE(l.present);
+    }
   }
 }
 

@@ -31,10 +31,14 @@ std::optional<int> ReadMtu(const std::string& sysfs_root, const std::string& net
 
 const char* VerdictName(int code) {
   switch (code) {
-    case 0: return "OK";
-    case 1: return "WARNING";
-    case 2: return "CRITICAL";
-    default: return "UNKNOWN";
+    case 0:
+      return "OK";
+    case 1:
+      return "WARNING";
+    case 2:
+      return "CRITICAL";
+    default:
+      return "UNKNOWN";
   }
 }
 
@@ -105,7 +109,8 @@ NodeInventory BuildInventory(std::string node, topology::NodeTopology topo,
   return inv;
 }
 
-std::vector<Finding> CheckInventory(const NodeInventory& inv, const topology::NodeProfile& profile) {
+std::vector<Finding> CheckInventory(const NodeInventory& inv,
+                                    const topology::NodeProfile& profile) {
   std::vector<Finding> out = topology::CheckPcieLinks(inv.pcie, inv.node);
   topology::ProfileInputs in;
   in.node = inv.node;
@@ -122,9 +127,9 @@ StatusOr<NodeCheckResult> CheckNode(const CheckOptions& options, const Clock& cl
   if (!profile.ok()) return profile.status();
   auto topo = topology::Discover(options.hwloc_xml);
   if (!topo.ok()) return topo.status();
-  counters::Sampler sampler({.sysfs_root = options.sysfs_root,
-                             .xmit_wait_tick_bytes = options.xmit_wait_tick_bytes},
-                            clock);
+  counters::Sampler sampler(
+      {.sysfs_root = options.sysfs_root, .xmit_wait_tick_bytes = options.xmit_wait_tick_bytes},
+      clock);
   const std::vector<counters::PortSample>* samples = &sampler.SampleOnce();
   if (options.counter_interval.count() > 0) {
     std::this_thread::sleep_for(options.counter_interval);
@@ -135,7 +140,8 @@ StatusOr<NodeCheckResult> CheckNode(const CheckOptions& options, const Clock& cl
   result.inventory = BuildInventory(NodeNameOrHostname(options.node_name), std::move(*topo),
                                     *profile, result.ports, options.sysfs_root);
   result.findings = CheckInventory(result.inventory, *profile);
-  for (Finding& f : counters::CheckPorts(result.ports, result.inventory.node, options.port_checks)) {
+  for (Finding& f :
+       counters::CheckPorts(result.ports, result.inventory.node, options.port_checks)) {
     result.findings.push_back(std::move(f));
   }
   SortFindings(result.findings);
@@ -152,8 +158,8 @@ nlohmann::json CheckResultToJson(const NodeCheckResult& r) {
   j["gpus"] = nlohmann::json::array();
   for (size_t g = 0; g < inv.topology.gpus.size(); ++g) {
     const topology::Gpu& gpu = inv.topology.gpus[g];
-    nlohmann::json e = {{"name", gpu.name}, {"bdf", gpu.bdf}, {"model", gpu.model},
-                        {"os_device", gpu.os_device}};
+    nlohmann::json e = {
+        {"name", gpu.name}, {"bdf", gpu.bdf}, {"model", gpu.model}, {"os_device", gpu.os_device}};
     std::ostringstream id;
     id << std::hex << std::setfill('0') << std::setw(4) << gpu.vendor_id << ":" << std::setw(4)
        << gpu.device_id;
@@ -168,22 +174,22 @@ nlohmann::json CheckResultToJson(const NodeCheckResult& r) {
   std::set<std::string> listed;
   for (const topology::Nic& n : inv.topology.nics) {
     listed.insert(n.name);
-    j["nics"].push_back({{"name", n.name},
-                         {"kind", n.kind == topology::NicKind::kRdma ? "rdma" : "ethernet"},
-                         {"bdf", n.bdf},
-                         {"netdevs", n.netdevs},
-                         {"fabric", std::count(inv.fabric_nics.begin(), inv.fabric_nics.end(),
-                                               n.name) > 0}});
+    j["nics"].push_back(
+        {{"name", n.name},
+         {"kind", n.kind == topology::NicKind::kRdma ? "rdma" : "ethernet"},
+         {"bdf", n.bdf},
+         {"netdevs", n.netdevs},
+         {"fabric", std::count(inv.fabric_nics.begin(), inv.fabric_nics.end(), n.name) > 0}});
   }
   for (const topology::PortFacts& f : inv.port_facts) {
     if (!listed.insert(f.device).second) continue;  // an RDMA device hwloc did not show
-    j["nics"].push_back({{"name", f.device},
-                         {"kind", "rdma"},
-                         {"bdf", ""},
-                         {"netdevs", f.netdev.empty() ? std::vector<std::string>{}
-                                                      : std::vector<std::string>{f.netdev}},
-                         {"fabric", std::count(inv.fabric_nics.begin(), inv.fabric_nics.end(),
-                                               f.device) > 0}});
+    j["nics"].push_back(
+        {{"name", f.device},
+         {"kind", "rdma"},
+         {"bdf", ""},
+         {"netdevs",
+          f.netdev.empty() ? std::vector<std::string>{} : std::vector<std::string>{f.netdev}},
+         {"fabric", std::count(inv.fabric_nics.begin(), inv.fabric_nics.end(), f.device) > 0}});
   }
   j["nvswitches"] = inv.topology.nvswitches;
   j["affinity"] = nlohmann::json::array();
@@ -193,17 +199,17 @@ nlohmann::json CheckResultToJson(const NodeCheckResult& r) {
   }
   j["pcie"] = nlohmann::json::array();
   for (const topology::PcieLink& l : inv.pcie) {
-    j["pcie"].push_back({{"bdf", l.target.bdf},
-                         {"role", l.target.role},
-                         {"for", l.target.owner},
-                         {"present", l.present},
-                         {"current_speed_gts", OptNum(l.current_speed_gts)},
-                         {"max_speed_gts", OptNum(l.max_speed_gts)},
-                         {"current_width", l.current_width ? nlohmann::json(*l.current_width)
-                                                           : nlohmann::json(nullptr)},
-                         {"max_width", l.max_width ? nlohmann::json(*l.max_width)
-                                                   : nlohmann::json(nullptr)},
-                         {"problems", l.problems}});
+    j["pcie"].push_back(
+        {{"bdf", l.target.bdf},
+         {"role", l.target.role},
+         {"for", l.target.owner},
+         {"present", l.present},
+         {"current_speed_gts", OptNum(l.current_speed_gts)},
+         {"max_speed_gts", OptNum(l.max_speed_gts)},
+         {"current_width",
+          l.current_width ? nlohmann::json(*l.current_width) : nlohmann::json(nullptr)},
+         {"max_width", l.max_width ? nlohmann::json(*l.max_width) : nlohmann::json(nullptr)},
+         {"problems", l.problems}});
   }
   j["ports"] = nlohmann::json::array();
   for (const counters::PortSample& p : r.ports) {
@@ -247,7 +253,7 @@ std::string CheckResultToText(const NodeCheckResult& r) {
   os << "node " << inv.node << " · profile " << inv.profile << " · topology " << inv.topology.source
      << "\n";
   os << inv.topology.gpus.size() << " GPUs, " << inv.fabric_nics.size() << " fabric NICs ("
-     << (inv.fabric_nics.empty() ? std::string("none") : "") ;
+     << (inv.fabric_nics.empty() ? std::string("none") : "");
   for (size_t i = 0; i < inv.fabric_nics.size(); ++i) os << (i ? " " : "") << inv.fabric_nics[i];
   os << "), " << inv.topology.nvswitches.size() << " NVSwitches, " << inv.topology.packages
      << " packages, " << inv.topology.numa_nodes.size() << " NUMA nodes\n\n";

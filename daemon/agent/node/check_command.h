@@ -2,11 +2,10 @@
 #pragma once
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -22,10 +21,10 @@ namespace fw::agent {
 
 struct CheckOptions {
   std::string sysfs_root = "/sys";
-  std::string hwloc_xml;          // empty: live hwloc discovery
-  std::string profile;            // built-in name or YAML file; empty: "generic"
-  std::string format = "text";    // text | json
-  std::string node_name;          // empty: the hostname
+  std::string hwloc_xml;        // empty: live hwloc discovery
+  std::string profile;          // built-in name or YAML file; empty: "generic"
+  std::string format = "text";  // text | json
+  std::string node_name;        // empty: the hostname
   // Two counter passes this far apart give rates (climbing errors, congestion); 0 takes a single
   // snapshot, which still reports port state and saturated counters.
   std::chrono::milliseconds counter_interval{1000};
@@ -36,10 +35,10 @@ struct CheckOptions {
 // Everything the node knows about itself after one check.
 struct NodeInventory {
   std::string node;
-  std::string profile;                        // the profile's name
+  std::string profile;  // the profile's name
   topology::NodeTopology topology;
-  topology::Affinity affinity;                // over the fabric NICs hwloc sees
-  std::vector<std::string> fabric_nics;       // devices the profile counts as fabric
+  topology::Affinity affinity;           // over the fabric NICs hwloc sees
+  std::vector<std::string> fabric_nics;  // devices the profile counts as fabric
   std::vector<topology::PcieLink> pcie;
   std::vector<topology::PortFacts> port_facts;
 };

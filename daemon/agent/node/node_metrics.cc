@@ -66,20 +66,20 @@ NodeMetrics::NodeMetrics(NodeMetricsOptions options, metrics::Registry& r, const
       cnp_sent_(r.AddCounter("fabricwatch_nic_port_cnp_sent_total",
                              "RoCE congestion notifications sent (hw_counters/np_cnp_sent).",
                              kPortLabels)),
-      cnp_handled_(r.AddCounter("fabricwatch_nic_port_cnp_handled_total",
-                                "RoCE congestion notifications handled (hw_counters/rp_cnp_handled).",
-                                kPortLabels)),
-      ecn_marked_(r.AddCounter(
-          "fabricwatch_nic_port_ecn_marked_total",
-          "ECN-marked RoCE packets received (hw_counters/np_ecn_marked_roce_packets).",
-          kPortLabels)),
+      cnp_handled_(r.AddCounter(
+          "fabricwatch_nic_port_cnp_handled_total",
+          "RoCE congestion notifications handled (hw_counters/rp_cnp_handled).", kPortLabels)),
+      ecn_marked_(
+          r.AddCounter("fabricwatch_nic_port_ecn_marked_total",
+                       "ECN-marked RoCE packets received (hw_counters/np_ecn_marked_roce_packets).",
+                       kPortLabels)),
       affinity_(r.AddGauge("fabricwatch_gpu_nic_affinity",
                            "GPU to NIC path class (PIX..SYS); the value is always 1.",
                            {"gpu", "nic", "class"})),
-      pcie_speed_(r.AddGauge("fabricwatch_pcie_link_speed_gts",
-                             "PCIe link speed per lane in GT/s.", {"bdf", "which"})),
-      pcie_width_(r.AddGauge("fabricwatch_pcie_link_width", "PCIe link width in lanes.",
+      pcie_speed_(r.AddGauge("fabricwatch_pcie_link_speed_gts", "PCIe link speed per lane in GT/s.",
                              {"bdf", "which"})),
+      pcie_width_(
+          r.AddGauge("fabricwatch_pcie_link_width", "PCIe link width in lanes.", {"bdf", "which"})),
       read_errors_(r.AddCounter("fabricwatch_node_sysfs_read_errors_total",
                                 "Sysfs values that could not be used, by reason.", {"reason"})),
       resets_(r.AddCounter("fabricwatch_node_counter_resets_total",
@@ -212,8 +212,7 @@ void NodeMetrics::PublishPorts(const std::vector<counters::PortSample>& ports) {
     const counters::PortSample& p = ports[i];
     PortSeries& s = *port_series_[i];
     if (p.vanished) continue;
-    if (s.info_labels.empty() || s.info_labels[2] != p.link_layer ||
-        s.info_labels[4] != p.fw_ver) {
+    if (s.info_labels.empty() || s.info_labels[2] != p.link_layer || s.info_labels[4] != p.fw_ver) {
       if (!s.info_labels.empty()) port_info_.Remove(s.info_labels);
       s.info_labels = {p.device, std::to_string(p.port), p.link_layer, p.hca_type, p.fw_ver};
       port_info_.WithLabels(s.info_labels).Set(1);
@@ -255,8 +254,8 @@ Status NodeMetrics::SampleNow() {
     latest_.ports = ports;
     latest_.seq = sampler_.stats().passes;
     latest_.wall_ns = clock_.WallNanos();
-    node = latest_.inventory ? latest_.inventory->node
-                             : NodeNameOrHostname(options_.check.node_name);
+    node =
+        latest_.inventory ? latest_.inventory->node : NodeNameOrHostname(options_.check.node_name);
   }
   port_findings = counters::CheckPorts(ports, node, options_.check.port_checks);
   Status status;

@@ -29,12 +29,12 @@ struct NodeMetricsOptions {
 // The latest results, copied out for the uplink (plain structs; see check_command.h and
 // probes/counters/sampler.h for field meanings).
 struct NodeSnapshot {
-  uint64_t seq = 0;           // counter passes so far; 0 before the first
-  int64_t wall_ns = 0;        // when the last pass finished
+  uint64_t seq = 0;                                // counter passes so far; 0 before the first
+  int64_t wall_ns = 0;                             // when the last pass finished
   std::shared_ptr<const NodeInventory> inventory;  // null until the first successful check
   std::vector<Finding> findings;                   // inventory findings + latest port findings
   std::vector<counters::PortSample> ports;         // latest pass, with rates
-  std::string last_error;     // why the last check failed, empty when it succeeded
+  std::string last_error;  // why the last check failed, empty when it succeeded
 };
 
 // Thread-safety: Start/Stop from one owner thread; Latest() from any thread. SampleNow() must not
@@ -104,10 +104,10 @@ class NodeMetrics {
   std::vector<std::vector<std::string>> affinity_labels_, pcie_labels_;
 
   mutable std::mutex mu_;
-  NodeSnapshot latest_;                // GUARDED_BY(mu_)
+  NodeSnapshot latest_;                      // GUARDED_BY(mu_)
   std::vector<Finding> inventory_findings_;  // GUARDED_BY(mu_)
   std::condition_variable cv_;
-  bool stop_ = false;                  // GUARDED_BY(mu_)
+  bool stop_ = false;  // GUARDED_BY(mu_)
   std::thread thread_;
 };
 

@@ -82,7 +82,8 @@ TEST(NodeMetrics, NodeExporterParityOnH100Tree) {
     EXPECT_EQ(ours("nic_port_rcv_bytes_total"),
               static_cast<double>(ReadU64(c + "port_rcv_data") * 4));
     EXPECT_EQ(ours("nic_port_link_downed_total"), static_cast<double>(ReadU64(c + "link_downed")));
-    EXPECT_EQ(ours("nic_port_rcv_errors_total"), static_cast<double>(ReadU64(c + "port_rcv_errors")));
+    EXPECT_EQ(ours("nic_port_rcv_errors_total"),
+              static_cast<double>(ReadU64(c + "port_rcv_errors")));
     EXPECT_EQ(ours("nic_port_xmit_discards_total"),
               static_cast<double>(ReadU64(c + "port_xmit_discards")));
     EXPECT_EQ(ours("nic_port_xmit_wait_total"), static_cast<double>(ReadU64(c + "port_xmit_wait")));
