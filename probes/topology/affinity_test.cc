@@ -41,7 +41,9 @@ void ExpectA100PairsPxb(const Affinity& a) {
   for (size_t g = 0; g < 4; ++g) {
     EXPECT_EQ(a.best_class[g], PXB);
     for (size_t h = 0; h < 4; ++h) {
-      if (g != h) EXPECT_EQ(a.gpu_gpu[g][h], SYS) << g << "," << h;
+      if (g != h) {
+        EXPECT_EQ(a.gpu_gpu[g][h], SYS) << g << "," << h;
+      }
     }
   }
 }

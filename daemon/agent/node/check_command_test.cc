@@ -85,7 +85,9 @@ TEST(CheckCommand, DgxH100ProfileDoesNotCountTheBond) {
     }
     if (f["kind"] == "gpu_nic_locality") ++locality;
     // The bond's own saturated counter is a real port finding; it is just never a fabric NIC.
-    if (f["kind"] != "port_errors") EXPECT_THAT(summary, Not(HasSubstr("bond"))) << summary;
+    if (f["kind"] != "port_errors") {
+      EXPECT_THAT(summary, Not(HasSubstr("bond"))) << summary;
+    }
   }
   EXPECT_EQ(gpu_count, 1);
   EXPECT_EQ(nic_count, 0);  // eight 400G IB ports: exactly what the profile wants
