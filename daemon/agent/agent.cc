@@ -6,8 +6,7 @@
 #include <random>
 #include <spdlog/spdlog.h>
 
-#include "probes/topology/affinity.h"
-#include "probes/topology/hwloc_discovery.h"
+#include "daemon/agent/node_report.h"
 
 namespace fw::agent {
 
@@ -26,65 +25,30 @@ Agent::Agent(AgentOptions options)
       session_id_(std::random_device{}() | (uint64_t{std::random_device{}()} << 32)),
       self_(registry_, FW_VERSION),
       buffer_(static_cast<size_t>(std::max(1, options_.buffer_batches)),
-              static_cast<size_t>(std::max(1, options_.buffer_mb)) << 20),
-      discovery_errors_(registry_
-                            .AddCounter("fabricwatch_discovery_errors_total",
-                                        "Topology discoveries that failed.")
-                            .WithLabels({})) {
+              static_cast<size_t>(std::max(1, options_.buffer_mb)) << 20) {
   if (options_.node_name.empty()) options_.node_name = Hostname();
+  NodeMetricsOptions no;
+  no.check.sysfs_root = options_.sysfs_root;
+  no.check.hwloc_xml = options_.hwloc_xml;
+  no.check.profile = options_.profile;
+  no.check.node_name = options_.node_name;
+  no.sample_interval = std::chrono::milliseconds(
+      static_cast<int64_t>(std::max(0.05, options_.sample_interval_s) * 1000));
+  node_ = std::make_unique<NodeMetrics>(std::move(no), registry_, RealClock::Get());
 }
 
 Agent::~Agent() { Stop(); }
-
-Status Agent::Discover() {
-  auto topo = topology::Discover(options_.hwloc_xml);
-  inventory_.set_hostname(Hostname());
-  inventory_.set_cores(static_cast<uint32_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
-  if (!topo.ok()) {
-    discovery_errors_.Inc();
-    inventory_.set_source(options_.hwloc_xml.empty() ? "live" : options_.hwloc_xml);
-    return topo.status();
-  }
-  inventory_.set_source(topo->source);
-  inventory_.set_packages(static_cast<uint32_t>(topo->packages));
-  inventory_.set_numa_nodes(static_cast<uint32_t>(topo->numa_nodes.size()));
-  topology::Affinity aff = topology::ComputeAffinity(*topo);
-  auto numa_of = [&](int node_index) {
-    if (node_index < 0 || node_index >= static_cast<int>(topo->nodes.size())) return -1;
-    const auto& numa = topo->nodes[node_index].numa;
-    return numa.size() == 1 ? numa[0] : -1;
-  };
-  for (size_t i = 0; i < topo->gpus.size(); ++i) {
-    const topology::Gpu& g = topo->gpus[i];
-    v1::Gpu* pg = inventory_.add_gpus();
-    pg->set_bus_id(g.bdf);
-    pg->set_name(g.model.empty() ? g.name : g.name + " " + g.model);
-    pg->set_vendor_id(g.vendor_id);
-    pg->set_device_id(g.device_id);
-    pg->set_numa_node(numa_of(g.node_index));
-    if (i < aff.best_nics.size() && !aff.best_nics[i].empty()) {
-      pg->set_best_nic(aff.best_nics[i][0]);
-      if (aff.best_class[i]) pg->set_affinity_class(topology::PathClassName(*aff.best_class[i]));
-    }
-  }
-  for (const topology::Nic& n : topo->nics) {
-    v1::Nic* pn = inventory_.add_nics();
-    pn->set_bus_id(n.bdf);
-    pn->set_device(n.name);
-    if (!n.netdevs.empty()) pn->set_netdev(n.netdevs[0]);
-    pn->set_vendor_id(n.vendor_id);
-    pn->set_device_id(n.device_id);
-    pn->set_numa_node(numa_of(n.node_index));
-    pn->set_fabric(n.kind == topology::NicKind::kRdma);
-  }
-  return Status::Ok();
-}
 
 v1::Hello Agent::MakeHello() const {
   v1::Hello h;
   h.set_node(options_.node_name);
   h.set_version(FW_VERSION);
-  *h.mutable_inventory() = inventory_;
+  NodeSnapshot snap = node_->Latest();
+  if (snap.inventory) {
+    *h.mutable_inventory() = InventoryToProto(*snap.inventory);
+  } else {
+    h.mutable_inventory()->set_hostname(Hostname());
+  }
   h.set_session_id(session_id_);
   h.set_next_seq(buffer_.next_seq());
   if (!options_.probe_address.empty()) {
@@ -99,10 +63,10 @@ v1::Hello Agent::MakeHello() const {
 }
 
 Status Agent::Start() {
-  Status d = Discover();
+  Status d = node_->Start();
   if (!d.ok()) {
-    // The agent still probes and reports without an inventory; say so once.
-    spdlog::warn("msg=\"topology discovery failed\" error=\"{}\"", d.message());
+    // The agent still samples counters, probes and reports without an inventory; say so once.
+    spdlog::warn("msg=\"node check failed\" error=\"{}\"", d.message());
   }
   auto http = http::Server::Start(options_.http_listen, 2);
   if (!http.ok()) return http.status();
@@ -121,12 +85,18 @@ Status Agent::Start() {
         spdlog::info("msg=\"probe plan received\" version={} peers={}", plan.version(),
                      plan.peers_size());
       },
-      registry_);
+      registry_, [this] {
+        std::lock_guard lock(report_mu_);
+        report_now_ = true;
+        report_cv_.notify_all();
+      });
   uplink_->Start();
+  report_thread_ = std::thread([this] { ReportLoop(); });
   if (options_.test_batches > 0) test_thread_ = std::thread([this] { TestBatchLoop(); });
-  spdlog::info("msg=\"agent started\" node={} aggregator={} http_port={} gpus={} nics={}",
-               options_.node_name, options_.aggregator, http_port(), inventory_.gpus_size(),
-               inventory_.nics_size());
+  NodeSnapshot snap = node_->Latest();
+  spdlog::info("msg=\"agent started\" node={} aggregator={} http_port={} gpus={} ports={}",
+               options_.node_name, options_.aggregator, http_port(),
+               snap.inventory ? snap.inventory->topology.gpus.size() : 0, snap.ports.size());
   return Status::Ok();
 }
 
@@ -148,9 +118,53 @@ void Agent::TestBatchLoop() {
   spdlog::info("msg=\"test batches queued\" count={}", options_.test_batches);
 }
 
+void Agent::SendCheckReport() {
+  v1::AgentMessage m;
+  *m.mutable_check_report() = CheckReportToProto(node_->Latest());
+  uplink_->SendBestEffort(std::move(m));
+}
+
+void Agent::ReportLoop() {
+  uint64_t last_seq = 0;
+  std::string last_findings;
+  auto last_report = std::chrono::steady_clock::now();
+  auto period = std::chrono::milliseconds(
+      static_cast<int64_t>(std::max(0.05, options_.sample_interval_s) * 1000));
+  std::unique_lock lock(report_mu_);
+  while (!stopping_) {
+    report_cv_.wait_for(lock, period, [this] { return stopping_.load() || report_now_; });
+    if (stopping_) break;
+    bool forced = report_now_;
+    report_now_ = false;
+    lock.unlock();
+    NodeSnapshot snap = node_->Latest();
+    if (snap.seq != last_seq && !snap.ports.empty()) {
+      last_seq = snap.seq;
+      v1::AgentMessage m;
+      *m.mutable_counter_batch() = CounterBatchToProto(snap);
+      uplink_->SendBestEffort(std::move(m));
+    }
+    std::string findings;
+    for (const Finding& f : snap.findings) findings += f.kind + f.location.id + f.summary + "\n";
+    auto now = std::chrono::steady_clock::now();
+    if (forced || findings != last_findings || now - last_report >= kCheckReportPeriod) {
+      last_findings = findings;
+      last_report = now;
+      SendCheckReport();
+    }
+    lock.lock();
+  }
+}
+
 void Agent::Stop() {
   if (stopping_.exchange(true)) return;
+  {
+    std::lock_guard lock(report_mu_);
+    report_cv_.notify_all();
+  }
+  if (report_thread_.joinable()) report_thread_.join();
   if (test_thread_.joinable()) test_thread_.join();
+  if (node_) node_->Stop();
   if (uplink_) uplink_->Stop();
   if (http_) http_->Stop();
   spdlog::info("msg=\"agent stopped\" node={}", options_.node_name);

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <thread>
@@ -12,6 +15,7 @@
 #include "exporter/http_server.h"
 #include "exporter/registry.h"
 #include "exporter/self_metrics.h"
+#include "daemon/agent/node/node_metrics.h"
 #include "fabricwatch.pb.h"
 
 namespace fw::agent {
@@ -44,21 +48,29 @@ class Agent {
   const std::string& node_name() const { return options_.node_name; }
 
  private:
-  Status Discover();
   fabricwatch::v1::Hello MakeHello() const;
   void TestBatchLoop();
+  // Sends counter samples every pass, and the check report when it changes, every
+  // kCheckReportPeriod, and after every (re)connect.
+  void ReportLoop();
+  void SendCheckReport();
+
+  static constexpr std::chrono::seconds kCheckReportPeriod{60};
 
   AgentOptions options_;
   uint64_t session_id_;
   metrics::Registry registry_;
   metrics::SelfMetrics self_;
-  fabricwatch::v1::Inventory inventory_;
+  std::unique_ptr<NodeMetrics> node_;
   OutboundBuffer buffer_;
   std::unique_ptr<Uplink> uplink_;
   std::unique_ptr<http::Server> http_;
   std::atomic<bool> stopping_{false};
   std::thread test_thread_;
-  metrics::Counter& discovery_errors_;
+  std::thread report_thread_;
+  std::mutex report_mu_;
+  std::condition_variable report_cv_;
+  bool report_now_ = false;  // GUARDED_BY(report_mu_)
 };
 
 }  // namespace fw::agent

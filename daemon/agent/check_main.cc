@@ -8,13 +8,13 @@
 namespace fw::agent {
 
 int RunCheckCommand(const AgentOptions& options, const std::string& format, std::ostream& out) {
-  node::CheckOptions co;
+  CheckOptions co;
   co.sysfs_root = options.sysfs_root;
   co.hwloc_xml = options.hwloc_xml;
   co.profile = options.profile;
   co.format = format;
   co.node_name = options.node_name;
-  return node::RunCheck(co, out);
+  return RunCheck(co, out);
 }
 
 }  // namespace fw::agent

@@ -13,11 +13,12 @@ namespace fw::agent {
 namespace v1 = fabricwatch::v1;
 
 Uplink::Uplink(Options options, OutboundBuffer& buffer, HelloFn hello, PlanFn on_plan,
-               metrics::Registry& registry)
+               metrics::Registry& registry, ConnectedFn on_connected)
     : options_(std::move(options)),
       buffer_(buffer),
       hello_(std::move(hello)),
       on_plan_(std::move(on_plan)),
+      on_connected_(std::move(on_connected)),
       backoff_(options_.backoff_base_s, options_.backoff_max_s, std::random_device{}()),
       connected_gauge_(registry
                            .AddGauge("fabricwatch_uplink_connected",
@@ -166,6 +167,7 @@ void Uplink::RunSession() {
           backoff_.Reset();
           spdlog::info("msg=\"connected\" aggregator={} resume_ack={}", options_.aggregator,
                        in.ack().seq());
+          if (on_connected_) on_connected_();
         }
       } else if (in.has_probe_plan()) {
         if (on_plan_) on_plan_(in.probe_plan());

@@ -33,9 +33,11 @@ class Uplink {
   };
   using HelloFn = std::function<fabricwatch::v1::Hello()>;
   using PlanFn = std::function<void(const fabricwatch::v1::ProbePlan&)>;
+  using ConnectedFn = std::function<void()>;
 
+  // `on_connected` runs on the reader thread each time a session is established (first ack).
   Uplink(Options options, OutboundBuffer& buffer, HelloFn hello, PlanFn on_plan,
-         metrics::Registry& registry);
+         metrics::Registry& registry, ConnectedFn on_connected = nullptr);
   ~Uplink();
 
   void Start();
@@ -62,6 +64,7 @@ class Uplink {
   OutboundBuffer& buffer_;
   HelloFn hello_;
   PlanFn on_plan_;
+  ConnectedFn on_connected_;
   Backoff backoff_;
   std::thread thread_;
 

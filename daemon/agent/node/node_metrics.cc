@@ -82,18 +82,18 @@ NodeMetrics::NodeMetrics(NodeMetricsOptions options, metrics::Registry& r, const
           r.AddGauge("fabricwatch_pcie_link_width", "PCIe link width in lanes.", {"bdf", "which"})),
       read_errors_(r.AddCounter("fabricwatch_node_sysfs_read_errors_total",
                                 "Sysfs values that could not be used, by reason.", {"reason"})),
-      resets_(r.AddCounter("fabricwatch_node_counter_resets_total",
+      resets_(r.AddCounter("fabricwatch_node_sysfs_resets_total",
                            "Port counters seen going backwards (cleared).")
                   .WithLabels({})),
-      wraps_(r.AddCounter("fabricwatch_node_counter_wraps_total",
+      wraps_(r.AddCounter("fabricwatch_node_sysfs_wraps_total",
                           "Port counters seen wrapping at 2^32.")
                  .WithLabels({})),
-      passes_(r.AddCounter("fabricwatch_node_counter_passes_total", "Counter sampling passes.")
+      passes_(r.AddCounter("fabricwatch_node_sample_passes_total", "Counter sampling passes.")
                   .WithLabels({})),
       check_errors_(r.AddCounter("fabricwatch_node_check_errors_total",
                                  "Node checks (discovery, profile) that failed.")
                         .WithLabels({})),
-      pass_seconds_(r.AddGauge("fabricwatch_node_counter_pass_cpu_seconds",
+      pass_seconds_(r.AddGauge("fabricwatch_node_sample_pass_cpu_seconds",
                                "CPU time of the last counter sampling pass.")
                         .WithLabels({})) {}
 

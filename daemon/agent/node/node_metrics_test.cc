@@ -104,7 +104,7 @@ TEST(NodeMetrics, NodeExporterParityOnH100Tree) {
                     "\"Ethernet\",hca_type=\"MT41692\",fw_ver=\"32.38.3056\"}"),
             1u);
   EXPECT_EQ(m.at("fabricwatch_gpu_nic_affinity{gpu=\"GPU1\",nic=\"mlx5_0\",class=\"PXB\"}"), 1.0);
-  EXPECT_EQ(m.at("fabricwatch_node_counter_passes_total"), 1.0);
+  EXPECT_EQ(m.at("fabricwatch_node_sample_passes_total"), 1.0);
   EXPECT_EQ(m.at("fabricwatch_node_sysfs_read_errors_total{reason=\"unparsable\"}"), 0.0);
 }
 
