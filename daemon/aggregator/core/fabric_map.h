@@ -109,14 +109,17 @@ class FabricMap {
   // The same for two nodes: the first NIC pair on a common rail (same NIC name), else their first
   // NICs. kUnknown when either node is absent or no path exists.
   PathSet PathsBetweenNodes(std::string_view src_node, std::string_view dst_node) const;
-  // Equal-cost shortest paths between two switches (cached).
+  // Equal-cost shortest paths between two switches; null when none. Cached: the first call for a
+  // source switch computes its paths to every switch with hosts at once.
   std::shared_ptr<const SwitchPaths> SwitchPathsBetween(SwitchIndex a, SwitchIndex b) const;
 
  private:
   struct Cache;
+  struct Bfs;
   FabricMap();
-  std::vector<std::vector<LinkIndex>> EnumeratePaths(SwitchIndex a, SwitchIndex b,
-                                                     bool* truncated) const;
+  Bfs BfsFrom(SwitchIndex a) const;
+  std::shared_ptr<const SwitchPaths> EnumeratePaths(const Bfs& bfs, SwitchIndex a,
+                                                    SwitchIndex b) const;
 
   Routing routing_ = Routing::kEcmp;
   std::vector<Switch> switches_;

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <deque>
 #include <mutex>
+#include <utility>
 
 #include "daemon/aggregator/core/fabric_map.h"
 
@@ -17,29 +18,40 @@ FabricMap::FabricMap(FabricMap&&) noexcept = default;
 FabricMap& FabricMap::operator=(FabricMap&&) noexcept = default;
 FabricMap::~FabricMap() = default;
 
-std::vector<std::vector<LinkIndex>> FabricMap::EnumeratePaths(SwitchIndex a, SwitchIndex b,
-                                                              bool* truncated) const {
-  *truncated = false;
+// Breadth-first search from one switch: distances and every shortest-path predecessor.
+struct FabricMap::Bfs {
+  std::vector<uint32_t> dist;
+  std::vector<std::vector<std::pair<SwitchIndex, LinkIndex>>> preds;
+};
+
+FabricMap::Bfs FabricMap::BfsFrom(SwitchIndex a) const {
   const size_t n = switches_.size();
-  // Breadth-first from a: every shortest-path predecessor of each switch.
-  std::vector<uint32_t> dist(n, kNoIndex);
-  std::vector<std::vector<std::pair<SwitchIndex, LinkIndex>>> preds(n);
+  Bfs bfs{std::vector<uint32_t>(n, kNoIndex), decltype(Bfs::preds)(n)};
   std::deque<SwitchIndex> queue{a};
-  dist[a] = 0;
+  bfs.dist[a] = 0;
   while (!queue.empty()) {
     const SwitchIndex u = queue.front();
     queue.pop_front();
-    if (u == b) continue;  // nothing beyond b can be on a shortest a→b path
     for (const auto& [v, link] : adjacency_[u]) {
-      if (dist[v] == kNoIndex) {
-        dist[v] = dist[u] + 1;
+      if (bfs.dist[v] == kNoIndex) {
+        bfs.dist[v] = bfs.dist[u] + 1;
         queue.push_back(v);
       }
-      if (dist[v] == dist[u] + 1) preds[v].emplace_back(u, link);
+      if (bfs.dist[v] == bfs.dist[u] + 1) bfs.preds[v].emplace_back(u, link);
     }
   }
-  std::vector<std::vector<LinkIndex>> out;
-  if (dist[b] == kNoIndex) return out;
+  return bfs;
+}
+
+std::shared_ptr<const SwitchPaths> FabricMap::EnumeratePaths(const Bfs& bfs, SwitchIndex a,
+                                                             SwitchIndex b) const {
+  auto result = std::make_shared<SwitchPaths>();
+  if (a == b) {
+    result->paths.emplace_back();
+    return result;
+  }
+  if (bfs.dist[b] == kNoIndex) return nullptr;
+  auto& out = result->paths;
   // Walk the predecessor DAG back from b without recursion (a long chain must not blow the stack).
   struct Frame {
     SwitchIndex node;
@@ -49,10 +61,10 @@ std::vector<std::vector<LinkIndex>> FabricMap::EnumeratePaths(SwitchIndex a, Swi
   std::vector<LinkIndex> reversed;  // links from b back to the frame on top; size == stack.size()-1
   while (!stack.empty()) {
     const Frame top = stack.back();
-    if (top.node == a || top.next == preds[top.node].size()) {
+    if (top.node == a || top.next == bfs.preds[top.node].size()) {
       if (top.node == a) {
         if (out.size() == kMaxPaths) {
-          *truncated = true;
+          result->truncated = true;
           break;
         }
         out.emplace_back(reversed.rbegin(), reversed.rend());
@@ -61,34 +73,35 @@ std::vector<std::vector<LinkIndex>> FabricMap::EnumeratePaths(SwitchIndex a, Swi
       if (!reversed.empty()) reversed.pop_back();
       continue;
     }
-    const auto [pred, link] = preds[top.node][top.next];
+    const auto [pred, link] = bfs.preds[top.node][top.next];
     ++stack.back().next;
     reversed.push_back(link);
     stack.push_back({pred, 0});
   }
   std::sort(out.begin(), out.end());
-  return out;
+  return result;
 }
 
 std::shared_ptr<const SwitchPaths> FabricMap::SwitchPathsBetween(SwitchIndex a,
                                                                  SwitchIndex b) const {
   if (a >= switches_.size() || b >= switches_.size()) return nullptr;
-  const uint64_t key = (static_cast<uint64_t>(a) << 32) | b;
+  auto key = [](SwitchIndex x, SwitchIndex y) { return (static_cast<uint64_t>(x) << 32) | y; };
   {
     std::lock_guard<std::mutex> lock(cache_->mu);
-    if (auto it = cache_->paths.find(key); it != cache_->paths.end()) return it->second;
+    if (auto it = cache_->paths.find(key(a, b)); it != cache_->paths.end()) return it->second;
   }
-  auto computed = std::make_shared<SwitchPaths>();
-  if (a == b) {
-    computed->paths.emplace_back();
-  } else {
-    computed->paths = EnumeratePaths(a, b, &computed->truncated);
+  // One search from a answers every destination: fill in a→b and a→(every switch with hosts), as
+  // callers (the planner, the analyzer) ask for all leaf pairs of a source leaf together.
+  const Bfs bfs = BfsFrom(a);
+  std::vector<std::pair<uint64_t, std::shared_ptr<const SwitchPaths>>> computed;
+  computed.emplace_back(key(a, b), EnumeratePaths(bfs, a, b));
+  for (SwitchIndex x = 0; x < switches_.size(); ++x) {
+    if (x != b && !nics_by_switch_[x].empty())
+      computed.emplace_back(key(a, x), EnumeratePaths(bfs, a, x));
   }
-  std::shared_ptr<const SwitchPaths> result =
-      computed->paths.empty() ? nullptr : std::shared_ptr<const SwitchPaths>(std::move(computed));
   std::lock_guard<std::mutex> lock(cache_->mu);
-  // Another thread may have raced us to it; both computed the same answer.
-  return cache_->paths.emplace(key, std::move(result)).first->second;
+  for (auto& [k, paths] : computed) cache_->paths.emplace(k, std::move(paths));  // keeps a racer's
+  return cache_->paths.at(key(a, b));
 }
 
 PathSet FabricMap::Paths(HostNicIndex src, HostNicIndex dst) const {

@@ -89,6 +89,7 @@ PlanSet Planner::PlanFor(const std::vector<AgentInfo>& live) const {
              std::tie(b.node, b.address, b.src_address);
     });
   }
+  ApplyFleetCap(out);
   ApplyBudgets(out);
   return out;
 }
@@ -113,6 +114,7 @@ void Planner::PlanWithMap(const std::vector<AgentInfo>& agents, PlanSet& out,
   auto add_peer = [&](HostNicIndex s, HostNicIndex d, uint32_t flows) {
     const HostNic& dst = nics[d];
     PlannedPeer p;
+    p.path_class = nics[s].leaf == dst.leaf ? PathClass::kIntraLeaf : PathClass::kInterLeaf;
     p.node = dst.node;
     p.address = dst.address;
     p.port = PortFor(*agent_of.at(dst.node), dst, config_.default_port);
@@ -248,6 +250,35 @@ void Planner::PlanWithoutMap(const std::vector<const AgentInfo*>& agents, PlanSe
     ++in_degree[v];
     add_peer(*pred, *v);
   }
+}
+
+void Planner::ApplyFleetCap(PlanSet& out) const {
+  const double cap = config_.fleet_results_per_s;
+  if (cap <= 0) return;
+  double intra = 0, other = 0;
+  for (const auto& [node, plan] : out.plans) {
+    for (const PlannedPeer& p : plan.peers) {
+      (p.path_class == PathClass::kIntraLeaf ? intra : other) +=
+          static_cast<double>(p.flows.size()) * p.rate_pps;
+    }
+  }
+  if (intra + other <= cap) return;
+  // Inter-leaf (and unknown-path) flows get what intra-leaf flows leave, but at least half the cap
+  // when they need it: many inter-leaf flows share each spine link, so each can run slower.
+  const double other_share = std::min(other, std::max(cap / 2, cap - intra));
+  const double intra_share = std::min(intra, cap - other_share);
+  const double f_intra = intra > 0 ? intra_share / intra : 1.0;
+  const double f_other = other > 0 ? other_share / other : 1.0;
+  for (auto& [node, plan] : out.plans) {
+    for (PlannedPeer& p : plan.peers) {
+      p.rate_pps *= p.path_class == PathClass::kIntraLeaf ? f_intra : f_other;
+    }
+  }
+  out.notes.push_back("the mesh asks for " + std::to_string(static_cast<int64_t>(intra + other)) +
+                      " results/s, over the fleet cap of " +
+                      std::to_string(static_cast<int64_t>(cap)) + "; flow rates scaled by " +
+                      std::to_string(f_intra) + " (intra-leaf) and " + std::to_string(f_other) +
+                      " (inter-leaf)");
 }
 
 void Planner::ApplyBudgets(PlanSet& out) const {

@@ -34,8 +34,11 @@ struct PlannerConfig {
   double budget_pps = 1000;            // per node, latency probes sent
   double budget_bytes_per_s = 12.5e6;  // per node, all probe bytes sent (100 Mbit/s)
   uint64_t bw_burst_bytes = 4 << 20;
-  uint32_t bw_interval_s = 300;     // at least this long between bursts to the same peer
-  double bw_budget_share = 0.5;     // part of the byte budget that bandwidth bursts may use
+  uint32_t bw_interval_s = 300;  // at least this long between bursts to the same peer
+  double bw_budget_share = 0.5;  // part of the byte budget that bandwidth bursts may use
+  // All latency results the fleet may send the aggregator per second (its ingest capacity); 0 means
+  // no limit. Over it, intra-leaf flows keep at least half, inter-leaf flows slow down first.
+  double fleet_results_per_s = 400'000;
   size_t full_mesh_max_nodes = 64;  // without a fabric map: full mesh up to this many nodes
   size_t sampled_peers = 16;        // ... and beyond it, this many peers per node
   Transport latency_transport = Transport::kUdp;
@@ -51,8 +54,9 @@ struct PlannedPeer {
   // over the ECMP paths; each result reports the source port it used.
   std::vector<uint16_t> flows;
   Transport transport = Transport::kUdp;
-  double rate_pps = 0;    // per flow
-  bool bandwidth = true;  // also gets one bandwidth burst per bw_interval_s
+  double rate_pps = 0;                         // per flow
+  PathClass path_class = PathClass::kUnknown;  // what the map says about this NIC pair
+  bool bandwidth = true;                       // also gets one bandwidth burst per bw_interval_s
 };
 
 struct Budget {
@@ -93,6 +97,7 @@ class Planner {
   void PlanWithMap(const std::vector<AgentInfo>& agents, PlanSet& out,
                    std::vector<const AgentInfo*>& unmapped) const;
   void PlanWithoutMap(const std::vector<const AgentInfo*>& agents, PlanSet& out) const;
+  void ApplyFleetCap(PlanSet& out) const;
   void ApplyBudgets(PlanSet& out) const;
 
   PlannerConfig config_;

@@ -114,6 +114,7 @@ TEST(PlannerTest, LeafSpineGetsIntraLeafMeshAndOneRepresentativePerLeafPair) {
     size_t intra = 0;
     for (const PlannedPeer& p : plan.peers) {
       const bool same_leaf = p.node.substr(0, 2) == node.substr(0, 2);
+      EXPECT_EQ(p.path_class, same_leaf ? PathClass::kIntraLeaf : PathClass::kInterLeaf);
       if (same_leaf) {
         ++intra;
         EXPECT_EQ(p.flows.size(), 1u);
@@ -296,6 +297,24 @@ TEST(PlannerTest, BudgetsLowerRatesAndStretchBandwidthIntervals) {
   }
   EXPECT_TRUE(lowered);
   EXPECT_FALSE(set.notes.empty());
+}
+
+TEST(PlannerTest, FleetCapSlowsInterLeafFlowsFirst) {
+  const auto map = LeafSpine(8, 10, 8);  // 90 leaf pairs × 51 flows + 10 × 8 × 7 intra pairs
+  PlannerConfig cfg;
+  cfg.fleet_results_per_s = 2'000;
+  Planner planner(cfg, map);
+  const PlanSet set = planner.PlanFor(AgentsOf(*map));
+  double intra = 0, inter = 0;
+  for (const auto& [node, plan] : set.plans) {
+    for (const PlannedPeer& p : plan.peers) {
+      const double r = p.rate_pps * static_cast<double>(p.flows.size());
+      (p.path_class == PathClass::kIntraLeaf ? intra : inter) += r;
+    }
+  }
+  EXPECT_NEAR(intra, 560.0, 1e-6);  // 560 intra-leaf pairs keep 1/s: they fit beside the rest
+  EXPECT_NEAR(intra + inter, 2'000.0, 1e-6);
+  EXPECT_THAT(set.notes, ::testing::Contains(::testing::HasSubstr("over the fleet cap")));
 }
 
 }  // namespace
