@@ -1,6 +1,8 @@
 // UDP prober thread: plan switching, send slots, batched receive with kernel timestamps, timeouts.
 #include "probes/net/udp_prober.h"
 
+#include <linux/errqueue.h>
+#include <linux/net_tstamp.h>
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -31,6 +33,7 @@ enum class SlotState : uint8_t { kFree, kOutstanding, kAnswered, kLost };
 struct Pending {
   uint64_t seq = 0;
   int64_t send_mono = 0;
+  int64_t tx_real = 0;  // kernel software TX timestamp (CLOCK_REALTIME), 0 until read back
   int64_t send_wall = 0;
   SlotState state = SlotState::kFree;
 };
@@ -102,6 +105,8 @@ class UdpProber::Loop {
   StatusOr<size_t> SocketFor(int family, uint32_t j);
   void SendSlot(uint32_t slot);
   void Receive(size_t sock_index);
+  // Reads software TX timestamps off the socket's error queue into the pending probes.
+  void DrainTxStamps(size_t sock_index);
   void HandleReply(size_t sock_index, const mmsghdr& m, const uint8_t* data, int64_t offset,
                    int64_t now_mono);
   void Resolve(Flow& f, Pending& p, bool lost, int64_t rtt_ns);
@@ -138,14 +143,23 @@ class UdpProber::Loop {
   uint32_t next_slot_ = 0;
   std::vector<uint8_t> rx_buffers_;
   size_t rx_buffer_size_ = 0;
+  size_t packet_len_ = 0;  // every probe of the current plan has this size
   std::array<mmsghdr, kRxBatch> rx_msgs_{};
   std::array<iovec, kRxBatch> rx_iov_{};
   std::array<sockaddr_storage, kRxBatch> rx_addr_{};
-  std::array<std::array<uint8_t, CMSG_SPACE(sizeof(timespec)) * 2>, kRxBatch> rx_cmsg_{};
+  // Room for SCM_TIMESTAMPNS on replies, and for SCM_TIMESTAMPING plus IP(V6)_RECVERR with its
+  // offender address on error-queue stamps; too small a buffer shows up as MSG_CTRUNC.
+  static constexpr size_t kCmsgSpace =
+      CMSG_SPACE(sizeof(scm_timestamping)) +
+      CMSG_SPACE(sizeof(sock_extended_err) + sizeof(sockaddr_in6)) + CMSG_SPACE(sizeof(timespec));
+  struct alignas(cmsghdr) CmsgBuffer {
+    uint8_t bytes[kCmsgSpace];
+  };
+  std::array<CmsgBuffer, kRxBatch> rx_cmsg_{};
 
   std::atomic<uint64_t> sent_{0}, answered_{0}, lost_{0}, late_{0}, duplicate_{0}, stray_{0},
-      budget_skipped_{0}, send_errors_{0}, rx_kernel_ts_{0}, rx_user_ts_{0}, abandoned_{0},
-      plans_applied_{0}, wakeups_{0};
+      budget_skipped_{0}, send_errors_{0}, rx_kernel_ts_{0}, tx_kernel_ts_{0}, rx_user_ts_{0},
+      abandoned_{0}, plans_applied_{0}, wakeups_{0};
   std::array<std::atomic<uint64_t>, kDropReasonCount> dropped_{};
 };
 
@@ -206,6 +220,13 @@ StatusOr<size_t> UdpProber::Loop::SocketFor(int family, uint32_t j) {
       int one = 1;
       if (setsockopt(s.fd.get(), SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) != 0) {
         return ErrnoStatus("setsockopt(SO_TIMESTAMPNS)", errno);
+      }
+      // TX stamps come back on the error queue with the sent packet (no OPT_TSONLY), so each
+      // stamp is matched to its probe by the header it carries, not by counting sends.
+      int flags = SOF_TIMESTAMPING_TX_SOFTWARE | SOF_TIMESTAMPING_SOFTWARE;
+      if (options_.kernel_tx_timestamps &&
+          setsockopt(s.fd.get(), SOL_SOCKET, SO_TIMESTAMPING, &flags, sizeof flags) != 0) {
+        return ErrnoStatus("setsockopt(SO_TIMESTAMPING)", errno);
       }
     }
     if (bind(s.fd.get(), bind_addr->get(), bind_addr->len) != 0) {
@@ -299,7 +320,9 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
   for (uint32_t i = 0; i < flows_.size(); ++i) slots_[i % slots].push_back(i);
   next_slot_ = 0;
   next_slot_time_ = clock_.MonotonicNanos();
-  rx_buffer_size_ = packet_len + 64;  // room to see (and reject) a longer datagram
+  packet_len_ = packet_len;
+  // Room to see (and reject) a longer reply, and for the headers an error-queue copy carries.
+  rx_buffer_size_ = packet_len + 256;  // room to see (and reject) a longer datagram
   rx_buffers_.assign(kRxBatch * rx_buffer_size_, 0);
   for (size_t i = 0; i < kRxBatch; ++i) {
     rx_iov_[i] = {rx_buffers_.data() + i * rx_buffer_size_, rx_buffer_size_};
@@ -339,6 +362,7 @@ void UdpProber::Loop::SendSlot(uint32_t slot) {
     Sock& s = sockets_[f.sock];
     p.seq = f.next_seq++;
     p.send_wall = wall;
+    p.tx_real = 0;
     p.state = SlotState::kOutstanding;
     s.tx_flows[s.tx_count] = fi;
     mmsghdr& m = s.tx_msgs[s.tx_count];
@@ -380,6 +404,11 @@ void UdpProber::Loop::SendSlot(uint32_t slot) {
       done += n;
     }
     s.tx_count = 0;
+    // The stamps are usually queued by the time sendmmsg returns: take them now rather than on
+    // an extra EPOLLERR wakeup.
+    if (options_.kernel_rx_timestamps && options_.kernel_tx_timestamps) {
+      DrainTxStamps(static_cast<size_t>(&s - sockets_.data()));
+    }
   }
 }
 
@@ -419,29 +448,88 @@ void UdpProber::Loop::HandleReply(size_t sock_index, const mmsghdr& m, const uin
     duplicate_.fetch_add(1, kRelaxed);
     return;
   }
-  // Receive time: the kernel's CLOCK_REALTIME stamp mapped onto CLOCK_MONOTONIC with the offset
-  // sampled for this batch. A stamp outside [send, now] means the wall clock stepped between the
-  // two: use the user-space time instead and count it.
-  int64_t rx = now_mono;
-  bool kernel = false;
+  // The round trip, best source first:
+  //  1. kernel TX stamp -> kernel RX stamp: both CLOCK_REALTIME, one clock, no conversion;
+  //  2. user-space send time -> kernel RX stamp mapped onto CLOCK_MONOTONIC with the offset
+  //     sampled for this batch;
+  //  3. user-space send time -> user-space receive time.
+  // A kernel-based value outside (0, user-space RTT] means the wall clock stepped in between:
+  // it falls through to the next source.
+  const int64_t user_rtt = now_mono - p.send_mono;
+  int64_t rtt = user_rtt;
+  bool kernel_rx = false, kernel_tx = false;
   for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr); c;
        c = CMSG_NXTHDR(const_cast<msghdr*>(&m.msg_hdr), c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
-      timespec ts;
-      std::memcpy(&ts, CMSG_DATA(c), sizeof ts);
-      int64_t k = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec - offset;
-      if (real_clock_ && k >= p.send_mono && k <= now_mono) {
-        rx = k;
-        kernel = true;
-      }
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_TIMESTAMPNS || !real_clock_) continue;
+    timespec ts;
+    std::memcpy(&ts, CMSG_DATA(c), sizeof ts);
+    const int64_t rx_real = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+    if (p.tx_real != 0 && rx_real > p.tx_real && rx_real - p.tx_real <= user_rtt) {
+      rtt = rx_real - p.tx_real;
+      kernel_rx = kernel_tx = true;
+    } else if (int64_t k = rx_real - offset; k > p.send_mono && k <= now_mono) {
+      rtt = k - p.send_mono;
+      kernel_rx = true;
     }
   }
-  (kernel ? rx_kernel_ts_ : rx_user_ts_).fetch_add(1, kRelaxed);
-  Resolve(f, p, false, rx - p.send_mono);
+  (kernel_rx ? rx_kernel_ts_ : rx_user_ts_).fetch_add(1, kRelaxed);
+  if (kernel_tx) tx_kernel_ts_.fetch_add(1, kRelaxed);
+  Resolve(f, p, false, rtt);
+}
+
+void UdpProber::Loop::DrainTxStamps(size_t sock_index) {
+  Sock& s = sockets_[sock_index];
+  for (;;) {
+    for (size_t i = 0; i < kRxBatch; ++i) {
+      msghdr& h = rx_msgs_[i].msg_hdr;
+      h = {};
+      h.msg_iov = &rx_iov_[i];
+      h.msg_iovlen = 1;
+      h.msg_control = rx_cmsg_[i].bytes;
+      h.msg_controllen = sizeof rx_cmsg_[i].bytes;
+    }
+    int n = recvmmsg(s.fd.get(), rx_msgs_.data(), kRxBatch, MSG_ERRQUEUE | MSG_DONTWAIT, nullptr);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // EAGAIN: empty
+    for (int i = 0; i < n; ++i) {
+      const msghdr& h = rx_msgs_[i].msg_hdr;
+      int64_t tx_real = 0;
+      bool is_stamp = false;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPING) {
+          scm_timestamping stamps;
+          std::memcpy(&stamps, CMSG_DATA(c), sizeof stamps);
+          tx_real =
+              static_cast<int64_t>(stamps.ts[0].tv_sec) * 1'000'000'000 + stamps.ts[0].tv_nsec;
+        } else if ((c->cmsg_level == SOL_IP && c->cmsg_type == IP_RECVERR) ||
+                   (c->cmsg_level == SOL_IPV6 && c->cmsg_type == IPV6_RECVERR)) {
+          sock_extended_err err;
+          std::memcpy(&err, CMSG_DATA(c), sizeof err);
+          is_stamp = err.ee_errno == ENOMSG && err.ee_origin == SO_EE_ORIGIN_TIMESTAMPING;
+        }
+      }
+      // The looped packet carries the lower-layer headers first; our probe is its tail.
+      const size_t len = rx_msgs_[i].msg_len;
+      if (!is_stamp || tx_real == 0 || len < packet_len_ || (h.msg_flags & MSG_TRUNC)) continue;
+      ProbeHeader ph;
+      const uint8_t* probe = rx_buffers_.data() + i * rx_buffer_size_ + (len - packet_len_);
+      if (ParseHeader(std::span<const uint8_t>(probe, packet_len_), nullptr, &ph) !=
+          DropReason::kNone) {
+        continue;
+      }
+      const uint32_t index = ph.flow_id & 0xffff;
+      if ((ph.flow_id >> 16) != (generation_ & 0xffff) || index >= flows_.size()) continue;
+      Flow& f = flows_[index];
+      Pending& p = f.ring[ph.seq % f.ring.size()];
+      if (p.seq == ph.seq && p.state == SlotState::kOutstanding) p.tx_real = tx_real;
+    }
+    if (static_cast<size_t>(n) < kRxBatch) return;
+  }
 }
 
 void UdpProber::Loop::Receive(size_t sock_index) {
   Sock& s = sockets_[sock_index];
+  if (options_.kernel_rx_timestamps && options_.kernel_tx_timestamps) DrainTxStamps(sock_index);
   for (;;) {
     for (size_t i = 0; i < kRxBatch; ++i) {
       msghdr& h = rx_msgs_[i].msg_hdr;
@@ -450,8 +538,8 @@ void UdpProber::Loop::Receive(size_t sock_index) {
       h.msg_namelen = sizeof(sockaddr_storage);
       h.msg_iov = &rx_iov_[i];
       h.msg_iovlen = 1;
-      h.msg_control = rx_cmsg_[i].data();
-      h.msg_controllen = rx_cmsg_[i].size();
+      h.msg_control = rx_cmsg_[i].bytes;
+      h.msg_controllen = sizeof rx_cmsg_[i].bytes;
     }
     int n = recvmmsg(s.fd.get(), rx_msgs_.data(), kRxBatch, MSG_DONTWAIT, nullptr);
     if (n < 0) {
@@ -564,6 +652,7 @@ UdpProberStats UdpProber::Loop::Snapshot() const {
   s.budget_skipped = budget_skipped_.load(kRelaxed);
   s.send_errors = send_errors_.load(kRelaxed);
   s.rx_kernel_ts = rx_kernel_ts_.load(kRelaxed);
+  s.tx_kernel_ts = tx_kernel_ts_.load(kRelaxed);
   s.rx_user_ts = rx_user_ts_.load(kRelaxed);
   s.abandoned = abandoned_.load(kRelaxed);
   s.plans_applied = plans_applied_.load(kRelaxed);

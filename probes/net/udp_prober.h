@@ -45,6 +45,10 @@ struct UdpProberOptions {
   // each wakeup sends one sendmmsg batch per socket instead of one syscall per probe.
   uint32_t send_slots = 10;
   bool kernel_rx_timestamps = true;
+  // Software TX timestamps (SO_TIMESTAMPING, read back from the error queue): the RTT then runs
+  // from the kernel's send stamp to its receive stamp, both CLOCK_REALTIME, so batching and
+  // syscall entry do not inflate it. Needs kernel_rx_timestamps.
+  bool kernel_tx_timestamps = true;
 };
 
 struct UdpProberStats {
@@ -56,7 +60,8 @@ struct UdpProberStats {
   uint64_t stray = 0;           // valid reply matching no outstanding flow (old plan, bad source)
   uint64_t budget_skipped = 0;  // probes not sent because the agent budget was spent
   uint64_t send_errors = 0;
-  uint64_t rx_kernel_ts = 0;  // RTTs taken from the kernel receive timestamp
+  uint64_t rx_kernel_ts = 0;  // RTTs ending at the kernel receive timestamp
+  uint64_t tx_kernel_ts = 0;  // ... of which also starting at the kernel send timestamp
   uint64_t rx_user_ts = 0;    // RTTs that fell back to the user-space receive time
   uint64_t abandoned = 0;     // outstanding probes of a replaced plan (no result emitted)
   uint64_t plans_applied = 0;
