@@ -19,6 +19,7 @@ Aggregator::Aggregator(AggregatorOptions options, const Clock& clock)
       self_(registry_, FW_VERSION),
       fleet_(clock_, registry_,
              FleetState::Options{options_.heartbeat_timeout_s, options_.record_test_batches}),
+      ports_(registry_),
       ticks_(registry_.AddCounter("fabricwatch_aggregator_ticks_total", "Analysis ticks run.")
                  .WithLabels({})) {}
 
@@ -106,7 +107,9 @@ void Aggregator::TickLoop() {
 }
 
 void Aggregator::OnProbeBatch(const std::string&, const v1::ProbeBatch&) {}
-void Aggregator::OnCounterBatch(const std::string&, const v1::CounterBatch&) {}
+void Aggregator::OnCounterBatch(const std::string& node, const v1::CounterBatch& batch) {
+  ports_.Update(node, batch);
+}
 void Aggregator::OnCheckReport(const std::string&, const v1::CheckReport&) {}
 std::optional<v1::ProbePlan> Aggregator::PlanFor(const std::string&) { return std::nullopt; }
 

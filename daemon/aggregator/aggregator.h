@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "daemon/aggregator/fleet_state.h"
 #include "daemon/aggregator/ingest_service.h"
+#include "daemon/aggregator/port_metrics.h"
 #include "exporter/http_server.h"
 #include "exporter/registry.h"
 #include "exporter/self_metrics.h"
@@ -60,6 +61,7 @@ class Aggregator final : public IngestSink {
   metrics::Registry registry_;
   metrics::SelfMetrics self_;
   FleetState fleet_;
+  PortMetrics ports_;
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<http::Server> http_;
   std::atomic<bool> ready_{false};
