@@ -9,7 +9,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/log.h"
@@ -145,6 +147,26 @@ class EchoResponder::Loop {
 
   TokenBucket global_;
   std::unordered_map<SourceKey, TokenBucket, SourceKeyHash> sources_;
+  std::unordered_set<SourceKey, SourceKeyHash> allowed_;  // empty: everyone
+
+ public:
+  // Hands a new allow list to the thread (SetAllowedPeers). Thread-safe.
+  void PostAllowed(std::unordered_set<SourceKey, SourceKeyHash> allowed) {
+    std::lock_guard lock(allowed_mu_);
+    pending_allowed_ = std::move(allowed);
+    allowed_dirty_ = true;
+  }
+
+ private:
+  void TakeAllowed() {
+    if (!allowed_dirty_.load()) return;
+    std::lock_guard lock(allowed_mu_);
+    allowed_.swap(pending_allowed_);
+    allowed_dirty_ = false;
+  }
+  std::mutex allowed_mu_;
+  std::unordered_set<SourceKey, SourceKeyHash> pending_allowed_;  // GUARDED_BY(allowed_mu_)
+  std::atomic<bool> allowed_dirty_{false};
   std::unordered_map<int, std::unique_ptr<TcpConn>> conns_;
 
   // UDP batch buffers, allocated once.
@@ -227,6 +249,10 @@ Status EchoResponder::Loop::Open(uint16_t* port_out) {
 
 bool EchoResponder::Loop::Admit(const sockaddr_storage& src) {
   SourceKey key = KeyOf(src);
+  if (!allowed_.empty() && !allowed_.contains(key)) {
+    Count(ResponderDrop::kNotInPlan);
+    return false;
+  }
   auto it = sources_.find(key);
   if (it == sources_.end()) {
     if (sources_.size() >= options_.max_sources) {
@@ -481,6 +507,7 @@ void EchoResponder::Loop::Run() {
   std::array<epoll_event, 64> events;
   int64_t last_sweep = clock_.MonotonicNanos();
   while (!stopping_.load()) {
+    TakeAllowed();
     int n = epoll_wait(epoll_fd_.get(), events.data(), events.size(), 200);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -542,5 +569,16 @@ void EchoResponder::Stop() {
 }
 
 ResponderStats EchoResponder::Stats() const { return loop_->Snapshot(); }
+
+Status EchoResponder::SetAllowedPeers(const std::vector<std::string>& addresses) {
+  std::unordered_set<SourceKey, SourceKeyHash> allowed;
+  for (const std::string& a : addresses) {
+    StatusOr<SocketAddress> parsed = ParseAddress(a, 0);
+    if (!parsed.ok()) return Status::InvalidArgument("allowed peer: " + parsed.status().message());
+    allowed.insert(KeyOf(parsed->storage));
+  }
+  loop_->PostAllowed(std::move(allowed));
+  return Status::Ok();
+}
 
 }  // namespace fw::net

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -51,6 +52,7 @@ enum class ResponderDrop : uint8_t {
   kTcpIdleTimeout,      // connection closed: no progress within tcp_idle_timeout_ns
   kTcpReset,            // peer closed or reset mid-frame
   kSendFailed,
+  kNotInPlan,  // the source is not in the allowed peer list
   kCount,
 };
 inline constexpr size_t kResponderDropCount = static_cast<size_t>(ResponderDrop::kCount);
@@ -82,6 +84,9 @@ class EchoResponder {
   void Stop();
   uint16_t port() const { return port_; }
   ResponderStats Stats() const;  // thread-safe snapshot
+  // Answers only these source addresses from now on (numeric IPs, the peers of the current
+  // plan); an empty list answers everyone. Thread-safe; takes effect within one loop turn.
+  Status SetAllowedPeers(const std::vector<std::string>& addresses);
 
  private:
   class Loop;

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
 #include <vector>
 
 #include "probes/net/net_test_util.h"
@@ -172,6 +173,23 @@ TEST(EchoResponderTest, GlobalRateLimit) {
   while (RecvWithin(b.get(), 100ms)) ++replies;
   EXPECT_EQ(replies, 3);
   EXPECT_EQ(Dropped(*r, ResponderDrop::kRateLimitedGlobal), 5u);
+}
+
+TEST(EchoResponderTest, AnswersOnlyAllowedPeersWhenAListIsSet) {
+  auto r = StartResponder();
+  ASSERT_TRUE(r);
+  Fd c = testing::UdpSocket();
+  ASSERT_TRUE(r->SetAllowedPeers({"198.18.0.9"}).ok());
+  // The list takes effect within one loop turn (at most the 200 ms epoll timeout).
+  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(SendTo(c.get(), r->port(), Request(0, nullptr)));
+  EXPECT_FALSE(RecvWithin(c.get(), 200ms));
+  EXPECT_EQ(Dropped(*r, ResponderDrop::kNotInPlan), 1u);
+  ASSERT_TRUE(r->SetAllowedPeers({"127.0.0.1"}).ok());
+  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(SendTo(c.get(), r->port(), Request(0, nullptr)));
+  EXPECT_TRUE(RecvWithin(c.get(), 2000ms));
+  EXPECT_EQ(r->SetAllowedPeers({"peer-7"}).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(EchoResponderTest, TcpEchoAndBulkAckOnTheSamePort) {

@@ -184,9 +184,11 @@ int main(int argc, char** argv) {
     std::printf("    thread %-16s %.3f%%\n", name.c_str(), 100 * (secs - before) / wall);
   }
   std::printf("  RSS: %.1f MiB (peak %.1f MiB)\n", rss, hwm);
-  std::printf("  probes sent: %.1f/s, answered %lu, lost %lu, kernel RX timestamps %lu\n",
-              static_cast<double>(sent) / wall, stats.answered - stats0.answered,
-              stats.lost - stats0.lost, stats.rx_kernel_ts - stats0.rx_kernel_ts);
+  std::printf(
+      "  probes sent: %.1f/s, answered %lu, lost %lu, RTTs from kernel RX stamps %lu (of which "
+      "kernel TX too %lu)\n",
+      static_cast<double>(sent) / wall, stats.answered - stats0.answered, stats.lost - stats0.lost,
+      stats.rx_kernel_ts - stats0.rx_kernel_ts, stats.tx_kernel_ts - stats0.tx_kernel_ts);
   std::printf("  prober wakeups: %.1f/s, %.1f us CPU per wakeup (process CPU / wakeups)\n",
               static_cast<double>(wakeups) / wall, wakeups ? 1e6 * cpu / wakeups : 0.0);
   std::printf("  responder (child process, whole run incl. warm-up): %.3f s CPU\n", responder_cpu);

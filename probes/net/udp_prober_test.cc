@@ -73,7 +73,25 @@ TEST(UdpProberTest, MeasuresRoundTripsOnEveryFlowWithDistinctSourcePorts) {
   EXPECT_EQ(std::set<uint16_t>(used.begin(), used.end()), ports);
   UdpProberStats s = prober->Stats();
   EXPECT_GT(s.rx_kernel_ts, 0u) << "kernel receive timestamps are used on loopback";
+  EXPECT_GT(s.tx_kernel_ts, 0u) << "kernel send timestamps come back on the error queue";
   EXPECT_EQ(s.lost, 0u);
+}
+
+TEST(UdpProberTest, UserSpaceTimestampsWhenKernelStampsAreOff) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  ResultQueue q(1024);
+  UdpProberOptions o;
+  o.kernel_rx_timestamps = false;
+  auto prober = StartProber(q, o);
+  ASSERT_TRUE(prober->SetPlan(Plan("peer-u", responder->port(), 1, 50)).ok());
+  std::vector<ProbeResult> results = Collect(q, 5, 5s);
+  ASSERT_GE(results.size(), 5u);
+  for (const ProbeResult& r : results) EXPECT_GT(r.rtt_ns, 0);
+  UdpProberStats s = prober->Stats();
+  EXPECT_EQ(s.rx_kernel_ts, 0u);
+  EXPECT_EQ(s.tx_kernel_ts, 0u);
+  EXPECT_GE(s.rx_user_ts, 5u);
 }
 
 TEST(UdpProberTest, UnansweredProbesAreLostAfterTheTimeout) {
