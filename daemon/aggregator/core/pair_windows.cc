@@ -32,12 +32,8 @@ std::string_view WindowName(Window w) {
 
 SparseBuckets& SparseBuckets::operator=(SparseBuckets&& other) noexcept {
   if (this == &other) return *this;
-  if (OnHeap()) delete[] heap_;
-  if (other.OnHeap()) {
-    heap_ = other.heap_;
-  } else {
-    std::copy(other.inline_, other.inline_ + kInline, inline_);
-  }
+  if (OnHeap()) delete[] Heap();
+  std::memcpy(storage_, other.storage_, sizeof(storage_));  // inline entries or the heap pointer
   size_ = other.size_;
   capacity_ = other.capacity_;
   other.size_ = 0;
@@ -46,8 +42,10 @@ SparseBuckets& SparseBuckets::operator=(SparseBuckets&& other) noexcept {
 }
 
 SparseBuckets::~SparseBuckets() {
-  if (OnHeap()) delete[] heap_;
+  if (OnHeap()) delete[] Heap();
 }
+
+static_assert(sizeof(SparseBuckets) == 16);
 
 void SparseBuckets::Add(int bucket) {
   const auto key = static_cast<uint16_t>(bucket << kCountBits);
@@ -65,8 +63,8 @@ void SparseBuckets::Add(int bucket) {
     auto* block = new uint16_t[grown];
     const auto offset = it - begin;
     std::copy(begin, begin + size_, block);
-    if (OnHeap()) delete[] heap_;
-    heap_ = block;
+    if (OnHeap()) delete[] Heap();
+    SetHeap(block);
     capacity_ = grown;
     begin = block;
     it = begin + offset;
