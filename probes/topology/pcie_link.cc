@@ -146,36 +146,24 @@ std::vector<PcieLink> ReadPcieLinks(const std::string& sysfs_root,
       out.push_back(std::move(link));
       continue;
     }
-    auto speed = [&](const char* file, std::optional<double>& dst) {
+    // Reads one attribute with `parse`; "no link" values leave `dst` empty without a problem.
+    auto read = [&](const char* file, auto parse, auto& dst) {
       const auto text = ReadAttr(dir / file);
       if (!text) {
         link.problems.push_back(std::string(file) + ": missing or unreadable");
         return;
       }
-      auto v = ParsePcieSpeed(*text);
+      auto v = parse(*text);
       if (v.ok()) {
         dst = *v;
       } else if (v.status().code() != StatusCode::kNotFound) {
         link.problems.push_back(std::string(file) + ": " + v.status().message());
       }
     };
-    auto width = [&](const char* file, std::optional<int>& dst) {
-      const auto text = ReadAttr(dir / file);
-      if (!text) {
-        link.problems.push_back(std::string(file) + ": missing or unreadable");
-        return;
-      }
-      auto v = ParsePcieWidth(*text);
-      if (v.ok()) {
-        dst = *v;
-      } else if (v.status().code() != StatusCode::kNotFound) {
-        link.problems.push_back(std::string(file) + ": " + v.status().message());
-      }
-    };
-    speed("current_link_speed", link.current_speed_gts);
-    speed("max_link_speed", link.max_speed_gts);
-    width("current_link_width", link.current_width);
-    width("max_link_width", link.max_width);
+    read("current_link_speed", ParsePcieSpeed, link.current_speed_gts);
+    read("max_link_speed", ParsePcieSpeed, link.max_speed_gts);
+    read("current_link_width", ParsePcieWidth, link.current_width);
+    read("max_link_width", ParsePcieWidth, link.max_width);
     out.push_back(std::move(link));
   }
   return out;
