@@ -1,0 +1,428 @@
+// The analyzer's tick: scan flows, refresh baselines, guard against noisy hosts, localize, track.
+#include "daemon/aggregator/analysis/analyzer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <unordered_map>
+
+#include "common/log.h"
+#include "daemon/aggregator/analysis/evaluation.h"
+#include "daemon/aggregator/analysis/findings_store.h"
+#include "daemon/aggregator/analysis/robust_stats.h"
+
+namespace fw::analysis {
+namespace {
+
+constexpr int kClassCount = 3;
+constexpr int64_t kPersistEverySeconds = 10;
+
+int ClassIndex(PathClass c) { return static_cast<int>(c); }
+
+bool JudgesLatency(Transport t) { return t != Transport::kTcpBw && t != Transport::kCollective; }
+
+uint64_t UnorderedKey(NodeId x, NodeId y) {
+  const NodeId a = std::min(x, y), b = std::max(x, y);
+  return (static_cast<uint64_t>(a) << 32) | b;
+}
+
+double SlowThreshold(const AnalysisConfig& c, double median_s, double mad_s) {
+  return std::max({median_s * c.latency_inflation, median_s + c.latency_mad_k * 1.4826 * mad_s,
+                   median_s + c.latency_floor_s});
+}
+
+}  // namespace
+
+// Walks the flow table once per tick, filling the evaluation and the tomography.
+class Analyzer::ScanVisitor final : public FlowTable::Visitor {
+ public:
+  ScanVisitor(Analyzer& a, Evaluation& ev) : a_(a), ev_(ev) {}
+
+  void BeginPair(const PairRef& pair) override {
+    cur_ = PairAgg{};
+    cur_.a = std::min(pair.src, pair.dst);
+    cur_.b = std::max(pair.src, pair.dst);
+    cur_.mapped = a_.map_ && pair.paths.path_class != PathClass::kUnknown && pair.paths.core;
+    if (cur_.mapped) cur_.paths = pair.paths;
+    has_data_ = false;
+    if (pair.baseline.median_s > 0) ++ev_.baselines_ready;
+  }
+
+  void Flow(const PairRef& pair, const FlowRef& flow, const FlowWindow& w) override {
+    has_data_ = true;
+    ++ev_.flows;
+    const int ci = ClassIndex(pair.paths.path_class);
+    ev_.probes[ci] += w.probes;
+    ev_.lost[ci] += w.lost;
+    ev_.rtt[ci] += w.rtt;
+    ev_.slow[ci] += w.slow;
+
+    FlowObs o;
+    o.src = pair.src;
+    o.dst = pair.dst;
+    o.probes = w.probes;
+    o.lost = w.lost;
+    o.rtt = w.rtt;
+    o.slow = w.slow;
+    o.recent_probes = w.recent_probes;
+    o.recent_lost = w.recent_lost;
+    o.last_probes = w.last_probes;
+    o.last_lost = w.last_lost;
+    o.ratio_sum = static_cast<float>(w.ratio_sum);
+    if (w.goodput_bps > 0) {
+      ev_.goodputs[ci].push_back(static_cast<float>(w.goodput_bps));
+      const double median = a_.class_stats_[ci].bw_median;
+      if (median > 0) {
+        o.bw_ratio = static_cast<float>(w.goodput_bps / median);
+        o.bw_bad = o.bw_ratio < a_.config_.bandwidth_ratio;
+      }
+    }
+    const bool bad = o.lost > 0 || o.slow > 0 || o.bw_bad;
+    if (bad) ++ev_.bad_flows;
+
+    // Host guard: is this flow bad enough to speak about its endpoints?
+    const bool guard_bad = (w.rtt >= 3 && 2 * w.slow >= w.rtt) ||
+                           (w.probes >= 3 && 2 * w.lost >= w.probes) || o.bw_bad;
+    if (pair.src >= ev_.hosts.size() || pair.dst >= ev_.hosts.size()) {
+      ev_.hosts.resize(std::max(pair.src, pair.dst) + 1);
+    }
+    HostStats& s = ev_.hosts[pair.src];
+    HostStats& d = ev_.hosts[pair.dst];
+    ++s.out_flows;
+    ++d.in_flows;
+    if (guard_bad) {
+      ++s.out_bad;
+      ++d.in_bad;
+    }
+
+    ++cur_.flows;
+    if (bad) ++cur_.bad_flows;
+    cur_.probes += w.probes;
+    cur_.lost += w.lost;
+    cur_.recent_probes += w.recent_probes;
+    cur_.recent_lost += w.recent_lost;
+    cur_.rtt += w.rtt;
+    cur_.slow += w.slow;
+    cur_.ratio_sum += w.ratio_sum;
+    if (o.bw_ratio >= 0) {
+      ++cur_.bw;
+      cur_.bw_bad += o.bw_bad;
+      cur_.bw_ratio_sum += o.bw_ratio;
+    }
+
+    if (!cur_.mapped) return;
+    o.src_access = pair.paths.src_access;
+    o.dst_access = pair.paths.dst_access;
+    o.core = pair.paths.core.get();
+    o.path = flow.path;
+    if (bad) {
+      ev_.deferred.push_back(o);
+    } else {
+      a_.tomography_.Add(o);
+    }
+  }
+
+  void EndPair(const PairRef& pair) override {
+    if (!has_data_) return;
+    ++ev_.pairs_seen;
+    ++ev_.hosts[pair.src].out_pairs;
+    ++ev_.hosts[pair.dst].in_pairs;
+    // A pair that looks bad keeps its baseline: a fault must not become the new normal.
+    PairBaseline& b = pair.baseline;
+    b.hold = (cur_.rtt > 0 && cur_.slow * 5 >= cur_.rtt) ||
+             (cur_.probes > 0 && cur_.lost * 20 >= cur_.probes);
+    // Until a pair has a baseline of its own it is judged against its class (fleet comparison).
+    const ClassStats& cls = a_.class_stats_[ClassIndex(pair.paths.path_class)];
+    if (b.median_s <= 0 && cls.rtt_median_s > 0 && JudgesLatency(pair.transport)) {
+      b.reference_s = static_cast<float>(cls.rtt_median_s);
+      b.slow_threshold_s =
+          static_cast<float>(SlowThreshold(a_.config_, cls.rtt_median_s, cls.rtt_mad_s));
+    }
+    if (cur_.bad_flows == 0 && cur_.mapped) return;
+    PairAgg& agg = ev_.pairs[UnorderedKey(pair.src, pair.dst)];
+    const bool fresh = agg.flows == 0;
+    if (fresh) {
+      agg = cur_;
+      return;
+    }
+    agg.flows += cur_.flows;
+    agg.bad_flows += cur_.bad_flows;
+    agg.probes += cur_.probes;
+    agg.lost += cur_.lost;
+    agg.recent_probes += cur_.recent_probes;
+    agg.recent_lost += cur_.recent_lost;
+    agg.rtt += cur_.rtt;
+    agg.slow += cur_.slow;
+    agg.ratio_sum += cur_.ratio_sum;
+    agg.bw += cur_.bw;
+    agg.bw_bad += cur_.bw_bad;
+    agg.bw_ratio_sum += cur_.bw_ratio_sum;
+    if (!agg.mapped && cur_.mapped) {
+      agg.mapped = true;
+      agg.paths = cur_.paths;
+    }
+  }
+
+ private:
+  Analyzer& a_;
+  Evaluation& ev_;
+  PairAgg cur_;
+  bool has_data_ = false;
+};
+
+Analyzer::Analyzer(const Clock& clock, std::shared_ptr<const FabricMap> map,
+                   const aggregator::PairTable* pairs, AnalysisConfig config, PathResolver resolver,
+                   FindingsStore* store)
+    : clock_(clock),
+      map_(std::move(map)),
+      pairs_(pairs),
+      config_(config),
+      store_(store),
+      flows_(map_, std::move(resolver), config.bandwidth_window_s),
+      tomography_(map_),
+      tracker_(config) {
+  if (store_) {
+    StatusOr<std::vector<TrackedFinding>> loaded = store_->LoadAll(config_.history_limit);
+    if (!loaded.ok()) {
+      spdlog::warn("component=analysis msg=\"findings history not loaded\" error={}",
+                   LogQuote(loaded.status().ToString()));
+    } else {
+      const double now_s = clock_.MonotonicSeconds();
+      for (TrackedFinding& f : *loaded) {
+        if (f.active) {
+          tracker_.Restore(f, now_s);
+        } else {
+          history_.push_front(std::move(f));  // loaded newest first
+        }
+      }
+      active_view_ = tracker_.ActiveFindings();
+    }
+  }
+}
+
+Analyzer::~Analyzer() = default;
+
+void Analyzer::Ingest(std::span<const ProbeResult> results) {
+  flows_.Ingest(results, clock_.MonotonicNanos());
+}
+
+void Analyzer::OnPortSample(const PortSample& sample) {
+  std::lock_guard<std::mutex> lock(inputs_mu_);
+  ports_[{sample.node, sample.device, sample.port}] = {sample, clock_.MonotonicSeconds()};
+}
+
+void Analyzer::SetNodeFindings(const std::string& node, std::vector<Finding> findings) {
+  std::lock_guard<std::mutex> lock(inputs_mu_);
+  if (findings.empty()) {
+    node_findings_.erase(node);
+  } else {
+    node_findings_[node] = std::move(findings);
+  }
+}
+
+void Analyzer::RefreshBaselines(int64_t now_ns) {
+  if (!pairs_) return;
+  const int every = std::max(1, config_.baseline_refresh_ticks);
+  const auto bucket = static_cast<NodeId>(tick_count_ % every);
+  const size_t nodes = flows_.NodeCount();
+  struct Fresh {
+    MedianMad stats;
+    bool found = false;
+  };
+  std::unordered_map<std::string, std::array<Fresh, aggregator::kTransportCount>> fresh;
+  for (NodeId src = bucket; src < nodes; src += every) {
+    const std::string name = flows_.NodeName(src);
+    fresh.clear();
+    pairs_->ForEachPairFrom(name, [&](const aggregator::PairView& v) {
+      if (!JudgesLatency(v.transport)) return;
+      aggregator::LogHistogram h;
+      uint64_t probes = 0, lost = 0;
+      v.windows.MergeInto(now_ns, aggregator::Window::k600s, h, &probes, &lost);
+      if (h.Count() < static_cast<uint64_t>(config_.baseline_min_samples)) return;
+      Fresh& f = fresh[std::string(v.dst)][static_cast<int>(v.transport)];
+      f.stats = HistogramMedianMad(h);
+      f.found = true;
+    });
+    if (fresh.empty()) continue;
+    flows_.ForEachPairFrom(src, [&](const PairRef& r) {
+      if (r.baseline.hold) return;
+      auto it = fresh.find(flows_.NodeName(r.dst));
+      if (it == fresh.end()) return;
+      const Fresh& f = it->second[static_cast<int>(r.transport)];
+      if (!f.found || f.stats.median_s <= 0) return;
+      r.baseline.median_s = static_cast<float>(f.stats.median_s);
+      r.baseline.mad_s = static_cast<float>(f.stats.mad_s);
+      r.baseline.reference_s = r.baseline.median_s;
+      r.baseline.slow_threshold_s =
+          static_cast<float>(SlowThreshold(config_, f.stats.median_s, f.stats.mad_s));
+    });
+  }
+}
+
+void Analyzer::Tick() {
+  const int64_t started = RealClock::Get().MonotonicNanos();
+  const int64_t now_ns = clock_.MonotonicNanos();
+  const double now_s = static_cast<double>(now_ns) * 1e-9;
+  const int64_t wall_ns = clock_.WallNanos();
+  RefreshBaselines(now_ns);
+
+  Evaluation ev;
+  ev.hosts.resize(flows_.NodeCount());
+  {
+    std::lock_guard<std::mutex> lock(inputs_mu_);
+    for (const auto& [key, entry] : ports_) {
+      if (now_s - entry.second <= config_.port_sample_max_age_s) ev.ports[key] = entry.first;
+    }
+    ev.node_findings = node_findings_;
+  }
+  tomography_.Reset();
+  ScanVisitor visitor(*this, ev);
+  flows_.Scan(now_ns, visitor);
+  Evaluate(ev, now_s);
+
+  for (auto& [element, obs] : ev.observations) tracker_.Observe(element, std::move(obs));
+  for (const auto& [element, down] : ev.instants) tracker_.Instant(element, down, now_s);
+  const ElementTracker::Changes changes = tracker_.EndTick(now_s, wall_ns);
+  ++tick_count_;
+  Publish(changes, ev, now_s, wall_ns);
+  std::lock_guard<std::mutex> lock(views_mu_);
+  stats_.last_tick_seconds = (RealClock::Get().MonotonicNanos() - started) * 1e-9;
+}
+
+void Analyzer::Evaluate(Evaluation& ev, double now_s) {
+  (void)now_s;
+  // Fleet background per class for the next tick's judgements and for this tick's significance.
+  for (int c = 0; c < kClassCount; ++c) {
+    ClassStats& cls = class_stats_[c];
+    cls.loss = ev.probes[c] > 0 ? ev.lost[c] / ev.probes[c] : 0;
+    cls.slow = ev.rtt[c] > 0 ? ev.slow[c] / ev.rtt[c] : 0;
+    if (!ev.goodputs[c].empty()) {
+      std::vector<double> g(ev.goodputs[c].begin(), ev.goodputs[c].end());
+      cls.bw_median = Median(g);
+    }
+  }
+  if (tick_count_ % 10 == 0) {
+    // Class RTT baselines: median and MAD of the pairs' own medians (fleet comparison).
+    std::array<std::vector<double>, kClassCount> medians;
+    flows_.ForEachPair([&](const PairRef& r) {
+      if (r.baseline.median_s > 0 && JudgesLatency(r.transport)) {
+        medians[ClassIndex(r.paths.path_class)].push_back(r.baseline.median_s);
+      }
+    });
+    for (int c = 0; c < kClassCount; ++c) {
+      if (medians[c].size() < 3) continue;
+      class_stats_[c].rtt_median_s = Median(medians[c]);
+      class_stats_[c].rtt_mad_s = MedianAbsDeviation(medians[c], class_stats_[c].rtt_median_s);
+    }
+  }
+
+  // Host guard: a host bad in one role and clean in the other is noisy itself; its flows in the
+  // noisy role must not blame the network.
+  const AnalysisConfig& c = config_;
+  for (HostStats& h : ev.hosts) {
+    const bool out_bad = h.out_flows >= static_cast<uint32_t>(c.host_min_flows) &&
+                         h.out_bad >= c.host_bad_fraction * h.out_flows;
+    const bool in_bad = h.in_flows >= static_cast<uint32_t>(c.host_min_flows) &&
+                        h.in_bad >= c.host_bad_fraction * h.in_flows;
+    const bool out_clean = h.out_flows >= static_cast<uint32_t>(c.host_min_flows) &&
+                           h.out_bad <= c.host_clean_fraction * h.out_flows;
+    const bool in_clean = h.in_flows >= static_cast<uint32_t>(c.host_min_flows) &&
+                          h.in_bad <= c.host_clean_fraction * h.in_flows;
+    h.noisy_out = out_bad && in_clean;
+    h.noisy_in = in_bad && out_clean;
+  }
+  for (const FlowObs& o : ev.deferred) {
+    if (ev.hosts[o.src].noisy_out || ev.hosts[o.dst].noisy_in) continue;
+    tomography_.Add(o);
+  }
+
+  double loss_bg = c.background_loss_floor, slow_bg = c.background_slow_floor;
+  for (int k = 0; k < kClassCount; ++k) {
+    loss_bg = std::max(loss_bg, class_stats_[k].loss);
+    slow_bg = std::max(slow_bg, class_stats_[k].slow);
+  }
+  ev.specs[static_cast<int>(Signal::kLoss)] = SignalSpec{
+      static_cast<double>(c.min_probes), c.min_flows, c.loss_ratio, c.loss_significance, loss_bg};
+  ev.specs[static_cast<int>(Signal::kLatency)] =
+      SignalSpec{static_cast<double>(c.min_rtt_samples), c.min_flows, c.slow_fraction,
+                 c.slow_significance, slow_bg};
+  ev.specs[static_cast<int>(Signal::kBandwidth)] =
+      SignalSpec{static_cast<double>(c.min_flows), c.min_flows, c.bad_bandwidth_fraction,
+                 c.bandwidth_significance, c.background_bandwidth_floor};
+  for (int s = 0; s < kSignalCount; ++s) {
+    ev.blames[s] = tomography_.Localize(static_cast<Signal>(s), ev.specs[s]);
+  }
+  BuildObservations(BlameContext{map_.get(), flows_, tomography_, config_}, ev);
+}
+
+void Analyzer::Publish(const ElementTracker::Changes& changes, const Evaluation& ev, double now_s,
+                       int64_t now_wall_ns) {
+  (void)now_wall_ns;
+  std::vector<LinkView> links =
+      BuildLinkViews(BlameContext{map_.get(), flows_, tomography_, config_}, ev, tracker_);
+  std::vector<TrackedFinding> active = tracker_.ActiveFindings();
+  for (const TrackedFinding& f : changes.material) {
+    spdlog::info("component=analysis msg=\"finding {}\" id={} kind={} summary={}",
+                 f.active ? "active" : "resolved", LogQuote(f.id), f.finding.kind,
+                 LogQuote(f.finding.summary));
+  }
+  uint64_t store_errors = 0;
+  if (store_) {
+    std::vector<TrackedFinding> batch = changes.material;
+    const auto now_whole = static_cast<int64_t>(now_s);
+    if (now_whole - last_persist_s_ >= kPersistEverySeconds) {
+      batch.insert(batch.end(), changes.touched.begin(), changes.touched.end());
+      last_persist_s_ = now_whole;
+    }
+    if (!batch.empty()) {
+      // Errors are counted and logged by the store; the analyzer keeps running in memory.
+      (void)store_->Save(batch);
+    }
+    store_errors = store_->error_count();
+  }
+  std::lock_guard<std::mutex> lock(views_mu_);
+  links_view_ = std::move(links);
+  active_view_ = std::move(active);
+  for (const TrackedFinding& f : changes.material) {
+    if (f.active) continue;
+    history_.push_back(f);
+    while (history_.size() > static_cast<size_t>(std::max(0, config_.history_limit))) {
+      history_.pop_front();
+    }
+  }
+  stats_.ticks = tick_count_;
+  stats_.flows = ev.flows;
+  stats_.bad_flows = ev.bad_flows;
+  stats_.pairs = ev.pairs_seen;
+  stats_.active_findings = active_view_.size();
+  stats_.baselines_ready = ev.baselines_ready;
+  stats_.noisy_hosts =
+      static_cast<size_t>(std::count_if(ev.hosts.begin(), ev.hosts.end(), [](const HostStats& h) {
+        return h.noisy_in || h.noisy_out;
+      }));
+  stats_.store_errors = store_errors;
+}
+
+std::vector<TrackedFinding> Analyzer::Findings(bool active_only) const {
+  std::lock_guard<std::mutex> lock(views_mu_);
+  std::vector<TrackedFinding> out = active_view_;
+  std::stable_sort(out.begin(), out.end(), [](const TrackedFinding& a, const TrackedFinding& b) {
+    const int sa = a.finding.severity == Severity::kCritical ? 0 : 1;
+    const int sb = b.finding.severity == Severity::kCritical ? 0 : 1;
+    return std::tie(sa, a.finding.kind, a.id) < std::tie(sb, b.finding.kind, b.id);
+  });
+  if (!active_only) out.insert(out.end(), history_.rbegin(), history_.rend());
+  return out;
+}
+
+std::vector<LinkView> Analyzer::Links() const {
+  std::lock_guard<std::mutex> lock(views_mu_);
+  return links_view_;
+}
+
+TickStats Analyzer::stats() const {
+  std::lock_guard<std::mutex> lock(views_mu_);
+  return stats_;
+}
+
+}  // namespace fw::analysis

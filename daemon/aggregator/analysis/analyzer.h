@@ -1,0 +1,138 @@
+// The analyzer: per-flow evidence → baselines → link tomography → blame levels → findings, once
+// per tick on an injected clock.
+//
+// Threading: Ingest(), OnPortSample(), SetNodeFindings() and the view accessors are thread-safe
+// and may be called from ingest threads and HTTP handlers. Tick() is called by one thread.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/clock.h"
+#include "daemon/aggregator/analysis/config.h"
+#include "daemon/aggregator/analysis/element_tracker.h"
+#include "daemon/aggregator/analysis/flow_table.h"
+#include "daemon/aggregator/analysis/tomography.h"
+#include "daemon/aggregator/analysis/tracked_finding.h"
+#include "daemon/aggregator/core/pair_table.h"
+
+namespace fw::analysis {
+
+class FindingsStore;
+
+// A counter sample of one NIC port, as the agents report it (rates per second).
+struct PortSample {
+  std::string node;
+  std::string device;
+  int port = 1;
+  double congestion_ratio = 0;  // xmit_wait share of time, 0..1
+  double cnp_rate = 0;
+  double ecn_rate = 0;
+  double error_rate = 0;
+  bool up = true;
+};
+
+// One row of /api/v1/links.
+struct LinkView {
+  std::string id;
+  std::string a;
+  std::string b;
+  std::string state;  // ok | degraded | down | flapping | congested | unknown
+  double loss_ratio = 0;
+  double latency_inflation = 0;  // 0 when unknown
+  double bandwidth_ratio = 0;    // 0 when unknown
+  double probes = 0;             // probes that crossed it in the short window (expected)
+  double confidence = 0;
+};
+
+struct TickStats {
+  int64_t ticks = 0;
+  double last_tick_seconds = 0;  // wall time the last Tick() took (monotonic clock)
+  size_t flows = 0;
+  size_t bad_flows = 0;
+  size_t pairs = 0;
+  size_t active_findings = 0;
+  size_t baselines_ready = 0;
+  size_t noisy_hosts = 0;
+  uint64_t store_errors = 0;
+};
+
+class Analyzer {
+ public:
+  // `map` may be null: detection then works per pair and host only. `pairs` (may be null) is the
+  // aggregator's pair table, the source of the long-window baselines. `store` may be null.
+  Analyzer(const Clock& clock, std::shared_ptr<const FabricMap> map,
+           const aggregator::PairTable* pairs, AnalysisConfig config = {},
+           PathResolver resolver = {}, FindingsStore* store = nullptr);
+  ~Analyzer();
+  Analyzer(const Analyzer&) = delete;
+  Analyzer& operator=(const Analyzer&) = delete;
+
+  // Records probe results arriving now. Call with every batch that goes into the PairTable.
+  void Ingest(std::span<const ProbeResult> results);
+  void OnPortSample(const PortSample& sample);
+  // Replaces the node-hardware findings an agent reported (check reports); each becomes a tracked
+  // finding while it is reported.
+  void SetNodeFindings(const std::string& node, std::vector<Finding> findings);
+
+  // One evaluation. Call every tick (default 1 s).
+  void Tick();
+
+  std::vector<TrackedFinding> Findings(bool active_only) const;
+  std::vector<LinkView> Links() const;
+  TickStats stats() const;
+  bool has_map() const { return map_ != nullptr; }
+  const AnalysisConfig& config() const { return config_; }
+  FlowTable& flows() { return flows_; }
+
+  // One tick's evidence; defined in evaluation.h, internal to the analysis library.
+  struct Evaluation;
+
+ private:
+  class ScanVisitor;
+  void RefreshBaselines(int64_t now_ns);
+  void Evaluate(Evaluation& ev, double now_s);
+  void Publish(const ElementTracker::Changes& changes, const Evaluation& ev, double now_s,
+               int64_t now_wall_ns);
+
+  const Clock& clock_;
+  std::shared_ptr<const FabricMap> map_;
+  const aggregator::PairTable* pairs_;
+  AnalysisConfig config_;
+  FindingsStore* store_;
+  FlowTable flows_;
+  Tomography tomography_;
+  ElementTracker tracker_;
+  int64_t tick_count_ = 0;
+
+  // Fleet background per path class (last tick), used by this tick's judgements.
+  struct ClassStats {
+    double loss = 0;
+    double slow = 0;
+    double bw_median = 0;
+    double rtt_median_s = 0;
+    double rtt_mad_s = 0;
+  };
+  std::array<ClassStats, 3> class_stats_{};
+
+  mutable std::mutex inputs_mu_;
+  std::map<std::tuple<std::string, std::string, int>, std::pair<PortSample, double>>
+      ports_;                                                  // GUARDED_BY(inputs_mu_)
+  std::map<std::string, std::vector<Finding>> node_findings_;  // GUARDED_BY(inputs_mu_)
+
+  mutable std::mutex views_mu_;
+  std::vector<LinkView> links_view_;         // GUARDED_BY(views_mu_)
+  std::vector<TrackedFinding> active_view_;  // GUARDED_BY(views_mu_)
+  std::deque<TrackedFinding> history_;       // GUARDED_BY(views_mu_), resolved, newest last
+  TickStats stats_;                          // GUARDED_BY(views_mu_)
+  int64_t last_persist_s_ = 0;
+};
+
+}  // namespace fw::analysis

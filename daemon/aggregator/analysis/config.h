@@ -1,0 +1,98 @@
+// Thresholds and periods of the analyzer; docs/analysis.md argues for every default.
+#pragma once
+
+#include <cstdint>
+
+namespace fw::analysis {
+
+struct AnalysisConfig {
+  // --- The short window and what makes evidence sufficient ---------------------------------------
+  // Distinct bad flows an element needs before it can be suspected at all.
+  int min_flows = 3;
+  // Probes an element needs in the short window (10 s) before its loss is judged.
+  int min_probes = 20;
+  // RTT samples an element needs before its latency is judged.
+  int min_rtt_samples = 20;
+
+  // --- Loss
+  // ---------------------------------------------------------------------------------------
+  // Estimated loss ratio of an element that makes it bad.
+  double loss_ratio = 0.005;
+  // ...and the lost probes must be this surprising under the fleet's background loss: -log10 of
+  // the Poisson chance of at least that many (9: one in a billion per link and tick).
+  double loss_significance = 9.0;
+  // Floor for the fleet background loss ratio (a perfectly clean fleet still gets this).
+  double background_loss_floor = 1e-4;
+  // Loss over the most recent two seconds that makes a bad element "down".
+  double down_loss_ratio = 0.9;
+
+  // --- Latency
+  // ------------------------------------------------------------------------------------ A sample
+  // is "slow" when its RTT exceeds the pair baseline median by this factor...
+  double latency_inflation = 1.5;
+  // ...and by this many scaled MADs (1.4826·MAD ≈ σ for a normal distribution)...
+  double latency_mad_k = 6.0;
+  // ...and by at least this much absolute time.
+  double latency_floor_s = 20e-6;
+  // The fraction of slow samples that makes an element's latency bad.
+  double slow_fraction = 0.3;
+  // Same significance test as for loss, against the fleet's background slow fraction.
+  double slow_significance = 9.0;
+  double background_slow_floor = 0.01;
+  // A pair baseline needs this many RTT samples in the long window.
+  int baseline_min_samples = 30;
+  // Baselines of one in N source nodes are refreshed per tick (so each every N ticks).
+  int baseline_refresh_ticks = 30;
+
+  // --- Bandwidth
+  // ---------------------------------------------------------------------------------- Bandwidth
+  // samples are rare (one burst per pair every few minutes): they are kept this long.
+  double bandwidth_window_s = 180.0;
+  // Goodput below this fraction of the path class's median makes a sample bad.
+  double bandwidth_ratio = 0.7;
+  // The fraction of bad bandwidth samples that makes an element bad.
+  double bad_bandwidth_fraction = 0.5;
+  // Significance of the bad samples against a background share of bad samples.
+  double bandwidth_significance = 3.0;
+  double background_bandwidth_floor = 0.05;
+
+  // --- Host noise guard
+  // --------------------------------------------------------------------------- A host whose flows
+  // are bad in one role (prober or responder) for at least this fraction while its flows in the
+  // other role are bad for at most `host_clean_fraction` is noisy itself.
+  double host_bad_fraction = 0.5;
+  double host_clean_fraction = 0.15;
+  int host_min_flows = 3;
+
+  // --- Roll-ups
+  // ----------------------------------------------------------------------------------- A switch is
+  // blamed when at least this fraction of its switch-to-switch links (and at least 2) are blamed.
+  double switch_fraction = 0.75;
+  // Without a map, a host is blamed when this fraction of its peers (and at least 3) are bad.
+  double host_peer_fraction = 0.5;
+
+  // --- Port counters (corroboration) -------------------------------------------------------------
+  double port_congestion_ratio = 0.05;  // xmit_wait share of time
+  double port_cnp_rate = 1.0;           // CNPs per second
+  double port_ecn_rate = 1.0;           // ECN-marked packets per second
+  double port_sample_max_age_s = 30.0;
+
+  // --- State machine
+  // ------------------------------------------------------------------------------ Consecutive bad
+  // evaluations (ticks) before a suspect element fires.
+  int confirm_ticks = 3;
+  // Seconds an element must stay good before its finding resolves.
+  double recovery_s = 30.0;
+  // Flapping: at least `flap_toggles` up/down changes within `flap_window_s`.
+  int flap_toggles = 4;
+  double flap_window_s = 300.0;
+  // A flapping element resolves only after this long without a toggle.
+  double flap_quiet_s = 60.0;
+
+  // --- History
+  // ------------------------------------------------------------------------------------ Resolved
+  // findings kept in memory (the store keeps more on disk).
+  int history_limit = 1000;
+};
+
+}  // namespace fw::analysis

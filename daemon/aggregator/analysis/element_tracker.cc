@@ -1,0 +1,191 @@
+// State machine per element and flapping detection.
+#include "daemon/aggregator/analysis/element_tracker.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace fw::analysis {
+namespace {
+constexpr char kFlapping[] = "link_flapping";
+
+void ApplyFlapping(Finding& f, int toggles, double window_s) {
+  if (f.kind == kFlapping) return;
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), " It went down and up %d times in the last %.0f minutes.",
+                toggles, window_s / 60.0);
+  f.kind = kFlapping;
+  f.severity = Severity::kCritical;
+  f.summary = "Flapping: " + f.summary + buf;
+  f.evidence["toggles"] = toggles;
+}
+}  // namespace
+
+const char* ElementHealthName(ElementHealth h) {
+  switch (h) {
+    case ElementHealth::kOk:
+      return "ok";
+    case ElementHealth::kSuspect:
+      return "suspect";
+    case ElementHealth::kFiring:
+      return "firing";
+    case ElementHealth::kRecovering:
+      return "recovering";
+  }
+  return "unknown";
+}
+
+void ElementTracker::Restore(const TrackedFinding& finding, double now_s) {
+  Element& e = elements_[finding.element];
+  e.health = ElementHealth::kFiring;
+  e.consecutive_bad = config_.confirm_ticks;
+  e.first_bad_s = now_s;
+  e.first_bad_wall_ns = finding.first_seen_ns;
+  e.last_bad_s = now_s;
+  e.flapping = finding.finding.kind == kFlapping;
+  e.pending.finding = finding.finding;
+  e.finding = finding;
+}
+
+void ElementTracker::Observe(const std::string& element, Observation obs) {
+  Element& e = elements_[element];
+  e.observed = true;
+  e.pending = std::move(obs);
+}
+
+void ElementTracker::Instant(const std::string& element, bool down, double now_s) {
+  Toggles& t = toggles_[element];
+  t.reported = true;
+  if (t.down != down) {
+    t.down = down;
+    t.times.push_back(now_s);
+  }
+}
+
+int ElementTracker::ToggleCount(const std::string& element, double now_s) const {
+  auto it = toggles_.find(element);
+  if (it == toggles_.end()) return 0;
+  return static_cast<int>(
+      std::count_if(it->second.times.begin(), it->second.times.end(),
+                    [&](double t) { return now_s - t <= config_.flap_window_s; }));
+}
+
+bool ElementTracker::IsFlapping(const std::string& element) const {
+  auto it = elements_.find(element);
+  return it != elements_.end() && it->second.flapping;
+}
+
+void ElementTracker::Fire(const std::string& key, Element& e, int64_t now_wall_ns,
+                          Changes& changes) {
+  e.health = ElementHealth::kFiring;
+  TrackedFinding f;
+  f.id = key + "@" + std::to_string(e.first_bad_wall_ns / 1'000'000'000);
+  f.element = key;
+  f.finding = e.pending.finding;
+  f.active = true;
+  f.first_seen_ns = e.first_bad_wall_ns;
+  f.last_seen_ns = now_wall_ns;
+  e.finding = f;
+  changes.material.push_back(f);
+}
+
+ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_ns) {
+  Changes changes;
+  // A link that was down and is not blamed any more is up again.
+  for (auto it = toggles_.begin(); it != toggles_.end();) {
+    Toggles& t = it->second;
+    while (!t.times.empty() && now_s - t.times.front() > config_.flap_window_s) t.times.pop_front();
+    if (t.down && !t.reported) {
+      t.down = false;
+      t.times.push_back(now_s);
+    }
+    t.reported = false;
+    if (!t.down && t.times.empty()) {
+      it = toggles_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+
+  for (auto it = elements_.begin(); it != elements_.end();) {
+    const std::string& key = it->first;
+    Element& e = it->second;
+    bool erase = false;
+    if (e.observed) {
+      e.last_bad_s = now_s;
+      if (e.health == ElementHealth::kOk) {
+        e.health = ElementHealth::kSuspect;
+        e.consecutive_bad = 0;
+        e.first_bad_s = now_s;
+        e.first_bad_wall_ns = now_wall_ns;
+      }
+      ++e.consecutive_bad;
+      if (e.health == ElementHealth::kRecovering) e.health = ElementHealth::kFiring;
+      const int toggles = ToggleCount(key, now_s);
+      if (e.pending.can_flap && toggles >= config_.flap_toggles) e.flapping = true;
+      if (e.flapping) ApplyFlapping(e.pending.finding, toggles, config_.flap_window_s);
+      if (e.health == ElementHealth::kSuspect && e.consecutive_bad >= config_.confirm_ticks) {
+        Fire(key, e, now_wall_ns, changes);
+      } else if (e.health == ElementHealth::kFiring && e.finding) {
+        TrackedFinding& f = *e.finding;
+        const bool material = f.finding.kind != e.pending.finding.kind ||
+                              f.finding.severity != e.pending.finding.severity;
+        f.finding = e.pending.finding;
+        f.last_seen_ns = now_wall_ns;
+        (material ? changes.material : changes.touched).push_back(f);
+      }
+    } else {
+      switch (e.health) {
+        case ElementHealth::kOk:
+        case ElementHealth::kSuspect:
+          erase = true;
+          break;
+        case ElementHealth::kFiring:
+          e.health = ElementHealth::kRecovering;
+          e.good_since_s = now_s;
+          break;
+        case ElementHealth::kRecovering: {
+          double quiet = now_s - e.good_since_s;
+          bool resolved = quiet >= config_.recovery_s;
+          if (e.flapping) {
+            auto t = toggles_.find(key);
+            const double last_toggle =
+                (t == toggles_.end() || t->second.times.empty()) ? -1e18 : t->second.times.back();
+            resolved = resolved && now_s - last_toggle >= config_.flap_quiet_s;
+          }
+          if (resolved) {
+            if (e.finding) {
+              e.finding->active = false;
+              changes.material.push_back(*e.finding);
+            }
+            erase = true;
+          }
+          break;
+        }
+      }
+    }
+    e.observed = false;
+    it = erase ? elements_.erase(it) : std::next(it);
+  }
+  return changes;
+}
+
+std::vector<TrackedFinding> ElementTracker::ActiveFindings() const {
+  std::vector<TrackedFinding> out;
+  for (const auto& [key, e] : elements_) {
+    if (e.finding && e.finding->active) out.push_back(*e.finding);
+  }
+  return out;
+}
+
+ElementHealth ElementTracker::HealthOf(const std::string& element) const {
+  auto it = elements_.find(element);
+  return it == elements_.end() ? ElementHealth::kOk : it->second.health;
+}
+
+std::string ElementTracker::KindOf(const std::string& element) const {
+  auto it = elements_.find(element);
+  if (it == elements_.end() || !it->second.finding) return {};
+  return it->second.finding->finding.kind;
+}
+
+}  // namespace fw::analysis

@@ -1,0 +1,83 @@
+// The life of each element's finding: ok → suspect → firing (degraded, down, ...) → recovering →
+// ok, with flapping detection. Pure logic on injected times.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/aggregator/analysis/config.h"
+#include "daemon/aggregator/analysis/tracked_finding.h"
+
+namespace fw::analysis {
+
+enum class ElementHealth : uint8_t { kOk, kSuspect, kFiring, kRecovering };
+const char* ElementHealthName(ElementHealth h);
+
+// What one evaluation concluded about a bad element.
+struct Observation {
+  Finding finding;
+  bool can_flap = false;  // a link or NIC: toggles may turn it into link_flapping
+};
+
+// Not thread-safe: the analyzer's tick thread owns it.
+class ElementTracker {
+ public:
+  explicit ElementTracker(const AnalysisConfig& config) : config_(config) {}
+
+  // Puts back an active finding loaded from the store; its element starts in kFiring and resolves
+  // after the recovery period if the fault is gone.
+  void Restore(const TrackedFinding& finding, double now_s);
+
+  // During a tick: the element is bad in this evaluation.
+  void Observe(const std::string& element, Observation obs);
+  // During a tick: a per-second up/down reading of a link or NIC (for flapping).
+  void Instant(const std::string& element, bool down, double now_s);
+
+  // Ends the tick. Elements not observed in it count as good. Returns the findings that were
+  // opened, changed kind or severity, or resolved in this tick (`material`), and separately every
+  // active finding whose last_seen moved.
+  struct Changes {
+    std::vector<TrackedFinding> material;
+    std::vector<TrackedFinding> touched;
+  };
+  Changes EndTick(double now_s, int64_t now_wall_ns);
+
+  std::vector<TrackedFinding> ActiveFindings() const;
+  ElementHealth HealthOf(const std::string& element) const;
+  // The active finding's kind for the element, or empty.
+  std::string KindOf(const std::string& element) const;
+  bool IsFlapping(const std::string& element) const;
+  size_t TrackedCount() const { return elements_.size(); }
+
+ private:
+  struct Element {
+    ElementHealth health = ElementHealth::kOk;
+    int consecutive_bad = 0;
+    double first_bad_s = 0;
+    int64_t first_bad_wall_ns = 0;
+    double last_bad_s = 0;
+    double good_since_s = 0;
+    bool observed = false;  // in the current tick
+    bool flapping = false;
+    Observation pending;
+    std::optional<TrackedFinding> finding;
+  };
+  struct Toggles {
+    bool down = false;
+    bool reported = false;  // in the current tick
+    std::deque<double> times;
+  };
+  int ToggleCount(const std::string& element, double now_s) const;
+  void Fire(const std::string& key, Element& e, int64_t now_wall_ns, Changes& changes);
+
+  AnalysisConfig config_;
+  std::map<std::string, Element> elements_;
+  std::unordered_map<std::string, Toggles> toggles_;
+};
+
+}  // namespace fw::analysis

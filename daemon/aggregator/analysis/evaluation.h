@@ -1,0 +1,91 @@
+// Internal to the analyzer: one tick's evidence, and the step that turns it into observations of
+// elements (links, switches, NICs, hosts, pairs) and rows of /api/v1/links.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "daemon/aggregator/analysis/analyzer.h"
+
+namespace fw::analysis {
+
+struct HostStats {
+  uint32_t out_flows = 0;  // flows it probes
+  uint32_t out_bad = 0;
+  uint32_t in_flows = 0;  // flows that probe it
+  uint32_t in_bad = 0;
+  uint32_t out_pairs = 0;
+  uint32_t in_pairs = 0;
+  bool noisy_out = false;  // its own probes are bad while its peers' probes to it are clean
+  bool noisy_in = false;   // probes to it are bad while its own probes are clean
+};
+
+// Both directions of a node pair, summed over flows and transports. Kept only for pairs that have
+// a bad flow or no map path.
+struct PairAgg {
+  NodeId a = 0;  // a < b
+  NodeId b = 0;
+  bool mapped = false;
+  PathSet paths;  // of the a→b direction, when mapped
+  uint32_t flows = 0;
+  uint32_t bad_flows = 0;
+  uint32_t probes = 0;
+  uint32_t lost = 0;
+  uint32_t recent_probes = 0;
+  uint32_t recent_lost = 0;
+  uint32_t rtt = 0;
+  uint32_t slow = 0;
+  double ratio_sum = 0;
+  uint32_t bw = 0;
+  uint32_t bw_bad = 0;
+  double bw_ratio_sum = 0;
+};
+
+struct Analyzer::Evaluation {
+  std::vector<HostStats> hosts;  // by NodeId
+  std::unordered_map<uint64_t, PairAgg> pairs;
+  std::vector<FlowObs> deferred;  // bad mapped flows, judged after the host guard
+  std::array<std::vector<LinkBlame>, kSignalCount> blames;
+  std::array<SignalSpec, kSignalCount> specs;
+  // Fleet sums per path class (intra, inter, unknown).
+  std::array<double, 3> probes{}, lost{}, rtt{}, slow{};
+  std::array<std::vector<float>, 3> goodputs;
+  size_t flows = 0;
+  size_t bad_flows = 0;
+  size_t pairs_seen = 0;
+  size_t baselines_ready = 0;
+  std::map<std::tuple<std::string, std::string, int>, PortSample> ports;  // fresh samples only
+  std::map<std::string, std::vector<Finding>> node_findings;
+
+  // Outputs.
+  std::vector<std::pair<std::string, Observation>> observations;
+  std::vector<std::pair<std::string, bool>> instants;  // element, down
+  // Per link: the element whose finding speaks for it and the confidence of this tick's verdict.
+  std::unordered_map<aggregator::LinkIndex, std::pair<std::string, double>> link_elements;
+};
+
+// Everything the blame step needs besides the evaluation.
+struct BlameContext {
+  const FabricMap* map = nullptr;  // null without a fabric map
+  const FlowTable& names;
+  const Tomography& tomography;
+  const AnalysisConfig& config;
+};
+
+// Fills ev.observations, ev.instants and ev.link_elements.
+void BuildObservations(const BlameContext& ctx, Analyzer::Evaluation& ev);
+
+// Rows of /api/v1/links, with states from the tracker's active findings.
+std::vector<LinkView> BuildLinkViews(const BlameContext& ctx, const Analyzer::Evaluation& ev,
+                                     const ElementTracker& tracker);
+
+// "a~b" of two node names in sorted order.
+std::string PairId(const std::string& x, const std::string& y);
+
+}  // namespace fw::analysis

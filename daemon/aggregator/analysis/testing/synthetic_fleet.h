@@ -1,0 +1,93 @@
+// A synthetic leaf-spine fleet for analyzer tests and benchmarks: plans probe flows like the
+// planner (intra-leaf mesh, k flows per inter-leaf representative pair), generates each second's
+// results from link and host fault models with realistic jitter, and drives the analyzer on a
+// FakeClock.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "daemon/aggregator/analysis/analyzer.h"
+#include "daemon/aggregator/core/pair_table.h"
+
+namespace fw::analysis::testing {
+
+struct FleetShape {
+  int spines = 4;
+  int leaves = 4;
+  int hosts_per_leaf = 4;
+  int inter_flows = 8;        // flows per inter-leaf representative pair
+  bool deterministic = true;  // routing of the map (the fleet always routes flow i on path i % n
+                              // when deterministic, else by a hash the analyzer cannot see)
+  bool with_map = true;
+  double bw_every_s = 0;  // bandwidth burst per inter-leaf pair every this many seconds
+  double background_loss = 1e-5;
+  uint64_t seed = 1;
+};
+
+struct LinkFault {
+  double loss = 0;        // per round trip crossing the link
+  double rtt_factor = 1;  // multiplies the RTT of probes crossing it
+  double bw_factor = 1;   // multiplies goodput of bursts crossing it
+};
+
+class SyntheticFleet {
+ public:
+  explicit SyntheticFleet(FleetShape shape, AnalysisConfig config = {},
+                          FindingsStore* store = nullptr);
+
+  static std::string MapYaml(const FleetShape& shape);
+  static std::string HostName(int leaf, int host);  // "l<leaf>h<host>"
+
+  void SetLinkFault(const std::string& link_id, LinkFault fault);
+  // Extra RTT factor on probes the host sends (as prober) and/or answers (as target).
+  void SetHostNoise(const std::string& node, double factor, bool as_prober, bool as_target);
+  void ClearFaults();
+
+  // Simulates `seconds` seconds: each second's results are ingested, then the analyzer ticks.
+  void Run(int seconds);
+  // One second of results, grouped by source node (as agents batch them).
+  std::vector<ProbeResult> GenerateSecond();
+
+  Analyzer& analyzer() { return *analyzer_; }
+  aggregator::PairTable& pairs() { return *pairs_; }
+  FakeClock& clock() { return clock_; }
+  const std::shared_ptr<const FabricMap>& map() const { return map_; }
+  size_t flow_count() const { return flows_.size(); }
+  uint64_t results() const { return results_; }
+  std::vector<TrackedFinding> Active() const { return analyzer_->Findings(true); }
+
+ private:
+  struct PlannedFlow {
+    std::string src;
+    std::string dst;
+    Transport transport = Transport::kUdp;
+    uint16_t src_port = 0;
+    uint32_t flow_id = 0;
+    std::vector<aggregator::LinkIndex> path;  // the links it really crosses
+    double base_rtt_s = 0;
+    double bw_phase_s = -1;  // bandwidth flow: offset of its bursts
+  };
+  void Plan();
+
+  FleetShape shape_;
+  FakeClock clock_;
+  std::shared_ptr<const FabricMap> map_;
+  std::shared_ptr<const FabricMap> truth_;  // the real topology, even when the analyzer has none
+  std::unique_ptr<aggregator::PairTable> pairs_;
+  std::unique_ptr<Analyzer> analyzer_;
+  std::vector<PlannedFlow> flows_;
+  std::vector<LinkFault> link_faults_;
+  std::map<std::string, std::pair<double, std::pair<bool, bool>>> host_noise_;
+  std::mt19937_64 rng_;
+  uint64_t seq_ = 0;
+  uint64_t results_ = 0;
+  int64_t second_ = 0;
+};
+
+}  // namespace fw::analysis::testing

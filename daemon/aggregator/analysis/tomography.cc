@@ -1,0 +1,257 @@
+// Voting and explain-away over the fabric's links.
+#include "daemon/aggregator/analysis/tomography.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace fw::analysis {
+namespace {
+constexpr int kMaxBlamesPerSignal = 256;
+constexpr double kTieTolerance = 0.02;
+}  // namespace
+
+const char* SignalName(Signal s) {
+  switch (s) {
+    case Signal::kLoss:
+      return "loss";
+    case Signal::kLatency:
+      return "latency";
+    case Signal::kBandwidth:
+      return "bandwidth";
+  }
+  return "unknown";
+}
+
+double PoissonSurprise(double k, double lambda) {
+  if (k <= 0) return 0;
+  if (lambda <= 0) return 300;
+  if (k <= lambda) return 0;
+  // Terms of the upper tail decrease from j = k on; sum them in log space until negligible.
+  const double log_lambda = std::log(lambda);
+  const double first = -lambda + k * log_lambda - std::lgamma(k + 1);
+  double sum = 1.0;  // relative to the first term
+  double term = 1.0;
+  const int max_terms = 100 + static_cast<int>(10 * std::sqrt(lambda));
+  for (int i = 1; i < max_terms; ++i) {
+    term *= lambda / (k + i);
+    sum += term;
+    if (term < sum * 1e-12) break;
+  }
+  const double log10_p = (first + std::log(sum)) / std::log(10.0);
+  return std::min(300.0, std::max(0.0, -log10_p));
+}
+
+Tomography::Tomography(std::shared_ptr<const FabricMap> map) : map_(std::move(map)) {
+  const size_t n = map_ ? map_->links().size() : 0;
+  totals_.resize(n);
+  recent_probes_.resize(n);
+  last_probes_.resize(n);
+  stamp_.resize(n);
+  weight_.resize(n);
+}
+
+void Tomography::Reset() {
+  std::fill(totals_.begin(), totals_.end(), LinkTotals{});
+  std::fill(recent_probes_.begin(), recent_probes_.end(), 0.0);
+  std::fill(last_probes_.begin(), last_probes_.end(), 0.0);
+  bad_.clear();
+  for (auto& e : explained_) e.clear();
+}
+
+bool Tomography::IsBad(const FlowObs& o, Signal s) {
+  switch (s) {
+    case Signal::kLoss:
+      return o.lost > 0;
+    case Signal::kLatency:
+      return o.slow > 0;
+    case Signal::kBandwidth:
+      return o.bw_bad;
+  }
+  return false;
+}
+
+double Tomography::Count(const FlowObs& o, Signal s) {
+  switch (s) {
+    case Signal::kLoss:
+      return o.probes;
+    case Signal::kLatency:
+      return o.rtt;
+    case Signal::kBandwidth:
+      return o.bw_ratio >= 0 ? 1 : 0;
+  }
+  return 0;
+}
+
+uint32_t Tomography::BadCount(const FlowObs& o, Signal s) {
+  switch (s) {
+    case Signal::kLoss:
+      return o.lost;
+    case Signal::kLatency:
+      return o.slow;
+    case Signal::kBandwidth:
+      return o.bw_bad ? 1 : 0;
+  }
+  return 0;
+}
+
+double Tomography::Expected(const LinkTotals& t, Signal s) {
+  switch (s) {
+    case Signal::kLoss:
+      return t.probes;
+    case Signal::kLatency:
+      return t.rtt;
+    case Signal::kBandwidth:
+      return t.bw;
+  }
+  return 0;
+}
+
+void Tomography::Add(const FlowObs& o) {
+  const bool has_bw = o.bw_ratio >= 0;
+  ForEachCandidate(o, [&](LinkIndex l, double w) {
+    LinkTotals& t = totals_[l];
+    t.probes += w * o.probes;
+    t.lost += w * o.lost;
+    t.rtt += w * o.rtt;
+    t.ratio += w * o.ratio_sum;
+    if (has_bw) {
+      t.bw += w;
+      t.bw_ratio += w * o.bw_ratio;
+    }
+    ++t.flows;
+    recent_probes_[l] += w * o.recent_probes;
+    last_probes_[l] += w * o.last_probes;
+  });
+  if (o.lost > 0 || o.slow > 0 || o.bw_bad) bad_.push_back(o);
+}
+
+std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spec) {
+  const size_t n = totals_.size();
+  std::vector<LinkBlame> blames;
+  auto& explained = explained_[Idx(signal)];
+  explained.assign(bad_.size(), 0);
+  if (n == 0) return blames;
+
+  // Working copies: expected observations, bad observations and bad flows per link.
+  std::vector<double> expected(n);
+  for (size_t l = 0; l < n; ++l) expected[l] = Expected(totals_[l], signal);
+  std::vector<double> bad(n, 0.0);
+  std::vector<uint32_t> flows(n, 0);
+  std::vector<uint32_t> offsets(n + 1, 0);
+  std::vector<LinkIndex> touched;
+  for (const FlowObs& o : bad_) {
+    if (!IsBad(o, signal)) continue;
+    const uint32_t b = BadCount(o, signal);
+    ForEachCandidate(o, [&](LinkIndex l, double) {
+      if (flows[l] == 0) touched.push_back(l);
+      bad[l] += b;
+      ++flows[l];
+      ++offsets[l + 1];
+    });
+  }
+  if (touched.empty()) return blames;
+  // The bad flows of each link, in flow order (CSR).
+  for (size_t l = 0; l < n; ++l) offsets[l + 1] += offsets[l];
+  std::vector<uint32_t> entries(offsets[n]);
+  {
+    std::vector<uint32_t> fill(offsets.begin(), offsets.end() - 1);
+    for (uint32_t i = 0; i < bad_.size(); ++i) {
+      if (!IsBad(bad_[i], signal)) continue;
+      ForEachCandidate(bad_[i], [&](LinkIndex l, double) { entries[fill[l]++] = i; });
+    }
+  }
+  auto unexplained_of = [&](LinkIndex l) {
+    std::vector<uint32_t> out;
+    for (uint32_t k = offsets[l]; k < offsets[l + 1]; ++k) {
+      if (!explained[entries[k]]) out.push_back(entries[k]);
+    }
+    return out;
+  };
+  std::vector<uint8_t> blamed(n, 0);
+
+  for (int round = 0; round < kMaxBlamesPerSignal; ++round) {
+    LinkIndex best = aggregator::kNoIndex;
+    double best_estimate = 0;
+    double best_surprise = 0;
+    for (LinkIndex l : touched) {
+      if (blamed[l] || flows[l] < static_cast<uint32_t>(spec.min_flows) ||
+          expected[l] < spec.min_expected) {
+        continue;
+      }
+      const double estimate = std::min(1.0, bad[l] / expected[l]);
+      if (estimate < spec.threshold) continue;
+      const double surprise = PoissonSurprise(bad[l], expected[l] * spec.background);
+      if (surprise < spec.significance) continue;
+      const bool better = best == aggregator::kNoIndex || estimate > best_estimate + 1e-12 ||
+                          (std::abs(estimate - best_estimate) <= 1e-12 &&
+                           (bad[l] > bad[best] || (bad[l] == bad[best] && l < best)));
+      if (better) {
+        best = l;
+        best_estimate = estimate;
+        best_surprise = surprise;
+      }
+    }
+    if (best == aggregator::kNoIndex) break;
+
+    LinkBlame blame;
+    blame.link = best;
+    blame.signal = signal;
+    blame.estimate = best_estimate;
+    blame.significance = best_surprise;
+    blame.expected = expected[best];
+    blame.bad = static_cast<uint32_t>(bad[best]);
+    blame.explained = unexplained_of(best);
+    blame.bad_flows = static_cast<uint32_t>(blame.explained.size());
+    // Links with exactly the same unexplained bad flows and the same estimate are
+    // indistinguishable: the evidence names a group, not one of them.
+    for (LinkIndex l : touched) {
+      if (l == best || blamed[l] || flows[l] != flows[best] || bad[l] != bad[best] ||
+          expected[l] <= 0) {
+        continue;
+      }
+      const double estimate = std::min(1.0, bad[l] / expected[l]);
+      if (std::abs(estimate - best_estimate) > kTieTolerance * best_estimate) continue;
+      if (unexplained_of(l) == blame.explained) blame.tied.push_back(l);
+    }
+    std::sort(blame.tied.begin(), blame.tied.end());
+
+    double recent_lost = 0, last_lost = 0, ratio = 0, rtt = 0, bw = 0, bw_n = 0;
+    for (uint32_t i : blame.explained) {
+      const FlowObs& o = bad_[i];
+      recent_lost += o.recent_lost;
+      last_lost += o.last_lost;
+      ratio += o.ratio_sum;
+      rtt += o.rtt;
+      if (o.bw_ratio >= 0) {
+        bw += o.bw_ratio;
+        ++bw_n;
+      }
+    }
+    blame.recent_probes = recent_probes_[best];
+    blame.last_probes = last_probes_[best];
+    blame.recent_loss =
+        recent_probes_[best] > 0 ? std::min(1.0, recent_lost / recent_probes_[best]) : 0;
+    blame.last_loss = last_probes_[best] > 0 ? std::min(1.0, last_lost / last_probes_[best]) : 0;
+    blame.inflation = rtt > 0 ? ratio / rtt : 0;
+    blame.bandwidth_ratio = bw_n > 0 ? bw / bw_n : 0;
+
+    // Explain away: the blamed link's flows no longer vote for anything else.
+    blamed[best] = 1;
+    for (LinkIndex l : blame.tied) blamed[l] = 1;
+    for (uint32_t i : blame.explained) {
+      explained[i] = 1;
+      const FlowObs& o = bad_[i];
+      const double count = Count(o, signal);
+      const uint32_t b = BadCount(o, signal);
+      ForEachCandidate(o, [&](LinkIndex l, double w) {
+        expected[l] = std::max(0.0, expected[l] - w * count);
+        bad[l] = std::max(0.0, bad[l] - b);
+        if (flows[l] > 0) --flows[l];
+      });
+    }
+    blames.push_back(std::move(blame));
+  }
+  return blames;
+}
+
+}  // namespace fw::analysis

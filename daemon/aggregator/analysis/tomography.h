@@ -1,0 +1,163 @@
+// Link tomography: flows vote for the links on their candidate paths; the worst link explains its
+// flows away, and the rest vote again (007-style voting with explain-away).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "daemon/aggregator/analysis/flow_table.h"
+#include "daemon/aggregator/core/fabric_map.h"
+
+namespace fw::analysis {
+
+using aggregator::LinkIndex;
+using aggregator::SwitchPaths;
+
+// One flow's short-window evidence, with where it may have gone.
+struct FlowObs {
+  NodeId src = 0;
+  NodeId dst = 0;
+  LinkIndex src_access = aggregator::kNoIndex;
+  LinkIndex dst_access = aggregator::kNoIndex;
+  const SwitchPaths* core = nullptr;  // owned by the FabricMap's path cache
+  int32_t path = -1;                  // resolved path index, or -1: every path is a candidate
+  uint32_t probes = 0;
+  uint32_t lost = 0;
+  uint32_t rtt = 0;
+  uint32_t slow = 0;
+  uint32_t recent_probes = 0;
+  uint32_t recent_lost = 0;
+  uint32_t last_probes = 0;
+  uint32_t last_lost = 0;
+  float ratio_sum = 0;  // Σ RTT/baseline over `rtt` samples
+  float bw_ratio = -1;  // goodput / class median; < 0 when the flow has no bandwidth sample
+  bool bw_bad = false;
+};
+
+enum class Signal : uint8_t { kLoss = 0, kLatency, kBandwidth };
+inline constexpr int kSignalCount = 3;
+const char* SignalName(Signal s);
+
+// When a link's estimate is significant enough to blame it.
+struct SignalSpec {
+  double min_expected = 20;  // expected observations crossing the link (probes, samples)
+  int min_flows = 3;         // distinct bad flows
+  double threshold = 0.005;  // estimate (loss ratio, slow or bad-bandwidth fraction)
+  double significance = 9;   // -log10 of the chance that the background alone explains it
+  double background = 1e-4;  // fleet background rate of the signal
+};
+
+// Per-link totals over every observed flow (before any explaining away), for display.
+struct LinkTotals {
+  double probes = 0;  // expected probes crossing the link (Σ weight · probes)
+  double lost = 0;    // Σ weight · lost
+  double rtt = 0;     // Σ weight · RTT samples
+  double ratio = 0;   // Σ weight · RTT/baseline
+  double bw = 0;      // Σ weight · bandwidth samples
+  double bw_ratio = 0;
+  uint32_t flows = 0;  // flows with the link among their candidates
+};
+
+struct LinkBlame {
+  LinkIndex link = aggregator::kNoIndex;
+  Signal signal = Signal::kLoss;
+  double estimate = 0;      // loss ratio, slow fraction or bad-bandwidth fraction
+  double significance = 0;  // -log10 P(at least `bad` | background), Poisson
+  double expected = 0;      // observations that crossed the link
+  uint32_t bad = 0;         // bad observations (lost probes, slow samples, bad bandwidth samples)
+  uint32_t bad_flows = 0;   // distinct flows it explained
+  double recent_loss = 0;   // loss in the last two complete seconds (loss signal)
+  double recent_probes = 0;
+  double last_loss = 0;  // ... and in the last one
+  double last_probes = 0;
+  double inflation = 0;             // mean RTT / baseline over the explained flows
+  double bandwidth_ratio = 0;       // mean goodput / class median over the explained flows
+  std::vector<LinkIndex> tied;      // links that explain exactly the same flows as well
+  std::vector<uint32_t> explained;  // indices into bad_flows() of the flows it explained
+};
+
+// Not thread-safe: one tick thread owns it. Scratch memory is kept between ticks.
+class Tomography {
+ public:
+  explicit Tomography(std::shared_ptr<const FabricMap> map);
+
+  void Reset();
+  // Adds a flow to the totals; flows bad for any signal are also kept for localization.
+  void Add(const FlowObs& obs);
+  // Localizes one signal; flows explained by an earlier call stay usable for other signals.
+  std::vector<LinkBlame> Localize(Signal signal, const SignalSpec& spec);
+
+  const std::vector<LinkTotals>& totals() const { return totals_; }
+  const std::vector<FlowObs>& bad_flows() const { return bad_; }
+  // Whether bad flow i was explained by a blamed link of `signal`.
+  bool Explained(Signal signal, uint32_t i) const { return explained_[Idx(signal)][i] != 0; }
+
+  // Calls fn(link, weight) once per candidate link of `obs`; weight is the share of its candidate
+  // paths that cross the link.
+  template <typename Fn>
+  void ForEachCandidate(const FlowObs& obs, Fn&& fn);
+
+ private:
+  static int Idx(Signal s) { return static_cast<int>(s); }
+  static bool IsBad(const FlowObs& o, Signal s);
+  // A flow's observations of the signal, and how many of them were bad.
+  static double Count(const FlowObs& o, Signal s);
+  static uint32_t BadCount(const FlowObs& o, Signal s);
+  static double Expected(const LinkTotals& t, Signal s);
+
+  std::shared_ptr<const FabricMap> map_;
+  std::vector<LinkTotals> totals_;
+  std::vector<FlowObs> bad_;
+  std::array<std::vector<uint8_t>, kSignalCount> explained_;
+  std::vector<double> recent_probes_;  // per link, Σ weight · probes of the last two seconds
+  std::vector<double> last_probes_;    // per link, the same for the last second
+  // Candidate-dedup scratch.
+  std::vector<uint32_t> stamp_;
+  std::vector<float> weight_;
+  std::vector<LinkIndex> scratch_;
+  uint32_t seq_ = 0;
+};
+
+template <typename Fn>
+void Tomography::ForEachCandidate(const FlowObs& obs, Fn&& fn) {
+  if (obs.src_access != aggregator::kNoIndex) fn(obs.src_access, 1.0);
+  if (obs.dst_access != aggregator::kNoIndex && obs.dst_access != obs.src_access) {
+    fn(obs.dst_access, 1.0);
+  }
+  if (!obs.core || obs.core->paths.empty()) return;
+  const auto& paths = obs.core->paths;
+  if (obs.path >= 0 && static_cast<size_t>(obs.path) < paths.size()) {
+    for (LinkIndex l : paths[obs.path]) fn(l, 1.0);
+    return;
+  }
+  if (paths.size() == 1) {
+    for (LinkIndex l : paths[0]) fn(l, 1.0);
+    return;
+  }
+  // Links shared by several candidate paths are reported once, with their summed share.
+  if (++seq_ == 0) {
+    std::fill(stamp_.begin(), stamp_.end(), 0);
+    seq_ = 1;
+  }
+  scratch_.clear();
+  const float share = 1.0f / static_cast<float>(paths.size());
+  for (const auto& path : paths) {
+    for (LinkIndex l : path) {
+      if (stamp_[l] != seq_) {
+        stamp_[l] = seq_;
+        weight_[l] = 0;
+        scratch_.push_back(l);
+      }
+      weight_[l] += share;
+    }
+  }
+  for (LinkIndex l : scratch_) fn(l, std::min(1.0, static_cast<double>(weight_[l])));
+}
+
+// -log10 P(X >= k) for X ~ Poisson(lambda); large for surprising counts, 0 when k <= 0.
+double PoissonSurprise(double k, double lambda);
+
+}  // namespace fw::analysis
