@@ -5,8 +5,8 @@
 
 namespace fw::aggregator {
 
-PairTable::PairTable(const Clock& clock, std::shared_ptr<const FabricMap> map)
-    : clock_(clock), map_(std::move(map)) {}
+PairTable::PairTable(const Clock& clock, std::shared_ptr<const FabricMap> map, size_t max_pairs)
+    : clock_(clock), map_(std::move(map)), max_pairs_(max_pairs) {}
 
 NodeId PairTable::Intern(std::string_view name) {
   {
@@ -35,6 +35,10 @@ std::string_view PairTable::NameOf(NodeId id) const {
 uint32_t PairTable::FindOrCreateLocked(Shard& shard, NodeId src, NodeId dst, Transport t) {
   const uint64_t key = Key(src, dst, t);
   if (auto it = shard.by_key.find(key); it != shard.by_key.end()) return it->second;
+  if (pair_count_.fetch_add(1, std::memory_order_relaxed) >= max_pairs_) {
+    pair_count_.fetch_sub(1, std::memory_order_relaxed);
+    return kNoIndex;
+  }
   uint32_t index;
   if (!shard.free.empty()) {
     index = shard.free.back();
@@ -57,12 +61,15 @@ uint32_t PairTable::FindOrCreateLocked(Shard& shard, NodeId src, NodeId dst, Tra
   return index;
 }
 
-PairHandle PairTable::Resolve(std::string_view src, std::string_view dst, Transport t) {
+std::optional<PairHandle> PairTable::Resolve(std::string_view src, std::string_view dst,
+                                             Transport t) {
+  if (static_cast<int>(t) >= kTransportCount) return std::nullopt;
   const NodeId s = Intern(src);
   const NodeId d = Intern(dst);
   Shard& shard = shards_[ShardOf(s)];
   std::lock_guard<std::mutex> lock(shard.mu);
   const uint32_t index = FindOrCreateLocked(shard, s, d, t);
+  if (index == kNoIndex) return std::nullopt;
   return PairHandle{static_cast<uint32_t>(ShardOf(s)), index, shard.pairs[index].generation};
 }
 
@@ -99,14 +106,19 @@ bool PairTable::Record(const PairHandle& h, const ProbeSample& s, uint16_t src_p
   return true;
 }
 
-void PairTable::RecordBatch(std::span<const ProbeResult> results) {
-  if (results.empty()) return;
+size_t PairTable::RecordBatch(std::span<const ProbeResult> results) {
+  if (results.empty()) return 0;
+  size_t recorded = 0;
   const int64_t now_ns = clock_.MonotonicNanos();
   std::string_view last_src;
   NodeId src = 0;
   int locked_shard = -1;
   std::unique_lock<std::mutex> lock;
   for (const ProbeResult& r : results) {
+    if (static_cast<int>(r.transport) >= kTransportCount) {
+      rejected_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
     if (locked_shard < 0 || r.src_node != last_src) {
       src = Intern(r.src_node);
       last_src = r.src_node;
@@ -118,9 +130,16 @@ void PairTable::RecordBatch(std::span<const ProbeResult> results) {
       locked_shard = shard_index;
     }
     Shard& shard = shards_[shard_index];
-    Pair& p = shard.pairs[FindOrCreateLocked(shard, src, dst, r.transport)];
-    RecordLocked(p, ProbeSample{r.lost, r.rtt_ns, r.goodput_bps}, r.src_port, r.flow_id, now_ns);
+    const uint32_t index = FindOrCreateLocked(shard, src, dst, r.transport);
+    if (index == kNoIndex) {
+      rejected_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    RecordLocked(shard.pairs[index], ProbeSample{r.lost, r.rtt_ns, r.goodput_bps}, r.src_port,
+                 r.flow_id, now_ns);
+    ++recorded;
   }
+  return recorded;
 }
 
 void PairTable::VisitLocked(const Pair& p, const std::function<void(const PairView&)>& fn) const {
@@ -191,6 +210,7 @@ size_t PairTable::DropIdle(int64_t now_ns, int64_t idle_seconds) {
       p = Pair{};  // releases the buckets' memory
       p.generation = generation;
       shard.free.push_back(i);
+      pair_count_.fetch_sub(1, std::memory_order_relaxed);
       ++dropped;
     }
   }

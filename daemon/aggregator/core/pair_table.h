@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -57,17 +58,28 @@ class PairTable {
   static constexpr int kShards = 16;
   static constexpr size_t kMaxFlowsPerPair = 64;
 
-  // `map` may be null (no fabric map: every pair has path class unknown). Both must outlive this.
-  PairTable(const Clock& clock, std::shared_ptr<const FabricMap> map);
+  static constexpr size_t kDefaultMaxPairs = 4'000'000;
 
-  // Finds or creates the pair. Costs two string hashes; cache the handle on hot paths.
-  PairHandle Resolve(std::string_view src, std::string_view dst, Transport t);
+  // `map` may be null (no fabric map: every pair has path class unknown). `clock` must outlive
+  // this. Past `max_pairs` pairs, results for new pairs are rejected (and counted), so a flood of
+  // made-up destination names cannot exhaust memory.
+  PairTable(const Clock& clock, std::shared_ptr<const FabricMap> map,
+            size_t max_pairs = kDefaultMaxPairs);
+
+  // Finds or creates the pair. Costs two string hashes; cache the handle on hot paths. nullopt
+  // when the table is full or the transport is not a known value.
+  std::optional<PairHandle> Resolve(std::string_view src, std::string_view dst, Transport t);
   // Records one sample at `now_ns` (aggregator monotonic time). Returns false for a stale handle.
   bool Record(const PairHandle& h, const ProbeSample& s, uint16_t src_port, uint32_t flow_id,
               int64_t now_ns);
-  // Resolves and records a batch with one clock read. Results may mix source nodes.
-  void RecordBatch(std::span<const ProbeResult> results);
-  void Record(const ProbeResult& r) { RecordBatch(std::span<const ProbeResult>(&r, 1)); }
+  // Resolves and records a batch with one clock read. Results may mix source nodes. Returns how
+  // many were recorded; the others (unknown transport, table full) are counted in Rejected().
+  size_t RecordBatch(std::span<const ProbeResult> results);
+  bool Record(const ProbeResult& r) {
+    return RecordBatch(std::span<const ProbeResult>(&r, 1)) == 1;
+  }
+  // Results refused since construction (export as a counter).
+  uint64_t Rejected() const { return rejected_.load(std::memory_order_relaxed); }
 
   // Calls fn for every pair (unordered), holding one shard lock at a time. fn must not call back
   // into this table.
@@ -121,7 +133,7 @@ class PairTable {
   NodeId Intern(std::string_view name);
   std::optional<NodeId> Find(std::string_view name) const;
   std::string_view NameOf(NodeId id) const;
-  // REQUIRES: shard.mu held.
+  // REQUIRES: shard.mu held. kNoIndex when the table is full.
   uint32_t FindOrCreateLocked(Shard& shard, NodeId src, NodeId dst, Transport t);
   static void RecordLocked(Pair& p, const ProbeSample& s, uint16_t src_port, uint32_t flow_id,
                            int64_t now_ns);
@@ -129,6 +141,9 @@ class PairTable {
 
   const Clock& clock_;
   std::shared_ptr<const FabricMap> map_;
+  const size_t max_pairs_;
+  std::atomic<size_t> pair_count_{0};
+  std::atomic<uint64_t> rejected_{0};
   mutable std::shared_mutex names_mu_;
   std::unordered_map<std::string, NodeId, StringHash, std::equal_to<>> ids_;  // GUARDED_BY
   std::deque<std::string> names_;  // GUARDED_BY(names_mu_); stable, so views outlive the lock

@@ -66,9 +66,9 @@ TEST(PairTableTest, BatchCreatesPairsWithPathClassesAndFlows) {
 TEST(PairTableTest, TransportsArePairsOfTheirOwn) {
   FakeClock clock;
   PairTable table(clock, nullptr);
-  const PairHandle udp = table.Resolve("a", "b", Transport::kUdp);
-  const PairHandle bw = table.Resolve("a", "b", Transport::kTcpBw);
-  const PairHandle again = table.Resolve("a", "b", Transport::kUdp);
+  const PairHandle udp = table.Resolve("a", "b", Transport::kUdp).value();
+  const PairHandle bw = table.Resolve("a", "b", Transport::kTcpBw).value();
+  const PairHandle again = table.Resolve("a", "b", Transport::kUdp).value();
   EXPECT_EQ(udp.index, again.index);
   EXPECT_NE(udp.index, bw.index);
   EXPECT_TRUE(
@@ -87,7 +87,7 @@ TEST(PairTableTest, TransportsArePairsOfTheirOwn) {
 TEST(PairTableTest, DropIdleFreesPairsAndInvalidatesHandles) {
   FakeClock clock;
   PairTable table(clock, nullptr);
-  const PairHandle old = table.Resolve("a", "b", Transport::kUdp);
+  const PairHandle old = table.Resolve("a", "b", Transport::kUdp).value();
   ASSERT_TRUE(table.Record(old, ProbeSample{false, 10'000, 0}, 1, 1, clock.MonotonicNanos()));
   clock.Advance(std::chrono::seconds(300));
   table.Record(Result("c", "d", 7, 10'000));
@@ -96,10 +96,28 @@ TEST(PairTableTest, DropIdleFreesPairsAndInvalidatesHandles) {
   EXPECT_EQ(table.PairCount(), 1u);
   EXPECT_FALSE(table.Record(old, ProbeSample{false, 10'000, 0}, 1, 1, clock.MonotonicNanos()));
   // Re-creating the pair reuses the slot with a new generation.
-  const PairHandle fresh = table.Resolve("a", "b", Transport::kUdp);
+  const PairHandle fresh = table.Resolve("a", "b", Transport::kUdp).value();
   EXPECT_NE(fresh.generation, old.generation);
   EXPECT_TRUE(table.Record(fresh, ProbeSample{false, 10'000, 0}, 1, 1, clock.MonotonicNanos()));
   EXPECT_TRUE(table.SourceNodes().size() == 2u);
+}
+
+TEST(PairTableTest, FullTableAndUnknownTransportsAreRejectedAndCounted) {
+  FakeClock clock;
+  PairTable table(clock, nullptr, /*max_pairs=*/2);
+  std::vector<ProbeResult> batch = {Result("a", "b", 1, 10'000), Result("a", "c", 1, 10'000),
+                                    Result("a", "made-up", 1, 10'000), Result("a", "b", 2, 10'000)};
+  batch.push_back(Result("a", "b", 3, 10'000));
+  batch.back().transport = static_cast<Transport>(200);  // a bad value from a wire conversion
+  EXPECT_EQ(table.RecordBatch(batch), 3u);
+  EXPECT_EQ(table.Rejected(), 2u);
+  EXPECT_EQ(table.PairCount(), 2u);
+  EXPECT_FALSE(table.Resolve("x", "y", Transport::kUdp).has_value());
+  EXPECT_FALSE(table.Resolve("a", "b", static_cast<Transport>(6)).has_value());
+  // Dropping idle pairs makes room again.
+  clock.Advance(std::chrono::seconds(700));
+  EXPECT_EQ(table.DropIdle(clock.MonotonicNanos()), 2u);
+  EXPECT_TRUE(table.Record(Result("x", "y", 1, 10'000)));
 }
 
 TEST(PairTableTest, FlowListIsBoundedAndKeepsTheRecentFlows) {
