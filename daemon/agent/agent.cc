@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <spdlog/spdlog.h>
 
@@ -51,12 +53,12 @@ v1::Hello Agent::MakeHello() const {
   }
   h.set_session_id(session_id_);
   h.set_next_seq(buffer_.next_seq());
-  if (!options_.probe_address.empty()) {
+  if (!options_.probe_address.empty() && probes_) {
     for (auto t : {v1::TRANSPORT_UDP, v1::TRANSPORT_TCP_CONNECT, v1::TRANSPORT_TCP_BW}) {
       v1::ProbeEndpoint* e = h.add_endpoints();
       e->set_transport(t);
       e->set_address(options_.probe_address);
-      e->set_port(static_cast<uint32_t>(options_.probe_port));
+      e->set_port(probes_ ? probes_->responder_port() : static_cast<uint32_t>(options_.probe_port));
     }
   }
   return h;
@@ -76,14 +78,34 @@ Status Agent::Start() {
     r.Send(200, "text/plain", "ok\n");
   });
 
+  if (options_.probes) {
+    ProbeSchedulerOptions po;
+    po.port = options_.probe_port;
+    if (!options_.probe_address.empty()) po.listen_address = options_.probe_address;
+    if (!options_.probe_key_file.empty()) {
+      std::ifstream in(options_.probe_key_file);
+      std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) key.pop_back();
+      if (!in || key.empty()) {
+        return Status::InvalidArgument("probe key file " + options_.probe_key_file +
+                                       ": unreadable or empty");
+      }
+      po.key = key;
+    }
+    probes_ = std::make_unique<ProbeScheduler>(po, buffer_, [this] {
+      if (uplink_) uplink_->Notify();
+    }, registry_);
+    Status ps = probes_->Start();
+    if (!ps.ok()) return ps;
+  }
+
   Uplink::Options uo;
   uo.aggregator = options_.aggregator;
   uo.heartbeat_interval_s = options_.heartbeat_interval_s;
   uplink_ = std::make_unique<Uplink>(
       uo, buffer_, [this] { return MakeHello(); },
-      [](const v1::ProbePlan& plan) {
-        spdlog::info("msg=\"probe plan received\" version={} peers={}", plan.version(),
-                     plan.peers_size());
+      [this](const v1::ProbePlan& plan) {
+        if (probes_) probes_->ApplyPlan(plan);
       },
       registry_, [this] {
         std::lock_guard lock(report_mu_);
@@ -165,6 +187,7 @@ void Agent::Stop() {
   if (report_thread_.joinable()) report_thread_.join();
   if (test_thread_.joinable()) test_thread_.join();
   if (node_) node_->Stop();
+  if (probes_) probes_->Stop();
   if (uplink_) uplink_->Stop();
   if (http_) http_->Stop();
   spdlog::info("msg=\"agent stopped\" node={}", options_.node_name);

@@ -11,6 +11,7 @@
 
 #include "common/status.h"
 #include "daemon/agent/outbound_buffer.h"
+#include "daemon/agent/probe_scheduler.h"
 #include "daemon/agent/uplink.h"
 #include "exporter/http_server.h"
 #include "exporter/registry.h"
@@ -24,7 +25,9 @@ struct AgentOptions {
   std::string aggregator = "127.0.0.1:9750";
   std::string node_name;  // default: hostname
   std::string probe_address;
-  int probe_port = 9753;
+  int probe_port = 9753;         // 0 picks a free port (tests, several agents on one host)
+  std::string probe_key_file;     // shared probe key; empty: probes are not authenticated
+  bool probes = true;             // false: no responder and no probing (inventory/counters only)
   std::string http_listen = "0.0.0.0:9752";
   std::string sysfs_root = "/sys";
   std::string hwloc_xml;
@@ -64,6 +67,7 @@ class Agent {
   std::unique_ptr<NodeMetrics> node_;
   OutboundBuffer buffer_;
   std::unique_ptr<Uplink> uplink_;
+  std::unique_ptr<ProbeScheduler> probes_;
   std::unique_ptr<http::Server> http_;
   std::atomic<bool> stopping_{false};
   std::thread test_thread_;

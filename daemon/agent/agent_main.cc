@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   binding.Bind("sysfs-root", &o.sysfs_root);
   binding.Bind("hwloc-xml", &o.hwloc_xml);
   binding.Bind("profile", &o.profile);
+  binding.Bind("probe-key-file", &o.probe_key_file);
+  binding.Bind("probes", &o.probes);
   binding.Bind("heartbeat-interval", &heartbeat);
   binding.Bind("sample-interval", &sample);
   binding.Bind("buffer-batches", &o.buffer_batches);
@@ -38,7 +40,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--node-name", o.node_name, "this node's name (default: hostname)");
   app.add_option("--probe-address", o.probe_address, "the address peers probe");
-  app.add_option("--probe-port", o.probe_port, "UDP and TCP echo port")->capture_default_str();
+  app.add_option("--probe-port", o.probe_port, "UDP and TCP echo port (0: any free port)")
+      ->capture_default_str();
+  app.add_option("--probe-key-file", o.probe_key_file,
+                 "file holding the fleet's shared probe key (HMAC); answers only signed probes");
+  app.add_option("--probes", o.probes, "run the echo responder and probe peers (true|false)")
+      ->capture_default_str();
   app.add_option("--http-listen", o.http_listen, "HTTP /metrics listen address")
       ->capture_default_str();
   app.add_option("--sysfs-root", o.sysfs_root, "sysfs root")->capture_default_str();

@@ -7,6 +7,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <cmath>
+#include <span>
+
+#include "daemon/aggregator/core/pairs_json.h"
 
 namespace fw::aggregator {
 
@@ -20,6 +24,14 @@ Aggregator::Aggregator(AggregatorOptions options, const Clock& clock)
       fleet_(clock_, registry_,
              FleetState::Options{options_.heartbeat_timeout_s, options_.record_test_batches}),
       ports_(registry_),
+      node_probe_metrics_(registry_),
+      replans_(registry_.AddCounter("fabricwatch_planner_replans_total",
+                                    "Probe plans recomputed after agents joined or left.")
+                   .WithLabels({})),
+      bad_results_(registry_
+                       .AddCounter("fabricwatch_ingest_invalid_results_total",
+                                   "Probe results dropped as malformed (no peer, bad transport).")
+                       .WithLabels({})),
       ticks_(registry_.AddCounter("fabricwatch_aggregator_ticks_total", "Analysis ticks run.")
                  .WithLabels({})) {}
 
@@ -51,6 +63,18 @@ Status Aggregator::Start() {
       }
     }
   }
+  if (!options_.fabric_map.empty()) {
+    auto map = FabricMap::Load(options_.fabric_map);
+    if (!map.ok()) return map.status();
+    map_ = std::make_shared<const FabricMap>(std::move(*map));
+    spdlog::info("msg=\"fabric map loaded\" file={} switches={} links={} host_nics={}",
+                 options_.fabric_map, map_->switches().size(), map_->links().size(),
+                 map_->host_nics().size());
+  } else {
+    spdlog::warn("msg=\"no fabric map: localization stops at pair and host level\"");
+  }
+  pairs_ = std::make_unique<PairTable>(clock_, map_);
+  planner_ = std::make_unique<Planner>(options_.planner, map_);
   auto http = http::Server::Start(options_.http_listen);
   if (!http.ok()) return http.status();
   http_ = std::move(*http);
@@ -61,7 +85,8 @@ Status Aggregator::Start() {
   auto grpc = GrpcServer::Start(go, fleet_, *this, registry_);
   if (!grpc.ok()) return grpc.status();
   grpc_ = std::move(*grpc);
-  fleet_.SetMembershipListener([] {});
+  // Called on gRPC threads: only flag it; the tick thread re-plans.
+  fleet_.SetMembershipListener([this] { replan_needed_ = true; });
   ticker_ = std::thread([this] { TickLoop(); });
   ready_ = true;
   spdlog::info("msg=\"aggregator started\" grpc_port={} http_port={} version={}", grpc_port(),
@@ -101,17 +126,123 @@ void Aggregator::TickLoop() {
     if (stopping_) break;
     lock.unlock();
     fleet_.Sweep();
+    if (replan_needed_.exchange(false)) Replan();
+    int64_t now = clock_.MonotonicNanos();
+    node_probe_metrics_.Update(*pairs_, now);
+    pairs_->DropIdle(now);
     ticks_.Inc();
     lock.lock();
   }
 }
 
-void Aggregator::OnProbeBatch(const std::string&, const v1::ProbeBatch&) {}
+namespace {
+
+std::optional<Transport> FromWire(v1::Transport t) {
+  switch (t) {
+    case v1::TRANSPORT_UDP: return Transport::kUdp;
+    case v1::TRANSPORT_TCP_CONNECT: return Transport::kTcpConnect;
+    case v1::TRANSPORT_TCP_BW: return Transport::kTcpBw;
+    case v1::TRANSPORT_RDMA_UD: return Transport::kRdmaUd;
+    case v1::TRANSPORT_RDMA_RC: return Transport::kRdmaRc;
+    case v1::TRANSPORT_COLLECTIVE: return Transport::kCollective;
+    default: return std::nullopt;
+  }
+}
+
+v1::Transport ToWire(Transport t) {
+  switch (t) {
+    case Transport::kUdp: return v1::TRANSPORT_UDP;
+    case Transport::kTcpConnect: return v1::TRANSPORT_TCP_CONNECT;
+    case Transport::kTcpBw: return v1::TRANSPORT_TCP_BW;
+    case Transport::kRdmaUd: return v1::TRANSPORT_RDMA_UD;
+    case Transport::kRdmaRc: return v1::TRANSPORT_RDMA_RC;
+    case Transport::kCollective: return v1::TRANSPORT_COLLECTIVE;
+  }
+  return v1::TRANSPORT_UNSPECIFIED;
+}
+
+}  // namespace
+
+void Aggregator::OnProbeBatch(const std::string& node, const v1::ProbeBatch& batch) {
+  // Converted into a reused per-thread buffer: ingest allocates only when a batch is larger than
+  // any this thread has seen.
+  thread_local std::vector<ProbeResult> results;
+  results.resize(static_cast<size_t>(batch.results_size()));
+  size_t n = 0;
+  for (const v1::ProbeResult& r : batch.results()) {
+    auto t = FromWire(r.transport());
+    if (!t || r.peer().empty() || r.peer() == node || r.src_port() > 65535) {
+      bad_results_.Inc();
+      continue;
+    }
+    ProbeResult& out = results[n++];
+    out.src_node.assign(node);
+    out.dst_node.assign(r.peer());
+    out.transport = *t;
+    out.src_port = static_cast<uint16_t>(r.src_port());
+    out.flow_id = r.flow_id();
+    out.seq = r.probe_seq();
+    out.lost = r.lost();
+    out.rtt_ns = static_cast<int64_t>(std::min<uint64_t>(r.rtt_ns(), INT64_MAX));
+    out.bytes = r.bytes();
+    out.goodput_bps = std::isfinite(r.goodput_bps()) && r.goodput_bps() >= 0 ? r.goodput_bps() : 0;
+  }
+  pairs_->RecordBatch(std::span<const ProbeResult>(results.data(), n));
+}
+
+void Aggregator::Replan() {
+  std::vector<AgentInfo> live;
+  for (const NodeView& n : fleet_.Nodes()) {
+    if (!n.connected || !n.up) continue;
+    AgentInfo a;
+    a.node = n.name;
+    for (const auto& e : n.endpoints) {
+      if (e.transport() != v1::TRANSPORT_UDP || e.address().empty() || e.port() > 65535) continue;
+      a.endpoints.push_back({e.address(), static_cast<uint16_t>(e.port()), e.nic()});
+    }
+    live.push_back(std::move(a));
+  }
+  PlanSet set = planner_->PlanFor(live);
+  for (const std::string& note : set.notes) spdlog::warn("msg=\"planner\" note=\"{}\"", note);
+  {
+    std::lock_guard lock(plan_mu_);
+    ++plan_version_;
+    plans_.clear();
+    for (const auto& [node, plan] : set.plans) {
+      v1::ProbePlan& p = plans_[node];
+      p.set_version(plan_version_);
+      p.mutable_budget()->set_packets_per_s(plan.budget.pps);
+      p.mutable_budget()->set_bytes_per_s(plan.budget.bytes_per_s);
+      p.set_latency_interval_s(1.0);
+      p.set_bandwidth_interval_s(plan.bw_interval_s);
+      p.set_bandwidth_bytes(plan.bw_burst_bytes);
+      for (const PlannedPeer& peer : plan.peers) {
+        v1::PlannedPeer* pp = p.add_peers();
+        pp->set_node(peer.node);
+        pp->set_address(peer.address);
+        pp->set_port(peer.port);
+        pp->set_transport(ToWire(peer.transport));
+        for (uint16_t f : peer.flows) pp->add_src_ports(f);
+        pp->set_rate_pps(peer.rate_pps);
+        pp->set_bandwidth(peer.bandwidth);
+      }
+    }
+  }
+  replans_.Inc();
+  spdlog::info("msg=\"probe plans updated\" agents={} leaf_pairs_covered={}", live.size(),
+               set.leaf_pairs_covered);
+  if (grpc_) grpc_->PushPlans();
+}
 void Aggregator::OnCounterBatch(const std::string& node, const v1::CounterBatch& batch) {
   ports_.Update(node, batch);
 }
 void Aggregator::OnCheckReport(const std::string&, const v1::CheckReport&) {}
-std::optional<v1::ProbePlan> Aggregator::PlanFor(const std::string&) { return std::nullopt; }
+std::optional<v1::ProbePlan> Aggregator::PlanFor(const std::string& node) {
+  std::lock_guard lock(plan_mu_);
+  auto it = plans_.find(node);
+  if (it == plans_.end()) return std::nullopt;
+  return it->second;
+}
 
 namespace {
 
@@ -170,6 +301,16 @@ void Aggregator::InstallHttpHandlers() {
                        {"test_ids_distinct", in.test_ids.size()}}}});
     }
     r.Send(200, "application/json", out.dump());
+  });
+  http_->Handle("/api/v1/pairs", [this](const http::Request& req, http::Response& r) {
+    auto q = ParsePairsQuery(req.query);
+    if (!q.ok()) {
+      r.Send(400, "application/json",
+             json{{"error", q.status().message()}}.dump());
+      return;
+    }
+    PairsPage page = RenderPairs(*pairs_, *q, clock_.MonotonicNanos());
+    r.Send(200, "application/json", page.rows.dump());
   });
   http_->Handle("/", [this](const http::Request&, http::Response& r) {
     std::ostringstream html;

@@ -12,6 +12,10 @@
 #include "common/status.h"
 #include "daemon/aggregator/fleet_state.h"
 #include "daemon/aggregator/ingest_service.h"
+#include "daemon/aggregator/core/fabric_map.h"
+#include "daemon/aggregator/core/node_metrics.h"
+#include "daemon/aggregator/core/pair_table.h"
+#include "daemon/aggregator/core/planner.h"
 #include "daemon/aggregator/port_metrics.h"
 #include "exporter/http_server.h"
 #include "exporter/registry.h"
@@ -27,6 +31,7 @@ struct AggregatorOptions {
   double tick_s = 1;
   double heartbeat_timeout_s = 15;
   bool record_test_batches = false;
+  PlannerConfig planner;
 };
 
 class Aggregator final : public IngestSink {
@@ -53,6 +58,8 @@ class Aggregator final : public IngestSink {
 
  private:
   void TickLoop();
+  // Recomputes every agent's plan from the live agents and pushes the changed ones.
+  void Replan();
   void InstallHttpHandlers();
   std::string IngestStatePath() const;
 
@@ -60,8 +67,18 @@ class Aggregator final : public IngestSink {
   const Clock& clock_;
   metrics::Registry registry_;
   metrics::SelfMetrics self_;
+  std::shared_ptr<const FabricMap> map_;  // null without --fabric-map
   FleetState fleet_;
   PortMetrics ports_;
+  std::unique_ptr<PairTable> pairs_;
+  NodeProbeMetrics node_probe_metrics_;  // updated on the tick thread only
+  std::unique_ptr<Planner> planner_;
+  std::atomic<bool> replan_needed_{false};
+  std::mutex plan_mu_;
+  std::map<std::string, fabricwatch::v1::ProbePlan> plans_;  // GUARDED_BY(plan_mu_)
+  uint64_t plan_version_ = 0;                               // GUARDED_BY(plan_mu_)
+  metrics::Counter& replans_;
+  metrics::Counter& bad_results_;
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<http::Server> http_;
   std::atomic<bool> ready_{false};

@@ -18,7 +18,7 @@ PortMetrics::PortMetrics(metrics::Registry& r)
       congestion_(r.AddGauge("fabricwatch_nic_port_congestion_ratio",
                              "Fraction of time the port waited to send (port_xmit_wait).",
                              {"node", "device", "port"})),
-      samples_(r.AddCounter("fabricwatch_ingest_counter_samples_total",
+      samples_(r.AddCounter("fabricwatch_ingest_port_samples_total",
                             "Port samples received from agents.")
                    .WithLabels({})) {}
 

@@ -35,6 +35,7 @@ grpc_port=$(json_field "$work/agg.ports" grpc_port)
 http_port=$(json_field "$work/agg.ports" http_port)
 
 "$agent_bin" --aggregator "127.0.0.1:$grpc_port" --node-name e2e-node --http-listen 127.0.0.1:0 \
+  --probe-address 127.0.0.1 --probe-port 0 \
   --hwloc-xml "$testdata/hwloc/psmgmt-topo.jrc0386.xml" --sysfs-root "$testdata/sysfs/gpud-h100" \
   --port-file "$work/agent.ports" >"$work/agent.log" 2>&1 &
 pids+=($!)

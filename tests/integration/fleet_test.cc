@@ -47,6 +47,10 @@ class Fleet {
                                   "127.0.0.1:0",
                                   "--heartbeat-interval",
                                   "500ms",
+                                  "--probe-address",
+                                  "127.0.0.1",
+                                  "--probe-port",
+                                  "0",
                                   "--hwloc-xml",
                                   std::string(FW_TESTDATA) + "/hwloc/psmgmt-topo.jrc0386.xml",
                                   "--sysfs-root",
@@ -104,6 +108,38 @@ TEST(FleetTest, ThreeAgentsAppearAndADeadOneDropsOut) {
   json a = fleet.Node("node-a");
   EXPECT_EQ(a["inventory"]["gpus"].size(), 4u) << a.dump(2);
   EXPECT_EQ(a["inventory"]["numa_nodes"], 8);
+
+  // Without a fabric map the planner builds a full mesh, so the agents probe each other on
+  // loopback and the aggregator fills per-pair windows.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto r = http::Get(fleet.http_, "/api/v1/pairs?src=node-a&dst=node-b", 2000);
+        if (!r.ok()) return false;
+        auto j = json::parse(r->body, nullptr, false);
+        if (j.is_discarded() || j.empty()) return false;
+        for (const auto& p : j) {
+          if (p["transport"] == "udp" && p["windows"]["10s"]["probes"].get<int>() >= 3) return true;
+        }
+        return false;
+      },
+      seconds(20)))
+      << http::Get(fleet.http_, "/api/v1/pairs")->body;
+  {
+    auto j = json::parse(http::Get(fleet.http_, "/api/v1/pairs?src=node-a&dst=node-b")->body);
+    for (const auto& p : j) {
+      if (p["transport"] != "udp") continue;
+      EXPECT_EQ(p["windows"]["10s"]["loss_ratio"], 0.0) << p.dump();
+      EXPECT_GT(p["windows"]["10s"]["rtt_p50_s"].get<double>(), 0) << p.dump();
+      EXPECT_LT(p["windows"]["10s"]["rtt_p50_s"].get<double>(), 0.05) << p.dump();
+    }
+  }
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return fleet.Metrics().find("fabricwatch_node_probe_rtt_seconds{node=\"node-a\"") !=
+               std::string::npos;
+      },
+      seconds(5)))
+      << fleet.Metrics();
 
   // SIGKILL gives the agent no chance to say goodbye; the aggregator must notice on its own
   // within the 3 s heartbeat timeout.

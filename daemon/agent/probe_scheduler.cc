@@ -1,0 +1,309 @@
+// Probe scheduling, result batching and probe metrics.
+#include "daemon/agent/probe_scheduler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <random>
+
+#include "probes/net/bandwidth_probe.h"
+#include "probes/net/probe_packet.h"
+#include "probes/net/tcp_prober.h"
+
+namespace fw::agent {
+
+namespace v1 = fabricwatch::v1;
+
+namespace {
+
+v1::Transport ToWire(net::Transport t) {
+  switch (t) {
+    case net::Transport::kUdp: return v1::TRANSPORT_UDP;
+    case net::Transport::kTcpConnect: return v1::TRANSPORT_TCP_CONNECT;
+    case net::Transport::kTcpBw: return v1::TRANSPORT_TCP_BW;
+    case net::Transport::kRdmaUd: return v1::TRANSPORT_RDMA_UD;
+    case net::Transport::kRdmaRc: return v1::TRANSPORT_RDMA_RC;
+    case net::Transport::kCollective: return v1::TRANSPORT_COLLECTIVE;
+  }
+  return v1::TRANSPORT_UNSPECIFIED;
+}
+
+// RTT buckets from 10 µs to 1 s: loopback and veth sit in the tens of µs, fabrics in the µs to
+// ms, and anything past a second is a timeout.
+const std::vector<double> kRttBuckets = {1e-5,   2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
+                                         2.5e-3, 5e-3,   1e-2, 2.5e-2, 0.1,  0.25, 1.0};
+
+}  // namespace
+
+ProbeScheduler::ProbeScheduler(ProbeSchedulerOptions options, OutboundBuffer& buffer,
+                               std::function<void()> notify, metrics::Registry& r,
+                               const Clock& clock)
+    : options_(std::move(options)),
+      buffer_(buffer),
+      notify_(std::move(notify)),
+      clock_(clock),
+      queue_(options_.result_queue_capacity),
+      goodput_(r.AddGauge("fabricwatch_probe_goodput_bps",
+                          "Goodput of the most recent bandwidth burst, bits/s.")
+                   .WithLabels({})),
+      queue_dropped_(r.AddCounter("fabricwatch_probe_results_dropped_total",
+                                  "Probe results dropped because the result queue was full.")
+                         .WithLabels({})),
+      budget_rejected_(r.AddCounter("fabricwatch_probe_budget_rejected_total",
+                                    "Probes not sent because the agent's probe budget was spent.")
+                           .WithLabels({})),
+      probe_errors_(r.AddCounter("fabricwatch_probe_errors_total",
+                                 "Connect and bandwidth probes that failed before measuring "
+                                 "(refused, unreachable, bad target).")
+                        .WithLabels({})),
+      plans_(r.AddCounter("fabricwatch_probe_plans_applied_total", "Probe plans applied.")
+                 .WithLabels({})),
+      planned_peers_(r.AddGauge("fabricwatch_probe_planned_peers", "Peers in the current plan.")
+                         .WithLabels({})),
+      malformed_replies_(r.AddCounter("fabricwatch_probe_malformed_replies_total",
+                                      "Probe replies dropped as malformed, by reason.",
+                                      {"reason"})),
+      responder_dropped_(r.AddCounter("fabricwatch_responder_dropped_total",
+                                      "Requests the echo responder did not answer, by reason.",
+                                      {"reason"})),
+      responder_requests_(r.AddCounter("fabricwatch_responder_requests_total",
+                                       "Well-formed echo requests received (UDP).")
+                              .WithLabels({})),
+      responder_bytes_in_(r.AddCounter("fabricwatch_responder_received_bytes_total",
+                                       "Bytes received by the echo responder.")
+                              .WithLabels({})),
+      responder_bytes_out_(r.AddCounter("fabricwatch_responder_sent_bytes_total",
+                                        "Bytes sent by the echo responder (never more than "
+                                        "received).")
+                               .WithLabels({})) {
+  auto& rtt = r.AddHistogram("fabricwatch_probe_rtt_seconds", "Probe round-trip time.",
+                             {"transport"}, kRttBuckets);
+  auto& sent = r.AddCounter("fabricwatch_probe_sent_total", "Probes sent.", {"transport"});
+  auto& lost = r.AddCounter("fabricwatch_probe_lost_total", "Probes unanswered within the timeout.",
+                            {"transport"});
+  for (int t = 0; t < 6; ++t) {
+    std::string name(net::TransportName(static_cast<net::Transport>(t)));
+    rtt_[t] = &rtt.WithLabels({name});
+    sent_[t] = &sent.WithLabels({name});
+    lost_[t] = &lost.WithLabels({name});
+  }
+  r.AddBeforeRender([this] { RefreshStats(); });
+}
+
+ProbeScheduler::~ProbeScheduler() { Stop(); }
+
+Status ProbeScheduler::Start() {
+  // A generous default budget until the aggregator's plan sets the real one.
+  budget_ = std::make_unique<net::ProbeBudget>(clock_, 1000, 12.5e6, 1.0);
+  net::ResponderOptions ro;
+  ro.listen_address = options_.listen_address;
+  ro.port = static_cast<uint16_t>(options_.port);
+  ro.key = options_.key;
+  auto responder = net::EchoResponder::Start(ro, clock_);
+  if (!responder.ok()) return responder.status();
+  responder_ = std::move(*responder);
+  net::UdpProberOptions uo;
+  uo.key = options_.key;
+  auto udp = net::UdpProber::Start(uo, clock_, queue_, budget_.get());
+  if (!udp.ok()) return udp.status();
+  udp_ = std::move(*udp);
+  batcher_ = std::thread([this] { BatchLoop(); });
+  slow_ = std::thread([this] { SlowLoop(); });
+  spdlog::info("msg=\"probes started\" responder_port={}", responder_->port());
+  return Status::Ok();
+}
+
+void ProbeScheduler::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (slow_.joinable()) slow_.join();
+  if (udp_) udp_->Stop();
+  if (batcher_.joinable()) batcher_.join();
+  if (responder_) responder_->Stop();
+}
+
+void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
+  net::UdpProbePlan udp;
+  std::vector<SlowTarget> slow;
+  double rate = 0;
+  std::mt19937_64 rng(plan.version());
+  int64_t now = clock_.MonotonicNanos();
+  double bw_interval = plan.bandwidth_interval_s() > 0 ? plan.bandwidth_interval_s() : 300;
+  for (const v1::PlannedPeer& p : plan.peers()) {
+    if (p.address().empty() || p.port() == 0 || p.port() > 65535 || p.node().empty()) continue;
+    if (p.transport() == v1::TRANSPORT_UDP || p.transport() == v1::TRANSPORT_UNSPECIFIED) {
+      net::PeerTarget t;
+      t.name = p.node();
+      t.address = p.address();
+      t.port = static_cast<uint16_t>(p.port());
+      t.flows = std::max(1, p.src_ports_size());
+      udp.peers.push_back(std::move(t));
+      rate = std::max(rate, p.rate_pps());
+    }
+    SlowTarget s;
+    s.node = p.node();
+    s.address = p.address();
+    s.port = static_cast<uint16_t>(p.port());
+    s.bandwidth = p.bandwidth() && options_.bandwidth_probes;
+    // Spread connect probes and bursts over their periods so a plan change causes no storm.
+    std::uniform_real_distribution<double> jitter(0, 1);
+    s.next_connect_ns = now + static_cast<int64_t>(jitter(rng) * options_.tcp_connect_interval_s * 1e9);
+    s.next_bandwidth_ns = now + static_cast<int64_t>((0.1 + jitter(rng)) * bw_interval * 1e9);
+    slow.push_back(std::move(s));
+  }
+  udp.rate_hz = rate > 0 ? rate : 1.0;
+  {
+    std::lock_guard lock(mu_);
+    if (plan.version() != 0 && plan.version() <= plan_version_) return;
+    plan_version_ = plan.version();
+    slow_targets_ = std::move(slow);
+    if (plan.bandwidth_bytes() > 0) bandwidth_bytes_ = plan.bandwidth_bytes();
+    bandwidth_interval_s_ = bw_interval;
+  }
+  if (plan.has_budget() && plan.budget().packets_per_s() > 0 && plan.budget().bytes_per_s() > 0) {
+    // The byte bucket must hold a whole bandwidth burst or bursts could never be admitted.
+    double burst_s = std::max(1.0, static_cast<double>(plan.bandwidth_bytes()) /
+                                       plan.budget().bytes_per_s());
+    budget_->Reconfigure(plan.budget().packets_per_s(), plan.budget().bytes_per_s(), burst_s);
+  }
+  size_t peers = udp.peers.size();
+  Status st = udp_ ? udp_->SetPlan(std::move(udp)) : Status::FailedPrecondition("not started");
+  if (!st.ok()) {
+    spdlog::warn("msg=\"probe plan rejected\" version={} error=\"{}\"", plan.version(),
+                 st.message());
+    return;
+  }
+  plans_.Inc();
+  planned_peers_.Set(static_cast<double>(peers));
+  spdlog::info("msg=\"probe plan applied\" version={} peers={} rate_hz={}", plan.version(), peers,
+               rate);
+  cv_.notify_all();
+}
+
+void ProbeScheduler::Publish(const net::ProbeResult& r) {
+  int t = static_cast<int>(r.transport);
+  if (t < 0 || t >= 6) return;
+  sent_[t]->Inc();
+  if (r.lost) {
+    lost_[t]->Inc();
+  } else if (r.transport != net::Transport::kTcpBw) {
+    rtt_[t]->Observe(static_cast<double>(r.rtt_ns) * 1e-9);
+  }
+  if (r.transport == net::Transport::kTcpBw && !r.lost) goodput_.Set(r.goodput_bps);
+}
+
+void ProbeScheduler::BatchLoop() {
+  std::vector<net::ProbeResult> results;
+  results.reserve(options_.max_batch_results);
+  auto period = std::chrono::duration<double>(options_.batch_interval_s);
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      // Wake early when the queue fills up, so a batch never waits past max_batch_results.
+      cv_.wait_for(lock, period, [this] {
+        return stopping_ || queue_.size() >= options_.max_batch_results;
+      });
+      if (stopping_ && queue_.size() == 0) return;
+    }
+    results.clear();
+    queue_.PopBatch(results, options_.max_batch_results);
+    if (results.empty()) continue;
+    v1::ProbeBatch batch;
+    batch.mutable_results()->Reserve(static_cast<int>(results.size()));
+    for (const net::ProbeResult& r : results) {
+      Publish(r);
+      v1::ProbeResult* o = batch.add_results();
+      o->set_peer(std::string(r.PeerName()));
+      o->set_transport(ToWire(r.transport));
+      o->set_src_port(r.src_port);
+      o->set_dst_port(r.dst_port);
+      o->set_flow_id(r.flow_id);
+      o->set_probe_seq(r.seq);
+      o->set_lost(r.lost);
+      o->set_rtt_ns(r.lost ? 0 : static_cast<uint64_t>(std::max<int64_t>(0, r.rtt_ns)));
+      o->set_bytes(r.bytes);
+      o->set_goodput_bps(r.goodput_bps);
+      o->set_sent_unix_ns(r.timestamp_ns);
+    }
+    buffer_.Push(std::move(batch));
+    if (notify_) notify_();
+  }
+}
+
+void ProbeScheduler::SlowLoop() {
+  net::TcpConnectProber connect(clock_, budget_.get());
+  net::BandwidthProbe bandwidth(clock_, budget_.get(), options_.key);
+  for (;;) {
+    std::vector<net::TcpTarget> due_connect;
+    std::optional<net::TcpTarget> due_bw;
+    uint64_t bw_bytes = 0;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stopping_; });
+      if (stopping_) return;
+      int64_t now = clock_.MonotonicNanos();
+      for (SlowTarget& t : slow_targets_) {
+        if (now >= t.next_connect_ns) {
+          due_connect.push_back({t.node, t.address, t.port});
+          t.next_connect_ns = now + static_cast<int64_t>(options_.tcp_connect_interval_s * 1e9);
+        }
+        // At most one burst at a time: bursts to different peers must not overlap.
+        if (!due_bw && t.bandwidth && now >= t.next_bandwidth_ns) {
+          due_bw = net::TcpTarget{t.node, t.address, t.port};
+          t.next_bandwidth_ns = now + static_cast<int64_t>(bandwidth_interval_s_ * 1e9);
+        }
+      }
+      bw_bytes = bandwidth_bytes_;
+    }
+    if (!due_connect.empty()) {
+      for (auto& r : connect.ProbeAll(due_connect, std::chrono::seconds(1))) {
+        if (!r.ok()) {
+          probe_errors_.Inc();
+          continue;
+        }
+        queue_.TryPush(*r);  // a full queue counts the drop itself
+      }
+    }
+    if (due_bw) {
+      net::BandwidthOptions bo;
+      bo.bytes = bw_bytes;
+      auto r = bandwidth.Run(*due_bw, bo);
+      if (!r.ok()) {
+        // A burst refused by the budget is counted by the budget itself.
+        if (r.status().code() != StatusCode::kResourceExhausted) probe_errors_.Inc();
+      } else {
+        queue_.TryPush(*r);
+      }
+    }
+  }
+}
+
+void ProbeScheduler::RefreshStats() {
+  if (udp_) {
+    net::UdpProberStats s = udp_->Stats();
+    for (size_t i = 1; i < net::kDropReasonCount; ++i) {
+      if (s.dropped[i] == 0) continue;
+      malformed_replies_.WithLabels({std::string(net::DropReasonName(static_cast<net::DropReason>(i)))})
+          .Set(static_cast<double>(s.dropped[i]));
+    }
+  }
+  if (responder_) {
+    net::ResponderStats s = responder_->Stats();
+    responder_requests_.Set(static_cast<double>(s.udp_requests));
+    responder_bytes_in_.Set(static_cast<double>(s.bytes_in));
+    responder_bytes_out_.Set(static_cast<double>(s.bytes_out));
+    for (size_t i = 0; i < net::kResponderDropCount; ++i) {
+      if (s.dropped[i] == 0) continue;
+      responder_dropped_.WithLabels({std::string(net::ResponderDropName(static_cast<net::ResponderDrop>(i)))})
+          .Set(static_cast<double>(s.dropped[i]));
+    }
+  }
+  if (budget_) budget_rejected_.Set(static_cast<double>(budget_->rejected()));
+  queue_dropped_.Set(static_cast<double>(queue_.dropped()));
+}
+
+}  // namespace fw::agent

@@ -1,0 +1,105 @@
+// Runs the agent's probes from the aggregator's plan and turns their results into numbered batches.
+//
+// Threads: the echo responder and the UDP prober each own one (probes/net); this class adds a
+// batcher (drains results every batch interval into the outbound buffer) and a slow-probe thread
+// (TCP connect latency and the rare bandwidth bursts). ApplyPlan() may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "daemon/agent/outbound_buffer.h"
+#include "exporter/registry.h"
+#include "fabricwatch.pb.h"
+#include "probes/net/echo_responder.h"
+#include "probes/net/probe_result.h"
+#include "probes/net/token_bucket.h"
+#include "probes/net/udp_prober.h"
+
+namespace fw::agent {
+
+struct ProbeSchedulerOptions {
+  std::string listen_address = "0.0.0.0";  // the responder's bind address
+  int port = 9753;                          // UDP and TCP echo port
+  std::optional<std::string> key;           // shared probe key (HMAC); none: open
+  double batch_interval_s = 1.0;            // a ProbeBatch at least this often...
+  size_t max_batch_results = 4096;          // ... or sooner when this many results wait
+  double tcp_connect_interval_s = 10.0;     // one connect probe per peer this often
+  size_t result_queue_capacity = 65536;
+  bool bandwidth_probes = true;
+};
+
+class ProbeScheduler {
+ public:
+  // `notify` wakes the uplink after a batch lands in `buffer`.
+  ProbeScheduler(ProbeSchedulerOptions options, OutboundBuffer& buffer,
+                 std::function<void()> notify, metrics::Registry& registry,
+                 const Clock& clock = RealClock::Get());
+  ~ProbeScheduler();
+
+  // Starts the responder (fails if the port is taken) and the prober threads.
+  Status Start();
+  void Stop();
+  // Switches every prober to this plan; an older or equal plan version is ignored.
+  void ApplyPlan(const fabricwatch::v1::ProbePlan& plan);
+  uint16_t responder_port() const { return responder_ ? responder_->port() : 0; }
+
+ private:
+  struct SlowTarget {
+    std::string node, address;
+    uint16_t port = 0;
+    bool bandwidth = false;
+    int64_t next_connect_ns = 0;
+    int64_t next_bandwidth_ns = 0;
+  };
+  void BatchLoop();
+  void SlowLoop();
+  void Publish(const net::ProbeResult& r);
+  void RefreshStats();
+
+  ProbeSchedulerOptions options_;
+  OutboundBuffer& buffer_;
+  std::function<void()> notify_;
+  const Clock& clock_;
+  net::ResultQueue queue_;
+  std::unique_ptr<net::ProbeBudget> budget_;
+  std::unique_ptr<net::EchoResponder> responder_;
+  std::unique_ptr<net::UdpProber> udp_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;                 // GUARDED_BY(mu_)
+  uint64_t plan_version_ = 0;             // GUARDED_BY(mu_)
+  std::vector<SlowTarget> slow_targets_;  // GUARDED_BY(mu_)
+  uint64_t bandwidth_bytes_ = 4u << 20;   // GUARDED_BY(mu_)
+  double bandwidth_interval_s_ = 300;     // GUARDED_BY(mu_)
+  std::thread batcher_, slow_;
+
+  // Metrics; handles resolved once.
+  std::array<metrics::Histogram*, 6> rtt_{};
+  std::array<metrics::Counter*, 6> sent_{};
+  std::array<metrics::Counter*, 6> lost_{};
+  metrics::Gauge& goodput_;
+  metrics::Counter& queue_dropped_;
+  metrics::Counter& budget_rejected_;
+  metrics::Counter& probe_errors_;
+  metrics::Counter& plans_;
+  metrics::Gauge& planned_peers_;
+  metrics::Family<metrics::Counter>& malformed_replies_;
+  metrics::Family<metrics::Counter>& responder_dropped_;
+  metrics::Counter& responder_requests_;
+  metrics::Counter& responder_bytes_in_;
+  metrics::Counter& responder_bytes_out_;
+};
+
+}  // namespace fw::agent
