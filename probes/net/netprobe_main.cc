@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
   if (!ip.empty() && ip.front() == '[') ip = ip.substr(1, ip.size() - 2);
 
   if (*udp) {
-    fw::net::ResultQueue q(1 << 20);
+    fw::net::ResultQueue q(1 << 16);  // drained every 50 ms
     fw::net::UdpProberOptions o;
     o.key = opt_key;
     o.send_slots = slots;

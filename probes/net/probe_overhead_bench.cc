@@ -120,7 +120,8 @@ int main(int argc, char** argv) {
     return 3;
   }
 
-  fw::net::ResultQueue queue(65536);
+  // Sized like an agent's: a few seconds of results (the uplink keeps the long buffer).
+  fw::net::ResultQueue queue(4096);
   fw::net::UdpProberOptions o;
   o.send_slots = slots;
   if (!key.empty()) o.key = key;
@@ -147,7 +148,7 @@ int main(int argc, char** argv) {
 
   // The main thread plays the uplink: it drains results once a second.
   std::vector<fw::net::ProbeResult> batch;
-  batch.reserve(65536);
+  batch.reserve(4096);
   auto drain = [&](int secs) {
     for (int i = 0; i < secs; ++i) {
       std::this_thread::sleep_for(std::chrono::seconds(1));

@@ -25,7 +25,7 @@ std::unique_ptr<UdpProber> StartProber(ResultQueue& q, UdpProberOptions o = {},
 }
 
 UdpProbePlan Plan(std::string name, uint16_t port, uint32_t flows, double rate_hz,
-                  int64_t timeout_ns = 500'000'000) {
+                  int64_t timeout_ns = 2'000'000'000) {
   UdpProbePlan plan;
   plan.peers.push_back({std::move(name), "127.0.0.1", port, flows});
   plan.rate_hz = rate_hz;
