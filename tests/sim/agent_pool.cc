@@ -1,0 +1,406 @@
+// Callback-API client reactors for simulated agents. The only simulator file that includes grpcpp.
+#include "tests/sim/agent_pool.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+
+#include "fabricwatch.grpc.pb.h"
+
+namespace fw::sim {
+
+namespace v1 = fabricwatch::v1;
+
+namespace {
+
+class PoolImpl;
+
+// One simulated agent's stream.
+//
+// Threads: gRPC runs the reactions; the simulator's generator calls SendBatch/SendHeartbeat; the
+// pool calls Close. `mu_` guards the write state. Every gRPC operation is decided under `mu_` and
+// started after releasing it, because gRPC may run a reaction inline on the starting thread.
+// A hold is taken at start (writes begin outside reactions) and removed exactly once, when the
+// stream can carry no more writes and none is in flight; OnDone follows.
+class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::AggregatorMessage> {
+ public:
+  SimAgent(PoolImpl* pool, v1::Hello hello) : pool_(pool) {
+    *hello_.mutable_hello() = std::move(hello);
+  }
+
+  void Start(v1::Aggregator::Stub* stub);
+  bool SendBatch(const AgentPool::FillFn& fill);
+  bool SendHeartbeat(int64_t sent_unix_ns);
+  void Close();
+  void Cancel() { ctx_.TryCancel(); }
+  void Kick();  // closed loop: start writing if idle
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnWritesDoneDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+ private:
+  enum class Slot { kNone, kHello, kBatch, kHeartbeat, kWritesDone };
+  struct Next {
+    const v1::AgentMessage* write = nullptr;
+    bool writes_done = false;
+    bool remove_hold = false;
+  };
+  Next PickLocked();  // REQUIRES: mu_ held
+  void Perform(const Next& n);
+
+  PoolImpl* pool_;
+  grpc::ClientContext ctx_;
+  v1::AgentMessage hello_, batch_, heartbeat_;
+  v1::AggregatorMessage in_;  // owned by the single outstanding read
+
+  std::mutex mu_;
+  Slot in_flight_ = Slot::kNone;    // GUARDED_BY(mu_)
+  bool batch_ready_ = false;        // GUARDED_BY(mu_): filled, waiting for the write slot
+  bool batch_busy_ = false;         // GUARDED_BY(mu_): ready or in flight; the generator keeps off
+  bool hb_ready_ = false;           // GUARDED_BY(mu_)
+  bool hb_busy_ = false;            // GUARDED_BY(mu_)
+  bool ready_ = false;              // GUARDED_BY(mu_): Hello acknowledged
+  bool over_ = false;               // GUARDED_BY(mu_): no more writes possible
+  bool closing_ = false;            // GUARDED_BY(mu_)
+  bool hold_released_ = false;      // GUARDED_BY(mu_)
+  bool loop_toggle_ = false;        // GUARDED_BY(mu_)
+  uint64_t next_seq_ = 1;           // GUARDED_BY(mu_)
+  uint64_t acked_seq_ = 0;          // GUARDED_BY(mu_)
+  uint64_t results_cum_ = 0;        // GUARDED_BY(mu_): results in every batch filled so far
+  uint64_t results_acked_cum_ = 0;  // GUARDED_BY(mu_)
+  // Cumulative result count at each of the last kRing sequence numbers, to credit acks.
+  static constexpr size_t kRing = 256;
+  uint64_t cum_at_seq_[kRing] = {};  // GUARDED_BY(mu_)
+  uint32_t pending_results_ = 0;     // GUARDED_BY(mu_): results in the batch in flight
+};
+
+class PoolImpl final : public AgentPool {
+ public:
+  PoolImpl(Options options, std::vector<v1::Hello> hellos) : options_(std::move(options)) {
+    agents_.reserve(hellos.size());
+    for (auto& h : hellos) agents_.push_back(std::make_unique<SimAgent>(this, std::move(h)));
+    int per = std::max(1, options_.agents_per_channel);
+    size_t channels = (agents_.size() + static_cast<size_t>(per) - 1) / static_cast<size_t>(per);
+    for (size_t c = 0; c < channels; ++c) {
+      grpc::ChannelArguments args;
+      // A distinct arg value gives each channel its own subchannel, hence its own connection.
+      args.SetInt("fw.sim.channel", static_cast<int>(c));
+      args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+      args.SetMaxSendMessageSize(16 << 20);
+      auto ch =
+          grpc::CreateCustomChannel(options_.target, grpc::InsecureChannelCredentials(), args);
+      stubs_.push_back(v1::Aggregator::NewStub(ch));
+    }
+  }
+
+  ~PoolImpl() override { Shutdown(2.0); }
+
+  void StartAll() override {
+    int per = std::max(1, options_.agents_per_channel);
+    for (size_t i = 0; i < agents_.size(); ++i) {
+      agents_[i]->Start(stubs_[i / static_cast<size_t>(per)].get());
+      streams_.fetch_add(1);
+    }
+  }
+
+  uint64_t WaitReady(double timeout_s) override {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                 [this] { return ready_.load() + failed_.load() >= streams_.load(); });
+    return ready_.load();
+  }
+
+  bool SendBatch(int i, const FillFn& fill) override {
+    return agents_[static_cast<size_t>(i)]->SendBatch(fill);
+  }
+  bool SendHeartbeat(int i, int64_t sent_unix_ns) override {
+    return agents_[static_cast<size_t>(i)]->SendHeartbeat(sent_unix_ns);
+  }
+
+  void StartClosedLoop() override {
+    closed_loop_.store(true);
+    for (auto& a : agents_) a->Kick();
+  }
+  void StopClosedLoop() override { closed_loop_.store(false); }
+
+  PoolStats Stats() const override {
+    PoolStats s;
+    s.streams = streams_.load();
+    s.ready = ready_.load();
+    s.failed = failed_.load();
+    s.batches_sent = batches_sent_.load();
+    s.heartbeats_sent = heartbeats_sent_.load();
+    s.results_sent = results_sent_.load();
+    s.results_acked = results_acked_.load();
+    s.acks_received = acks_.load();
+    s.plans_received = plans_.load();
+    s.skipped = skipped_.load();
+    return s;
+  }
+
+  void Shutdown(double timeout_s) override {
+    if (shut_down_.exchange(true)) return;
+    closed_loop_.store(false);
+    shutting_down_.store(true);
+    for (auto& a : agents_) a->Close();
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                      [this] { return done_ >= streams_.load(); })) {
+      spdlog::warn("msg=\"streams still open after shutdown grace; cancelling\" open={}",
+                   streams_.load() - done_);
+      lock.unlock();
+      for (auto& a : agents_) a->Cancel();
+      lock.lock();
+      cv_.wait(lock, [this] { return done_ >= streams_.load(); });
+    }
+  }
+
+  // Called by reactors.
+  void OnReady() {
+    ready_.fetch_add(1);
+    Notify();
+  }
+  void OnDone(bool clean) {
+    if (!clean && !shutting_down_.load()) failed_.fetch_add(1);
+    std::lock_guard lock(mu_);
+    ++done_;
+    cv_.notify_all();
+  }
+  void Notify() {
+    std::lock_guard lock(mu_);
+    cv_.notify_all();
+  }
+  bool closed_loop() const { return closed_loop_.load(std::memory_order_relaxed); }
+
+  std::atomic<uint64_t> batches_sent_{0}, heartbeats_sent_{0}, results_sent_{0}, results_acked_{0},
+      acks_{0}, plans_{0}, skipped_{0};
+
+ private:
+  Options options_;
+  std::vector<std::unique_ptr<v1::Aggregator::Stub>> stubs_;
+  std::vector<std::unique_ptr<SimAgent>> agents_;
+  std::atomic<uint64_t> streams_{0}, ready_{0}, failed_{0};
+  std::atomic<bool> closed_loop_{false}, shutting_down_{false}, shut_down_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t done_ = 0;  // GUARDED_BY(mu_)
+};
+
+void SimAgent::Start(v1::Aggregator::Stub* stub) {
+  stub->async()->Connect(&ctx_, this);
+  {
+    std::lock_guard lock(mu_);
+    in_flight_ = Slot::kHello;
+  }
+  StartWrite(&hello_);
+  StartRead(&in_);
+  AddHold();
+  StartCall();
+}
+
+SimAgent::Next SimAgent::PickLocked() {
+  Next n;
+  if (in_flight_ != Slot::kNone) return n;
+  if (over_) {
+    if (!hold_released_) {
+      hold_released_ = true;
+      n.remove_hold = true;
+    }
+    return n;
+  }
+  if (!ready_) return n;
+  if (!closing_ && pool_->closed_loop() && !hb_busy_ && !batch_busy_) {
+    // Alternate heartbeats and empty batches; each gets its turn as soon as the last write ends.
+    loop_toggle_ = !loop_toggle_;
+    if (loop_toggle_) {
+      heartbeat_.mutable_heartbeat()->set_sent_unix_ns(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(
+              std::chrono::system_clock::now().time_since_epoch())
+              .count());
+      hb_busy_ = hb_ready_ = true;
+    } else {
+      v1::ProbeBatch* b = batch_.mutable_probe_batch();
+      b->clear_results();
+      b->set_seq(next_seq_);
+      cum_at_seq_[next_seq_ % kRing] = results_cum_;
+      ++next_seq_;
+      batch_busy_ = batch_ready_ = true;
+      pending_results_ = 0;
+    }
+  }
+  if (hb_ready_) {
+    hb_ready_ = false;
+    in_flight_ = Slot::kHeartbeat;
+    n.write = &heartbeat_;
+  } else if (batch_ready_) {
+    batch_ready_ = false;
+    in_flight_ = Slot::kBatch;
+    n.write = &batch_;
+  } else if (closing_) {
+    in_flight_ = Slot::kWritesDone;
+    n.writes_done = true;
+  }
+  return n;
+}
+
+void SimAgent::Perform(const Next& n) {
+  if (n.write) StartWrite(n.write);
+  if (n.writes_done) StartWritesDone();
+  if (n.remove_hold) RemoveHold();
+}
+
+bool SimAgent::SendBatch(const AgentPool::FillFn& fill) {
+  uint64_t seq;
+  {
+    std::lock_guard lock(mu_);
+    if (!ready_ || over_ || closing_ || batch_busy_) {
+      if (ready_ && batch_busy_) pool_->skipped_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    batch_busy_ = true;
+    seq = next_seq_++;
+  }
+  // batch_busy_ keeps every other writer of batch_ away: fill without the lock.
+  v1::ProbeBatch* b = batch_.mutable_probe_batch();
+  fill(*b);
+  b->set_seq(seq);
+  Next n;
+  {
+    std::lock_guard lock(mu_);
+    results_cum_ += static_cast<uint64_t>(b->results_size());
+    cum_at_seq_[seq % kRing] = results_cum_;
+    pending_results_ = static_cast<uint32_t>(b->results_size());
+    batch_ready_ = true;
+    n = PickLocked();
+  }
+  Perform(n);
+  return true;
+}
+
+bool SimAgent::SendHeartbeat(int64_t sent_unix_ns) {
+  Next n;
+  {
+    std::lock_guard lock(mu_);
+    if (!ready_ || over_ || closing_ || hb_busy_) return false;
+    heartbeat_.mutable_heartbeat()->set_sent_unix_ns(sent_unix_ns);
+    hb_busy_ = hb_ready_ = true;
+    n = PickLocked();
+  }
+  Perform(n);
+  return true;
+}
+
+void SimAgent::Kick() {
+  Next n;
+  {
+    std::lock_guard lock(mu_);
+    n = PickLocked();
+  }
+  Perform(n);
+}
+
+void SimAgent::Close() {
+  Next n;
+  bool cancel = false;
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+    if (!ready_ && !over_) {
+      // Never acknowledged: nothing to flush, and the outstanding read would wait forever.
+      over_ = cancel = true;
+    }
+    n = PickLocked();
+  }
+  Perform(n);
+  if (cancel) Cancel();
+}
+
+void SimAgent::OnWriteDone(bool ok) {
+  Next n;
+  {
+    std::lock_guard lock(mu_);
+    Slot done = in_flight_;
+    in_flight_ = Slot::kNone;
+    if (done == Slot::kBatch) {
+      batch_busy_ = false;
+      if (ok) {
+        pool_->batches_sent_.fetch_add(1, std::memory_order_relaxed);
+        pool_->results_sent_.fetch_add(pending_results_, std::memory_order_relaxed);
+      }
+    } else if (done == Slot::kHeartbeat) {
+      hb_busy_ = false;
+      if (ok) pool_->heartbeats_sent_.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (!ok) over_ = true;
+    n = PickLocked();
+  }
+  Perform(n);
+}
+
+void SimAgent::OnWritesDoneDone(bool) {
+  // Nothing more will be written; the hold goes when the aggregator ends the stream (read fails).
+  std::lock_guard lock(mu_);
+  in_flight_ = Slot::kNone;
+}
+
+void SimAgent::OnReadDone(bool ok) {
+  if (!ok) {
+    Next n;
+    {
+      std::lock_guard lock(mu_);
+      over_ = true;
+      n = PickLocked();
+    }
+    Perform(n);
+    return;
+  }
+  bool became_ready = false;
+  Next n;
+  if (in_.has_ack()) {
+    pool_->acks_.fetch_add(1, std::memory_order_relaxed);
+    uint64_t seq = in_.ack().seq();
+    std::lock_guard lock(mu_);
+    if (!ready_) {
+      // The resume point: a new session id starts at 0, but honour whatever the aggregator holds.
+      ready_ = became_ready = true;
+      acked_seq_ = seq;
+      next_seq_ = seq + 1;
+      n = PickLocked();
+    } else if (seq > acked_seq_ && seq < next_seq_ && next_seq_ - seq <= kRing) {
+      uint64_t cum = cum_at_seq_[seq % kRing];
+      if (cum > results_acked_cum_) {
+        pool_->results_acked_.fetch_add(cum - results_acked_cum_, std::memory_order_relaxed);
+        results_acked_cum_ = cum;
+      }
+      acked_seq_ = seq;
+    }
+  } else if (in_.has_probe_plan()) {
+    pool_->plans_.fetch_add(1, std::memory_order_relaxed);
+  }
+  StartRead(&in_);
+  Perform(n);
+  if (became_ready) pool_->OnReady();
+}
+
+void SimAgent::OnDone(const grpc::Status& status) {
+  bool clean = status.ok();
+  if (!clean) {
+    spdlog::debug("msg=\"sim stream ended\" node={} code={} error=\"{}\"", hello_.hello().node(),
+                  static_cast<int>(status.error_code()), status.error_message());
+  }
+  pool_->OnDone(clean);
+}
+
+}  // namespace
+
+std::unique_ptr<AgentPool> AgentPool::Create(Options options, std::vector<v1::Hello> hellos) {
+  return std::make_unique<PoolImpl>(std::move(options), std::move(hellos));
+}
+
+}  // namespace fw::sim

@@ -1,0 +1,147 @@
+// fw_sim: the fleet simulator. Streams a scenario (or the heartbeat benchmark) into a real
+// aggregator over gRPC and reports ingest figures and the findings score.
+#include <stdlib.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "common/log.h"
+#include "tests/sim/run_report.h"
+#include "tests/sim/scenario.h"
+#include "tests/sim/sim_runner.h"
+
+int main(int argc, char** argv) {
+  std::string mode = "scenario", scenario_path, json_out, work_dir, write_map, log_level = "info";
+  fw::sim::RunOptions o;
+  double duration = 0;
+  int agents = 1000;
+  double seconds = 30;
+  int pid = 0;
+  bool check = false;
+
+  CLI::App app{"fw_sim: simulated agents on a modeled fat-tree, streaming to a real aggregator"};
+  app.add_option("--mode", mode, "scenario | heartbeat")
+      ->check(CLI::IsMember({"scenario", "heartbeat"}))
+      ->capture_default_str();
+  app.add_option("--scenario", scenario_path, "scenario YAML (mode scenario)");
+  app.add_option("--aggregator-bin", o.aggregator.bin,
+                 "start this fabricwatch-aggregator on loopback (stopped by PID at the end)");
+  app.add_option("--aggregator-args", o.aggregator.extra_args,
+                 "extra flags for the started aggregator, space-separated");
+  app.add_option("--grpc", o.aggregator.grpc, "attach: the aggregator's gRPC host:port");
+  app.add_option("--http", o.aggregator.http, "attach: the aggregator's HTTP host:port");
+  app.add_option("--aggregator-pid", pid, "attach: its PID, for CPU and RSS figures");
+  app.add_option("--work-dir", work_dir,
+                 "fabric map, aggregator log and state go here (default: a temporary directory, "
+                 "removed at exit)");
+  app.add_option("--time-scale", o.time_scale, "simulated seconds per real second")
+      ->check(CLI::Range(0.01, 1000.0))
+      ->capture_default_str();
+  app.add_option("--duration", duration, "override the scenario's duration (seconds)");
+  app.add_option("--agents", agents, "mode heartbeat: concurrent streams")
+      ->check(CLI::Range(1, 16000))
+      ->capture_default_str();
+  app.add_option("--seconds", seconds, "mode heartbeat: measured seconds")
+      ->check(CLI::Range(1.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--agents-per-channel", o.agents_per_channel, "streams per HTTP/2 connection")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--grace", o.grace_s, "seconds after a fault's end its findings still count")
+      ->capture_default_str();
+  app.add_option("--json-out", json_out, "write the JSON report here");
+  app.add_option("--write-map", write_map, "only write the scenario's fabric map here, then exit");
+  app.add_flag("--check", check, "exit 1 when the verdict has failures");
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 3;
+  }
+  fw::InitLogging("fw_sim", log_level);
+  o.aggregator.pid = pid;
+
+  std::optional<fw::sim::Scenario> scenario;
+  if (mode == "scenario") {
+    if (scenario_path.empty()) {
+      std::fprintf(stderr, "fw_sim: --scenario FILE is required in mode scenario\n");
+      return 3;
+    }
+    auto s = fw::sim::LoadScenario(scenario_path);
+    if (!s.ok()) {
+      std::fprintf(stderr, "fw_sim: %s\n", s.status().message().c_str());
+      return 3;
+    }
+    scenario = std::move(*s);
+    if (duration > 0) {
+      scenario->duration_s = duration;
+      for (auto& f : scenario->faults) f.end_s = std::min(f.end_s, duration);
+    }
+    if (!write_map.empty()) {
+      auto tree = fw::sim::FatTree::Build(scenario->topology);
+      if (!tree.ok()) {
+        std::fprintf(stderr, "fw_sim: %s\n", tree.status().message().c_str());
+        return 3;
+      }
+      std::ofstream out(write_map, std::ios::trunc);
+      out << tree->FabricMapYaml();
+      out.close();
+      if (!out) {
+        std::fprintf(stderr, "fw_sim: cannot write %s\n", write_map.c_str());
+        return 3;
+      }
+      return 0;
+    }
+  }
+
+  bool remove_work_dir = false;
+  if (work_dir.empty()) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "fw_sim.XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      std::fprintf(stderr, "fw_sim: mkdtemp %s: %s\n", tmpl.c_str(), std::strerror(errno));
+      return 3;
+    }
+    work_dir = tmpl;
+    remove_work_dir = true;
+  } else {
+    std::error_code ec;
+    std::filesystem::create_directories(work_dir, ec);
+    if (ec) {
+      std::fprintf(stderr, "fw_sim: cannot create %s: %s\n", work_dir.c_str(),
+                   ec.message().c_str());
+      return 3;
+    }
+  }
+  o.aggregator.work_dir = work_dir;
+
+  auto report = mode == "scenario" ? fw::sim::RunScenario(*scenario, o)
+                                   : fw::sim::RunHeartbeatBench(agents, seconds, o);
+  if (remove_work_dir && (!report.ok() || (*report)["verdict"]["failures"].empty())) {
+    std::error_code ec;
+    std::filesystem::remove_all(work_dir, ec);
+  } else if (remove_work_dir) {
+    std::fprintf(stderr, "fw_sim: kept %s for inspection (the verdict has failures)\n",
+                 work_dir.c_str());
+  }
+  if (!report.ok()) {
+    std::fprintf(stderr, "fw_sim: %s\n", report.status().message().c_str());
+    return 3;
+  }
+  std::cout << fw::sim::FormatReport(*report) << std::flush;
+  if (!json_out.empty()) {
+    std::ofstream out(json_out, std::ios::trunc);
+    out << report->dump(2) << "\n";
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "fw_sim: cannot write %s\n", json_out.c_str());
+      return 3;
+    }
+  }
+  bool failed = !(*report)["verdict"]["failures"].empty();
+  return check && failed ? 1 : 0;
+}

@@ -1,0 +1,81 @@
+// Scenario files: topology, duration, background noise and injected faults with their ground truth.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "tests/sim/flows.h"
+#include "tests/sim/topology.h"
+
+namespace fw::sim {
+
+enum class FaultKind {
+  kLinkLoss,          // random loss on one link, both directions
+  kLinkBandwidth,     // capacity multiplied by `factor`
+  kLinkDown,          // every traversal lost
+  kLinkFlap,          // down for `down_s` at the start of every `period_s`
+  kLinkCongestion,    // queueing delay (exponential, mean `latency_us`) and a little loss
+  kSwitchCongestion,  // kLinkCongestion on every fabric link of a switch
+  kNicDegraded,       // loss and latency on one host NIC's cable, toward every peer
+  kHostNoise,         // the host's own stack: latency spikes and timeouts on all its probes
+};
+std::string_view FaultKindName(FaultKind k);
+
+// Realistic healthy-fleet variation; every run has it, faults come on top.
+struct NoiseSpec {
+  double jitter_us = 2;              // mean exponential host jitter per probe
+  double spike_prob = 0.001;         // per probe: scheduling hiccup
+  double spike_us = 200;             // its mean size
+  double episode_prob = 1.0 / 1200;  // per link and second: a micro-congestion episode starts
+  double episode_s = 3;              // its mean length
+  double episode_us = 15;            // its mean queueing delay per traversal
+  double background_loss = 1e-5;     // per traversal
+  double bandwidth_efficiency = 0.92;
+  double bandwidth_noise = 0.02;  // relative standard deviation of goodput
+};
+
+struct Fault {
+  FaultKind kind = FaultKind::kLinkLoss;
+  int line = 0;
+  // Target, resolved against the topology: a link, a switch, or a host (+ rail for a NIC).
+  std::string target;
+  std::string nic;
+  int link = -1;
+  int switch_index = -1;
+  int host = -1;
+  int rail = 0;
+  double start_s = 0;
+  double end_s = 0;  // exclusive; defaults to the scenario's duration
+  double loss = 0;
+  double factor = 1;
+  double latency_us = 0;
+  double period_s = 10;
+  double down_s = 3;
+  double spike_prob = 0;
+  double spike_us = 0;
+  // Ground truth: the finding kinds that count as a correct detection (defaults per kind).
+  std::vector<std::string> expect_kinds;
+
+  bool ActiveAt(double t) const { return t >= start_s && t < end_s; }
+};
+
+struct Scenario {
+  std::string name;
+  std::string description;
+  TopologySpec topology;
+  FlowPlanSpec flows;
+  double duration_s = 60;
+  uint64_t seed = 1;
+  int bandwidth_probes_per_s = 2;  // per agent: bandwidth results rotate over its flows
+  double heartbeat_s = 5;
+  NoiseSpec noise;
+  std::vector<Fault> faults;
+};
+
+// Parses scenario YAML and resolves every fault target against the topology it describes. Errors
+// name the source, the line and the key: "loss.yaml:9: faults[0].link: no link 'leaf9~spine1'".
+StatusOr<Scenario> ParseScenario(const std::string& yaml, const std::string& source);
+StatusOr<Scenario> LoadScenario(const std::string& path);
+
+}  // namespace fw::sim

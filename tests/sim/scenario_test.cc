@@ -1,0 +1,78 @@
+// Scenario parsing: every shipped scenario loads; mistakes are named by file, line and key.
+#include "tests/sim/scenario.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+namespace fw::sim {
+namespace {
+
+TEST(ScenarioTest, EveryShippedScenarioLoads) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(FW_SIM_SCENARIOS)) {
+    if (e.path().extension() != ".yaml") continue;
+    auto s = LoadScenario(e.path().string());
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    EXPECT_EQ(s->name + ".yaml", e.path().filename().string());
+    ++n;
+  }
+  EXPECT_GE(n, 10);
+}
+
+TEST(ScenarioTest, FaultsResolveAndGetDefaultGroundTruth) {
+  auto s = ParseScenario(R"(
+name: t
+topology: {spines: 2, leaves: 4, hosts_per_leaf: 8}
+duration: 60s
+faults:
+  - {kind: link_flap, link: leaf001~spine01, period: 10s, down: 2s, start: 20s, end: 50s}
+  - {kind: nic_degraded, node: node00003, loss: 0.02}
+  - {kind: switch_congestion, switch: spine00, latency_us: 50, expect: [congestion, switch_degraded]}
+)",
+                         "t.yaml");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ASSERT_EQ(s->faults.size(), 3u);
+  const Fault& flap = s->faults[0];
+  EXPECT_EQ(flap.kind, FaultKind::kLinkFlap);
+  EXPECT_EQ(flap.link, 1 * 2 + 1);
+  EXPECT_DOUBLE_EQ(flap.start_s, 20);
+  EXPECT_DOUBLE_EQ(flap.end_s, 50);
+  EXPECT_EQ(flap.expect_kinds, std::vector<std::string>{"link_flapping"});
+  const Fault& nic = s->faults[1];
+  EXPECT_EQ(nic.host, 3);
+  EXPECT_EQ(nic.nic, "mlx5_0");
+  EXPECT_DOUBLE_EQ(nic.end_s, 60);  // defaults to the run's end
+  EXPECT_EQ(nic.expect_kinds, std::vector<std::string>{"nic_degraded"});
+  EXPECT_EQ(s->faults[2].expect_kinds.size(), 2u);
+}
+
+void ExpectError(const std::string& yaml, const std::string& needle) {
+  auto s = ParseScenario(yaml, "bad.yaml");
+  ASSERT_FALSE(s.ok()) << "accepted: " << yaml;
+  EXPECT_NE(s.status().message().find(needle), std::string::npos) << s.status().message();
+}
+
+TEST(ScenarioTest, MistakesAreNamed) {
+  ExpectError("duration: 10s\nfautls: []\n", "bad.yaml:2: fautls: unknown key");
+  ExpectError("topology: {spines: 2, leafs: 4}\n", "topology.leafs: unknown key");
+  ExpectError("faults:\n  - {kind: link_loss, link: leaf009~spine00, loss: 0.1}\n",
+              "faults[0].link: no link 'leaf009~spine00'");
+  ExpectError("faults:\n  - {kind: link_melt, link: leaf000~spine00}\n",
+              "'link_melt' is not a fault kind");
+  ExpectError("faults:\n  - {kind: link_loss, link: leaf000~spine00, loss: 1.5}\n",
+              "faults[0].loss: must be a number in [0, 1]");
+  ExpectError("faults:\n  - {kind: link_down, link: leaf000~spine00, start: soon}\n",
+              "faults[0].start");
+  ExpectError("faults:\n  - {kind: link_flap, link: leaf000~spine00, period: 2s, down: 3s}\n",
+              "0 < down < period");
+  ExpectError("duration: 30s\nfaults:\n  - {kind: link_down, link: leaf000~spine00, start: 40s}\n",
+              "starts after the run ends");
+  ExpectError("topology: {leaves: 2000, hosts_per_leaf: 10}\n", "at most 16000");
+  ExpectError("[1, 2", "not valid YAML");
+  ExpectError("- a\n- b\n", "must be a mapping");
+  ExpectError("seed: many\n", "seed: must be an integer");
+}
+
+}  // namespace
+}  // namespace fw::sim

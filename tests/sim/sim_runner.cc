@@ -1,0 +1,308 @@
+// Scenario runs: start the fleet, stream the model second by second, poll findings, score.
+#include "tests/sim/sim_runner.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "common/clock.h"
+#include "tests/sim/agent_pool.h"
+#include "tests/sim/batch_builder.h"
+#include "tests/sim/link_model.h"
+#include "tests/sim/run_report.h"
+
+namespace fw::sim {
+
+namespace v1 = fabricwatch::v1;
+using nlohmann::json;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+double NowUnix() { return static_cast<double>(RealClock::Get().WallNanos()) * 1e-9; }
+
+std::vector<v1::Hello> MakeHellos(const FatTree& tree, uint64_t seed) {
+  std::mt19937_64 session_rng(seed ^ static_cast<uint64_t>(RealClock::Get().WallNanos()));
+  std::vector<v1::Hello> hellos;
+  hellos.reserve(static_cast<size_t>(tree.hosts()));
+  for (int h = 0; h < tree.hosts(); ++h) {
+    v1::Hello hello;
+    hello.set_node(tree.NodeName(h));
+    hello.set_version("fw_sim");
+    hello.set_session_id(session_rng() | 1);
+    v1::Inventory* inv = hello.mutable_inventory();
+    inv->set_hostname(tree.NodeName(h));
+    inv->set_source("fw_sim");
+    for (int r = 0; r < tree.rails(); ++r) {
+      v1::Nic* nic = inv->add_nics();
+      nic->set_device(tree.NicName(r));
+      nic->set_fabric(true);
+      nic->set_link_layer("Ethernet");
+      nic->set_rate_gbps(tree.spec().host_link_gbps);
+      v1::ProbeEndpoint* ep = hello.add_endpoints();
+      ep->set_transport(v1::TRANSPORT_UDP);
+      ep->set_address(tree.Address(h, r));
+      ep->set_port(kProbePort);
+      ep->set_nic(tree.NicName(r));
+    }
+    hellos.push_back(std::move(hello));
+  }
+  return hellos;
+}
+
+// Polls /api/v1/findings on its own thread so slow answers never stall the generator.
+class FindingsPoller {
+ public:
+  FindingsPoller(const AggregatorUnderTest& agg, double period_s) : agg_(agg), period_s_(period_s) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~FindingsPoller() { Stop(); }
+  void Stop() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  // One last poll, then the result. REQUIRES: Stop() was called.
+  json Result(std::vector<ObservedFinding>* all) {
+    PollOnce();
+    *all = tracker_.All();
+    return {{"endpoint", endpoint_}, {"polls", polls_}, {"malformed", malformed_}};
+  }
+
+ private:
+  void Run() {
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      lock.unlock();
+      PollOnce();
+      lock.lock();
+      cv_.wait_for(lock, std::chrono::duration<double>(period_s_), [this] { return stop_; });
+    }
+  }
+  void PollOnce() {
+    auto body = agg_.Findings();
+    ++polls_;
+    if (!body.ok()) {
+      endpoint_ = body.status().code() == StatusCode::kNotFound
+                      ? "missing"
+                      : "error: " + body.status().message();
+      return;
+    }
+    auto parsed = ParseFindings(*body, NowUnix(), &malformed_);
+    if (!parsed.ok()) {
+      endpoint_ = "error: " + parsed.status().message();
+      return;
+    }
+    endpoint_ = "ok";
+    tracker_.Update(*parsed);
+  }
+
+  const AggregatorUnderTest& agg_;
+  double period_s_;
+  FindingsTracker tracker_;  // touched by the poller thread, then by Result() after Stop()
+  std::string endpoint_ = "not polled";
+  int polls_ = 0;
+  int malformed_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;  // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace
+
+StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) {
+  auto tree_or = FatTree::Build(scenario.topology);
+  if (!tree_or.ok()) return tree_or.status();
+  const FatTree& tree = *tree_or;
+  auto plan = BuildFlowPlan(tree, scenario.flows);
+  size_t total_flows = 0;
+  for (const auto& f : plan) total_flows += f.size();
+
+  AggregatorTarget target = options.aggregator;
+  if (!target.bin.empty()) {
+    target.fabric_map = target.work_dir + "/fabric.yaml";
+    std::ofstream map(target.fabric_map, std::ios::trunc);
+    map << tree.FabricMapYaml();
+    map.close();
+    if (!map) return Status::Internal("cannot write " + target.fabric_map);
+  }
+  auto agg_or = AggregatorUnderTest::StartOrAttach(target);
+  if (!agg_or.ok()) return agg_or.status();
+  AggregatorUnderTest& agg = **agg_or;
+  auto before = agg.Snapshot();
+  if (!before.ok()) return before.status();
+
+  auto self_start = ReadProc(getpid());
+  auto pool =
+      AgentPool::Create({agg.grpc(), options.agents_per_channel}, MakeHellos(tree, scenario.seed));
+  auto connect_start = SteadyClock::now();
+  pool->StartAll();
+  uint64_t ready = pool->WaitReady(std::max(30.0, tree.hosts() / 200.0));
+  double connect_s = std::chrono::duration<double>(SteadyClock::now() - connect_start).count();
+  spdlog::info("msg=\"fleet connected\" ready={} of={} seconds={:.1f}", ready, tree.hosts(),
+               connect_s);
+
+  FabricModel model(tree, scenario);
+  BatchBuilder builder(tree, model, scenario.bandwidth_probes_per_s);
+  Rng rng(scenario.seed * 0x9E3779B97F4A7C15ULL + 1);
+  const double scale = options.time_scale;
+  const int slots = 10;  // agents send at 10 evenly spaced instants per simulated second
+  const auto start = SteadyClock::now();
+  const double run_start_unix = NowUnix();
+  const int64_t epoch_ns = RealClock::Get().WallNanos();
+  const int hb = std::max(1, static_cast<int>(scenario.heartbeat_s));
+  const int seconds = static_cast<int>(scenario.duration_s);
+  const double warm_real_s = std::min(options.warmup_s, seconds / scale / 4);
+  FindingsPoller poller(agg, options.findings_poll_s);
+
+  std::optional<IngestSnapshot> window_start;
+  auto window_start_self = self_start;
+  double late_s = 0;
+  for (int t = 0; t < seconds; ++t) {
+    model.Advance(t);
+    int64_t second_ns = epoch_ns + int64_t{t} * 1'000'000'000;
+    for (int k = 0; k < slots; ++k) {
+      auto due = start + std::chrono::duration_cast<SteadyClock::duration>(
+                             std::chrono::duration<double>((t + double(k) / slots) / scale));
+      auto now = SteadyClock::now();
+      if (now < due) {
+        std::this_thread::sleep_until(due);
+      } else {
+        late_s = std::max(late_s, std::chrono::duration<double>(now - due).count());
+      }
+      for (int i = k; i < tree.hosts(); i += slots) {
+        const auto& flows = plan[static_cast<size_t>(i)];
+        pool->SendBatch(i, [&](v1::ProbeBatch& b) { builder.Fill(flows, t, second_ns, rng, b); });
+        if ((t + i) % hb == 0) pool->SendHeartbeat(i, second_ns);
+      }
+    }
+    if (!window_start && (t + 1) / scale >= warm_real_s) {
+      auto s = agg.Snapshot();
+      if (s.ok()) window_start = *s;
+      window_start_self = ReadProc(getpid());
+    }
+  }
+  // Let the last slot's writes land before closing the window.
+  std::this_thread::sleep_until(start + std::chrono::duration_cast<SteadyClock::duration>(
+                                            std::chrono::duration<double>(seconds / scale)));
+  auto window_end = agg.Snapshot();
+  auto self_end = ReadProc(getpid());
+  PoolStats streaming = pool->Stats();
+  poller.Stop();
+  pool->Shutdown(20);
+  PoolStats final_stats = pool->Stats();
+  auto after = agg.Snapshot();
+  std::vector<ObservedFinding> findings;
+  json findings_json = poller.Result(&findings);
+
+  ReportInputs in;
+  in.mode = "scenario";
+  in.name = scenario.name;
+  in.agents = tree.hosts();
+  in.connect_s = connect_s;
+  in.before = *before;
+  in.window_start = window_start;
+  in.window_end = window_end.ok() ? std::optional(*window_end) : std::nullopt;
+  in.after = after.ok() ? std::optional(*after) : std::nullopt;
+  in.self_start = window_start_self.ok() ? std::optional(*window_start_self) : std::nullopt;
+  in.self_end = self_end.ok() ? std::optional(*self_end) : std::nullopt;
+  in.streaming = streaming;
+  in.final_stats = final_stats;
+  json report = BuildIngestReport(in);
+  report["scenario"] = {{"name", scenario.name},
+                        {"description", scenario.description},
+                        {"hosts", tree.hosts()},
+                        {"links", tree.link_count()},
+                        {"flows_per_agent", static_cast<double>(total_flows) / tree.hosts()},
+                        {"bandwidth_probes_per_agent_s", scenario.bandwidth_probes_per_s},
+                        {"duration_s", scenario.duration_s},
+                        {"time_scale", scale},
+                        {"generator_max_late_s", late_s},
+                        {"faults", scenario.faults.size()}};
+  Score score =
+      ComputeScore(GroundTruth(scenario, tree, run_start_unix, scale), findings, options.grace_s);
+  AddFindingsReport(findings_json, score, scenario.faults.empty(), report);
+  if (!agg.log_path().empty()) report["aggregator_log"] = agg.log_path();
+  int exit = agg.Stop(10);
+  if (agg.pid() > 0 && !options.aggregator.bin.empty()) report["aggregator_exit_status"] = exit;
+  return report;
+}
+
+StatusOr<json> RunHeartbeatBench(int agents, double seconds, const RunOptions& options) {
+  auto agg_or = AggregatorUnderTest::StartOrAttach(options.aggregator);
+  if (!agg_or.ok()) return agg_or.status();
+  AggregatorUnderTest& agg = **agg_or;
+  auto before = agg.Snapshot();
+  if (!before.ok()) return before.status();
+  std::vector<v1::Hello> hellos;
+  std::mt19937_64 session_rng(static_cast<uint64_t>(RealClock::Get().WallNanos()));
+  for (int i = 0; i < agents; ++i) {
+    v1::Hello h;
+    char name[32];
+    std::snprintf(name, sizeof name, "hb%05d", i);
+    h.set_node(name);
+    h.set_version("fw_sim");
+    h.set_session_id(session_rng() | 1);
+    hellos.push_back(std::move(h));
+  }
+  auto pool = AgentPool::Create({agg.grpc(), options.agents_per_channel}, std::move(hellos));
+  auto connect_start = SteadyClock::now();
+  pool->StartAll();
+  pool->WaitReady(60);
+  double connect_s = std::chrono::duration<double>(SteadyClock::now() - connect_start).count();
+  auto window_start = agg.Snapshot();
+  auto self_start = ReadProc(getpid());
+  PoolStats s0 = pool->Stats();
+  pool->StartClosedLoop();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  auto window_end = agg.Snapshot();
+  auto self_end = ReadProc(getpid());
+  PoolStats s1 = pool->Stats();
+  pool->StopClosedLoop();
+  pool->Shutdown(20);
+  PoolStats final_stats = pool->Stats();
+  auto after = agg.Snapshot();
+
+  ReportInputs in;
+  in.mode = "heartbeat";
+  in.name = "heartbeat";
+  in.agents = agents;
+  in.connect_s = connect_s;
+  in.before = *before;
+  in.window_start = window_start.ok() ? std::optional(*window_start) : std::nullopt;
+  in.window_end = window_end.ok() ? std::optional(*window_end) : std::nullopt;
+  in.after = after.ok() ? std::optional(*after) : std::nullopt;
+  in.self_start = self_start.ok() ? std::optional(*self_start) : std::nullopt;
+  in.self_end = self_end.ok() ? std::optional(*self_end) : std::nullopt;
+  in.streaming = s1;
+  in.final_stats = final_stats;
+  json report = BuildIngestReport(in);
+  double dt =
+      (window_end.ok() && window_start.ok()) ? window_end->unix_s - window_start->unix_s : seconds;
+  double msgs = static_cast<double>((s1.batches_sent + s1.heartbeats_sent) -
+                                    (s0.batches_sent + s0.heartbeats_sent));
+  report["heartbeat"] = {{"seconds", dt},
+                         {"sim_messages_per_s", msgs / dt},
+                         {"sim_acks_per_s", (s1.acks_received - s0.acks_received) / dt}};
+  if (window_end.ok() && window_start.ok()) {
+    report["heartbeat"]["aggregator_messages_per_s"] =
+        (window_end->batches + window_end->heartbeats - window_start->batches -
+         window_start->heartbeats) /
+        dt;
+  }
+  agg.Stop(10);
+  return report;
+}
+
+}  // namespace fw::sim

@@ -1,0 +1,32 @@
+// Runs a scenario or the heartbeat ingest benchmark against an aggregator and reports as JSON.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "tests/sim/aggregator_process.h"
+#include "tests/sim/scenario.h"
+
+namespace fw::sim {
+
+struct RunOptions {
+  AggregatorTarget aggregator;
+  double time_scale = 1;  // simulated seconds per real second
+  int agents_per_channel = 100;
+  double grace_s = 30;         // findings up to this long after a fault's end still count for it
+  double findings_poll_s = 1;  // how often the scorer polls /api/v1/findings
+  double warmup_s = 5;         // real seconds of streaming before the ingest window opens
+};
+
+// Streams the scenario in (scaled) real time and scores it. The report's layout is documented in
+// docs/simulator.md; "verdict" holds failures (broken now), pending checks (need the analyzer) and
+// warnings.
+StatusOr<nlohmann::json> RunScenario(const Scenario& scenario, const RunOptions& options);
+
+// Issue 2's ingest benchmark: `agents` streams write heartbeats and empty batches back-to-back for
+// `seconds`; reports connections held, messages/s and the aggregator's CPU and RSS.
+StatusOr<nlohmann::json> RunHeartbeatBench(int agents, double seconds, const RunOptions& options);
+
+}  // namespace fw::sim
