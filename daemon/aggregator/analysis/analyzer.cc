@@ -45,6 +45,7 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     cur_.mapped = a_.map_ && pair.paths.path_class != PathClass::kUnknown && pair.paths.core;
     if (cur_.mapped) cur_.paths = pair.paths;
     has_data_ = false;
+    cur_guard_bad_ = 0;
     if (pair.baseline.median_s > 0) ++ev_.baselines_ready;
   }
 
@@ -93,6 +94,7 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     if (guard_bad) {
       ++s.out_bad;
       ++d.in_bad;
+      ++cur_guard_bad_;
     }
 
     ++cur_.flows;
@@ -125,8 +127,14 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
   void EndPair(const PairRef& pair) override {
     if (!has_data_) return;
     ++ev_.pairs_seen;
-    ++ev_.hosts[pair.src].out_pairs;
-    ++ev_.hosts[pair.dst].in_pairs;
+    HostStats& s = ev_.hosts[pair.src];
+    HostStats& d = ev_.hosts[pair.dst];
+    ++s.out_pairs;
+    ++d.in_pairs;
+    if (2 * cur_guard_bad_ >= cur_.flows) {
+      ++s.out_bad_pairs;
+      ++d.in_bad_pairs;
+    }
     // A pair that looks bad keeps its baseline: a fault must not become the new normal.
     PairBaseline& b = pair.baseline;
     b.hold = (cur_.rtt > 0 && cur_.slow * 5 >= cur_.rtt) ||
@@ -167,6 +175,7 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
   Analyzer& a_;
   Evaluation& ev_;
   PairAgg cur_;
+  uint32_t cur_guard_bad_ = 0;
   bool has_data_ = false;
 };
 
@@ -282,6 +291,7 @@ void Analyzer::Tick() {
 
   for (auto& [element, obs] : ev.observations) tracker_.Observe(element, std::move(obs));
   for (const auto& [element, down] : ev.instants) tracker_.Instant(element, down, now_s);
+  for (const std::string& element : ev.superseded) tracker_.Supersede(element);
   const ElementTracker::Changes changes = tracker_.EndTick(now_s, wall_ns);
   ++tick_count_;
   Publish(changes, ev, now_s, wall_ns);
@@ -319,15 +329,13 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
   // Host guard: a host bad in one role and clean in the other is noisy itself; its flows in the
   // noisy role must not blame the network.
   const AnalysisConfig& c = config_;
+  const auto min_peers = static_cast<uint32_t>(c.host_min_flows);
   for (HostStats& h : ev.hosts) {
-    const bool out_bad = h.out_flows >= static_cast<uint32_t>(c.host_min_flows) &&
-                         h.out_bad >= c.host_bad_fraction * h.out_flows;
-    const bool in_bad = h.in_flows >= static_cast<uint32_t>(c.host_min_flows) &&
-                        h.in_bad >= c.host_bad_fraction * h.in_flows;
-    const bool out_clean = h.out_flows >= static_cast<uint32_t>(c.host_min_flows) &&
-                           h.out_bad <= c.host_clean_fraction * h.out_flows;
-    const bool in_clean = h.in_flows >= static_cast<uint32_t>(c.host_min_flows) &&
-                          h.in_bad <= c.host_clean_fraction * h.in_flows;
+    const bool out_seen = h.out_pairs >= min_peers, in_seen = h.in_pairs >= min_peers;
+    const bool out_bad = out_seen && h.out_bad_pairs >= c.host_bad_fraction * h.out_pairs;
+    const bool in_bad = in_seen && h.in_bad_pairs >= c.host_bad_fraction * h.in_pairs;
+    const bool out_clean = out_seen && h.out_bad_pairs <= c.host_clean_fraction * h.out_pairs;
+    const bool in_clean = in_seen && h.in_bad_pairs <= c.host_clean_fraction * h.in_pairs;
     h.noisy_out = out_bad && in_clean;
     h.noisy_in = in_bad && out_clean;
   }
@@ -352,7 +360,7 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
   for (int s = 0; s < kSignalCount; ++s) {
     ev.blames[s] = tomography_.Localize(static_cast<Signal>(s), ev.specs[s]);
   }
-  BuildObservations(BlameContext{map_.get(), flows_, tomography_, config_}, ev);
+  BuildObservations(BlameContext{map_.get(), flows_, tomography_, config_, &tracker_}, ev);
 }
 
 void Analyzer::Publish(const ElementTracker::Changes& changes, const Evaluation& ev, double now_s,

@@ -165,8 +165,9 @@ class Blamer {
       f.confidence = std::clamp(std::abs(out - in), 0.0, 0.99);
       const double mine = h.noisy_out ? out : in, other = h.noisy_out ? in : out;
       f.summary = name + (h.noisy_out ? "'s own probes are noisy: " : " answers probes slowly: ") +
-                  Fmt("%.0f%% of the flows it ", 100 * mine) + (h.noisy_out ? "sends" : "answers") +
-                  Fmt(" are bad while only %.0f%% in the other direction are; the host (CPU "
+                  Fmt("%.0f%% of the peers it ", 100 * mine) +
+                  (h.noisy_out ? "probes" : "is probed by") +
+                  Fmt(" look bad while only %.0f%% in the other direction do; the host (CPU "
                       "contention, interrupts, NIC driver) is the likely cause, not the fabric.",
                       100 * other);
       Emit("node:" + name, std::move(f), false);
@@ -187,26 +188,6 @@ class Blamer {
         for (LinkIndex l : group) blamed_.insert(l);
       }
     }
-    std::map<aggregator::SwitchIndex, std::vector<const Verdict*>> by_switch;
-    std::map<std::string, std::vector<const Verdict*>> by_node;
-    for (const auto& [primary, v] : verdicts) {
-      if (v.group.size() > 1) {
-        Ambiguous(v);
-        continue;
-      }
-      const Link& link = map.links()[primary];
-      if (link.IsAccess()) {
-        by_node[map.host_nics()[link.host_nic].node].push_back(&v);
-      } else {
-        by_switch[link.a].push_back(&v);
-        by_switch[link.b].push_back(&v);
-      }
-      if (const LinkBlame* loss = v.loss(); loss && loss->last_probes >= 3) {
-        const std::string key = ElementOf(primary);
-        if (loss->last_loss >= c_.down_loss_ratio) ev_.instants.emplace_back(key, true);
-        if (loss->last_loss < 0.5) ev_.instants.emplace_back(key, false);
-      }
-    }
     // Switches: all (most) of a switch's links bad is one switch fault, not many link faults.
     std::vector<uint32_t> with_data(map.switches().size(), 0);
     for (LinkIndex l = 0; l < map.links().size(); ++l) {
@@ -215,18 +196,52 @@ class Blamer {
       ++with_data[link.a];
       ++with_data[link.b];
     }
-    std::set<const Verdict*> subsumed;
-    for (const auto& [sw, list] : by_switch) {
-      if (list.size() < 2 || list.size() < c_.switch_fraction * with_data[sw]) continue;
-      SwitchFinding(sw, list, with_data[sw]);
-      subsumed.insert(list.begin(), list.end());
+    // A group of indistinguishable links means "one of these", so it counts as one bad link.
+    std::map<aggregator::SwitchIndex, std::set<LinkIndex>> bad_links;
+    for (const auto& [primary, v] : verdicts) {
+      const Link& link = map.links()[primary];
+      if (link.IsAccess()) continue;
+      bad_links[link.a].insert(primary);
+      bad_links[link.b].insert(primary);
     }
-    std::set<const Verdict*> done;
-    for (const auto& [sw, list] : by_switch) {
-      for (const Verdict* v : list) {
-        if (subsumed.count(v) || !done.insert(v).second) continue;
-        SwitchLink(*v);
+    std::map<aggregator::SwitchIndex, std::vector<const Verdict*>> rolled;
+    for (const auto& [sw, links] : bad_links) {
+      if (links.size() >= 2 && links.size() >= c_.switch_fraction * with_data[sw]) rolled[sw];
+    }
+    std::map<std::string, std::vector<const Verdict*>> by_node;
+    for (const auto& [primary, v] : verdicts) {
+      // Subsumed by a switch when every link of the verdict touches that switch.
+      bool subsumed = false;
+      for (auto& [sw, list] : rolled) {
+        const bool all = std::all_of(v.group.begin(), v.group.end(), [&](LinkIndex l) {
+          const Link& link = map.links()[l];
+          return !link.IsAccess() && (link.a == sw || link.b == sw);
+        });
+        if (all) {
+          list.push_back(&v);
+          subsumed = true;
+          break;
+        }
       }
+      if (subsumed) continue;
+      if (v.group.size() > 1) {
+        Ambiguous(v);
+        continue;
+      }
+      const Link& link = map.links()[primary];
+      if (link.IsAccess()) {
+        by_node[map.host_nics()[link.host_nic].node].push_back(&v);
+      } else {
+        SwitchLink(v);
+      }
+      if (const LinkBlame* loss = v.loss(); loss && loss->last_probes >= 3) {
+        const std::string key = ElementOf(primary);
+        if (loss->last_loss >= c_.down_loss_ratio) ev_.instants.emplace_back(key, true);
+        if (loss->last_loss < 0.5) ev_.instants.emplace_back(key, false);
+      }
+    }
+    for (const auto& [sw, list] : rolled) {
+      SwitchFinding(sw, list, static_cast<uint32_t>(bad_links[sw].size()), with_data[sw]);
     }
     for (const auto& [node, list] : by_node) NodeNics(node, list);
   }
@@ -242,12 +257,12 @@ class Blamer {
 
   void Ambiguous(const Verdict& v) {
     const FabricMap& map = *ctx_.map;
-    std::string ids, key = "links:";
+    std::string ids;
+    const std::string key = GroupKey(v);
     std::map<aggregator::SwitchIndex, size_t> count;
     for (LinkIndex l : v.group) {
       const Link& link = map.links()[l];
       ids += (ids.empty() ? "" : ", ") + link.id;
-      key += (key.size() > 6 ? "," : "") + link.id;
       ++count[link.a];
       if (link.b != kNoIndex) ++count[link.b];
     }
@@ -271,8 +286,15 @@ class Blamer {
     Emit(element, std::move(f), false);
   }
 
+  std::string GroupKey(const Verdict& v) const {
+    if (v.group.size() == 1) return ElementOf(v.group.front());
+    std::string key = "links:";
+    for (LinkIndex l : v.group) key += (key.size() > 6 ? "," : "") + ctx_.map->links()[l].id;
+    return key;
+  }
+
   void SwitchFinding(aggregator::SwitchIndex sw, const std::vector<const Verdict*>& list,
-                     uint32_t with_data) {
+                     uint32_t bad_links, uint32_t with_data) {
     const std::string& name = ctx_.map->switches()[sw].name;
     bool latency_only = true;
     double conf = 0;
@@ -284,15 +306,18 @@ class Blamer {
     f.kind = latency_only ? "congestion" : "switch_degraded";
     f.severity = latency_only ? Severity::kWarning : Severity::kCritical;
     f.location = FindingLocation{"switch", name, "", "", 0};
-    f.evidence = {{"bad_links", list.size()}, {"links_with_data", with_data}};
-    f.summary = "Switch " + name + Fmt(": %.0f of its %.0f links ", list.size(), with_data) +
+    f.evidence = {{"bad_links", bad_links}, {"links_with_data", with_data}};
+    f.summary = "Switch " + name + Fmt(": %.0f of its %.0f links ", bad_links, with_data) +
                 (latency_only ? "show inflated latency with little loss; the switch is congested "
                                 "(look at its buffers and the traffic through it)."
                               : "look bad; suspect the switch itself (line card, fabric, power) "
                                 "before its links.");
     f.confidence = conf;
     const std::string element = "switch:" + name;
-    for (const Verdict* v : list) ev_.link_elements[v->group.front()] = {element, conf};
+    for (const Verdict* v : list) {
+      for (LinkIndex l : v->group) ev_.link_elements[l] = {element, conf};
+      ev_.superseded.push_back(GroupKey(*v));
+    }
     Emit(element, std::move(f), false);
   }
 
@@ -507,8 +532,12 @@ class Blamer {
     for (const auto& [host, list] : by_host) {
       const HostStats& h = ev_.hosts[host];
       const double peers = std::max(h.out_pairs, h.in_pairs);
-      if (list.size() < 3 || list.size() < c_.host_peer_fraction * peers) continue;
       const std::string name = ctx_.names.NodeName(host);
+      // Hysteresis: a host already blamed stays blamed while a good part of its peers are bad.
+      const bool firing =
+          ctx_.tracker && ctx_.tracker->HealthOf("node:" + name) >= ElementHealth::kFiring;
+      const double fraction = firing ? c_.host_peer_fraction / 2 : c_.host_peer_fraction;
+      if (list.size() < (firing ? 2u : 3u) || list.size() < fraction * peers) continue;
       Finding f;
       f.kind = "host_network";
       f.severity = Severity::kWarning;
@@ -521,7 +550,10 @@ class Blamer {
                ? "the fabric map does not place it, so the fault is localized only to the host."
                : "without a fabric map the fault is localized only to the host.");
       Emit("node:" + name, std::move(f), false);
-      for (const auto& [k, pf] : list) subsumed.insert(k);
+      for (const auto& [k, pf] : list) {
+        subsumed.insert(k);
+        ev_.superseded.push_back(k);
+      }
     }
     std::set<std::string> emitted;
     for (auto& [host, list] : by_host) {

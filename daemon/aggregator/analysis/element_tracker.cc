@@ -18,6 +18,11 @@ void ApplyFlapping(Finding& f, int toggles, double window_s) {
   f.summary = "Flapping: " + f.summary + buf;
   f.evidence["toggles"] = toggles;
 }
+int KindRank(const std::string& kind) {
+  if (kind == kFlapping) return 3;
+  if (kind == "link_down" || kind == "nic_down" || kind == "probe_unreachable") return 2;
+  return 1;
+}
 }  // namespace
 
 const char* ElementHealthName(ElementHealth h) {
@@ -50,6 +55,11 @@ void ElementTracker::Observe(const std::string& element, Observation obs) {
   Element& e = elements_[element];
   e.observed = true;
   e.pending = std::move(obs);
+}
+
+void ElementTracker::Supersede(const std::string& element) {
+  auto it = elements_.find(element);
+  if (it != elements_.end()) it->second.superseded = true;
 }
 
 void ElementTracker::Instant(const std::string& element, bool down, double now_s) {
@@ -127,12 +137,26 @@ ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_n
         Fire(key, e, now_wall_ns, changes);
       } else if (e.health == ElementHealth::kFiring && e.finding) {
         TrackedFinding& f = *e.finding;
+        // Within one incident the finding keeps its worst kind: a down link whose window is
+        // draining is still the same outage, not a new degradation.
+        if (KindRank(e.pending.finding.kind) < KindRank(f.finding.kind)) {
+          e.pending.finding.kind = f.finding.kind;
+          e.pending.finding.severity = f.finding.severity;
+          e.pending.finding.summary = f.finding.summary;
+        }
         const bool material = f.finding.kind != e.pending.finding.kind ||
                               f.finding.severity != e.pending.finding.severity;
         f.finding = e.pending.finding;
         f.last_seen_ns = now_wall_ns;
         (material ? changes.material : changes.touched).push_back(f);
       }
+    } else if (e.superseded) {
+      if (e.finding && e.health != ElementHealth::kSuspect) {
+        e.finding->active = false;
+        e.finding->finding.evidence["superseded"] = 1;
+        changes.material.push_back(*e.finding);
+      }
+      erase = true;
     } else {
       switch (e.health) {
         case ElementHealth::kOk:
@@ -164,6 +188,7 @@ ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_n
       }
     }
     e.observed = false;
+    e.superseded = false;
     it = erase ? elements_.erase(it) : std::next(it);
   }
   return changes;

@@ -35,6 +35,9 @@ class ElementTracker {
 
   // During a tick: the element is bad in this evaluation.
   void Observe(const std::string& element, Observation obs);
+  // During a tick: the element's evidence is now explained by a larger element (a switch, a host):
+  // its finding resolves at the end of this tick instead of after the recovery period.
+  void Supersede(const std::string& element);
   // During a tick: a per-second up/down reading of a link or NIC (for flapping).
   void Instant(const std::string& element, bool down, double now_s);
 
@@ -63,6 +66,7 @@ class ElementTracker {
     double last_bad_s = 0;
     double good_since_s = 0;
     bool observed = false;  // in the current tick
+    bool superseded = false;
     bool flapping = false;
     Observation pending;
     std::optional<TrackedFinding> finding;

@@ -20,8 +20,10 @@ struct HostStats {
   uint32_t out_bad = 0;
   uint32_t in_flows = 0;  // flows that probe it
   uint32_t in_bad = 0;
-  uint32_t out_pairs = 0;
-  uint32_t in_pairs = 0;
+  uint32_t out_pairs = 0;  // peers it probes
+  uint32_t out_bad_pairs = 0;
+  uint32_t in_pairs = 0;  // peers that probe it
+  uint32_t in_bad_pairs = 0;
   bool noisy_out = false;  // its own probes are bad while its peers' probes to it are clean
   bool noisy_in = false;   // probes to it are bad while its own probes are clean
 };
@@ -66,6 +68,7 @@ struct Analyzer::Evaluation {
   // Outputs.
   std::vector<std::pair<std::string, Observation>> observations;
   std::vector<std::pair<std::string, bool>> instants;  // element, down
+  std::vector<std::string> superseded;  // elements explained by a larger one in this tick
   // Per link: the element whose finding speaks for it and the confidence of this tick's verdict.
   std::unordered_map<aggregator::LinkIndex, std::pair<std::string, double>> link_elements;
 };
@@ -76,6 +79,7 @@ struct BlameContext {
   const FlowTable& names;
   const Tomography& tomography;
   const AnalysisConfig& config;
+  const ElementTracker* tracker = nullptr;  // the state before this tick
 };
 
 // Fills ev.observations, ev.instants and ev.link_elements.

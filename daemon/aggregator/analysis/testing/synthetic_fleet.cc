@@ -32,8 +32,9 @@ std::string SyntheticFleet::MapYaml(const FleetShape& s) {
   y += "hosts:\n";
   for (int l = 0; l < s.leaves; ++l) {
     for (int h = 0; h < s.hosts_per_leaf; ++h) {
+      const int n = l * s.hosts_per_leaf + h;
       y += "  - {node: " + HostName(l, h) + ", nic: mlx5_0, address: 198.18." +
-           std::to_string(l / 200) + "." + std::to_string(1 + h + (l % 200)) + ", switch: leaf" +
+           std::to_string(n / 250) + "." + std::to_string(1 + n % 250) + ", switch: leaf" +
            std::to_string(l) + "}\n";
     }
   }

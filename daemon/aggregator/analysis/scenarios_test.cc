@@ -1,0 +1,223 @@
+// End-to-end analyzer scenarios on a synthetic fleet in simulated time: each fault must give the
+// right finding kind on exactly the right element, and a healthy fleet must give none.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "daemon/aggregator/analysis/testing/synthetic_fleet.h"
+
+namespace fw::analysis::testing {
+namespace {
+
+FleetShape Shape() {
+  FleetShape s;
+  s.spines = 4;
+  s.leaves = 8;
+  s.hosts_per_leaf = 6;
+  s.inter_flows = 32;
+  return s;
+}
+
+constexpr int kWarmup = 90;  // baselines need ~60 s of data
+
+std::string Describe(const std::vector<TrackedFinding>& fs) {
+  std::string out;
+  for (const auto& f : fs) out += f.finding.kind + "@" + f.finding.location.id + " ";
+  return out;
+}
+
+// Runs until a finding of `kind` at `location` is active; returns the seconds it took, or -1.
+int TimeToDetect(SyntheticFleet& fleet, const std::string& kind, const std::string& location,
+                 int limit) {
+  for (int s = 1; s <= limit; ++s) {
+    fleet.Run(1);
+    for (const auto& f : fleet.Active()) {
+      if (f.finding.kind == kind && f.finding.location.id == location) return s;
+    }
+  }
+  return -1;
+}
+
+TEST(Scenarios, HealthyThirtyMinutesWithJitterGivesNoFindings) {
+  SyntheticFleet fleet(Shape());
+  int max_active = 0;
+  for (int s = 0; s < 1800; ++s) {
+    fleet.Run(1);
+    max_active = std::max<int>(max_active, fleet.Active().size());
+  }
+  EXPECT_EQ(max_active, 0);
+  EXPECT_TRUE(fleet.analyzer().Findings(false).empty())
+      << Describe(fleet.analyzer().Findings(false));
+  EXPECT_GT(fleet.analyzer().stats().baselines_ready, 0u);
+  for (const LinkView& l : fleet.analyzer().Links()) EXPECT_EQ(l.state, "ok") << l.id;
+}
+
+class SingleLinkLoss : public ::testing::TestWithParam<double> {};
+
+TEST_P(SingleLinkLoss, BlamesExactlyThatLink) {
+  SyntheticFleet fleet(Shape());
+  fleet.Run(kWarmup);
+  fleet.SetLinkFault("leaf2~spine1", LinkFault{GetParam()});
+  const int ttd = TimeToDetect(fleet, "link_degraded", "leaf2~spine1", 40);
+  ASSERT_GT(ttd, 0) << Describe(fleet.Active());
+  fleet.Run(20);
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.location.type, "link");
+  EXPECT_NEAR(active[0].finding.evidence.at("loss_ratio"), GetParam(), GetParam() * 0.5 + 0.003);
+  EXPECT_LE(ttd, GetParam() >= 0.02 ? 10 : 20) << "time to detect " << ttd << " s";
+  std::printf("loss %.2f: detected in %d s\n", GetParam(), ttd);
+}
+INSTANTIATE_TEST_SUITE_P(LossRates, SingleLinkLoss, ::testing::Values(0.01, 0.02, 0.05, 0.2));
+
+TEST(Scenarios, LinkDownAndResolvesAfterRecovery) {
+  SyntheticFleet fleet(Shape());
+  fleet.Run(kWarmup);
+  fleet.SetLinkFault("leaf5~spine3", LinkFault{1.0});
+  const int ttd = TimeToDetect(fleet, "link_down", "leaf5~spine3", 20);
+  ASSERT_GT(ttd, 0) << Describe(fleet.Active());
+  EXPECT_LE(ttd, 10);
+  fleet.Run(10);
+  ASSERT_EQ(fleet.Active().size(), 1u) << Describe(fleet.Active());
+  bool link_down_state = false;
+  for (const LinkView& l : fleet.analyzer().Links()) {
+    if (l.id == "leaf5~spine3") link_down_state = l.state == "down";
+  }
+  EXPECT_TRUE(link_down_state);
+
+  fleet.ClearFaults();
+  fleet.Run(60);  // window (10 s) + recovery period (30 s) + slack
+  EXPECT_TRUE(fleet.Active().empty()) << Describe(fleet.Active());
+  const auto all = fleet.analyzer().Findings(false);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_FALSE(all[0].active);
+  EXPECT_EQ(all[0].finding.kind, "link_down");
+}
+
+TEST(Scenarios, FlappingLink) {
+  SyntheticFleet fleet(Shape());
+  fleet.Run(kWarmup);
+  for (int cycle = 0; cycle < 6; ++cycle) {
+    fleet.SetLinkFault("leaf1~spine0", LinkFault{1.0});
+    fleet.Run(5);
+    fleet.ClearFaults();
+    fleet.Run(5);
+  }
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.kind, "link_flapping");
+  EXPECT_EQ(active[0].finding.location.id, "leaf1~spine0");
+}
+
+TEST(Scenarios, TwoSimultaneousFaults) {
+  SyntheticFleet fleet(Shape());
+  fleet.Run(kWarmup);
+  fleet.SetLinkFault("leaf0~spine1", LinkFault{0.05});
+  fleet.SetLinkFault("leaf6~spine2", LinkFault{0.1});
+  fleet.Run(30);
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 2u) << Describe(active);
+  std::set<std::string> where;
+  for (const auto& f : active) {
+    EXPECT_EQ(f.finding.kind, "link_degraded");
+    where.insert(f.finding.location.id);
+  }
+  EXPECT_EQ(where, (std::set<std::string>{"leaf0~spine1", "leaf6~spine2"}));
+}
+
+TEST(Scenarios, CongestedSpine) {
+  SyntheticFleet fleet(Shape());
+  fleet.Run(kWarmup);
+  for (int l = 0; l < 8; ++l) {
+    fleet.SetLinkFault("leaf" + std::to_string(l) + "~spine2", LinkFault{0, 2.5});
+  }
+  fleet.Run(30);
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.kind, "congestion");
+  EXPECT_EQ(active[0].finding.location.type, "switch");
+  EXPECT_EQ(active[0].finding.location.id, "spine2");
+}
+
+TEST(Scenarios, BadNic) {
+  SyntheticFleet fleet(Shape());
+  fleet.Run(kWarmup);
+  fleet.SetLinkFault("l3h2:mlx5_0~leaf3", LinkFault{0.05});
+  fleet.Run(30);
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.kind, "nic_degraded");
+  EXPECT_EQ(active[0].finding.location.type, "nic");
+  EXPECT_EQ(active[0].finding.location.node, "l3h2");
+  EXPECT_EQ(active[0].finding.location.device, "mlx5_0");
+}
+
+TEST(Scenarios, NoisyHostIsBlamedNotTheNetwork) {
+  SyntheticFleet fleet(Shape());
+  fleet.Run(kWarmup);
+  fleet.SetHostNoise("l4h1", 4.0, /*as_prober=*/true, /*as_target=*/false);
+  fleet.Run(30);
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.kind, "host_network");
+  EXPECT_EQ(active[0].finding.location.id, "l4h1");
+}
+
+TEST(Scenarios, HostSlowBothWaysIsHostNetwork) {
+  SyntheticFleet fleet(Shape());
+  fleet.Run(kWarmup);
+  fleet.SetHostNoise("l2h4", 4.0, true, true);
+  fleet.Run(30);
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.kind, "host_network");
+  EXPECT_EQ(active[0].finding.location.id, "l2h4");
+}
+
+TEST(Scenarios, BandwidthHalved) {
+  FleetShape shape = Shape();
+  shape.bw_every_s = 5;
+  SyntheticFleet fleet(shape);
+  fleet.Run(kWarmup);
+  fleet.SetLinkFault("leaf4~spine0", LinkFault{0, 1, 0.5});
+  const int ttd = TimeToDetect(fleet, "link_degraded", "leaf4~spine0", 240);
+  ASSERT_GT(ttd, 0) << Describe(fleet.Active());
+  std::printf("bandwidth halved: detected in %d s\n", ttd);
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_NEAR(active[0].finding.evidence.at("bandwidth_ratio"), 0.5, 0.1);
+}
+
+TEST(Scenarios, WithoutMapLocalizesToHost) {
+  FleetShape shape = Shape();
+  shape.with_map = false;
+  SyntheticFleet fleet(shape);
+  fleet.Run(kWarmup);
+  fleet.SetLinkFault("l3h2:mlx5_0~leaf3", LinkFault{0.2});
+  fleet.Run(30);
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.kind, "host_network");
+  EXPECT_EQ(active[0].finding.location.id, "l3h2");
+  EXPECT_NE(active[0].finding.summary.find("without a fabric map"), std::string::npos);
+  EXPECT_TRUE(fleet.analyzer().Links().empty());
+}
+
+TEST(Scenarios, EcmpWithoutPathKnowledgeNamesTheCandidateGroup) {
+  FleetShape shape = Shape();
+  shape.deterministic = false;
+  SyntheticFleet fleet(shape);
+  fleet.Run(kWarmup);
+  fleet.SetLinkFault("leaf2~spine1", LinkFault{0.1});
+  fleet.Run(30);
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.kind, "link_degraded");
+  // Every uplink of leaf2 explains the same flows: the finding names the leaf and the candidates.
+  EXPECT_EQ(active[0].finding.location.type, "switch");
+  EXPECT_EQ(active[0].finding.location.id, "leaf2");
+  EXPECT_NE(active[0].finding.summary.find("leaf2~spine1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fw::analysis::testing
