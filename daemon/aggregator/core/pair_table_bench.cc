@@ -92,8 +92,8 @@ void BM_RecordHandle(benchmark::State& state) {
   PairTable table(clock, nullptr);
   std::vector<PairHandle> handles;
   for (int i = 0; i < 10'000; ++i) {
-    handles.push_back(
-        *table.Resolve("n" + std::to_string(i / 50), "d" + std::to_string(i % 50), Transport::kUdp));
+    handles.push_back(*table.Resolve("n" + std::to_string(i / 50), "d" + std::to_string(i % 50),
+                                     Transport::kUdp));
   }
   const auto& rtts = RttTable();
   size_t i = 0;
