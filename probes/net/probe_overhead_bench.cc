@@ -69,7 +69,7 @@ std::map<std::string, double> ThreadCpu() {
 }
 
 // Runs the responder in this (child) process until SIGTERM; reports its port through `fd`.
-[[noreturn]] void RunResponderChild(int fd) {
+[[noreturn]] void RunResponderChild(int fd, const std::string& key) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
@@ -77,6 +77,7 @@ std::map<std::string, double> ThreadCpu() {
   fw::net::ResponderOptions o;
   o.listen_address = "127.0.0.1";
   o.port = 0;
+  if (!key.empty()) o.key = key;
   auto r = fw::net::EchoResponder::Start(o, fw::RealClock::Get());
   uint16_t port = r.ok() ? (*r)->port() : 0;
   if (write(fd, &port, sizeof port) != sizeof port || !r.ok()) _exit(1);
@@ -111,7 +112,7 @@ int main(int argc, char** argv) {
     std::perror("fork");
     return 3;
   }
-  if (child == 0) RunResponderChild(pipe_fd[1]);
+  if (child == 0) RunResponderChild(pipe_fd[1], key);
   uint16_t port = 0;
   if (read(pipe_fd[0], &port, sizeof port) != sizeof port || port == 0) {
     std::fprintf(stderr, "responder child failed to start\n");
