@@ -51,7 +51,8 @@ class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Aggr
     bool writes_done = false;
     bool remove_hold = false;
   };
-  Next PickLocked();  // REQUIRES: mu_ held
+  Next PickLocked();                                                     // REQUIRES: mu_ held
+  uint64_t UnackedLocked() const { return next_seq_ - 1 - acked_seq_; }  // REQUIRES: mu_ held
   void Perform(const Next& n);
 
   PoolImpl* pool_;
@@ -177,6 +178,7 @@ class PoolImpl final : public AgentPool {
     cv_.notify_all();
   }
   bool closed_loop() const { return closed_loop_.load(std::memory_order_relaxed); }
+  uint64_t max_unacked() const { return static_cast<uint64_t>(options_.max_unacked_batches); }
 
   std::atomic<uint64_t> batches_sent_{0}, heartbeats_sent_{0}, results_sent_{0}, results_acked_{0},
       acks_{0}, plans_{0}, skipped_{0};
@@ -216,15 +218,17 @@ SimAgent::Next SimAgent::PickLocked() {
   }
   if (!ready_) return n;
   if (!closing_ && pool_->closed_loop() && !hb_busy_ && !batch_busy_) {
-    // Alternate heartbeats and empty batches; each gets its turn as soon as the last write ends.
-    loop_toggle_ = !loop_toggle_;
+    // Alternate heartbeats and empty batches; each gets its turn as soon as the last write ends,
+    // but a batch waits while the window of unacknowledged batches is full.
     if (loop_toggle_) {
+      loop_toggle_ = false;
       heartbeat_.mutable_heartbeat()->set_sent_unix_ns(
           std::chrono::duration_cast<std::chrono::nanoseconds>(
               std::chrono::system_clock::now().time_since_epoch())
               .count());
       hb_busy_ = hb_ready_ = true;
-    } else {
+    } else if (UnackedLocked() < pool_->max_unacked()) {
+      loop_toggle_ = true;
       v1::ProbeBatch* b = batch_.mutable_probe_batch();
       b->clear_results();
       b->set_seq(next_seq_);
@@ -259,8 +263,10 @@ bool SimAgent::SendBatch(const AgentPool::FillFn& fill) {
   uint64_t seq;
   {
     std::lock_guard lock(mu_);
-    if (!ready_ || over_ || closing_ || batch_busy_) {
-      if (ready_ && batch_busy_) pool_->skipped_.fetch_add(1, std::memory_order_relaxed);
+    if (!ready_ || over_ || closing_) return false;
+    if (batch_busy_ || UnackedLocked() >= pool_->max_unacked()) {
+      // The aggregator (or this process) is behind: a real agent would buffer this batch.
+      pool_->skipped_.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
     batch_busy_ = true;
@@ -379,6 +385,7 @@ void SimAgent::OnReadDone(bool ok) {
         results_acked_cum_ = cum;
       }
       acked_seq_ = seq;
+      n = PickLocked();  // a closed loop may be waiting for window space
     }
   } else if (in_.has_probe_plan()) {
     pool_->plans_.fetch_add(1, std::memory_order_relaxed);

@@ -22,7 +22,9 @@ struct PoolStats {
   uint64_t results_acked = 0;    // results in batches the aggregator acknowledged
   uint64_t acks_received = 0;
   uint64_t plans_received = 0;
-  uint64_t skipped = 0;  // batches not sent because the previous write was still in flight
+  // Batches not sent because the previous write was still in flight or the window of
+  // unacknowledged batches was full: the aggregator (or the simulator) could not keep up.
+  uint64_t skipped = 0;
 };
 
 class AgentPool {
@@ -32,6 +34,10 @@ class AgentPool {
     // HTTP/2 limits concurrent streams per connection; each channel gets distinct args so that it
     // has its own subchannel and TCP connection.
     int agents_per_channel = 100;
+    // Application-level flow control: a stream writes no new batch while this many are
+    // unacknowledged. A completed write only means gRPC buffered it, so without this window an
+    // aggregator that falls behind would let megabytes pile up in both processes' buffers.
+    int max_unacked_batches = 4;
   };
   // Fills a batch in place. The batch keeps the previous call's contents (results included), so a
   // filler that only rewrites the fields that change allocates nothing in steady state.

@@ -52,6 +52,10 @@ int main(int argc, char** argv) {
   app.add_option("--agents-per-channel", o.agents_per_channel, "streams per HTTP/2 connection")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
+  app.add_option("--max-unacked", o.max_unacked_batches,
+                 "per stream: no new batch while this many are unacknowledged")
+      ->check(CLI::Range(1, 200))
+      ->capture_default_str();
   app.add_option("--grace", o.grace_s, "seconds after a fault's end its findings still count")
       ->capture_default_str();
   app.add_option("--json-out", json_out, "write the JSON report here");

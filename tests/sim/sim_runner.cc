@@ -119,6 +119,23 @@ class FindingsPoller {
   std::thread thread_;
 };
 
+// Opens every stream and waits for the acknowledgements. Streams that are ready early send
+// heartbeats meanwhile: opening 16,000 streams can take longer than the heartbeat timeout.
+uint64_t ConnectFleet(AgentPool& pool, int agents, double timeout_s) {
+  pool.StartAll();
+  auto deadline = SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
+                                           std::chrono::duration<double>(timeout_s));
+  for (;;) {
+    pool.WaitReady(3);
+    PoolStats s = pool.Stats();
+    if (s.ready + s.failed >= static_cast<uint64_t>(agents) || SteadyClock::now() >= deadline) {
+      return s.ready;
+    }
+    int64_t now = RealClock::Get().WallNanos();
+    for (int i = 0; i < agents; ++i) pool.SendHeartbeat(i, now);
+  }
+}
+
 }  // namespace
 
 StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) {
@@ -145,10 +162,10 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
 
   auto self_start = ReadProc(getpid());
   auto pool =
-      AgentPool::Create({agg.grpc(), options.agents_per_channel}, MakeHellos(tree, scenario.seed));
+      AgentPool::Create({agg.grpc(), options.agents_per_channel, options.max_unacked_batches},
+                        MakeHellos(tree, scenario.seed));
   auto connect_start = SteadyClock::now();
-  pool->StartAll();
-  uint64_t ready = pool->WaitReady(std::max(30.0, tree.hosts() / 200.0));
+  uint64_t ready = ConnectFleet(*pool, tree.hosts(), std::max(30.0, tree.hosts() / 200.0));
   double connect_s = std::chrono::duration<double>(SteadyClock::now() - connect_start).count();
   spdlog::info("msg=\"fleet connected\" ready={} of={} seconds={:.1f}", ready, tree.hosts(),
                connect_s);
@@ -256,10 +273,10 @@ StatusOr<json> RunHeartbeatBench(int agents, double seconds, const RunOptions& o
     h.set_session_id(session_rng() | 1);
     hellos.push_back(std::move(h));
   }
-  auto pool = AgentPool::Create({agg.grpc(), options.agents_per_channel}, std::move(hellos));
+  auto pool = AgentPool::Create(
+      {agg.grpc(), options.agents_per_channel, options.max_unacked_batches}, std::move(hellos));
   auto connect_start = SteadyClock::now();
-  pool->StartAll();
-  pool->WaitReady(60);
+  ConnectFleet(*pool, agents, 60);
   double connect_s = std::chrono::duration<double>(SteadyClock::now() - connect_start).count();
   auto window_start = agg.Snapshot();
   auto self_start = ReadProc(getpid());
