@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "probes/counters/ethtool_stats.h"
 #include "probes/counters/sysfs_value.h"
 #include "probes/topology/finding_json.h"
 #include "probes/topology/hwloc_discovery.h"
@@ -127,9 +128,11 @@ StatusOr<NodeCheckResult> CheckNode(const CheckOptions& options, const Clock& cl
   if (!profile.ok()) return profile.status();
   auto topo = topology::Discover(options.hwloc_xml);
   if (!topo.ok()) return topo.status();
-  counters::Sampler sampler(
-      {.sysfs_root = options.sysfs_root, .xmit_wait_tick_bytes = options.xmit_wait_tick_bytes},
-      clock);
+  counters::EthtoolStatsReader ethtool;
+  counters::Sampler sampler({.sysfs_root = options.sysfs_root,
+                             .xmit_wait_tick_bytes = options.xmit_wait_tick_bytes,
+                             .ethernet_stats = options.read_pause_counters ? &ethtool : nullptr},
+                            clock);
   const std::vector<counters::PortSample>* samples = &sampler.SampleOnce();
   if (options.counter_interval.count() > 0) {
     std::this_thread::sleep_for(options.counter_interval);

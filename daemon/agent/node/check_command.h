@@ -29,6 +29,8 @@ struct CheckOptions {
   // snapshot, which still reports port state and saturated counters.
   std::chrono::milliseconds counter_interval{1000};
   double xmit_wait_tick_bytes = 8.0;
+  // Read PFC/pause counters of each port's netdev through ethtool (kept as group "ethtool").
+  bool read_pause_counters = true;
   counters::PortCheckOptions port_checks;
 };
 

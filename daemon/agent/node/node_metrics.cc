@@ -35,7 +35,8 @@ NodeMetrics::NodeMetrics(NodeMetricsOptions options, metrics::Registry& r, const
       registry_(r),
       clock_(clock),
       sampler_({.sysfs_root = options_.check.sysfs_root,
-                .xmit_wait_tick_bytes = options_.check.xmit_wait_tick_bytes},
+                .xmit_wait_tick_bytes = options_.check.xmit_wait_tick_bytes,
+                .ethernet_stats = options_.check.read_pause_counters ? &ethtool_ : nullptr},
                clock),
       port_info_(r.AddGauge("fabricwatch_nic_port_info",
                             "NIC port identity; the value is always 1.",
@@ -85,9 +86,9 @@ NodeMetrics::NodeMetrics(NodeMetricsOptions options, metrics::Registry& r, const
       resets_(r.AddCounter("fabricwatch_node_sysfs_resets_total",
                            "Port counters seen going backwards (cleared).")
                   .WithLabels({})),
-      wraps_(r.AddCounter("fabricwatch_node_sysfs_wraps_total",
-                          "Port counters seen wrapping at 2^32.")
-                 .WithLabels({})),
+      wraps_(
+          r.AddCounter("fabricwatch_node_sysfs_wraps_total", "Port counters seen wrapping at 2^32.")
+              .WithLabels({})),
       passes_(r.AddCounter("fabricwatch_node_sample_passes_total", "Counter sampling passes.")
                   .WithLabels({})),
       check_errors_(r.AddCounter("fabricwatch_node_check_errors_total",

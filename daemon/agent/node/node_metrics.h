@@ -15,6 +15,7 @@
 #include "common/status.h"
 #include "daemon/agent/node/check_command.h"
 #include "exporter/registry.h"
+#include "probes/counters/ethtool_stats.h"
 #include "probes/counters/sampler.h"
 
 namespace fw::agent {
@@ -67,7 +68,8 @@ class NodeMetrics {
   NodeMetricsOptions options_;
   metrics::Registry& registry_;
   const Clock& clock_;
-  counters::Sampler sampler_;  // owned by whichever thread samples
+  counters::EthtoolStatsReader ethtool_;  // used by sampler_ for pause counters
+  counters::Sampler sampler_;             // owned by whichever thread samples
   std::unique_ptr<topology::NodeProfile> profile_;
   int64_t last_check_mono_ns_ = 0;
   bool checked_once_ = false;

@@ -146,6 +146,9 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
       b.slow_threshold_s =
           static_cast<float>(SlowThreshold(a_.config_, cls.rtt_median_s, cls.rtt_mad_s));
     }
+    const int ci = ClassIndex(pair.paths.path_class);
+    if (cur_.probes >= 10) ev_.pair_loss[ci].push_back(double(cur_.lost) / cur_.probes);
+    if (cur_.rtt >= 10) ev_.pair_slow[ci].push_back(double(cur_.slow) / cur_.rtt);
     if (cur_.bad_flows == 0 && cur_.mapped) return;
     PairAgg& agg = ev_.pairs[UnorderedKey(pair.src, pair.dst)];
     const bool fresh = agg.flows == 0;
@@ -304,8 +307,9 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
   // Fleet background per class for the next tick's judgements and for this tick's significance.
   for (int c = 0; c < kClassCount; ++c) {
     ClassStats& cls = class_stats_[c];
-    cls.loss = ev.probes[c] > 0 ? ev.lost[c] / ev.probes[c] : 0;
-    cls.slow = ev.rtt[c] > 0 ? ev.slow[c] / ev.rtt[c] : 0;
+    // Trimmed means over pairs: the worst 10% of pairs (where faults are) do not count.
+    cls.loss = TrimmedMean(ev.pair_loss[c], 0.9);
+    cls.slow = TrimmedMean(ev.pair_slow[c], 0.9);
     if (!ev.goodputs[c].empty()) {
       std::vector<double> g(ev.goodputs[c].begin(), ev.goodputs[c].end());
       cls.bw_median = Median(g);

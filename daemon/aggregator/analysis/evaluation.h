@@ -58,6 +58,8 @@ struct Analyzer::Evaluation {
   // Fleet sums per path class (intra, inter, unknown).
   std::array<double, 3> probes{}, lost{}, rtt{}, slow{};
   std::array<std::vector<float>, 3> goodputs;
+  // Per-pair loss ratios and slow fractions, for a background robust to a few bad elements.
+  std::array<std::vector<double>, 3> pair_loss, pair_slow;
   size_t flows = 0;
   size_t bad_flows = 0;
   size_t pairs_seen = 0;

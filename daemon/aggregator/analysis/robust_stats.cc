@@ -23,6 +23,15 @@ double MedianAbsDeviation(std::vector<double>& v, double median) {
   return Median(v);
 }
 
+double TrimmedMean(std::vector<double>& v, double keep) {
+  if (v.empty()) return 0;
+  const size_t n = std::max<size_t>(1, static_cast<size_t>(std::ceil(keep * v.size())));
+  std::nth_element(v.begin(), v.begin() + (n - 1), v.end());
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += v[i];
+  return sum / n;
+}
+
 MedianMad HistogramMedianMad(const aggregator::LogHistogram& h) {
   MedianMad out;
   out.samples = h.Count();

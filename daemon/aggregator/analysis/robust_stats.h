@@ -13,6 +13,10 @@ double Median(std::vector<double>& v);
 // The median absolute deviation from `median` (reorders `v`); 0 when empty.
 double MedianAbsDeviation(std::vector<double>& v, double median);
 
+// The mean of the values at or below the `keep` quantile (0 < keep <= 1), reordering `v`: a
+// background rate that a few bad elements cannot raise. 0 when empty.
+double TrimmedMean(std::vector<double>& v, double keep);
+
 struct MedianMad {
   double median_s = 0;
   double mad_s = 0;
