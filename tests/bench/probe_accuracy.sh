@@ -19,7 +19,7 @@ root=$(cd "$here/../.." && pwd)
 build=${FW_BUILD_DIR:-}
 client_ns="" server_ns="" addr=127.0.0.1
 what=rtt,bw expect_loss="" label="" fabric=0 header=1
-seconds=10 rate=100 flows=4 bw_bytes=$((256 << 20)) bw_repeat=5 iperf_seconds=5 pin=1 rounds=3
+seconds=10 rate=100 flows=4 bw_bytes=$((256 << 20)) bw_repeat=3 iperf_seconds=3 pin=1 rounds=3
 
 usage() {
   sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
@@ -28,9 +28,9 @@ Options: --build DIR (holds probes/net/fw_netprobe; default: \$FW_BUILD_DIR, bui
          --client-ns NS --server-ns NS --server-addr IP     --label TEXT (first table column)
          --what rtt,bw,loss   --expect-loss PCT   --seconds S (RTT/loss probing time, default 10)
          --rate HZ --flows N (UDP probes per flow per second, flows; default 100 x 4)
-         --bw-bytes N --bw-repeat N (burst size and count; default 256 MiB x 5)
-         --iperf-seconds S (default 5)   --no-header   --fabric
-         --rounds N (RTT: alternate the two tools N times, compare medians; default 3)
+         --bw-bytes N --bw-repeat N (burst size and bursts per round; default 256 MiB x 3)
+         --iperf-seconds S (per round, default 3)   --no-header   --fabric
+         --rounds N (alternate our tool and the reference N times, compare medians; default 3)
          --no-pin (by default clients run on CPU 0 and servers on CPU 1, for both tools alike:
                    where the scheduler places a waking thread otherwise differs between a
                    spinning sockperf client and a sleeping prober, and dominates loopback RTTs)
@@ -200,20 +200,26 @@ PY
 fi
 
 if want bw; then
-  ours=$(in_client "$netprobe" tcp-bw --target "$addr:$((p_fw + 3))" --bytes "$bw_bytes" \
-           --repeat "$bw_repeat" --timeout-ms 60000)
-  # Same write size as our probe (256 KiB), so on a CPU-bound path both pay the same syscalls.
-  ip3=$(in_client iperf3 -c "$addr" -p "$p_iperf" -t "$iperf_seconds" -l 256K -J)
-  ref=$(python3 -c "import json,sys; d=json.load(sys.stdin); print(d['end']['sum_received']['bits_per_second']/1e6)" <<<"$ip3")
-  our_bw=$(kv goodput_p50_mbps "$ours")
-  read -r ref ratio verdict < <(python3 - "$our_bw" "$ref" <<'PY'
-import sys
-ours, ref = float(sys.argv[1]), float(sys.argv[2])
+  # Alternate the tools for --rounds rounds (the same background load for both); compare medians.
+  our_bws=() ref_bws=()
+  for ((i = 0; i < rounds; i++)); do
+    ours=$(in_client "$netprobe" tcp-bw --target "$addr:$((p_fw + 3))" --bytes "$bw_bytes" \
+             --repeat "$bw_repeat" --timeout-ms 60000)
+    our_bws+=("$(kv goodput_p50_mbps "$ours")")
+    # Same write size as our probe (256 KiB), so on a CPU-bound path both pay the same syscalls.
+    ip3=$(in_client iperf3 -c "$addr" -p "$p_iperf" -t "$iperf_seconds" -l 256K -J)
+    ref_bws+=("$(python3 -c "import json,sys; d=json.load(sys.stdin); print(d['end']['sum_received']['bits_per_second']/1e6)" <<<"$ip3")")
+  done
+  read -r our_bw ref ratio verdict < <(python3 - "${our_bws[*]}" "${ref_bws[*]}" <<'PY'
+import statistics, sys
+med = lambda s: statistics.median(float(x) for x in s.split())
+ours, ref = med(sys.argv[1]), med(sys.argv[2])
 ratio = ours / ref if ref else 0
-print(f"{ref:.1f}", f"{ratio:.3f}", "ok" if abs(ratio - 1) <= 0.05 else "MISS")
+print(f"{ours:.1f}", f"{ref:.1f}", f"{ratio:.3f}", "ok" if abs(ratio - 1) <= 0.05 else "MISS")
 PY
 )
   row "tcp goodput (Mbit/s)" "$our_bw" "$ref" "$ratio" "+-5% of iperf3" "$verdict"
+  echo "  per-round goodput Mbit/s: ours ${our_bws[*]}; iperf3 ${ref_bws[*]}" >&2
 fi
 
 if want loss; then
