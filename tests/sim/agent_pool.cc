@@ -69,6 +69,7 @@ class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Aggr
   bool ready_ = false;              // GUARDED_BY(mu_): Hello acknowledged
   bool over_ = false;               // GUARDED_BY(mu_): no more writes possible
   bool closing_ = false;            // GUARDED_BY(mu_)
+  bool writes_done_ = false;        // GUARDED_BY(mu_): StartWritesDone was issued
   bool hold_released_ = false;      // GUARDED_BY(mu_)
   bool loop_toggle_ = false;        // GUARDED_BY(mu_)
   uint64_t next_seq_ = 1;           // GUARDED_BY(mu_)
@@ -246,7 +247,8 @@ SimAgent::Next SimAgent::PickLocked() {
     batch_ready_ = false;
     in_flight_ = Slot::kBatch;
     n.write = &batch_;
-  } else if (closing_) {
+  } else if (closing_ && !writes_done_) {
+    writes_done_ = true;  // once only: acks arriving later must not start it again
     in_flight_ = Slot::kWritesDone;
     n.writes_done = true;
   }
