@@ -348,11 +348,15 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
     tomography_.Add(o);
   }
 
-  double loss_bg = c.background_loss_floor, slow_bg = c.background_slow_floor;
+  // The background is what healthy paths show: the cleanest class with enough pairs (in a small
+  // fabric one bad uplink touches most inter-leaf pairs, but no intra-leaf pair).
+  double loss_bg = 1, slow_bg = 1;
   for (int k = 0; k < kClassCount; ++k) {
-    loss_bg = std::max(loss_bg, class_stats_[k].loss);
-    slow_bg = std::max(slow_bg, class_stats_[k].slow);
+    if (ev.pair_loss[k].size() >= 10) loss_bg = std::min(loss_bg, class_stats_[k].loss);
+    if (ev.pair_slow[k].size() >= 10) slow_bg = std::min(slow_bg, class_stats_[k].slow);
   }
+  loss_bg = std::max(loss_bg == 1 ? 0.0 : loss_bg, c.background_loss_floor);
+  slow_bg = std::max(slow_bg == 1 ? 0.0 : slow_bg, c.background_slow_floor);
   ev.specs[static_cast<int>(Signal::kLoss)] = SignalSpec{
       static_cast<double>(c.min_probes), c.min_flows, c.loss_ratio, c.loss_significance, loss_bg};
   ev.specs[static_cast<int>(Signal::kLatency)] =
