@@ -1,0 +1,81 @@
+// Analyzer cost at fleet scale: one tick over every flow of a fat-tree's probe plan, and the
+// ingest path. Prints flows, pairs and memory with the timings.
+#include <benchmark/benchmark.h>
+
+#include <memory>
+
+#include "daemon/aggregator/analysis/testing/synthetic_fleet.h"
+
+namespace fw::analysis::testing {
+namespace {
+
+// Shapes: (leaves, hosts per leaf, spines, flows per inter-leaf pair). 500 × 32 = 16,000 nodes.
+FleetShape ShapeOf(const benchmark::State& state) {
+  FleetShape s;
+  s.leaves = static_cast<int>(state.range(0));
+  s.hosts_per_leaf = static_cast<int>(state.range(1));
+  s.spines = static_cast<int>(state.range(2));
+  s.inter_flows = static_cast<int>(state.range(3));
+  s.bw_every_s = 0;
+  return s;
+}
+
+// Feeds one second of results per source batch, as agents send them.
+void IngestSecond(SyntheticFleet& fleet, const std::vector<ProbeResult>& batch) {
+  size_t begin = 0;
+  for (size_t j = 1; j <= batch.size(); ++j) {
+    if (j == batch.size() || batch[j].src_node != batch[begin].src_node) {
+      fleet.analyzer().Ingest(std::span<const ProbeResult>(batch.data() + begin, j - begin));
+      begin = j;
+    }
+  }
+}
+
+void BM_AnalyzerTick(benchmark::State& state) {
+  SyntheticFleet fleet(ShapeOf(state));
+  const std::vector<ProbeResult> second = fleet.GenerateSecond();
+  // Fill the 10 s window, with a fault so that localization has work to do.
+  fleet.SetLinkFault("leaf1~spine1", LinkFault{0.05});
+  for (int s = 0; s < 10; ++s) {
+    IngestSecond(fleet, second);
+    fleet.clock().Advance(std::chrono::seconds(1));
+  }
+  for (auto _ : state) {
+    fleet.analyzer().Tick();
+    state.PauseTiming();
+    fleet.clock().Advance(std::chrono::seconds(1));
+    IngestSecond(fleet, second);
+    state.ResumeTiming();
+  }
+  const TickStats st = fleet.analyzer().stats();
+  state.counters["flows"] = static_cast<double>(st.flows);
+  state.counters["pairs"] = static_cast<double>(fleet.analyzer().flows().PairCount());
+  state.counters["flow_table_MB"] =
+      static_cast<double>(fleet.analyzer().flows().MemoryBytes()) / (1 << 20);
+  state.counters["ns_per_flow"] = benchmark::Counter(
+      static_cast<double>(st.flows),
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_AnalyzerTick)
+    ->Args({8, 6, 4, 32})
+    ->Args({63, 32, 16, 4})
+    ->Args({500, 32, 16, 4})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
+
+void BM_AnalyzerIngest(benchmark::State& state) {
+  SyntheticFleet fleet(ShapeOf(state));
+  const std::vector<ProbeResult> second = fleet.GenerateSecond();
+  IngestSecond(fleet, second);  // creates the flows; steady state from here on
+  for (auto _ : state) {
+    fleet.clock().Advance(std::chrono::seconds(1));
+    IngestSecond(fleet, second);
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * second.size()));
+}
+BENCHMARK(BM_AnalyzerIngest)->Args({63, 32, 16, 4})->Unit(benchmark::kMillisecond)->Iterations(5);
+
+}  // namespace
+}  // namespace fw::analysis::testing
+
+BENCHMARK_MAIN();
