@@ -124,6 +124,19 @@ class EchoResponder::Loop {
 
  private:
   void Count(ResponderDrop d) { dropped_[static_cast<size_t>(d)].fetch_add(1, kRelaxed); }
+  // Counts a failed socket call and logs it once per (call, errno).
+  void SocketError(const char* call, int err) {
+    Add(socket_errors_, 1);
+    if (last_error_call_ == call && last_errno_ == err) return;
+    last_error_call_ = call;
+    last_errno_ = err;
+    SPDLOG_WARN(
+        "component=responder msg=\"{} failed\" error=\"{}\" note=\"logged once per cause; "
+        "see socket_errors\"",
+        call, std::strerror(err));
+  }
+  const char* last_error_call_ = nullptr;
+  int last_errno_ = 0;
   void Add(std::atomic<uint64_t>& c, uint64_t n) { c.fetch_add(n, kRelaxed); }
   // Takes one token from the global and the source bucket, or counts why not.
   bool Admit(const sockaddr_storage& src);
@@ -179,7 +192,7 @@ class EchoResponder::Loop {
   std::vector<uint8_t> bulk_scratch_ = std::vector<uint8_t>(kBulkScratch);
 
   std::atomic<uint64_t> udp_requests_{0}, udp_replies_{0}, tcp_accepted_{0}, tcp_echo_replies_{0},
-      bulk_acks_{0}, bytes_in_{0}, bytes_out_{0}, source_table_full_{0};
+      bulk_acks_{0}, bytes_in_{0}, bytes_out_{0}, source_table_full_{0}, socket_errors_{0};
   std::array<std::atomic<uint64_t>, kResponderDropCount> dropped_{};
 };
 
@@ -292,9 +305,7 @@ void EchoResponder::Loop::HandleUdp() {
     }
     int n = recvmmsg(udp_fd_.get(), rx_msgs_.data(), kUdpBatch, MSG_DONTWAIT, nullptr);
     if (n < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        SPDLOG_WARN("component=responder msg=\"recvmmsg failed\" error={}", std::strerror(errno));
-      }
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) SocketError("recvmmsg", errno);
       return;
     }
     size_t replies = 0;
@@ -358,7 +369,7 @@ void EchoResponder::Loop::AcceptTcp() {
                      SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
-        SPDLOG_WARN("component=responder msg=\"accept failed\" error={}", std::strerror(errno));
+        SocketError("accept", errno);  // e.g. EMFILE: the connection waits in the backlog
       }
       return;
     }
@@ -544,6 +555,7 @@ ResponderStats EchoResponder::Loop::Snapshot() const {
   s.bytes_in = bytes_in_.load(kRelaxed);
   s.bytes_out = bytes_out_.load(kRelaxed);
   s.source_table_full = source_table_full_.load(kRelaxed);
+  s.socket_errors = socket_errors_.load(kRelaxed);
   for (size_t i = 0; i < kResponderDropCount; ++i) s.dropped[i] = dropped_[i].load(kRelaxed);
   return s;
 }

@@ -67,6 +67,7 @@ struct ResponderStats {
   uint64_t bytes_in = 0;           // every byte received, well-formed or not
   uint64_t bytes_out = 0;          // every byte sent: never more than bytes_in
   uint64_t source_table_full = 0;  // sources limited only by the global bucket
+  uint64_t socket_errors = 0;      // failed recvmmsg/accept calls (each cause logged once)
   std::array<uint64_t, kResponderDropCount> dropped{};
 };
 

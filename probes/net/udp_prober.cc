@@ -144,6 +144,7 @@ class UdpProber::Loop {
   std::vector<uint8_t> rx_buffers_;
   size_t rx_buffer_size_ = 0;
   size_t packet_len_ = 0;  // every probe of the current plan has this size
+  int last_send_errno_ = 0;
   std::array<mmsghdr, kRxBatch> rx_msgs_{};
   std::array<iovec, kRxBatch> rx_iov_{};
   std::array<sockaddr_storage, kRxBatch> rx_addr_{};
@@ -397,6 +398,13 @@ void UdpProber::Loop::SendSlot(uint32_t slot) {
         // This datagram did not go out (buffer full, no route): it will time out as lost, which
         // is what the path looks like from here. Count it and move on to the rest of the batch.
         send_errors_.fetch_add(1, kRelaxed);
+        if (n < 0 && errno != last_send_errno_) {  // log once per cause; the counter has the rest
+          last_send_errno_ = errno;
+          SPDLOG_WARN(
+              "component=udp_prober msg=\"sendmmsg failed; probe counts as lost\" "
+              "error=\"{}\" note=\"logged once per cause; see send_errors\"",
+              std::strerror(errno));
+        }
         ++done;
         continue;
       }
