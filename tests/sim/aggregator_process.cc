@@ -2,8 +2,11 @@
 #include "tests/sim/aggregator_process.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <sstream>
 #include <vector>
 
@@ -30,6 +33,11 @@ StatusOr<std::unique_ptr<AggregatorUnderTest>> AggregatorUnderTest::StartOrAttac
   }
   std::string port_file = t.work_dir + "/ports.json";
   a->log_path_ = t.work_dir + "/aggregator.log";
+  // A port file left by an earlier run in the same directory would point at a dead aggregator.
+  if (::unlink(port_file.c_str()) != 0 && errno != ENOENT) {
+    return Status::FailedPrecondition("cannot remove stale " + port_file + ": " +
+                                      std::strerror(errno));
+  }
   std::vector<std::string> argv = {t.bin,
                                    "--grpc-listen=127.0.0.1:0",
                                    "--http-listen=127.0.0.1:0",

@@ -43,6 +43,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.01, 1000.0))
       ->capture_default_str();
   app.add_option("--duration", duration, "override the scenario's duration (seconds)");
+  double heartbeat = -1;
+  app.add_option("--heartbeat", heartbeat,
+                 "override the scenario's heartbeat period (seconds; 0: none while streaming)");
   app.add_option("--agents", agents, "mode heartbeat: concurrent streams")
       ->check(CLI::Range(1, 16000))
       ->capture_default_str();
@@ -82,6 +85,7 @@ int main(int argc, char** argv) {
       return 3;
     }
     scenario = std::move(*s);
+    if (heartbeat >= 0) scenario->heartbeat_s = heartbeat;
     if (duration > 0) {
       scenario->duration_s = duration;
       for (auto& f : scenario->faults) f.end_s = std::min(f.end_s, duration);

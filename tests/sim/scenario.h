@@ -68,7 +68,7 @@ struct Scenario {
   double duration_s = 60;
   uint64_t seed = 1;
   int bandwidth_probes_per_s = 2;  // per agent: bandwidth results rotate over its flows
-  double heartbeat_s = 5;
+  double heartbeat_s = 5;          // as the real agent; 0: none while streaming
   NoiseSpec noise;
   std::vector<Fault> faults;
 };

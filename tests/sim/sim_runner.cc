@@ -178,7 +178,8 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
   const auto start = SteadyClock::now();
   const double run_start_unix = NowUnix();
   const int64_t epoch_ns = RealClock::Get().WallNanos();
-  const int hb = std::max(1, static_cast<int>(scenario.heartbeat_s));
+  // 0 turns heartbeats off during the run (batches alone keep an agent alive).
+  const int hb = static_cast<int>(scenario.heartbeat_s);
   const int seconds = static_cast<int>(scenario.duration_s);
   const double warm_real_s = std::min(options.warmup_s, seconds / scale / 4);
   FindingsPoller poller(agg, options.findings_poll_s);
@@ -201,7 +202,7 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
       for (int i = k; i < tree.hosts(); i += slots) {
         const auto& flows = plan[static_cast<size_t>(i)];
         pool->SendBatch(i, [&](v1::ProbeBatch& b) { builder.Fill(flows, t, second_ns, rng, b); });
-        if ((t + i) % hb == 0) pool->SendHeartbeat(i, second_ns);
+        if (hb > 0 && (t + i) % hb == 0) pool->SendHeartbeat(i, second_ns);
       }
     }
     if (!window_start && (t + 1) / scale >= warm_real_s) {
