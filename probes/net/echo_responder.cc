@@ -135,6 +135,7 @@ class EchoResponder::Loop {
         "see socket_errors\"",
         call, std::strerror(err));
   }
+  bool accept_paused_ = false;
   const char* last_error_call_ = nullptr;
   int last_errno_ = 0;
   void Add(std::atomic<uint64_t>& c, uint64_t n) { c.fetch_add(n, kRelaxed); }
@@ -369,7 +370,10 @@ void EchoResponder::Loop::AcceptTcp() {
                      SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
-        SocketError("accept", errno);  // e.g. EMFILE: the connection waits in the backlog
+        SocketError("accept", errno);
+        // Out of descriptors or memory: the connection stays in the backlog and the listener
+        // stays readable. Stop watching it until the next sweep instead of spinning on it.
+        if (Watch(listen_fd_.get(), 0, EPOLL_CTL_MOD).ok()) accept_paused_ = true;
       }
       return;
     }
@@ -539,6 +543,9 @@ void EchoResponder::Loop::Run() {
     }
     int64_t now = clock_.MonotonicNanos();
     if (now - last_sweep > 100'000'000) {
+      if (accept_paused_ && Watch(listen_fd_.get(), EPOLLIN, EPOLL_CTL_MOD).ok()) {
+        accept_paused_ = false;
+      }
       SweepIdle();
       last_sweep = now;
     }

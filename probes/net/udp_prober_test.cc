@@ -200,10 +200,12 @@ TEST(UdpProberTest, BudgetCapsTheProbeRate) {
   std::this_thread::sleep_for(1000ms);
   prober->Stop();
   UdpProberStats s = prober->Stats();
-  // 5 from the burst plus 10/s for about a second, against 200 attempted.
-  EXPECT_GE(s.sent, 10u);
+  // At most 5 from the burst plus 10/s for about a second, however many attempts the thread got
+  // to make (up to 200; fewer on a loaded host); every attempt beyond that was refused.
+  EXPECT_GE(s.sent, 5u);
   EXPECT_LE(s.sent, 25u);
-  EXPECT_GT(s.budget_skipped, 100u);
+  EXPECT_GT(s.budget_skipped, 0u);
+  EXPECT_EQ(s.budget_skipped, budget.rejected());
 }
 
 TEST(UdpProberTest, MalformedRepliesAreDroppedAndCounted) {
