@@ -81,6 +81,10 @@ Status Agent::Start() {
   if (options_.probes) {
     ProbeSchedulerOptions po;
     po.port = options_.probe_port;
+    if (options_.probe_source_port_base < 0 || options_.probe_source_port_base > 65000) {
+      return Status::InvalidArgument("--probe-source-port-base must be 0..65000");
+    }
+    po.source_port_base = options_.probe_source_port_base;
     if (!options_.probe_address.empty()) po.listen_address = options_.probe_address;
     if (!options_.probe_key_file.empty()) {
       std::ifstream in(options_.probe_key_file);

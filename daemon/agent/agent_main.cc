@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   binding.Bind("profile", &o.profile);
   binding.Bind("probe-key-file", &o.probe_key_file);
   binding.Bind("probes", &o.probes);
+  binding.Bind("probe-source-port-base", &o.probe_source_port_base);
   binding.Bind("heartbeat-interval", &heartbeat);
   binding.Bind("sample-interval", &sample);
   binding.Bind("buffer-batches", &o.buffer_batches);
@@ -44,6 +45,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--probe-key-file", o.probe_key_file,
                  "file holding the fleet's shared probe key (HMAC); answers only signed probes");
+  app.add_option("--probe-source-port-base", o.probe_source_port_base,
+                 "flow j to every peer uses this source port + j (0: ephemeral)")
+      ->capture_default_str();
   app.add_option("--probes", o.probes, "run the echo responder and probe peers (true|false)")
       ->capture_default_str();
   app.add_option("--http-listen", o.http_listen, "HTTP /metrics listen address")

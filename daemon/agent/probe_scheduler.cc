@@ -104,6 +104,7 @@ Status ProbeScheduler::Start() {
   responder_ = std::move(*responder);
   net::UdpProberOptions uo;
   uo.key = options_.key;
+  uo.src_port_base = static_cast<uint16_t>(options_.source_port_base);
   auto udp = net::UdpProber::Start(uo, clock_, queue_, budget_.get());
   if (!udp.ok()) return udp.status();
   udp_ = std::move(*udp);

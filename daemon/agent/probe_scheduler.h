@@ -37,6 +37,9 @@ struct ProbeSchedulerOptions {
   double tcp_connect_interval_s = 10.0;     // one connect probe per peer this often
   size_t result_queue_capacity = 65536;
   bool bandwidth_probes = true;
+  // Flow j of every peer uses source port base + j (0: the kernel picks ephemeral ports). A fixed
+  // base lets a fabric with source-port policy routing map flows to paths deterministically.
+  int source_port_base = 0;
 };
 
 class ProbeScheduler {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <span>
 
+#include "daemon/aggregator/analysis/analysis_json.h"
 #include "daemon/aggregator/core/pairs_json.h"
 
 namespace fw::aggregator {
@@ -25,6 +26,10 @@ Aggregator::Aggregator(AggregatorOptions options, const Clock& clock)
              FleetState::Options{options_.heartbeat_timeout_s, options_.record_test_batches}),
       ports_(registry_),
       node_probe_metrics_(registry_),
+      analysis_metrics_(registry_),
+      tick_seconds_(registry_.AddGauge("fabricwatch_aggregator_tick_seconds",
+                                       "Time the last analysis tick took.")
+                        .WithLabels({})),
       replans_(registry_.AddCounter("fabricwatch_planner_replans_total",
                                     "Probe plans recomputed after agents joined or left.")
                    .WithLabels({})),
@@ -75,6 +80,16 @@ Status Aggregator::Start() {
   }
   pairs_ = std::make_unique<PairTable>(clock_, map_);
   planner_ = std::make_unique<Planner>(options_.planner, map_);
+  if (!options_.state_dir.empty()) {
+    store_ = std::make_unique<analysis::FindingsStore>(options_.state_dir);
+    Status st = store_->Open();
+    if (!st.ok()) {
+      // Findings still work in memory; the store counts and logs its own errors.
+      spdlog::error("msg=\"findings history unavailable\" error=\"{}\"", st.message());
+    }
+  }
+  analyzer_ = std::make_unique<analysis::Analyzer>(clock_, map_, pairs_.get(), options_.analysis,
+                                                   analysis::PathResolver{}, store_.get());
   auto http = http::Server::Start(options_.http_listen);
   if (!http.ok()) return http.status();
   http_ = std::move(*http);
@@ -126,10 +141,19 @@ void Aggregator::TickLoop() {
     if (stopping_) break;
     lock.unlock();
     fleet_.Sweep();
-    if (replan_needed_.exchange(false)) Replan();
     int64_t now = clock_.MonotonicNanos();
+    if (now - last_replan_ns_ >= replan_spacing_ns_ && replan_needed_.exchange(false)) {
+      last_replan_ns_ = now;
+      Replan();
+      int64_t cost = clock_.MonotonicNanos() - now;
+      replan_spacing_ns_ = std::clamp<int64_t>(5 * cost, 1'000'000'000, 30'000'000'000);
+      now = clock_.MonotonicNanos();
+    }
+    analyzer_->Tick();
+    analysis_metrics_.Update(*analyzer_);
     node_probe_metrics_.Update(*pairs_, now);
     pairs_->DropIdle(now);
+    tick_seconds_.Set(static_cast<double>(clock_.MonotonicNanos() - now) * 1e-9);
     ticks_.Inc();
     lock.lock();
   }
@@ -164,6 +188,7 @@ v1::Transport ToWire(Transport t) {
 }  // namespace
 
 void Aggregator::OnProbeBatch(const std::string& node, const v1::ProbeBatch& batch) {
+  auto known = std::atomic_load(&known_nodes_);
   // Converted into a reused per-thread buffer: ingest allocates only when a batch is larger than
   // any this thread has seen.
   thread_local std::vector<ProbeResult> results;
@@ -171,7 +196,8 @@ void Aggregator::OnProbeBatch(const std::string& node, const v1::ProbeBatch& bat
   size_t n = 0;
   for (const v1::ProbeResult& r : batch.results()) {
     auto t = FromWire(r.transport());
-    if (!t || r.peer().empty() || r.peer() == node || r.src_port() > 65535) {
+    if (!t || r.peer().empty() || r.peer() == node || r.src_port() > 65535 ||
+        (known && known->count(r.peer()) == 0)) {
       bad_results_.Inc();
       continue;
     }
@@ -187,12 +213,16 @@ void Aggregator::OnProbeBatch(const std::string& node, const v1::ProbeBatch& bat
     out.bytes = r.bytes();
     out.goodput_bps = std::isfinite(r.goodput_bps()) && r.goodput_bps() >= 0 ? r.goodput_bps() : 0;
   }
-  pairs_->RecordBatch(std::span<const ProbeResult>(results.data(), n));
+  std::span<const ProbeResult> span(results.data(), n);
+  pairs_->RecordBatch(span);
+  analyzer_->Ingest(span);
 }
 
 void Aggregator::Replan() {
   std::vector<AgentInfo> live;
+  auto known = std::make_shared<std::unordered_set<std::string>>();
   for (const NodeView& n : fleet_.Nodes()) {
+    known->insert(n.name);
     if (!n.connected || !n.up) continue;
     AgentInfo a;
     a.node = n.name;
@@ -202,6 +232,7 @@ void Aggregator::Replan() {
     }
     live.push_back(std::move(a));
   }
+  std::atomic_store(&known_nodes_, std::shared_ptr<const std::unordered_set<std::string>>(known));
   PlanSet set = planner_->PlanFor(live);
   for (const std::string& note : set.notes) spdlog::warn("msg=\"planner\" note=\"{}\"", note);
   {
@@ -235,8 +266,41 @@ void Aggregator::Replan() {
 }
 void Aggregator::OnCounterBatch(const std::string& node, const v1::CounterBatch& batch) {
   ports_.Update(node, batch);
+  auto known = [](double v) { return std::isfinite(v) ? v : 0.0; };
+  for (const v1::PortSample& p : batch.ports()) {
+    analysis::PortSample s;
+    s.node = node;
+    s.device = p.device();
+    s.port = static_cast<int>(p.port());
+    s.congestion_ratio = known(p.congestion_ratio());
+    s.cnp_rate = known(p.cnp_handled_per_s());
+    s.ecn_rate = known(p.ecn_marked_per_s());
+    s.error_rate = known(p.error_rate());
+    s.up = p.state() == "ACTIVE";
+    analyzer_->OnPortSample(s);
+  }
 }
-void Aggregator::OnCheckReport(const std::string&, const v1::CheckReport&) {}
+void Aggregator::OnCheckReport(const std::string& node, const v1::CheckReport& report) {
+  std::vector<Finding> findings;
+  for (const v1::Finding& f : report.findings()) {
+    Finding out;
+    out.kind = f.kind();
+    out.severity = f.severity() == "critical" ? Severity::kCritical : Severity::kWarning;
+    out.location.type = f.location().type();
+    out.location.id = f.location().id();
+    // An agent may only report findings about its own node.
+    out.location.node = node;
+    out.location.device = f.location().device();
+    out.location.port = static_cast<int>(f.location().port());
+    out.summary = f.summary();
+    for (const auto& [k, v] : f.evidence()) {
+      if (std::isfinite(v)) out.evidence[k] = v;
+    }
+    out.confidence = std::isfinite(f.confidence()) ? std::clamp(f.confidence(), 0.0, 1.0) : 1.0;
+    findings.push_back(std::move(out));
+  }
+  analyzer_->SetNodeFindings(node, std::move(findings));
+}
 std::optional<v1::ProbePlan> Aggregator::PlanFor(const std::string& node) {
   std::lock_guard lock(plan_mu_);
   auto it = plans_.find(node);
@@ -311,6 +375,17 @@ void Aggregator::InstallHttpHandlers() {
     }
     PairsPage page = RenderPairs(*pairs_, *q, clock_.MonotonicNanos());
     r.Send(200, "application/json", page.rows.dump());
+  });
+  http_->Handle("/api/v1/findings", [this](const http::Request& req, http::Response& r) {
+    auto q = analysis::ParseFindingsQuery(req.query);
+    if (!q.ok()) {
+      r.Send(400, "application/json", json{{"error", q.status().message()}}.dump());
+      return;
+    }
+    r.Send(200, "application/json", analysis::RenderFindings(*analyzer_, *q).dump());
+  });
+  http_->Handle("/api/v1/links", [this](const http::Request&, http::Response& r) {
+    r.Send(200, "application/json", analysis::RenderLinks(analyzer_->Links()).dump());
   });
   http_->Handle("/", [this](const http::Request&, http::Response& r) {
     std::ostringstream html;

@@ -7,11 +7,15 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 
 #include "common/clock.h"
 #include "common/status.h"
 #include "daemon/aggregator/fleet_state.h"
 #include "daemon/aggregator/ingest_service.h"
+#include "daemon/aggregator/analysis/analysis_metrics.h"
+#include "daemon/aggregator/analysis/analyzer.h"
+#include "daemon/aggregator/analysis/findings_store.h"
 #include "daemon/aggregator/core/fabric_map.h"
 #include "daemon/aggregator/core/node_metrics.h"
 #include "daemon/aggregator/core/pair_table.h"
@@ -32,6 +36,7 @@ struct AggregatorOptions {
   double heartbeat_timeout_s = 15;
   bool record_test_batches = false;
   PlannerConfig planner;
+  analysis::AnalysisConfig analysis;
 };
 
 class Aggregator final : public IngestSink {
@@ -73,7 +78,18 @@ class Aggregator final : public IngestSink {
   std::unique_ptr<PairTable> pairs_;
   NodeProbeMetrics node_probe_metrics_;  // updated on the tick thread only
   std::unique_ptr<Planner> planner_;
+  std::unique_ptr<analysis::FindingsStore> store_;  // null without --state-dir
+  std::unique_ptr<analysis::Analyzer> analyzer_;
+  analysis::AnalysisMetrics analysis_metrics_;      // updated on the tick thread only
+  metrics::Gauge& tick_seconds_;
   std::atomic<bool> replan_needed_{false};
+  // Tick thread only. Re-plans are spaced by 5x the last plan's cost (1 s to 30 s): a small fleet
+  // re-plans at once, a 16,000-node fleet whose plan costs seconds does not re-plan every tick.
+  int64_t last_replan_ns_ = 0;
+  int64_t replan_spacing_ns_ = 1'000'000'000;
+  // Names of agents that have said Hello; results naming any other peer are dropped, so garbage
+  // cannot grow the pair table. Replaced wholesale by the tick thread, read lock-free by ingest.
+  std::shared_ptr<const std::unordered_set<std::string>> known_nodes_;
   std::mutex plan_mu_;
   std::map<std::string, fabricwatch::v1::ProbePlan> plans_;  // GUARDED_BY(plan_mu_)
   uint64_t plan_version_ = 0;                               // GUARDED_BY(plan_mu_)

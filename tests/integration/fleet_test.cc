@@ -141,6 +141,30 @@ TEST(FleetTest, ThreeAgentsAppearAndADeadOneDropsOut) {
       seconds(5)))
       << fleet.Metrics();
 
+  // Node hardware findings travel from each agent's check report to the aggregator's findings:
+  // the real H100 tree has link_downed stuck at 255 on mlx5_1.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto r = http::Get(fleet.http_, "/api/v1/findings?active=true", 2000);
+        if (!r.ok()) return false;
+        auto j = json::parse(r->body, nullptr, false);
+        if (j.is_discarded()) return false;
+        for (const auto& f : j) {
+          if (f["location"].value("node", "") == "node-a" &&
+              f["location"].value("device", "") == "mlx5_1" &&
+              f["summary"].get<std::string>().find("255") != std::string::npos) {
+            return true;
+          }
+        }
+        return false;
+      },
+      seconds(10)))
+      << http::Get(fleet.http_, "/api/v1/findings")->body;
+  EXPECT_NE(fleet.Metrics().find("fabricwatch_findings_active{"), std::string::npos);
+  EXPECT_NE(fleet.Metrics().find(
+                "fabricwatch_nic_port_up{node=\"node-a\",device=\"mlx5_0\",port=\"1\"} 1\n"),
+            std::string::npos);
+
   // SIGKILL gives the agent no chance to say goodbye; the aggregator must notice on its own
   // within the 3 s heartbeat timeout.
   auto killed_at = std::chrono::steady_clock::now();
