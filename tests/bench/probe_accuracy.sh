@@ -113,7 +113,13 @@ trap 'exit 1' INT TERM
 
 start_server() {  # name, argv...: starts in the server namespace, remembers the PID
   local name=$1; shift
-  in_server "$@" >"$logdir/$name.log" 2>&1 &
+  # The subshell execs (and ip netns exec and taskset exec in turn), so $! is the server itself
+  # and the cleanup's kill reaches it; a plain function call would leave an orphan behind.
+  if [ -n "$server_ns" ]; then
+    (exec ip netns exec "$server_ns" "${pin_server[@]}" "$@" >"$logdir/$name.log" 2>&1) &
+  else
+    (exec "${pin_server[@]}" "$@" >"$logdir/$name.log" 2>&1) &
+  fi
   pids+=($!)
 }
 
