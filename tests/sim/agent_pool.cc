@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 
 #include "fabricwatch.grpc.pb.h"
@@ -161,7 +162,14 @@ class PoolImpl final : public AgentPool {
       lock.unlock();
       for (auto& a : agents_) a->Cancel();
       lock.lock();
-      cv_.wait(lock, [this] { return done_ >= streams_.load(); });
+      // gRPC runs OnDone for a cancelled call once its holds are gone; waiting longer than this
+      // means a reactor leaked its hold, and destroying it would be a use-after-free.
+      if (!cv_.wait_for(lock, std::chrono::seconds(30),
+                        [this] { return done_ >= streams_.load(); })) {
+        spdlog::critical("msg=\"streams never finished after cancel (leaked hold)\" open={}",
+                         streams_.load() - done_);
+        std::abort();
+      }
     }
   }
 
@@ -354,9 +362,15 @@ void SimAgent::OnWriteDone(bool ok) {
 }
 
 void SimAgent::OnWritesDoneDone(bool) {
-  // Nothing more will be written; the hold goes when the aggregator ends the stream (read fails).
-  std::lock_guard lock(mu_);
-  in_flight_ = Slot::kNone;
+  // Nothing more will be written. The hold goes once the aggregator has ended the stream (the
+  // read fails), which may already have happened while this operation was in flight.
+  Next n;
+  {
+    std::lock_guard lock(mu_);
+    in_flight_ = Slot::kNone;
+    n = PickLocked();
+  }
+  Perform(n);
 }
 
 void SimAgent::OnReadDone(bool ok) {

@@ -1,19 +1,42 @@
 // Starting, probing and stopping the aggregator under test.
 #include "tests/sim/aggregator_process.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "common/clock.h"
 #include "exporter/http_client.h"
 
 namespace fw::sim {
+
+namespace {
+
+// Reads one port from the {"grpc_port": N, "http_port": M} file; -1 while absent or partial.
+int ReadPort(const std::string& path, const char* key) {
+  std::ifstream in(path);
+  if (!in) return -1;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.contains(key) || !j[key].is_number_integer()) return -1;
+  return j[key].get<int>();
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<AggregatorUnderTest>> AggregatorUnderTest::StartOrAttach(
     const AggregatorTarget& t) {
@@ -47,17 +70,37 @@ StatusOr<std::unique_ptr<AggregatorUnderTest>> AggregatorUnderTest::StartOrAttac
   if (!t.fabric_map.empty()) argv.push_back("--fabric-map=" + t.fabric_map);
   std::istringstream extra(t.extra_args);
   for (std::string x; extra >> x;) argv.push_back(x);
-  a->process_ = std::make_unique<testing::Process>(argv, a->log_path_);
-  if (a->process_->pid() <= 0) return Status::Internal("fork failed for " + t.bin);
-  a->pid_ = a->process_->pid();
+  int log_fd = ::open(a->log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    return Status::FailedPrecondition("cannot open " + a->log_path_ + ": " + std::strerror(errno));
+  }
+  std::vector<char*> args;
+  for (auto& x : argv) args.push_back(x.data());
+  args.push_back(nullptr);
+  pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int e = errno;
+    ::close(log_fd);
+    return Status::Unavailable(std::string("fork: ") + std::strerror(e));
+  }
+  if (pid == 0) {
+    // The aggregator must not outlive a simulator that crashes or is killed.
+    if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != parent) _exit(126);
+    if (::dup2(log_fd, 1) < 0 || ::dup2(log_fd, 2) < 0) _exit(126);
+    ::execv(args[0], args.data());
+    _exit(127);
+  }
+  ::close(log_fd);
+  a->pid_ = pid;
+  a->started_ = true;
   int grpc_port = -1, http_port = -1;
-  testing::WaitUntil(
-      [&] {
-        grpc_port = testing::ReadPort(port_file, "grpc_port");
-        http_port = testing::ReadPort(port_file, "http_port");
-        return (grpc_port > 0 && http_port > 0) || !a->process_->running();
-      },
-      std::chrono::seconds(20));
+  for (int i = 0; i < 400 && !a->Exited(); ++i) {  // up to 20 s
+    grpc_port = ReadPort(port_file, "grpc_port");
+    http_port = ReadPort(port_file, "http_port");
+    if (grpc_port > 0 && http_port > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   if (grpc_port <= 0 || http_port <= 0) {
     return Status::Unavailable("the aggregator did not write its ports within 20 s; see " +
                                a->log_path_);
@@ -98,11 +141,38 @@ StatusOr<std::string> AggregatorUnderTest::Findings() const {
   return r->body;
 }
 
+bool AggregatorUnderTest::Exited() {
+  if (!started_) return true;
+  int st = 0;
+  pid_t r = ::waitpid(pid_, &st, WNOHANG);
+  if (r == pid_ || (r < 0 && errno == ECHILD)) {
+    started_ = false;
+    exit_status_ = r == pid_ ? st : -1;
+    return true;
+  }
+  return false;
+}
+
 int AggregatorUnderTest::Stop(double grace_s) {
-  if (!process_) return 0;
-  int st = process_->Stop(std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
-  process_.reset();
-  return st;
+  if (!started_) return exit_status_;
+  if (!Exited() && ::kill(pid_, SIGTERM) != 0 && errno != ESRCH) {
+    spdlog::warn("msg=\"kill SIGTERM failed\" pid={} error=\"{}\"", pid_, std::strerror(errno));
+  }
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
+  while (!Exited() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (started_) {
+    spdlog::warn("msg=\"aggregator ignored SIGTERM; killing\" pid={}", pid_);
+    if (::kill(pid_, SIGKILL) != 0 && errno != ESRCH) {
+      spdlog::error("msg=\"kill SIGKILL failed\" pid={} error=\"{}\"", pid_, std::strerror(errno));
+    }
+    int st = 0;
+    if (::waitpid(pid_, &st, 0) == pid_) exit_status_ = st;
+    started_ = false;
+  }
+  return exit_status_;
 }
 
 }  // namespace fw::sim

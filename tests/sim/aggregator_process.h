@@ -9,7 +9,6 @@
 #include <string>
 
 #include "common/status.h"
-#include "tests/integration/process.h"
 #include "tests/sim/scorer.h"
 
 namespace fw::sim {
@@ -47,13 +46,15 @@ class AggregatorUnderTest {
   // GET /api/v1/findings: the body, NotFound while the endpoint does not exist (HTTP 404).
   StatusOr<std::string> Findings() const;
   // SIGTERM by PID, then SIGKILL after `grace_s`; only for an aggregator this object started.
-  // Returns the exit status as waitpid reports it.
+  // Returns the exit status as waitpid reports it (0 when there is nothing to stop).
   int Stop(double grace_s);
 
  private:
-  std::unique_ptr<testing::Process> process_;
+  bool Exited();  // reaps the child when it has exited; REQUIRES: started_
   std::string grpc_, http_, log_path_;
   pid_t pid_ = 0;
+  bool started_ = false;  // this object forked the aggregator and has not reaped it yet
+  int exit_status_ = 0;
 };
 
 }  // namespace fw::sim
