@@ -101,7 +101,8 @@ json BuildIngestReport(const ReportInputs& in) {
   return r;
 }
 
-void AddFindingsReport(const json& poll, const Score& score, bool healthy, json& report) {
+void AddFindingsReport(const json& poll, const Score& score,
+                       const std::vector<ObservedFinding>& findings, bool healthy, json& report) {
   json faults = json::array();
   for (const auto& f : score.faults) {
     faults.push_back({{"fault", f.label},
@@ -120,6 +121,17 @@ void AddFindingsReport(const json& poll, const Score& score, bool healthy, json&
   fr["ttd_median_s"] = Num(score.ttd_median_s);
   fr["faults"] = faults;
   fr["false_positive_findings"] = score.false_positive_ids;
+  json seen = json::array();
+  for (const auto& f : findings) {
+    seen.push_back(
+        {{"id", f.id},
+         {"kind", f.kind},
+         {"location", {{"type", f.type}, {"id", f.loc_id}, {"node", f.node}, {"device", f.device}}},
+         {"active_at_end", f.active},
+         {"first_seen_unix_s", f.first_seen_unix_s},
+         {"observed_unix_s", f.observed_unix_s}});
+  }
+  fr["seen"] = seen;
   report["findings"] = fr;
 
   json& v = report["verdict"];

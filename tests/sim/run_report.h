@@ -30,7 +30,8 @@ nlohmann::json BuildIngestReport(const ReportInputs& in);
 
 // Adds "findings" and the accuracy checks to the verdict. While /api/v1/findings is missing, the
 // accuracy checks are listed under verdict.pending instead of failing.
-void AddFindingsReport(const nlohmann::json& poll, const Score& score, bool healthy,
+void AddFindingsReport(const nlohmann::json& poll, const Score& score,
+                       const std::vector<ObservedFinding>& findings, bool healthy,
                        nlohmann::json& report);
 
 // One line per figure, for people.

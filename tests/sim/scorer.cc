@@ -181,7 +181,7 @@ Score ComputeScore(const std::vector<Truth>& truths, const std::vector<ObservedF
     fs.label = t.label;
     double best_related = -1, best_exact = -1;
     for (const auto& f : findings) {
-      double at = f.first_seen_unix_s;
+      double at = f.observed_unix_s;
       if (at < t.start_unix_s - 1 || at > t.end_unix_s + grace_s || !IsRelated(t, f)) continue;
       double ttd = std::max(0.0, at - t.start_unix_s);
       fs.detected = true;
@@ -201,7 +201,7 @@ Score ComputeScore(const std::vector<Truth>& truths, const std::vector<ObservedF
   for (const auto& f : findings) {
     bool tp = false;
     for (const Truth& t : truths) {
-      double at = f.first_seen_unix_s;
+      double at = f.observed_unix_s;
       if (at >= t.start_unix_s - 1 && at <= t.end_unix_s + grace_s && IsRelated(t, f)) tp = true;
     }
     if (tp) {

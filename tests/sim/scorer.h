@@ -79,8 +79,10 @@ struct Score {
 };
 
 // A finding is a true positive when its location is the fault's exact element or related to it and
-// it first appeared between the fault's start and `grace_s` after its end; any other finding is a
-// false positive (a healthy run's findings are all false positives).
+// the scorer first saw it between the fault's start and `grace_s` after its end; any other finding
+// is a false positive (a healthy run's findings are all false positives). Times are when the scorer
+// first saw a finding (polling adds up to one period), not its first_seen, which an analyzer may
+// date back to its first evidence.
 Score ComputeScore(const std::vector<Truth>& truths, const std::vector<ObservedFinding>& findings,
                    double grace_s);
 

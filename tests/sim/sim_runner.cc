@@ -250,7 +250,7 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
                         {"faults", scenario.faults.size()}};
   Score score =
       ComputeScore(GroundTruth(scenario, tree, run_start_unix, scale), findings, options.grace_s);
-  AddFindingsReport(findings_json, score, scenario.faults.empty(), report);
+  AddFindingsReport(findings_json, score, findings, scenario.faults.empty(), report);
   if (!agg.log_path().empty()) report["aggregator_log"] = agg.log_path();
   int exit = agg.Stop(10);
   if (agg.pid() > 0 && !options.aggregator.bin.empty()) report["aggregator_exit_status"] = exit;
