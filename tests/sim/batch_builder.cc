@@ -5,8 +5,7 @@ namespace fw::sim {
 
 namespace v1 = fabricwatch::v1;
 
-void BatchBuilder::SetStatic(const Flow& f, uint32_t flow_id, v1::Transport t,
-                             v1::ProbeResult* r) const {
+void BatchBuilder::SetStatic(const Flow& f, v1::Transport t, v1::ProbeResult* r) const {
   // String assignment reuses the existing capacity: names of one kind have one length.
   r->set_peer(tree_.NodeName(static_cast<int>(f.dst_host)));
   r->set_src_nic(tree_.NicName(f.rail));
@@ -14,7 +13,7 @@ void BatchBuilder::SetStatic(const Flow& f, uint32_t flow_id, v1::Transport t,
   r->set_transport(t);
   r->set_src_port(f.src_port);
   r->set_dst_port(kProbePort);
-  r->set_flow_id(flow_id);
+  r->set_flow_id(f.flow_id);
 }
 
 void BatchBuilder::Fill(const std::vector<Flow>& flows, int64_t second, int64_t second_unix_ns,
@@ -24,8 +23,7 @@ void BatchBuilder::Fill(const std::vector<Flow>& flows, int64_t second, int64_t 
   if (batch.results_size() != n + slots) {
     batch.clear_results();
     for (int i = 0; i < n; ++i) {
-      SetStatic(flows[static_cast<size_t>(i)], static_cast<uint32_t>(i), v1::TRANSPORT_UDP,
-                batch.add_results());
+      SetStatic(flows[static_cast<size_t>(i)], v1::TRANSPORT_UDP, batch.add_results());
     }
     for (int k = 0; k < slots; ++k) batch.add_results()->set_transport(v1::TRANSPORT_TCP_BW);
   }
@@ -43,7 +41,7 @@ void BatchBuilder::Fill(const std::vector<Flow>& flows, int64_t second, int64_t 
     int fi = static_cast<int>((second * slots + k) % n);
     const Flow& f = flows[static_cast<size_t>(fi)];
     v1::ProbeResult* r = batch.mutable_results(n + k);
-    SetStatic(f, static_cast<uint32_t>(fi), v1::TRANSPORT_TCP_BW, r);
+    SetStatic(f, v1::TRANSPORT_TCP_BW, r);
     BandwidthSample b = model_.SampleBandwidth(f, kBandwidthBytes, rng);
     r->set_probe_seq(static_cast<uint64_t>(second));
     r->set_sent_unix_ns(second_unix_ns + k * 1000);

@@ -27,7 +27,7 @@ class BatchBuilder {
             fabricwatch::v1::ProbeBatch& batch) const;
 
  private:
-  void SetStatic(const Flow& f, uint32_t flow_id, fabricwatch::v1::Transport t,
+  void SetStatic(const Flow& f, fabricwatch::v1::Transport t,
                  fabricwatch::v1::ProbeResult* r) const;
 
   const FatTree& tree_;

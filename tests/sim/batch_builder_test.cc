@@ -41,7 +41,7 @@ TEST(BatchBuilderTest, BuildsOnceThenRewritesInPlace) {
   EXPECT_EQ(batch.results(3).peer().data(), peer_before);
   // The bandwidth slot moved to other flows: same buffers, new contents.
   EXPECT_EQ(batch.results(static_cast<int>(flows.size())).peer().data(), bw_peer_before);
-  EXPECT_EQ(batch.results(static_cast<int>(flows.size())).flow_id(), 2u);
+  EXPECT_EQ(batch.results(static_cast<int>(flows.size())).src_port(), flows[2].src_port);
   EXPECT_EQ(batch.results(0).probe_seq(), 1u);
 }
 

@@ -19,13 +19,14 @@ constexpr uint32_t kAccessHopNs = 1500;
 constexpr uint32_t kFabricHopNs = 1000;
 constexpr uint32_t kHostStackNs = 10000;  // both ends' kernel and responder time, unloaded
 
-void AddFlow(const FatTree& t, int src, int dst, int rail, uint16_t src_port,
+void AddFlow(const FatTree& t, int src, int dst, int rail, uint16_t src_port, uint32_t flow_id,
              std::vector<Flow>& out) {
   Flow f;
   f.src_host = static_cast<uint32_t>(src);
   f.dst_host = static_cast<uint32_t>(dst);
   f.rail = static_cast<uint16_t>(rail);
   f.src_port = src_port;
+  f.flow_id = flow_id;
   int sl = t.LeafGroup(src), dl = t.LeafGroup(dst);
   f.inter_leaf = sl != dl;
   int n = 0;
@@ -37,8 +38,12 @@ void AddFlow(const FatTree& t, int src, int dst, int rail, uint16_t src_port,
   uint32_t sa = static_cast<uint32_t>(src * t.rails() + rail);
   uint32_t da = static_cast<uint32_t>(dst * t.rails() + rail);
   add(t.AccessLink(src, rail));
+  int fwd = 0;
   if (f.inter_leaf) {
-    int fwd = EcmpSpine(sa, da, src_port, kProbePort, t.spines());
+    // Deterministic routing pins both directions of flow i to path i mod n; with leaf-spine paths
+    // in map order, path k is the one through spine k.
+    fwd = t.spec().deterministic ? static_cast<int>(flow_id % t.spines())
+                                 : EcmpSpine(sa, da, src_port, kProbePort, t.spines());
     add(t.FabricLink(rail, sl, fwd));
     add(t.FabricLink(rail, dl, fwd));
   }
@@ -46,7 +51,7 @@ void AddFlow(const FatTree& t, int src, int dst, int rail, uint16_t src_port,
   f.forward_count = static_cast<uint8_t>(n);
   add(t.AccessLink(dst, rail));
   if (f.inter_leaf) {
-    int rev = EcmpSpine(da, sa, kProbePort, src_port, t.spines());
+    int rev = t.spec().deterministic ? fwd : EcmpSpine(da, sa, kProbePort, src_port, t.spines());
     add(t.FabricLink(rail, dl, rev));
     add(t.FabricLink(rail, sl, rev));
   }
@@ -78,7 +83,7 @@ std::vector<std::vector<Flow>> BuildFlowPlan(const FatTree& t, const FlowPlanSpe
     for (int r = 0; r < t.rails(); ++r) {
       for (int j = 0; j < hpl; ++j) {
         if (j == idx) continue;
-        AddFlow(t, h, leaf * hpl + j, r, static_cast<uint16_t>(33000 + j), flows);
+        AddFlow(t, h, leaf * hpl + j, r, static_cast<uint16_t>(33000 + j), 0, flows);
       }
       if (leaves < 2) continue;
       for (int k = 0; k < spec.inter_leaf_flows; ++k) {
@@ -87,7 +92,10 @@ std::vector<std::vector<Flow>> BuildFlowPlan(const FatTree& t, const FlowPlanSpe
         int offset = 1 + (idx * spec.inter_leaf_flows + k) % (leaves - 1);
         int dst_leaf = (leaf + offset) % leaves;
         int dst = dst_leaf * hpl + (idx + k) % hpl;
-        AddFlow(t, h, dst, r, static_cast<uint16_t>(40000 + k * 97 + idx), flows);
+        // One flow per pair; its id spreads the pairs of a leaf over every spine when routing is
+        // deterministic (ECMP spreads them by source port instead).
+        AddFlow(t, h, dst, r, static_cast<uint16_t>(40000 + k * 97 + idx),
+                static_cast<uint32_t>(idx + k + leaf), flows);
       }
     }
   }

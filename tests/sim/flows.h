@@ -19,6 +19,7 @@ struct Flow {
   uint32_t dst_host = 0;
   uint16_t rail = 0;
   uint16_t src_port = 0;
+  uint32_t flow_id = 0;      // the ProbeResult's flow_id: index within the pair's flows
   uint32_t base_rtt_ns = 0;  // propagation and switching, without queueing or host time
   uint8_t forward_count = 0;
   uint8_t traversal_count = 0;

@@ -44,6 +44,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--duration", duration, "override the scenario's duration (seconds)");
   double heartbeat = -1;
+  std::string routing;
+  app.add_option("--routing", routing, "override the scenario's routing")
+      ->check(CLI::IsMember({"ecmp", "deterministic"}));
   app.add_option("--heartbeat", heartbeat,
                  "override the scenario's heartbeat period (seconds; 0: none while streaming)");
   app.add_option("--agents", agents, "mode heartbeat: concurrent streams")
@@ -86,6 +89,7 @@ int main(int argc, char** argv) {
     }
     scenario = std::move(*s);
     if (heartbeat >= 0) scenario->heartbeat_s = heartbeat;
+    if (!routing.empty()) scenario->topology.deterministic = routing == "deterministic";
     if (duration > 0) {
       scenario->duration_s = duration;
       for (auto& f : scenario->faults) f.end_s = std::min(f.end_s, duration);

@@ -239,6 +239,12 @@ StatusOr<Scenario> ParseScenario(const std::string& yaml, const std::string& sou
       FW_RETURN_IF_ERROR(tr.Int("inter_leaf_flows", &s.flows.inter_leaf_flows, 0, 256));
       FW_RETURN_IF_ERROR(tr.Double("host_link_gbps", &s.topology.host_link_gbps, 1, 1e4));
       FW_RETURN_IF_ERROR(tr.Double("fabric_link_gbps", &s.topology.fabric_link_gbps, 1, 1e4));
+      std::string routing = "ecmp";
+      FW_RETURN_IF_ERROR(tr.String("routing", &routing));
+      if (routing != "ecmp" && routing != "deterministic") {
+        return tr.Error("routing", "must be ecmp or deterministic");
+      }
+      s.topology.deterministic = routing == "deterministic";
       FW_RETURN_IF_ERROR(tr.NoUnknownKeys());
     }
     if (r.Has("noise")) {

@@ -18,6 +18,10 @@ struct TopologySpec {
   int leaves = 4;          // per rail plane
   int hosts_per_leaf = 8;  // every host has one NIC per rail, each on its own plane's leaf
   int rails = 1;
+  // ecmp: a switch hashes each packet's 5-tuple (the aggregator knows only the candidate set).
+  // deterministic: flow i of a pair takes equal-cost path i mod n in the fabric map's order, the
+  // aggregator's convention (analysis/flow_table.h), so it can resolve every flow's path.
+  bool deterministic = false;
   double host_link_gbps = 400;
   double fabric_link_gbps = 400;
 

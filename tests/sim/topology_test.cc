@@ -85,6 +85,35 @@ TEST(FatTreeTest, TheAggregatorAcceptsTheGeneratedMap) {
   EXPECT_EQ(m->PathsBetweenNodes("node00000", "node00031").PathCount(), 2u);
   EXPECT_EQ(m->PathsBetweenNodes("node00000", "node00001").PathCount(), 1u);
 }
+
+TEST(FatTreeTest, DeterministicFlowsTakeTheAggregatorsPath) {
+  TopologySpec s{.spines = 4, .leaves = 4, .hosts_per_leaf = 4, .deterministic = true};
+  auto t = FatTree::Build(s);
+  ASSERT_TRUE(t.ok());
+  auto m = aggregator::FabricMap::Parse(t->FabricMapYaml(), "sim map");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->routing(), aggregator::Routing::kDeterministic);
+  auto plan = BuildFlowPlan(*t, {.inter_leaf_flows = 4});
+  std::set<int> spines;
+  for (const auto& flows : plan) {
+    for (const Flow& f : flows) {
+      if (!f.inter_leaf) continue;
+      // The aggregator's convention: flow i of a pair takes path i mod n in the map's order.
+      auto src = m->FindHostNic(t->NodeName(static_cast<int>(f.src_host)), "mlx5_0");
+      auto dst = m->FindHostNic(t->NodeName(static_cast<int>(f.dst_host)), "mlx5_0");
+      ASSERT_TRUE(src && dst);
+      auto set = m->Paths(*src, *dst);
+      ASSERT_EQ(set.PathCount(), 4u);
+      const auto& path = set.core->paths[f.flow_id % set.PathCount()];
+      ASSERT_EQ(path.size(), 2u);
+      EXPECT_EQ(m->links()[path[0]].id, t->LinkId(f.links[1]));
+      EXPECT_EQ(m->links()[path[1]].id, t->LinkId(f.links[2]));
+      EXPECT_EQ(f.links[5], f.links[2]);  // the echo comes back the same way
+      spines.insert(t->LinkSwitches(f.links[1]).second);
+    }
+  }
+  EXPECT_EQ(spines.size(), 4u);
+}
 #endif
 
 TEST(FlowPlanTest, FullMeshInLeafPlusInterLeafFlows) {
