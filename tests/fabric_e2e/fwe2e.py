@@ -152,6 +152,7 @@ class DaemonFabric:
             text = text.replace("routing: ecmp\n", "routing: deterministic\n")
             self.pinning = FlowPinning(fab)
             self.pinning.install()
+            self.agent_args += ["--probe-source-port-base", str(FlowPinning.PORT_BASE)]
         with open(map_path, "w") as f:
             f.write(text)
         self.agg = fab.start_aggregator(
@@ -282,23 +283,29 @@ class FlowPinning:
 
     With the ECMP 5-tuple hash nobody outside the kernel knows which uplink a flow takes, so every
     leaf uplink of a leaf carries the same candidate flows and no end-to-end evidence can tell
-    them apart. Here each leaf marks probe packets that leave the leaf in prerouting (nftables),
-    and a policy rule per mark looks up a table whose only route goes to one spine:
-      UDP to or from the probe port: by the flow id in the probe header (bytes 8..11 of the UDP
-        payload), path (flow_id mod S) = spine (flow_id mod S) + 1;
-      TCP to or from the probe port (connect probes, bandwidth bursts: flow id 0): spine1.
+    them apart. Here the agents run with --probe-source-port-base PORT_BASE (flow j to every peer
+    uses source port PORT_BASE + j), each leaf marks probe packets that leave the leaf in
+    prerouting (nftables), and a policy rule per mark looks up a table whose only route goes to
+    one spine:
+      UDP to the probe port: by the source port, flow j -> spine (j mod S) + 1, and the echo by
+        its destination port the same way (PORT_BASE is a multiple of S);
+      TCP to or from the probe port (connect probes and bandwidth bursts, reported as flow 0 from
+        ephemeral ports): spine1.
+    The flow id inside the probe header cannot be used: on the wire it is the agent's index over
+    all its flows (probes/net/udp_prober.cc), not the per-peer flow id the results report.
     Requests and echoes take the same spine, as the map's undirected links assume. Other traffic
     (the fault helpers' load) still follows the ECMP hash. A downed link flushes its table route;
     refresh() puts it back once the link is up again, and the keeper thread does so while a flap
     loop runs.
     """
 
+    PORT_BASE = 40000
     MARK_BASE = 100  # mark and table 101 = spine1, 102 = spine2, ...
 
     def __init__(self, fab):
         if fab.spines not in (1, 2, 4, 8):
-            raise ValueError(f"flow pinning needs a power of two spines (the flow id's low bits "
-                             f"pick one), got {fab.spines}")
+            raise ValueError(f"flow pinning needs a power of two spines (the source port's low "
+                             f"bits pick one), got {fab.spines}")
         self.fab = fab
         self._stop = None
         self._thread = None
@@ -316,20 +323,14 @@ class FlowPinning:
         return lines
 
     def install(self):
-        bits = self.fab.spines.bit_length() - 1
         for leaf in self._leaves():
             rules = [f"ip daddr 198.18.{leaf.index}.0/24 return"]
-            for proto in ("udp", "tcp"):
-                for field in ("dport", "sport"):
-                    if proto == "tcp" or bits == 0:
-                        rules.append(f"{proto} {field} {PROBE_PORT} meta mark set "
-                                     f"{self.MARK_BASE + 1}")
-                        continue
-                    # The flow id is big-endian at UDP payload bytes 8..11: transport-header bits
-                    # 128..159; its low `bits` bits end at bit 159.
-                    for v in range(self.fab.spines):
-                        rules.append(f"{proto} {field} {PROBE_PORT} @th,{160 - bits},{bits} {v} "
-                                     f"meta mark set {self.MARK_BASE + 1 + v}")
+            mask = self.fab.spines - 1
+            for field, other in (("dport", "sport"), ("sport", "dport")):
+                for v in range(self.fab.spines):
+                    rules.append(f"udp {field} {PROBE_PORT} udp {other} & {mask:#x} == {v:#x} "
+                                 f"meta mark set {self.MARK_BASE + 1 + v}")
+                rules.append(f"tcp {field} {PROBE_PORT} meta mark set {self.MARK_BASE + 1}")
             text = ["table ip fwpin {", "  chain c_prerouting {",
                     "    type filter hook prerouting priority -150; policy accept;"]
             text += [f"    {r}" for r in rules] + ["  }", "}"]
