@@ -33,6 +33,9 @@ void FabricModel::Advance(double t) {
     } else if (noise.episode_prob > 0 && episodes_rng_.Uniform() < noise.episode_prob) {
       episode_left_s_[i] = static_cast<float>(episodes_rng_.Exponential(noise.episode_s));
       episode_us_[i] = static_cast<float>(episodes_rng_.Exponential(noise.episode_us));
+      if (episodes_.size() < kMaxEpisodes) {
+        episodes_.push_back({static_cast<int>(i), t, episode_left_s_[i], episode_us_[i]});
+      }
     }
     if (episode_left_s_[i] > 0) l.queue_us = episode_us_[i];
   }

@@ -50,6 +50,14 @@ struct LatencySample {
   uint64_t rtt_ns = 0;
 };
 
+// A background micro-congestion episode, kept so that false positives can be explained.
+struct Episode {
+  int link = 0;
+  double start_s = 0;
+  double duration_s = 0;
+  double queue_us = 0;
+};
+
 struct BandwidthSample {
   bool lost = false;
   double goodput_bps = 0;
@@ -72,6 +80,9 @@ class FabricModel {
 
   const LinkState& link(int i) const { return links_[static_cast<size_t>(i)]; }
   const HostState& host(int i) const { return hosts_[static_cast<size_t>(i)]; }
+  // Episodes so far, oldest first (at most kMaxEpisodes are kept).
+  const std::vector<Episode>& episodes() const { return episodes_; }
+  static constexpr size_t kMaxEpisodes = 100000;
 
  private:
   const FatTree& tree_;
@@ -81,6 +92,7 @@ class FabricModel {
   std::vector<float> episode_us_;      // its queueing delay
   std::vector<LinkState> links_;
   std::vector<HostState> hosts_;
+  std::vector<Episode> episodes_;
 };
 
 }  // namespace fw::sim

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "common/clock.h"
@@ -136,6 +137,36 @@ uint64_t ConnectFleet(AgentPool& pool, int agents, double timeout_s) {
   }
 }
 
+// For every finding, the background micro-congestion episodes on the links it points at (a node's
+// access links, a link, a switch's links) in the 30 s before it was first seen: the usual reason
+// for a false positive on a healthy fabric.
+json BackgroundNearFindings(const std::vector<ObservedFinding>& findings, const FatTree& tree,
+                            const FabricModel& model, double run_start_unix, double scale) {
+  json out = json::array();
+  for (const auto& f : findings) {
+    std::set<int> links;
+    if (auto h = tree.FindHost(f.node.empty() ? f.loc_id : f.node)) {
+      for (int r = 0; r < tree.rails(); ++r) links.insert(tree.AccessLink(*h, r));
+    }
+    if (auto l = tree.FindLink(f.loc_id)) links.insert(*l);
+    if (auto s = tree.FindSwitch(f.loc_id)) {
+      for (int l : tree.LinksOfSwitch(*s)) links.insert(l);
+    }
+    json episodes = json::array();
+    for (const Episode& e : model.episodes()) {
+      if (!links.count(e.link)) continue;
+      double start = run_start_unix + e.start_s / scale, end = start + e.duration_s / scale;
+      if (end < f.observed_unix_s - 30 || start > f.observed_unix_s) continue;
+      episodes.push_back({{"link", tree.LinkId(e.link)},
+                          {"start_s", e.start_s},
+                          {"duration_s", e.duration_s},
+                          {"queue_us", e.queue_us}});
+    }
+    out.push_back({{"finding", f.id}, {"background_episodes", episodes}});
+  }
+  return out;
+}
+
 }  // namespace
 
 StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) {
@@ -251,6 +282,9 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
   Score score =
       ComputeScore(GroundTruth(scenario, tree, run_start_unix, scale), findings, options.grace_s);
   AddFindingsReport(findings_json, score, findings, scenario.faults.empty(), report);
+  report["findings"]["background_near"] =
+      BackgroundNearFindings(findings, tree, model, run_start_unix, scale);
+  report["scenario"]["background_episodes"] = model.episodes().size();
   if (!agg.log_path().empty()) report["aggregator_log"] = agg.log_path();
   int exit = agg.Stop(10);
   if (agg.pid() > 0 && !options.aggregator.bin.empty()) report["aggregator_exit_status"] = exit;
