@@ -1,5 +1,6 @@
 // fabricwatch-aggregator: flags and config, then run until SIGTERM/SIGINT.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 
 #include "common/config.h"
@@ -10,6 +11,8 @@
 int main(int argc, char** argv) {
   fw::aggregator::AggregatorOptions o;
   fw::Seconds tick{o.tick_s}, hb_timeout{o.heartbeat_timeout_s};
+  fw::Seconds bw_interval{static_cast<double>(o.planner.bw_interval_s)};
+  fw::Seconds latency_floor{o.analysis.latency_floor_s};
   std::string log_level = "info";
   std::string config;
 
@@ -21,6 +24,8 @@ int main(int argc, char** argv) {
   binding.Bind("tick", &tick);
   binding.Bind("heartbeat-timeout", &hb_timeout);
   binding.Bind("log-level", &log_level);
+  binding.Bind("bandwidth-interval", &bw_interval);
+  binding.Bind("latency-floor", &latency_floor);
 
   if (!fw::LoadConfigFromArgs(binding, argc, argv, "fabricwatch-aggregator")) return 3;
   auto duration = fw::DurationSetter;
@@ -35,6 +40,13 @@ int main(int argc, char** argv) {
   app.add_option_function<std::string>("--tick", duration(&tick), "analysis period (default 1s)");
   app.add_option_function<std::string>("--heartbeat-timeout", duration(&hb_timeout),
                                        "mark an agent down after this much silence (default 15s)");
+  app.add_option_function<std::string>("--bandwidth-interval", duration(&bw_interval),
+                                       "at least this long between bandwidth bursts to one peer "
+                                       "(default 300s)");
+  app.add_option_function<std::string>("--latency-floor", duration(&latency_floor),
+                                       "a probe counts as slow only if this much above its "
+                                       "baseline; set it above the hosts' scheduling jitter "
+                                       "(default 20us)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
   std::string port_file;
   app.add_option("--port-file", port_file,
@@ -49,6 +61,8 @@ int main(int argc, char** argv) {
   }
   o.tick_s = tick.value > 0 ? tick.value : 1;
   o.heartbeat_timeout_s = hb_timeout.value;
+  o.analysis.latency_floor_s = latency_floor.value;
+  o.planner.bw_interval_s = static_cast<uint32_t>(std::clamp(bw_interval.value, 1.0, 86400.0));
 
   fw::InitLogging("aggregator", log_level);
   fw::BlockTerminationSignals();

@@ -164,11 +164,12 @@ void Planner::PlanWithMap(const std::vector<AgentInfo>& agents, PlanSet& out,
         reps = (k + max_flows - 1) / max_flows;
         flows_each = (k + reps - 1) / reps;
       } else {
-        // Deterministic routing picks the path from the addresses, not the source port: spread
-        // over distinct NIC pairs instead, one flow each (coverage then depends on the routing
-        // function; see docs/planner.md).
-        reps = static_cast<uint32_t>(std::min(paths, n1 * n2));
-        flows_each = 1;
+        // Deterministic routing: flow j of a pair takes equal-cost path j mod S, in the map's path
+        // order (the fabric pins flows by source port; see docs/analysis.md). S flows per
+        // representative therefore cover every path exactly; two representatives (where the
+        // leaves have them) also separate the host access links from the leaf uplinks.
+        flows_each = static_cast<uint32_t>(std::min<size_t>(paths, max_flows));
+        reps = static_cast<uint32_t>(std::max<size_t>((paths + flows_each - 1) / flows_each, 2));
       }
       reps = static_cast<uint32_t>(std::min<size_t>(reps, n1 * n2));
       const uint64_t salt =
