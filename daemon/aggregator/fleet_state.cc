@@ -79,16 +79,19 @@ FleetState::Node& FleetState::GetLocked(const std::string& name) {
 void FleetState::Touch(Node& n) {
   n.last_seen_mono_ns = clock_.MonotonicNanos();
   n.view.last_seen_wall_ns = clock_.WallNanos();
-  if (!n.view.up && n.view.connected) {
-    n.view.up = true;
-    n.up_gauge->Set(1);
-  }
+  if (!n.view.up && n.view.connected) SetLiveLocked(n, true, true);
 }
 
-void FleetState::UpdateConnectedGaugeLocked() {
-  size_t c = 0;
-  for (const auto& [name, n] : nodes_) c += n.view.connected && n.view.up ? 1 : 0;
-  agents_connected_.Set(static_cast<double>(c));
+void FleetState::SetLiveLocked(Node& n, bool connected, bool up) {
+  bool was = n.view.connected && n.view.up;
+  n.view.connected = connected;
+  n.view.up = up;
+  bool is = connected && up;
+  n.up_gauge->Set(is ? 1 : 0);
+  if (was != is) {
+    live_count_ = is ? live_count_ + 1 : live_count_ - 1;
+    agents_connected_.Set(static_cast<double>(live_count_));
+  }
 }
 
 uint64_t FleetState::OnHello(uint64_t conn_id, const v1::Hello& hello) {
@@ -97,7 +100,7 @@ uint64_t FleetState::OnHello(uint64_t conn_id, const v1::Hello& hello) {
     std::lock_guard lock(mu_);
     Node& n = GetLocked(hello.node());
     n.conn_id = conn_id;
-    n.view.connected = true;
+    SetLiveLocked(n, true, n.view.up);
     n.view.version = hello.version();
     n.view.inventory = hello.inventory();
     n.view.endpoints.assign(hello.endpoints().begin(), hello.endpoints().end());
@@ -108,7 +111,6 @@ uint64_t FleetState::OnHello(uint64_t conn_id, const v1::Hello& hello) {
     }
     ack = n.view.ingest.last_seq;
     Touch(n);
-    UpdateConnectedGaugeLocked();
   }
   NotifyMembership();
   return ack;
@@ -154,7 +156,6 @@ void FleetState::OnHeartbeat(const std::string& node) {
   std::lock_guard lock(mu_);
   heartbeats_.Inc();
   Touch(GetLocked(node));
-  UpdateConnectedGaugeLocked();
 }
 
 void FleetState::OnCheckReport(const std::string& node, const v1::CheckReport& report) {
@@ -178,18 +179,15 @@ void FleetState::OnDisconnect(const std::string& node, uint64_t conn_id) {
     if (it == nodes_.end() || it->second.conn_id != conn_id) return;  // a newer stream took over
     Node& n = it->second;
     if (!n.view.connected) return;
-    n.view.connected = false;
-    n.view.up = false;
-    n.up_gauge->Set(0);
+    SetLiveLocked(n, false, false);
     disconnects_.Inc();
-    UpdateConnectedGaugeLocked();
   }
   spdlog::info("msg=\"agent disconnected\" node={}", node);
   NotifyMembership();
 }
 
 void FleetState::Sweep() {
-  bool changed = false;
+  std::vector<std::pair<std::string, double>> timed_out;
   {
     std::lock_guard lock(mu_);
     int64_t now = clock_.MonotonicNanos();
@@ -197,17 +195,22 @@ void FleetState::Sweep() {
     for (auto& [name, n] : nodes_) {
       n.view.last_report_age_s = static_cast<double>(now - n.last_seen_mono_ns) * 1e-9;
       if (n.view.up && now - n.last_seen_mono_ns > timeout) {
-        n.view.up = false;
-        n.up_gauge->Set(0);
+        SetLiveLocked(n, n.view.connected, false);
         disconnects_.Inc();
-        changed = true;
-        spdlog::warn("msg=\"agent heartbeat timeout\" node={} silent_s={:.1f}", name,
-                     n.view.last_report_age_s);
+        timed_out.emplace_back(name, n.view.last_report_age_s);
       }
     }
-    if (changed) UpdateConnectedGaugeLocked();
   }
-  if (changed) NotifyMembership();
+  // Logged outside the lock, and bounded: a fleet-wide outage must not stall ingest on logging.
+  constexpr size_t kMaxLogged = 20;
+  for (size_t i = 0; i < timed_out.size() && i < kMaxLogged; ++i) {
+    spdlog::warn("msg=\"agent heartbeat timeout\" node={} silent_s={:.1f}", timed_out[i].first,
+                 timed_out[i].second);
+  }
+  if (timed_out.size() > kMaxLogged) {
+    spdlog::warn("msg=\"agent heartbeat timeouts\" more={}", timed_out.size() - kMaxLogged);
+  }
+  if (!timed_out.empty()) NotifyMembership();
 }
 
 std::vector<NodeView> FleetState::Nodes() const {
@@ -232,9 +235,7 @@ std::vector<std::string> FleetState::LiveNodes() const {
 
 size_t FleetState::connected() const {
   std::lock_guard lock(mu_);
-  size_t c = 0;
-  for (const auto& [name, n] : nodes_) c += n.view.connected && n.view.up ? 1 : 0;
-  return c;
+  return live_count_;
 }
 
 void FleetState::NotifyMembership() {

@@ -96,13 +96,15 @@ class FleetState {
   };
   Node& GetLocked(const std::string& name);  // REQUIRES: mu_ held
   void Touch(Node& n);                        // REQUIRES: mu_ held
-  void UpdateConnectedGaugeLocked();          // REQUIRES: mu_ held
+  // Keeps `live_count_` and the gauge in step when a node's liveness flips. REQUIRES: mu_ held.
+  void SetLiveLocked(Node& n, bool connected, bool up);
   void NotifyMembership();
 
   const Clock& clock_;
   Options options_;
   mutable std::mutex mu_;
   std::map<std::string, Node> nodes_;  // GUARDED_BY(mu_)
+  size_t live_count_ = 0;              // GUARDED_BY(mu_): nodes connected and up
   std::function<void()> listener_;
 
   metrics::Gauge& agents_connected_;

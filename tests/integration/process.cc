@@ -3,9 +3,11 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -20,7 +22,13 @@ Process::Process(std::vector<std::string> argv, const std::string& log_path) {
   for (auto& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
   pid_ = fork();
+  if (pid_ < 0) {
+    std::perror("fork");
+    std::abort();
+  }
   if (pid_ == 0) {
+    // The child dies with the test runner instead of outliving it.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       dup2(fd, 1);
@@ -93,12 +101,19 @@ int ReadPort(const std::string& path, const std::string& key) {
 TempDir::TempDir() {
   std::string tmpl = (std::filesystem::temp_directory_path() / "fwtest.XXXXXX").string();
   char* p = mkdtemp(tmpl.data());
-  path_ = p ? p : "/tmp";
+  if (p == nullptr) {
+    // Never fall back to a shared directory: the destructor removes path_ recursively.
+    std::perror("mkdtemp");
+    std::abort();
+  }
+  path_ = p;
 }
 
 TempDir::~TempDir() {
   std::error_code ec;
-  if (std::getenv("FW_KEEP_TEMP") == nullptr) std::filesystem::remove_all(path_, ec);
+  if (!path_.empty() && std::getenv("FW_KEEP_TEMP") == nullptr) {
+    std::filesystem::remove_all(path_, ec);
+  }
 }
 
 }  // namespace fw::testing
