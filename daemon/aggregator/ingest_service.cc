@@ -100,7 +100,10 @@ class Service final : public v1::Aggregator::CallbackService {
                                          const v1::ListFindingsRequest*,
                                          v1::ListFindingsResponse*) override {
     auto* r = ctx->DefaultReactor();
-    r->Finish(grpc::Status::OK);
+    // Findings are served by GET /api/v1/findings; answering OK with an empty list here would
+    // claim a healthy fabric.
+    r->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                           "use GET /api/v1/findings on the aggregator's HTTP port"));
     return r;
   }
 
