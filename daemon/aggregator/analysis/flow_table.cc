@@ -40,34 +40,13 @@ FlowTable::FlowTable(std::shared_ptr<const FabricMap> map, PathResolver resolver
   }
 }
 
-NodeId FlowTable::Intern(std::string_view name) {
-  {
-    std::shared_lock lock(names_mu_);
-    if (auto it = ids_.find(name); it != ids_.end()) return it->second;
-  }
-  std::unique_lock lock(names_mu_);
-  if (auto it = ids_.find(name); it != ids_.end()) return it->second;
-  const auto id = static_cast<NodeId>(names_.size());
-  names_.emplace_back(name);
-  ids_.emplace(names_.back(), id);
-  return id;
-}
+NodeId FlowTable::Intern(std::string_view name) { return names_.Intern(name); }
 
-std::optional<NodeId> FlowTable::FindNode(std::string_view name) const {
-  std::shared_lock lock(names_mu_);
-  if (auto it = ids_.find(name); it != ids_.end()) return it->second;
-  return std::nullopt;
-}
+std::optional<NodeId> FlowTable::FindNode(std::string_view name) const { return names_.Find(name); }
 
-std::string FlowTable::NodeName(NodeId id) const {
-  std::shared_lock lock(names_mu_);
-  return id < names_.size() ? names_[id] : std::string();
-}
+std::string FlowTable::NodeName(NodeId id) const { return std::string(names_.NameOf(id)); }
 
-size_t FlowTable::NodeCount() const {
-  std::shared_lock lock(names_mu_);
-  return names_.size();
-}
+size_t FlowTable::NodeCount() const { return names_.size(); }
 
 FlowTable::Pair& FlowTable::FindOrCreateLocked(Shard& shard, NodeId src, NodeId dst, Transport t,
                                                std::string_view src_name,

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "daemon/aggregator/core/fabric_map.h"
+#include "daemon/aggregator/core/name_interner.h"
 #include "daemon/aggregator/core/probe_result.h"
 
 namespace fw::analysis {
@@ -152,10 +153,6 @@ class FlowTable {
     std::deque<Pair> pairs;                                       // GUARDED_BY(mu)
     std::vector<uint32_t> free;                                   // GUARDED_BY(mu)
   };
-  struct StringHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
 
   static uint64_t Key(NodeId src, NodeId dst, Transport t) {
     return (static_cast<uint64_t>(src) << 35) | (static_cast<uint64_t>(dst) << 6) |
@@ -173,9 +170,7 @@ class FlowTable {
   std::shared_ptr<const FabricMap> map_;
   PathResolver resolver_;
   uint32_t bandwidth_window_s_;
-  mutable std::shared_mutex names_mu_;
-  std::unordered_map<std::string, NodeId, StringHash, std::equal_to<>> ids_;  // GUARDED_BY
-  std::deque<std::string> names_;                                             // GUARDED_BY
+  aggregator::NameInterner names_;
   std::array<Shard, kShards> shards_;
 };
 

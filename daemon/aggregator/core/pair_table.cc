@@ -8,29 +8,11 @@ namespace fw::aggregator {
 PairTable::PairTable(const Clock& clock, std::shared_ptr<const FabricMap> map, size_t max_pairs)
     : clock_(clock), map_(std::move(map)), max_pairs_(max_pairs) {}
 
-NodeId PairTable::Intern(std::string_view name) {
-  {
-    std::shared_lock lock(names_mu_);
-    if (auto it = ids_.find(name); it != ids_.end()) return it->second;
-  }
-  std::unique_lock lock(names_mu_);
-  if (auto it = ids_.find(name); it != ids_.end()) return it->second;
-  const auto id = static_cast<NodeId>(names_.size());
-  names_.emplace_back(name);
-  ids_.emplace(names_.back(), id);
-  return id;
-}
+NodeId PairTable::Intern(std::string_view name) { return names_.Intern(name); }
 
-std::optional<NodeId> PairTable::Find(std::string_view name) const {
-  std::shared_lock lock(names_mu_);
-  if (auto it = ids_.find(name); it != ids_.end()) return it->second;
-  return std::nullopt;
-}
+std::optional<NodeId> PairTable::Find(std::string_view name) const { return names_.Find(name); }
 
-std::string_view PairTable::NameOf(NodeId id) const {
-  std::shared_lock lock(names_mu_);
-  return names_[id];
-}
+std::string_view PairTable::NameOf(NodeId id) const { return names_.NameOf(id); }
 
 uint32_t PairTable::FindOrCreateLocked(Shard& shard, NodeId src, NodeId dst, Transport t) {
   const uint64_t key = Key(src, dst, t);

@@ -18,6 +18,7 @@
 
 #include "common/clock.h"
 #include "daemon/aggregator/core/fabric_map.h"
+#include "daemon/aggregator/core/name_interner.h"
 #include "daemon/aggregator/core/pair_windows.h"
 #include "daemon/aggregator/core/probe_result.h"
 
@@ -120,10 +121,6 @@ class PairTable {
     std::deque<Pair> pairs;                                       // GUARDED_BY(mu); stable
     std::vector<uint32_t> free;                                   // GUARDED_BY(mu)
   };
-  struct StringHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
 
   static uint64_t Key(NodeId src, NodeId dst, Transport t) {
     return (static_cast<uint64_t>(src) << 35) | (static_cast<uint64_t>(dst) << 6) |
@@ -144,9 +141,7 @@ class PairTable {
   const size_t max_pairs_;
   std::atomic<size_t> pair_count_{0};
   std::atomic<uint64_t> rejected_{0};
-  mutable std::shared_mutex names_mu_;
-  std::unordered_map<std::string, NodeId, StringHash, std::equal_to<>> ids_;  // GUARDED_BY
-  std::deque<std::string> names_;  // GUARDED_BY(names_mu_); stable, so views outlive the lock
+  NameInterner names_;
   std::array<Shard, kShards> shards_;
 };
 

@@ -1,0 +1,59 @@
+// Node names ↔ small dense ids, shared by the pair table and the analyzer's flow table.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+namespace fw::aggregator {
+
+// Thread-safe. Ids count up from 0 and are never reused; names live as long as the interner, so a
+// returned view stays valid.
+class NameInterner {
+ public:
+  uint32_t Intern(std::string_view name) {
+    {
+      std::shared_lock lock(mu_);
+      if (auto it = ids_.find(name); it != ids_.end()) return it->second;
+    }
+    std::unique_lock lock(mu_);
+    if (auto it = ids_.find(name); it != ids_.end()) return it->second;
+    const auto id = static_cast<uint32_t>(names_.size());
+    names_.emplace_back(name);
+    ids_.emplace(names_.back(), id);
+    return id;
+  }
+
+  std::optional<uint32_t> Find(std::string_view name) const {
+    std::shared_lock lock(mu_);
+    if (auto it = ids_.find(name); it != ids_.end()) return it->second;
+    return std::nullopt;
+  }
+
+  size_t size() const {
+    std::shared_lock lock(mu_);
+    return names_.size();
+  }
+
+  // The name of `id`, or an empty view for an id never handed out.
+  std::string_view NameOf(uint32_t id) const {
+    std::shared_lock lock(mu_);
+    return id < names_.size() ? std::string_view(names_[id]) : std::string_view();
+  }
+
+ private:
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  mutable std::shared_mutex mu_;
+  std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> ids_;  // GUARDED_BY(mu_)
+  std::deque<std::string> names_;  // GUARDED_BY(mu_); a deque keeps elements in place
+};
+
+}  // namespace fw::aggregator
