@@ -46,6 +46,7 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     if (cur_.mapped) cur_.paths = pair.paths;
     has_data_ = false;
     cur_guard_bad_ = 0;
+    cur_guard_by_ = {};
     if (pair.baseline.median_s > 0) ++ev_.baselines_ready;
   }
 
@@ -82,8 +83,12 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     if (bad) ++ev_.bad_flows;
 
     // Host guard: is this flow bad enough to speak about its endpoints?
-    const bool guard_bad = (w.rtt >= 3 && 2 * w.slow >= w.rtt) ||
-                           (w.probes >= 3 && 2 * w.lost >= w.probes) || o.bw_bad;
+    const bool guard_loss = w.probes >= 3 && 2 * w.lost >= w.probes;
+    const bool guard_latency = w.rtt >= 3 && 2 * w.slow >= w.rtt;
+    const bool guard_bad = guard_loss || guard_latency || o.bw_bad;
+    cur_guard_by_[static_cast<int>(Signal::kLoss)] += guard_loss;
+    cur_guard_by_[static_cast<int>(Signal::kLatency)] += guard_latency;
+    cur_guard_by_[static_cast<int>(Signal::kBandwidth)] += o.bw_bad;
     if (pair.src >= ev_.hosts.size() || pair.dst >= ev_.hosts.size()) {
       ev_.hosts.resize(std::max(pair.src, pair.dst) + 1);
     }
@@ -135,6 +140,12 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
       ++s.out_bad_pairs;
       ++d.in_bad_pairs;
     }
+    for (int k = 0; k < kSignalCount; ++k) {
+      if (cur_guard_by_[k] > 0 && 2 * cur_guard_by_[k] >= cur_.flows) {
+        ++s.out_bad_pairs_by[k];
+        ++d.in_bad_pairs_by[k];
+      }
+    }
     // A pair that looks bad keeps its baseline: a fault must not become the new normal.
     PairBaseline& b = pair.baseline;
     b.hold = (cur_.rtt > 0 && cur_.slow * 5 >= cur_.rtt) ||
@@ -179,6 +190,7 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
   Evaluation& ev_;
   PairAgg cur_;
   uint32_t cur_guard_bad_ = 0;
+  std::array<uint32_t, kSignalCount> cur_guard_by_{};
   bool has_data_ = false;
 };
 
@@ -331,20 +343,44 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
   }
 
   // Host guard: a host bad in one role and clean in the other is noisy itself; its flows in the
-  // noisy role must not blame the network.
+  // noisy role must not blame the network. It is judged per signal: a prober whose replies come
+  // back late (CPU contention delays its receive path) still counts lost probes correctly, so its
+  // loss evidence keeps speaking for the fabric.
   const AnalysisConfig& c = config_;
   const auto min_peers = static_cast<uint32_t>(c.host_min_flows);
   for (HostStats& h : ev.hosts) {
     const bool out_seen = h.out_pairs >= min_peers, in_seen = h.in_pairs >= min_peers;
-    const bool out_bad = out_seen && h.out_bad_pairs >= c.host_bad_fraction * h.out_pairs;
-    const bool in_bad = in_seen && h.in_bad_pairs >= c.host_bad_fraction * h.in_pairs;
-    const bool out_clean = out_seen && h.out_bad_pairs <= c.host_clean_fraction * h.out_pairs;
-    const bool in_clean = in_seen && h.in_bad_pairs <= c.host_clean_fraction * h.in_pairs;
-    h.noisy_out = out_bad && in_clean;
-    h.noisy_in = in_bad && out_clean;
+    for (int k = 0; k < kSignalCount; ++k) {
+      const bool out_bad = out_seen && h.out_bad_pairs_by[k] >= c.host_bad_fraction * h.out_pairs;
+      const bool in_bad = in_seen && h.in_bad_pairs_by[k] >= c.host_bad_fraction * h.in_pairs;
+      const bool out_clean =
+          out_seen && h.out_bad_pairs_by[k] <= c.host_clean_fraction * h.out_pairs;
+      const bool in_clean = in_seen && h.in_bad_pairs_by[k] <= c.host_clean_fraction * h.in_pairs;
+      h.noisy_out_by[k] = out_bad && in_clean;
+      h.noisy_in_by[k] = in_bad && out_clean;
+      h.noisy_out = h.noisy_out || h.noisy_out_by[k];
+      h.noisy_in = h.noisy_in || h.noisy_in_by[k];
+    }
   }
-  for (const FlowObs& o : ev.deferred) {
-    if (ev.hosts[o.src].noisy_out || ev.hosts[o.dst].noisy_in) continue;
+  for (FlowObs& o : ev.deferred) {
+    const HostStats& src = ev.hosts[o.src];
+    const HostStats& dst = ev.hosts[o.dst];
+    auto noisy = [&](Signal s) {
+      const int k = static_cast<int>(s);
+      return src.noisy_out_by[k] || dst.noisy_in_by[k];
+    };
+    if (noisy(Signal::kLoss)) {
+      o.probes = o.lost = o.recent_probes = o.recent_lost = o.last_probes = o.last_lost = 0;
+    }
+    if (noisy(Signal::kLatency)) {
+      o.rtt = o.slow = 0;
+      o.ratio_sum = 0;
+    }
+    if (noisy(Signal::kBandwidth)) {
+      o.bw_ratio = -1;
+      o.bw_bad = false;
+    }
+    if (o.probes == 0 && o.rtt == 0 && o.bw_ratio < 0) continue;
     tomography_.Add(o);
   }
 

@@ -162,10 +162,16 @@ class Blamer {
                     {"bad_fraction_as_target", in},
                     {"flows_as_prober", h.out_flows},
                     {"flows_as_target", h.in_flows}};
+      const auto& by = h.noisy_out ? h.noisy_out_by : h.noisy_in_by;
+      std::string signals;
+      for (int s = 0; s < kSignalCount; ++s) {
+        f.evidence[std::string("noisy_") + SignalName(static_cast<Signal>(s))] = by[s] ? 1 : 0;
+        if (by[s]) signals += (signals.empty() ? "" : ", ") + std::string(SignalName(Signal(s)));
+      }
       f.confidence = std::clamp(std::abs(out - in), 0.0, 0.99);
       const double mine = h.noisy_out ? out : in, other = h.noisy_out ? in : out;
-      f.summary = name + (h.noisy_out ? "'s own probes are noisy: " : " answers probes slowly: ") +
-                  Fmt("%.0f%% of the peers it ", 100 * mine) +
+      f.summary = name + (h.noisy_out ? "'s own probes are noisy (" : " answers probes badly (") +
+                  signals + "): " + Fmt("%.0f%% of the peers it ", 100 * mine) +
                   (h.noisy_out ? "probes" : "is probed by") +
                   Fmt(" look bad while only %.0f%% in the other direction do; the host (CPU "
                       "contention, interrupts, NIC driver) is the likely cause, not the fabric.",

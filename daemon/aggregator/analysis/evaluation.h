@@ -24,8 +24,14 @@ struct HostStats {
   uint32_t out_bad_pairs = 0;
   uint32_t in_pairs = 0;  // peers that probe it
   uint32_t in_bad_pairs = 0;
-  bool noisy_out = false;  // its own probes are bad while its peers' probes to it are clean
-  bool noisy_in = false;   // probes to it are bad while its own probes are clean
+  // The same, per signal (Signal order: loss, latency, bandwidth): a host whose own probes are slow
+  // is not thereby lossy, so its loss evidence still speaks for the fabric.
+  std::array<uint32_t, kSignalCount> out_bad_pairs_by{};
+  std::array<uint32_t, kSignalCount> in_bad_pairs_by{};
+  std::array<bool, kSignalCount> noisy_out_by{};
+  std::array<bool, kSignalCount> noisy_in_by{};
+  bool noisy_out = false;  // its own probes are bad in some signal while its peers' are clean
+  bool noisy_in = false;   // probes to it are bad in some signal while its own probes are clean
 };
 
 // Both directions of a node pair, summed over flows and transports. Kept only for pairs that have

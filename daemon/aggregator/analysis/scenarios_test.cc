@@ -163,6 +163,39 @@ TEST(Scenarios, NoisyHostIsBlamedNotTheNetwork) {
   EXPECT_EQ(active[0].finding.location.id, "l4h1");
 }
 
+// The namespace fabric's shape (2 spines x 3 leaves x 2 hosts): l1h1 is leaf1's only prober
+// toward the other leaves. Its probes come back slow (a busy host) while leaf1~spine1 drops 5%:
+// the slow prober is named, and its lost probes still speak for the link.
+TEST(Scenarios, SlowProberDoesNotHideALossyLink) {
+  FleetShape shape;
+  shape.spines = 2;
+  shape.leaves = 3;
+  shape.hosts_per_leaf = 2;
+  shape.inter_flows = 4;
+  SyntheticFleet fleet(shape);
+  fleet.Run(kWarmup);
+  fleet.SetHostNoise("l1h1", 4.0, /*as_prober=*/true, /*as_target=*/false);
+  fleet.SetLinkFault("leaf1~spine1", LinkFault{0.05});
+  const int ttd = TimeToDetect(fleet, "link_degraded", "leaf1~spine1", 30);
+  ASSERT_GT(ttd, 0) << Describe(fleet.Active());
+  fleet.Run(10);
+  const auto active = fleet.Active();
+  bool host = false, link = false;
+  for (const auto& f : active) {
+    if (f.finding.kind == "host_network" && f.finding.location.id == "l1h1") {
+      host = true;
+      EXPECT_EQ(f.finding.evidence.at("noisy_latency"), 1.0);
+      EXPECT_EQ(f.finding.evidence.at("noisy_loss"), 0.0);
+    } else if (f.finding.kind == "link_degraded" && f.finding.location.id == "leaf1~spine1") {
+      link = true;
+    } else {
+      ADD_FAILURE() << "unexpected finding " << f.finding.kind << "@" << f.finding.location.id;
+    }
+  }
+  EXPECT_TRUE(link) << Describe(active);
+  EXPECT_TRUE(host) << Describe(active);
+}
+
 TEST(Scenarios, HostSlowBothWaysIsHostNetwork) {
   SyntheticFleet fleet(Shape());
   fleet.Run(kWarmup);
