@@ -43,7 +43,10 @@ int main(int argc, char** argv) {
   uint32_t flows = 1, payload = 0, slots = 10, repeat = 1;
   int timeout_ms = 1000;
   uint64_t bytes = 4u << 20;
-  bool user_ts = false;
+  bool user_ts = false, kernel_rtt = false;
+  const fw::net::BusyPollOptions busy_defaults;
+  double busy_poll_us = static_cast<double>(busy_defaults.max_window_ns) / 1e3;
+  double busy_poll_cpu_pct = busy_defaults.cpu_share * 100;
 
   CLI::App* respond = app.add_subcommand("respond", "run the echo responder (UDP and TCP)");
   respond->add_option("--listen", listen, "address to bind");
@@ -59,7 +62,13 @@ int main(int argc, char** argv) {
   udp->add_option("--timeout-ms", timeout_ms, "loss timeout");
   udp->add_option("--payload", payload, "padding bytes per probe");
   udp->add_option("--slots", slots, "send slots per period (batching)");
-  udp->add_flag("--user-timestamps", user_ts, "do not use kernel receive timestamps");
+  udp->add_flag("--user-timestamps", user_ts, "do not use kernel timestamps at all");
+  udp->add_flag("--kernel-rtt", kernel_rtt,
+                "report the kernel-stamped round trip (default: the user-space one)");
+  udp->add_option("--busy-poll-us", busy_poll_us,
+                  "longest busy-poll window after a send slot (0: sleep right away)");
+  udp->add_option("--busy-poll-cpu-pct", busy_poll_cpu_pct,
+                  "share of one core the busy polling may use on average");
 
   CLI::App* bw = app.add_subcommand("tcp-bw", "TCP bandwidth bursts to one responder");
   bw->add_option("--target", target, "IP:PORT of the responder")->required();
@@ -126,6 +135,9 @@ int main(int argc, char** argv) {
     o.key = opt_key;
     o.send_slots = slots;
     o.kernel_rx_timestamps = !user_ts;
+    o.report_kernel_rtt = kernel_rtt;
+    o.busy_poll.max_window_ns = static_cast<int64_t>(busy_poll_us * 1e3);
+    o.busy_poll.cpu_share = busy_poll_cpu_pct / 100;
     auto p = fw::net::UdpProber::Start(o, clock, q);
     if (!p.ok()) return Fail(p.status());
     fw::net::UdpProbePlan plan;
@@ -150,23 +162,28 @@ int main(int argc, char** argv) {
     for (const auto& r : all) {
       if (r.timestamp_ns < cutoff) results.push_back(r);
     }
-    std::vector<double> rtt_us;
+    std::vector<double> rtt_us, kernel_us;  // the reported RTTs; the kernel-stamped ones
     uint64_t lost = 0;
     for (const auto& r : results) {
       if (r.lost) {
         ++lost;
-      } else {
-        rtt_us.push_back(static_cast<double>(r.rtt_ns) / 1e3);
+        continue;
       }
+      rtt_us.push_back(static_cast<double>(r.rtt_ns) / 1e3);
+      if (r.kernel_rtt_ns > 0) kernel_us.push_back(static_cast<double>(r.kernel_rtt_ns) / 1e3);
     }
     fw::net::UdpProberStats s = (*p)->Stats();
     std::printf(
         "sent=%lu results=%zu answered=%zu lost=%lu loss_pct=%.3f rtt_min_us=%.2f rtt_p50_us=%.2f "
-        "rtt_p99_us=%.2f kernel_ts=%lu user_ts=%lu late=%lu\n",
+        "rtt_p99_us=%.2f kernel_rtt_p50_us=%.2f kernel_rtt_p99_us=%.2f kernel_ts=%lu user_ts=%lu "
+        "late=%lu busy_polls=%lu busy_poll_hits=%lu busy_poll_timeouts=%lu busy_poll_skipped=%lu "
+        "busy_poll_ms=%.1f\n",
         s.sent, results.size(), rtt_us.size(), lost,
         results.empty() ? 0.0 : 100.0 * static_cast<double>(lost) / results.size(),
-        Percentile(rtt_us, 0), Percentile(rtt_us, 0.5), Percentile(rtt_us, 0.99), s.rx_kernel_ts,
-        s.rx_user_ts, s.late);
+        Percentile(rtt_us, 0), Percentile(rtt_us, 0.5), Percentile(rtt_us, 0.99),
+        Percentile(kernel_us, 0.5), Percentile(kernel_us, 0.99), s.rx_kernel_ts, s.rx_user_ts,
+        s.late, s.busy_polls, s.busy_poll_hits, s.busy_poll_timeouts, s.busy_poll_skipped,
+        static_cast<double>(s.busy_poll_ns) / 1e6);
     return 0;
   }
 

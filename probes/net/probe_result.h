@@ -26,8 +26,12 @@ struct ProbeResult {
   uint16_t dst_port = 0;
   uint32_t flow_id = 0;  // index of the flow within its peer, stable across plans
   uint64_t seq = 0;
-  bool lost = false;         // no answer within the timeout (rtt_ns is then 0)
-  int64_t rtt_ns = 0;        // round trip on the prober's CLOCK_MONOTONIC (see docs/probes.md)
+  bool lost = false;   // no answer within the timeout (rtt_ns is then 0)
+  int64_t rtt_ns = 0;  // round trip on the prober's CLOCK_MONOTONIC (see docs/probes.md)
+  // udp: the round trip between the kernel's software stamps (TX, or the user-space send when
+  // there is no TX stamp, to RX), which leaves out the prober's own syscalls and scheduling; 0
+  // without kernel stamps. rtt_ns is this value when UdpProberOptions::report_kernel_rtt is set.
+  int64_t kernel_rtt_ns = 0;
   uint64_t bytes = 0;        // bytes sent by this probe (the whole burst for tcp_bw)
   double goodput_bps = 0;    // tcp_bw only: payload bits per second
   int64_t timestamp_ns = 0;  // wall clock when the probe was sent, for windowing

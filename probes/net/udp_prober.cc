@@ -35,6 +35,7 @@ struct Pending {
   int64_t send_mono = 0;
   int64_t tx_real = 0;  // kernel software TX timestamp (CLOCK_REALTIME), 0 until read back
   int64_t send_wall = 0;
+  uint64_t window = 0;  // the busy-poll window (send slot serial) this probe was sent in
   SlotState state = SlotState::kFree;
 };
 
@@ -84,7 +85,8 @@ class UdpProber::Loop {
         clock_(clock),
         real_clock_(&clock == &RealClock::Get()),
         results_(results),
-        budget_(budget) {
+        budget_(budget),
+        busy_poll_(options_.busy_poll, clock.MonotonicNanos()) {
     if (options_.key) key_.emplace(*options_.key);
   }
 
@@ -109,7 +111,11 @@ class UdpProber::Loop {
   void DrainTxStamps(size_t sock_index);
   void HandleReply(size_t sock_index, const mmsghdr& m, const uint8_t* data, int64_t offset,
                    int64_t now_mono);
-  void Resolve(Flow& f, Pending& p, bool lost, int64_t rtt_ns);
+  // rtt_ns: the user-space round trip; kernel_rtt_ns: the kernel-stamped one, or 0.
+  void Resolve(Flow& f, Pending& p, bool lost, int64_t rtt_ns, int64_t kernel_rtt_ns);
+  // Spins on the sockets (epoll, zero timeout) after a send slot until every probe of the slot is
+  // answered, the window closes, or a plan or stop request arrives.
+  void BusyPoll();
   void ExpireTimeouts(int64_t now);
   int64_t NextDeadline() const;
 
@@ -119,6 +125,7 @@ class UdpProber::Loop {
   ResultQueue& results_;
   ProbeBudget* const budget_;
   std::optional<HmacSha256> key_;
+  BusyPollPolicy busy_poll_;
 
   Fd epoll_fd_, wake_fd_;
   std::atomic<bool> stopping_{false};
@@ -145,6 +152,9 @@ class UdpProber::Loop {
   size_t rx_buffer_size_ = 0;
   size_t packet_len_ = 0;  // every probe of the current plan has this size
   int last_send_errno_ = 0;
+  uint64_t window_serial_ = 0;       // serial of the latest send slot
+  uint32_t window_outstanding_ = 0;  // probes of that slot sent and not yet answered
+  bool in_window_ = false;           // inside BusyPoll()
   std::array<mmsghdr, kRxBatch> rx_msgs_{};
   std::array<iovec, kRxBatch> rx_iov_{};
   std::array<sockaddr_storage, kRxBatch> rx_addr_{};
@@ -160,7 +170,8 @@ class UdpProber::Loop {
 
   std::atomic<uint64_t> sent_{0}, answered_{0}, lost_{0}, late_{0}, duplicate_{0}, stray_{0},
       budget_skipped_{0}, send_errors_{0}, rx_kernel_ts_{0}, tx_kernel_ts_{0}, rx_user_ts_{0},
-      abandoned_{0}, plans_applied_{0}, wakeups_{0};
+      abandoned_{0}, plans_applied_{0}, wakeups_{0}, busy_polls_{0}, busy_poll_ns_{0},
+      busy_poll_hits_{0}, busy_poll_timeouts_{0}, busy_poll_skipped_{0};
   std::array<std::atomic<uint64_t>, kDropReasonCount> dropped_{};
 };
 
@@ -338,13 +349,17 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
   return Status::Ok();
 }
 
-void UdpProber::Loop::Resolve(Flow& f, Pending& p, bool lost, int64_t rtt_ns) {
+void UdpProber::Loop::Resolve(Flow& f, Pending& p, bool lost, int64_t rtt_ns,
+                              int64_t kernel_rtt_ns) {
   p.state = lost ? SlotState::kLost : SlotState::kAnswered;
   (lost ? lost_ : answered_).fetch_add(1, kRelaxed);
+  if (!lost && p.window == window_serial_ && window_outstanding_ > 0) --window_outstanding_;
+  if (!lost && in_window_) busy_poll_hits_.fetch_add(1, kRelaxed);
   ProbeResult r = f.result_template;
   r.seq = p.seq;
   r.lost = lost;
-  r.rtt_ns = lost ? 0 : rtt_ns;
+  r.kernel_rtt_ns = lost ? 0 : kernel_rtt_ns;
+  r.rtt_ns = lost ? 0 : (options_.report_kernel_rtt && kernel_rtt_ns > 0 ? kernel_rtt_ns : rtt_ns);
   r.timestamp_ns = p.send_wall;
   results_.TryPush(r);  // a full queue counts its own drops
 }
@@ -352,6 +367,8 @@ void UdpProber::Loop::Resolve(Flow& f, Pending& p, bool lost, int64_t rtt_ns) {
 void UdpProber::Loop::SendSlot(uint32_t slot) {
   const HmacSha256* key = key_ ? &*key_ : nullptr;
   const int64_t wall = clock_.WallNanos();
+  ++window_serial_;
+  window_outstanding_ = 0;
   for (uint32_t fi : slots_[slot]) {
     Flow& f = flows_[fi];
     if (budget_ && !budget_->TryConsume(1, static_cast<double>(f.tx.size() + kIpUdpOverhead))) {
@@ -359,11 +376,13 @@ void UdpProber::Loop::SendSlot(uint32_t slot) {
       continue;
     }
     Pending& p = f.ring[f.next_seq % f.ring.size()];
-    if (p.state == SlotState::kOutstanding) Resolve(f, p, true, 0);  // thread stalled past the ring
+    if (p.state == SlotState::kOutstanding) Resolve(f, p, true, 0, 0);  // stalled past the ring
     Sock& s = sockets_[f.sock];
     p.seq = f.next_seq++;
     p.send_wall = wall;
     p.tx_real = 0;
+    p.window = window_serial_;
+    ++window_outstanding_;
     p.state = SlotState::kOutstanding;
     s.tx_flows[s.tx_count] = fi;
     mmsghdr& m = s.tx_msgs[s.tx_count];
@@ -398,6 +417,10 @@ void UdpProber::Loop::SendSlot(uint32_t slot) {
         // This datagram did not go out (buffer full, no route): it will time out as lost, which
         // is what the path looks like from here. Count it and move on to the rest of the batch.
         send_errors_.fetch_add(1, kRelaxed);
+        Flow& failed = flows_[s.tx_flows[done]];
+        Pending& fp = failed.ring[(failed.next_seq - 1) % failed.ring.size()];
+        if (fp.window == window_serial_ && window_outstanding_ > 0) --window_outstanding_;
+        fp.window = 0;  // no reply will come: do not wait for it in the busy-poll window
         if (n < 0 && errno != last_send_errno_) {  // log once per cause; the counter has the rest
           last_send_errno_ = errno;
           SPDLOG_WARN(
@@ -456,16 +479,18 @@ void UdpProber::Loop::HandleReply(size_t sock_index, const mmsghdr& m, const uin
     duplicate_.fetch_add(1, kRelaxed);
     return;
   }
-  // The round trip, best source first:
+  // Two round trips. The user-space one (send time written into the probe -> the receive time of
+  // its batch, both CLOCK_MONOTONIC) is what an application sees. The kernel-stamped one leaves
+  // out the prober's own syscalls and scheduling, best source first:
   //  1. kernel TX stamp -> kernel RX stamp: both CLOCK_REALTIME, one clock, no conversion;
   //  2. user-space send time -> kernel RX stamp mapped onto CLOCK_MONOTONIC with the offset
-  //     sampled for this batch;
-  //  3. user-space send time -> user-space receive time.
+  //     sampled for this batch.
   // A kernel-based value outside (0, user-space RTT] means the wall clock stepped in between:
-  // it falls through to the next source.
+  // it falls through to the next source, or to none.
   const int64_t user_rtt = now_mono - p.send_mono;
-  int64_t rtt = user_rtt;
-  bool kernel_rx = false, kernel_tx = false;
+  busy_poll_.RecordRtt(user_rtt);
+  int64_t kernel_rtt = 0;
+  bool kernel_tx = false;
   for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr); c;
        c = CMSG_NXTHDR(const_cast<msghdr*>(&m.msg_hdr), c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_TIMESTAMPNS || !real_clock_) continue;
@@ -473,16 +498,15 @@ void UdpProber::Loop::HandleReply(size_t sock_index, const mmsghdr& m, const uin
     std::memcpy(&ts, CMSG_DATA(c), sizeof ts);
     const int64_t rx_real = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
     if (p.tx_real != 0 && rx_real > p.tx_real && rx_real - p.tx_real <= user_rtt) {
-      rtt = rx_real - p.tx_real;
-      kernel_rx = kernel_tx = true;
+      kernel_rtt = rx_real - p.tx_real;
+      kernel_tx = true;
     } else if (int64_t k = rx_real - offset; k > p.send_mono && k <= now_mono) {
-      rtt = k - p.send_mono;
-      kernel_rx = true;
+      kernel_rtt = k - p.send_mono;
     }
   }
-  (kernel_rx ? rx_kernel_ts_ : rx_user_ts_).fetch_add(1, kRelaxed);
+  (kernel_rtt > 0 ? rx_kernel_ts_ : rx_user_ts_).fetch_add(1, kRelaxed);
   if (kernel_tx) tx_kernel_ts_.fetch_add(1, kRelaxed);
-  Resolve(f, p, false, rtt);
+  Resolve(f, p, false, user_rtt, kernel_rtt);
 }
 
 void UdpProber::Loop::DrainTxStamps(size_t sock_index) {
@@ -565,13 +589,47 @@ void UdpProber::Loop::Receive(size_t sock_index) {
   }
 }
 
+void UdpProber::Loop::BusyPoll() {
+  if (!real_clock_ || !busy_poll_.enabled() || window_outstanding_ == 0) return;
+  const int64_t start = clock_.MonotonicNanos();
+  const int64_t window = busy_poll_.Admit(start);
+  if (window == 0) {
+    busy_poll_skipped_.fetch_add(1, kRelaxed);
+    return;
+  }
+  const int64_t end = std::min(start + window, next_slot_time_);
+  std::array<epoll_event, 64> events;
+  const timespec zero{};
+  bool woken = false;
+  int64_t now = start;
+  in_window_ = true;
+  while (window_outstanding_ > 0 && now < end && !woken) {
+    int n = epoll_pwait2(epoll_fd_.get(), events.data(), events.size(), &zero, nullptr);
+    if (n < 0 && errno != EINTR) break;  // the main loop's epoll_pwait2 reports and stops
+    for (int i = 0; i < n; ++i) {
+      // A plan or a stop: leave it (the eventfd stays readable) for the main loop, now.
+      if (events[i].data.u32 == kWakeTag) {
+        woken = true;
+      } else {
+        Receive(events[i].data.u32);
+      }
+    }
+    now = clock_.MonotonicNanos();
+  }
+  in_window_ = false;
+  busy_poll_.Charge(now - start);
+  busy_polls_.fetch_add(1, kRelaxed);
+  busy_poll_ns_.fetch_add(static_cast<uint64_t>(now - start), kRelaxed);
+  if (window_outstanding_ > 0 && !woken) busy_poll_timeouts_.fetch_add(1, kRelaxed);
+}
+
 void UdpProber::Loop::ExpireTimeouts(int64_t now) {
   for (Flow& f : flows_) {
     while (f.oldest < f.next_seq) {
       Pending& p = f.ring[f.oldest % f.ring.size()];
       if (p.seq == f.oldest && p.state == SlotState::kOutstanding) {
         if (now - p.send_mono < timeout_ns_) break;
-        Resolve(f, p, true, 0);
+        Resolve(f, p, true, 0, 0);
       }
       ++f.oldest;
     }
@@ -642,6 +700,7 @@ void UdpProber::Loop::Run() {
       SendSlot(next_slot_);
       next_slot_ = (next_slot_ + 1) % slots_.size();
       next_slot_time_ += std::max<int64_t>(step, 1);
+      BusyPoll();
     }
     ExpireTimeouts(clock_.MonotonicNanos());
   }
@@ -665,6 +724,11 @@ UdpProberStats UdpProber::Loop::Snapshot() const {
   s.abandoned = abandoned_.load(kRelaxed);
   s.plans_applied = plans_applied_.load(kRelaxed);
   s.wakeups = wakeups_.load(kRelaxed);
+  s.busy_polls = busy_polls_.load(kRelaxed);
+  s.busy_poll_ns = busy_poll_ns_.load(kRelaxed);
+  s.busy_poll_hits = busy_poll_hits_.load(kRelaxed);
+  s.busy_poll_timeouts = busy_poll_timeouts_.load(kRelaxed);
+  s.busy_poll_skipped = busy_poll_skipped_.load(kRelaxed);
   for (size_t i = 0; i < kDropReasonCount; ++i) s.dropped[i] = dropped_[i].load(kRelaxed);
   return s;
 }

@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "probes/net/busy_poll.h"
 #include "probes/net/probe_packet.h"
 #include "probes/net/probe_result.h"
 #include "probes/net/token_bucket.h"
@@ -49,6 +50,18 @@ struct UdpProberOptions {
   // from the kernel's send stamp to its receive stamp, both CLOCK_REALTIME, so batching and
   // syscall entry do not inflate it. Needs kernel_rx_timestamps.
   bool kernel_tx_timestamps = true;
+  // Which round trip ProbeResult::rtt_ns holds. false (the default): the prober's own send ->
+  // reply read, both CLOCK_MONOTONIC, as an application (and sockperf) sees it; busy polling
+  // keeps the prober's wakeup out of it. true: the kernel-stamped round trip where there is one
+  // (it reads lower: it leaves out the prober host's send and receive path). Either way
+  // ProbeResult::kernel_rtt_ns carries the kernel-stamped value when stamps are on.
+  bool report_kernel_rtt = false;
+  // After each send slot the prober polls its sockets without sleeping (epoll with a zero
+  // timeout) until every probe of the slot is answered or the window closes, so that a reply is
+  // not charged a wakeup of the prober thread (tens of microseconds on a busy VM). The window
+  // never runs past the next send slot. Only with the real clock (a fake one would not bound the
+  // spin). `busy_poll.max_window_ns = 0` disables it.
+  BusyPollOptions busy_poll;
 };
 
 struct UdpProberStats {
@@ -65,7 +78,12 @@ struct UdpProberStats {
   uint64_t rx_user_ts = 0;    // RTTs that fell back to the user-space receive time
   uint64_t abandoned = 0;     // outstanding probes of a replaced plan (no result emitted)
   uint64_t plans_applied = 0;
-  uint64_t wakeups = 0;  // prober thread loop iterations (epoll returns)
+  uint64_t wakeups = 0;             // prober thread loop iterations (epoll returns)
+  uint64_t busy_polls = 0;          // busy-poll windows spun
+  uint64_t busy_poll_ns = 0;        // time spent spinning in them
+  uint64_t busy_poll_hits = 0;      // replies picked up during a window
+  uint64_t busy_poll_timeouts = 0;  // windows that closed with probes of their slot unanswered
+  uint64_t busy_poll_skipped = 0;   // slots not busy-polled because the spin credit was spent
   std::array<uint64_t, kDropReasonCount> dropped{};  // malformed replies by DropReason
 };
 

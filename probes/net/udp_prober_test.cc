@@ -94,6 +94,121 @@ TEST(UdpProberTest, UserSpaceTimestampsWhenKernelStampsAreOff) {
   EXPECT_GE(s.rx_user_ts, 5u);
 }
 
+TEST(UdpProberTest, ReportsTheUserSpaceRoundTripAndCarriesTheKernelStampedOne) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  for (bool report_kernel : {false, true}) {
+    ResultQueue q(1024);
+    UdpProberOptions o;
+    o.report_kernel_rtt = report_kernel;
+    auto prober = StartProber(q, o);
+    ASSERT_TRUE(prober);
+    ASSERT_TRUE(prober->SetPlan(Plan("peer-k", responder->port(), 2, 50)).ok());
+    std::vector<ProbeResult> results = Collect(q, 10, 5s);
+    ASSERT_GE(results.size(), 10u);
+    for (const ProbeResult& r : results) {
+      ASSERT_FALSE(r.lost);
+      // Both stamps are on by default; the kernel-stamped trip lies inside the user-space one.
+      EXPECT_GT(r.kernel_rtt_ns, 0);
+      if (report_kernel) {
+        EXPECT_EQ(r.rtt_ns, r.kernel_rtt_ns);
+      } else {
+        EXPECT_GE(r.rtt_ns, r.kernel_rtt_ns);
+      }
+    }
+  }
+}
+
+// The local port of a bound socket (0, with a test failure, if it cannot be read).
+uint16_t PortOf(const Fd& fd) {
+  StatusOr<SocketAddress> a = LocalAddress(fd.get());
+  EXPECT_TRUE(a.ok()) << a.status().ToString();
+  return a.ok() ? a->port() : 0;
+}
+
+UdpProberOptions BusyPolling(int64_t max_window_ns, double cpu_share = 1.0) {
+  UdpProberOptions o;
+  o.busy_poll.max_window_ns = max_window_ns;
+  o.busy_poll.cpu_share = cpu_share;
+  return o;
+}
+
+TEST(UdpProberTest, BusyPollPicksUpRepliesInsideTheWindow) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  ResultQueue q(1024);
+  // A 20 ms window (the next slot is 50 ms away): wide enough for a loaded test host.
+  auto prober = StartProber(q, BusyPolling(20'000'000));
+  ASSERT_TRUE(prober);
+  ASSERT_TRUE(prober->SetPlan(Plan("spin", responder->port(), 1, 20)).ok());
+  std::vector<ProbeResult> results = Collect(q, 10, 5s);
+  ASSERT_GE(results.size(), 10u);
+  prober->Stop();
+  UdpProberStats s = prober->Stats();
+  EXPECT_GE(s.busy_polls, 10u);
+  EXPECT_EQ(s.busy_poll_skipped, 0u);
+  // Nearly every reply arrives while the prober spins: the window ends with its slot's reply, so
+  // the spin time is about one round trip per window, far below the window.
+  EXPECT_GE(s.busy_poll_hits * 10, s.answered * 8) << s.busy_poll_hits << " of " << s.answered;
+  EXPECT_LT(s.busy_poll_timeouts * 10, s.busy_polls * 2);
+  EXPECT_LT(s.busy_poll_ns, s.busy_polls * 10'000'000);
+}
+
+TEST(UdpProberTest, BusyPollWindowIsBoundedWhenNoReplyComes) {
+  Fd sink = testing::UdpSocket();  // never reads: nothing answers
+  const uint16_t port = PortOf(sink);
+  ResultQueue q(1024);
+  auto prober = StartProber(q, BusyPolling(2'000'000));
+  ASSERT_TRUE(prober && port);
+  ASSERT_TRUE(prober->SetPlan(Plan("silent", port, 1, 50, 100'000'000)).ok());
+  EXPECT_TRUE(Eventually([&] { return prober->Stats().busy_polls >= 10; }, 5s));
+  prober->Stop();
+  UdpProberStats s = prober->Stats();
+  EXPECT_EQ(s.busy_poll_hits, 0u);
+  // Each window spins its whole 2 ms (no round trip is known, so the maximum) and then sleeps;
+  // preemption on a loaded host may stretch one, hence the generous upper bound on the mean. The
+  // last window may have been cut short by Stop().
+  EXPECT_GE(s.busy_poll_timeouts + 1, s.busy_polls);
+  EXPECT_GE(s.busy_poll_ns, (s.busy_polls - 1) * 2'000'000);
+  EXPECT_LE(s.busy_poll_ns, s.busy_polls * 6'000'000);
+}
+
+TEST(UdpProberTest, BusyPollSpinTimeIsHeldToItsCpuShare) {
+  Fd sink = testing::UdpSocket();
+  const uint16_t port = PortOf(sink);
+  ResultQueue q(4096);
+  // 0.1% of a core: 1 ms of credit, +1 ms per second. The plan asks for 100 windows/s of 500 us.
+  auto prober = StartProber(q, BusyPolling(500'000, 0.001));
+  ASSERT_TRUE(prober && port);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(prober->SetPlan(Plan("silent", port, 1, 100, 100'000'000)).ok());
+  std::this_thread::sleep_for(1000ms);
+  prober->Stop();
+  const double elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  UdpProberStats s = prober->Stats();
+  EXPECT_GE(s.busy_polls, 2u);
+  EXPECT_GT(s.busy_poll_skipped, 10u);
+  // Burst + refill, plus the overshoot of the last window past its deadline.
+  EXPECT_LE(static_cast<double>(s.busy_poll_ns), 1e6 + 1e6 * elapsed_s + 2e6);
+}
+
+TEST(UdpProberTest, BusyPollIsOffWithAZeroWindow) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  ResultQueue q(1024);
+  auto prober = StartProber(q, BusyPolling(0));
+  ASSERT_TRUE(prober);
+  ASSERT_TRUE(prober->SetPlan(Plan("asleep", responder->port(), 2, 50)).ok());
+  ASSERT_GE(Collect(q, 10, 5s).size(), 10u);
+  UdpProberStats s = prober->Stats();
+  EXPECT_EQ(s.busy_polls, 0u);
+  EXPECT_EQ(s.busy_poll_hits, 0u);
+  EXPECT_EQ(s.busy_poll_ns, 0u);
+  EXPECT_EQ(s.busy_poll_skipped, 0u);
+  EXPECT_GE(s.answered, 10u);
+}
+
 TEST(UdpProberTest, UnansweredProbesAreLostAfterTheTimeout) {
   // A bound socket that never reads: datagrams arrive and nothing answers.
   Fd sink = testing::UdpSocket();
