@@ -18,20 +18,26 @@ namespace {
 
 v1::Transport ToWire(net::Transport t) {
   switch (t) {
-    case net::Transport::kUdp: return v1::TRANSPORT_UDP;
-    case net::Transport::kTcpConnect: return v1::TRANSPORT_TCP_CONNECT;
-    case net::Transport::kTcpBw: return v1::TRANSPORT_TCP_BW;
-    case net::Transport::kRdmaUd: return v1::TRANSPORT_RDMA_UD;
-    case net::Transport::kRdmaRc: return v1::TRANSPORT_RDMA_RC;
-    case net::Transport::kCollective: return v1::TRANSPORT_COLLECTIVE;
+    case net::Transport::kUdp:
+      return v1::TRANSPORT_UDP;
+    case net::Transport::kTcpConnect:
+      return v1::TRANSPORT_TCP_CONNECT;
+    case net::Transport::kTcpBw:
+      return v1::TRANSPORT_TCP_BW;
+    case net::Transport::kRdmaUd:
+      return v1::TRANSPORT_RDMA_UD;
+    case net::Transport::kRdmaRc:
+      return v1::TRANSPORT_RDMA_RC;
+    case net::Transport::kCollective:
+      return v1::TRANSPORT_COLLECTIVE;
   }
   return v1::TRANSPORT_UNSPECIFIED;
 }
 
 // RTT buckets from 10 µs to 1 s: loopback and veth sit in the tens of µs, fabrics in the µs to
 // ms, and anything past a second is a timeout.
-const std::vector<double> kRttBuckets = {1e-5,   2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
-                                         2.5e-3, 5e-3,   1e-2, 2.5e-2, 0.1,  0.25, 1.0};
+const std::vector<double> kRttBuckets = {1e-5,   2.5e-5, 5e-5, 1e-4,   2.5e-4, 5e-4, 1e-3,
+                                         2.5e-3, 5e-3,   1e-2, 2.5e-2, 0.1,    0.25, 1.0};
 
 }  // namespace
 
@@ -152,11 +158,13 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
     s.bandwidth = p.bandwidth() && options_.bandwidth_probes;
     // Spread connect probes and bursts over their periods so a plan change causes no storm.
     std::uniform_real_distribution<double> jitter(0, 1);
-    s.next_connect_ns = now + static_cast<int64_t>(jitter(rng) * options_.tcp_connect_interval_s * 1e9);
+    s.next_connect_ns =
+        now + static_cast<int64_t>(jitter(rng) * options_.tcp_connect_interval_s * 1e9);
     s.next_bandwidth_ns = now + static_cast<int64_t>((0.1 + jitter(rng)) * bw_interval * 1e9);
     slow.push_back(std::move(s));
   }
   udp.rate_hz = rate > 0 ? rate : 1.0;
+  uint64_t bandwidth_bytes = 0;
   {
     std::lock_guard lock(mu_);
     if (plan.version() != 0 && plan.version() <= plan_version_) return;
@@ -164,11 +172,13 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
     slow_targets_ = std::move(slow);
     if (plan.bandwidth_bytes() > 0) bandwidth_bytes_ = plan.bandwidth_bytes();
     bandwidth_interval_s_ = bw_interval;
+    bandwidth_bytes = bandwidth_bytes_;
   }
   if (plan.has_budget() && plan.budget().packets_per_s() > 0 && plan.budget().bytes_per_s() > 0) {
-    // The byte bucket must hold a whole bandwidth burst or bursts could never be admitted.
-    double burst_s = std::max(1.0, static_cast<double>(plan.bandwidth_bytes()) /
-                                       plan.budget().bytes_per_s());
+    // The byte bucket must hold a whole bandwidth burst, or bursts could never be admitted;
+    // 10% headroom so that latency probes drawn meanwhile do not block it.
+    const double burst_s = std::max(
+        1.0, 1.1 * net::BandwidthBurstBytes(bandwidth_bytes) / plan.budget().bytes_per_s());
     budget_->Reconfigure(plan.budget().packets_per_s(), plan.budget().bytes_per_s(), burst_s);
   }
   size_t peers = udp.peers.size();
@@ -205,9 +215,8 @@ void ProbeScheduler::BatchLoop() {
     {
       std::unique_lock lock(mu_);
       // Wake early when the queue fills up, so a batch never waits past max_batch_results.
-      cv_.wait_for(lock, period, [this] {
-        return stopping_ || queue_.size() >= options_.max_batch_results;
-      });
+      cv_.wait_for(lock, period,
+                   [this] { return stopping_ || queue_.size() >= options_.max_batch_results; });
       if (stopping_ && queue_.size() == 0) return;
     }
     results.clear();
@@ -288,7 +297,8 @@ void ProbeScheduler::RefreshStats() {
     net::UdpProberStats s = udp_->Stats();
     for (size_t i = 1; i < net::kDropReasonCount; ++i) {
       if (s.dropped[i] == 0) continue;
-      malformed_replies_.WithLabels({std::string(net::DropReasonName(static_cast<net::DropReason>(i)))})
+      malformed_replies_
+          .WithLabels({std::string(net::DropReasonName(static_cast<net::DropReason>(i)))})
           .Set(static_cast<double>(s.dropped[i]));
     }
   }
@@ -299,7 +309,8 @@ void ProbeScheduler::RefreshStats() {
     responder_bytes_out_.Set(static_cast<double>(s.bytes_out));
     for (size_t i = 0; i < net::kResponderDropCount; ++i) {
       if (s.dropped[i] == 0) continue;
-      responder_dropped_.WithLabels({std::string(net::ResponderDropName(static_cast<net::ResponderDrop>(i)))})
+      responder_dropped_
+          .WithLabels({std::string(net::ResponderDropName(static_cast<net::ResponderDrop>(i)))})
           .Set(static_cast<double>(s.dropped[i]));
     }
   }

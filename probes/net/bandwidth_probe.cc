@@ -40,6 +40,10 @@ BandwidthProbe::BandwidthProbe(const Clock& clock, ProbeBudget* budget,
   if (key) key_.emplace(*key);
 }
 
+double BandwidthBurstBytes(uint64_t payload_bytes) {
+  return static_cast<double>(payload_bytes) * (1 + 52 / kMss);
+}
+
 StatusOr<ProbeResult> BandwidthProbe::Run(const TcpTarget& target,
                                           const BandwidthOptions& options) {
   const std::string who = "bandwidth probe to " + target.name;
@@ -48,8 +52,7 @@ StatusOr<ProbeResult> BandwidthProbe::Run(const TcpTarget& target,
   }
   StatusOr<SocketAddress> dst = ParseAddress(target.address, target.port);
   if (!dst.ok()) return Status::InvalidArgument(who + ": " + dst.status().message());
-  const double bytes_on_wire = static_cast<double>(options.bytes) * (1 + 52 / kMss);
-  if (budget_ && !budget_->TryConsume(std::ceil(options.bytes / kMss) + 4, bytes_on_wire)) {
+  if (budget_ && !budget_->TryConsume(0, BandwidthBurstBytes(options.bytes))) {
     return Status::ResourceExhausted(who + ": the probe budget cannot pay for " +
                                      std::to_string(options.bytes) + " bytes now");
   }

@@ -22,6 +22,12 @@ struct BandwidthOptions {
   std::chrono::nanoseconds timeout = std::chrono::seconds(10);  // connect + burst + ack
 };
 
+// Bytes on the wire of one burst of `payload_bytes` (payload plus 52 bytes of headers per 1448-byte
+// segment): what it costs the agent's ProbeBudget. Bursts pay bytes only; the packet budget is the
+// planner's latency-probe rate (a 4 MiB burst is ~2,900 segments, which would otherwise need
+// three seconds of a 1,000 probes/s budget and starve the latency probes).
+double BandwidthBurstBytes(uint64_t payload_bytes);
+
 // Not thread-safe: one burst at a time per instance (bursts should not overlap anyway).
 class BandwidthProbe {
  public:
