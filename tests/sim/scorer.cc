@@ -93,7 +93,16 @@ StatusOr<std::vector<ObservedFinding>> ParseFindings(const std::string& body, do
 void FindingsTracker::Update(const std::vector<ObservedFinding>& findings) {
   for (const auto& f : findings) {
     auto [it, inserted] = by_id_.emplace(f.id, f);
-    if (!inserted) it->second.active = f.active;
+    ObservedFinding& seen = it->second;
+    if (inserted) {
+      seen.kinds = {{f.kind, f.observed_unix_s}};
+      continue;
+    }
+    seen.active = f.active;
+    if (f.kind != seen.kind) {
+      seen.kind = f.kind;
+      seen.kinds.emplace_back(f.kind, f.observed_unix_s);
+    }
   }
 }
 
@@ -157,16 +166,34 @@ std::vector<Truth> GroundTruth(const Scenario& s, const FatTree& tree, double ru
 
 namespace {
 
-bool IsExact(const Truth& t, const ObservedFinding& f) {
-  if (std::find(t.kinds.begin(), t.kinds.end(), f.kind) == t.kinds.end()) return false;
+bool Accepted(const Truth& t, const std::string& kind) {
+  return std::find(t.kinds.begin(), t.kinds.end(), kind) != t.kinds.end();
+}
+
+// When the finding first showed an accepted kind; nullopt when it never did.
+std::optional<double> AcceptedAt(const Truth& t, const ObservedFinding& f) {
+  if (f.kinds.empty()) {
+    return Accepted(t, f.kind) ? std::optional<double>(f.observed_unix_s) : std::nullopt;
+  }
+  for (const auto& [kind, at] : f.kinds) {
+    if (Accepted(t, kind)) return at;
+  }
+  return std::nullopt;
+}
+
+bool IsExactPlace(const Truth& t, const ObservedFinding& f) {
   if (f.type != t.type) return false;
   if (t.type == "nic") return f.loc_id == t.id || (f.node == t.node && f.device == t.device);
   if (t.type == "node") return f.loc_id == t.node || f.node == t.node;
   return f.loc_id == t.id;
 }
 
+bool IsExact(const Truth& t, const ObservedFinding& f) {
+  return IsExactPlace(t, f) && AcceptedAt(t, f).has_value();
+}
+
 bool IsRelated(const Truth& t, const ObservedFinding& f) {
-  if (IsExact(t, f) || t.related.count(f.loc_id)) return true;
+  if (IsExactPlace(t, f) || t.related.count(f.loc_id)) return true;
   return !t.node.empty() && f.node == t.node;
 }
 
@@ -185,10 +212,13 @@ Score ComputeScore(const std::vector<Truth>& truths, const std::vector<ObservedF
       if (at < t.start_unix_s - 1 || at > t.end_unix_s + grace_s || !IsRelated(t, f)) continue;
       double ttd = std::max(0.0, at - t.start_unix_s);
       fs.detected = true;
-      if (IsExact(t, f) && (best_exact < 0 || ttd < best_exact)) {
-        best_exact = ttd;
-        fs.localized = true;
-        fs.finding = f.id;
+      if (IsExact(t, f) && *AcceptedAt(t, f) <= t.end_unix_s + grace_s) {
+        const double exact_ttd = std::max(0.0, *AcceptedAt(t, f) - t.start_unix_s);
+        if (best_exact < 0 || exact_ttd < best_exact) {
+          best_exact = exact_ttd;
+          fs.localized = true;
+          fs.finding = f.id;
+        }
       }
       if (best_related < 0 || ttd < best_related) {
         best_related = ttd;

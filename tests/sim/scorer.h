@@ -20,11 +20,15 @@ namespace fw::sim {
 
 struct ObservedFinding {
   std::string id;
-  std::string kind;
+  std::string kind;                        // the latest kind seen
   std::string type, loc_id, node, device;  // location
   bool active = false;
   double first_seen_unix_s = 0;  // the aggregator's first_seen, or when the scorer first saw it
   double observed_unix_s = 0;    // when the scorer first saw it
+  // Every kind the finding took, with when the scorer first saw it, in order. A finding keeps its
+  // id while it escalates (link_degraded → link_down → link_flapping: a flap needs several
+  // toggles); empty means only `kind` at `observed_unix_s`.
+  std::vector<std::pair<std::string, double>> kinds;
 };
 
 // Parses a /api/v1/findings body (a JSON array of findings, DESIGN.md schema). Entries without an
@@ -35,7 +39,7 @@ StatusOr<std::vector<ObservedFinding>> ParseFindings(const std::string& body, do
 // "2024-05-01T12:00:00Z", with optional fraction and numeric offset; nullopt when not RFC 3339.
 std::optional<double> ParseRfc3339(std::string_view text);
 
-// Keeps the first observation of every finding id across polls.
+// Keeps the first observation of every finding id across polls, and each later change of kind.
 class FindingsTracker {
  public:
   void Update(const std::vector<ObservedFinding>& findings);
@@ -82,7 +86,8 @@ struct Score {
 // the scorer first saw it between the fault's start and `grace_s` after its end; any other finding
 // is a false positive (a healthy run's findings are all false positives). Times are when the scorer
 // first saw a finding (polling adds up to one period), not its first_seen, which an analyzer may
-// date back to its first evidence.
+// date back to its first evidence. A finding localizes a fault from the first poll that showed it
+// at the exact element with an accepted kind: TTD then counts to that poll.
 Score ComputeScore(const std::vector<Truth>& truths, const std::vector<ObservedFinding>& findings,
                    double grace_s);
 

@@ -92,6 +92,40 @@ TEST_F(ScorerTest, WrongPlaceWrongTimeAndWrongKindAreHandled) {
   EXPECT_DOUBLE_EQ(s.precision, 0.25);
 }
 
+// A link that goes down is first seen as degraded (its window holds a second of partial loss),
+// then escalates in place; the scorer froze the first kind and called it unlocalized.
+TEST_F(ScorerTest, FindingThatEscalatesToAnAcceptedKindLocalizesFromThen) {
+  truths_[0].kinds = {"link_down"};
+  FindingsTracker tracker;
+  ObservedFinding f = F("a", "link_degraded", "link", "leaf001~spine01", 1023);
+  tracker.Update({f});
+  f.kind = "link_down";
+  f.observed_unix_s = 1025;
+  tracker.Update({f});
+  const std::vector<ObservedFinding> all = tracker.All();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].kind, "link_down");
+  EXPECT_DOUBLE_EQ(all[0].observed_unix_s, 1023);
+  Score s = ComputeScore(truths_, all, 30);
+  EXPECT_EQ(s.true_positives, 1u);
+  EXPECT_TRUE(s.faults[0].localized);
+  EXPECT_DOUBLE_EQ(s.faults[0].ttd_s, 5);  // when link_down first showed, not 3
+}
+
+TEST_F(ScorerTest, FindingThatNeverTakesAnAcceptedKindIsNotLocalized) {
+  truths_[0].kinds = {"link_flapping"};
+  FindingsTracker tracker;
+  ObservedFinding f = F("a", "link_degraded", "link", "leaf001~spine01", 1023);
+  tracker.Update({f});
+  f.kind = "link_down";
+  f.observed_unix_s = 1025;
+  tracker.Update({f});
+  Score s = ComputeScore(truths_, tracker.All(), 30);
+  EXPECT_TRUE(s.faults[0].detected);
+  EXPECT_FALSE(s.faults[0].localized);
+  EXPECT_DOUBLE_EQ(s.faults[0].ttd_s, 3);
+}
+
 TEST(ScorerParseTest, Rfc3339) {
   EXPECT_EQ(ParseRfc3339("1970-01-01T00:00:03Z"), 3.0);
   EXPECT_DOUBLE_EQ(*ParseRfc3339("2024-05-01T12:00:00.250Z"), 1714564800.25);

@@ -142,8 +142,9 @@ class Blamer {
     }
   }
 
-  void Emit(std::string key, Finding f, bool can_flap) {
-    ev_.observations.emplace_back(std::move(key), Observation{std::move(f), can_flap});
+  void Emit(std::string key, Finding f, bool can_flap, int confirm_ticks = 0) {
+    ev_.observations.emplace_back(std::move(key),
+                                  Observation{std::move(f), can_flap, confirm_ticks});
   }
 
   void Hosts() {
@@ -420,11 +421,26 @@ class Blamer {
       f.evidence["port_up"] = 0;
       f.confidence = 1 - (1 - f.confidence) / 2;
     }
+    const LinkBlame* lat = v.latency();
+    const bool stack_delays = v.loss() && lat && lat->inflation >= c_.host_delay_inflation;
+    int confirm_ticks = 0;
     if (level == Level::kDown) {
       f.kind = "nic_down";
       f.severity = Severity::kCritical;
       f.summary = "NIC " + device + " on " + node + " is unreachable: it " + what +
                   "; check its link state and the cable to " + leaf + ".";
+    } else if (level == Level::kDegraded && stack_delays) {
+      // Drops plus delays far beyond what a switch port can queue: the host holds the packets.
+      f.kind = "host_network";
+      f.severity = Severity::kWarning;
+      f.location = FindingLocation{"node", node, node, "", 0};
+      element = "node:" + node;
+      f.summary = "Probes to and from " + node +
+                  " are lost and delayed by its own stack (its NIC " + device + " " + what +
+                  Fmt("; delays of %.0fx the baseline are more than a switch port queues), toward "
+                      "all its peers in both directions; the host (CPU contention, interrupts, "
+                      "driver) is the likely cause, not the fabric.",
+                      lat->inflation);
     } else if (level == Level::kDegraded) {
       f.kind = "nic_degraded";
       const LinkBlame* loss = v.loss();
@@ -450,12 +466,16 @@ class Blamer {
         f.location = FindingLocation{"node", node, node, "", 0};
         element = "node:" + node;
         f.summary = "Probes to and from " + node + " are slow (its NIC " + device + " " + what +
-                    ") with no loss and no congestion counters; the host (CPU contention, "
-                    "interrupts, driver) is the likely cause, not the fabric.";
+                    ") with no loss and no congestion counters, and have been for at least " +
+                    Fmt("%.0f evaluations", c_.host_latency_confirm_ticks) +
+                    "; the host (CPU contention, interrupts, driver) is the likely cause, not "
+                    "the fabric.";
+        // A queueing episode on the cable looks the same while it lasts: ask for persistence.
+        confirm_ticks = c_.host_latency_confirm_ticks;
       }
     }
     ev_.link_elements[v.group.front()] = {element, f.confidence};
-    Emit(element, std::move(f), element.starts_with("nic:"));
+    Emit(element, std::move(f), element.starts_with("nic:"), confirm_ticks);
   }
 
   bool PathBlamed(const PathSet& p) const {

@@ -63,6 +63,14 @@ struct AnalysisConfig {
   double host_bad_fraction = 0.5;
   double host_clean_fraction = 0.15;
   int host_min_flows = 3;
+  // Latency alone on one access link (no loss, no congestion counters) says "host" only after this
+  // many consecutive bad evaluations: queueing episodes of a few seconds on a NIC cable look the
+  // same for as long as they last, a host problem worth acting on persists.
+  int host_latency_confirm_ticks = 30;
+  // An access link that loses probes *and* delays them by this factor of the baseline on average
+  // points at the host's stack (drops and scheduling delays of milliseconds), not at the cable or
+  // the NIC port, whose queueing delay the switch's buffer bounds to tens of microseconds.
+  double host_delay_inflation = 8.0;
 
   // --- Roll-ups
   // ----------------------------------------------------------------------------------- A switch is

@@ -133,7 +133,8 @@ ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_n
       const int toggles = ToggleCount(key, now_s);
       if (e.pending.can_flap && toggles >= config_.flap_toggles) e.flapping = true;
       if (e.flapping) ApplyFlapping(e.pending.finding, toggles, config_.flap_window_s);
-      if (e.health == ElementHealth::kSuspect && e.consecutive_bad >= config_.confirm_ticks) {
+      const int confirm = std::max(config_.confirm_ticks, e.pending.confirm_ticks);
+      if (e.health == ElementHealth::kSuspect && e.consecutive_bad >= confirm) {
         Fire(key, e, now_wall_ns, changes);
       } else if (e.health == ElementHealth::kFiring && e.finding) {
         TrackedFinding& f = *e.finding;

@@ -22,6 +22,10 @@ const char* ElementHealthName(ElementHealth h);
 struct Observation {
   Finding finding;
   bool can_flap = false;  // a link or NIC: toggles may turn it into link_flapping
+  // Consecutive bad evaluations this kind of evidence needs before it fires; 0 means the config's
+  // confirm_ticks. Evidence that transient causes mimic (latency alone on one access link) asks
+  // for more.
+  int confirm_ticks = 0;
 };
 
 // Not thread-safe: the analyzer's tick thread owns it.

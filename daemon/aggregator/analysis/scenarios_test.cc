@@ -196,15 +196,95 @@ TEST(Scenarios, SlowProberDoesNotHideALossyLink) {
   EXPECT_TRUE(host) << Describe(active);
 }
 
+// Slow both ways is latency alone on the host's access link: it must persist for
+// host_latency_confirm_ticks (30) before it is called a host problem.
 TEST(Scenarios, HostSlowBothWaysIsHostNetwork) {
   SyntheticFleet fleet(Shape());
   fleet.Run(kWarmup);
   fleet.SetHostNoise("l2h4", 4.0, true, true);
-  fleet.Run(30);
+  const int ttd = TimeToDetect(fleet, "host_network", "l2h4", 60);
+  ASSERT_GT(ttd, 0) << Describe(fleet.Active());
+  EXPECT_GE(ttd, 30);
+  EXPECT_LE(ttd, 40);
+  fleet.Run(5);
   const auto active = fleet.Active();
   ASSERT_EQ(active.size(), 1u) << Describe(active);
   EXPECT_EQ(active[0].finding.kind, "host_network");
   EXPECT_EQ(active[0].finding.location.id, "l2h4");
+}
+
+// Regression (fleet simulator, issue 5): background micro-congestion episodes (+15 us per
+// traversal for 2.5-9 s) on one host's NIC cable were called host_network within 3 s, 2-5 false
+// positives per run. Latency alone on one access link now has to persist.
+// Three 9 s episodes of RTT x2.5 (the sim's worst) on three cables; returns every finding.
+std::vector<TrackedFinding> EpisodesOnNicCables(const AnalysisConfig& config) {
+  SyntheticFleet fleet(Shape(), config);
+  fleet.Run(kWarmup);
+  for (const char* cable : {"l1h3:mlx5_0~leaf1", "l5h0:mlx5_0~leaf5", "l6h2:mlx5_0~leaf6"}) {
+    fleet.SetLinkFault(cable, LinkFault{0, 2.5});
+    fleet.Run(9);
+    fleet.ClearFaults();
+    fleet.Run(20);
+  }
+  return fleet.analyzer().Findings(false);
+}
+
+TEST(Scenarios, QueueingEpisodeOnOneNicCableIsNotAHostProblem) {
+  const auto findings = EpisodesOnNicCables(AnalysisConfig{});
+  EXPECT_TRUE(findings.empty()) << Describe(findings);
+  // The old rule (the usual 3 ticks) called each episode a host problem.
+  AnalysisConfig old;
+  old.host_latency_confirm_ticks = 0;
+  EXPECT_EQ(EpisodesOnNicCables(old).size(), 3u);
+}
+
+// ...while the same inflation, persisting, is still named as the host's problem.
+TEST(Scenarios, PersistentLatencyOnOneNicCableIsHostNetwork) {
+  SyntheticFleet fleet(Shape());
+  fleet.Run(kWarmup);
+  fleet.SetLinkFault("l1h3:mlx5_0~leaf1", LinkFault{0, 2.5});
+  const int ttd = TimeToDetect(fleet, "host_network", "l1h3", 60);
+  ASSERT_GT(ttd, 0) << Describe(fleet.Active());
+  EXPECT_GE(ttd, 30);
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+}
+
+// Regression (fleet simulator, noisy_host): a host whose stack drops 1 % of the probes it sends
+// or answers and delays 30 % of them by milliseconds was called nic_degraded. Its access link
+// carries exactly that evidence (the synthetic fleet puts it there); the delay, ~15x the
+// baseline, is more than a switch port can queue, so the host is named, within the usual 3 ticks.
+TEST(Scenarios, HostThatDropsAndDelaysIsHostNetworkNotItsNic) {
+  SyntheticFleet fleet(Shape());
+  fleet.Run(kWarmup);
+  fleet.SetLinkFault("l3h2:mlx5_0~leaf3", LinkFault{0.02, 15});
+  const int ttd = TimeToDetect(fleet, "host_network", "l3h2", 30);
+  ASSERT_GT(ttd, 0) << Describe(fleet.Active());
+  EXPECT_LE(ttd, 10);
+  fleet.Run(10);
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_GE(active[0].finding.evidence.at("latency_inflation"), 8.0);
+
+  AnalysisConfig old;  // without the rule: the NIC is blamed
+  old.host_delay_inflation = 1e9;
+  SyntheticFleet before(Shape(), old);
+  before.Run(kWarmup);
+  before.SetLinkFault("l3h2:mlx5_0~leaf3", LinkFault{0.02, 15});
+  EXPECT_GT(TimeToDetect(before, "nic_degraded", "l3h2/mlx5_0", 30), 0)
+      << Describe(before.Active());
+}
+
+// A NIC that drops and queues a little (the sim's bad_nic: loss and +20 us) stays a NIC fault.
+TEST(Scenarios, NicThatDropsAndQueuesIsNicDegraded) {
+  SyntheticFleet fleet(Shape());
+  fleet.Run(kWarmup);
+  fleet.SetLinkFault("l3h2:mlx5_0~leaf3", LinkFault{0.05, 2.0});
+  fleet.Run(30);
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.kind, "nic_degraded");
+  EXPECT_EQ(active[0].finding.location.id, "l3h2/mlx5_0");
 }
 
 TEST(Scenarios, BandwidthHalved) {
