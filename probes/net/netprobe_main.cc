@@ -176,14 +176,15 @@ int main(int argc, char** argv) {
     std::printf(
         "sent=%lu results=%zu answered=%zu lost=%lu loss_pct=%.3f rtt_min_us=%.2f rtt_p50_us=%.2f "
         "rtt_p99_us=%.2f kernel_rtt_p50_us=%.2f kernel_rtt_p99_us=%.2f kernel_ts=%lu user_ts=%lu "
-        "late=%lu busy_polls=%lu busy_poll_hits=%lu busy_poll_timeouts=%lu busy_poll_skipped=%lu "
+        "late=%lu replies=%lu busy_polls=%lu busy_poll_hits=%lu busy_poll_timeouts=%lu "
+        "busy_poll_skipped=%lu "
         "busy_poll_ms=%.1f\n",
         s.sent, results.size(), rtt_us.size(), lost,
         results.empty() ? 0.0 : 100.0 * static_cast<double>(lost) / results.size(),
         Percentile(rtt_us, 0), Percentile(rtt_us, 0.5), Percentile(rtt_us, 0.99),
         Percentile(kernel_us, 0.5), Percentile(kernel_us, 0.99), s.rx_kernel_ts, s.rx_user_ts,
-        s.late, s.busy_polls, s.busy_poll_hits, s.busy_poll_timeouts, s.busy_poll_skipped,
-        static_cast<double>(s.busy_poll_ns) / 1e6);
+        s.late, s.answered, s.busy_polls, s.busy_poll_hits, s.busy_poll_timeouts,
+        s.busy_poll_skipped, static_cast<double>(s.busy_poll_ns) / 1e6);
     return 0;
   }
 

@@ -27,6 +27,8 @@ def main():
     ap.add_argument("--bw-bytes", type=int, default=25 << 20,
                     help="burst size on the shaped link (about 1 s at 200 Mbit/s)")
     ap.add_argument("--drops", default="1,5,20")
+    ap.add_argument("--parts", default="rtt,bw,loss", help="which measurements to run")
+    ap.add_argument("--rounds", type=int, default=3, help="RTT rounds (tools alternating)")
     a = ap.parse_args()
     if os.geteuid() != 0:
         print("probe_accuracy: fabric mode needs root (network namespaces)", file=sys.stderr)
@@ -44,15 +46,26 @@ def main():
                 raise fabric.FabricError(f"probe_accuracy.sh failed ({cp.returncode})")
             return cp.returncode
 
-        rc |= run("--what", "rtt", "--label", "fabric 1 spine", "--seconds", str(a.rtt_seconds))
-        with fab.limit_bandwidth("leaf1~spine1", a.shape):
-            rc |= run("--what", "bw", "--label", f"fabric tbf {a.shape}", "--no-header",
-                      "--bw-bytes", str(a.bw_bytes), "--bw-repeat", "3")
-        for pct in [float(x) for x in a.drops.split(",")]:
+        parts = a.parts.split(",")
+        header = []  # the first table printed has the column header, the others not
+
+        def table(*extra):
+            flags = ["--no-header"] if header else []
+            header.append(True)
+            return run(*extra, *flags)
+
+        if "rtt" in parts:
+            rc |= table("--what", "rtt", "--label", "fabric 1 spine", "--seconds",
+                        str(a.rtt_seconds), "--rounds", str(a.rounds))
+        if "bw" in parts:
+            with fab.limit_bandwidth("leaf1~spine1", a.shape):
+                rc |= table("--what", "bw", "--label", f"fabric tbf {a.shape}",
+                            "--bw-bytes", str(a.bw_bytes), "--bw-repeat", "3")
+        for pct in [float(x) for x in a.drops.split(",")] if "loss" in parts else []:
             with fab.drop(f"leaf2~{server}", pct, toward=server) as fault:
-                rc |= run("--what", "loss", "--expect-loss", f"{pct:g}", "--no-header",
-                          "--label", f"fabric drop {pct:g}%", "--seconds", str(a.loss_seconds),
-                          "--flows", "10", "--rate", "100")
+                rc |= table("--what", "loss", "--expect-loss", f"{pct:g}",
+                            "--label", f"fabric drop {pct:g}%", "--seconds", str(a.loss_seconds),
+                            "--flows", "10", "--rate", "100")
                 print(f"  (nftables dropped {fault.stats()['dropped_packets']} packets)",
                       file=sys.stderr)
     return rc
