@@ -23,6 +23,16 @@ faults:
     tree_.emplace(*FatTree::Build(scenario_.topology));
     truths_ = GroundTruth(scenario_, *tree_, /*run_start=*/1000, /*time_scale=*/1);
   }
+  // Polls that see finding "a" on leaf001~spine01 as link_degraded at 1023, link_down at 1025.
+  static std::vector<ObservedFinding> Escalating() {
+    FindingsTracker tracker;
+    ObservedFinding f = F("a", "link_degraded", "link", "leaf001~spine01", 1023);
+    tracker.Update({f});
+    f.kind = "link_down";
+    f.observed_unix_s = 1025;
+    tracker.Update({f});
+    return tracker.All();
+  }
   static ObservedFinding F(std::string id, std::string kind, std::string type, std::string loc,
                            double at, std::string node = "", std::string device = "") {
     ObservedFinding f;
@@ -96,13 +106,7 @@ TEST_F(ScorerTest, WrongPlaceWrongTimeAndWrongKindAreHandled) {
 // then escalates in place; the scorer froze the first kind and called it unlocalized.
 TEST_F(ScorerTest, FindingThatEscalatesToAnAcceptedKindLocalizesFromThen) {
   truths_[0].kinds = {"link_down"};
-  FindingsTracker tracker;
-  ObservedFinding f = F("a", "link_degraded", "link", "leaf001~spine01", 1023);
-  tracker.Update({f});
-  f.kind = "link_down";
-  f.observed_unix_s = 1025;
-  tracker.Update({f});
-  const std::vector<ObservedFinding> all = tracker.All();
+  const std::vector<ObservedFinding> all = Escalating();
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0].kind, "link_down");
   EXPECT_DOUBLE_EQ(all[0].observed_unix_s, 1023);
@@ -114,13 +118,7 @@ TEST_F(ScorerTest, FindingThatEscalatesToAnAcceptedKindLocalizesFromThen) {
 
 TEST_F(ScorerTest, FindingThatNeverTakesAnAcceptedKindIsNotLocalized) {
   truths_[0].kinds = {"link_flapping"};
-  FindingsTracker tracker;
-  ObservedFinding f = F("a", "link_degraded", "link", "leaf001~spine01", 1023);
-  tracker.Update({f});
-  f.kind = "link_down";
-  f.observed_unix_s = 1025;
-  tracker.Update({f});
-  Score s = ComputeScore(truths_, tracker.All(), 30);
+  Score s = ComputeScore(truths_, Escalating(), 30);
   EXPECT_TRUE(s.faults[0].detected);
   EXPECT_FALSE(s.faults[0].localized);
   EXPECT_DOUBLE_EQ(s.faults[0].ttd_s, 3);
