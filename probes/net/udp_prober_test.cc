@@ -137,21 +137,48 @@ TEST(UdpProberTest, BusyPollPicksUpRepliesInsideTheWindow) {
   auto responder = StartResponder();
   ASSERT_TRUE(responder);
   ResultQueue q(1024);
-  // A 20 ms window (the next slot is 50 ms away): wide enough for a loaded test host.
-  auto prober = StartProber(q, BusyPolling(20'000'000));
+  // A fixed 10 ms window (the multiple is so large that the cap always applies; the next slot is
+  // 20 ms away): wide enough that a loaded test host still answers inside it.
+  UdpProberOptions o = BusyPolling(10'000'000);
+  o.busy_poll.rtt_multiple = 1e6;
+  auto prober = StartProber(q, o);
   ASSERT_TRUE(prober);
-  ASSERT_TRUE(prober->SetPlan(Plan("spin", responder->port(), 1, 20)).ok());
-  std::vector<ProbeResult> results = Collect(q, 10, 5s);
-  ASSERT_GE(results.size(), 10u);
+  ASSERT_TRUE(prober->SetPlan(Plan("spin", responder->port(), 1, 50)).ok());
+  std::vector<ProbeResult> results = Collect(q, 20, 5s);
+  ASSERT_GE(results.size(), 20u);
   prober->Stop();
   UdpProberStats s = prober->Stats();
-  EXPECT_GE(s.busy_polls, 10u);
+  EXPECT_GE(s.busy_polls, 20u);
   EXPECT_EQ(s.busy_poll_skipped, 0u);
-  // Nearly every reply arrives while the prober spins: the window ends with its slot's reply, so
+  // Nearly every reply arrives while the prober spins, and a window ends with its slot's reply:
   // the spin time is about one round trip per window, far below the window.
-  EXPECT_GE(s.busy_poll_hits * 10, s.answered * 8) << s.busy_poll_hits << " of " << s.answered;
-  EXPECT_LT(s.busy_poll_timeouts * 10, s.busy_polls * 2);
-  EXPECT_LT(s.busy_poll_ns, s.busy_polls * 10'000'000);
+  EXPECT_GE(s.busy_poll_hits * 10, s.answered * 9) << s.busy_poll_hits << " of " << s.answered;
+  EXPECT_LE(s.busy_poll_timeouts * 10, s.busy_polls);
+  EXPECT_LT(s.busy_poll_ns, s.busy_polls * 5'000'000);
+  for (const ProbeResult& r : results) EXPECT_FALSE(r.lost);
+}
+
+TEST(UdpProberTest, BusyPollWindowFollowsTheRecentRoundTrip) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  ResultQueue q(1024);
+  // With the default multiple (2), the window shrinks from the 50 ms cap to twice the loopback
+  // round trip (well under 5 ms even on a loaded host) once replies come back.
+  auto prober = StartProber(q, BusyPolling(50'000'000));
+  ASSERT_TRUE(prober);
+  ASSERT_TRUE(prober->SetPlan(Plan("adapt", responder->port(), 1, 10)).ok());
+  ASSERT_GE(Collect(q, 3, 5s).size(), 3u);
+  // Silence the peer: from now on every window spins its whole length, which is now the adapted
+  // one, not the cap.
+  responder->Stop();
+  const UdpProberStats before = prober->Stats();
+  EXPECT_TRUE(Eventually(
+      [&] { return prober->Stats().busy_poll_timeouts >= before.busy_poll_timeouts + 3; }, 5s));
+  prober->Stop();
+  const UdpProberStats s = prober->Stats();
+  const uint64_t windows = s.busy_polls - before.busy_polls;
+  ASSERT_GE(windows, 3u);
+  EXPECT_LT(s.busy_poll_ns - before.busy_poll_ns, windows * 5'000'000);
 }
 
 TEST(UdpProberTest, BusyPollWindowIsBoundedWhenNoReplyComes) {
