@@ -5,6 +5,7 @@
 #include <set>
 
 #include "daemon/aggregator/analysis/evaluation.h"
+#include "daemon/aggregator/analysis/robust_stats.h"
 
 namespace fw::analysis {
 namespace {
@@ -46,7 +47,10 @@ class Blamer {
     if (loss && loss->recent_probes >= 3 && loss->recent_loss >= c_.down_loss_ratio) {
       return Level::kDown;
     }
-    return (loss || v.bandwidth()) ? Level::kDegraded : Level::kLatency;
+    // Queueing with little loss is congestion even when probe bursts get less goodput: a busy
+    // link shares its capacity. Lower goodput without queueing is a degraded link (half speed).
+    if (loss) return Level::kDegraded;
+    return v.latency() ? Level::kLatency : Level::kDegraded;
   }
 
   double Confidence(const Verdict& v) const {
@@ -203,17 +207,59 @@ class Blamer {
       ++with_data[link.a];
       ++with_data[link.b];
     }
-    // A group of indistinguishable links means "one of these", so it counts as one bad link.
+    // A verdict counts for the switch that every link of it touches: a group of indistinguishable
+    // links means "one of these" and counts once, for the switch its links share (a leaf's
+    // uplinks: the leaf, never one of the spines).
     std::map<aggregator::SwitchIndex, std::set<LinkIndex>> bad_links;
+    std::map<aggregator::SwitchIndex, std::array<std::vector<double>, kSignalCount>> estimates;
     for (const auto& [primary, v] : verdicts) {
-      const Link& link = map.links()[primary];
-      if (link.IsAccess()) continue;
-      bad_links[link.a].insert(primary);
-      bad_links[link.b].insert(primary);
+      if (map.links()[primary].IsAccess()) continue;
+      for (aggregator::SwitchIndex sw : CommonSwitches(v.group)) {
+        bad_links[sw].insert(primary);
+        if (v.group.size() > 1) continue;
+        for (int s = 0; s < kSignalCount; ++s) {
+          if (v.sig[s]) estimates[sw][s].push_back(v.sig[s]->estimate);
+        }
+      }
+    }
+    // A switch fault hits its links alike, but explain-away credits a flow that crossed two of its
+    // links to the first one blamed, so the last links of a congested spine keep too few
+    // unexplained flows to be blamed themselves. A link of a switch with blamed links counts as bad
+    // when its own rate, over all its flows, is at least half the blamed links' median.
+    std::map<aggregator::SwitchIndex, std::array<double, kSignalCount>> reference;
+    for (auto& [sw, by_signal] : estimates) {
+      for (int s = 0; s < kSignalCount; ++s) {
+        reference[sw][s] = by_signal[s].empty() ? -1 : Median(by_signal[s]);
+      }
+    }
+    std::map<aggregator::SwitchIndex, std::vector<LinkIndex>> alike;
+    for (LinkIndex l = 0; l < map.links().size(); ++l) {
+      const Link& link = map.links()[l];
+      if (link.IsAccess() || blamed_.count(l) || ctx_.tomography.totals()[l].probes <= 0) continue;
+      for (aggregator::SwitchIndex sw : {link.a, link.b}) {
+        auto it = reference.find(sw);
+        if (it == reference.end()) continue;
+        for (int s = 0; s < kSignalCount; ++s) {
+          if (it->second[s] < 0) continue;
+          const SignalSpec& spec = ev_.specs[s];
+          const double raw =
+              ctx_.tomography.RawEstimate(l, static_cast<Signal>(s), spec.min_expected);
+          if (raw >= std::max(spec.threshold, 0.5 * it->second[s])) {
+            bad_links[sw].insert(l);
+            alike[sw].push_back(l);
+            break;
+          }
+        }
+      }
     }
     std::map<aggregator::SwitchIndex, std::vector<const Verdict*>> rolled;
     for (const auto& [sw, links] : bad_links) {
-      if (links.size() >= 2 && links.size() >= c_.switch_fraction * with_data[sw]) rolled[sw];
+      // Hysteresis: a switch already blamed stays blamed while half of that share is bad.
+      const bool firing =
+          ctx_.tracker &&
+          ctx_.tracker->HealthOf("switch:" + map.switches()[sw].name) >= ElementHealth::kFiring;
+      const double fraction = firing ? c_.switch_fraction / 2 : c_.switch_fraction;
+      if (links.size() >= 2 && links.size() >= fraction * with_data[sw]) rolled[sw];
     }
     std::map<std::string, std::vector<const Verdict*>> by_node;
     for (const auto& [primary, v] : verdicts) {
@@ -248,7 +294,9 @@ class Blamer {
       }
     }
     for (const auto& [sw, list] : rolled) {
-      SwitchFinding(sw, list, static_cast<uint32_t>(bad_links[sw].size()), with_data[sw]);
+      if (list.empty()) continue;  // its bad links all belong to verdicts of other switches
+      SwitchFinding(sw, list, alike[sw], static_cast<uint32_t>(bad_links[sw].size()),
+                    with_data[sw]);
     }
     for (const auto& [node, list] : by_node) NodeNics(node, list);
   }
@@ -300,20 +348,41 @@ class Blamer {
     return key;
   }
 
+  // The switches that every link of `group` touches.
+  std::vector<aggregator::SwitchIndex> CommonSwitches(const std::vector<LinkIndex>& group) const {
+    const Link& first = ctx_.map->links()[group.front()];
+    std::vector<aggregator::SwitchIndex> out;
+    for (aggregator::SwitchIndex sw : {first.a, first.b}) {
+      if (sw == kNoIndex) continue;
+      const bool all = std::all_of(group.begin(), group.end(), [&](LinkIndex l) {
+        const Link& link = ctx_.map->links()[l];
+        return link.a == sw || link.b == sw;
+      });
+      if (all) out.push_back(sw);
+    }
+    return out;
+  }
+
   void SwitchFinding(aggregator::SwitchIndex sw, const std::vector<const Verdict*>& list,
-                     uint32_t bad_links, uint32_t with_data) {
+                     const std::vector<LinkIndex>& alike, uint32_t bad_links, uint32_t with_data) {
     const std::string& name = ctx_.map->switches()[sw].name;
-    bool latency_only = true;
+    // Congestion when its links queue and none loses probes. Explain-away runs per signal, so one
+    // link may keep only its bandwidth evidence: it does not make a congested switch "degraded".
+    bool any_loss = false, any_latency = false;
     double conf = 0;
     for (const Verdict* v : list) {
-      latency_only = latency_only && LevelOf(*v) == Level::kLatency;
+      any_loss = any_loss || v->loss();
+      any_latency = any_latency || v->latency();
       conf += Confidence(*v) / list.size();
     }
+    const bool latency_only = any_latency && !any_loss;
     Finding f;
     f.kind = latency_only ? "congestion" : "switch_degraded";
     f.severity = latency_only ? Severity::kWarning : Severity::kCritical;
     f.location = FindingLocation{"switch", name, "", "", 0};
-    f.evidence = {{"bad_links", bad_links}, {"links_with_data", with_data}};
+    f.evidence = {{"bad_links", bad_links},
+                  {"links_with_data", with_data},
+                  {"links_alike_unblamed", alike.size()}};
     f.summary = "Switch " + name + Fmt(": %.0f of its %.0f links ", bad_links, with_data) +
                 (latency_only ? "show inflated latency with little loss; the switch is congested "
                                 "(look at its buffers and the traffic through it)."
@@ -325,6 +394,7 @@ class Blamer {
       for (LinkIndex l : v->group) ev_.link_elements[l] = {element, conf};
       ev_.superseded.push_back(GroupKey(*v));
     }
+    for (LinkIndex l : alike) ev_.link_elements[l] = {element, conf};
     Emit(element, std::move(f), false);
   }
 
@@ -422,7 +492,13 @@ class Blamer {
       f.confidence = 1 - (1 - f.confidence) / 2;
     }
     const LinkBlame* lat = v.latency();
-    const bool stack_delays = v.loss() && lat && lat->inflation >= c_.host_delay_inflation;
+    // Hysteresis: once the host is named for drops and delays, its drops alone (a tick whose slow
+    // fraction dips under the threshold) stay the host's, not a second finding on its NIC.
+    const bool host_named = ctx_.tracker &&
+                            ctx_.tracker->HealthOf("node:" + node) >= ElementHealth::kFiring &&
+                            ctx_.tracker->KindOf("node:" + node) == "host_network";
+    const bool stack_delays =
+        v.loss() && (host_named || (lat && lat->inflation >= c_.host_delay_inflation));
     int confirm_ticks = 0;
     if (level == Level::kDown) {
       f.kind = "nic_down";
@@ -440,7 +516,7 @@ class Blamer {
                   Fmt("; delays of %.0fx the baseline are more than a switch port queues), toward "
                       "all its peers in both directions; the host (CPU contention, interrupts, "
                       "driver) is the likely cause, not the fabric.",
-                      lat->inflation);
+                      lat ? lat->inflation : 0.0);
     } else if (level == Level::kDegraded) {
       f.kind = "nic_degraded";
       const LinkBlame* loss = v.loss();

@@ -113,16 +113,33 @@ void Tomography::Add(const FlowObs& o) {
     t.probes += w * o.probes;
     t.lost += w * o.lost;
     t.rtt += w * o.rtt;
+    t.slow += w * o.slow;
     t.ratio += w * o.ratio_sum;
     if (has_bw) {
       t.bw += w;
       t.bw_ratio += w * o.bw_ratio;
+      if (o.bw_bad) t.bw_bad += w;
     }
     ++t.flows;
     recent_probes_[l] += w * o.recent_probes;
     last_probes_[l] += w * o.last_probes;
   });
   if (o.lost > 0 || o.slow > 0 || o.bw_bad) bad_.push_back(o);
+}
+
+double Tomography::RawEstimate(LinkIndex l, Signal s, double min_expected) const {
+  const LinkTotals& t = totals_[l];
+  const double expected = Expected(t, s);
+  if (expected <= 0 || expected < min_expected) return -1;
+  switch (s) {
+    case Signal::kLoss:
+      return t.lost / expected;
+    case Signal::kLatency:
+      return t.slow / expected;
+    case Signal::kBandwidth:
+      return t.bw_bad / expected;
+  }
+  return -1;
 }
 
 std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spec) {

@@ -55,9 +55,11 @@ struct LinkTotals {
   double probes = 0;  // expected probes crossing the link (Σ weight · probes)
   double lost = 0;    // Σ weight · lost
   double rtt = 0;     // Σ weight · RTT samples
+  double slow = 0;    // Σ weight · slow RTT samples
   double ratio = 0;   // Σ weight · RTT/baseline
   double bw = 0;      // Σ weight · bandwidth samples
   double bw_ratio = 0;
+  double bw_bad = 0;   // Σ weight · bandwidth samples below the threshold
   uint32_t flows = 0;  // flows with the link among their candidates
 };
 
@@ -91,6 +93,9 @@ class Tomography {
   std::vector<LinkBlame> Localize(Signal signal, const SignalSpec& spec);
 
   const std::vector<LinkTotals>& totals() const { return totals_; }
+  // A link's own rate of bad observations over every flow that may cross it, before anything is
+  // explained away (loss ratio, slow fraction, bad-bandwidth fraction); -1 below `min_expected`.
+  double RawEstimate(LinkIndex l, Signal s, double min_expected) const;
   const std::vector<FlowObs>& bad_flows() const { return bad_; }
   // Whether bad flow i was explained by a blamed link of `signal`.
   bool Explained(Signal signal, uint32_t i) const { return explained_[Idx(signal)][i] != 0; }
