@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
+#include <unordered_map>
 
 #include "probes/net/bandwidth_probe.h"
 #include "probes/net/probe_packet.h"
@@ -210,6 +212,7 @@ void ProbeScheduler::Publish(const net::ProbeResult& r) {
 void ProbeScheduler::BatchLoop() {
   std::vector<net::ProbeResult> results;
   results.reserve(options_.max_batch_results);
+  std::unordered_map<std::string, uint32_t> names;  // peer name -> index in the batch's table
   auto period = std::chrono::duration<double>(options_.batch_interval_s);
   for (;;) {
     {
@@ -222,22 +225,46 @@ void ProbeScheduler::BatchLoop() {
     results.clear();
     queue_.PopBatch(results, options_.max_batch_results);
     if (results.empty()) continue;
+    // Columns (ProbeBatch.columns): each peer name once, no sub-message per result. The
+    // aggregator parses this several times faster than one ProbeResult message each.
     v1::ProbeBatch batch;
-    batch.mutable_results()->Reserve(static_cast<int>(results.size()));
+    v1::ProbeColumns& c = *batch.mutable_columns();
+    const int n = static_cast<int>(results.size());
+    c.mutable_peer()->Reserve(n);
+    c.mutable_transport()->Reserve(n);
+    c.mutable_src_port()->Reserve(n);
+    c.mutable_dst_port()->Reserve(n);
+    c.mutable_flow_id()->Reserve(n);
+    c.mutable_probe_seq()->Reserve(n);
+    c.mutable_lost()->Reserve(n);
+    c.mutable_rtt_ns()->Reserve(n);
+    c.mutable_bytes()->Reserve(n);
+    c.mutable_goodput_bps()->Reserve(n);
+    c.mutable_sent_unix_ns_delta()->Reserve(n);
+    names.clear();
+    int64_t prev_sent = 0;
     for (const net::ProbeResult& r : results) {
       Publish(r);
-      v1::ProbeResult* o = batch.add_results();
-      o->set_peer(std::string(r.PeerName()));
-      o->set_transport(ToWire(r.transport));
-      o->set_src_port(r.src_port);
-      o->set_dst_port(r.dst_port);
-      o->set_flow_id(r.flow_id);
-      o->set_probe_seq(r.seq);
-      o->set_lost(r.lost);
-      o->set_rtt_ns(r.lost ? 0 : static_cast<uint64_t>(std::max<int64_t>(0, r.rtt_ns)));
-      o->set_bytes(r.bytes);
-      o->set_goodput_bps(r.goodput_bps);
-      o->set_sent_unix_ns(r.timestamp_ns);
+      const std::string_view peer = r.PeerName();
+      auto [it, added] = names.try_emplace(std::string(peer), c.name_lengths_size());
+      if (added) {
+        c.mutable_names()->append(peer);
+        c.add_name_lengths(static_cast<uint32_t>(peer.size()));
+      }
+      c.add_peer(it->second);
+      c.add_transport(ToWire(r.transport));
+      c.add_src_port(r.src_port);
+      c.add_dst_port(r.dst_port);
+      c.add_flow_id(r.flow_id);
+      c.add_probe_seq(r.seq);
+      c.add_lost(r.lost);
+      c.add_rtt_ns(r.lost ? 0 : static_cast<uint64_t>(std::max<int64_t>(0, r.rtt_ns)));
+      c.add_bytes(r.bytes);
+      c.add_goodput_bps(r.goodput_bps);
+      // Wrapping arithmetic: the receiver adds the deltas back up the same way.
+      c.add_sent_unix_ns_delta(static_cast<int64_t>(static_cast<uint64_t>(r.timestamp_ns) -
+                                                    static_cast<uint64_t>(prev_sent)));
+      prev_sent = r.timestamp_ns;
     }
     buffer_.Push(std::move(batch));
     if (notify_) notify_();

@@ -10,8 +10,12 @@
 #include <cmath>
 #include <span>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
 #include "daemon/aggregator/analysis/analysis_json.h"
 #include "daemon/aggregator/core/pairs_json.h"
+#include "daemon/aggregator/core/probe_batch_decoder.h"
 
 namespace fw::aggregator {
 
@@ -33,10 +37,26 @@ Aggregator::Aggregator(AggregatorOptions options, const Clock& clock)
       replans_(registry_.AddCounter("fabricwatch_planner_replans_total",
                                     "Probe plans recomputed after agents joined or left.")
                    .WithLabels({})),
+      plans_sent_(registry_
+                      .AddCounter("fabricwatch_planner_plans_pushed_total",
+                                  "Probe plans pushed to connected agents after a re-plan changed "
+                                  "them (plans sent on connect not included).")
+                      .WithLabels({})),
       bad_results_(registry_
                        .AddCounter("fabricwatch_ingest_invalid_results_total",
                                    "Probe results dropped as malformed (no peer, bad transport).")
                        .WithLabels({})),
+      bad_columns_([this] {
+        auto& family = registry_.AddCounter(
+            "fabricwatch_ingest_invalid_columns_total",
+            "Probe batches whose columnar results were refused whole, by reason.", {"reason"});
+        std::array<metrics::Counter*, kColumnErrorCount> handles{};
+        for (int e = 1; e < kColumnErrorCount; ++e) {
+          handles[static_cast<size_t>(e)] =
+              &family.WithLabels({std::string(ColumnErrorName(static_cast<ColumnError>(e)))});
+        }
+        return handles;
+      }()),
       ticks_(registry_.AddCounter("fabricwatch_aggregator_ticks_total", "Analysis ticks run.")
                  .WithLabels({})) {}
 
@@ -101,7 +121,10 @@ Status Aggregator::Start() {
   if (!grpc.ok()) return grpc.status();
   grpc_ = std::move(*grpc);
   // Called on gRPC threads: only flag it; the tick thread re-plans.
-  fleet_.SetMembershipListener([this] { replan_needed_ = true; });
+  fleet_.SetMembershipListener([this] {
+    last_membership_ns_.store(clock_.MonotonicNanos(), std::memory_order_relaxed);
+    replan_needed_ = true;
+  });
   ticker_ = std::thread([this] { TickLoop(); });
   ready_ = true;
   spdlog::info("msg=\"aggregator started\" grpc_port={} http_port={} version={}", grpc_port(),
@@ -142,7 +165,12 @@ void Aggregator::TickLoop() {
     lock.unlock();
     fleet_.Sweep();
     int64_t now = clock_.MonotonicNanos();
-    if (now - last_replan_ns_ >= replan_spacing_ns_ && replan_needed_.exchange(false)) {
+    if (first_pending_ns_ == 0 && replan_needed_) first_pending_ns_ = now;
+    const bool settled =
+        now - last_membership_ns_.load(std::memory_order_relaxed) >= kReplanSettleNs ||
+        (first_pending_ns_ != 0 && now - first_pending_ns_ >= kReplanMaxDelayNs);
+    if (settled && now - last_replan_ns_ >= replan_spacing_ns_ && replan_needed_.exchange(false)) {
+      first_pending_ns_ = 0;
       last_replan_ns_ = now;
       Replan();
       int64_t cost = clock_.MonotonicNanos() - now;
@@ -161,18 +189,6 @@ void Aggregator::TickLoop() {
 
 namespace {
 
-std::optional<Transport> FromWire(v1::Transport t) {
-  switch (t) {
-    case v1::TRANSPORT_UDP: return Transport::kUdp;
-    case v1::TRANSPORT_TCP_CONNECT: return Transport::kTcpConnect;
-    case v1::TRANSPORT_TCP_BW: return Transport::kTcpBw;
-    case v1::TRANSPORT_RDMA_UD: return Transport::kRdmaUd;
-    case v1::TRANSPORT_RDMA_RC: return Transport::kRdmaRc;
-    case v1::TRANSPORT_COLLECTIVE: return Transport::kCollective;
-    default: return std::nullopt;
-  }
-}
-
 v1::Transport ToWire(Transport t) {
   switch (t) {
     case Transport::kUdp: return v1::TRANSPORT_UDP;
@@ -189,38 +205,37 @@ v1::Transport ToWire(Transport t) {
 
 void Aggregator::OnProbeBatch(const std::string& node, const v1::ProbeBatch& batch) {
   auto known = std::atomic_load(&known_nodes_);
-  // Converted into a reused per-thread buffer: ingest allocates only when a batch is larger than
+  // Decoded into a reused per-thread buffer: ingest allocates only when a batch is larger than
   // any this thread has seen.
   thread_local std::vector<ProbeResult> results;
-  results.resize(static_cast<size_t>(batch.results_size()));
-  size_t n = 0;
-  for (const v1::ProbeResult& r : batch.results()) {
-    auto t = FromWire(r.transport());
-    if (!t || r.peer().empty() || r.peer() == node || r.src_port() > 65535 ||
-        (known && known->count(r.peer()) == 0)) {
-      bad_results_.Inc();
-      continue;
+  const DecodeOutcome o = DecodeProbeBatch(
+      node, batch, [&](std::string_view peer) { return !known || known->contains(peer); },
+      results);
+  if (o.invalid_results > 0) bad_results_.Inc(static_cast<double>(o.invalid_results));
+  if (o.column_error != ColumnError::kNone) {
+    bad_columns_[static_cast<size_t>(o.column_error)]->Inc();
+    // One line per node and reason: a broken agent repeats its fault every second.
+    const bool first = [&] {
+      std::lock_guard lock(bad_columns_mu_);
+      if (bad_columns_logged_.size() >= 10'000) return false;  // bounded; the counter goes on
+      return bad_columns_logged_.emplace(node, o.column_error).second;
+    }();
+    if (first) {
+      spdlog::warn(
+          "msg=\"probe batch columns refused; further ones from this node are only counted\" "
+          "node={} seq={} reason={} rows={} names={}",
+          node, batch.seq(), ColumnErrorName(o.column_error), batch.columns().peer_size(),
+          batch.columns().name_lengths_size());
     }
-    ProbeResult& out = results[n++];
-    out.src_node.assign(node);
-    out.dst_node.assign(r.peer());
-    out.transport = *t;
-    out.src_port = static_cast<uint16_t>(r.src_port());
-    out.flow_id = r.flow_id();
-    out.seq = r.probe_seq();
-    out.lost = r.lost();
-    out.rtt_ns = static_cast<int64_t>(std::min<uint64_t>(r.rtt_ns(), INT64_MAX));
-    out.bytes = r.bytes();
-    out.goodput_bps = std::isfinite(r.goodput_bps()) && r.goodput_bps() >= 0 ? r.goodput_bps() : 0;
   }
-  std::span<const ProbeResult> span(results.data(), n);
+  std::span<const ProbeResult> span(results.data(), o.appended);
   pairs_->RecordBatch(span);
   analyzer_->Ingest(span);
 }
 
 void Aggregator::Replan() {
   std::vector<AgentInfo> live;
-  auto known = std::make_shared<std::unordered_set<std::string>>();
+  auto known = std::make_shared<NodeSet>();
   for (const NodeView& n : fleet_.Nodes()) {
     known->insert(n.name);
     if (!n.connected || !n.up) continue;
@@ -232,16 +247,21 @@ void Aggregator::Replan() {
     }
     live.push_back(std::move(a));
   }
-  std::atomic_store(&known_nodes_, std::shared_ptr<const std::unordered_set<std::string>>(known));
+  std::atomic_store(&known_nodes_, std::shared_ptr<const NodeSet>(known));
   PlanSet set = planner_->PlanFor(live);
   for (const std::string& note : set.notes) spdlog::warn("msg=\"planner\" note=\"{}\"", note);
+  const size_t live_count = live.size();
+  live = {};  // frees the endpoint strings before the plans are encoded
+  auto changed = std::make_shared<std::unordered_set<std::string>>();
   {
     std::lock_guard lock(plan_mu_);
-    ++plan_version_;
-    plans_.clear();
-    for (const auto& [node, plan] : set.plans) {
-      v1::ProbePlan& p = plans_[node];
-      p.set_version(plan_version_);
+    const uint64_t version = ++plan_version_;
+    std::unordered_map<std::string, StoredPlan> next;
+    next.reserve(set.plans.size());
+    std::string bytes;
+    for (auto it = set.plans.begin(); it != set.plans.end(); it = set.plans.erase(it)) {
+      const auto& [node, plan] = *it;
+      v1::ProbePlan p;
       p.mutable_budget()->set_packets_per_s(plan.budget.pps);
       p.mutable_budget()->set_bytes_per_s(plan.budget.bytes_per_s);
       p.set_latency_interval_s(1.0);
@@ -257,12 +277,40 @@ void Aggregator::Replan() {
         pp->set_rate_pps(peer.rate_pps);
         pp->set_bandwidth(peer.bandwidth);
       }
+      // Deterministic serialization, so equal plans hash equal (the version is not set yet).
+      bytes.clear();
+      {
+        google::protobuf::io::StringOutputStream sos(&bytes);
+        google::protobuf::io::CodedOutputStream cos(&sos);
+        cos.SetSerializationDeterministic(true);
+        p.SerializeToCodedStream(&cos);
+      }
+      const uint64_t hash = std::hash<std::string>{}(bytes);
+      StoredPlan& slot = next[node];
+      auto old = plans_.find(node);
+      if (old != plans_.end() && old->second.content_hash == hash) {
+        slot = std::move(old->second);  // unchanged: same version, nothing to send
+        continue;
+      }
+      p.set_version(version);
+      slot.content_hash = hash;
+      slot.bytes = std::make_shared<const std::string>(p.SerializeAsString());
+      changed->insert(node);
     }
+    plans_ = std::move(next);
   }
   replans_.Inc();
-  spdlog::info("msg=\"probe plans updated\" agents={} leaf_pairs_covered={}", live.size(),
-               set.leaf_pairs_covered);
-  if (grpc_) grpc_->PushPlans();
+  spdlog::info("msg=\"probe plans updated\" agents={} leaf_pairs_covered={} plans_changed={}",
+               live_count, set.leaf_pairs_covered, changed->size());
+  if (grpc_ && !changed->empty()) {
+    uint64_t pushed = 0;
+    grpc_->PushPlans([&](const std::string& node) {
+      const bool want = changed->contains(node);
+      pushed += want;
+      return want;
+    });
+    plans_sent_.Inc(static_cast<double>(pushed));
+  }
 }
 void Aggregator::OnCounterBatch(const std::string& node, const v1::CounterBatch& batch) {
   ports_.Update(node, batch);
@@ -302,10 +350,16 @@ void Aggregator::OnCheckReport(const std::string& node, const v1::CheckReport& r
   analyzer_->SetNodeFindings(node, std::move(findings));
 }
 std::optional<v1::ProbePlan> Aggregator::PlanFor(const std::string& node) {
-  std::lock_guard lock(plan_mu_);
-  auto it = plans_.find(node);
-  if (it == plans_.end()) return std::nullopt;
-  return it->second;
+  std::shared_ptr<const std::string> bytes;
+  {
+    std::lock_guard lock(plan_mu_);
+    auto it = plans_.find(node);
+    if (it == plans_.end()) return std::nullopt;
+    bytes = it->second.bytes;
+  }
+  v1::ProbePlan plan;
+  if (!plan.ParseFromString(*bytes)) return std::nullopt;  // cannot happen: we serialized it
+  return plan;
 }
 
 namespace {

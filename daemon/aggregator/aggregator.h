@@ -1,12 +1,15 @@
 // Composes the aggregator: fleet state, gRPC ingest, HTTP API and the periodic tick.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "common/clock.h"
@@ -20,6 +23,7 @@
 #include "daemon/aggregator/core/node_metrics.h"
 #include "daemon/aggregator/core/pair_table.h"
 #include "daemon/aggregator/core/planner.h"
+#include "daemon/aggregator/core/probe_batch_decoder.h"
 #include "daemon/aggregator/port_metrics.h"
 #include "exporter/http_server.h"
 #include "exporter/registry.h"
@@ -82,19 +86,43 @@ class Aggregator final : public IngestSink {
   std::unique_ptr<analysis::Analyzer> analyzer_;
   analysis::AnalysisMetrics analysis_metrics_;      // updated on the tick thread only
   metrics::Gauge& tick_seconds_;
+  // Membership changes are coalesced: the tick thread re-plans once the fleet has been quiet for
+  // kReplanSettleNs, or kReplanMaxDelayNs after the first pending change, whichever comes first.
+  // A connecting fleet of 16,000 agents therefore costs one re-plan, not one per tick.
+  static constexpr int64_t kReplanSettleNs = 2'000'000'000;
+  static constexpr int64_t kReplanMaxDelayNs = 10'000'000'000;
   std::atomic<bool> replan_needed_{false};
+  std::atomic<int64_t> last_membership_ns_{0};  // written by gRPC threads, read by the tick
+  int64_t first_pending_ns_ = 0;                // tick thread only; 0 when nothing is pending
   // Tick thread only. Re-plans are spaced by 5x the last plan's cost (1 s to 30 s): a small fleet
   // re-plans at once, a 16,000-node fleet whose plan costs seconds does not re-plan every tick.
   int64_t last_replan_ns_ = 0;
   int64_t replan_spacing_ns_ = 1'000'000'000;
   // Names of agents that have said Hello; results naming any other peer are dropped, so garbage
   // cannot grow the pair table. Replaced wholesale by the tick thread, read lock-free by ingest.
-  std::shared_ptr<const std::unordered_set<std::string>> known_nodes_;
+  struct NameHash {
+    using is_transparent = void;  // lookups by string_view, without building a string
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  using NodeSet = std::unordered_set<std::string, NameHash, std::equal_to<>>;
+  std::shared_ptr<const NodeSet> known_nodes_;
+  // One agent's current plan, kept serialized: 16,000 plans of ~100 peers cost ~100 MB this way
+  // and several times that as message objects. `content_hash` covers everything but the version,
+  // so a re-plan that leaves a node's plan as it was neither bumps its version nor sends it.
+  struct StoredPlan {
+    uint64_t content_hash = 0;
+    std::shared_ptr<const std::string> bytes;  // a serialized v1::ProbePlan, version included
+  };
   std::mutex plan_mu_;
-  std::map<std::string, fabricwatch::v1::ProbePlan> plans_;  // GUARDED_BY(plan_mu_)
-  uint64_t plan_version_ = 0;                               // GUARDED_BY(plan_mu_)
+  std::unordered_map<std::string, StoredPlan> plans_;  // GUARDED_BY(plan_mu_)
+  uint64_t plan_version_ = 0;                          // GUARDED_BY(plan_mu_)
   metrics::Counter& replans_;
+  metrics::Counter& plans_sent_;
   metrics::Counter& bad_results_;
+  // Indexed by ColumnError; [kNone] stays null.
+  std::array<metrics::Counter*, kColumnErrorCount> bad_columns_;
+  std::mutex bad_columns_mu_;
+  std::set<std::pair<std::string, ColumnError>> bad_columns_logged_;  // GUARDED_BY(bad_columns_mu_)
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<http::Server> http_;
   std::atomic<bool> ready_{false};

@@ -1,6 +1,8 @@
 // Agent sessions, liveness and ingest accounting.
 #include "daemon/aggregator/fleet_state.h"
 
+#include <array>
+
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -137,12 +139,21 @@ BatchVerdict FleetState::OnProbeBatch(const std::string& node, const v1::ProbeBa
   }
   in.last_seq = batch.seq();
   ++in.batches;
-  in.results += static_cast<uint64_t>(batch.results_size());
+  // Results in either encoding count as received; whether they are valid is the decoder's call.
+  const v1::ProbeColumns& cols = batch.columns();
+  in.results += static_cast<uint64_t>(batch.results_size()) +
+                static_cast<uint64_t>(cols.peer_size());
   batches_total_.Inc();
-  for (const auto& r : batch.results()) {
-    int t = r.transport();
-    if (t < 0 || t >= 7) t = 0;
-    results_by_transport_[t]->Inc();
+  std::array<uint64_t, 7> by_transport{};
+  auto count = [&](int t) { ++by_transport[t < 0 || t >= 7 ? 0 : t]; };
+  for (const auto& r : batch.results()) count(r.transport());
+  if (cols.transport_size() == cols.peer_size()) {
+    for (int t : cols.transport()) count(t);
+  } else {
+    by_transport[0] += static_cast<uint64_t>(cols.peer_size());  // malformed: transport unknown
+  }
+  for (size_t t = 0; t < by_transport.size(); ++t) {
+    if (by_transport[t] > 0) results_by_transport_[t]->Inc(static_cast<double>(by_transport[t]));
   }
   if (batch.test_id() != 0 && options_.record_test_batches) {
     ++in.test_batches;

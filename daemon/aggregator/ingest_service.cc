@@ -38,7 +38,8 @@ class AgentSession final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::
 
   // Queues a message; coalesces consecutive acks so a slow agent cannot grow the queue unboundedly.
   void Enqueue(v1::AggregatorMessage msg);
-  void PushPlan();
+  // Queues the current plan if this session's node is one `wanted` accepts.
+  void PushPlan(const std::function<bool(const std::string&)>& wanted);
   void Drain();
 
  private:
@@ -304,13 +305,13 @@ void AgentSession::FinishLocked(grpc::Status st, Actions& a) {
   a.finish = std::move(st);
 }
 
-void AgentSession::PushPlan() {
+void AgentSession::PushPlan(const std::function<bool(const std::string&)>& wanted) {
   std::string node;
   {
     std::lock_guard lock(mu_);
     node = node_;
   }
-  if (node.empty()) return;
+  if (node.empty() || !wanted(node)) return;
   if (auto plan = service_->sink_.PlanFor(node)) {
     v1::AggregatorMessage pm;
     *pm.mutable_probe_plan() = std::move(*plan);
@@ -372,8 +373,8 @@ class GrpcServerImpl final : public GrpcServer {
 
   int port() const override { return port_; }
 
-  void PushPlans() override {
-    service_.ForEachSession([](AgentSession* s) { s->PushPlan(); });
+  void PushPlans(const std::function<bool(const std::string& node)>& wanted) override {
+    service_.ForEachSession([&](AgentSession* s) { s->PushPlan(wanted); });
   }
 
   void Shutdown(double grace_s) override {

@@ -40,8 +40,9 @@ class GrpcServer {
                                                      metrics::Registry& registry);
   virtual ~GrpcServer() = default;
   virtual int port() const = 0;
-  // Sends the current plan to every connected agent. Thread-safe, non-blocking.
-  virtual void PushPlans() = 0;
+  // Sends the current plan to every connected agent whose node `wanted` accepts (a re-plan passes
+  // the nodes whose plan changed). Thread-safe, non-blocking; `wanted` runs on the caller's thread.
+  virtual void PushPlans(const std::function<bool(const std::string& node)>& wanted) = 0;
   // Graceful stop: every session acknowledges what it has stored, then ends with UNAVAILABLE so the
   // agents reconnect elsewhere; waits up to `grace_s` for that before cancelling what is left.
   virtual void Shutdown(double grace_s) = 0;

@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "fabricwatch.grpc.pb.h"
+#include "tests/sim/batch_builder.h"
 
 namespace fw::sim {
 
@@ -291,9 +292,9 @@ bool SimAgent::SendBatch(const AgentPool::FillFn& fill) {
   Next n;
   {
     std::lock_guard lock(mu_);
-    results_cum_ += static_cast<uint64_t>(b->results_size());
+    results_cum_ += static_cast<uint64_t>(ResultCount(*b));
     cum_at_seq_[seq % kRing] = results_cum_;
-    pending_results_ = static_cast<uint32_t>(b->results_size());
+    pending_results_ = static_cast<uint32_t>(ResultCount(*b));
     batch_ready_ = true;
     n = PickLocked();
   }

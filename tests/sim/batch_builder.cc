@@ -1,6 +1,10 @@
 // Per-second batch filling.
 #include "tests/sim/batch_builder.h"
 
+#include <map>
+#include <string>
+#include <string_view>
+
 namespace fw::sim {
 
 namespace v1 = fabricwatch::v1;
@@ -18,6 +22,91 @@ void BatchBuilder::SetStatic(const Flow& f, v1::Transport t, v1::ProbeResult* r)
 
 void BatchBuilder::Fill(const std::vector<Flow>& flows, int64_t second, int64_t second_unix_ns,
                         Rng& rng, v1::ProbeBatch& batch) const {
+  if (encoding_ == BatchEncoding::kColumns) {
+    FillColumns(flows, second, second_unix_ns, rng, batch);
+  } else {
+    FillResults(flows, second, second_unix_ns, rng, batch);
+  }
+}
+
+void BatchBuilder::BuildColumns(const std::vector<Flow>& flows, int slots,
+                                v1::ProbeColumns& c) const {
+  c.Clear();
+  // Name table: every peer and NIC once, peers first in flow order.
+  std::map<std::string, uint32_t, std::less<>> index;
+  auto name = [&](std::string_view s) {
+    auto it = index.find(s);
+    if (it != index.end()) return it->second;
+    const auto i = static_cast<uint32_t>(index.size());
+    index.emplace(std::string(s), i);
+    c.mutable_names()->append(s);
+    c.add_name_lengths(static_cast<uint32_t>(s.size()));
+    return i;
+  };
+  // The per-row columns that stay fixed: the bandwidth rows' entries are rewritten every second.
+  const int n = static_cast<int>(flows.size());
+  for (int i = 0; i < n + slots; ++i) {
+    const Flow& f = flows[static_cast<size_t>(i < n ? i : (i - n) % n)];
+    c.add_peer(name(tree_.NodeName(static_cast<int>(f.dst_host))));
+    c.add_transport(i < n ? v1::TRANSPORT_UDP : v1::TRANSPORT_TCP_BW);
+    c.add_src_port(f.src_port);
+    c.add_dst_port(kProbePort);
+    c.add_flow_id(f.flow_id);
+    c.add_src_nic(name(tree_.NicName(f.rail)));
+    c.add_dst_nic(name(tree_.NicName(f.rail)));
+  }
+  // The columns rewritten every second, sized once.
+  c.mutable_probe_seq()->Resize(n + slots, 0);
+  c.mutable_lost()->Resize(n + slots, false);
+  c.mutable_rtt_ns()->Resize(n + slots, 0);
+  c.mutable_sent_unix_ns_delta()->Resize(n + slots, 0);
+  if (slots > 0) {
+    c.mutable_bytes()->Resize(n + slots, 0);
+    c.mutable_goodput_bps()->Resize(n + slots, 0.0);
+  }
+}
+
+void BatchBuilder::FillColumns(const std::vector<Flow>& flows, int64_t second,
+                               int64_t second_unix_ns, Rng& rng, v1::ProbeBatch& batch) const {
+  const int n = static_cast<int>(flows.size());
+  const int slots = n > 0 ? bandwidth_slots_ : 0;
+  v1::ProbeColumns& c = *batch.mutable_columns();
+  if (c.peer_size() != n + slots) BuildColumns(flows, slots, c);
+  const int64_t spacing_ns = n > 0 ? 1'000'000'000 / n : 0;
+  int64_t prev_sent = 0;
+  for (int i = 0; i < n; ++i) {
+    LatencySample s = model_.SampleLatency(flows[static_cast<size_t>(i)], rng);
+    const int64_t sent = second_unix_ns + i * spacing_ns;
+    c.set_probe_seq(i, static_cast<uint64_t>(second));
+    c.set_sent_unix_ns_delta(i, sent - prev_sent);
+    prev_sent = sent;
+    c.set_lost(i, s.lost);
+    c.set_rtt_ns(i, s.lost ? 0 : s.rtt_ns);
+  }
+  for (int k = 0; k < slots; ++k) {
+    const int row = n + k;
+    const int fi = static_cast<int>((second * slots + k) % n);
+    const Flow& f = flows[static_cast<size_t>(fi)];
+    // Peer and NIC indices: flow fi's row carries the same names.
+    c.set_peer(row, c.peer(fi));
+    c.set_src_nic(row, c.src_nic(fi));
+    c.set_dst_nic(row, c.dst_nic(fi));
+    c.set_src_port(row, f.src_port);
+    c.set_flow_id(row, f.flow_id);
+    BandwidthSample b = model_.SampleBandwidth(f, kBandwidthBytes, rng);
+    const int64_t sent = second_unix_ns + k * 1000;
+    c.set_probe_seq(row, static_cast<uint64_t>(second));
+    c.set_sent_unix_ns_delta(row, sent - prev_sent);
+    prev_sent = sent;
+    c.set_lost(row, b.lost);
+    c.set_bytes(row, b.lost ? 0 : kBandwidthBytes);
+    c.set_goodput_bps(row, b.lost ? 0 : b.goodput_bps);
+    c.set_rtt_ns(row, b.lost ? 0 : b.duration_ns);
+  }
+}
+
+void BatchBuilder::FillResults(const std::vector<Flow>& flows, int64_t second,
+                               int64_t second_unix_ns, Rng& rng, v1::ProbeBatch& batch) const {
   const int n = static_cast<int>(flows.size());
   const int slots = n > 0 ? bandwidth_slots_ : 0;
   if (batch.results_size() != n + slots) {

@@ -12,11 +12,21 @@
 
 namespace fw::sim {
 
+// How results travel: ProbeBatch.columns (what the real agent sends) or one ProbeResult
+// sub-message each (the older form, still accepted by the aggregator).
+enum class BatchEncoding { kColumns, kResults };
+
+// The number of results a batch carries, in either encoding.
+inline int ResultCount(const fabricwatch::v1::ProbeBatch& b) {
+  return b.results_size() + b.columns().peer_size();
+}
+
 class BatchBuilder {
  public:
   // `bandwidth_slots`: bandwidth results per batch; they rotate over the agent's flows.
-  BatchBuilder(const FatTree& tree, const FabricModel& model, int bandwidth_slots)
-      : tree_(tree), model_(model), bandwidth_slots_(bandwidth_slots) {}
+  BatchBuilder(const FatTree& tree, const FabricModel& model, int bandwidth_slots,
+               BatchEncoding encoding = BatchEncoding::kColumns)
+      : tree_(tree), model_(model), bandwidth_slots_(bandwidth_slots), encoding_(encoding) {}
 
   static constexpr uint64_t kBandwidthBytes = 4 << 20;
 
@@ -27,12 +37,20 @@ class BatchBuilder {
             fabricwatch::v1::ProbeBatch& batch) const;
 
  private:
+  void FillResults(const std::vector<Flow>& flows, int64_t second, int64_t second_unix_ns, Rng& rng,
+                   fabricwatch::v1::ProbeBatch& batch) const;
+  void FillColumns(const std::vector<Flow>& flows, int64_t second, int64_t second_unix_ns, Rng& rng,
+                   fabricwatch::v1::ProbeBatch& batch) const;
+  // Builds the name table and the columns that stay fixed for this agent's flows.
+  void BuildColumns(const std::vector<Flow>& flows, int slots,
+                    fabricwatch::v1::ProbeColumns& c) const;
   void SetStatic(const Flow& f, fabricwatch::v1::Transport t,
                  fabricwatch::v1::ProbeResult* r) const;
 
   const FatTree& tree_;
   const FabricModel& model_;
   int bandwidth_slots_;
+  BatchEncoding encoding_;
 };
 
 }  // namespace fw::sim

@@ -62,6 +62,11 @@ int main(int argc, char** argv) {
                  "per stream: no new batch while this many are unacknowledged")
       ->check(CLI::Range(1, 200))
       ->capture_default_str();
+  std::string encoding = "columns";
+  app.add_option("--batch-encoding", encoding,
+                 "columns (ProbeBatch.columns, as the agent sends) or results (one message each)")
+      ->check(CLI::IsMember({"columns", "results"}))
+      ->capture_default_str();
   app.add_option("--grace", o.grace_s, "seconds after a fault's end its findings still count")
       ->capture_default_str();
   app.add_option("--json-out", json_out, "write the JSON report here");
@@ -75,6 +80,8 @@ int main(int argc, char** argv) {
   }
   fw::InitLogging("fw_sim", log_level);
   o.aggregator.pid = pid;
+  o.batch_encoding =
+      encoding == "results" ? fw::sim::BatchEncoding::kResults : fw::sim::BatchEncoding::kColumns;
 
   std::optional<fw::sim::Scenario> scenario;
   if (mode == "scenario") {

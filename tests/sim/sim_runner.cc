@@ -202,7 +202,7 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
                connect_s);
 
   FabricModel model(tree, scenario);
-  BatchBuilder builder(tree, model, scenario.bandwidth_probes_per_s);
+  BatchBuilder builder(tree, model, scenario.bandwidth_probes_per_s, options.batch_encoding);
   Rng rng(scenario.seed * 0x9E3779B97F4A7C15ULL + 1);
   const double scale = options.time_scale;
   const int slots = 10;  // agents send at 10 evenly spaced instants per simulated second

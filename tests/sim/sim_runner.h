@@ -7,6 +7,7 @@
 
 #include "common/status.h"
 #include "tests/sim/aggregator_process.h"
+#include "tests/sim/batch_builder.h"
 #include "tests/sim/scenario.h"
 
 namespace fw::sim {
@@ -19,6 +20,7 @@ struct RunOptions {
   double grace_s = 30;          // findings up to this long after a fault's end still count for it
   double findings_poll_s = 1;   // how often the scorer polls /api/v1/findings
   double warmup_s = 5;          // real seconds of streaming before the ingest window opens
+  BatchEncoding batch_encoding = BatchEncoding::kColumns;  // how results go on the wire
 };
 
 // Streams the scenario in (scaled) real time and scores it. The report's layout is documented in

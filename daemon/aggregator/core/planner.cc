@@ -288,19 +288,24 @@ void Planner::ApplyBudgets(PlanSet& out) const {
     plan.budget = Budget{config_.budget_pps, config_.budget_bytes_per_s};
     plan.bw_burst_bytes = config_.bw_burst_bytes;
     size_t flows = 0;
-    for (const PlannedPeer& p : plan.peers) flows += p.flows.size();
+    double pps = 0;  // at the rates the fleet cap left, which may differ per peer
+    for (const PlannedPeer& p : plan.peers) {
+      flows += p.flows.size();
+      pps += static_cast<double>(p.flows.size()) * p.rate_pps;
+    }
     // Latency probes may use the packet budget and the byte budget left to them.
     const double byte_cap_pps = config_.budget_bytes_per_s * (1.0 - config_.bw_budget_share) /
                                 std::max<uint32_t>(1, config_.latency_probe_bytes);
     const double pps_cap = std::min(config_.budget_pps, byte_cap_pps);
-    double pps = static_cast<double>(flows) * config_.latency_pps_per_flow;
     if (pps > pps_cap && flows > 0) {
-      const double rate = pps_cap / static_cast<double>(flows);
-      for (PlannedPeer& p : plan.peers) p.rate_pps = rate;
-      out.notes.push_back(node + ": " + std::to_string(flows) +
-                          " peer flows exceed the budget of " +
+      // Scale every flow by the same factor: the intra/inter-leaf ratio the fleet cap chose
+      // survives, and no flow is ever raised above the rate it had.
+      const double factor = pps_cap / pps;
+      for (PlannedPeer& p : plan.peers) p.rate_pps *= factor;
+      out.notes.push_back(node + ": " + std::to_string(flows) + " peer flows at " +
+                          std::to_string(pps) + " probes/s exceed the budget of " +
                           std::to_string(static_cast<int>(pps_cap)) +
-                          " probes/s; rate lowered to " + std::to_string(rate) + "/s per flow");
+                          " probes/s; rates scaled by " + std::to_string(factor));
       pps = pps_cap;
     }
     const double latency_bytes = pps * config_.latency_probe_bytes;

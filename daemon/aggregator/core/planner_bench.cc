@@ -68,6 +68,7 @@ BENCHMARK(BM_PlanWithMap)
     ->Args({4, 16, 32})
     ->Args({8, 125, 32})
     ->Args({8, 500, 32})
+    ->Args({16, 500, 32})
     ->Unit(benchmark::kMillisecond);
 
 void BM_PlanWithoutMap(benchmark::State& state) {

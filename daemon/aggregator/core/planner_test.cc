@@ -319,5 +319,31 @@ TEST(PlannerTest, FleetCapSlowsInterLeafFlowsFirst) {
   EXPECT_THAT(set.notes, ::testing::Contains(::testing::HasSubstr("over the fleet cap")));
 }
 
+// Regression: the per-node budget used to reset every flow of an over-budget node to
+// budget / flows, which raised inter-leaf flows the fleet cap had slowed and let the fleet send
+// many times the cap (16,000 nodes x 1,000 probes/s instead of 400,000/s in total).
+TEST(PlannerTest, PerNodeBudgetDoesNotUndoTheFleetCap) {
+  const auto map = LeafSpine(16, 12, 8);  // 132 leaf pairs x 115 flows: ~240 flows per node
+  PlannerConfig cfg;
+  cfg.budget_pps = 100;             // below every node's flow count
+  cfg.fleet_results_per_s = 3'000;  // below the fleet's sum of per-node budgets (9,600)
+  Planner planner(cfg, map);
+  const PlanSet set = planner.PlanFor(AgentsOf(*map));
+  double total = 0;
+  for (const auto& [node, plan] : set.plans) {
+    double node_pps = 0, intra_rate = 0, inter_rate = 0;
+    for (const PlannedPeer& p : plan.peers) {
+      node_pps += p.rate_pps * static_cast<double>(p.flows.size());
+      (p.path_class == PathClass::kIntraLeaf ? intra_rate : inter_rate) = p.rate_pps;
+    }
+    EXPECT_LE(node_pps, 100.0 + 1e-9) << node;
+    EXPECT_NEAR(plan.planned.pps, node_pps, 1e-6) << node;
+    // The fleet cap slowed inter-leaf flows more than intra-leaf ones; the budget keeps that.
+    EXPECT_LT(inter_rate, intra_rate) << node;
+    total += node_pps;
+  }
+  EXPECT_LE(total, 3'000.0 + 1e-6);
+}
+
 }  // namespace
 }  // namespace fw::aggregator

@@ -1,0 +1,158 @@
+// Validation and decoding of ProbeBatch results and columns.
+#include "daemon/aggregator/core/probe_batch_decoder.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+namespace fw::aggregator {
+
+namespace v1 = fabricwatch::v1;
+
+namespace {
+
+constexpr std::array<std::string_view, kColumnErrorCount> kColumnErrorNames = {
+    "none", "too_large", "name_table", "column_length", "index_out_of_range"};
+
+// The next output slot, growing `out` only when every existing element is in use.
+ProbeResult& Slot(std::vector<ProbeResult>& out, size_t& used) {
+  if (used == out.size()) out.emplace_back();
+  return out[used++];
+}
+
+double CleanGoodput(double g) { return std::isfinite(g) && g >= 0 ? g : 0.0; }
+
+int64_t CleanRtt(uint64_t rtt) {
+  return static_cast<int64_t>(std::min<uint64_t>(rtt, std::numeric_limits<int64_t>::max()));
+}
+
+// Splits the names blob into views. False when the lengths do not describe the blob exactly.
+bool SplitNames(const v1::ProbeColumns& c, std::vector<std::string_view>& names) {
+  names.clear();
+  const std::string_view blob = c.names();
+  size_t offset = 0;
+  for (uint32_t len : c.name_lengths()) {
+    if (len > DecodeLimits::kMaxNameBytes || len > blob.size() - offset) return false;
+    names.push_back(blob.substr(offset, len));
+    offset += len;
+  }
+  return offset == blob.size();
+}
+
+ColumnError CheckColumns(const v1::ProbeColumns& c, size_t names) {
+  const size_t n = static_cast<size_t>(c.peer_size());
+  auto fits = [n](int size) { return size == 0 || static_cast<size_t>(size) == n; };
+  if (!fits(c.transport_size()) || !fits(c.src_port_size()) || !fits(c.dst_port_size()) ||
+      !fits(c.flow_id_size()) || !fits(c.probe_seq_size()) || !fits(c.lost_size()) ||
+      !fits(c.rtt_ns_size()) || !fits(c.bytes_size()) || !fits(c.goodput_bps_size()) ||
+      !fits(c.sent_unix_ns_delta_size()) || !fits(c.src_nic_size()) || !fits(c.dst_nic_size())) {
+    return ColumnError::kColumnLength;
+  }
+  auto in_range = [names](const google::protobuf::RepeatedField<uint32_t>& col) {
+    return std::all_of(col.begin(), col.end(), [names](uint32_t i) { return i < names; });
+  };
+  if (!in_range(c.peer()) || !in_range(c.src_nic()) || !in_range(c.dst_nic())) {
+    return ColumnError::kIndexOutOfRange;
+  }
+  return ColumnError::kNone;
+}
+
+}  // namespace
+
+std::string_view ColumnErrorName(ColumnError e) {
+  const auto i = static_cast<size_t>(e);
+  return i < kColumnErrorNames.size() ? kColumnErrorNames[i] : std::string_view("unknown");
+}
+
+std::optional<Transport> TransportFromWire(int wire) {
+  switch (wire) {
+    case v1::TRANSPORT_UDP:
+      return Transport::kUdp;
+    case v1::TRANSPORT_TCP_CONNECT:
+      return Transport::kTcpConnect;
+    case v1::TRANSPORT_TCP_BW:
+      return Transport::kTcpBw;
+    case v1::TRANSPORT_RDMA_UD:
+      return Transport::kRdmaUd;
+    case v1::TRANSPORT_RDMA_RC:
+      return Transport::kRdmaRc;
+    case v1::TRANSPORT_COLLECTIVE:
+      return Transport::kCollective;
+    default:
+      return std::nullopt;
+  }
+}
+
+DecodeOutcome DecodeProbeBatch(std::string_view node, const v1::ProbeBatch& batch,
+                               const PeerFilter& accept_peer, std::vector<ProbeResult>& out) {
+  DecodeOutcome o;
+  size_t used = 0;
+  for (const v1::ProbeResult& r : batch.results()) {
+    const auto t = TransportFromWire(r.transport());
+    if (!t || r.peer().empty() || r.peer() == node || r.src_port() > 65535 ||
+        !accept_peer(r.peer())) {
+      ++o.invalid_results;
+      continue;
+    }
+    ProbeResult& x = Slot(out, used);
+    x.src_node.assign(node);
+    x.dst_node.assign(r.peer());
+    x.transport = *t;
+    x.src_port = static_cast<uint16_t>(r.src_port());
+    x.flow_id = r.flow_id();
+    x.seq = r.probe_seq();
+    x.lost = r.lost();
+    x.rtt_ns = CleanRtt(r.rtt_ns());
+    x.bytes = r.bytes();
+    x.goodput_bps = CleanGoodput(r.goodput_bps());
+  }
+
+  if (batch.has_columns()) {
+    const v1::ProbeColumns& c = batch.columns();
+    const size_t n = static_cast<size_t>(c.peer_size());
+    thread_local std::vector<std::string_view> names;
+    // Per name: 0 not yet asked, 1 accepted, 2 refused. The filter runs once per distinct name.
+    thread_local std::vector<uint8_t> verdicts;
+    if (n > DecodeLimits::kMaxColumnRows ||
+        static_cast<size_t>(c.name_lengths_size()) > DecodeLimits::kMaxNames) {
+      o.column_error = ColumnError::kTooLarge;
+    } else if (!SplitNames(c, names)) {
+      o.column_error = ColumnError::kNameTable;
+    } else {
+      o.column_error = CheckColumns(c, names.size());
+    }
+    if (o.column_error == ColumnError::kNone) {
+      verdicts.assign(names.size(), 0);
+      for (size_t i = 0; i < n; ++i) {
+        const int row = static_cast<int>(i);
+        const uint32_t peer = c.peer(row);
+        if (verdicts[peer] == 0) {
+          const std::string_view name = names[peer];
+          verdicts[peer] = !name.empty() && name != node && accept_peer(name) ? 1 : 2;
+        }
+        const auto t = c.transport().empty() ? std::nullopt : TransportFromWire(c.transport(row));
+        const uint32_t src_port = c.src_port().empty() ? 0 : c.src_port(row);
+        if (verdicts[peer] != 1 || !t || src_port > 65535) {
+          ++o.invalid_results;
+          continue;
+        }
+        ProbeResult& x = Slot(out, used);
+        x.src_node.assign(node);
+        x.dst_node.assign(names[peer]);
+        x.transport = *t;
+        x.src_port = static_cast<uint16_t>(src_port);
+        x.flow_id = c.flow_id().empty() ? 0 : c.flow_id(row);
+        x.seq = c.probe_seq().empty() ? 0 : c.probe_seq(row);
+        x.lost = c.lost().empty() ? false : c.lost(row);
+        x.rtt_ns = c.rtt_ns().empty() ? 0 : CleanRtt(c.rtt_ns(row));
+        x.bytes = c.bytes().empty() ? 0 : c.bytes(row);
+        x.goodput_bps = c.goodput_bps().empty() ? 0.0 : CleanGoodput(c.goodput_bps(row));
+      }
+    }
+  }
+  o.appended = used;
+  return o;
+}
+
+}  // namespace fw::aggregator

@@ -1,0 +1,56 @@
+// Turns a wire ProbeBatch (its `results` and its `columns`) into ProbeResults, rejecting malformed
+// input with a reason instead of trusting it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "daemon/aggregator/core/probe_result.h"
+#include "fabricwatch.pb.h"
+
+namespace fw::aggregator {
+
+// Why a column block was refused as a whole. Each has a stable name for a metric label.
+enum class ColumnError : uint8_t {
+  kNone = 0,
+  kTooLarge,        // more rows or names than any agent sends (kMaxColumnRows, kMaxNames)
+  kNameTable,       // name lengths do not add up to the names blob, or a name is too long
+  kColumnLength,    // a column is neither empty nor as long as `peer`
+  kIndexOutOfRange  // a peer or NIC index points past the name table
+};
+inline constexpr int kColumnErrorCount = 5;
+std::string_view ColumnErrorName(ColumnError e);
+
+struct DecodeLimits {
+  static constexpr size_t kMaxColumnRows = 1'000'000;
+  static constexpr size_t kMaxNames = 65'536;
+  static constexpr size_t kMaxNameBytes = 253;  // a DNS name, like Hello.node
+};
+
+struct DecodeOutcome {
+  size_t appended = 0;         // results appended to `out`
+  size_t invalid_results = 0;  // rows or results dropped one by one (see DecodeProbeBatch)
+  ColumnError column_error = ColumnError::kNone;  // the column block was refused as a whole
+};
+
+// Accepts a peer name; false drops the result as invalid. Called once per distinct name of the
+// column block, and once per entry of `results`.
+using PeerFilter = std::function<bool(std::string_view peer)>;
+
+// Appends the batch's valid results from agent `node` to `out`: first `batch.results`, then the
+// rows of `batch.columns`. A result is dropped (and counted in invalid_results) when its transport
+// is unknown, its peer is empty, equal to `node` or refused by `accept_peer`, or its source port
+// exceeds 65535. A malformed column block (see ColumnError) contributes no rows at all.
+// The results land in out[0, appended); `out` only grows, and its elements are reused, so a
+// caller that keeps the vector allocates nothing in steady state.
+// Never crashes and never allocates in proportion to claimed (rather than present) sizes.
+DecodeOutcome DecodeProbeBatch(std::string_view node, const fabricwatch::v1::ProbeBatch& batch,
+                               const PeerFilter& accept_peer, std::vector<ProbeResult>& out);
+
+// Wire transport to ours; nullopt for UNSPECIFIED and unknown values.
+std::optional<Transport> TransportFromWire(int wire);
+
+}  // namespace fw::aggregator

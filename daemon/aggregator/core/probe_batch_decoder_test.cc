@@ -1,0 +1,215 @@
+// ProbeBatch decoding: both encodings give the same results, and malformed columns are refused
+// whole with the right reason.
+#include "daemon/aggregator/core/probe_batch_decoder.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace fw::aggregator {
+namespace {
+
+namespace v1 = fabricwatch::v1;
+
+const PeerFilter kAnyPeer = [](std::string_view) { return true; };
+
+// Appends name `s` to the table and returns its index.
+uint32_t AddName(v1::ProbeColumns& c, const std::string& s) {
+  c.mutable_names()->append(s);
+  c.add_name_lengths(static_cast<uint32_t>(s.size()));
+  return static_cast<uint32_t>(c.name_lengths_size() - 1);
+}
+
+// Three rows to two peers: UDP ok, UDP lost, and a bandwidth result.
+v1::ProbeBatch ColumnBatch() {
+  v1::ProbeBatch b;
+  b.set_seq(7);
+  v1::ProbeColumns& c = *b.mutable_columns();
+  const uint32_t a = AddName(c, "node-a");
+  const uint32_t bb = AddName(c, "node-b");
+  const uint32_t nic = AddName(c, "mlx5_0");
+  for (uint32_t p : {a, bb, a}) c.add_peer(p);
+  c.add_transport(v1::TRANSPORT_UDP);
+  c.add_transport(v1::TRANSPORT_UDP);
+  c.add_transport(v1::TRANSPORT_TCP_BW);
+  for (uint32_t p : {40001u, 40002u, 40003u}) c.add_src_port(p);
+  for (uint32_t f : {0u, 1u, 2u}) c.add_flow_id(f);
+  for (uint64_t s : {10u, 11u, 12u}) c.add_probe_seq(s);
+  for (bool l : {false, true, false}) c.add_lost(l);
+  for (uint64_t r : {15'000u, 0u, 2'000'000u}) c.add_rtt_ns(r);
+  for (uint64_t by : {0u, 0u, 4u << 20}) c.add_bytes(by);
+  for (double g : {0.0, 0.0, 9.5e9}) c.add_goodput_bps(g);
+  for (int64_t d : {int64_t{1'700'000'000'000'000'000}, int64_t{1000}, int64_t{-5}}) {
+    c.add_sent_unix_ns_delta(d);
+  }
+  for (int i = 0; i < 3; ++i) {
+    c.add_src_nic(nic);
+    c.add_dst_nic(nic);
+  }
+  return b;
+}
+
+// The same three results as ColumnBatch(), one sub-message each.
+v1::ProbeBatch RowBatch() {
+  const v1::ProbeBatch cols = ColumnBatch();
+  const v1::ProbeColumns& c = cols.columns();
+  const char* peers[] = {"node-a", "node-b", "node-a"};
+  v1::ProbeBatch b;
+  b.set_seq(7);
+  for (int i = 0; i < 3; ++i) {
+    v1::ProbeResult* r = b.add_results();
+    r->set_peer(peers[i]);
+    r->set_transport(static_cast<v1::Transport>(c.transport(i)));
+    r->set_src_port(c.src_port(i));
+    r->set_flow_id(c.flow_id(i));
+    r->set_probe_seq(c.probe_seq(i));
+    r->set_lost(c.lost(i));
+    r->set_rtt_ns(c.rtt_ns(i));
+    r->set_bytes(c.bytes(i));
+    r->set_goodput_bps(c.goodput_bps(i));
+  }
+  return b;
+}
+
+void ExpectSame(const ProbeResult& a, const ProbeResult& b) {
+  EXPECT_EQ(a.src_node, b.src_node);
+  EXPECT_EQ(a.dst_node, b.dst_node);
+  EXPECT_EQ(a.transport, b.transport);
+  EXPECT_EQ(a.src_port, b.src_port);
+  EXPECT_EQ(a.flow_id, b.flow_id);
+  EXPECT_EQ(a.seq, b.seq);
+  EXPECT_EQ(a.lost, b.lost);
+  EXPECT_EQ(a.rtt_ns, b.rtt_ns);
+  EXPECT_EQ(a.bytes, b.bytes);
+  EXPECT_EQ(a.goodput_bps, b.goodput_bps);
+}
+
+TEST(ProbeBatchDecoderTest, ColumnsAndResultsDecodeToTheSameResults) {
+  std::vector<ProbeResult> from_cols, from_rows;
+  const DecodeOutcome oc = DecodeProbeBatch("me", ColumnBatch(), kAnyPeer, from_cols);
+  const DecodeOutcome orow = DecodeProbeBatch("me", RowBatch(), kAnyPeer, from_rows);
+  ASSERT_EQ(oc.column_error, ColumnError::kNone);
+  ASSERT_EQ(oc.appended, 3u);
+  ASSERT_EQ(orow.appended, 3u);
+  EXPECT_EQ(oc.invalid_results + orow.invalid_results, 0u);
+  for (size_t i = 0; i < 3; ++i) ExpectSame(from_cols[i], from_rows[i]);
+  EXPECT_EQ(from_cols[0].src_node, "me");
+  EXPECT_EQ(from_cols[1].dst_node, "node-b");
+  EXPECT_EQ(from_cols[2].transport, Transport::kTcpBw);
+  EXPECT_EQ(from_cols[2].goodput_bps, 9.5e9);
+  EXPECT_TRUE(from_cols[1].lost);
+}
+
+TEST(ProbeBatchDecoderTest, ABatchWithBothFormsYieldsResultsThenRows) {
+  v1::ProbeBatch b = ColumnBatch();
+  *b.mutable_results() = RowBatch().results();
+  std::vector<ProbeResult> out;
+  const DecodeOutcome o = DecodeProbeBatch("me", b, kAnyPeer, out);
+  EXPECT_EQ(o.appended, 6u);
+  for (size_t i = 0; i < 3; ++i) ExpectSame(out[i], out[i + 3]);
+}
+
+TEST(ProbeBatchDecoderTest, EmptyOptionalColumnsMeanDefaults) {
+  v1::ProbeBatch b;
+  v1::ProbeColumns& c = *b.mutable_columns();
+  c.add_peer(AddName(c, "node-a"));
+  c.add_transport(v1::TRANSPORT_UDP);
+  std::vector<ProbeResult> out;
+  const DecodeOutcome o = DecodeProbeBatch("me", b, kAnyPeer, out);
+  ASSERT_EQ(o.appended, 1u);
+  EXPECT_EQ(out[0].src_port, 0);
+  EXPECT_FALSE(out[0].lost);
+  EXPECT_EQ(out[0].rtt_ns, 0);
+}
+
+TEST(ProbeBatchDecoderTest, BadRowsAreDroppedOneByOneAndTheFilterRunsOncePerName) {
+  v1::ProbeBatch b;
+  v1::ProbeColumns& c = *b.mutable_columns();
+  const uint32_t self = AddName(c, "me");
+  const uint32_t empty = AddName(c, "");
+  const uint32_t stranger = AddName(c, "stranger");
+  const uint32_t ok = AddName(c, "node-a");
+  // self, empty name, refused peer, bad transport, port > 65535, then two good rows.
+  const uint32_t peers[] = {self, empty, stranger, ok, ok, ok, ok};
+  const int transports[] = {1, 1, 1, 99, 1, 1, 1};
+  const uint32_t ports[] = {1, 1, 1, 1, 70'000, 2, 3};
+  for (int i = 0; i < 7; ++i) {
+    c.add_peer(peers[i]);
+    c.add_transport(static_cast<v1::Transport>(transports[i]));
+    c.add_src_port(ports[i]);
+  }
+  int asked = 0;
+  const PeerFilter filter = [&](std::string_view p) {
+    ++asked;
+    return p != "stranger";
+  };
+  std::vector<ProbeResult> out;
+  const DecodeOutcome o = DecodeProbeBatch("me", b, filter, out);
+  EXPECT_EQ(o.column_error, ColumnError::kNone);
+  EXPECT_EQ(o.appended, 2u);
+  EXPECT_EQ(o.invalid_results, 5u);
+  EXPECT_EQ(asked, 2);  // "stranger" and "node-a", each once
+  EXPECT_EQ(out[0].src_port, 2);
+  EXPECT_EQ(out[1].src_port, 3);
+}
+
+// Each malformed block: nothing from the columns is taken, and the reason names the fault.
+struct Malformed {
+  const char* name;
+  void (*mutate)(v1::ProbeColumns&);
+  ColumnError want;
+};
+
+class MalformedColumnsTest : public ::testing::TestWithParam<Malformed> {};
+
+TEST_P(MalformedColumnsTest, RefusedWholeWithItsReason) {
+  v1::ProbeBatch b = ColumnBatch();
+  *b.mutable_results() = RowBatch().results();  // rows in results[] still count
+  GetParam().mutate(*b.mutable_columns());
+  std::vector<ProbeResult> out;
+  const DecodeOutcome o = DecodeProbeBatch("me", b, kAnyPeer, out);
+  EXPECT_EQ(o.column_error, GetParam().want) << ColumnErrorName(o.column_error);
+  EXPECT_EQ(o.appended, 3u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, MalformedColumnsTest,
+    ::testing::Values(
+        Malformed{"short_column", [](v1::ProbeColumns& c) { c.mutable_rtt_ns()->RemoveLast(); },
+                  ColumnError::kColumnLength},
+        Malformed{"long_column", [](v1::ProbeColumns& c) { c.add_lost(true); },
+                  ColumnError::kColumnLength},
+        Malformed{"peer_index", [](v1::ProbeColumns& c) { c.set_peer(1, 3); },
+                  ColumnError::kIndexOutOfRange},
+        Malformed{"nic_index", [](v1::ProbeColumns& c) { c.set_dst_nic(2, 0xffffffffu); },
+                  ColumnError::kIndexOutOfRange},
+        Malformed{"lengths_past_blob", [](v1::ProbeColumns& c) { c.set_name_lengths(2, 1000); },
+                  ColumnError::kNameTable},
+        Malformed{"blob_longer_than_lengths",
+                  [](v1::ProbeColumns& c) { c.mutable_names()->append("x"); },
+                  ColumnError::kNameTable},
+        Malformed{"name_too_long",
+                  [](v1::ProbeColumns& c) {
+                    c.mutable_names()->append(std::string(300, 'n'));
+                    c.add_name_lengths(300);
+                  },
+                  ColumnError::kNameTable},
+        Malformed{"too_many_names",
+                  [](v1::ProbeColumns& c) {
+                    for (size_t i = 0; i <= DecodeLimits::kMaxNames; ++i) c.add_name_lengths(0);
+                  },
+                  ColumnError::kTooLarge}),
+    [](const ::testing::TestParamInfo<Malformed>& info) { return std::string(info.param.name); });
+
+TEST(ProbeBatchDecoderTest, OutputSlotsAreReusedAcrossBatches) {
+  std::vector<ProbeResult> out;
+  DecodeProbeBatch("me", ColumnBatch(), kAnyPeer, out);
+  const ProbeResult* first = out.data();
+  const size_t size = out.size();
+  DecodeProbeBatch("me", ColumnBatch(), kAnyPeer, out);
+  EXPECT_EQ(out.data(), first);
+  EXPECT_EQ(out.size(), size);
+}
+
+}  // namespace
+}  // namespace fw::aggregator
