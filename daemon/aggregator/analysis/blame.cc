@@ -218,14 +218,14 @@ class Blamer {
         bad_links[sw].insert(primary);
         if (v.group.size() > 1) continue;
         for (int s = 0; s < kSignalCount; ++s) {
-          if (v.sig[s]) estimates[sw][s].push_back(v.sig[s]->estimate);
+          if (v.sig[s]) estimates[sw][s].push_back(RawRate(v.group, static_cast<Signal>(s)));
         }
       }
     }
     // A switch fault hits its links alike, but explain-away credits a flow that crossed two of its
     // links to the first one blamed, so the last links of a congested spine keep too few
     // unexplained flows to be blamed themselves. A link of a switch with blamed links counts as bad
-    // when its own rate, over all its flows, is at least half the blamed links' median.
+    // when its own rate over all its flows is at least half the blamed links' median rate.
     std::map<aggregator::SwitchIndex, std::array<double, kSignalCount>> reference;
     for (auto& [sw, by_signal] : estimates) {
       for (int s = 0; s < kSignalCount; ++s) {
@@ -241,10 +241,7 @@ class Blamer {
         if (it == reference.end()) continue;
         for (int s = 0; s < kSignalCount; ++s) {
           if (it->second[s] < 0) continue;
-          const SignalSpec& spec = ev_.specs[s];
-          const double raw =
-              ctx_.tomography.RawEstimate(l, static_cast<Signal>(s), spec.min_expected);
-          if (raw >= std::max(spec.threshold, 0.5 * it->second[s])) {
+          if (LikeTheBlamed(l, static_cast<Signal>(s), 0.5 * it->second[s])) {
             bad_links[sw].insert(l);
             alike[sw].push_back(l);
             break;
@@ -262,6 +259,7 @@ class Blamer {
       if (links.size() >= 2 && links.size() >= fraction * with_data[sw]) rolled[sw];
     }
     std::map<std::string, std::vector<const Verdict*>> by_node;
+    std::vector<const Verdict*> ambiguous;
     for (const auto& [primary, v] : verdicts) {
       // Subsumed by a switch when every link of the verdict touches that switch.
       bool subsumed = false;
@@ -278,7 +276,7 @@ class Blamer {
       }
       if (subsumed) continue;
       if (v.group.size() > 1) {
-        Ambiguous(v);
+        ambiguous.push_back(&v);
         continue;
       }
       const Link& link = map.links()[primary];
@@ -299,6 +297,116 @@ class Blamer {
                     with_data[sw]);
     }
     for (const auto& [node, list] : by_node) NodeNics(node, list);
+    AmbiguousGroups(ambiguous);
+  }
+
+  // Unresolved ECMP groups. One group is "one of these links" (Ambiguous). When most of the
+  // switches wired to the same far ends each have such a group toward them (every leaf's uplinks
+  // to the spines look alike), the fault is at the far ends: one finding for that set of switches
+  // replaces a finding per leaf. Which of them, ECMP hides; the far end of a group is the same for
+  // every spine, so no evidence can name one.
+  void AmbiguousGroups(const std::vector<const Verdict*>& groups) {
+    const FabricMap& map = *ctx_.map;
+    std::map<std::vector<aggregator::SwitchIndex>, std::vector<const Verdict*>> by_far;
+    for (const Verdict* v : groups) {
+      const std::vector<aggregator::SwitchIndex> common = CommonSwitches(v->group);
+      if (common.size() != 1 || map.links()[v->group.front()].IsAccess()) {
+        Ambiguous(*v);
+        continue;
+      }
+      std::vector<aggregator::SwitchIndex> far;
+      for (LinkIndex l : v->group) {
+        const Link& link = map.links()[l];
+        far.push_back(link.a == common[0] ? link.b : link.a);
+      }
+      std::sort(far.begin(), far.end());
+      by_far[far].push_back(v);
+    }
+    if (by_far.empty()) return;
+    // Links with data between two switches, by switch and neighbor (fabric links only).
+    std::map<aggregator::SwitchIndex, std::map<aggregator::SwitchIndex, LinkIndex>> neighbors;
+    for (LinkIndex l = 0; l < map.links().size(); ++l) {
+      const Link& link = map.links()[l];
+      if (link.IsAccess() || ctx_.tomography.totals()[l].probes <= 0) continue;
+      neighbors[link.a][link.b] = l;
+      neighbors[link.b][link.a] = l;
+    }
+    for (const auto& [far, list] : by_far) {
+      // As for a switch's links: explain-away leaves the last leaves' groups too few unexplained
+      // flows, so a leaf wired to the same far ends whose links there all show at least half the
+      // groups' median rate counts as alike.
+      std::array<std::vector<double>, kSignalCount> estimates;
+      std::set<aggregator::SwitchIndex> near;
+      for (const Verdict* v : list) {
+        near.insert(CommonSwitches(v->group).front());
+        for (int s = 0; s < kSignalCount; ++s) {
+          if (v->sig[s]) estimates[s].push_back(RawRate(v->group, static_cast<Signal>(s)));
+        }
+      }
+      size_t wired = 0, alike = 0;
+      for (const auto& [sw, links] : neighbors) {
+        const bool all_wired =
+            std::all_of(far.begin(), far.end(), [&](auto f) { return links.count(f) > 0; });
+        if (!all_wired) continue;
+        ++wired;
+        if (near.count(sw)) continue;
+        for (int s = 0; s < kSignalCount; ++s) {
+          if (estimates[s].empty()) continue;
+          const SignalSpec& spec = ev_.specs[s];
+          const double floor = 0.5 * Median(estimates[s]);
+          const bool all_bad = std::all_of(far.begin(), far.end(), [&](auto f) {
+            return LikeTheBlamed(links.at(f), static_cast<Signal>(s), floor);
+          });
+          if (all_bad) {
+            ++alike;
+            break;
+          }
+        }
+      }
+      if (list.size() < 2 || list.size() + alike < c_.switch_fraction * wired) {
+        for (const Verdict* v : list) Ambiguous(*v);
+        continue;
+      }
+      FarEndFinding(far, list, list.size() + alike, wired);
+    }
+  }
+
+  void FarEndFinding(const std::vector<aggregator::SwitchIndex>& far,
+                     const std::vector<const Verdict*>& list, size_t bad, size_t wired) {
+    std::string names;
+    for (aggregator::SwitchIndex sw : far) {
+      names += (names.empty() ? "" : ",") + ctx_.map->switches()[sw].name;
+    }
+    bool any_loss = false, any_latency = false;
+    double conf = 0;
+    for (const Verdict* v : list) {
+      any_loss = any_loss || v->loss();
+      any_latency = any_latency || v->latency();
+      conf += Confidence(*v) * v->group.size() / list.size();
+    }
+    const bool congestion = any_latency && !any_loss;
+    Finding f;
+    f.kind = congestion ? "congestion" : "switch_degraded";
+    f.severity = congestion ? Severity::kWarning : Severity::kCritical;
+    f.location = FindingLocation{"switch", names, "", "", 0};
+    f.evidence = {{"switches_alike", bad},
+                  {"switches_grouped", list.size()},
+                  {"switches_wired", wired},
+                  {"candidates", far.size()}};
+    f.summary = Fmt("The links of %.0f of the %.0f switches wired to ", bad, wired) + names +
+                (congestion ? " show inflated latency with little loss, each switch's links alike"
+                            : " look bad, each switch's links alike") +
+                Fmt(": one of these %.0f switches (or all of them) is ", far.size()) +
+                (congestion ? "congested" : "at fault") +
+                "; ECMP hides which one: check their buffers and counters, or give the map "
+                "deterministic routing.";
+    f.confidence = conf / far.size();
+    const std::string element = "switches:" + names;
+    for (const Verdict* v : list) {
+      for (LinkIndex l : v->group) ev_.link_elements[l] = {element, f.confidence};
+      ev_.superseded.push_back(GroupKey(*v));
+    }
+    Emit(element, std::move(f), false);
   }
 
   std::string ElementOf(LinkIndex l) const {
@@ -346,6 +454,26 @@ class Blamer {
     std::string key = "links:";
     for (LinkIndex l : v.group) key += (key.size() > 6 ? "," : "") + ctx_.map->links()[l].id;
     return key;
+  }
+
+  // The lowest rate of bad observations over all flows (RawEstimate) among the links of a group.
+  // Blames' own estimates are not comparable with it: explain-away has removed flows from them,
+  // and with unresolved ECMP they count bad observations whole against weighted expectations.
+  double RawRate(const std::vector<LinkIndex>& group, Signal s) const {
+    double lowest = 1;
+    for (LinkIndex l : group) lowest = std::min(lowest, ctx_.tomography.RawEstimate(l, s, 0));
+    return lowest;
+  }
+
+  // Whether link l's own rate over all its flows reaches `floor` (half the blamed links' median
+  // rate) with enough observations, and its bad observations are as surprising under the
+  // background as a blame's must be. The signal's absolute threshold is not asked: with unresolved
+  // ECMP a leaf's uplinks show a quarter of a spine's rate, the same for every uplink.
+  bool LikeTheBlamed(LinkIndex l, Signal s, double floor) const {
+    const SignalSpec& spec = ev_.specs[static_cast<int>(s)];
+    const double raw = ctx_.tomography.RawEstimate(l, s, spec.min_expected);
+    return raw > 0 && raw >= floor &&
+           ctx_.tomography.RawSurprise(l, s, spec.background) >= spec.significance;
   }
 
   // The switches that every link of `group` touches.

@@ -165,6 +165,27 @@ TEST(Scenarios, CongestedSpineOfSixteenLeavesIsOneCongestionFinding) {
   EXPECT_GE(all[0].finding.evidence.at("bad_links"), 12);  // 75 % of 16
 }
 
+// Regression (fleet simulator, congested_spine with ECMP): without path knowledge every leaf's
+// uplinks were one ambiguous group, reported as congestion at each of the 16 leaves, plus a
+// switch finding on spine00 (each group counted for its first link's spine). The leaves' groups
+// all point at the same spines: one finding names that set, and none names a leaf.
+TEST(Scenarios, EcmpCongestedSpineIsOneFindingOnTheSpineSet) {
+  FleetShape shape = Shape();
+  shape.deterministic = false;
+  SyntheticFleet fleet(shape);
+  fleet.Run(kWarmup);
+  for (int l = 0; l < 8; ++l) {
+    fleet.SetLinkFault("leaf" + std::to_string(l) + "~spine2", LinkFault{0, 4});
+  }
+  const int ttd = TimeToDetect(fleet, "congestion", "spine0,spine1,spine2,spine3", 30);
+  ASSERT_GT(ttd, 0) << Describe(fleet.Active());
+  fleet.Run(20);
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.location.type, "switch");
+  EXPECT_GE(active[0].finding.evidence.at("switches_alike"), 6);
+}
+
 TEST(Scenarios, BadNic) {
   SyntheticFleet fleet(Shape());
   fleet.Run(kWarmup);

@@ -142,6 +142,12 @@ double Tomography::RawEstimate(LinkIndex l, Signal s, double min_expected) const
   return -1;
 }
 
+double Tomography::RawSurprise(LinkIndex l, Signal s, double background) const {
+  const LinkTotals& t = totals_[l];
+  const double bad = s == Signal::kLoss ? t.lost : (s == Signal::kLatency ? t.slow : t.bw_bad);
+  return PoissonSurprise(std::floor(bad), Expected(t, s) * background);
+}
+
 std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spec) {
   const size_t n = totals_.size();
   std::vector<LinkBlame> blames;

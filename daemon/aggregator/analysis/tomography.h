@@ -96,6 +96,9 @@ class Tomography {
   // A link's own rate of bad observations over every flow that may cross it, before anything is
   // explained away (loss ratio, slow fraction, bad-bandwidth fraction); -1 below `min_expected`.
   double RawEstimate(LinkIndex l, Signal s, double min_expected) const;
+  // -log10 of the chance that a link's bad observations over all its flows (before explaining
+  // away) arise from `background` alone (PoissonSurprise).
+  double RawSurprise(LinkIndex l, Signal s, double background) const;
   const std::vector<FlowObs>& bad_flows() const { return bad_; }
   // Whether bad flow i was explained by a blamed link of `signal`.
   bool Explained(Signal signal, uint32_t i) const { return explained_[Idx(signal)][i] != 0; }
