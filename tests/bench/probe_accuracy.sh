@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Accuracy of the fabricwatch network probes against reference tools, on one path:
 #   UDP RTT p50 (fw_netprobe udp)  vs  sockperf ping-pong (which reports HALF the round trip;
-#                                      doubled here so both columns are round trips)
+#                                      doubled here so both columns are round trips); the
+#                                      prober's default (user space, busy-polled) is held to
+#                                      the target, with info rows: its kernel-stamped RTT, the
+#                                      prober without busy polling, sockperf --nonblocked
 #   TCP goodput (fw_netprobe tcp-bw) vs iperf3 (receiver-side bits/s)
 #   UDP loss (fw_netprobe udp)     vs  an injected drop percentage (--expect-loss)
 # Prints a table with ratio columns. Paths:
@@ -23,7 +26,7 @@ seconds=10 rate=100 flows=4 bw_bytes=$((256 << 20)) bw_repeat=3 iperf_seconds=3 
 busy_cpu_pct=100 fabric_parts=rtt,bw,loss
 
 usage() {
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
   cat <<USAGE
 Options: --build DIR (holds probes/net/fw_netprobe; default: \$FW_BUILD_DIR, build-probes*, build)
          --client-ns NS --server-ns NS --server-addr IP     --label TEXT (first table column)
