@@ -26,7 +26,7 @@ seconds=10 rate=100 flows=4 bw_bytes=$((256 << 20)) bw_repeat=3 iperf_seconds=3 
 busy_cpu_pct=100 fabric_parts=rtt,bw,loss
 
 usage() {
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
   cat <<USAGE
 Options: --build DIR (holds probes/net/fw_netprobe; default: \$FW_BUILD_DIR, build-probes*, build)
          --client-ns NS --server-ns NS --server-addr IP     --label TEXT (first table column)
