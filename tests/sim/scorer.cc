@@ -194,6 +194,13 @@ bool IsExact(const Truth& t, const ObservedFinding& f) {
 
 bool IsRelated(const Truth& t, const ObservedFinding& f) {
   if (IsExactPlace(t, f) || t.related.count(f.loc_id)) return true;
+  // "one of a,b,c": an analyzer that cannot tell candidates apart (unresolved ECMP) lists them.
+  if (f.loc_id.find(',') != std::string::npos) {
+    std::stringstream ids(f.loc_id);
+    for (std::string id; std::getline(ids, id, ',');) {
+      if (t.related.count(id)) return true;
+    }
+  }
   return !t.node.empty() && f.node == t.node;
 }
 

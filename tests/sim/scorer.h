@@ -82,7 +82,8 @@ struct Score {
   std::vector<std::string> false_positive_ids;
 };
 
-// A finding is a true positive when its location is the fault's exact element or related to it and
+// A finding is a true positive when its location is the fault's exact element or related to it (a
+// location id listing candidates, "spine00,spine01", is related when one of them is) and
 // the scorer first saw it between the fault's start and `grace_s` after its end; any other finding
 // is a false positive (a healthy run's findings are all false positives). Times are when the scorer
 // first saw a finding (polling adds up to one period), not its first_seen, which an analyzer may

@@ -124,6 +124,17 @@ TEST_F(ScorerTest, FindingThatNeverTakesAnAcceptedKindIsNotLocalized) {
   EXPECT_DOUBLE_EQ(s.faults[0].ttd_s, 3);
 }
 
+TEST_F(ScorerTest, CandidateListNamingTheFaultIsRelatedNotExact) {
+  Score s = ComputeScore(truths_,
+                         {F("a", "link_degraded", "switch", "spine00,spine01", 1030),
+                          F("b", "link_degraded", "switch", "spine00,spine02", 1030)},
+                         30);
+  EXPECT_TRUE(s.faults[0].detected);  // leaf001~spine01 is a link of spine01
+  EXPECT_FALSE(s.faults[0].localized);
+  EXPECT_EQ(s.true_positives, 1u);
+  EXPECT_EQ(s.false_positives, 1u);
+}
+
 TEST(ScorerParseTest, Rfc3339) {
   EXPECT_EQ(ParseRfc3339("1970-01-01T00:00:03Z"), 3.0);
   EXPECT_DOUBLE_EQ(*ParseRfc3339("2024-05-01T12:00:00.250Z"), 1714564800.25);
