@@ -385,11 +385,14 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
   }
 
   // The background is what healthy paths show: the cleanest class with enough pairs (in a small
-  // fabric one bad uplink touches most inter-leaf pairs, but no intra-leaf pair).
+  // fabric one bad uplink touches most inter-leaf pairs, but no intra-leaf pair: 2 spines x 3
+  // leaves x 2 hosts has 12 inter-leaf pairs, 8 of them crossing any one uplink, and only 6
+  // intra-leaf pairs, which must count or the fault hides in its own background).
   double loss_bg = 1, slow_bg = 1;
+  const auto min_pairs = static_cast<size_t>(std::max(1, c.background_min_pairs));
   for (int k = 0; k < kClassCount; ++k) {
-    if (ev.pair_loss[k].size() >= 10) loss_bg = std::min(loss_bg, class_stats_[k].loss);
-    if (ev.pair_slow[k].size() >= 10) slow_bg = std::min(slow_bg, class_stats_[k].slow);
+    if (ev.pair_loss[k].size() >= min_pairs) loss_bg = std::min(loss_bg, class_stats_[k].loss);
+    if (ev.pair_slow[k].size() >= min_pairs) slow_bg = std::min(slow_bg, class_stats_[k].slow);
   }
   loss_bg = std::max(loss_bg == 1 ? 0.0 : loss_bg, c.background_loss_floor);
   slow_bg = std::max(slow_bg == 1 ? 0.0 : slow_bg, c.background_slow_floor);

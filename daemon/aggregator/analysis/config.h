@@ -23,6 +23,9 @@ struct AnalysisConfig {
   double loss_significance = 9.0;
   // Floor for the fleet background loss ratio (a perfectly clean fleet still gets this).
   double background_loss_floor = 1e-4;
+  // A path class (intra-leaf, inter-leaf) gives the background only with this many pairs that
+  // have enough probes; the cleanest such class wins.
+  int background_min_pairs = 5;
   // Loss over the most recent two seconds that makes a bad element "down".
   double down_loss_ratio = 0.9;
 
