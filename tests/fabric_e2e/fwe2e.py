@@ -107,11 +107,16 @@ class DaemonFabric:
     """A namespace fabric running the real aggregator (in mgmt) and one real agent per host."""
 
     def __init__(self, spines=2, leaves=2, hosts_per_leaf=3, aggregator_args=(), agent_args=(),
-                 routing="ecmp"):
+                 routing="ecmp", access_rate=None):
         if routing not in ("ecmp", "deterministic"):
             raise ValueError(f"routing must be ecmp or deterministic, got {routing!r}")
         self.fab = fabric.Fabric(spines=spines, leaves=leaves, hosts_per_leaf=hosts_per_leaf)
         self.routing = routing
+        # A line rate for every host link (tbf, both directions), e.g. "1gbit". Unshaped veth
+        # moves as many bits as the CPU can copy, so on a shared 2-core machine a bandwidth burst
+        # measures CPU contention (2x swings between bursts), not the fabric. With a line rate
+        # bursts measure the link, as on real NICs, and a slower fabric link stands out.
+        self.access_rate = access_rate
         self.pinning = None
         self.aggregator_args = list(aggregator_args)
         self.agent_args = list(agent_args)
@@ -126,6 +131,10 @@ class DaemonFabric:
         agg_bin, ag_bin = aggregator_bin(), agent_bin()
         self.fab.up()
         try:
+            if self.access_rate:
+                for lk in self.fab.links.values():
+                    if lk.kind == "host":
+                        self.fab.limit_bandwidth(lk.id, self.access_rate, latency="5ms")
             self._start(agg_bin, ag_bin)
         except BaseException:
             self.dump_logs()

@@ -26,6 +26,8 @@ DETECT_S = 30  # issue 5: the finding must appear within 30 s of the fault
 # so latency findings need about a minute of healthy history before the fault.
 BASELINE_S = 65
 FABRIC = dict(spines=2, leaves=3, hosts_per_leaf=2)
+# Host links run at a line rate so that bandwidth bursts measure links, not CPU (fwe2e).
+ACCESS_RATE = "1gbit"
 # The finding kinds the probe mesh can raise (DESIGN.md: links and switches, NICs and hosts,
 # probing). The node-hardware kinds (port_errors, pcie_downtrained, ...) come from the agents'
 # node checks of the real sysfs and hwloc test data, which has saturated error counters; they say
@@ -52,7 +54,7 @@ class FindingsCase(unittest.TestCase):
 
     def fabric(self):
         return fwe2e.DaemonFabric(routing="deterministic", aggregator_args=self.aggregator_args,
-                                  **FABRIC)
+                                  access_rate=ACCESS_RATE, **FABRIC)
 
     def start(self, run, baseline_s=BASELINE_S):
         t0 = time.monotonic()
@@ -224,7 +226,7 @@ class CongestionTest(FindingsCase):
 
 
 class TbfDegradedTest(FindingsCase):
-    """tbf 50 Mbit/s on the link (veth otherwise moves Gbit/s): only the agents' bandwidth bursts
+    """tbf 50 Mbit/s on the link (host links run at ACCESS_RATE): only the agents' bandwidth bursts
     can see it, so this needs bursts far more often than the default 300 s per peer."""
 
     BW_FLAG = "--bandwidth-interval"
