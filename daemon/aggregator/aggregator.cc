@@ -3,6 +3,10 @@
 
 #include <spdlog/spdlog.h>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -173,10 +177,16 @@ void Aggregator::TickLoop() {
       first_pending_ns_ = 0;
       last_replan_ns_ = now;
       Replan();
+#ifdef __GLIBC__
+      // A 16,000-node plan set is hundreds of MB of short-lived strings and vectors; without this
+      // glibc keeps the freed pages, and they count against the RSS budget until the next re-plan.
+      malloc_trim(0);
+#endif
       int64_t cost = clock_.MonotonicNanos() - now;
       replan_spacing_ns_ = std::clamp<int64_t>(5 * cost, 1'000'000'000, 30'000'000'000);
       now = clock_.MonotonicNanos();
     }
+    PushPendingPlans();
     analyzer_->Tick();
     analysis_metrics_.Update(*analyzer_);
     node_probe_metrics_.Update(*pairs_, now);
@@ -252,7 +262,7 @@ void Aggregator::Replan() {
   for (const std::string& note : set.notes) spdlog::warn("msg=\"planner\" note=\"{}\"", note);
   const size_t live_count = live.size();
   live = {};  // frees the endpoint strings before the plans are encoded
-  auto changed = std::make_shared<std::unordered_set<std::string>>();
+  std::vector<std::string> changed;
   {
     std::lock_guard lock(plan_mu_);
     const uint64_t version = ++plan_version_;
@@ -295,23 +305,35 @@ void Aggregator::Replan() {
       p.set_version(version);
       slot.content_hash = hash;
       slot.bytes = std::make_shared<const std::string>(p.SerializeAsString());
-      changed->insert(node);
+      changed.push_back(node);
     }
     plans_ = std::move(next);
   }
   replans_.Inc();
   spdlog::info("msg=\"probe plans updated\" agents={} leaf_pairs_covered={} plans_changed={}",
-               live_count, set.leaf_pairs_covered, changed->size());
-  if (grpc_ && !changed->empty()) {
-    uint64_t pushed = 0;
-    grpc_->PushPlans([&](const std::string& node) {
-      const bool want = changed->contains(node);
-      pushed += want;
-      return want;
-    });
-    plans_sent_.Inc(static_cast<double>(pushed));
-  }
+               live_count, set.leaf_pairs_covered, changed.size());
+  // Sent by PushPendingPlans(), a bounded number per tick. A node that reconnects meanwhile gets
+  // its current plan with its Ack anyway.
+  for (std::string& node : changed) pending_pushes_.insert(std::move(node));
 }
+
+void Aggregator::PushPendingPlans() {
+  if (!grpc_ || pending_pushes_.empty()) return;
+  // One pass over the sessions picks up to kPlanPushesPerTick pending nodes that are connected.
+  std::unordered_set<std::string> batch;
+  for (auto it = pending_pushes_.begin();
+       it != pending_pushes_.end() && batch.size() < kPlanPushesPerTick;) {
+    batch.insert(pending_pushes_.extract(it++).value());
+  }
+  uint64_t pushed = 0;
+  grpc_->PushPlans([&](const std::string& node) {
+    const bool want = batch.contains(node);
+    pushed += want;
+    return want;
+  });
+  plans_sent_.Inc(static_cast<double>(pushed));
+}
+
 void Aggregator::OnCounterBatch(const std::string& node, const v1::CounterBatch& batch) {
   ports_.Update(node, batch);
   auto known = [](double v) { return std::isfinite(v) ? v : 0.0; };

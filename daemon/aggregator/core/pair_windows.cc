@@ -46,6 +46,7 @@ SparseBuckets::~SparseBuckets() {
 }
 
 static_assert(sizeof(SparseBuckets) == 16);
+static_assert(sizeof(PairWindows) <= 26 * 28 + 16, "a pair's windows: 26 slots of 28 bytes");
 
 void SparseBuckets::Add(int bucket) {
   const auto key = static_cast<uint16_t>(bucket << kCountBits);
@@ -86,14 +87,20 @@ void SparseBuckets::AddTo(LogHistogram& h) const {
 void PairWindows::Record(int64_t now_ns, const ProbeSample& sample) {
   const int bucket =
       (!sample.lost && sample.rtt_ns > 0) ? LogHistogram::BucketFor(sample.rtt_ns) : -1;
+  const bool bandwidth =
+      !sample.lost && sample.goodput_bps > 0.0 && std::isfinite(sample.goodput_bps);
+  if (bandwidth && !bandwidth_) {
+    bandwidth_ = std::make_unique<std::array<BandwidthSlot, kTotalSlots>>();
+  }
   for (const TierSpec& tier : kTiers) {
     const uint32_t epoch = EpochOf(now_ns, tier.slot_seconds);
-    Slot& slot = slots_[tier.offset + static_cast<int>(epoch % tier.slots)];
+    const int index = tier.offset + static_cast<int>(epoch % tier.slots);
+    Slot& slot = slots_[index];
     if (slot.epoch != epoch) {
       slot.epoch = epoch;
-      slot.probes = slot.lost = slot.bw_samples = 0;
-      slot.bw_sum_bps = 0.0;
+      slot.probes = slot.lost = 0;
       slot.rtt.Clear();
+      if (bandwidth_) (*bandwidth_)[index] = BandwidthSlot{};
     }
     ++slot.probes;
     if (sample.lost) {
@@ -101,9 +108,10 @@ void PairWindows::Record(int64_t now_ns, const ProbeSample& sample) {
       continue;
     }
     if (bucket >= 0) slot.rtt.Add(bucket);
-    if (sample.goodput_bps > 0.0 && std::isfinite(sample.goodput_bps)) {
-      ++slot.bw_samples;
-      slot.bw_sum_bps += sample.goodput_bps;
+    if (bandwidth) {
+      BandwidthSlot& b = (*bandwidth_)[index];
+      ++b.samples;
+      b.sum_bps += sample.goodput_bps;
     }
   }
   last_record_s_ = now_ns / 1'000'000'000;
@@ -114,19 +122,21 @@ void PairWindows::ForEachSlot(int64_t now_ns, Window w, Fn&& fn) const {
   const TierSpec& tier = kTiers[static_cast<int>(w)];
   const uint32_t now_epoch = EpochOf(now_ns, tier.slot_seconds);
   for (int i = 0; i < tier.slots; ++i) {
-    const Slot& slot = slots_[tier.offset + i];
+    const int index = tier.offset + i;
+    const Slot& slot = slots_[index];
     // Inside the window: one of the `slots` most recent epochs. Future epochs (a clock that went
     // backwards cannot happen on CLOCK_MONOTONIC, but a test clock may) are excluded too.
     if (slot.epoch != 0 && slot.epoch <= now_epoch &&
         now_epoch - slot.epoch < static_cast<uint32_t>(tier.slots)) {
-      fn(slot);
+      fn(index);
     }
   }
 }
 
 void PairWindows::MergeInto(int64_t now_ns, Window w, LogHistogram& h, uint64_t* probes,
                             uint64_t* lost) const {
-  ForEachSlot(now_ns, w, [&](const Slot& s) {
+  ForEachSlot(now_ns, w, [&](int index) {
+    const Slot& s = slots_[index];
     s.rtt.AddTo(h);
     *probes += s.probes;
     *lost += s.lost;
@@ -137,12 +147,15 @@ WindowStats PairWindows::Snapshot(int64_t now_ns, Window w) const {
   WindowStats st;
   LogHistogram h;
   double bw_sum = 0.0;
-  ForEachSlot(now_ns, w, [&](const Slot& s) {
+  ForEachSlot(now_ns, w, [&](int index) {
+    const Slot& s = slots_[index];
     s.rtt.AddTo(h);
     st.probes += s.probes;
     st.lost += s.lost;
-    st.bandwidth_samples += s.bw_samples;
-    bw_sum += s.bw_sum_bps;
+    if (bandwidth_) {
+      st.bandwidth_samples += (*bandwidth_)[index].samples;
+      bw_sum += (*bandwidth_)[index].sum_bps;
+    }
   });
   st.loss_ratio = st.probes ? static_cast<double>(st.lost) / static_cast<double>(st.probes) : 0.0;
   st.rtt_samples = h.Count();
@@ -156,6 +169,7 @@ WindowStats PairWindows::Snapshot(int64_t now_ns, Window w) const {
 size_t PairWindows::HeapBytes() const {
   size_t total = 0;
   for (const Slot& s : slots_) total += s.rtt.HeapBytes();
+  if (bandwidth_) total += sizeof(*bandwidth_);
   return total;
 }
 

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string_view>
 #include <utility>
 
@@ -97,17 +98,24 @@ class PairWindows {
   void MergeInto(int64_t now_ns, Window w, LogHistogram& h, uint64_t* probes, uint64_t* lost) const;
   // Monotonic seconds of the last Record(), 0 if none.
   int64_t LastRecordSecond() const { return last_record_s_; }
-  // Heap bytes held by the sparse buckets (the object itself is sizeof(PairWindows)).
+  // Heap bytes held by the sparse buckets and the bandwidth slots (the object itself is
+  // sizeof(PairWindows)).
   size_t HeapBytes() const;
 
  private:
+  // 28 bytes: at 16,000 nodes there are ~1M pairs of 26 slots each, so every byte here is ~26 MB.
   struct Slot {
     uint32_t epoch = 0;  // which slot-length period this holds; 0 = never used
     uint32_t probes = 0;
     uint32_t lost = 0;
-    uint32_t bw_samples = 0;
-    double bw_sum_bps = 0.0;
     SparseBuckets rtt;
+  };
+  // Bandwidth results of the slot with the same index. Most pairs only carry latency probes, so
+  // these live in a block allocated on a pair's first bandwidth result; it is reset together with
+  // its slot.
+  struct BandwidthSlot {
+    uint32_t samples = 0;
+    double sum_bps = 0.0;
   };
   struct TierSpec {
     int slot_seconds;
@@ -118,11 +126,12 @@ class PairWindows {
       TierSpec{1, 10, 0}, TierSpec{10, 6, 10}, TierSpec{60, 10, 16}};
   static constexpr int kTotalSlots = 26;
 
-  // Calls fn(const Slot&) for each slot inside window `w` at `now_ns`.
+  // Calls fn(index) for each slot inside window `w` at `now_ns`.
   template <typename Fn>
   void ForEachSlot(int64_t now_ns, Window w, Fn&& fn) const;
 
   std::array<Slot, kTotalSlots> slots_{};
+  std::unique_ptr<std::array<BandwidthSlot, kTotalSlots>> bandwidth_;  // null until needed
   int64_t last_record_s_ = 0;
 };
 

@@ -43,6 +43,13 @@ uint16_t PortFor(const AgentInfo& agent, const HostNic& nic, uint16_t fallback) 
 
 }  // namespace
 
+double Planner::QuantizeRate(double rate_pps) {
+  if (!(rate_pps > 0) || !std::isfinite(rate_pps)) return 0;
+  constexpr double kSteps = 8;  // per octave
+  const double q = std::exp2(std::floor(std::log2(rate_pps) * kSteps + 1e-9) / kSteps);
+  return std::min(q, rate_pps);
+}
+
 Planner::Planner(PlannerConfig config, std::shared_ptr<const FabricMap> map)
     : config_(config), map_(std::move(map)) {}
 
@@ -306,7 +313,13 @@ void Planner::ApplyBudgets(PlanSet& out) const {
                           std::to_string(pps) + " probes/s exceed the budget of " +
                           std::to_string(static_cast<int>(pps_cap)) +
                           " probes/s; rates scaled by " + std::to_string(factor));
-      pps = pps_cap;
+    }
+    // Rates go down to the next step of a grid of 2^(1/8) (9%): a join or leave moves the fleet
+    // cap's factor a little, and without the grid every node's plan would change and be resent.
+    pps = 0;
+    for (PlannedPeer& p : plan.peers) {
+      p.rate_pps = QuantizeRate(p.rate_pps);
+      pps += static_cast<double>(p.flows.size()) * p.rate_pps;
     }
     const double latency_bytes = pps * config_.latency_probe_bytes;
     // Bandwidth bursts: every peer once per interval, stretched until they fit their share.

@@ -93,6 +93,10 @@ class Planner {
   // paths then miss some path with probability at most 1 - coverage. 1 for S <= 1.
   static uint32_t FlowsForCoverage(size_t paths, double coverage);
 
+  // The largest 2^(k/8) (k an integer) that is <= rate_pps; 0 for rates <= 0. Planned rates sit on
+  // this grid, so small changes in the live set leave most plans byte-for-byte the same.
+  static double QuantizeRate(double rate_pps);
+
  private:
   void PlanWithMap(const std::vector<AgentInfo>& agents, PlanSet& out,
                    std::vector<const AgentInfo*>& unmapped) const;
