@@ -352,7 +352,6 @@ class Blamer {
         if (near.count(sw)) continue;
         for (int s = 0; s < kSignalCount; ++s) {
           if (estimates[s].empty()) continue;
-          const SignalSpec& spec = ev_.specs[s];
           const double floor = 0.5 * Median(estimates[s]);
           const bool all_bad = std::all_of(far.begin(), far.end(), [&](auto f) {
             return LikeTheBlamed(links.at(f), static_cast<Signal>(s), floor);
@@ -406,7 +405,7 @@ class Blamer {
       for (LinkIndex l : v->group) ev_.link_elements[l] = {element, f.confidence};
       ev_.superseded.push_back(GroupKey(*v));
     }
-    Emit(element, std::move(f), false);
+    Emit(element, std::move(f), false, congestion ? c_.latency_confirm_ticks : 0);
   }
 
   std::string ElementOf(LinkIndex l) const {
@@ -446,7 +445,7 @@ class Blamer {
     f.confidence = Confidence(v);
     const std::string element = key;
     for (LinkIndex l : v.group) ev_.link_elements[l] = {element, f.confidence};
-    Emit(element, std::move(f), false);
+    Emit(element, std::move(f), false, level == Level::kLatency ? c_.latency_confirm_ticks : 0);
   }
 
   std::string GroupKey(const Verdict& v) const {
@@ -523,7 +522,7 @@ class Blamer {
       ev_.superseded.push_back(GroupKey(*v));
     }
     for (LinkIndex l : alike) ev_.link_elements[l] = {element, conf};
-    Emit(element, std::move(f), false);
+    Emit(element, std::move(f), false, latency_only ? c_.latency_confirm_ticks : 0);
   }
 
   void SwitchLink(const Verdict& v) {
@@ -561,7 +560,7 @@ class Blamer {
     }
     const std::string element = "link:" + link.id;
     ev_.link_elements[v.group.front()] = {element, f.confidence};
-    Emit(element, std::move(f), true);
+    Emit(element, std::move(f), true, level == Level::kLatency ? c_.latency_confirm_ticks : 0);
   }
 
   void NodeNics(const std::string& node, const std::vector<const Verdict*>& list) {
@@ -671,12 +670,12 @@ class Blamer {
         element = "node:" + node;
         f.summary = "Probes to and from " + node + " are slow (its NIC " + device + " " + what +
                     ") with no loss and no congestion counters, and have been for at least " +
-                    Fmt("%.0f evaluations", c_.host_latency_confirm_ticks) +
+                    Fmt("%.0f evaluations", c_.latency_confirm_ticks) +
                     "; the host (CPU contention, interrupts, driver) is the likely cause, not "
                     "the fabric.";
-        // A queueing episode on the cable looks the same while it lasts: ask for persistence.
-        confirm_ticks = c_.host_latency_confirm_ticks;
       }
+      // A queueing episode on the cable looks the same while it lasts: ask for persistence.
+      confirm_ticks = c_.latency_confirm_ticks;
     }
     ev_.link_elements[v.group.front()] = {element, f.confidence};
     Emit(element, std::move(f), element.starts_with("nic:"), confirm_ticks);
@@ -789,7 +788,8 @@ class Blamer {
     for (auto& [host, list] : by_host) {
       for (auto& [k, f] : list) {
         if (subsumed.count(k) || !emitted.insert(k).second) continue;
-        Emit(k, std::move(f), false);
+        const int confirm = f.kind == "congestion" ? c_.latency_confirm_ticks : 0;
+        Emit(k, std::move(f), false, confirm);
       }
     }
   }

@@ -66,10 +66,6 @@ struct AnalysisConfig {
   double host_bad_fraction = 0.5;
   double host_clean_fraction = 0.15;
   int host_min_flows = 3;
-  // Latency alone on one access link (no loss, no congestion counters) says "host" only after this
-  // many consecutive bad evaluations: queueing episodes of a few seconds on a NIC cable look the
-  // same for as long as they last, a host problem worth acting on persists.
-  int host_latency_confirm_ticks = 30;
   // An access link that loses probes *and* delays them by this factor of the baseline on average
   // points at the host's stack (drops and scheduling delays of milliseconds), not at the cable or
   // the NIC port, whose queueing delay the switch's buffer bounds to tens of microseconds.
@@ -92,6 +88,11 @@ struct AnalysisConfig {
   // ------------------------------------------------------------------------------ Consecutive bad
   // evaluations (ticks) before a suspect element fires.
   int confirm_ticks = 3;
+  // Latency alone (queueing without loss: congestion on a link, a group of links or a switch, a
+  // slow host's NIC cable) fires only after this many: background queueing episodes of a few
+  // seconds look the same for as long as they last; a hot spot or a slow host worth acting on
+  // persists.
+  int latency_confirm_ticks = 30;
   // Seconds an element must stay good before its finding resolves.
   double recovery_s = 30.0;
   // Flapping: at least `flap_toggles` up/down changes within `flap_window_s`.

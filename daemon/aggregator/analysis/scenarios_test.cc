@@ -131,7 +131,7 @@ TEST(Scenarios, CongestedSpine) {
   for (int l = 0; l < 8; ++l) {
     fleet.SetLinkFault("leaf" + std::to_string(l) + "~spine2", LinkFault{0, 2.5});
   }
-  fleet.Run(30);
+  fleet.Run(45);  // latency alone: latency_confirm_ticks (30)
   const auto active = fleet.Active();
   ASSERT_EQ(active.size(), 1u) << Describe(active);
   EXPECT_EQ(active[0].finding.kind, "congestion");
@@ -155,9 +155,9 @@ TEST(Scenarios, CongestedSpineOfSixteenLeavesIsOneCongestionFinding) {
   for (int l = 0; l < 16; ++l) {
     fleet.SetLinkFault("leaf" + std::to_string(l) + "~spine2", LinkFault{0.0005, 4, 0.6});
   }
-  const int ttd = TimeToDetect(fleet, "congestion", "spine2", 30);
+  const int ttd = TimeToDetect(fleet, "congestion", "spine2", 60);
   ASSERT_GT(ttd, 0) << Describe(fleet.Active());
-  EXPECT_LE(ttd, 10);
+  EXPECT_LE(ttd, 40);
   fleet.Run(30);
   const auto all = fleet.analyzer().Findings(false);
   ASSERT_EQ(all.size(), 1u) << Describe(all);
@@ -177,7 +177,7 @@ TEST(Scenarios, EcmpCongestedSpineIsOneFindingOnTheSpineSet) {
   for (int l = 0; l < 8; ++l) {
     fleet.SetLinkFault("leaf" + std::to_string(l) + "~spine2", LinkFault{0, 4});
   }
-  const int ttd = TimeToDetect(fleet, "congestion", "spine0,spine1,spine2,spine3", 30);
+  const int ttd = TimeToDetect(fleet, "congestion", "spine0,spine1,spine2,spine3", 60);
   ASSERT_GT(ttd, 0) << Describe(fleet.Active());
   fleet.Run(20);
   const auto active = fleet.Active();
@@ -244,7 +244,7 @@ TEST(Scenarios, SlowProberDoesNotHideALossyLink) {
 }
 
 // Slow both ways is latency alone on the host's access link: it must persist for
-// host_latency_confirm_ticks (30) before it is called a host problem.
+// latency_confirm_ticks (30) before it is called a host problem.
 TEST(Scenarios, HostSlowBothWaysIsHostNetwork) {
   SyntheticFleet fleet(Shape());
   fleet.Run(kWarmup);
@@ -281,7 +281,7 @@ TEST(Scenarios, QueueingEpisodeOnOneNicCableIsNotAHostProblem) {
   EXPECT_TRUE(findings.empty()) << Describe(findings);
   // The old rule (the usual 3 ticks) called each episode a host problem.
   AnalysisConfig old;
-  old.host_latency_confirm_ticks = 0;
+  old.latency_confirm_ticks = 0;
   EXPECT_EQ(EpisodesOnNicCables(old).size(), 3u);
 }
 
@@ -332,6 +332,34 @@ TEST(Scenarios, NicThatDropsAndQueuesIsNicDegraded) {
   ASSERT_EQ(active.size(), 1u) << Describe(active);
   EXPECT_EQ(active[0].finding.kind, "nic_degraded");
   EXPECT_EQ(active[0].finding.location.id, "l3h2/mlx5_0");
+}
+
+// Regression (fleet simulator, link_loss_5pct and link_loss_20pct): background queueing episodes
+// on fabric links (+9 to 13 us per traversal for 4.5 to 8.6 s) gave a congestion finding on the
+// link within 3 s, the suite's remaining false positives once host_network was fixed.
+std::vector<TrackedFinding> EpisodesOnFabricLinks(FleetShape shape, const AnalysisConfig& config) {
+  SyntheticFleet fleet(shape, config);
+  fleet.Run(kWarmup);
+  for (const char* link : {"leaf1~spine0", "leaf4~spine2", "leaf6~spine3"}) {
+    fleet.SetLinkFault(link, LinkFault{0, 2.5});
+    fleet.Run(9);
+    fleet.ClearFaults();
+    fleet.Run(20);
+  }
+  return fleet.analyzer().Findings(false);
+}
+
+TEST(Scenarios, QueueingEpisodeOnAFabricLinkIsNotCongestion) {
+  FleetShape ecmp = Shape();
+  ecmp.deterministic = false;
+  for (const FleetShape& shape : {Shape(), ecmp}) {
+    const auto findings = EpisodesOnFabricLinks(shape, AnalysisConfig{});
+    EXPECT_TRUE(findings.empty()) << Describe(findings);
+    AnalysisConfig old;  // the usual 3 ticks: each episode was congestion
+    old.latency_confirm_ticks = 0;
+    EXPECT_EQ(EpisodesOnFabricLinks(shape, old).size(), 3u)
+        << Describe(EpisodesOnFabricLinks(shape, old));
+  }
 }
 
 TEST(Scenarios, BandwidthHalved) {
