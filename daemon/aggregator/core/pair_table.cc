@@ -96,31 +96,54 @@ size_t PairTable::RecordBatch(std::span<const ProbeResult> results) {
   NodeId src = 0;
   int locked_shard = -1;
   std::unique_lock<std::mutex> lock;
+  std::vector<RecentPair>* recent = nullptr;  // the current source's previous batch
+  size_t k = 0;                               // position in the current source's run
+  auto end_run = [&] {
+    if (recent) recent->resize(std::min(k, recent->size()));
+  };
   for (const ProbeResult& r : results) {
     if (static_cast<int>(r.transport) >= kTransportCount) {
       rejected_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
     if (locked_shard < 0 || r.src_node != last_src) {
+      end_run();
       src = Intern(r.src_node);
       last_src = r.src_node;
+      const int shard_index = ShardOf(src);
+      if (shard_index != locked_shard) {
+        lock = std::unique_lock<std::mutex>(shards_[shard_index].mu);
+        locked_shard = shard_index;
+      }
+      recent = &shards_[shard_index].recent[src];
+      k = 0;
     }
-    const NodeId dst = Intern(r.dst_node);
-    const int shard_index = ShardOf(src);
-    if (shard_index != locked_shard) {
-      lock = std::unique_lock<std::mutex>(shards_[shard_index].mu);
-      locked_shard = shard_index;
+    Shard& shard = shards_[locked_shard];
+    uint32_t index = kNoIndex;
+    if (k < recent->size()) {
+      const RecentPair& c = (*recent)[k];
+      if (c.transport == r.transport && c.dst == r.dst_node && c.index < shard.pairs.size() &&
+          shard.pairs[c.index].live && shard.pairs[c.index].generation == c.generation) {
+        index = c.index;
+      }
     }
-    Shard& shard = shards_[shard_index];
-    const uint32_t index = FindOrCreateLocked(shard, src, dst, r.transport);
     if (index == kNoIndex) {
-      rejected_.fetch_add(1, std::memory_order_relaxed);
-      continue;
+      index = FindOrCreateLocked(shard, src, Intern(r.dst_node), r.transport);
+      if (index == kNoIndex) {
+        rejected_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      if (k < kMaxRecentPerSource) {
+        if (k >= recent->size()) recent->resize(k + 1);
+        (*recent)[k] = RecentPair{r.dst_node, r.transport, index, shard.pairs[index].generation};
+      }
     }
+    ++k;
     RecordLocked(shard.pairs[index], ProbeSample{r.lost, r.rtt_ns, r.goodput_bps}, r.src_port,
                  r.flow_id, now_ns);
     ++recorded;
   }
+  end_run();
   return recorded;
 }
 
@@ -187,7 +210,10 @@ size_t PairTable::DropIdle(int64_t now_ns, int64_t idle_seconds) {
       shard.by_key.erase(Key(p.src, p.dst, p.transport));
       auto& list = shard.by_source[p.src];
       list.erase(std::remove(list.begin(), list.end(), i), list.end());
-      if (list.empty()) shard.by_source.erase(p.src);
+      if (list.empty()) {
+        shard.by_source.erase(p.src);
+        shard.recent.erase(p.src);  // a source with no pairs left has no batch worth caching
+      }
       const uint32_t generation = p.generation;
       p = Pair{};  // releases the buckets' memory
       p.generation = generation;

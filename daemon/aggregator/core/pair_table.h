@@ -114,8 +114,20 @@ class PairTable {
     std::vector<FlowSeen> flows;
     PairWindows windows;
   };
+  // Where result k of a source's previous batch went. Agents send their peers in the same order
+  // every second, so result k of the next batch usually names the same pair: comparing a short
+  // string replaces interning the destination and looking the pair up (measured: ~17% of the
+  // aggregator's ingest CPU at 4,000 agents).
+  struct RecentPair {
+    std::string dst;
+    Transport transport = Transport::kUdp;
+    uint32_t index = 0;
+    uint32_t generation = 0;
+  };
+  static constexpr size_t kMaxRecentPerSource = 4096;  // results of one batch worth remembering
   struct Shard {
     mutable std::mutex mu;
+    std::unordered_map<NodeId, std::vector<RecentPair>> recent;   // GUARDED_BY(mu); by source
     std::unordered_map<uint64_t, uint32_t> by_key;                // GUARDED_BY(mu)
     std::unordered_map<NodeId, std::vector<uint32_t>> by_source;  // GUARDED_BY(mu)
     std::deque<Pair> pairs;                                       // GUARDED_BY(mu); stable

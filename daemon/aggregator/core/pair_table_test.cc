@@ -159,5 +159,38 @@ TEST(PairTableTest, ConcurrentBatchesFromManyAgentsLoseNothing) {
   EXPECT_EQ(table.PairCount(), static_cast<size_t>(kThreads) * 10 * 7);
 }
 
+// RecordBatch remembers where each position of a source's last batch went; a batch in another
+// order, or after its pair was dropped, must still land in the right pair.
+TEST(PairTableTest, RepeatedBatchesLandInTheRightPairsWhateverTheOrder) {
+  FakeClock clock;
+  PairTable table(clock, SmallMap());
+  const std::vector<ProbeResult> ab = {Result("a", "b", 40000, 20'000),
+                                       Result("a", "c", 40001, 60'000)};
+  const std::vector<ProbeResult> ba = {Result("a", "c", 40001, 61'000),
+                                       Result("a", "b", 40000, 21'000),
+                                       Result("a", "c", 40002, 62'000, true)};
+  EXPECT_EQ(table.RecordBatch(ab), 2u);
+  EXPECT_EQ(table.RecordBatch(ab), 2u);
+  EXPECT_EQ(table.RecordBatch(ba), 3u);
+  std::map<std::string, WindowStats> stats;
+  table.ForEachPairFrom("a", [&](const PairView& v) {
+    stats[std::string(v.dst)] = v.windows.Snapshot(clock.MonotonicNanos(), Window::k10s);
+  });
+  ASSERT_EQ(stats.size(), 2u);
+  EXPECT_EQ(stats["b"].probes, 3u);
+  EXPECT_EQ(stats["c"].probes, 4u);
+  EXPECT_EQ(stats["c"].lost, 1u);
+
+  // Both pairs expire; the same batch then recreates them instead of writing into freed slots.
+  clock.Advance(std::chrono::seconds(700));
+  EXPECT_EQ(table.DropIdle(clock.MonotonicNanos()), 2u);
+  EXPECT_EQ(table.PairCount(), 0u);
+  EXPECT_EQ(table.RecordBatch(ab), 2u);
+  EXPECT_EQ(table.PairCount(), 2u);
+  table.ForEachPairFrom("a", [&](const PairView& v) {
+    EXPECT_EQ(v.windows.Snapshot(clock.MonotonicNanos(), Window::k10s).probes, 1u) << v.dst;
+  });
+}
+
 }  // namespace
 }  // namespace fw::aggregator
