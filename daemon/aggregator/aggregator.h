@@ -101,6 +101,10 @@ class Aggregator final : public IngestSink {
   // Tick thread only. Re-plans are spaced by 5x the last plan's cost (1 s to 30 s): a small fleet
   // re-plans at once, a 16,000-node fleet whose plan costs seconds does not re-plan every tick.
   static constexpr size_t kPlanPushesPerTick = 2'000;
+  static constexpr int64_t kNodeMetricsPeriodNs = 5'000'000'000;
+  static constexpr int64_t kDropIdlePeriodNs = 10'000'000'000;
+  int64_t last_node_metrics_ns_ = 0;  // tick thread only
+  int64_t last_drop_idle_ns_ = 0;     // tick thread only
   std::unordered_set<std::string> pending_pushes_;  // tick thread only
   int64_t last_replan_ns_ = 0;
   int64_t replan_spacing_ns_ = 1'000'000'000;
