@@ -27,7 +27,38 @@ int64_t CleanRtt(uint64_t rtt) {
   return static_cast<int64_t>(std::min<uint64_t>(rtt, std::numeric_limits<int64_t>::max()));
 }
 
-// Splits the names blob into views. False when the lengths do not describe the blob exactly.
+// Names end up in JSON (/api/v1/pairs) and log lines, whose writers refuse or mangle anything
+// but UTF-8; `results[].peer` gets this check from protobuf, the `bytes` name table does not.
+// Control characters are refused too. Overlong forms and surrogates are not checked: they cannot
+// break a writer, only look odd.
+bool IsCleanUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t extra;
+    if (c < 0x20 || c == 0x7f) return false;
+    if (c < 0x80) {
+      extra = 0;
+    } else if ((c & 0xe0) == 0xc0 && c >= 0xc2) {
+      extra = 1;
+    } else if ((c & 0xf0) == 0xe0) {
+      extra = 2;
+    } else if ((c & 0xf8) == 0xf0 && c <= 0xf4) {
+      extra = 3;
+    } else {
+      return false;
+    }
+    if (extra > s.size() - i - 1) return false;
+    for (size_t k = 1; k <= extra; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
+// Splits the names blob into views. False when the lengths do not describe the blob exactly or a
+// name is not clean UTF-8.
 bool SplitNames(const v1::ProbeColumns& c, std::vector<std::string_view>& names) {
   names.clear();
   const std::string_view blob = c.names();
@@ -35,6 +66,7 @@ bool SplitNames(const v1::ProbeColumns& c, std::vector<std::string_view>& names)
   for (uint32_t len : c.name_lengths()) {
     if (len > DecodeLimits::kMaxNameBytes || len > blob.size() - offset) return false;
     names.push_back(blob.substr(offset, len));
+    if (!IsCleanUtf8(names.back())) return false;
     offset += len;
   }
   return offset == blob.size();

@@ -17,7 +17,8 @@ namespace fw::aggregator {
 enum class ColumnError : uint8_t {
   kNone = 0,
   kTooLarge,        // more rows or names than any agent sends (kMaxColumnRows, kMaxNames)
-  kNameTable,       // name lengths do not add up to the names blob, or a name is too long
+  kNameTable,       // name lengths do not add up to the names blob, or a name is too long or
+                    // not clean UTF-8 (names reach JSON and logs)
   kColumnLength,    // a column is neither empty nor as long as `peer`
   kIndexOutOfRange  // a peer or NIC index points past the name table
 };

@@ -194,12 +194,40 @@ INSTANTIATE_TEST_SUITE_P(
                     c.add_name_lengths(300);
                   },
                   ColumnError::kNameTable},
+        Malformed{"invalid_utf8",
+                  [](v1::ProbeColumns& c) {
+                    c.mutable_names()->append("n\xff\xfe");
+                    c.add_name_lengths(3);
+                  },
+                  ColumnError::kNameTable},
+        Malformed{"control_character",
+                  [](v1::ProbeColumns& c) {
+                    c.mutable_names()->append("n\n1");
+                    c.add_name_lengths(3);
+                  },
+                  ColumnError::kNameTable},
         Malformed{"too_many_names",
                   [](v1::ProbeColumns& c) {
                     for (size_t i = 0; i <= DecodeLimits::kMaxNames; ++i) c.add_name_lengths(0);
                   },
                   ColumnError::kTooLarge}),
     [](const ::testing::TestParamInfo<Malformed>& info) { return std::string(info.param.name); });
+
+TEST(ProbeBatchDecoderTest, Utf8NamesAreAccepted) {
+  v1::ProbeBatch b;
+  v1::ProbeColumns& c = *b.mutable_columns();
+  c.add_peer(AddName(c,
+                     "n\xc3\xb6"
+                     "de-\xe2\x82\xac"));  // "nöde-€"
+  c.add_transport(v1::TRANSPORT_UDP);
+  std::vector<ProbeResult> out;
+  const DecodeOutcome o = DecodeProbeBatch("me", b, kAnyPeer, out);
+  EXPECT_EQ(o.column_error, ColumnError::kNone);
+  ASSERT_EQ(o.appended, 1u);
+  EXPECT_EQ(out[0].dst_node,
+            "n\xc3\xb6"
+            "de-\xe2\x82\xac");
+}
 
 TEST(ProbeBatchDecoderTest, OutputSlotsAreReusedAcrossBatches) {
   std::vector<ProbeResult> out;
