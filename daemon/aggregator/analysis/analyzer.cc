@@ -158,8 +158,11 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
           static_cast<float>(SlowThreshold(a_.config_, cls.rtt_median_s, cls.rtt_mad_s));
     }
     const int ci = ClassIndex(pair.paths.path_class);
-    if (cur_.probes >= 10) ev_.pair_loss[ci].push_back(double(cur_.lost) / cur_.probes);
-    if (cur_.rtt >= 10) ev_.pair_slow[ci].push_back(double(cur_.slow) / cur_.rtt);
+    // A pair speaks for its class's background with 5 samples in the short window: a 1 Hz flow
+    // has 9 or 10 probes in 10 s, and requiring 10 dropped half the intra-leaf pairs of a small
+    // fabric at random, so its background fell back to the inter-leaf class a fault had raised.
+    if (cur_.probes >= 5) ev_.pair_loss[ci].push_back(double(cur_.lost) / cur_.probes);
+    if (cur_.rtt >= 5) ev_.pair_slow[ci].push_back(double(cur_.slow) / cur_.rtt);
     if (cur_.bad_flows == 0 && cur_.mapped) return;
     PairAgg& agg = ev_.pairs[UnorderedKey(pair.src, pair.dst)];
     const bool fresh = agg.flows == 0;
