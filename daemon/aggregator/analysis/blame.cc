@@ -285,11 +285,7 @@ class Blamer {
       } else {
         SwitchLink(v);
       }
-      if (const LinkBlame* loss = v.loss(); loss && loss->last_probes >= 3) {
-        const std::string key = ElementOf(primary);
-        if (loss->last_loss >= c_.down_loss_ratio) ev_.instants.emplace_back(key, true);
-        if (loss->last_loss < 0.5) ev_.instants.emplace_back(key, false);
-      }
+      Instants(v, ElementOf(primary));
     }
     for (const auto& [sw, list] : rolled) {
       if (list.empty()) continue;  // its bad links all belong to verdicts of other switches
@@ -408,6 +404,14 @@ class Blamer {
     Emit(element, std::move(f), false, congestion ? c_.latency_confirm_ticks : 0);
   }
 
+  // The last complete second read as down (≥ down_loss_ratio) or up (< 50 %), for flapping.
+  void Instants(const Verdict& v, const std::string& key) {
+    const LinkBlame* loss = v.loss();
+    if (!loss || loss->last_probes < 3) return;
+    if (loss->last_loss >= c_.down_loss_ratio) ev_.instants.emplace_back(key, true);
+    if (loss->last_loss < 0.5) ev_.instants.emplace_back(key, false);
+  }
+
   std::string ElementOf(LinkIndex l) const {
     const Link& link = ctx_.map->links()[l];
     if (link.IsAccess()) {
@@ -445,7 +449,9 @@ class Blamer {
     f.confidence = Confidence(v);
     const std::string element = key;
     for (LinkIndex l : v.group) ev_.link_elements[l] = {element, f.confidence};
-    Emit(element, std::move(f), false, level == Level::kLatency ? c_.latency_confirm_ticks : 0);
+    // One of the group goes down and up: the group flaps (it used to stay link_down).
+    Instants(v, element);
+    Emit(element, std::move(f), true, level == Level::kLatency ? c_.latency_confirm_ticks : 0);
   }
 
   std::string GroupKey(const Verdict& v) const {

@@ -109,6 +109,25 @@ TEST(Scenarios, FlappingLink) {
   EXPECT_EQ(active[0].finding.location.id, "leaf1~spine0");
 }
 
+// Regression (fleet simulator, link_flap with ECMP): toggles were read only for single links, so
+// an ambiguous group (a leaf's uplinks) that went down and up stayed link_down.
+TEST(Scenarios, EcmpFlappingLinkFlapsAsAGroup) {
+  FleetShape shape = Shape();
+  shape.deterministic = false;
+  SyntheticFleet fleet(shape);
+  fleet.Run(kWarmup);
+  for (int cycle = 0; cycle < 6; ++cycle) {
+    fleet.SetLinkFault("leaf1~spine0", LinkFault{1.0});
+    fleet.Run(5);
+    fleet.ClearFaults();
+    fleet.Run(5);
+  }
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.kind, "link_flapping");
+  EXPECT_EQ(active[0].finding.location.id, "leaf1");
+}
+
 TEST(Scenarios, TwoSimultaneousFaults) {
   SyntheticFleet fleet(Shape());
   fleet.Run(kWarmup);
