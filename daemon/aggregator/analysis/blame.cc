@@ -146,6 +146,15 @@ class Blamer {
     }
   }
 
+  // Confirmation of a latency-only verdict: long for mild queueing, the usual for a severe one.
+  int LatencyConfirm(const std::vector<const Verdict*>& list) const {
+    double worst = 0;
+    for (const Verdict* v : list) {
+      if (const LinkBlame* lat = v->latency()) worst = std::max(worst, lat->inflation);
+    }
+    return worst >= c_.severe_latency_inflation ? 0 : c_.latency_confirm_ticks;
+  }
+
   void Emit(std::string key, Finding f, bool can_flap, int confirm_ticks = 0) {
     ev_.observations.emplace_back(std::move(key),
                                   Observation{std::move(f), can_flap, confirm_ticks});
@@ -401,7 +410,7 @@ class Blamer {
       for (LinkIndex l : v->group) ev_.link_elements[l] = {element, f.confidence};
       ev_.superseded.push_back(GroupKey(*v));
     }
-    Emit(element, std::move(f), false, congestion ? c_.latency_confirm_ticks : 0);
+    Emit(element, std::move(f), false, congestion ? LatencyConfirm(list) : 0);
   }
 
   // The last complete second read as down (≥ down_loss_ratio) or up (< 50 %), for flapping.
@@ -451,7 +460,7 @@ class Blamer {
     for (LinkIndex l : v.group) ev_.link_elements[l] = {element, f.confidence};
     // One of the group goes down and up: the group flaps (it used to stay link_down).
     Instants(v, element);
-    Emit(element, std::move(f), true, level == Level::kLatency ? c_.latency_confirm_ticks : 0);
+    Emit(element, std::move(f), true, level == Level::kLatency ? LatencyConfirm({&v}) : 0);
   }
 
   std::string GroupKey(const Verdict& v) const {
@@ -474,11 +483,37 @@ class Blamer {
   // rate) with enough observations, and its bad observations are as surprising under the
   // background as a blame's must be. The signal's absolute threshold is not asked: with unresolved
   // ECMP a leaf's uplinks show a quarter of a spine's rate, the same for every uplink.
+  //
+  // The raw rate alone would also count a healthy link whose flows mostly share a blamed link (in
+  // a small fabric every flow over leaf1~spine1 also crosses spine1's link to another leaf), so
+  // the link must also carry at least one bad flow of its own: a resolved path that crosses no
+  // blamed link.
   bool LikeTheBlamed(LinkIndex l, Signal s, double floor) const {
     const SignalSpec& spec = ev_.specs[static_cast<int>(s)];
     const double raw = ctx_.tomography.RawEstimate(l, s, spec.min_expected);
     return raw > 0 && raw >= floor &&
-           ctx_.tomography.RawSurprise(l, s, spec.background) >= spec.significance;
+           ctx_.tomography.RawSurprise(l, s, spec.background) >= spec.significance &&
+           HasOwnBadFlow(l, s);
+  }
+
+  // A bad flow (for signal s) whose one known path crosses link l and no blamed link. Without
+  // any resolved bad flow over l (unresolved ECMP) there is nothing to tell, and the raw rate
+  // alone decides.
+  bool HasOwnBadFlow(LinkIndex l, Signal s) const {
+    bool resolved = false;
+    for (const FlowObs& o : ctx_.tomography.bad_flows()) {
+      if (!Tomography::IsBad(o, s) || !o.core || o.core->paths.empty()) continue;
+      const auto& paths = o.core->paths;
+      if (o.path < 0 && paths.size() != 1) continue;  // unresolved ECMP: no path of its own
+      const auto& path = paths[o.path >= 0 ? static_cast<size_t>(o.path) % paths.size() : 0];
+      if (std::find(path.begin(), path.end(), l) == path.end()) continue;
+      resolved = true;
+      const bool crosses_blamed =
+          blamed_.count(o.src_access) || blamed_.count(o.dst_access) ||
+          std::any_of(path.begin(), path.end(), [&](LinkIndex x) { return blamed_.count(x) > 0; });
+      if (!crosses_blamed) return true;
+    }
+    return !resolved;
   }
 
   // The switches that every link of `group` touches.
@@ -528,7 +563,7 @@ class Blamer {
       ev_.superseded.push_back(GroupKey(*v));
     }
     for (LinkIndex l : alike) ev_.link_elements[l] = {element, conf};
-    Emit(element, std::move(f), false, latency_only ? c_.latency_confirm_ticks : 0);
+    Emit(element, std::move(f), false, latency_only ? LatencyConfirm(list) : 0);
   }
 
   void SwitchLink(const Verdict& v) {
@@ -566,7 +601,7 @@ class Blamer {
     }
     const std::string element = "link:" + link.id;
     ev_.link_elements[v.group.front()] = {element, f.confidence};
-    Emit(element, std::move(f), true, level == Level::kLatency ? c_.latency_confirm_ticks : 0);
+    Emit(element, std::move(f), true, level == Level::kLatency ? LatencyConfirm({&v}) : 0);
   }
 
   void NodeNics(const std::string& node, const std::vector<const Verdict*>& list) {

@@ -93,6 +93,10 @@ struct AnalysisConfig {
   // seconds look the same for as long as they last; a hot spot or a slow host worth acting on
   // persists.
   int latency_confirm_ticks = 30;
+  // ...unless the queueing is severe: latency inflated this many times over the baseline on
+  // average (a standing queue of milliseconds, not a background episode of microseconds) fires
+  // after `confirm_ticks` like loss does.
+  double severe_latency_inflation = 3.0;
   // Seconds an element must stay good before its finding resolves.
   double recovery_s = 30.0;
   // Flapping: at least `flap_toggles` up/down changes within `flap_window_s`.

@@ -103,6 +103,9 @@ class Tomography {
   // Whether bad flow i was explained by a blamed link of `signal`.
   bool Explained(Signal signal, uint32_t i) const { return explained_[Idx(signal)][i] != 0; }
 
+  // Whether the flow is bad for the signal (a lost probe, a slow sample, a low burst).
+  static bool IsBad(const FlowObs& o, Signal s);
+
   // Calls fn(link, weight) once per candidate link of `obs`; weight is the share of its candidate
   // paths that cross the link.
   template <typename Fn>
@@ -110,7 +113,6 @@ class Tomography {
 
  private:
   static int Idx(Signal s) { return static_cast<int>(s); }
-  static bool IsBad(const FlowObs& o, Signal s);
   // A flow's observations of the signal, and how many of them were bad.
   static double Count(const FlowObs& o, Signal s);
   static uint32_t BadCount(const FlowObs& o, Signal s);
