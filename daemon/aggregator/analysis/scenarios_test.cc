@@ -18,6 +18,16 @@ FleetShape Shape() {
   return s;
 }
 
+// The namespace fabric of tests/fabric_e2e: 2 spines x 3 leaves x 2 hosts.
+FleetShape NamespaceFabricShape() {
+  FleetShape s;
+  s.spines = 2;
+  s.leaves = 3;
+  s.hosts_per_leaf = 2;
+  s.inter_flows = 4;
+  return s;
+}
+
 constexpr int kWarmup = 90;  // baselines need ~60 s of data
 
 std::string Describe(const std::vector<TrackedFinding>& fs) {
@@ -233,12 +243,7 @@ TEST(Scenarios, NoisyHostIsBlamedNotTheNetwork) {
 // toward the other leaves. Its probes come back slow (a busy host) while leaf1~spine1 drops 5%:
 // the slow prober is named, and its lost probes still speak for the link.
 TEST(Scenarios, SlowProberDoesNotHideALossyLink) {
-  FleetShape shape;
-  shape.spines = 2;
-  shape.leaves = 3;
-  shape.hosts_per_leaf = 2;
-  shape.inter_flows = 4;
-  SyntheticFleet fleet(shape);
+  SyntheticFleet fleet(NamespaceFabricShape());
   fleet.Run(kWarmup);
   fleet.SetHostNoise("l1h1", 4.0, /*as_prober=*/true, /*as_target=*/false);
   fleet.SetLinkFault("leaf1~spine1", LinkFault{0.05});
@@ -264,6 +269,23 @@ TEST(Scenarios, SlowProberDoesNotHideALossyLink) {
 
 // Slow both ways is latency alone on the host's access link: it must persist for
 // latency_confirm_ticks (30) before it is called a host problem.
+// The namespace fabric's congestion test in simulated time: a standing queue on leaf1~spine1
+// (10x RTT). Every flow over it also crosses spine1's link to leaf2 or leaf3, whose raw rates
+// therefore look bad too; they carry no bad flow of their own, so spine1 is not blamed. Severe
+// queueing fires after the usual confirmation, not the 30 ticks of mild latency.
+TEST(Scenarios, StandingQueueOnOneLinkOfASmallFabricIsThatLink) {
+  SyntheticFleet fleet(NamespaceFabricShape());
+  fleet.Run(kWarmup);
+  fleet.SetLinkFault("leaf1~spine1", LinkFault{0, 10});
+  const int ttd = TimeToDetect(fleet, "congestion", "leaf1~spine1", 30);
+  ASSERT_GT(ttd, 0) << Describe(fleet.Active());
+  EXPECT_LE(ttd, 15);
+  fleet.Run(10);
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.location.type, "link");
+}
+
 TEST(Scenarios, HostSlowBothWaysIsHostNetwork) {
   SyntheticFleet fleet(Shape());
   fleet.Run(kWarmup);
