@@ -270,13 +270,14 @@ TEST(Scenarios, SlowProberDoesNotHideALossyLink) {
 // Slow both ways is latency alone on the host's access link: it must persist for
 // latency_confirm_ticks (30) before it is called a host problem.
 // The namespace fabric's congestion test in simulated time: a standing queue on leaf1~spine1
-// (10x RTT). Every flow over it also crosses spine1's link to leaf2 or leaf3, whose raw rates
+// (30x RTT; the e2e tbf queue grows by ~50 ms a second, hundreds of times the namespace RTT).
+// Every flow over it also crosses spine1's link to leaf2 or leaf3, whose raw rates
 // therefore look bad too; they carry no bad flow of their own, so spine1 is not blamed. Severe
 // queueing fires after the usual confirmation, not the 30 ticks of mild latency.
 TEST(Scenarios, StandingQueueOnOneLinkOfASmallFabricIsThatLink) {
   SyntheticFleet fleet(NamespaceFabricShape());
   fleet.Run(kWarmup);
-  fleet.SetLinkFault("leaf1~spine1", LinkFault{0, 10});
+  fleet.SetLinkFault("leaf1~spine1", LinkFault{0, 30});
   const int ttd = TimeToDetect(fleet, "congestion", "leaf1~spine1", 30);
   ASSERT_GT(ttd, 0) << Describe(fleet.Active());
   EXPECT_LE(ttd, 15);
