@@ -127,14 +127,19 @@ ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_n
         e.consecutive_bad = 0;
         e.first_bad_s = now_s;
         e.first_bad_wall_ns = now_wall_ns;
+        e.confirm_needed = 0;
+        e.quick_run = 0;
       }
       ++e.consecutive_bad;
+      e.confirm_needed = std::max(e.confirm_needed, e.pending.confirm_ticks);
+      e.quick_run = e.pending.confirm_ticks <= config_.confirm_ticks ? e.quick_run + 1 : 0;
       if (e.health == ElementHealth::kRecovering) e.health = ElementHealth::kFiring;
       const int toggles = ToggleCount(key, now_s);
       if (e.pending.can_flap && toggles >= config_.flap_toggles) e.flapping = true;
       if (e.flapping) ApplyFlapping(e.pending.finding, toggles, config_.flap_window_s);
-      const int confirm = std::max(config_.confirm_ticks, e.pending.confirm_ticks);
-      if (e.health == ElementHealth::kSuspect && e.consecutive_bad >= confirm) {
+      const bool confirmed = e.quick_run >= config_.confirm_ticks ||
+                             e.consecutive_bad >= std::max(config_.confirm_ticks, e.confirm_needed);
+      if (e.health == ElementHealth::kSuspect && confirmed) {
         Fire(key, e, now_wall_ns, changes);
       } else if (e.health == ElementHealth::kFiring && e.finding) {
         TrackedFinding& f = *e.finding;

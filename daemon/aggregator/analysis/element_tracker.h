@@ -72,6 +72,12 @@ class ElementTracker {
     bool observed = false;  // in the current tick
     bool superseded = false;
     bool flapping = false;
+    // One element (a host) may be observed by several rules with different confirmations. It fires
+    // after the usual confirmation of consecutive ticks that asked for no more than that
+    // (`quick_run`), or after the longest confirmation any of its ticks asked for since it became
+    // suspect (`confirm_needed`): one tick of a quick rule must not fire what a slow rule holds.
+    int confirm_needed = 0;
+    int quick_run = 0;
     Observation pending;
     std::optional<TrackedFinding> finding;
   };
