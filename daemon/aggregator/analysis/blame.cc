@@ -241,13 +241,19 @@ class Blamer {
         reference[sw][s] = by_signal[s].empty() ? -1 : Median(by_signal[s]);
       }
     }
+    // Only for a switch with at least two links blamed on their own evidence: with one, the raw
+    // rates of its other links are the blamed link's shadow (on 2 spines x 3 leaves every flow
+    // over leaf1~spine1 also crosses spine1's link to leaf2 or leaf3, so one congested uplink
+    // made all three of spine1's links look alike and came out as switch_degraded on spine1).
+    std::map<aggregator::SwitchIndex, size_t> blamed_count;
+    for (const auto& [sw, links] : bad_links) blamed_count[sw] = links.size();
     std::map<aggregator::SwitchIndex, std::vector<LinkIndex>> alike;
     for (LinkIndex l = 0; l < map.links().size(); ++l) {
       const Link& link = map.links()[l];
       if (link.IsAccess() || blamed_.count(l) || ctx_.tomography.totals()[l].probes <= 0) continue;
       for (aggregator::SwitchIndex sw : {link.a, link.b}) {
         auto it = reference.find(sw);
-        if (it == reference.end()) continue;
+        if (it == reference.end() || blamed_count[sw] < 2) continue;
         for (int s = 0; s < kSignalCount; ++s) {
           if (it->second[s] < 0) continue;
           if (LikeTheBlamed(l, static_cast<Signal>(s), 0.5 * it->second[s])) {
@@ -483,37 +489,11 @@ class Blamer {
   // rate) with enough observations, and its bad observations are as surprising under the
   // background as a blame's must be. The signal's absolute threshold is not asked: with unresolved
   // ECMP a leaf's uplinks show a quarter of a spine's rate, the same for every uplink.
-  //
-  // The raw rate alone would also count a healthy link whose flows mostly share a blamed link (in
-  // a small fabric every flow over leaf1~spine1 also crosses spine1's link to another leaf), so
-  // the link must also carry at least one bad flow of its own: a resolved path that crosses no
-  // blamed link.
   bool LikeTheBlamed(LinkIndex l, Signal s, double floor) const {
     const SignalSpec& spec = ev_.specs[static_cast<int>(s)];
     const double raw = ctx_.tomography.RawEstimate(l, s, spec.min_expected);
     return raw > 0 && raw >= floor &&
-           ctx_.tomography.RawSurprise(l, s, spec.background) >= spec.significance &&
-           HasOwnBadFlow(l, s);
-  }
-
-  // A bad flow (for signal s) whose one known path crosses link l and no blamed link. Without
-  // any resolved bad flow over l (unresolved ECMP) there is nothing to tell, and the raw rate
-  // alone decides.
-  bool HasOwnBadFlow(LinkIndex l, Signal s) const {
-    bool resolved = false;
-    for (const FlowObs& o : ctx_.tomography.bad_flows()) {
-      if (!Tomography::IsBad(o, s) || !o.core || o.core->paths.empty()) continue;
-      const auto& paths = o.core->paths;
-      if (o.path < 0 && paths.size() != 1) continue;  // unresolved ECMP: no path of its own
-      const auto& path = paths[o.path >= 0 ? static_cast<size_t>(o.path) % paths.size() : 0];
-      if (std::find(path.begin(), path.end(), l) == path.end()) continue;
-      resolved = true;
-      const bool crosses_blamed =
-          blamed_.count(o.src_access) || blamed_.count(o.dst_access) ||
-          std::any_of(path.begin(), path.end(), [&](LinkIndex x) { return blamed_.count(x) > 0; });
-      if (!crosses_blamed) return true;
-    }
-    return !resolved;
+           ctx_.tomography.RawSurprise(l, s, spec.background) >= spec.significance;
   }
 
   // The switches that every link of `group` touches.
