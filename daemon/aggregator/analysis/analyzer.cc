@@ -45,7 +45,6 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     cur_.mapped = a_.map_ && pair.paths.path_class != PathClass::kUnknown && pair.paths.core;
     if (cur_.mapped) cur_.paths = pair.paths;
     has_data_ = false;
-    cur_guard_bad_ = 0;
     cur_guard_by_ = {};
     if (pair.baseline.median_s > 0) ++ev_.baselines_ready;
   }
@@ -99,7 +98,6 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     if (guard_bad) {
       ++s.out_bad;
       ++d.in_bad;
-      ++cur_guard_bad_;
     }
 
     ++cur_.flows;
@@ -136,10 +134,6 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     HostStats& d = ev_.hosts[pair.dst];
     ++s.out_pairs;
     ++d.in_pairs;
-    if (2 * cur_guard_bad_ >= cur_.flows) {
-      ++s.out_bad_pairs;
-      ++d.in_bad_pairs;
-    }
     for (int k = 0; k < kSignalCount; ++k) {
       if (cur_guard_by_[k] > 0 && 2 * cur_guard_by_[k] >= cur_.flows) {
         ++s.out_bad_pairs_by[k];
@@ -192,7 +186,6 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
   Analyzer& a_;
   Evaluation& ev_;
   PairAgg cur_;
-  uint32_t cur_guard_bad_ = 0;
   std::array<uint32_t, kSignalCount> cur_guard_by_{};
   bool has_data_ = false;
 };

@@ -146,6 +146,21 @@ class Blamer {
     }
   }
 
+  // Congestion when the links queue and none loses probes. Explain-away runs per signal, so one
+  // link may keep only its bandwidth evidence: it does not make a congested switch "degraded".
+  static bool QueuesWithoutLoss(const std::vector<const Verdict*>& list) {
+    bool any_loss = false, any_latency = false;
+    for (const Verdict* v : list) {
+      any_loss = any_loss || v->loss();
+      any_latency = any_latency || v->latency();
+    }
+    return any_latency && !any_loss;
+  }
+  static void SetSwitchKind(Finding& f, bool congestion) {
+    f.kind = congestion ? "congestion" : "switch_degraded";
+    f.severity = congestion ? Severity::kWarning : Severity::kCritical;
+  }
+
   // Confirmation of a latency-only verdict: long for mild queueing, the usual for a severe one.
   int LatencyConfirm(const std::vector<const Verdict*>& list) const {
     double worst = 0;
@@ -387,17 +402,11 @@ class Blamer {
     for (aggregator::SwitchIndex sw : far) {
       names += (names.empty() ? "" : ",") + ctx_.map->switches()[sw].name;
     }
-    bool any_loss = false, any_latency = false;
     double conf = 0;
-    for (const Verdict* v : list) {
-      any_loss = any_loss || v->loss();
-      any_latency = any_latency || v->latency();
-      conf += Confidence(*v) * v->group.size() / list.size();
-    }
-    const bool congestion = any_latency && !any_loss;
+    for (const Verdict* v : list) conf += Confidence(*v) * v->group.size() / list.size();
+    const bool congestion = QueuesWithoutLoss(list);
     Finding f;
-    f.kind = congestion ? "congestion" : "switch_degraded";
-    f.severity = congestion ? Severity::kWarning : Severity::kCritical;
+    SetSwitchKind(f, congestion);
     f.location = FindingLocation{"switch", names, "", "", 0};
     f.evidence = {{"switches_alike", bad},
                   {"switches_grouped", list.size()},
@@ -514,19 +523,11 @@ class Blamer {
   void SwitchFinding(aggregator::SwitchIndex sw, const std::vector<const Verdict*>& list,
                      const std::vector<LinkIndex>& alike, uint32_t bad_links, uint32_t with_data) {
     const std::string& name = ctx_.map->switches()[sw].name;
-    // Congestion when its links queue and none loses probes. Explain-away runs per signal, so one
-    // link may keep only its bandwidth evidence: it does not make a congested switch "degraded".
-    bool any_loss = false, any_latency = false;
     double conf = 0;
-    for (const Verdict* v : list) {
-      any_loss = any_loss || v->loss();
-      any_latency = any_latency || v->latency();
-      conf += Confidence(*v) / list.size();
-    }
-    const bool latency_only = any_latency && !any_loss;
+    for (const Verdict* v : list) conf += Confidence(*v) / list.size();
+    const bool latency_only = QueuesWithoutLoss(list);
     Finding f;
-    f.kind = latency_only ? "congestion" : "switch_degraded";
-    f.severity = latency_only ? Severity::kWarning : Severity::kCritical;
+    SetSwitchKind(f, latency_only);
     f.location = FindingLocation{"switch", name, "", "", 0};
     f.evidence = {{"bad_links", bad_links},
                   {"links_with_data", with_data},

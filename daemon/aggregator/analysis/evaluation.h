@@ -21,11 +21,10 @@ struct HostStats {
   uint32_t in_flows = 0;  // flows that probe it
   uint32_t in_bad = 0;
   uint32_t out_pairs = 0;  // peers it probes
-  uint32_t out_bad_pairs = 0;
-  uint32_t in_pairs = 0;  // peers that probe it
-  uint32_t in_bad_pairs = 0;
-  // The same, per signal (Signal order: loss, latency, bandwidth): a host whose own probes are slow
-  // is not thereby lossy, so its loss evidence still speaks for the fabric.
+  uint32_t in_pairs = 0;   // peers that probe it
+  // Of those, the pairs that look bad, per signal (Signal order: loss, latency, bandwidth): a host
+  // whose own probes are slow is not thereby lossy, so its loss evidence still speaks for the
+  // fabric.
   std::array<uint32_t, kSignalCount> out_bad_pairs_by{};
   std::array<uint32_t, kSignalCount> in_bad_pairs_by{};
   std::array<bool, kSignalCount> noisy_out_by{};
