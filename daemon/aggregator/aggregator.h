@@ -38,6 +38,8 @@ struct AggregatorOptions {
   std::string state_dir;
   double tick_s = 1;
   double heartbeat_timeout_s = 15;
+  // The most the heartbeat timeout stretches while the aggregator is behind (FleetState::Options).
+  double heartbeat_grace_max_s = 105;
   bool record_test_batches = false;
   PlannerConfig planner;
   analysis::AnalysisConfig analysis;

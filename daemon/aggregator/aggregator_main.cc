@@ -11,6 +11,7 @@
 int main(int argc, char** argv) {
   fw::aggregator::AggregatorOptions o;
   fw::Seconds tick{o.tick_s}, hb_timeout{o.heartbeat_timeout_s};
+  fw::Seconds hb_grace{o.heartbeat_grace_max_s};
   fw::Seconds bw_interval{static_cast<double>(o.planner.bw_interval_s)};
   fw::Seconds latency_floor{o.analysis.latency_floor_s};
   std::string log_level = "info";
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   binding.Bind("state-dir", &o.state_dir);
   binding.Bind("tick", &tick);
   binding.Bind("heartbeat-timeout", &hb_timeout);
+  binding.Bind("heartbeat-grace-max", &hb_grace);
   binding.Bind("log-level", &log_level);
   binding.Bind("bandwidth-interval", &bw_interval);
   binding.Bind("latency-floor", &latency_floor);
@@ -40,6 +42,10 @@ int main(int argc, char** argv) {
   app.add_option_function<std::string>("--tick", duration(&tick), "analysis period (default 1s)");
   app.add_option_function<std::string>("--heartbeat-timeout", duration(&hb_timeout),
                                        "mark an agent down after this much silence (default 15s)");
+  app.add_option_function<std::string>(
+      "--heartbeat-grace-max", duration(&hb_grace),
+      "while the aggregator reads heartbeats late, or many agents fall silent at once, wait up "
+      "to this much longer before marking agents down (default 105s)");
   app.add_option_function<std::string>("--bandwidth-interval", duration(&bw_interval),
                                        "at least this long between bandwidth bursts to one peer "
                                        "(default 300s)");
@@ -61,6 +67,7 @@ int main(int argc, char** argv) {
   }
   o.tick_s = tick.value > 0 ? tick.value : 1;
   o.heartbeat_timeout_s = hb_timeout.value;
+  o.heartbeat_grace_max_s = hb_grace.value;
   o.analysis.latency_floor_s = latency_floor.value;
   o.planner.bw_interval_s = static_cast<uint32_t>(std::clamp(bw_interval.value, 1.0, 86400.0));
 

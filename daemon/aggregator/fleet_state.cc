@@ -1,6 +1,7 @@
 // Agent sessions, liveness and ingest accounting.
 #include "daemon/aggregator/fleet_state.h"
 
+#include <algorithm>
 #include <array>
 
 #include <nlohmann/json.hpp>
@@ -51,7 +52,23 @@ FleetState::FleetState(const Clock& clock, metrics::Registry& registry, Options 
       disconnects_(registry
                        .AddCounter("fabricwatch_agent_disconnects_total",
                                    "Agent sessions that ended or timed out.")
-                       .WithLabels({})) {
+                       .WithLabels({})),
+      ingest_lag_(registry
+                      .AddGauge("fabricwatch_ingest_lag_seconds",
+                                "How late the aggregator reads agents' heartbeats: the 90th "
+                                "percentile over live agents of their latest heartbeat's age when "
+                                "read. The heartbeat timeout stretches by this much.")
+                      .WithLabels({})),
+      timeouts_deferred_(registry
+                             .AddGauge("fabricwatch_heartbeat_timeouts_deferred",
+                                       "Agents silent past the heartbeat timeout but kept up, "
+                                       "because so many fell silent at once that the aggregator "
+                                       "is more likely behind than they are dead.")
+                             .WithLabels({})),
+      mass_timeouts_(registry
+                         .AddCounter("fabricwatch_heartbeat_mass_timeouts_total",
+                                     "Episodes of deferred mass heartbeat timeouts.")
+                         .WithLabels({})) {
   auto& results = registry.AddCounter("fabricwatch_probe_results_received_total",
                                       "Probe results received, by transport.", {"transport"});
   for (int t = 0; t < 7; ++t) {
@@ -163,10 +180,17 @@ BatchVerdict FleetState::OnProbeBatch(const std::string& node, const v1::ProbeBa
   return verdict;
 }
 
-void FleetState::OnHeartbeat(const std::string& node) {
+void FleetState::OnHeartbeat(const std::string& node, int64_t sent_unix_ns) {
   std::lock_guard lock(mu_);
   heartbeats_.Inc();
-  Touch(GetLocked(node));
+  Node& n = GetLocked(node);
+  Touch(n);
+  if (sent_unix_ns > 0) {
+    // A clock ahead of ours reads as no lag; one far behind is capped, and one agent's clock
+    // cannot move the fleet's 90th percentile.
+    const double lag = static_cast<double>(n.view.last_seen_wall_ns - sent_unix_ns) * 1e-9;
+    n.heartbeat_lag_s = std::clamp(lag, 0.0, 3600.0);
+  }
 }
 
 void FleetState::OnCheckReport(const std::string& node, const v1::CheckReport& report) {
@@ -199,29 +223,77 @@ void FleetState::OnDisconnect(const std::string& node, uint64_t conn_id) {
 
 void FleetState::Sweep() {
   std::vector<std::pair<std::string, double>> timed_out;
+  size_t deferred = 0, silent_count = 0, live = 0;
+  bool new_episode = false;
+  double lag = 0;
   {
     std::lock_guard lock(mu_);
-    int64_t now = clock_.MonotonicNanos();
-    int64_t timeout = static_cast<int64_t>(options_.heartbeat_timeout_s * 1e9);
+    const int64_t now = clock_.MonotonicNanos();
+    const double grace_max = std::max(0.0, options_.heartbeat_grace_max_s);
+    live = live_count_;
+    // The ingest lag: how late the aggregator is reading heartbeats, robust to a few agents with
+    // wrong clocks.
+    std::vector<double> lags;
+    lags.reserve(live);
+    for (const auto& [name, n] : nodes_) {
+      if (n.view.connected && n.view.up) lags.push_back(n.heartbeat_lag_s);
+    }
+    if (!lags.empty()) {
+      const size_t k = std::min(lags.size() - 1, lags.size() * 9 / 10);
+      std::nth_element(lags.begin(), lags.begin() + static_cast<ptrdiff_t>(k), lags.end());
+      lag = std::min(lags[k], grace_max);
+    }
+    ingest_lag_s_ = lag;
+    const auto timeout = static_cast<int64_t>(options_.heartbeat_timeout_s * 1e9);
+    const int64_t soft = timeout + static_cast<int64_t>(lag * 1e9);
+    const int64_t hard = timeout + static_cast<int64_t>(grace_max * 1e9);
+    std::vector<std::pair<const std::string*, Node*>> silent;
     for (auto& [name, n] : nodes_) {
       n.view.last_report_age_s = static_cast<double>(now - n.last_seen_mono_ns) * 1e-9;
-      if (n.view.up && now - n.last_seen_mono_ns > timeout) {
-        SetLiveLocked(n, n.view.connected, false);
-        disconnects_.Inc();
-        timed_out.emplace_back(name, n.view.last_report_age_s);
-      }
+      if (n.view.up && now - n.last_seen_mono_ns > soft) silent.emplace_back(&name, &n);
     }
+    silent_count = silent.size();
+    const bool mass = silent.size() >= std::max<size_t>(options_.mass_timeout_min, 1) &&
+                      static_cast<double>(silent.size()) >=
+                          options_.mass_timeout_fraction * static_cast<double>(live);
+    for (auto& [name, n] : silent) {
+      if (mass && n->view.connected && now - n->last_seen_mono_ns <= hard) {
+        ++deferred;
+        continue;
+      }
+      SetLiveLocked(*n, n->view.connected, false);
+      disconnects_.Inc();
+      timed_out.emplace_back(*name, n->view.last_report_age_s);
+    }
+    if (deferred > 0 && !mass_deferring_) {
+      mass_timeouts_.Inc();
+      new_episode = true;
+    }
+    mass_deferring_ = deferred > 0;
+    timeouts_deferred_.Set(static_cast<double>(deferred));
+    ingest_lag_.Set(lag);
+  }
+  if (new_episode) {
+    spdlog::warn(
+        "msg=\"mass heartbeat timeout deferred: the aggregator is more likely behind than these "
+        "agents dead\" silent={} live={} ingest_lag_s={:.1f} max_wait_s={:.0f}",
+        silent_count, live, lag, options_.heartbeat_timeout_s + options_.heartbeat_grace_max_s);
   }
   // Logged outside the lock, and bounded: a fleet-wide outage must not stall ingest on logging.
   constexpr size_t kMaxLogged = 20;
   for (size_t i = 0; i < timed_out.size() && i < kMaxLogged; ++i) {
-    spdlog::warn("msg=\"agent heartbeat timeout\" node={} silent_s={:.1f}", timed_out[i].first,
-                 timed_out[i].second);
+    spdlog::warn("msg=\"agent heartbeat timeout\" node={} silent_s={:.1f} ingest_lag_s={:.1f}",
+                 timed_out[i].first, timed_out[i].second, lag);
   }
   if (timed_out.size() > kMaxLogged) {
     spdlog::warn("msg=\"agent heartbeat timeouts\" more={}", timed_out.size() - kMaxLogged);
   }
   if (!timed_out.empty()) NotifyMembership();
+}
+
+double FleetState::ingest_lag_s() const {
+  std::lock_guard lock(mu_);
+  return ingest_lag_s_;
 }
 
 std::vector<NodeView> FleetState::Nodes() const {

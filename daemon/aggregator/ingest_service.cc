@@ -230,7 +230,7 @@ void AgentSession::HandleMessage(Actions& a) {
       break;
     }
     case v1::AgentMessage::kHeartbeat:
-      fleet.OnHeartbeat(node_);
+      fleet.OnHeartbeat(node_, in_.heartbeat().sent_unix_ns());
       break;
     case v1::AgentMessage::kCounterBatch:
       fleet.OnCounterBatch(node_, in_.counter_batch());
