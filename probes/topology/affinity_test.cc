@@ -84,6 +84,47 @@ TEST(Affinity, Dgx2GpuPairsByPlxSwitchHostBridgeAndSocket) {
   EXPECT_EQ(a.gpu_gpu[15][0], SYS);
 }
 
+// The whole 16×16 GPU matrix of the DGX-2 export, read off the XML: four blocks of four V100s,
+// each block under its own host bridge; inside a block the GPUs meet at a PLX switch (PXB); blocks
+// 34-3b and 57-5e hang off package 0 (NUMA 0), b7-be and e0-e7 off package 1 (NUMA 1), so two
+// blocks of one package are NODE and blocks of different packages SYS.
+TEST(Affinity, Dgx2FullGpuMatrix) {
+  const NodeTopology t = Load("hwloc-nvidiaDGX2.v2.xml");
+  const Affinity a = ComputeAffinity(t);
+  const char* kExpected[16] = {
+      "X   PXB PXB PXB NODE NODE NODE NODE SYS SYS SYS SYS SYS SYS SYS SYS",
+      "PXB X   PXB PXB NODE NODE NODE NODE SYS SYS SYS SYS SYS SYS SYS SYS",
+      "PXB PXB X   PXB NODE NODE NODE NODE SYS SYS SYS SYS SYS SYS SYS SYS",
+      "PXB PXB PXB X   NODE NODE NODE NODE SYS SYS SYS SYS SYS SYS SYS SYS",
+      "NODE NODE NODE NODE X   PXB PXB PXB SYS SYS SYS SYS SYS SYS SYS SYS",
+      "NODE NODE NODE NODE PXB X   PXB PXB SYS SYS SYS SYS SYS SYS SYS SYS",
+      "NODE NODE NODE NODE PXB PXB X   PXB SYS SYS SYS SYS SYS SYS SYS SYS",
+      "NODE NODE NODE NODE PXB PXB PXB X   SYS SYS SYS SYS SYS SYS SYS SYS",
+      "SYS SYS SYS SYS SYS SYS SYS SYS X   PXB PXB PXB NODE NODE NODE NODE",
+      "SYS SYS SYS SYS SYS SYS SYS SYS PXB X   PXB PXB NODE NODE NODE NODE",
+      "SYS SYS SYS SYS SYS SYS SYS SYS PXB PXB X   PXB NODE NODE NODE NODE",
+      "SYS SYS SYS SYS SYS SYS SYS SYS PXB PXB PXB X   NODE NODE NODE NODE",
+      "SYS SYS SYS SYS SYS SYS SYS SYS NODE NODE NODE NODE X   PXB PXB PXB",
+      "SYS SYS SYS SYS SYS SYS SYS SYS NODE NODE NODE NODE PXB X   PXB PXB",
+      "SYS SYS SYS SYS SYS SYS SYS SYS NODE NODE NODE NODE PXB PXB X   PXB",
+      "SYS SYS SYS SYS SYS SYS SYS SYS NODE NODE NODE NODE PXB PXB PXB X  ",
+  };
+  ASSERT_EQ(a.gpus.size(), 16u);
+  for (size_t g = 0; g < 16; ++g) {
+    std::string row;
+    for (size_t h = 0; h < 16; ++h) {
+      row += std::string(h ? " " : "") + (g == h ? "X" : PathClassName(a.gpu_gpu[g][h]));
+    }
+    std::string want = kExpected[g];
+    std::string squeezed;  // the table above is padded for reading; compare single-spaced
+    for (char ch : want) {
+      if (ch != ' ' || (!squeezed.empty() && squeezed.back() != ' ')) squeezed += ch;
+    }
+    while (!squeezed.empty() && squeezed.back() == ' ') squeezed.pop_back();
+    EXPECT_EQ(row, squeezed) << "GPU" << g << " (" << t.gpus[g].bdf << ")";
+  }
+}
+
 TEST(Affinity, SameBridgeIsPix) {
   // A hand-built tree: host bridge → root port → {GPU, NIC}.
   NodeTopology t;

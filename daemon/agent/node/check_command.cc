@@ -169,7 +169,10 @@ nlohmann::json CheckResultToJson(const NodeCheckResult& r) {
     e["pci_id"] = id.str();
     if (g < a.best_nics.size()) {
       e["best_nics"] = a.best_nics[g];
-      e["best_class"] = a.best_class[g] ? topology::PathClassName(*a.best_class[g]) : nullptr;
+      // A GPU with no fabric NIC in the tree (the DGX-2 export) has no best class: null, not a
+      // null char pointer (which nlohmann::json cannot take).
+      e["best_class"] = a.best_class[g] ? nlohmann::json(topology::PathClassName(*a.best_class[g]))
+                                        : nlohmann::json(nullptr);
     }
     j["gpus"].push_back(std::move(e));
   }

@@ -124,6 +124,67 @@ TEST(CheckCommand, ErrorsAreUnknown) {
   EXPECT_EQ(RunCheck(o, out), 3);
 }
 
+TEST(CheckCommand, JsonHasTheDocumentedShape) {
+  int code = -1;
+  const auto j = RunJson(H100("generic"), code);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_TRUE(j["node"].is_string());
+  for (const char* key : {"gpus", "nics", "affinity", "pcie", "ports", "findings"}) {
+    ASSERT_TRUE(j.contains(key)) << key;
+    EXPECT_TRUE(j[key].is_array()) << key;
+  }
+  const auto& a = j["affinity"][0];
+  EXPECT_TRUE(a["gpu"].is_string() && a["nic"].is_string() && a["class"].is_string());
+  const auto& f = j["findings"][0];
+  for (const char* key : {"kind", "severity", "location", "summary", "evidence"}) {
+    EXPECT_TRUE(f.contains(key)) << key;
+  }
+}
+
+TEST(CheckCommand, HealthyNodeExitsZero) {
+  counters::testing::FakeSysfs fs;
+  fs.AddPort("mlx5_0", 1, "100 Gb/sec (4X EDR)");
+  fs.Counter("mlx5_0", 1, "symbol_error", "0");
+  fs.Counter("mlx5_0", 1, "link_downed", "0");
+  fs.Counter("mlx5_0", 1, "port_xmit_data", "123456");
+  CheckOptions o = H100("generic");
+  o.sysfs_root = fs.root();
+  o.hwloc_xml = Testdata("hwloc/psmgmt-topo.dp-esb01.xml");
+  o.counter_interval = std::chrono::milliseconds(10);
+  int code = -1;
+  const auto j = RunJson(o, code);
+  EXPECT_EQ(code, 0);
+  EXPECT_TRUE(j["findings"].empty()) << j["findings"].dump();
+  EXPECT_EQ(j["verdict"], "OK");
+  EXPECT_EQ(j["gpus"][0]["best_class"], "NODE");
+  o.format = "text";
+  std::ostringstream out;
+  EXPECT_EQ(RunCheck(o, out), 0);
+  EXPECT_THAT(out.str(), HasSubstr("verdict: OK (exit 0)"));
+}
+
+// Regression: a node with GPUs and no RDMA NIC in the tree (the DGX-2 export) aborted the JSON
+// output, because the missing best class reached nlohmann::json as a null char pointer.
+TEST(CheckCommand, GpusWithoutAnyNicDoNotCrashTheJson) {
+  counters::testing::FakeSysfs empty;
+  CheckOptions o = H100("generic");
+  o.sysfs_root = empty.root();
+  o.hwloc_xml = Testdata("hwloc/hwloc-nvidiaDGX2.v2.xml");
+  int code = -1;
+  const auto j = RunJson(o, code);
+  EXPECT_EQ(code, 0);
+  ASSERT_EQ(j["gpus"].size(), 16u);
+  for (const auto& g : j["gpus"]) {
+    EXPECT_TRUE(g["best_class"].is_null());
+    EXPECT_TRUE(g["best_nics"].empty());
+  }
+  EXPECT_EQ(j["nvswitches"].size(), 12u);
+  EXPECT_TRUE(j["affinity"].empty());
+  o.sysfs_root = Testdata("sysfs/gpud-h100");  // the command from the benchmark that aborted
+  RunJson(o, code);
+  EXPECT_EQ(code, 1);
+}
+
 TEST(CheckCommand, DowntrainedPcieAndTwoPassRates) {
   counters::testing::FakeSysfs fs;
   fs.AddPort("mlx5_0", 1);

@@ -175,20 +175,28 @@ void NodeMetrics::PublishPorts(const std::vector<counters::PortSample>& ports) {
         s->labels = labels;
         s->state = &port_state_.WithLabels(labels);
         s->rate = &port_rate_.WithLabels(labels);
-        auto bind = [&](CounterRole role, metrics::Family<metrics::Counter>& fam) {
-          s->by_role[static_cast<size_t>(role)] = &fam.WithLabels(labels);
-        };
-        bind(CounterRole::kXmitData, xmit_bytes_);
-        bind(CounterRole::kRcvData, rcv_bytes_);
-        bind(CounterRole::kSymbolError, symbol_errors_);
-        bind(CounterRole::kLinkDowned, link_downed_);
-        bind(CounterRole::kRcvErrors, rcv_errors_);
-        bind(CounterRole::kXmitDiscards, xmit_discards_);
-        bind(CounterRole::kXmitWait, xmit_wait_);
-        bind(CounterRole::kCnpSent, cnp_sent_);
-        bind(CounterRole::kCnpHandled, cnp_handled_);
-        bind(CounterRole::kEcnMarked, ecn_marked_);
       }
+      // A series exists only for a counter file the port has: an mlx5 InfiniBand port has no
+      // np_cnp_sent, and exporting 0 for it would claim a count nobody made (node_exporter leaves
+      // absent counters out too). Handles are resolved here, on rescans, never per pass.
+      s->by_role.fill(nullptr);
+      auto bind = [&](CounterRole role, metrics::Family<metrics::Counter>& fam) {
+        if (p.by_role[static_cast<size_t>(role)] >= 0) {
+          s->by_role[static_cast<size_t>(role)] = &fam.WithLabels(labels);
+        } else {
+          fam.Remove(labels);
+        }
+      };
+      bind(CounterRole::kXmitData, xmit_bytes_);
+      bind(CounterRole::kRcvData, rcv_bytes_);
+      bind(CounterRole::kSymbolError, symbol_errors_);
+      bind(CounterRole::kLinkDowned, link_downed_);
+      bind(CounterRole::kRcvErrors, rcv_errors_);
+      bind(CounterRole::kXmitDiscards, xmit_discards_);
+      bind(CounterRole::kXmitWait, xmit_wait_);
+      bind(CounterRole::kCnpSent, cnp_sent_);
+      bind(CounterRole::kCnpHandled, cnp_handled_);
+      bind(CounterRole::kEcnMarked, ecn_marked_);
       port_series_.push_back(s);
       live.push_back(labels);
     }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -45,12 +46,17 @@ uint64_t ReadU64(const std::string& path) {
   return v;
 }
 
-NodeMetricsOptions H100Options() {
+NodeMetricsOptions Options(const std::string& sysfs_root, const std::string& xml,
+                           const std::string& node) {
   NodeMetricsOptions o;
-  o.check.sysfs_root = Testdata("sysfs/gpud-h100");
-  o.check.hwloc_xml = Testdata("hwloc/psmgmt-topo.jrc0386.xml");
-  o.check.node_name = "h100";
+  o.check.sysfs_root = sysfs_root;
+  o.check.hwloc_xml = xml;
+  o.check.node_name = node;
   return o;
+}
+
+NodeMetricsOptions H100Options() {
+  return Options(Testdata("sysfs/gpud-h100"), Testdata("hwloc/psmgmt-topo.jrc0386.xml"), "h100");
 }
 
 // node_exporter's InfiniBand collector (prometheus/node_exporter collector/infiniband_linux.go,
@@ -108,6 +114,87 @@ TEST(NodeMetrics, NodeExporterParityOnH100Tree) {
   EXPECT_EQ(m.at("fabricwatch_node_sysfs_read_errors_total{reason=\"unparsable\"}"), 0.0);
 }
 
+// The same comparison against what node_exporter itself printed for this tree (its 1.5.0 output,
+// captured in testdata/). Every node_exporter series with a fabricwatch counterpart in DESIGN.md
+// must hold the same number: 9 names × 9 ports. The other 16 node_exporter names (packets,
+// multicast, constraint, relay, VL15, link_error_recovery, local_link_integrity, buffer overrun,
+// physical_state_id, info) have no agent metric in DESIGN.md; their values are in `check`'s JSON.
+TEST(NodeMetrics, SameNumbersAsNodeExporterOutputForTheH100Tree) {
+  const std::string path =
+      std::string(FW_NODE_TESTDATA_DIR) + "/node_exporter-1.5.0-gpud-h100.prom";
+  std::ifstream golden(path);
+  ASSERT_TRUE(golden.good()) << path;
+  // node_exporter name → (our name, factor that turns ours into theirs).
+  const std::map<std::string, std::pair<std::string, double>> kParity = {
+      {"node_infiniband_port_data_transmitted_bytes_total",
+       {"fabricwatch_nic_port_xmit_bytes_total", 1}},
+      {"node_infiniband_port_data_received_bytes_total",
+       {"fabricwatch_nic_port_rcv_bytes_total", 1}},
+      {"node_infiniband_symbol_error_total", {"fabricwatch_nic_port_symbol_errors_total", 1}},
+      {"node_infiniband_link_downed_total", {"fabricwatch_nic_port_link_downed_total", 1}},
+      {"node_infiniband_port_errors_received_total", {"fabricwatch_nic_port_rcv_errors_total", 1}},
+      {"node_infiniband_port_discards_transmitted_total",
+       {"fabricwatch_nic_port_xmit_discards_total", 1}},
+      {"node_infiniband_port_transmit_wait_total", {"fabricwatch_nic_port_xmit_wait_total", 1}},
+      {"node_infiniband_state_id", {"fabricwatch_nic_port_state", 1}},
+      {"node_infiniband_rate_bytes_per_second", {"fabricwatch_nic_port_rate_gbps", 125000000}},
+  };
+  metrics::Registry registry;
+  FakeClock clock;
+  NodeMetrics nm(H100Options(), registry, clock);
+  ASSERT_TRUE(nm.SampleNow().ok());
+  const auto ours = Scrape(registry);
+  std::set<std::string> their_names;
+  int compared = 0;
+  std::string line;
+  while (std::getline(golden, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t brace = line.find('{'), sp = line.rfind(' ');
+    ASSERT_NE(brace, std::string::npos) << line;
+    const std::string name = line.substr(0, brace);
+    their_names.insert(name);
+    const auto it = kParity.find(name);
+    if (it == kParity.end()) continue;
+    // node_exporter's labels are {device, port}, in that order, like ours.
+    const std::string labels = line.substr(brace, sp - brace);
+    const double theirs = std::strtod(line.c_str() + sp + 1, nullptr);
+    const auto mine = ours.find(it->second.first + labels);
+    ASSERT_NE(mine, ours.end()) << it->second.first << labels;
+    EXPECT_EQ(mine->second * it->second.second, theirs) << line;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 9 * 9);
+  EXPECT_EQ(their_names.size(), 25u);  // the collector's names present for this tree
+}
+
+TEST(NodeMetrics, CountersAPortDoesNotHaveAreNotExportedAsZero) {
+  // The H100 tree's mlx5 InfiniBand ports have no np_cnp_sent, rp_cnp_handled or
+  // np_ecn_marked_roce_packets: no series, rather than a 0 that reads as "no CNPs".
+  metrics::Registry registry;
+  FakeClock clock;
+  NodeMetrics nm(H100Options(), registry, clock);
+  ASSERT_TRUE(nm.SampleNow().ok());
+  const std::string text = registry.RenderToString();
+  EXPECT_THAT(text, Not(HasSubstr("fabricwatch_nic_port_cnp_sent_total{")));
+  EXPECT_THAT(text, Not(HasSubstr("fabricwatch_nic_port_cnp_handled_total{")));
+  EXPECT_THAT(text, Not(HasSubstr("fabricwatch_nic_port_ecn_marked_total{")));
+  // A RoCE port that has them exports them.
+  counters::testing::FakeSysfs fs;
+  fs.AddPort("mlx5_2", 1, "200 Gb/sec (4X HDR)", "Ethernet");
+  fs.HwCounter("mlx5_2", 1, "np_cnp_sent", "12");
+  fs.HwCounter("mlx5_2", 1, "rp_cnp_handled", "34");
+  fs.HwCounter("mlx5_2", 1, "np_ecn_marked_roce_packets", "56");
+  metrics::Registry r2;
+  NodeMetrics roce(Options(fs.root(), Testdata("hwloc/psmgmt-topo.dp-esb01.xml"), "roce"), r2,
+                   clock);
+  ASSERT_TRUE(roce.SampleNow().ok());
+  const auto m = Scrape(r2);
+  EXPECT_EQ(m.at("fabricwatch_nic_port_cnp_sent_total{device=\"mlx5_2\",port=\"1\"}"), 12.0);
+  EXPECT_EQ(m.at("fabricwatch_nic_port_cnp_handled_total{device=\"mlx5_2\",port=\"1\"}"), 34.0);
+  EXPECT_EQ(m.at("fabricwatch_nic_port_ecn_marked_total{device=\"mlx5_2\",port=\"1\"}"), 56.0);
+  EXPECT_EQ(m.count("fabricwatch_nic_port_symbol_errors_total{device=\"mlx5_2\",port=\"1\"}"), 0u);
+}
+
 TEST(NodeMetrics, SnapshotCarriesInventoryFindingsAndPorts) {
   metrics::Registry registry;
   FakeClock clock;
@@ -133,13 +220,9 @@ TEST(NodeMetrics, ReadErrorsVanishingPortsAndCheckFailuresAreCounted) {
   fs.Counter("mlx5_0", 1, "symbol_error", "garbage");
   fs.AddPort("mlx5_1", 1);
   fs.Counter("mlx5_1", 1, "port_xmit_data", "10");
-  NodeMetricsOptions o;
-  o.check.sysfs_root = fs.root();
-  o.check.hwloc_xml = Testdata("hwloc/does-not-exist.xml");
-  o.check.node_name = "n";
   metrics::Registry registry;
   FakeClock clock;
-  NodeMetrics nm(o, registry, clock);
+  NodeMetrics nm(Options(fs.root(), Testdata("hwloc/does-not-exist.xml"), "n"), registry, clock);
   EXPECT_EQ(nm.SampleNow().code(), StatusCode::kNotFound);  // counters still sampled
   auto m = Scrape(registry);
   EXPECT_EQ(m.at("fabricwatch_node_sysfs_read_errors_total{reason=\"unparsable\"}"), 1.0);
