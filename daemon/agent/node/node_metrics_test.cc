@@ -195,6 +195,32 @@ TEST(NodeMetrics, CountersAPortDoesNotHaveAreNotExportedAsZero) {
   EXPECT_EQ(m.count("fabricwatch_nic_port_symbol_errors_total{device=\"mlx5_2\",port=\"1\"}"), 0u);
 }
 
+TEST(NodeMetrics, PcieLinkSpeedAndWidthOfADowntrainedGpu) {
+  counters::testing::FakeSysfs fs;
+  const std::string dev = "bus/pci/devices/0000:44:00.0/";  // GPU1 of the JURECA export
+  fs.Write(dev + "current_link_speed", "16.0 GT/s PCIe\n");
+  fs.Write(dev + "max_link_speed", "16.0 GT/s PCIe\n");
+  fs.Write(dev + "current_link_width", "8\n");
+  fs.Write(dev + "max_link_width", "16\n");
+  metrics::Registry registry;
+  FakeClock clock;
+  NodeMetrics nm(Options(fs.root(), Testdata("hwloc/psmgmt-topo.jrc0386.xml"), "jrc"), registry,
+                 clock);
+  ASSERT_TRUE(nm.SampleNow().ok());
+  const auto m = Scrape(registry);
+  const std::string l = "{bdf=\"0000:44:00.0\",which=";
+  EXPECT_EQ(m.at("fabricwatch_pcie_link_width" + l + "\"current\"}"), 8.0);
+  EXPECT_EQ(m.at("fabricwatch_pcie_link_width" + l + "\"max\"}"), 16.0);
+  EXPECT_EQ(m.at("fabricwatch_pcie_link_speed_gts" + l + "\"current\"}"), 16.0);
+  EXPECT_EQ(m.at("fabricwatch_pcie_link_speed_gts" + l + "\"max\"}"), 16.0);
+  // Links without sysfs data (every other device here) get no series.
+  EXPECT_EQ(m.count("fabricwatch_pcie_link_width{bdf=\"0000:43:00.0\",which=\"current\"}"), 0u);
+  const NodeSnapshot snap = nm.Latest();
+  ASSERT_FALSE(snap.findings.empty());
+  EXPECT_EQ(snap.findings.front().kind, "pcie_downtrained");
+  EXPECT_EQ(snap.findings.front().severity, Severity::kCritical);
+}
+
 TEST(NodeMetrics, SnapshotCarriesInventoryFindingsAndPorts) {
   metrics::Registry registry;
   FakeClock clock;
