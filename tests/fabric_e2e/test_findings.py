@@ -51,10 +51,14 @@ class FindingsCase(unittest.TestCase):
     """Builds the pinned fabric, checks the analyzer is served, warms up the baselines."""
 
     aggregator_args = ()
+    access_rate = ACCESS_RATE
+    # Before a fault, only link and switch findings fail the test; host-level ones are printed (see
+    # assert_only). HealthyTest is strict about every kind.
+    strict_before_fault = False
 
     def fabric(self):
         return fwe2e.DaemonFabric(routing="deterministic", aggregator_args=self.aggregator_args,
-                                  access_rate=ACCESS_RATE, **FABRIC)
+                                  access_rate=self.access_rate, **FABRIC)
 
     def start(self, run, baseline_s=BASELINE_S):
         t0 = time.monotonic()
@@ -67,9 +71,12 @@ class FindingsCase(unittest.TestCase):
         self.check_pinned_plan(run)
         time.sleep(max(0.0, baseline_s - (time.monotonic() - t0)))
         run.check_daemons_running()
-        active = net_findings(run, active_only=True)
-        self.assertEqual(active, [], "findings before any fault:\n"
-                         + "\n".join(brief(f) for f in active))
+        if self.strict_before_fault:
+            active = net_findings(run, active_only=True)
+            self.assertEqual(active, [], "findings before any fault:\n"
+                             + "\n".join(brief(f) for f in active))
+        else:
+            self.assert_only(run, {}, when="before the fault")
 
     def check_pinned_plan(self, run):
         """Some planned flows cross LINK (else the test could not see anything)."""
@@ -151,6 +158,7 @@ class FindingsCase(unittest.TestCase):
 
 class HealthyTest(FindingsCase):
     OBSERVE_S = 30
+    strict_before_fault = True
 
     def test_a_healthy_run_has_no_findings(self):
         with self.fabric() as run:
@@ -230,6 +238,9 @@ class TbfDegradedTest(FindingsCase):
     can see it, so this needs bursts far more often than the default 300 s per peer."""
 
     BW_FLAG = "--bandwidth-interval"
+    # Bursts at 1 Gbit/s are CPU-bound on a loaded 2-core machine (a healthy host read 58% of the
+    # median); at 200 Mbit/s the tbf, not the CPU, sets their pace. The fault is still 4x slower.
+    access_rate = "200mbit"
 
     def setUp(self):
         text = fwe2e.help_text(fwe2e.aggregator_bin())

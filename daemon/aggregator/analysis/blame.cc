@@ -50,7 +50,16 @@ class Blamer {
     // Queueing with little loss is congestion even when probe bursts get less goodput: a busy
     // link shares its capacity. Lower goodput without queueing is a degraded link (half speed).
     if (loss) return Level::kDegraded;
-    return v.latency() ? Level::kLatency : Level::kDegraded;
+    const LinkBlame* latency = v.latency();
+    if (!latency) return Level::kDegraded;
+    // ...unless the queue comes and goes (most probes are not slow) on a link that gives our
+    // bursts a small share of the expected goodput: the bursts themselves fill a slow link.
+    const LinkBlame* bw = v.bandwidth();
+    if (bw && bw->bandwidth_ratio <= c_.self_queue_bandwidth_ratio &&
+        latency->estimate < c_.standing_queue_fraction) {
+      return Level::kDegraded;
+    }
+    return Level::kLatency;
   }
 
   double Confidence(const Verdict& v) const {

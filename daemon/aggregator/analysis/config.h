@@ -58,6 +58,13 @@ struct AnalysisConfig {
   // Significance of the bad samples against a background share of bad samples.
   double bandwidth_significance = 3.0;
   double background_bandwidth_floor = 0.05;
+  // Queueing without loss on a link whose bursts get at most `self_queue_bandwidth_ratio` of the
+  // expected goodput is the link's own low capacity (link_degraded), not congestion, while fewer
+  // than `standing_queue_fraction` of the probes crossing it are slow: our bursts then fill a slow
+  // link and the queue comes and goes with them. Traffic that congests a link keeps a queue
+  // standing, so most probes are slow.
+  double self_queue_bandwidth_ratio = 0.5;
+  double standing_queue_fraction = 0.6;
 
   // --- Host noise guard
   // --------------------------------------------------------------------------- A host whose flows

@@ -461,6 +461,46 @@ TEST(Scenarios, BandwidthHalved) {
   EXPECT_NEAR(active[0].finding.evidence.at("bandwidth_ratio"), 0.5, 0.1);
 }
 
+// A tbf far below the line rate (tests/fabric_e2e TbfDegradedTest): only our own bursts load the
+// link, so probes queue only while a burst crosses it, and the bursts get a quarter of the
+// goodput. That is the link's capacity: link_degraded, not congestion.
+TEST(Scenarios, QueueingThatComesWithOurBurstsOnASlowLinkIsLinkDegraded) {
+  FleetShape shape = NamespaceFabricShape();
+  shape.bw_every_s = 2;
+  SyntheticFleet fleet(shape);
+  fleet.Run(kWarmup);
+  LinkFault tbf;
+  tbf.rtt_factor = 40;
+  tbf.bw_factor = 0.25;
+  tbf.slowed_fraction = 0.35;
+  fleet.SetLinkFault("leaf1~spine1", tbf);
+  const int ttd = TimeToDetect(fleet, "link_degraded", "leaf1~spine1", 60);
+  ASSERT_GT(ttd, 0) << Describe(fleet.Active());
+  fleet.Run(20);
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.kind, "link_degraded") << Describe(active);
+}
+
+// Background traffic keeps the queue standing: nearly every probe is slow, and our bursts get
+// less goodput because they share the link. That stays congestion.
+TEST(Scenarios, StandingQueueWithLowBurstGoodputIsCongestion) {
+  FleetShape shape = NamespaceFabricShape();
+  shape.bw_every_s = 2;
+  SyntheticFleet fleet(shape);
+  fleet.Run(kWarmup);
+  LinkFault busy;
+  busy.rtt_factor = 40;
+  busy.bw_factor = 0.25;
+  fleet.SetLinkFault("leaf1~spine1", busy);
+  const int ttd = TimeToDetect(fleet, "congestion", "leaf1~spine1", 60);
+  ASSERT_GT(ttd, 0) << Describe(fleet.Active());
+  fleet.Run(20);
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.kind, "congestion") << Describe(active);
+}
+
 TEST(Scenarios, WithoutMapLocalizesToHost) {
   FleetShape shape = Shape();
   shape.with_map = false;

@@ -131,7 +131,9 @@ std::vector<ProbeResult> SyntheticFleet::GenerateSecond() {
     double keep = 1.0 - shape_.background_loss, rtt_factor = 1.0, bw_factor = 1.0;
     for (aggregator::LinkIndex l : f.path) {
       keep *= 1.0 - link_faults_[l].loss;
-      rtt_factor *= link_faults_[l].rtt_factor;
+      // A random draw only for intermittent queues, so other scenarios keep their random stream.
+      const LinkFault& lf = link_faults_[l];
+      if (lf.slowed_fraction >= 1 || uni(rng_) < lf.slowed_fraction) rtt_factor *= lf.rtt_factor;
       bw_factor *= link_faults_[l].bw_factor;
     }
     if (auto it = host_noise_.find(f.src); it != host_noise_.end() && it->second.second.first) {

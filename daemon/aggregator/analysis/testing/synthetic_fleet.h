@@ -34,6 +34,9 @@ struct LinkFault {
   double loss = 0;        // per round trip crossing the link
   double rtt_factor = 1;  // multiplies the RTT of probes crossing it
   double bw_factor = 1;   // multiplies goodput of bursts crossing it
+  // The share of probes crossing it that rtt_factor applies to: below 1, a queue that comes and
+  // goes.
+  double slowed_fraction = 1;
 };
 
 class SyntheticFleet {
