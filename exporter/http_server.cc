@@ -14,14 +14,22 @@ namespace {
 
 const char* Reason(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 202: return "Accepted";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Status";
+    case 200:
+      return "OK";
+    case 202:
+      return "Accepted";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Status";
   }
 }
 
@@ -61,7 +69,7 @@ void Response::Send(int status, std::string_view content_type, std::string_view 
             "Cache-Control: no-store\r\n\r\n",
             status, Reason(status), static_cast<int>(content_type.size()), content_type.data(),
             body.size());
-  if (!body.empty()) mg_write(conn_, body.data(), body.size());
+  if (!body.empty() && mg_write(conn_, body.data(), body.size()) <= 0) failed_ = true;
 }
 
 void Response::Begin(int status, std::string_view content_type) {
@@ -75,14 +83,15 @@ void Response::Begin(int status, std::string_view content_type) {
 }
 
 void Response::Write(std::string_view chunk) {
-  if (!chunked_ || ended_ || chunk.empty()) return;
-  mg_send_chunk(conn_, chunk.data(), static_cast<unsigned>(chunk.size()));
+  if (!chunked_ || ended_ || failed_ || chunk.empty()) return;
+  // A reader that stopped reading costs one write timeout, not one per remaining chunk.
+  if (mg_send_chunk(conn_, chunk.data(), static_cast<unsigned>(chunk.size())) <= 0) failed_ = true;
 }
 
 void Response::End() {
   if (!chunked_ || ended_) return;
   ended_ = true;
-  mg_send_chunk(conn_, "", 0);
+  if (!failed_) mg_send_chunk(conn_, "", 0);
 }
 
 Server::~Server() { Stop(); }
@@ -96,14 +105,16 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& listen, int t
   std::call_once(g_init_once, [] { mg_init_library(0); });
   std::string ports = (host.empty() || host == "0.0.0.0" ? "" : host + ":") + std::to_string(port);
   std::string nthreads = std::to_string(threads);
-  const char* options[] = {"listening_ports", ports.c_str(), "num_threads", nthreads.c_str(),
-                           "request_timeout_ms", "10000", "enable_keep_alive", "yes",
-                           nullptr};
+  std::string timeout = std::to_string(kRequestTimeoutMs);
+  const char* options[] = {
+      "listening_ports", ports.c_str(),       "num_threads", nthreads.c_str(), "request_timeout_ms",
+      timeout.c_str(),   "enable_keep_alive", "yes",         nullptr};
   mg_callbacks callbacks{};
   callbacks.log_message = [](const mg_connection*, const char* message) {
     spdlog::warn("msg=\"http server\" error={}", message);
     return 1;
   };
+  callbacks.http_error = &Server::OnHttpError;
   std::unique_ptr<Server> server(new Server());
   server->ctx_ = mg_start(&callbacks, server.get(), options);
   if (server->ctx_ == nullptr) {
@@ -124,8 +135,29 @@ void Server::Handle(const std::string& path, Handler handler) {
   handlers_[path] = std::move(h);
 }
 
-void Server::HandleMetrics(const metrics::Registry& registry,
+int Server::OnHttpError(mg_connection* conn, int status, const char*) {
+  auto* server = static_cast<Server*>(mg_get_user_data(mg_get_context(conn)));
+  if (server != nullptr) server->CountRejected(status);
+  return 1;  // civetweb still sends its own error page
+}
+
+void Server::CountRejected(int status) {
+  size_t i = 0;
+  while (kRejectedCodes[i] != 0 && kRejectedCodes[i] != status) ++i;
+  if (metrics::Counter* c = rejected_[i].load(std::memory_order_acquire)) c->Inc();
+}
+
+void Server::HandleMetrics(metrics::Registry& registry,
                            std::function<void(double)> scrape_seconds) {
+  auto& rejected = registry.AddCounter("fabricwatch_http_rejected_requests_total",
+                                       "HTTP requests refused before reaching a handler "
+                                       "(malformed, too slow, too large), by status.",
+                                       {"code"});
+  for (size_t i = 0; i < rejected_.size(); ++i) {
+    int code = kRejectedCodes[i];
+    rejected_[i].store(&rejected.WithLabels({code == 0 ? "other" : std::to_string(code)}),
+                       std::memory_order_release);
+  }
   Handle("/metrics", [&registry, scrape_seconds](const Request&, Response& resp) {
     auto start = std::chrono::steady_clock::now();
     resp.Begin(200, "text/plain; version=0.0.4; charset=utf-8");

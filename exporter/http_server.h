@@ -1,6 +1,8 @@
 // A small HTTP server on civetweb for /metrics, health and JSON endpoints.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -40,30 +42,46 @@ class Response {
   bool started_ = false;
   bool chunked_ = false;
   bool ended_ = false;
+  bool failed_ = false;  // a write failed (client gone or too slow): the rest is not sent
 };
 
 using Handler = std::function<void(const Request&, Response&)>;
 
+// civetweb serves each connection on one worker thread until it ends, so a client that sends its
+// request slowly (or never) holds a worker for up to kRequestTimeoutMs. Enough workers keep a few
+// such clients from delaying everyone else; each request civetweb refuses is counted.
 class Server {
  public:
   ~Server();
-  // Listens on "HOST:PORT" (port 0 picks a free port). Fails with a clear message when the address
-  // is invalid or taken.
-  static StatusOr<std::unique_ptr<Server>> Start(const std::string& listen, int threads = 4);
+  // Listens on "HOST:PORT" (port 0 picks a free port) with `threads` workers. Fails with a clear
+  // message when the address is invalid or taken.
+  static StatusOr<std::unique_ptr<Server>> Start(const std::string& listen, int threads = 32);
 
   // Registers an exact-path handler. Thread-safe; may be called after Start().
   void Handle(const std::string& path, Handler handler);
   // Registers GET /metrics rendering `registry`, timing each render into `scrape_seconds` if given.
-  void HandleMetrics(const metrics::Registry& registry,
+  // Also registers this server's own fabricwatch_http_rejected_requests_total{code} in `registry`
+  // (requests refused before any handler ran: malformed, too slow, too large); call it at most
+  // once per registry. `registry` must outlive the server.
+  void HandleMetrics(metrics::Registry& registry,
                      std::function<void(double)> scrape_seconds = nullptr);
 
   int port() const { return port_; }
   // Stops accepting and waits for in-flight handlers. Idempotent.
   void Stop();
 
+  // How long a worker waits for a request to arrive, or for one write to a slow reader.
+  static constexpr int kRequestTimeoutMs = 5000;
+
  private:
   Server() = default;
   static int Dispatch(mg_connection* conn, void* cbdata);
+  static int OnHttpError(mg_connection* conn, int status, const char* message);
+  void CountRejected(int status);
+
+  // Rejected requests by status (0: any other). Null until HandleMetrics().
+  static constexpr int kRejectedCodes[] = {400, 404, 405, 408, 413, 431, 0};
+  std::array<std::atomic<metrics::Counter*>, std::size(kRejectedCodes)> rejected_{};
 
   mg_context* ctx_ = nullptr;
   int port_ = 0;

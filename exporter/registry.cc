@@ -16,13 +16,6 @@ namespace {
   std::abort();
 }
 
-void MaybeFlush(std::string& out, const std::function<void(std::string_view)>& sink) {
-  if (out.size() >= Registry::kChunkBytes) {
-    sink(out);
-    out.clear();
-  }
-}
-
 }  // namespace
 
 bool IsValidMetricName(std::string_view name) {
@@ -50,10 +43,17 @@ bool IsValidLabelName(std::string_view name) {
 void AppendEscapedLabelValue(std::string& out, std::string_view v) {
   for (char c : v) {
     switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '"': out += "\\\""; break;
-      case '\n': out += "\\n"; break;
-      default: out += c;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out += c;
     }
   }
 }
@@ -61,9 +61,14 @@ void AppendEscapedLabelValue(std::string& out, std::string_view v) {
 void AppendEscapedHelp(std::string& out, std::string_view v) {
   for (char c : v) {
     switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      default: out += c;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out += c;
     }
   }
 }
@@ -116,7 +121,9 @@ Histogram::Snapshot Histogram::Take() const {
 
 FamilyBase::FamilyBase(std::string name, std::string help, std::vector<std::string> label_names,
                        MetricType type)
-    : name_(std::move(name)), help_(std::move(help)), label_names_(std::move(label_names)),
+    : name_(std::move(name)),
+      help_(std::move(help)),
+      label_names_(std::move(label_names)),
       type_(type) {}
 
 void FamilyBase::RenderHeader(std::string& out) const {
@@ -127,9 +134,15 @@ void FamilyBase::RenderHeader(std::string& out) const {
   out += "\n# TYPE ";
   out += name_;
   switch (type_) {
-    case MetricType::kCounter: out += " counter\n"; break;
-    case MetricType::kGauge: out += " gauge\n"; break;
-    case MetricType::kHistogram: out += " histogram\n"; break;
+    case MetricType::kCounter:
+      out += " counter\n";
+      break;
+    case MetricType::kGauge:
+      out += " gauge\n";
+      break;
+    case MetricType::kHistogram:
+      out += " histogram\n";
+      break;
   }
 }
 
@@ -190,8 +203,9 @@ size_t Family<M>::size() const {
 template <typename M>
 void Family<M>::Render(std::string& out, const std::function<void(std::string_view)>& sink) const {
   RenderHeader(out);
-  std::lock_guard lock(mu_);
-  for (const auto& [labels_unused, entry] : series_) {
+  std::unique_lock lock(mu_);
+  for (auto it = series_.begin(); it != series_.end(); ++it) {
+    const Entry& entry = it->second;
     if (!entry.visible) continue;
     if constexpr (std::is_same_v<M, Histogram>) {
       Histogram::Snapshot snap = entry.metric->Take();
@@ -216,7 +230,8 @@ void Family<M>::Render(std::string& out, const std::function<void(std::string_vi
         out += entry.prefix;
         if (!label_names_.empty()) out += '}';
         out += ' ';
-        AppendNumber(out, suffix[1] == 's' ? snap.sum : static_cast<double>(snap.cumulative.back()));
+        AppendNumber(out,
+                     suffix[1] == 's' ? snap.sum : static_cast<double>(snap.cumulative.back()));
         out += '\n';
       }
     } else {
@@ -224,7 +239,15 @@ void Family<M>::Render(std::string& out, const std::function<void(std::string_vi
       AppendNumber(out, entry.metric->Value());
       out += '\n';
     }
-    MaybeFlush(out, sink);
+    if (out.size() >= Registry::kChunkBytes) {
+      // The sink may block on a slow reader, so it runs without the lock: WithLabels() and other
+      // scrapes go on meanwhile. `it` stays valid because std::map insertions keep iterators and
+      // entries are never erased.
+      lock.unlock();
+      sink(out);
+      out.clear();
+      lock.lock();
+    }
   }
 }
 
@@ -259,8 +282,8 @@ Family<Gauge>& Registry::AddGauge(std::string name, std::string help,
                                   std::vector<std::string> label_names) {
   std::lock_guard lock(mu_);
   CheckNewName(name, label_names);
-  auto f = std::make_unique<Family<Gauge>>(std::move(name), std::move(help),
-                                           std::move(label_names), MetricType::kGauge);
+  auto f = std::make_unique<Family<Gauge>>(std::move(name), std::move(help), std::move(label_names),
+                                           MetricType::kGauge);
   auto& ref = *f;
   families_.push_back(std::move(f));
   return ref;
@@ -274,9 +297,9 @@ Family<Histogram>& Registry::AddHistogram(std::string name, std::string help,
   for (const auto& l : label_names) {
     if (l == "le") Die("metric " + name + ": histograms cannot use the label 'le'");
   }
-  auto f = std::make_unique<Family<Histogram>>(std::move(name), std::move(help),
-                                               std::move(label_names), MetricType::kHistogram,
-                                               std::move(bucket_bounds));
+  auto f =
+      std::make_unique<Family<Histogram>>(std::move(name), std::move(help), std::move(label_names),
+                                          MetricType::kHistogram, std::move(bucket_bounds));
   auto& ref = *f;
   families_.push_back(std::move(f));
   return ref;

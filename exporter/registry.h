@@ -1,8 +1,8 @@
 // Metric registry: counters, gauges and histograms in label families, rendered as Prometheus text.
 //
 // Callers create a family once, resolve each series once with WithLabels() and cache the reference.
-// Updating a series touches only atomics. Rendering streams through a sink in bounded chunks and never
-// builds the whole exposition in memory (see prometheus-cpp #646 for why).
+// Updating a series touches only atomics. Rendering streams through a sink in bounded chunks and
+// never builds the whole exposition in memory (see prometheus-cpp #646 for why).
 #pragma once
 
 #include <atomic>
@@ -68,8 +68,10 @@ class FamilyBase {
              MetricType type);
   virtual ~FamilyBase() = default;
   const std::string& name() const { return name_; }
-  // Appends this family's exposition to `out`, flushing it to `sink` whenever it grows past a chunk.
-  virtual void Render(std::string& out, const std::function<void(std::string_view)>& sink) const = 0;
+  // Appends this family's exposition to `out`, flushing it to `sink` whenever it grows past a
+  // chunk.
+  virtual void Render(std::string& out,
+                      const std::function<void(std::string_view)>& sink) const = 0;
 
  protected:
   void RenderHeader(std::string& out) const;
@@ -90,8 +92,9 @@ class Family final : public FamilyBase {
       : FamilyBase(std::move(name), std::move(help), std::move(label_names), type),
         bounds_(std::move(bounds)) {}
 
-  // Returns the series for these label values (in label-name order), creating it once. The reference
-  // stays valid for the registry's lifetime. A wrong number of values is a programming error.
+  // Returns the series for these label values (in label-name order), creating it once. The
+  // reference stays valid for the registry's lifetime. A wrong number of values is a programming
+  // error.
   M& WithLabels(const std::vector<std::string>& values);
   // Stops exporting the series. Its reference stays valid; WithLabels() revives it.
   void Remove(const std::vector<std::string>& values);
@@ -108,7 +111,9 @@ class Family final : public FamilyBase {
   };
   std::vector<double> bounds_;
   mutable std::mutex mu_;
-  std::map<std::vector<std::string>, Entry> series_;  // GUARDED_BY(mu_)
+  // GUARDED_BY(mu_). Entries are never erased (Remove() hides one): Render() keeps an iterator
+  // across unlocking while its sink writes.
+  std::map<std::vector<std::string>, Entry> series_;
 };
 
 class Registry {
@@ -127,7 +132,8 @@ class Registry {
                                   std::vector<std::string> label_names,
                                   std::vector<double> bucket_bounds);
 
-  // Runs before every render, e.g. to refresh process metrics or derived gauges. Must not call Render.
+  // Runs before every render, e.g. to refresh process metrics or derived gauges. Must not call
+  // Render.
   void AddBeforeRender(std::function<void()> hook);
 
   // Streams the text format 0.0.4 to `sink` in chunks of about `kChunkBytes`.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <future>
 #include <limits>
 
 namespace fw::metrics {
@@ -95,6 +96,25 @@ TEST(RegistryTest, RenderStreamsInBoundedChunks) {
   EXPECT_GT(chunks, 3u);
   EXPECT_LT(largest, Registry::kChunkBytes + 4096);
   EXPECT_GT(total, 20000u * 20);
+}
+
+// A scrape whose reader is slow must not stall callers creating series in the same family.
+TEST(RegistryTest, SinkRunsWithoutTheFamilyLock) {
+  Registry r;
+  auto& g = r.AddGauge("fabricwatch_many", "Many.", {"i"});
+  for (int i = 0; i < 20000; ++i) g.WithLabels({std::to_string(i)}).Set(i);
+  bool created_while_writing = false;
+  int chunks = 0;
+  std::future<void> done;  // outlives Render, so a failure is reported instead of deadlocking
+  r.Render([&](std::string_view) {
+    if (chunks++ != 0) return;
+    // Cannot finish while Render holds the family's lock.
+    done = std::async(std::launch::async, [&] { g.WithLabels({"new"}).Set(1); });
+    created_while_writing = done.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  });
+  EXPECT_GT(chunks, 1);
+  EXPECT_TRUE(created_while_writing);
+  EXPECT_NE(r.RenderToString().find("fabricwatch_many{i=\"new\"} 1\n"), std::string::npos);
 }
 
 TEST(RegistryTest, NameValidation) {

@@ -70,7 +70,7 @@ Status Agent::Start() {
     // The agent still samples counters, probes and reports without an inventory; say so once.
     spdlog::warn("msg=\"node check failed\" error=\"{}\"", d.message());
   }
-  auto http = http::Server::Start(options_.http_listen, 2);
+  auto http = http::Server::Start(options_.http_listen, 8);
   if (!http.ok()) return http.status();
   http_ = std::move(*http);
   http_->HandleMetrics(registry_, [this](double s) { self_.ObserveScrape(s); });

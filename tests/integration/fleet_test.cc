@@ -1,100 +1,19 @@
 // An aggregator and three agents as real processes on loopback: membership, liveness, reconnects,
 // and exactly-once delivery of numbered batches across an aggregator restart.
-#include <signal.h>
+#include "tests/integration/fleet.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <nlohmann/json.hpp>
-#include <regex>
 
 #include "exporter/http_client.h"
-#include "tests/integration/process.h"
 
 namespace fw::testing {
 namespace {
 
 using nlohmann::json;
-using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-class Fleet {
- public:
-  explicit Fleet(const TempDir& dir) : dir_(dir.path()) {}
-
-  void StartAggregator(int grpc_port = 0) {
-    std::string port_file = dir_ + "/agg.ports";
-    std::filesystem::remove(port_file);
-    agg_ = std::make_unique<Process>(
-        std::vector<std::string>{FW_AGGREGATOR_BIN, "--grpc-listen",
-                                 "127.0.0.1:" + std::to_string(grpc_port), "--http-listen",
-                                 "127.0.0.1:0", "--heartbeat-timeout", "3s", "--tick", "500ms",
-                                 "--state-dir", dir_ + "/state", "--record-test-batches",
-                                 "--port-file", port_file},
-        dir_ + "/aggregator.log");
-    ASSERT_TRUE(WaitUntil([&] { return ReadPort(port_file, "grpc_port") > 0; }, seconds(20)))
-        << "aggregator did not start; see " << dir_ << "/aggregator.log";
-    grpc_port_ = ReadPort(port_file, "grpc_port");
-    http_ = "127.0.0.1:" + std::to_string(ReadPort(port_file, "http_port"));
-  }
-
-  void StartAgent(const std::string& name, int test_batches = 0) {
-    std::vector<std::string> argv{FW_AGENT_BIN,
-                                  "--aggregator",
-                                  "127.0.0.1:" + std::to_string(grpc_port_),
-                                  "--node-name",
-                                  name,
-                                  "--http-listen",
-                                  "127.0.0.1:0",
-                                  "--heartbeat-interval",
-                                  "500ms",
-                                  "--probe-address",
-                                  "127.0.0.1",
-                                  "--probe-port",
-                                  "0",
-                                  "--hwloc-xml",
-                                  std::string(FW_TESTDATA) + "/hwloc/psmgmt-topo.jrc0386.xml",
-                                  "--sysfs-root",
-                                  std::string(FW_TESTDATA) + "/sysfs/gpud-h100"};
-    if (test_batches > 0) {
-      argv.insert(argv.end(), {"--test-batches", std::to_string(test_batches),
-                               "--test-batch-rate", "25"});
-    }
-    agents_[name] = std::make_unique<Process>(argv, dir_ + "/agent-" + name + ".log");
-  }
-
-  json Nodes() {
-    auto r = http::Get(http_, "/api/v1/nodes", 2000);
-    if (!r.ok() || r->status != 200) return json::array();
-    auto j = json::parse(r->body, nullptr, false);
-    return j.is_discarded() ? json::array() : j;
-  }
-
-  std::string Metrics() {
-    auto r = http::Get(http_, "/metrics", 2000);
-    return r.ok() ? r->body : "";
-  }
-
-  int ConnectedCount() {
-    int n = 0;
-    for (const auto& node : Nodes()) n += node.value("connected", false) ? 1 : 0;
-    return n;
-  }
-
-  json Node(const std::string& name) {
-    for (const auto& node : Nodes()) {
-      if (node.value("name", "") == name) return node;
-    }
-    return json();
-  }
-
-  std::unique_ptr<Process> agg_;
-  std::map<std::string, std::unique_ptr<Process>> agents_;
-  int grpc_port_ = 0;
-  std::string http_;
-
- private:
-  std::string dir_;
-};
 
 TEST(FleetTest, ThreeAgentsAppearAndADeadOneDropsOut) {
   TempDir dir;
@@ -104,6 +23,19 @@ TEST(FleetTest, ThreeAgentsAppearAndADeadOneDropsOut) {
   ASSERT_TRUE(WaitUntil([&] { return fleet.ConnectedCount() == 3; }, seconds(20)))
       << fleet.Nodes().dump(2);
   EXPECT_NE(fleet.Metrics().find("fabricwatch_agents_connected 3\n"), std::string::npos);
+  // Both daemons' self-metrics and the aggregator's health endpoints.
+  std::string agent_metrics =
+      http::Get("127.0.0.1:" + std::to_string(fleet.AgentHttpPort("node-a")), "/metrics")->body;
+  for (const std::string& m : {fleet.Metrics(), agent_metrics}) {
+    for (const char* name :
+         {"fabricwatch_build_info{version=\"", "process_cpu_seconds_total ",
+          "process_resident_memory_bytes ", "fabricwatch_scrape_duration_seconds_count "}) {
+      EXPECT_NE(m.find(std::string("\n") + name), std::string::npos) << name;
+    }
+  }
+  EXPECT_EQ(http::Get(fleet.http_, "/healthz")->status, 200);
+  EXPECT_TRUE(
+      WaitUntil([&] { return http::Get(fleet.http_, "/readyz")->status == 200; }, seconds(10)));
   // The inventory from the hwloc export made it through Hello.
   json a = fleet.Node("node-a");
   EXPECT_EQ(a["inventory"]["gpus"].size(), 4u) << a.dump(2);
@@ -179,8 +111,10 @@ TEST(FleetTest, ThreeAgentsAppearAndADeadOneDropsOut) {
   EXPECT_NE(fleet.Metrics().find("fabricwatch_agents_connected 2\n"), std::string::npos);
   EXPECT_NE(fleet.Metrics().find("fabricwatch_agent_up{node=\"node-a\"} 1\n"), std::string::npos);
 
-  // A clean agent shutdown on SIGTERM.
+  // A clean agent shutdown on SIGTERM, and on SIGINT.
   EXPECT_EQ(fleet.agents_["node-c"]->Stop(seconds(10)), 0);
+  fleet.agents_["node-a"]->Signal(SIGINT);
+  EXPECT_EQ(fleet.agents_["node-a"]->Wait(seconds(10)), 0);
 }
 
 TEST(FleetTest, AgentsReconnectAfterAggregatorRestartWithoutLossOrDuplicates) {
