@@ -32,7 +32,6 @@ struct NodeMetrics::PortSeries {
 
 NodeMetrics::NodeMetrics(NodeMetricsOptions options, metrics::Registry& r, const Clock& clock)
     : options_(std::move(options)),
-      registry_(r),
       clock_(clock),
       sampler_({.sysfs_root = options_.check.sysfs_root,
                 .xmit_wait_tick_bytes = options_.check.xmit_wait_tick_bytes,

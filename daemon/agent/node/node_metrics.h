@@ -66,7 +66,6 @@ class NodeMetrics {
   void Loop();
 
   NodeMetricsOptions options_;
-  metrics::Registry& registry_;
   const Clock& clock_;
   counters::EthtoolStatsReader ethtool_;  // used by sampler_ for pause counters
   counters::Sampler sampler_;             // owned by whichever thread samples
