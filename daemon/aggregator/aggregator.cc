@@ -104,7 +104,7 @@ Status Aggregator::Start() {
   } else {
     spdlog::warn("msg=\"no fabric map: localization stops at pair and host level\"");
   }
-  pairs_ = std::make_unique<PairTable>(clock_, map_);
+  pairs_ = std::make_unique<PairTable>(clock_, map_, PairTable::kDefaultMaxPairs, names_);
   planner_ = std::make_unique<Planner>(options_.planner, map_);
   if (!options_.state_dir.empty()) {
     store_ = std::make_unique<analysis::FindingsStore>(options_.state_dir);
@@ -224,13 +224,25 @@ v1::Transport ToWire(Transport t) {
 }  // namespace
 
 void Aggregator::OnProbeBatch(const std::string& node, const v1::ProbeBatch& batch) {
-  auto known = std::atomic_load(&known_nodes_);
+  const auto known = std::atomic_load(&known_nodes_);
+  const NodeId src = names_->Intern(node);
+  // Any peer before the first plan, then only nodes that said Hello. Called once per distinct
+  // name of a name table this source has not sent before.
+  const PeerResolver resolve = [&](std::string_view peer) -> NodeId {
+    if (!known) return names_->Intern(peer);
+    const std::optional<NodeId> id = names_->Find(peer);
+    return id && *id < known->by_id.size() && known->by_id[*id] != 0 ? *id : kNoNode;
+  };
   // Decoded into a reused per-thread buffer: ingest allocates only when a batch is larger than
   // any this thread has seen.
   thread_local std::vector<ProbeResult> results;
-  const DecodeOutcome o = DecodeProbeBatch(
-      node, batch, [&](std::string_view peer) { return !known || known->contains(peer); },
-      results);
+  DecodeOutcome o;
+  {
+    NameCacheShard& cache = name_caches_[src % kNameCacheShards];
+    std::lock_guard lock(cache.mu);
+    o = DecodeProbeBatch(node, src, batch, resolve, results, &cache.by_source[src],
+                         known ? known->epoch : 0);
+  }
   if (o.invalid_results > 0) bad_results_.Inc(static_cast<double>(o.invalid_results));
   if (o.column_error != ColumnError::kNone) {
     bad_columns_[static_cast<size_t>(o.column_error)]->Inc();
@@ -255,9 +267,12 @@ void Aggregator::OnProbeBatch(const std::string& node, const v1::ProbeBatch& bat
 
 void Aggregator::Replan() {
   std::vector<AgentInfo> live;
-  auto known = std::make_shared<NodeSet>();
+  auto known = std::make_shared<KnownNodes>();
+  known->epoch = ++known_epoch_;
   for (const NodeView& n : fleet_.Nodes()) {
-    known->insert(n.name);
+    const NodeId id = names_->Intern(n.name);
+    if (id >= known->by_id.size()) known->by_id.resize(id + 1, 0);
+    known->by_id[id] = 1;
     if (!n.connected || !n.up) continue;
     AgentInfo a;
     a.node = n.name;
@@ -267,7 +282,7 @@ void Aggregator::Replan() {
     }
     live.push_back(std::move(a));
   }
-  std::atomic_store(&known_nodes_, std::shared_ptr<const NodeSet>(known));
+  std::atomic_store(&known_nodes_, std::shared_ptr<const KnownNodes>(known));
   PlanSet set = planner_->PlanFor(live);
   for (const std::string& note : set.notes) spdlog::warn("msg=\"planner\" note=\"{}\"", note);
   const size_t live_count = live.size();

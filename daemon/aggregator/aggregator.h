@@ -11,6 +11,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -20,6 +21,7 @@
 #include "daemon/aggregator/analysis/analyzer.h"
 #include "daemon/aggregator/analysis/findings_store.h"
 #include "daemon/aggregator/core/fabric_map.h"
+#include "daemon/aggregator/core/name_interner.h"
 #include "daemon/aggregator/core/node_metrics.h"
 #include "daemon/aggregator/core/pair_table.h"
 #include "daemon/aggregator/core/planner.h"
@@ -110,14 +112,27 @@ class Aggregator final : public IngestSink {
   std::unordered_set<std::string> pending_pushes_;  // tick thread only
   int64_t last_replan_ns_ = 0;
   int64_t replan_spacing_ns_ = 1'000'000'000;
-  // Names of agents that have said Hello; results naming any other peer are dropped, so garbage
-  // cannot grow the pair table. Replaced wholesale by the tick thread, read lock-free by ingest.
-  struct NameHash {
-    using is_transparent = void;  // lookups by string_view, without building a string
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  // Node names ↔ ids for the pair table and the analyzer's flow table; ingest resolves each name
+  // of a batch once (usually not at all: see name_caches_) and hands both tables ids.
+  std::shared_ptr<NameInterner> names_ = std::make_shared<NameInterner>();
+  // Ids of the agents that have said Hello; results naming any other peer are dropped, so garbage
+  // cannot grow the tables. Null until the first re-plan (everything is accepted). Replaced
+  // wholesale by the tick thread, read lock-free by ingest. `epoch` changes with every
+  // replacement and invalidates the name caches.
+  struct KnownNodes {
+    uint64_t epoch = 0;
+    std::vector<uint8_t> by_id;  // 1 for a known node's id
   };
-  using NodeSet = std::unordered_set<std::string, NameHash, std::equal_to<>>;
-  std::shared_ptr<const NodeSet> known_nodes_;
+  std::shared_ptr<const KnownNodes> known_nodes_;
+  uint64_t known_epoch_ = 0;  // tick thread only
+  // Per source node, its last batch's name table and what each name resolved to (see
+  // PeerNameCache). Sharded by source id; a batch holds its shard's lock while it decodes.
+  struct NameCacheShard {
+    std::mutex mu;
+    std::unordered_map<NodeId, PeerNameCache> by_source;  // GUARDED_BY(mu)
+  };
+  static constexpr size_t kNameCacheShards = 16;
+  std::array<NameCacheShard, kNameCacheShards> name_caches_;
   // One agent's current plan, kept serialized: 16,000 plans of ~100 peers cost ~100 MB this way
   // and several times that as message objects. `content_hash` covers everything but the version,
   // so a re-plan that leaves a node's plan as it was neither bumps its version nor sends it.

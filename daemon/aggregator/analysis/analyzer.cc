@@ -198,7 +198,9 @@ Analyzer::Analyzer(const Clock& clock, std::shared_ptr<const FabricMap> map,
       pairs_(pairs),
       config_(config),
       store_(store),
-      flows_(map_, std::move(resolver), config.bandwidth_window_s),
+      // One interner for both tables: ingest results carry the pair table's NodeIds.
+      flows_(map_, std::move(resolver), config.bandwidth_window_s,
+             pairs ? pairs->names() : nullptr),
       tomography_(map_),
       tracker_(config) {
   if (store_) {

@@ -67,7 +67,8 @@ struct TickStats {
 class Analyzer {
  public:
   // `map` may be null: detection then works per pair and host only. `pairs` (may be null) is the
-  // aggregator's pair table, the source of the long-window baselines. `store` may be null.
+  // aggregator's pair table, the source of the long-window baselines; the flow table shares its
+  // NameInterner, so Ingest() takes results that carry its NodeIds. `store` may be null.
   Analyzer(const Clock& clock, std::shared_ptr<const FabricMap> map,
            const aggregator::PairTable* pairs, AnalysisConfig config = {},
            PathResolver resolver = {}, FindingsStore* store = nullptr);

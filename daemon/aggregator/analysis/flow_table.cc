@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "daemon/aggregator/core/source_runs.h"
+
 namespace fw::analysis {
 namespace {
 
@@ -31,28 +33,27 @@ std::optional<uint32_t> DeterministicPath(std::string_view, std::string_view, ui
 }
 
 FlowTable::FlowTable(std::shared_ptr<const FabricMap> map, PathResolver resolver,
-                     double bandwidth_window_s)
+                     double bandwidth_window_s, std::shared_ptr<aggregator::NameInterner> names)
     : map_(std::move(map)),
       resolver_(std::move(resolver)),
-      bandwidth_window_s_(static_cast<uint32_t>(std::max(1.0, bandwidth_window_s))) {
+      bandwidth_window_s_(static_cast<uint32_t>(std::max(1.0, bandwidth_window_s))),
+      names_(names ? std::move(names) : std::make_shared<aggregator::NameInterner>()) {
   if (!resolver_ && map_ && map_->routing() == aggregator::Routing::kDeterministic) {
     resolver_ = DeterministicPath;
   }
 }
 
-NodeId FlowTable::Intern(std::string_view name) { return names_.Intern(name); }
+std::optional<NodeId> FlowTable::FindNode(std::string_view name) const {
+  return names_->Find(name);
+}
 
-std::optional<NodeId> FlowTable::FindNode(std::string_view name) const { return names_.Find(name); }
+std::string FlowTable::NodeName(NodeId id) const { return std::string(names_->NameOf(id)); }
 
-std::string FlowTable::NodeName(NodeId id) const { return std::string(names_.NameOf(id)); }
+size_t FlowTable::NodeCount() const { return names_->size(); }
 
-size_t FlowTable::NodeCount() const { return names_.size(); }
-
-FlowTable::Pair& FlowTable::FindOrCreateLocked(Shard& shard, NodeId src, NodeId dst, Transport t,
-                                               std::string_view src_name,
-                                               std::string_view dst_name) {
+uint32_t FlowTable::FindOrCreateLocked(Shard& shard, NodeId src, NodeId dst, Transport t) {
   const uint64_t key = Key(src, dst, t);
-  if (auto it = shard.by_key.find(key); it != shard.by_key.end()) return shard.pairs[it->second];
+  if (auto it = shard.by_key.find(key); it != shard.by_key.end()) return it->second;
   uint32_t index;
   if (!shard.free.empty()) {
     index = shard.free.back();
@@ -67,16 +68,17 @@ FlowTable::Pair& FlowTable::FindOrCreateLocked(Shard& shard, NodeId src, NodeId 
   p.dst = dst;
   p.transport = t;
   p.live = true;
-  if (map_) p.paths = map_->PathsBetweenNodes(src_name, dst_name);
+  if (map_) p.paths = map_->PathsBetweenNodes(names_->NameOf(src), names_->NameOf(dst));
   shard.by_key.emplace(key, index);
   shard.by_source[src].push_back(index);
-  return p;
+  return index;
 }
 
-FlowTable::Flow& FlowTable::FlowOfLocked(Pair& p, uint16_t src_port, uint32_t flow_id,
-                                         std::string_view src_name, std::string_view dst_name) {
-  for (Flow& f : p.flows) {
-    if (f.src_port == src_port && f.flow_id == flow_id) return f;
+uint32_t FlowTable::FlowOfLocked(Pair& p, uint16_t src_port, uint32_t flow_id) {
+  for (size_t i = 0; i < p.flows.size(); ++i) {
+    if (p.flows[i].src_port == src_port && p.flows[i].flow_id == flow_id) {
+      return static_cast<uint32_t>(i);
+    }
   }
   Flow* f;
   if (p.flows.size() < kMaxFlowsPerPair) {
@@ -90,12 +92,13 @@ FlowTable::Flow& FlowTable::FlowOfLocked(Pair& p, uint16_t src_port, uint32_t fl
   f->src_port = src_port;
   f->flow_id = flow_id;
   if (resolver_ && p.paths.PathCount() > 0) {
-    const std::optional<uint32_t> path = resolver_(src_name, dst_name, src_port, flow_id, p.paths);
+    const std::optional<uint32_t> path =
+        resolver_(names_->NameOf(p.src), names_->NameOf(p.dst), src_port, flow_id, p.paths);
     if (path && *path < p.paths.PathCount() && *path <= INT16_MAX) {
       f->path = static_cast<int16_t>(*path);
     }
   }
-  return *f;
+  return static_cast<uint32_t>(f - p.flows.data());
 }
 
 void FlowTable::RecordLocked(Pair& p, Flow& f, const ProbeResult& r, uint32_t s) {
@@ -133,25 +136,30 @@ void FlowTable::RecordLocked(Pair& p, Flow& f, const ProbeResult& r, uint32_t s)
 void FlowTable::Ingest(std::span<const ProbeResult> results, int64_t now_ns) {
   if (results.empty()) return;
   const uint32_t s = SecondOf(now_ns);
-  std::string_view last_src;
-  NodeId src = 0;
-  int locked_shard = -1;
-  std::unique_lock<std::mutex> lock;
+  aggregator::SourceRuns<Shard> runs(*names_, shards_);
   for (const ProbeResult& r : results) {
-    if (locked_shard < 0 || r.src_node != last_src) {
-      src = Intern(r.src_node);
-      last_src = r.src_node;
+    runs.Enter(r);
+    Shard& shard = runs.shard();
+    Pair* p = nullptr;
+    Flow* f = nullptr;
+    if (const RecentFlow* c = runs.Cached(); c && c->pair < shard.pairs.size()) {
+      Pair& cp = shard.pairs[c->pair];
+      if (cp.live && cp.dst == runs.dst() && cp.src == runs.src() && cp.transport == r.transport &&
+          c->flow < cp.flows.size() && cp.flows[c->flow].src_port == r.src_port &&
+          cp.flows[c->flow].flow_id == r.flow_id) {
+        p = &cp;
+        f = &cp.flows[c->flow];
+      }
     }
-    const NodeId dst = Intern(r.dst_node);
-    const int shard_index = static_cast<int>(src % kShards);
-    if (shard_index != locked_shard) {
-      lock = std::unique_lock<std::mutex>(shards_[shard_index].mu);
-      locked_shard = shard_index;
+    if (f == nullptr) {
+      const uint32_t pair = FindOrCreateLocked(shard, runs.src(), runs.dst(), r.transport);
+      p = &shard.pairs[pair];
+      const uint32_t flow = FlowOfLocked(*p, r.src_port, r.flow_id);
+      f = &p->flows[flow];
+      runs.Remember(RecentFlow{pair, flow});
     }
-    Shard& shard = shards_[shard_index];
-    Pair& p = FindOrCreateLocked(shard, src, dst, r.transport, r.src_node, r.dst_node);
-    Flow& f = FlowOfLocked(p, r.src_port, r.flow_id, r.src_node, r.dst_node);
-    RecordLocked(p, f, r, s);
+    runs.Advance();
+    RecordLocked(*p, *f, r, s);
   }
 }
 
@@ -159,7 +167,9 @@ FlowWindow FlowTable::WindowOf(const Flow& f, uint32_t now_s) const {
   FlowWindow w;
   if (f.last_s == 0 || f.last_s + kSlots <= now_s) return w;
   const uint32_t hi = std::min(now_s, f.last_s);
-  const uint32_t lo = std::max(now_s, f.last_s) - (kSlots - 1);
+  // Seconds count from 1, so in the first kSlots seconds the window starts at 1, not below 0.
+  const uint32_t top = std::max(now_s, f.last_s);
+  const uint32_t lo = top > kSlots - 1 ? top - (kSlots - 1) : 1;
   uint32_t ratio_q = 0;
   for (uint32_t sec = lo; sec <= hi; ++sec) {
     const Slot& slot = f.slots[sec % kSlots];
@@ -260,7 +270,10 @@ size_t FlowTable::DropIdle(int64_t now_ns, int64_t idle_s) {
       shard.by_key.erase(Key(p.src, p.dst, p.transport));
       auto& list = shard.by_source[p.src];
       list.erase(std::remove(list.begin(), list.end(), i), list.end());
-      if (list.empty()) shard.by_source.erase(p.src);
+      if (list.empty()) {
+        shard.by_source.erase(p.src);
+        shard.recent.erase(p.src);  // a source with no pairs left has no batch worth caching
+      }
       p = Pair{};
       shard.free.push_back(i);
       ++dropped;

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
+#include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <string>
@@ -11,6 +13,11 @@
 #include <unordered_map>
 
 namespace fw::aggregator {
+
+// A node's id in a NameInterner.
+using NodeId = uint32_t;
+// No id: a result that carries names only, or a name that was refused.
+inline constexpr NodeId kNoNode = std::numeric_limits<NodeId>::max();
 
 // Thread-safe. Ids count up from 0 and are never reused; names live as long as the interner, so a
 // returned view stays valid.

@@ -3,16 +3,22 @@
 
 #include <algorithm>
 
+#include "daemon/aggregator/core/source_runs.h"
+
 namespace fw::aggregator {
 
-PairTable::PairTable(const Clock& clock, std::shared_ptr<const FabricMap> map, size_t max_pairs)
-    : clock_(clock), map_(std::move(map)), max_pairs_(max_pairs) {}
+PairTable::PairTable(const Clock& clock, std::shared_ptr<const FabricMap> map, size_t max_pairs,
+                     std::shared_ptr<NameInterner> names)
+    : clock_(clock),
+      map_(std::move(map)),
+      max_pairs_(max_pairs),
+      names_(names ? std::move(names) : std::make_shared<NameInterner>()) {}
 
-NodeId PairTable::Intern(std::string_view name) { return names_.Intern(name); }
+NodeId PairTable::Intern(std::string_view name) { return names_->Intern(name); }
 
-std::optional<NodeId> PairTable::Find(std::string_view name) const { return names_.Find(name); }
+std::optional<NodeId> PairTable::Find(std::string_view name) const { return names_->Find(name); }
 
-std::string_view PairTable::NameOf(NodeId id) const { return names_.NameOf(id); }
+std::string_view PairTable::NameOf(NodeId id) const { return names_->NameOf(id); }
 
 uint32_t PairTable::FindOrCreateLocked(Shard& shard, NodeId src, NodeId dst, Transport t) {
   const uint64_t key = Key(src, dst, t);
@@ -92,58 +98,33 @@ size_t PairTable::RecordBatch(std::span<const ProbeResult> results) {
   if (results.empty()) return 0;
   size_t recorded = 0;
   const int64_t now_ns = clock_.MonotonicNanos();
-  std::string_view last_src;
-  NodeId src = 0;
-  int locked_shard = -1;
-  std::unique_lock<std::mutex> lock;
-  std::vector<RecentPair>* recent = nullptr;  // the current source's previous batch
-  size_t k = 0;                               // position in the current source's run
-  auto end_run = [&] {
-    if (recent) recent->resize(std::min(k, recent->size()));
-  };
+  SourceRuns<Shard> runs(*names_, shards_);
   for (const ProbeResult& r : results) {
     if (static_cast<int>(r.transport) >= kTransportCount) {
       rejected_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    if (locked_shard < 0 || r.src_node != last_src) {
-      end_run();
-      src = Intern(r.src_node);
-      last_src = r.src_node;
-      const int shard_index = ShardOf(src);
-      if (shard_index != locked_shard) {
-        lock = std::unique_lock<std::mutex>(shards_[shard_index].mu);
-        locked_shard = shard_index;
-      }
-      recent = &shards_[shard_index].recent[src];
-      k = 0;
-    }
-    Shard& shard = shards_[locked_shard];
+    runs.Enter(r);
+    Shard& shard = runs.shard();
     uint32_t index = kNoIndex;
-    if (k < recent->size()) {
-      const RecentPair& c = (*recent)[k];
-      if (c.transport == r.transport && c.dst == r.dst_node && c.index < shard.pairs.size() &&
-          shard.pairs[c.index].live && shard.pairs[c.index].generation == c.generation) {
-        index = c.index;
-      }
+    if (const RecentPair* c = runs.Cached();
+        c && c->transport == r.transport && c->dst == runs.dst() && c->index < shard.pairs.size() &&
+        shard.pairs[c->index].live && shard.pairs[c->index].generation == c->generation) {
+      index = c->index;
     }
     if (index == kNoIndex) {
-      index = FindOrCreateLocked(shard, src, Intern(r.dst_node), r.transport);
+      index = FindOrCreateLocked(shard, runs.src(), runs.dst(), r.transport);
       if (index == kNoIndex) {
         rejected_.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
-      if (k < kMaxRecentPerSource) {
-        if (k >= recent->size()) recent->resize(k + 1);
-        (*recent)[k] = RecentPair{r.dst_node, r.transport, index, shard.pairs[index].generation};
-      }
+      runs.Remember(RecentPair{runs.dst(), r.transport, index, shard.pairs[index].generation});
     }
-    ++k;
+    runs.Advance();
     RecordLocked(shard.pairs[index], ProbeSample{r.lost, r.rtt_ns, r.goodput_bps}, r.src_port,
                  r.flow_id, now_ns);
     ++recorded;
   }
-  end_run();
   return recorded;
 }
 

@@ -24,8 +24,6 @@
 
 namespace fw::aggregator {
 
-using NodeId = uint32_t;
-
 // Names a pair slot. Stays valid until the pair is dropped by DropIdle(); a stale handle is
 // detected by its generation and ignored.
 struct PairHandle {
@@ -53,7 +51,9 @@ struct PairView {
 
 // Thread-safe. Pairs are spread over shards by source node; each shard has its own mutex, so
 // agents reporting for different nodes rarely contend. A batch from one agent (one source node)
-// takes one shard lock once. Node names are interned once into NodeIds.
+// takes one shard lock once. Node names are interned once into NodeIds, in an interner that the
+// aggregator shares with the analyzer's FlowTable, so that ingest resolves a name once per batch
+// for both.
 class PairTable {
  public:
   static constexpr int kShards = 16;
@@ -63,9 +63,13 @@ class PairTable {
 
   // `map` may be null (no fabric map: every pair has path class unknown). `clock` must outlive
   // this. Past `max_pairs` pairs, results for new pairs are rejected (and counted), so a flood of
-  // made-up destination names cannot exhaust memory.
+  // made-up destination names cannot exhaust memory. `names` is the interner whose ids results
+  // may carry; null gives the table its own.
   PairTable(const Clock& clock, std::shared_ptr<const FabricMap> map,
-            size_t max_pairs = kDefaultMaxPairs);
+            size_t max_pairs = kDefaultMaxPairs, std::shared_ptr<NameInterner> names = nullptr);
+
+  // The interner of this table's NodeIds (thread-safe; share it with tables fed the same ids).
+  const std::shared_ptr<NameInterner>& names() const { return names_; }
 
   // Finds or creates the pair. Costs two string hashes; cache the handle on hot paths. nullopt
   // when the table is full or the transport is not a known value.
@@ -73,8 +77,9 @@ class PairTable {
   // Records one sample at `now_ns` (aggregator monotonic time). Returns false for a stale handle.
   bool Record(const PairHandle& h, const ProbeSample& s, uint16_t src_port, uint32_t flow_id,
               int64_t now_ns);
-  // Resolves and records a batch with one clock read. Results may mix source nodes. Returns how
-  // many were recorded; the others (unknown transport, table full) are counted in Rejected().
+  // Resolves and records a batch with one clock read. Results may mix source nodes, and may name
+  // nodes by id (ids of names()) or by name (see ProbeResult). Returns how many were recorded; the
+  // others (unknown transport, table full) are counted in Rejected().
   size_t RecordBatch(std::span<const ProbeResult> results);
   bool Record(const ProbeResult& r) {
     return RecordBatch(std::span<const ProbeResult>(&r, 1)) == 1;
@@ -115,16 +120,14 @@ class PairTable {
     PairWindows windows;
   };
   // Where result k of a source's previous batch went. Agents send their peers in the same order
-  // every second, so result k of the next batch usually names the same pair: comparing a short
-  // string replaces interning the destination and looking the pair up (measured: ~17% of the
-  // aggregator's ingest CPU at 4,000 agents).
+  // every second, so result k of the next batch usually names the same pair: comparing an id
+  // replaces looking the pair up (measured: ~17% of the aggregator's ingest CPU at 4,000 agents).
   struct RecentPair {
-    std::string dst;
+    NodeId dst = kNoNode;
     Transport transport = Transport::kUdp;
     uint32_t index = 0;
     uint32_t generation = 0;
   };
-  static constexpr size_t kMaxRecentPerSource = 4096;  // results of one batch worth remembering
   struct Shard {
     mutable std::mutex mu;
     std::unordered_map<NodeId, std::vector<RecentPair>> recent;   // GUARDED_BY(mu); by source
@@ -153,7 +156,7 @@ class PairTable {
   const size_t max_pairs_;
   std::atomic<size_t> pair_count_{0};
   std::atomic<uint64_t> rejected_{0};
-  NameInterner names_;
+  std::shared_ptr<NameInterner> names_;
   std::array<Shard, kShards> shards_;
 };
 

@@ -192,5 +192,28 @@ TEST(PairTableTest, RepeatedBatchesLandInTheRightPairsWhateverTheOrder) {
   });
 }
 
+// Ingest hands the table ids of its interner instead of names; they must land in the same pairs
+// as names do, and a shared interner gives both tables the same ids.
+TEST(PairTableTest, ResultsByIdLandWhereResultsByNameDo) {
+  FakeClock clock;
+  auto names = std::make_shared<NameInterner>();
+  PairTable table(clock, SmallMap(), PairTable::kDefaultMaxPairs, names);
+  EXPECT_EQ(table.names(), names);
+  ProbeResult by_name = Result("a", "c", 40001, 60'000);
+  ProbeResult by_id = Result("", "", 40001, 61'000);
+  by_id.src_id = names->Intern("a");
+  by_id.dst_id = names->Intern("c");
+  EXPECT_EQ(table.RecordBatch(std::vector<ProbeResult>{by_name}), 1u);
+  EXPECT_EQ(table.RecordBatch(std::vector<ProbeResult>{by_id, by_id}), 2u);
+  EXPECT_EQ(table.PairCount(), 1u);
+  int visited = 0;
+  table.VisitPair("a", "c", Transport::kUdp, [&](const PairView& v) {
+    ++visited;
+    EXPECT_EQ(v.path_class, PathClass::kInterLeaf);
+    EXPECT_EQ(v.windows.Snapshot(clock.MonotonicNanos(), Window::k10s).probes, 3u);
+  });
+  EXPECT_EQ(visited, 1);
+}
+
 }  // namespace
 }  // namespace fw::aggregator

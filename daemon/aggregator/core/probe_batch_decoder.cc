@@ -116,20 +116,48 @@ std::optional<Transport> TransportFromWire(int wire) {
   }
 }
 
-DecodeOutcome DecodeProbeBatch(std::string_view node, const v1::ProbeBatch& batch,
-                               const PeerFilter& accept_peer, std::vector<ProbeResult>& out) {
+namespace {
+
+// Names the nodes of result `x`: by name (`with_names`, ids kNoNode) or by id (names emptied).
+void SetNodes(ProbeResult& x, bool with_names, std::string_view node, NodeId node_id,
+              std::string_view peer, NodeId peer_id) {
+  if (with_names) {
+    x.src_node.assign(node);
+    x.dst_node.assign(peer);
+    x.src_id = kNoNode;
+    x.dst_id = kNoNode;
+  } else {
+    x.src_node.clear();
+    x.dst_node.clear();
+    x.src_id = node_id;
+    x.dst_id = peer_id;
+  }
+}
+
+bool SameNameTable(const v1::ProbeColumns& c, const PeerNameCache& cache) {
+  return c.names() == cache.names && std::equal(c.name_lengths().begin(), c.name_lengths().end(),
+                                                cache.lengths.begin(), cache.lengths.end());
+}
+
+// The shared body of both DecodeProbeBatch forms. `resolve` answers kNoNode to refuse a peer.
+DecodeOutcome Decode(std::string_view node, NodeId node_id, const v1::ProbeBatch& batch,
+                     const PeerResolver& resolve, bool with_names, PeerNameCache* cache,
+                     uint64_t epoch, std::vector<ProbeResult>& out) {
   DecodeOutcome o;
   size_t used = 0;
   for (const v1::ProbeResult& r : batch.results()) {
     const auto t = TransportFromWire(r.transport());
-    if (!t || r.peer().empty() || r.peer() == node || r.src_port() > 65535 ||
-        !accept_peer(r.peer())) {
+    if (!t || r.peer().empty() || r.peer() == node || r.src_port() > 65535) {
+      ++o.invalid_results;
+      continue;
+    }
+    const NodeId peer = resolve(r.peer());
+    if (peer == kNoNode) {
       ++o.invalid_results;
       continue;
     }
     ProbeResult& x = Slot(out, used);
-    x.src_node.assign(node);
-    x.dst_node.assign(r.peer());
+    SetNodes(x, with_names, node, node_id, r.peer(), peer);
     x.transport = *t;
     x.src_port = static_cast<uint16_t>(r.src_port());
     x.flow_id = r.flow_id();
@@ -144,34 +172,58 @@ DecodeOutcome DecodeProbeBatch(std::string_view node, const v1::ProbeBatch& batc
     const v1::ProbeColumns& c = batch.columns();
     const size_t n = static_cast<size_t>(c.peer_size());
     thread_local std::vector<std::string_view> names;
-    // Per name: 0 not yet asked, 1 accepted, 2 refused. The filter runs once per distinct name.
-    thread_local std::vector<uint8_t> verdicts;
+    // Per name: PeerNameCache::kUnresolved until a row refers to it, then its id or kNoNode. The
+    // resolver runs once per distinct name, and never for a name only NIC columns use.
+    thread_local std::vector<NodeId> own_ids;
+    std::vector<NodeId>* ids = &own_ids;
+    bool cached = false;
     if (n > DecodeLimits::kMaxColumnRows ||
         static_cast<size_t>(c.name_lengths_size()) > DecodeLimits::kMaxNames) {
       o.column_error = ColumnError::kTooLarge;
+    } else if (cache && cache->valid && cache->epoch == epoch && SameNameTable(c, *cache)) {
+      // Split, checked and (partly) resolved with the previous batch.
+      cached = true;
+      ids = &cache->ids;
+      o.column_error = CheckColumns(c, ids->size());
     } else if (!SplitNames(c, names)) {
       o.column_error = ColumnError::kNameTable;
     } else {
       o.column_error = CheckColumns(c, names.size());
+      if (o.column_error == ColumnError::kNone) {
+        if (cache) {
+          cache->valid = true;
+          cache->epoch = epoch;
+          cache->names.assign(c.names());
+          cache->lengths.assign(c.name_lengths().begin(), c.name_lengths().end());
+          ids = &cache->ids;
+        }
+        ids->assign(names.size(), PeerNameCache::kUnresolved);
+      }
     }
     if (o.column_error == ColumnError::kNone) {
-      verdicts.assign(names.size(), 0);
+      // On a cache hit the names are not split; a name still unresolved is cut out of the blob.
+      auto name_of = [&](uint32_t i) -> std::string_view {
+        if (!cached) return names[i];
+        size_t offset = 0;
+        for (uint32_t k = 0; k < i; ++k) offset += c.name_lengths(static_cast<int>(k));
+        return std::string_view(c.names()).substr(offset, c.name_lengths(static_cast<int>(i)));
+      };
       for (size_t i = 0; i < n; ++i) {
         const int row = static_cast<int>(i);
         const uint32_t peer = c.peer(row);
-        if (verdicts[peer] == 0) {
-          const std::string_view name = names[peer];
-          verdicts[peer] = !name.empty() && name != node && accept_peer(name) ? 1 : 2;
+        NodeId& id = (*ids)[peer];
+        if (id == PeerNameCache::kUnresolved) {
+          const std::string_view name = name_of(peer);
+          id = !name.empty() && name != node ? resolve(name) : kNoNode;
         }
         const auto t = c.transport().empty() ? std::nullopt : TransportFromWire(c.transport(row));
         const uint32_t src_port = c.src_port().empty() ? 0 : c.src_port(row);
-        if (verdicts[peer] != 1 || !t || src_port > 65535) {
+        if (id == kNoNode || !t || src_port > 65535) {
           ++o.invalid_results;
           continue;
         }
         ProbeResult& x = Slot(out, used);
-        x.src_node.assign(node);
-        x.dst_node.assign(names[peer]);
+        SetNodes(x, with_names, node, node_id, with_names ? name_of(peer) : std::string_view(), id);
         x.transport = *t;
         x.src_port = static_cast<uint16_t>(src_port);
         x.flow_id = c.flow_id().empty() ? 0 : c.flow_id(row);
@@ -181,10 +233,29 @@ DecodeOutcome DecodeProbeBatch(std::string_view node, const v1::ProbeBatch& batc
         x.bytes = c.bytes().empty() ? 0 : c.bytes(row);
         x.goodput_bps = c.goodput_bps().empty() ? 0.0 : CleanGoodput(c.goodput_bps(row));
       }
+    } else if (cache) {
+      cache->valid = false;
     }
   }
   o.appended = used;
   return o;
+}
+
+}  // namespace
+
+DecodeOutcome DecodeProbeBatch(std::string_view node, const v1::ProbeBatch& batch,
+                               const PeerFilter& accept_peer, std::vector<ProbeResult>& out) {
+  // Any id but kNoNode accepts; the results carry names.
+  const PeerResolver accept = [&](std::string_view peer) {
+    return accept_peer(peer) ? NodeId{0} : kNoNode;
+  };
+  return Decode(node, kNoNode, batch, accept, /*with_names=*/true, nullptr, 0, out);
+}
+
+DecodeOutcome DecodeProbeBatch(std::string_view node, NodeId node_id, const v1::ProbeBatch& batch,
+                               const PeerResolver& resolve, std::vector<ProbeResult>& out,
+                               PeerNameCache* cache, uint64_t epoch) {
+  return Decode(node, node_id, batch, resolve, /*with_names=*/false, cache, epoch, out);
 }
 
 }  // namespace fw::aggregator

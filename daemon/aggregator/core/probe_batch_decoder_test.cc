@@ -239,5 +239,86 @@ TEST(ProbeBatchDecoderTest, OutputSlotsAreReusedAcrossBatches) {
   EXPECT_EQ(out.size(), size);
 }
 
+// The id form: results carry the node's id and each peer's resolved id, and no names.
+TEST(ProbeBatchDecoderTest, IdFormCarriesResolvedIdsInsteadOfNames) {
+  NameInterner names;
+  const NodeId me = names.Intern("me");
+  const PeerResolver resolve = [&](std::string_view p) { return names.Intern(p); };
+  std::vector<ProbeResult> by_name, by_id;
+  DecodeProbeBatch("me", ColumnBatch(), kAnyPeer, by_name);
+  const DecodeOutcome o = DecodeProbeBatch("me", me, ColumnBatch(), resolve, by_id);
+  ASSERT_EQ(o.appended, 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(by_id[i].src_id, me);
+    EXPECT_EQ(names.NameOf(by_id[i].dst_id), by_name[i].dst_node);
+    EXPECT_TRUE(by_id[i].src_node.empty());
+    EXPECT_TRUE(by_id[i].dst_node.empty());
+    EXPECT_EQ(by_id[i].rtt_ns, by_name[i].rtt_ns);
+    EXPECT_EQ(by_name[i].src_id, kNoNode);
+  }
+  // results[] entries resolve too.
+  std::vector<ProbeResult> rows;
+  ASSERT_EQ(DecodeProbeBatch("me", me, RowBatch(), resolve, rows).appended, 3u);
+  EXPECT_EQ(rows[1].dst_id, by_id[1].dst_id);
+}
+
+// A repeated name table resolves nothing again until the epoch changes; a changed table or a
+// refused peer is handled as without the cache.
+TEST(ProbeBatchDecoderTest, RepeatedNameTableIsResolvedOncePerEpoch) {
+  NameInterner names;
+  int asked = 0;
+  bool refuse_b = false;
+  const PeerResolver resolve = [&](std::string_view p) {
+    ++asked;
+    return refuse_b && p == "node-b" ? kNoNode : names.Intern(p);
+  };
+  PeerNameCache cache;
+  std::vector<ProbeResult> out;
+  EXPECT_EQ(DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 1).appended, 3u);
+  EXPECT_EQ(asked, 2);  // node-a and node-b; the NIC name is never a peer
+  EXPECT_EQ(DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 1).appended, 3u);
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(names.NameOf(out[1].dst_id), "node-b");
+
+  // A re-plan refused node-b: the new epoch asks again.
+  refuse_b = true;
+  const DecodeOutcome o = DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 2);
+  EXPECT_EQ(asked, 4);
+  EXPECT_EQ(o.appended, 2u);
+  EXPECT_EQ(o.invalid_results, 1u);
+
+  // Another table (same blob, other splits) is not mistaken for the cached one.
+  v1::ProbeBatch b = ColumnBatch();
+  b.mutable_columns()->set_name_lengths(0, 5);  // "node-" + "anode-b" + "mlx5_0"
+  b.mutable_columns()->set_name_lengths(1, 7);
+  std::vector<ProbeResult> other;
+  const DecodeOutcome o2 = DecodeProbeBatch("me", 0, b, resolve, other, &cache, 2);
+  ASSERT_EQ(o2.appended, 3u);
+  EXPECT_EQ(names.NameOf(other[0].dst_id), "node-");
+  EXPECT_EQ(names.NameOf(other[1].dst_id), "anode-b");
+
+  // A malformed table is refused and clears the cache; a good one after it decodes.
+  v1::ProbeBatch bad = ColumnBatch();
+  bad.mutable_columns()->set_peer(1, 7);
+  EXPECT_EQ(DecodeProbeBatch("me", 0, bad, resolve, out, &cache, 2).column_error,
+            ColumnError::kIndexOutOfRange);
+  EXPECT_FALSE(cache.valid);
+  EXPECT_EQ(DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 2).appended, 2u);
+}
+
+// A cached table still checks each batch's columns: a bad peer index is refused, not read.
+TEST(ProbeBatchDecoderTest, CacheHitStillChecksTheColumns) {
+  NameInterner names;
+  const PeerResolver resolve = [&](std::string_view p) { return names.Intern(p); };
+  PeerNameCache cache;
+  std::vector<ProbeResult> out;
+  DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 1);
+  v1::ProbeBatch b = ColumnBatch();
+  b.mutable_columns()->set_peer(2, 3);
+  const DecodeOutcome o = DecodeProbeBatch("me", 0, b, resolve, out, &cache, 1);
+  EXPECT_EQ(o.column_error, ColumnError::kIndexOutOfRange);
+  EXPECT_EQ(o.appended, 0u);
+}
+
 }  // namespace
 }  // namespace fw::aggregator

@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "daemon/aggregator/core/name_interner.h"
+
 namespace fw::aggregator {
 
 // How a probe travelled. The numeric values index per-transport arrays; keep kTransportCount last.
@@ -27,9 +29,14 @@ std::optional<Transport> ParseTransport(std::string_view name);
 
 // One probe outcome as reported by the agent on `src_node`.
 // RTTs are measured on the prober's own monotonic clock; no field holds a cross-host timestamp.
+// The nodes are named either by id (ingest: src_id and dst_id set, the names may be empty) or by
+// name (src_id == kNoNode; tests, tools). Ids belong to the NameInterner that the PairTable and
+// the analyzer's FlowTable share, and a table given ids from another interner records garbage.
 struct ProbeResult {
   std::string src_node;
   std::string dst_node;
+  NodeId src_id = kNoNode;
+  NodeId dst_id = kNoNode;
   Transport transport = Transport::kUdp;
   uint16_t src_port = 0;  // the source port that selected the ECMP path
   uint32_t flow_id = 0;   // the planner's flow index for this peer

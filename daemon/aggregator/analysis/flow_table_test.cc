@@ -1,0 +1,101 @@
+// FlowTable ingest: results by id and by name, repeated batches in another order, expiry.
+#include "daemon/aggregator/analysis/flow_table.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <utility>
+#include <vector>
+
+namespace fw::analysis {
+namespace {
+
+constexpr int64_t kSecond = 1'000'000'000;
+
+ProbeResult Named(std::string src, std::string dst, uint16_t port, bool lost = false) {
+  ProbeResult r;
+  r.src_node = std::move(src);
+  r.dst_node = std::move(dst);
+  r.src_port = port;
+  r.flow_id = port % 100;
+  r.rtt_ns = 20'000;
+  r.lost = lost;
+  return r;
+}
+
+ProbeResult ById(NodeId src, NodeId dst, uint16_t port, bool lost = false) {
+  ProbeResult r = Named("", "", port, lost);
+  r.src_id = src;
+  r.dst_id = dst;
+  return r;
+}
+
+// (dst name, src port) → (probes, lost) in the short window.
+using Counts = std::map<std::pair<std::string, uint16_t>, std::pair<uint32_t, uint32_t>>;
+
+class Collect final : public FlowTable::Visitor {
+ public:
+  explicit Collect(const FlowTable& table) : table_(table) {}
+  void BeginPair(const PairRef&) override {}
+  void Flow(const PairRef& pair, const FlowRef& flow, const FlowWindow& w) override {
+    counts[{table_.NodeName(pair.dst), flow.src_port}] = {w.probes, w.lost};
+  }
+  void EndPair(const PairRef&) override {}
+  Counts counts;
+
+ private:
+  const FlowTable& table_;
+};
+
+Counts Scan(FlowTable& table, int64_t now_ns) {
+  Collect c(table);
+  table.Scan(now_ns, c);
+  return c.counts;
+}
+
+TEST(FlowTableTest, ResultsByIdAndByNameLandInTheSameFlows) {
+  auto names = std::make_shared<aggregator::NameInterner>();
+  FlowTable table(nullptr, {}, 10, names);
+  const NodeId a = names->Intern("a"), b = names->Intern("b");
+  table.Ingest(std::vector<ProbeResult>{Named("a", "b", 40000)}, 5 * kSecond);
+  table.Ingest(std::vector<ProbeResult>{ById(a, b, 40000, true), ById(a, b, 40001)}, 5 * kSecond);
+  EXPECT_EQ(table.PairCount(), 1u);
+  EXPECT_EQ(table.FlowCount(), 2u);
+  const Counts c = Scan(table, 6 * kSecond);
+  EXPECT_EQ(c.at({"b", 40000}), std::make_pair(2u, 1u));
+  EXPECT_EQ(c.at({"b", 40001}), std::make_pair(1u, 0u));
+}
+
+// Ingest remembers where each position of a source's last batch went; a batch in another order,
+// with other flows, or after the pairs expired must still land in the right flows.
+TEST(FlowTableTest, RepeatedBatchesLandInTheRightFlowsWhateverTheOrder) {
+  auto names = std::make_shared<aggregator::NameInterner>();
+  FlowTable table(nullptr, {}, 10, names);
+  const NodeId a = names->Intern("a"), b = names->Intern("b"), c = names->Intern("c");
+  const std::vector<ProbeResult> first = {ById(a, b, 40000), ById(a, c, 40001)};
+  const std::vector<ProbeResult> other = {ById(a, c, 40001, true), ById(a, b, 40000),
+                                          ById(a, b, 40002), ById(a, c, 40001)};
+  table.Ingest(first, 1 * kSecond);
+  table.Ingest(first, 2 * kSecond);
+  table.Ingest(other, 3 * kSecond);
+  table.Ingest(first, 4 * kSecond);
+  Counts counts = Scan(table, 5 * kSecond);
+  EXPECT_EQ(counts.size(), 3u);
+  EXPECT_EQ(counts.at({"b", 40000}), std::make_pair(4u, 0u));
+  EXPECT_EQ(counts.at({"b", 40002}), std::make_pair(1u, 0u));
+  EXPECT_EQ(counts.at({"c", 40001}), std::make_pair(5u, 1u));
+
+  // Everything expires; the same batch then recreates the pairs instead of using freed slots.
+  EXPECT_EQ(table.DropIdle(700 * kSecond), 2u);
+  EXPECT_EQ(table.PairCount(), 0u);
+  const std::vector<ProbeResult> c_only = {ById(a, c, 40001)};
+  table.Ingest(c_only, 700 * kSecond);
+  table.Ingest(first, 701 * kSecond);
+  counts = Scan(table, 702 * kSecond);
+  EXPECT_EQ(table.PairCount(), 2u);
+  EXPECT_EQ(counts.at({"b", 40000}), std::make_pair(1u, 0u));
+  EXPECT_EQ(counts.at({"c", 40001}), std::make_pair(2u, 0u));
+}
+
+}  // namespace
+}  // namespace fw::analysis
