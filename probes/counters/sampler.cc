@@ -88,7 +88,9 @@ const CounterReading* PortSample::Find(CounterRole role) const {
 
 struct Sampler::PortHandle {
   int port_fd = -1, counters_fd = -1, hw_fd = -1;
+  bool on_sysfs = false;                      // see RereadFileAt's check_unlinked
   std::vector<std::optional<uint64_t>> prev;  // parallel to PortSample::counters
+  std::vector<int> fds;                       // parallel to PortSample::counters; -1 when closed
   int64_t prev_mono_ns = 0;
   size_t ethtool_begin = 0;  // index of the first ethtool reading in PortSample::counters
 
@@ -98,6 +100,8 @@ struct Sampler::PortHandle {
     std::swap(port_fd, o.port_fd);
     std::swap(counters_fd, o.counters_fd);
     std::swap(hw_fd, o.hw_fd);
+    std::swap(fds, o.fds);
+    on_sysfs = o.on_sysfs;
     prev = std::move(o.prev);
     prev_mono_ns = o.prev_mono_ns;
     ethtool_begin = o.ethtool_begin;
@@ -107,6 +111,7 @@ struct Sampler::PortHandle {
     CloseFd(port_fd);
     CloseFd(counters_fd);
     CloseFd(hw_fd);
+    for (int& fd : fds) CloseFd(fd);
   }
 };
 
@@ -127,6 +132,7 @@ void Sampler::Rescan() {
   }
   handles_.clear();
   samples_.clear();
+  open_files_ = 0;  // the surviving handles' descriptors close with `old`; new ones open lazily
   const fs::path ib = fs::path(options_.sysfs_root) / "class" / "infiniband";
   for (const std::string& dev : ListDir(ib, true)) {
     const fs::path dev_dir = ib / dev;
@@ -151,6 +157,7 @@ void Sampler::Rescan() {
       }
       h.counters_fd = OpenDir(port_dir / "counters");
       h.hw_fd = OpenDir(port_dir / "hw_counters");
+      h.on_sysfs = IsOnSysfs(h.port_fd);
       s.device = dev;
       s.port = port;
       s.netdev = netdev;
@@ -183,6 +190,7 @@ void Sampler::Rescan() {
         }
       }
       h.prev.assign(s.counters.size(), std::nullopt);
+      h.fds.assign(s.counters.size(), -1);
       if (auto it = old.find({dev, port}); it != old.end()) {
         const PortSample& before = it->second.second;
         const PortHandle& bh = it->second.first;
@@ -277,8 +285,13 @@ void Sampler::ReadPort(PortHandle& h, PortSample& s) {
       }
     } else {
       const int dir = c.group == CounterGroup::kCounters ? h.counters_fd : h.hw_fd;
+      int& fd = h.fds[i];
+      const bool was_open = fd >= 0;
       r = dir < 0 ? ReadResult::kMissing
-                  : ReadSmallFileAt(dir, c.name.c_str(), buf, sizeof(buf), len, err);
+                  : RereadFileAt(dir, c.name.c_str(), fd,
+                                 was_open || open_files_ < options_.max_open_files, !h.on_sysfs,
+                                 buf, sizeof(buf), len, err);
+      open_files_ += (fd >= 0 ? 1 : 0) - (was_open ? 1 : 0);
       if (r == ReadResult::kOk) {
         auto v = ParseCounterValue({buf, len});
         if (v.ok()) {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 
 #include "probes/counters/fake_sysfs.h"
 
@@ -177,6 +178,38 @@ TEST_F(SamplerSynthetic, DeviceVanishesAndComesBack) {
   fs_.Counter("mlx5_1", 1, "symbol_error", "0");
   Sampler fresh({.sysfs_root = fs_.root(), .rescan_every = 1}, clock_);
   EXPECT_EQ(fresh.SampleOnce().size(), 2u);
+}
+
+size_t OpenFdCount() {
+  size_t n = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++n;
+  }
+  return n;
+}
+
+TEST_F(SamplerSynthetic, KeptDescriptorsRereadNewValuesWithinTheirCap) {
+  // The fixture's sampler keeps every counter file open (7 < 512): values written later must
+  // still be read, since each pass reads from offset 0.
+  Pass();
+  fs_.Counter("mlx5_0", 1, "port_xmit_data", "2000");
+  clock_.Advance(1s);
+  EXPECT_DOUBLE_EQ(*Pass().xmit_bytes_per_s, 4000.0);
+  // A sampler allowed 3 open files keeps 3 and opens and closes the rest each pass.
+  const size_t before = OpenFdCount();
+  Sampler capped({.sysfs_root = fs_.root(), .max_open_files = 3}, clock_);
+  capped.SampleOnce();
+  const size_t dirs = 3;  // the port, counters/ and hw_counters/ directories
+  EXPECT_EQ(OpenFdCount(), before + dirs + 3);
+  fs_.Counter("mlx5_0", 1, "port_xmit_data", "3000");
+  fs_.HwCounter("mlx5_0", 1, "rp_cnp_handled", "10");
+  clock_.Advance(1s);
+  const PortSample& p = capped.SampleOnce().front();
+  EXPECT_DOUBLE_EQ(*p.xmit_bytes_per_s, 4000.0);
+  EXPECT_DOUBLE_EQ(*p.cnp_handled_per_s, 10.0);
+  EXPECT_EQ(OpenFdCount(), before + dirs + 3);
 }
 
 TEST(SamplerEmpty, NoInfinibandClassMeansNoPorts) {

@@ -2,6 +2,8 @@
 #include "probes/counters/sysfs_value.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -76,33 +78,57 @@ StatusOr<double> ParseRateGbps(std::string_view text) {
 
 ReadResult ReadSmallFileAt(int dirfd, const char* name, char* buf, size_t cap, size_t& len,
                            int& err) {
+  int fd = -1;  // opened, read once and closed
+  return RereadFileAt(dirfd, name, fd, /*keep=*/false, /*check_unlinked=*/false, buf, cap, len,
+                      err);
+}
+
+ReadResult RereadFileAt(int dirfd, const char* name, int& fd, bool keep, bool check_unlinked,
+                        char* buf, size_t cap, size_t& len, int& err) {
   len = 0;
   err = 0;
   if (cap == 0) return ReadResult::kIoError;
-  const int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+  auto drop = [&fd] {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  };
   if (fd < 0) {
-    err = errno;
-    return err == ENOENT
-               ? ReadResult::kMissing
-               : (err == ENODEV || err == ENXIO ? ReadResult::kGone : ReadResult::kIoError);
+    fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      err = errno;
+      return err == ENOENT
+                 ? ReadResult::kMissing
+                 : (err == ENODEV || err == ENXIO ? ReadResult::kGone : ReadResult::kIoError);
+    }
   }
   ssize_t n;
   do {
-    n = read(fd, buf, cap - 1);
+    n = pread(fd, buf, cap - 1, 0);
   } while (n < 0 && errno == EINTR);
-  const int read_errno = errno;
-  if (close(fd) != 0 && n >= 0) {
-    // A close error after a good read does not invalidate the bytes we have.
-  }
   if (n < 0) {
-    err = read_errno;
+    err = errno;
     buf[0] = '\0';
+    drop();
     return err == ENODEV || err == ENXIO || err == ENOENT ? ReadResult::kGone
                                                           : ReadResult::kIoError;
   }
+  struct stat st {};
+  if (check_unlinked && fstat(fd, &st) == 0 && st.st_nlink == 0) {
+    err = ENOENT;
+    buf[0] = '\0';
+    drop();
+    return ReadResult::kMissing;
+  }
   len = static_cast<size_t>(n);
   buf[len] = '\0';
+  if (!keep) drop();
   return ReadResult::kOk;
+}
+
+bool IsOnSysfs(int fd) {
+  constexpr long kSysfsMagic = 0x62656572;  // SYSFS_MAGIC, linux/magic.h
+  struct statfs sfs {};
+  return fd >= 0 && fstatfs(fd, &sfs) == 0 && static_cast<long>(sfs.f_type) == kSysfsMagic;
 }
 
 }  // namespace fw::counters

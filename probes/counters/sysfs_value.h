@@ -36,4 +36,17 @@ enum class ReadResult {
 ReadResult ReadSmallFileAt(int dirfd, const char* name, char* buf, size_t cap, size_t& len,
                            int& err);
 
+// As ReadSmallFileAt, for a file read again every pass: opens `name` under `dirfd` into `fd` when
+// `fd` is -1, then reads it from offset 0 with pread (a sysfs attribute runs its show() again on
+// every read at offset 0), which spares the open and close of each pass. On failure `fd` is closed
+// and set to -1 and the result says why. sysfs fails the read of a removed attribute (ENODEV); a
+// regular filesystem (test trees, copies) keeps serving a deleted file through an open descriptor,
+// so with `check_unlinked` an unlinked file reads as kMissing (one fstat). With `keep` false the
+// descriptor is closed after the read as well.
+ReadResult RereadFileAt(int dirfd, const char* name, int& fd, bool keep, bool check_unlinked,
+                        char* buf, size_t cap, size_t& len, int& err);
+
+// Whether `fd` lies on sysfs (statfs magic), where RereadFileAt needs no unlink check.
+bool IsOnSysfs(int fd);
+
 }  // namespace fw::counters
