@@ -201,12 +201,12 @@ DecodeOutcome Decode(std::string_view node, NodeId node_id, const v1::ProbeBatch
       }
     }
     if (o.column_error == ColumnError::kNone) {
-      // On a cache hit the names are not split; a name still unresolved is cut out of the blob.
+      // On a cache hit the names are split only if a row needs a name not resolved before (once,
+      // so a batch costs O(names + rows) whatever its rows refer to).
+      bool split = !cached;
       auto name_of = [&](uint32_t i) -> std::string_view {
-        if (!cached) return names[i];
-        size_t offset = 0;
-        for (uint32_t k = 0; k < i; ++k) offset += c.name_lengths(static_cast<int>(k));
-        return std::string_view(c.names()).substr(offset, c.name_lengths(static_cast<int>(i)));
+        if (!split) split = SplitNames(c, names);  // the cached table was checked: cannot fail
+        return i < names.size() ? names[i] : std::string_view();
       };
       for (size_t i = 0; i < n; ++i) {
         const int row = static_cast<int>(i);

@@ -306,6 +306,26 @@ TEST(ProbeBatchDecoderTest, RepeatedNameTableIsResolvedOncePerEpoch) {
   EXPECT_EQ(DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 2).appended, 2u);
 }
 
+// A repeated table whose rows now name a peer no earlier row named resolves that name then.
+TEST(ProbeBatchDecoderTest, CacheHitResolvesANameFirstUsedNow) {
+  NameInterner names;
+  int asked = 0;
+  const PeerResolver resolve = [&](std::string_view p) {
+    ++asked;
+    return names.Intern(p);
+  };
+  PeerNameCache cache;
+  std::vector<ProbeResult> out;
+  DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 1);
+  v1::ProbeBatch b = ColumnBatch();
+  b.mutable_columns()->set_peer(2, 2);  // the third name, so far only a NIC column's
+  const DecodeOutcome o = DecodeProbeBatch("me", 0, b, resolve, out, &cache, 1);
+  ASSERT_EQ(o.appended, 3u);
+  EXPECT_EQ(asked, 3);
+  EXPECT_EQ(names.NameOf(out[2].dst_id), "mlx5_0");
+  EXPECT_EQ(names.NameOf(out[0].dst_id), "node-a");
+}
+
 // A cached table still checks each batch's columns: a bad peer index is refused, not read.
 TEST(ProbeBatchDecoderTest, CacheHitStillChecksTheColumns) {
   NameInterner names;
