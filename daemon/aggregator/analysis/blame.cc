@@ -303,9 +303,11 @@ class Blamer {
       // Subsumed by a switch when every link of the verdict touches that switch.
       bool subsumed = false;
       for (auto& [sw, list] : rolled) {
+        // A copy: clang 14 does not let a lambda capture a structured binding.
+        const aggregator::SwitchIndex s = sw;
         const bool all = std::all_of(v.group.begin(), v.group.end(), [&](LinkIndex l) {
           const Link& link = map.links()[l];
-          return !link.IsAccess() && (link.a == sw || link.b == sw);
+          return !link.IsAccess() && (link.a == s || link.b == s);
         });
         if (all) {
           list.push_back(&v);
@@ -381,15 +383,15 @@ class Blamer {
       size_t wired = 0, alike = 0;
       for (const auto& [sw, links] : neighbors) {
         const bool all_wired =
-            std::all_of(far.begin(), far.end(), [&](auto f) { return links.count(f) > 0; });
+            std::all_of(far.begin(), far.end(), [&ls = links](auto f) { return ls.count(f) > 0; });
         if (!all_wired) continue;
         ++wired;
         if (near.count(sw)) continue;
         for (int s = 0; s < kSignalCount; ++s) {
           if (estimates[s].empty()) continue;
           const double floor = 0.5 * Median(estimates[s]);
-          const bool all_bad = std::all_of(far.begin(), far.end(), [&](auto f) {
-            return LikeTheBlamed(links.at(f), static_cast<Signal>(s), floor);
+          const bool all_bad = std::all_of(far.begin(), far.end(), [&, &ls = links](auto f) {
+            return LikeTheBlamed(ls.at(f), static_cast<Signal>(s), floor);
           });
           if (all_bad) {
             ++alike;
