@@ -34,6 +34,7 @@ Agent::Agent(AgentOptions options)
   no.check.hwloc_xml = options_.hwloc_xml;
   no.check.profile = options_.profile;
   no.check.node_name = options_.node_name;
+  no.check.xmit_wait_tick_bytes = options_.xmit_wait_tick_bytes;
   no.sample_interval = std::chrono::milliseconds(
       static_cast<int64_t>(std::max(0.05, options_.sample_interval_s) * 1000));
   node_ = std::make_unique<NodeMetrics>(std::move(no), registry_, RealClock::Get());

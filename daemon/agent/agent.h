@@ -35,6 +35,11 @@ struct AgentOptions {
   std::string profile;
   double heartbeat_interval_s = 5;
   double sample_interval_s = 1;
+  // Bytes of line time per port_xmit_wait tick (counters::SamplerOptions): 8 on Quantum-class
+  // switches and, we assume, ConnectX HCAs; set it for hardware documented otherwise.
+  double xmit_wait_tick_bytes = 8.0;
+  // `check` only: two counter passes this far apart give rates; 0 takes one snapshot.
+  double check_counter_interval_s = 1;
   int buffer_batches = 3600;
   int buffer_mb = 64;
   // Test mode: send this many numbered ProbeBatches at `test_batch_rate` per second.

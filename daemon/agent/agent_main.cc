@@ -12,6 +12,7 @@
 int main(int argc, char** argv) {
   fw::agent::AgentOptions o;
   fw::Seconds heartbeat{o.heartbeat_interval_s}, sample{o.sample_interval_s};
+  fw::Seconds check_interval{o.check_counter_interval_s};
   std::string log_level = "info", config, format = "text";
 
   fw::ConfigBinding binding;
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   binding.Bind("probe-source-port-base", &o.probe_source_port_base);
   binding.Bind("heartbeat-interval", &heartbeat);
   binding.Bind("sample-interval", &sample);
+  binding.Bind("xmit-wait-tick-bytes", &o.xmit_wait_tick_bytes);
   binding.Bind("buffer-batches", &o.buffer_batches);
   binding.Bind("buffer-mb", &o.buffer_mb);
   binding.Bind("log-level", &log_level);
@@ -59,6 +61,11 @@ int main(int argc, char** argv) {
                                        "heartbeat period (default 5s)");
   app.add_option_function<std::string>("--sample-interval", duration(&sample),
                                        "counter sampling period (default 1s)");
+  app.add_option("--xmit-wait-tick-bytes", o.xmit_wait_tick_bytes,
+                 "bytes of line time per port_xmit_wait tick, for the congestion ratio "
+                 "(docs/node-checks.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 1e6));
   app.add_option("--buffer-batches", o.buffer_batches, "max unacknowledged batches kept")
       ->capture_default_str();
   app.add_option("--buffer-mb", o.buffer_mb, "max MiB of unacknowledged batches kept")
@@ -74,6 +81,9 @@ int main(int argc, char** argv) {
   check->add_option("--format", format, "text|json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
+  check->add_option_function<std::string>(
+      "--counter-interval", duration(&check_interval),
+      "time between the two counter passes that give rates (default 1s; 0: one snapshot)");
   check->fallthrough();
   try {
     app.parse(argc, argv);
@@ -83,6 +93,7 @@ int main(int argc, char** argv) {
   }
   o.heartbeat_interval_s = heartbeat.value > 0 ? heartbeat.value : 5;
   o.sample_interval_s = sample.value > 0 ? sample.value : 1;
+  o.check_counter_interval_s = check_interval.value >= 0 ? check_interval.value : 1;
 
   if (*check) return fw::agent::RunCheckCommand(o, format, std::cout);
 

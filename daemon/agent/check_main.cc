@@ -1,6 +1,8 @@
 // Bridges the agent's flags to the node-checks library's one-shot check.
 #include "daemon/agent/check_main.h"
 
+#include <algorithm>
+#include <chrono>
 #include <iostream>
 
 #include "daemon/agent/node/check_command.h"
@@ -14,6 +16,9 @@ int RunCheckCommand(const AgentOptions& options, const std::string& format, std:
   co.profile = options.profile;
   co.format = format;
   co.node_name = options.node_name;
+  co.xmit_wait_tick_bytes = options.xmit_wait_tick_bytes;
+  co.counter_interval = std::chrono::milliseconds(
+      static_cast<int64_t>(std::max(0.0, options.check_counter_interval_s) * 1000));
   return RunCheck(co, out);
 }
 
