@@ -169,16 +169,18 @@ TEST(UdpProberTest, BusyPollWindowFollowsTheRecentRoundTrip) {
   ASSERT_TRUE(prober->SetPlan(Plan("adapt", responder->port(), 1, 10)).ok());
   ASSERT_GE(Collect(q, 3, 5s).size(), 3u);
   // Silence the peer: from now on every window spins its whole length, which is now the adapted
-  // one, not the cap.
+  // one, not the cap. Each window is timed by the wall clock, so a loaded host that preempts the
+  // prober stretches one by milliseconds (16 ms over 3 windows was seen in CI): the bound is on
+  // the mean over several windows and sits far below the 50 ms a window would spin unadapted.
   responder->Stop();
   const UdpProberStats before = prober->Stats();
   EXPECT_TRUE(Eventually(
-      [&] { return prober->Stats().busy_poll_timeouts >= before.busy_poll_timeouts + 3; }, 5s));
+      [&] { return prober->Stats().busy_poll_timeouts >= before.busy_poll_timeouts + 6; }, 5s));
   prober->Stop();
   const UdpProberStats s = prober->Stats();
   const uint64_t windows = s.busy_polls - before.busy_polls;
-  ASSERT_GE(windows, 3u);
-  EXPECT_LT(s.busy_poll_ns - before.busy_poll_ns, windows * 5'000'000);
+  ASSERT_GE(windows, 6u);
+  EXPECT_LT(s.busy_poll_ns - before.busy_poll_ns, windows * 15'000'000);
 }
 
 TEST(UdpProberTest, BusyPollWindowIsBoundedWhenNoReplyComes) {
