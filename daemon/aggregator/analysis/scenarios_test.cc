@@ -232,7 +232,7 @@ TEST(Scenarios, NoisyHostIsBlamedNotTheNetwork) {
   SyntheticFleet fleet(Shape());
   fleet.Run(kWarmup);
   fleet.SetHostNoise("l4h1", 4.0, /*as_prober=*/true, /*as_target=*/false);
-  fleet.Run(30);
+  fleet.Run(45);  // latency alone: confirmed over latency_confirm_ticks (30)
   const auto active = fleet.Active();
   ASSERT_EQ(active.size(), 1u) << Describe(active);
   EXPECT_EQ(active[0].finding.kind, "host_network");
@@ -249,7 +249,7 @@ TEST(Scenarios, SlowProberDoesNotHideALossyLink) {
   fleet.SetLinkFault("leaf1~spine1", LinkFault{0.05});
   const int ttd = TimeToDetect(fleet, "link_degraded", "leaf1~spine1", 30);
   ASSERT_GT(ttd, 0) << Describe(fleet.Active());
-  fleet.Run(10);
+  fleet.Run(35);  // the slow prober is latency alone: latency_confirm_ticks (30)
   const auto active = fleet.Active();
   bool host = false, link = false;
   for (const auto& f : active) {
