@@ -461,44 +461,38 @@ TEST(Scenarios, BandwidthHalved) {
   EXPECT_NEAR(active[0].finding.evidence.at("bandwidth_ratio"), 0.5, 0.1);
 }
 
-// A tbf far below the line rate (tests/fabric_e2e TbfDegradedTest): only our own bursts load the
-// link, so probes queue only while a burst crosses it, and the bursts get a quarter of the
-// goodput. That is the link's capacity: link_degraded, not congestion.
-TEST(Scenarios, QueueingThatComesWithOurBurstsOnASlowLinkIsLinkDegraded) {
+// Queueing at 40x the RTT on leaf1~spine1 of the namespace fabric, where bursts get a quarter of
+// the goodput and `slowed_fraction` of the probes are slow: the one finding, 20 s after it first
+// appears as `kind`, is still of that kind.
+void ExpectSlowLinkKind(double slowed_fraction, const std::string& kind) {
   FleetShape shape = NamespaceFabricShape();
   shape.bw_every_s = 2;
   SyntheticFleet fleet(shape);
   fleet.Run(kWarmup);
-  LinkFault tbf;
-  tbf.rtt_factor = 40;
-  tbf.bw_factor = 0.25;
-  tbf.slowed_fraction = 0.35;
-  fleet.SetLinkFault("leaf1~spine1", tbf);
-  const int ttd = TimeToDetect(fleet, "link_degraded", "leaf1~spine1", 60);
+  LinkFault fault;
+  fault.rtt_factor = 40;
+  fault.bw_factor = 0.25;
+  fault.slowed_fraction = slowed_fraction;
+  fleet.SetLinkFault("leaf1~spine1", fault);
+  const int ttd = TimeToDetect(fleet, kind, "leaf1~spine1", 60);
   ASSERT_GT(ttd, 0) << Describe(fleet.Active());
   fleet.Run(20);
   const auto active = fleet.Active();
   ASSERT_EQ(active.size(), 1u) << Describe(active);
-  EXPECT_EQ(active[0].finding.kind, "link_degraded") << Describe(active);
+  EXPECT_EQ(active[0].finding.kind, kind) << Describe(active);
+}
+
+// A tbf far below the line rate (tests/fabric_e2e TbfDegradedTest): only our own bursts load the
+// link, so probes queue only while a burst crosses it, and the bursts get a quarter of the
+// goodput. That is the link's capacity: link_degraded, not congestion.
+TEST(Scenarios, QueueingThatComesWithOurBurstsOnASlowLinkIsLinkDegraded) {
+  ExpectSlowLinkKind(0.35, "link_degraded");
 }
 
 // Background traffic keeps the queue standing: nearly every probe is slow, and our bursts get
 // less goodput because they share the link. That stays congestion.
 TEST(Scenarios, StandingQueueWithLowBurstGoodputIsCongestion) {
-  FleetShape shape = NamespaceFabricShape();
-  shape.bw_every_s = 2;
-  SyntheticFleet fleet(shape);
-  fleet.Run(kWarmup);
-  LinkFault busy;
-  busy.rtt_factor = 40;
-  busy.bw_factor = 0.25;
-  fleet.SetLinkFault("leaf1~spine1", busy);
-  const int ttd = TimeToDetect(fleet, "congestion", "leaf1~spine1", 60);
-  ASSERT_GT(ttd, 0) << Describe(fleet.Active());
-  fleet.Run(20);
-  const auto active = fleet.Active();
-  ASSERT_EQ(active.size(), 1u) << Describe(active);
-  EXPECT_EQ(active[0].finding.kind, "congestion") << Describe(active);
+  ExpectSlowLinkKind(1.0, "congestion");
 }
 
 TEST(Scenarios, WithoutMapLocalizesToHost) {
