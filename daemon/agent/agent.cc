@@ -86,6 +86,10 @@ Status Agent::Start() {
       return Status::InvalidArgument("--probe-source-port-base must be 0..65000");
     }
     po.source_port_base = options_.probe_source_port_base;
+    if (!(options_.probe_busy_poll_us >= 0 && options_.probe_busy_poll_us <= 10'000)) {
+      return Status::InvalidArgument("--probe-busy-poll-us must be 0..10000");
+    }
+    po.busy_poll_ns = static_cast<int64_t>(options_.probe_busy_poll_us * 1e3);
     if (!options_.probe_address.empty()) po.listen_address = options_.probe_address;
     if (!options_.probe_key_file.empty()) {
       std::ifstream in(options_.probe_key_file);

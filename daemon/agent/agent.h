@@ -28,6 +28,7 @@ struct AgentOptions {
   int probe_port = 9753;         // 0 picks a free port (tests, several agents on one host)
   std::string probe_key_file;     // shared probe key; empty: probes are not authenticated
   int probe_source_port_base = 0;  // flow j uses base + j; 0: ephemeral ports
+  double probe_busy_poll_us = 0;   // the prober's busy-poll window; 0: off (docs/probes.md)
   bool probes = true;             // false: no responder and no probing (inventory/counters only)
   std::string http_listen = "0.0.0.0:9752";
   std::string sysfs_root = "/sys";

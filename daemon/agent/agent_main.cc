@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   binding.Bind("probe-key-file", &o.probe_key_file);
   binding.Bind("probes", &o.probes);
   binding.Bind("probe-source-port-base", &o.probe_source_port_base);
+  binding.Bind("probe-busy-poll-us", &o.probe_busy_poll_us);
   binding.Bind("heartbeat-interval", &heartbeat);
   binding.Bind("sample-interval", &sample);
   binding.Bind("xmit-wait-tick-bytes", &o.xmit_wait_tick_bytes);
@@ -50,6 +51,11 @@ int main(int argc, char** argv) {
   app.add_option("--probe-source-port-base", o.probe_source_port_base,
                  "flow j to every peer uses this source port + j (0: ephemeral)")
       ->capture_default_str();
+  app.add_option("--probe-busy-poll-us", o.probe_busy_poll_us,
+                 "spin up to this long for replies after each send slot (0: sleep at once; the "
+                 "round trip then includes one wakeup, as sockperf's does)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 10'000.0));
   app.add_option("--probes", o.probes, "run the echo responder and probe peers (true|false)")
       ->capture_default_str();
   app.add_option("--http-listen", o.http_listen, "HTTP /metrics listen address")

@@ -113,6 +113,7 @@ Status ProbeScheduler::Start() {
   net::UdpProberOptions uo;
   uo.key = options_.key;
   uo.src_port_base = static_cast<uint16_t>(options_.source_port_base);
+  uo.busy_poll.max_window_ns = options_.busy_poll_ns;
   auto udp = net::UdpProber::Start(uo, clock_, queue_, budget_.get());
   if (!udp.ok()) return udp.status();
   udp_ = std::move(*udp);

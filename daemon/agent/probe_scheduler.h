@@ -40,6 +40,9 @@ struct ProbeSchedulerOptions {
   // Flow j of every peer uses source port base + j (0: the kernel picks ephemeral ports). A fixed
   // base lets a fabric with source-port policy routing map flows to paths deterministically.
   int source_port_base = 0;
+  // The UDP prober's busy-poll window after each send slot (net::BusyPollOptions); 0: sleep at
+  // once, so that the reported round trip is measured like sockperf's (docs/probes.md).
+  int64_t busy_poll_ns = 0;
 };
 
 class ProbeScheduler {

@@ -8,8 +8,12 @@
 namespace fw::net {
 
 struct BusyPollOptions {
-  // Longest window, and the window before any round trip is known. 0 disables busy polling.
-  int64_t max_window_ns = 300'000;
+  // The window to ask for when turning busy polling on: about 3 loopback round trips on a VM.
+  static constexpr int64_t kSuggestedWindowNs = 300'000;
+  // Longest window, and the window before any round trip is known. 0 (the default) disables busy
+  // polling: the prober then sleeps right after each send slot, as `sockperf ping-pong` sleeps in
+  // recvfrom, so the reported round trip includes one wakeup of the prober, like sockperf's.
+  int64_t max_window_ns = 0;
   // The window is this multiple of the median of the recent user-space round trips (capped).
   double rtt_multiple = 2.0;
   // Spinning is held to this share of one core on average, whatever the plan's rate and slots:

@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   uint64_t bytes = 4u << 20;
   bool user_ts = false, kernel_rtt = false;
   const fw::net::BusyPollOptions busy_defaults;
-  double busy_poll_us = static_cast<double>(busy_defaults.max_window_ns) / 1e3;
+  double busy_poll_us = static_cast<double>(busy_defaults.max_window_ns) / 1e3;  // 0: off
   double busy_poll_cpu_pct = busy_defaults.cpu_share * 100;
 
   CLI::App* respond = app.add_subcommand("respond", "run the echo responder (UDP and TCP)");
@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
   udp->add_flag("--kernel-rtt", kernel_rtt,
                 "report the kernel-stamped round trip (default: the user-space one)");
   udp->add_option("--busy-poll-us", busy_poll_us,
-                  "longest busy-poll window after a send slot (0: sleep right away)");
+                  "longest busy-poll window after a send slot (0, the default: sleep right away; "
+                  "300 is a good value)");
   udp->add_option("--busy-poll-cpu-pct", busy_poll_cpu_pct,
                   "share of one core the busy polling may use on average");
 

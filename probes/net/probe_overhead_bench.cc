@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
   uint32_t peers = 16, flows = 4, slots = 10;
   std::string key;
   fw::net::BusyPollOptions busy;
-  double busy_poll_us = static_cast<double>(busy.max_window_ns) / 1e3;
+  double busy_poll_us = static_cast<double>(busy.max_window_ns) / 1e3;  // the agent's default
   app.add_option("--seconds", seconds, "measured duration (after a 2 s warm-up)");
   app.add_option("--peers", peers, "peers in the plan (all the loopback responder)");
   app.add_option("--flows", flows, "flows (source ports) per peer");

@@ -106,7 +106,8 @@ class UdpProber::Loop {
   Status Apply(const UdpProbePlan& plan);
   StatusOr<size_t> SocketFor(int family, uint32_t j);
   void SendSlot(uint32_t slot);
-  void Receive(size_t sock_index);
+  // `events`: what epoll reported for the socket (EPOLLERR: its error queue holds TX stamps).
+  void Receive(size_t sock_index, uint32_t events);
   // Reads software TX timestamps off the socket's error queue into the pending probes.
   void DrainTxStamps(size_t sock_index);
   void HandleReply(size_t sock_index, const mmsghdr& m, const uint8_t* data, int64_t offset,
@@ -559,9 +560,14 @@ void UdpProber::Loop::DrainTxStamps(size_t sock_index) {
   }
 }
 
-void UdpProber::Loop::Receive(size_t sock_index) {
+void UdpProber::Loop::Receive(size_t sock_index, uint32_t events) {
   Sock& s = sockets_[sock_index];
-  if (options_.kernel_rx_timestamps && options_.kernel_tx_timestamps) DrainTxStamps(sock_index);
+  // TX stamps are normally drained right after sendmmsg. Read the error queue here only when
+  // epoll says it holds something: an unconditional read is one more syscall between a reply's
+  // arrival and its receive time, i.e. inside every user-space round trip.
+  if ((events & EPOLLERR) && options_.kernel_rx_timestamps && options_.kernel_tx_timestamps) {
+    DrainTxStamps(sock_index);
+  }
   for (;;) {
     for (size_t i = 0; i < kRxBatch; ++i) {
       msghdr& h = rx_msgs_[i].msg_hdr;
@@ -580,8 +586,8 @@ void UdpProber::Loop::Receive(size_t sock_index) {
       // probe it belonged to times out as lost.
       return;
     }
+    const int64_t now = clock_.MonotonicNanos();  // first: the user-space RTT ends here
     const int64_t offset = RealtimeMinusMonotonic();
-    const int64_t now = clock_.MonotonicNanos();
     for (int i = 0; i < n; ++i) {
       HandleReply(sock_index, rx_msgs_[i], rx_buffers_.data() + i * rx_buffer_size_, offset, now);
     }
@@ -611,7 +617,7 @@ void UdpProber::Loop::BusyPoll() {
       if (events[i].data.u32 == kWakeTag) {
         woken = true;
       } else {
-        Receive(events[i].data.u32);
+        Receive(events[i].data.u32, events[i].events);
       }
     }
     now = clock_.MonotonicNanos();
@@ -669,7 +675,7 @@ void UdpProber::Loop::Run() {
     }
     for (int i = 0; i < n; ++i) {
       if (events[i].data.u32 != kWakeTag) {
-        Receive(events[i].data.u32);
+        Receive(events[i].data.u32, events[i].events);
         continue;
       }
       uint64_t drained;
