@@ -185,27 +185,47 @@ if want rtt; then
   def_p50s=() kern_p50s=() nospin_p50s=() ref_p50s=() def_p99s=() kern_p99s=() ref_p99s=()
   spin_p50s=()
   hits=0 replies=0
-  for ((i = 0; i < rounds; i++)); do
+  run_default() {
+    # shellcheck disable=SC2086  # FW_PROBER_ARGS: extra flags for the default row (experiments)
     ours=$(in_client "$netprobe" udp --target "$addr:$p_fw" --flows "$flows" --rate "$rate" \
-             --seconds "$per_round" --payload 32 --slots "$flows")
+             --seconds "$per_round" --payload 32 --slots "$flows" ${FW_PROBER_ARGS:-})
     def_p50s+=("$(kv rtt_p50_us "$ours")") def_p99s+=("$(kv rtt_p99_us "$ours")")
     kern_p50s+=("$(kv kernel_rtt_p50_us "$ours")") kern_p99s+=("$(kv kernel_rtt_p99_us "$ours")")
+  }
+  sockperf_half() {  # extra sockperf flags -> half round trip p50 and p99 (us) on one line
+    local sp half half99
+    sp=$(in_client sockperf ping-pong -i "$addr" -p "$p_sockperf" -t "$per_round" -m 64 \
+           --mps "$mps" "$@" 2>&1 || true)
+    half=$(sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' <<<"$sp" | head -1)
+    half99=$(sed -n 's/.*percentile 99.000 = *\([0-9.]*\).*/\1/p' <<<"$sp" | head -1)
+    if [ -z "$half" ]; then echo "probe_accuracy: could not read sockperf output:" >&2; echo "$sp" >&2; return 1; fi
+    echo "$half ${half99:-0}"
+  }
+  run_sockperf() {
+    local r; r=$(sockperf_half) || exit 2
+    ref_p50s+=("${r% *}") ref_p99s+=("${r#* }")
+  }
+  # Block 1, the target: the sleeping prober and sockperf, alternating, the order flipped every
+  # round. The spinning tools run in a block of their own afterwards: a run right after 2 s of a
+  # vCPU spinning at 100% read differently (a 3-tool fabric run with no spinning tool in between
+  # read 1.04-1.05 of sockperf where this script's interleaved order had read 1.13-1.17).
+  for ((i = 0; i < rounds; i++)); do
+    if ((i % 2 == 0)); then run_default; run_sockperf; else run_sockperf; run_default; fi
+  done
+  # Block 2, info: the busy-polled prober and sockperf --nonblocked, the same way.
+  run_busy() {
     ours=$(in_client "$netprobe" udp --target "$addr:$p_fw" --flows "$flows" --rate "$rate" \
              --seconds "$per_round" --payload 32 --slots "$flows" --busy-poll-us 300 \
              --busy-poll-cpu-pct "$busy_cpu_pct")
     nospin_p50s+=("$(kv rtt_p50_us "$ours")")
     hits=$((hits + $(kv busy_poll_hits "$ours"))) replies=$((replies + $(kv replies "$ours")))
-    sp=$(in_client sockperf ping-pong -i "$addr" -p "$p_sockperf" -t "$per_round" -m 64 \
-           --mps "$mps" 2>&1 || true)
-    half=$(sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' <<<"$sp" | head -1)
-    half99=$(sed -n 's/.*percentile 99.000 = *\([0-9.]*\).*/\1/p' <<<"$sp" | head -1)
-    if [ -z "$half" ]; then echo "probe_accuracy: could not read sockperf output:" >&2; echo "$sp" >&2; exit 2; fi
-    ref_p50s+=("$half") ref_p99s+=("$half99")
-    sp=$(in_client sockperf ping-pong -i "$addr" -p "$p_sockperf" -t "$per_round" -m 64 \
-           --mps "$mps" --nonblocked 2>&1 || true)
-    half=$(sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' <<<"$sp" | head -1)
-    if [ -z "$half" ]; then echo "probe_accuracy: could not read sockperf output:" >&2; echo "$sp" >&2; exit 2; fi
-    spin_p50s+=("$half")
+  }
+  run_spinning_sockperf() {
+    local r; r=$(sockperf_half --nonblocked) || exit 2
+    spin_p50s+=("${r% *}")
+  }
+  for ((i = 0; i < rounds; i++)); do
+    if ((i % 2 == 0)); then run_busy; run_spinning_sockperf; else run_spinning_sockperf; run_busy; fi
   done
   compare() {  # ours-list ref-half-list -> ours ref ratio verdict
     python3 - "$1" "$2" <<'PY'
