@@ -40,6 +40,18 @@ Aggregator::Aggregator(AggregatorOptions options, const Clock& clock)
       tick_seconds_(registry_.AddGauge("fabricwatch_aggregator_tick_seconds",
                                        "Time the last analysis tick took.")
                         .WithLabels({})),
+      pairs_held_(registry_
+                      .AddGauge("fabricwatch_aggregator_pairs",
+                                "Probe pairs whose windows the aggregator holds (updated every "
+                                "10 s).")
+                      .WithLabels({})),
+      state_bytes_(registry_.AddGauge(
+          "fabricwatch_aggregator_state_bytes",
+          "Memory held for per-pair and per-flow state, by table (updated every 10 s; the process "
+          "RSS also holds sessions, buffers and malloc's free pages).",
+          {"table"})),
+      pair_bytes_(state_bytes_.WithLabels({"pairs"})),
+      flow_bytes_(state_bytes_.WithLabels({"flows"})),
       replans_(registry_.AddCounter("fabricwatch_planner_replans_total",
                                     "Probe plans recomputed after agents joined or left.")
                    .WithLabels({})),
@@ -200,6 +212,9 @@ void Aggregator::TickLoop() {
     if (now - last_drop_idle_ns_ >= kDropIdlePeriodNs) {
       last_drop_idle_ns_ = now;
       pairs_->DropIdle(now);
+      pairs_held_.Set(static_cast<double>(pairs_->PairCount()));
+      pair_bytes_.Set(static_cast<double>(pairs_->PairBytes()));
+      flow_bytes_.Set(static_cast<double>(analyzer_->flows().MemoryBytes()));
     }
     tick_seconds_.Set(static_cast<double>(clock_.MonotonicNanos() - now) * 1e-9);
     ticks_.Inc();

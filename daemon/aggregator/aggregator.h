@@ -94,6 +94,10 @@ class Aggregator final : public IngestSink {
   std::unique_ptr<analysis::Analyzer> analyzer_;
   analysis::AnalysisMetrics analysis_metrics_;      // updated on the tick thread only
   metrics::Gauge& tick_seconds_;
+  metrics::Gauge& pairs_held_;   // updated with DropIdle, every kDropIdlePeriodNs
+  metrics::Family<metrics::Gauge>& state_bytes_;
+  metrics::Gauge& pair_bytes_;
+  metrics::Gauge& flow_bytes_;
   // Membership changes are coalesced: the tick thread re-plans once the fleet has been quiet for
   // kReplanSettleNs, or kReplanMaxDelayNs after the first pending change, whichever comes first.
   // A connecting fleet of 16,000 agents therefore costs one re-plan, not one per tick.

@@ -1,6 +1,8 @@
 // Ingest throughput and memory per pair of PairTable under a simulated 1 Hz probe mesh.
 #include <benchmark/benchmark.h>
 
+#include <malloc.h>
+
 #include <cmath>
 #include <random>
 #include <string>
@@ -136,6 +138,50 @@ void BM_SteadyStateBytesPerPair(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_SteadyStateBytesPerPair)->Iterations(1)->Unit(benchmark::kSecond);
+
+// Steady-state memory in the shape of the 16,000-agent ingest scenario: one result per pair per
+// second (31 in-leaf peers and 8 inter-leaf flows per agent at 1 Hz), 700 s so that every slot of
+// every tier is full. Arg 0: the fleet simulator's healthy model (base RTT + exponential jitter of
+// mean 2 µs, tests/sim/link_model.cc); arg 1: the wide lognormal body above (40 µs, σ 0.25).
+// `bytes_per_pair` is PairTable's own count; `malloc_per_pair` is what malloc handed out for the
+// table (mallinfo2, chunk overhead and the pair index included), the figure RSS follows.
+void BM_SteadyStateBytesPerPairOneHz(benchmark::State& state) {
+  const bool wide = state.range(0) != 0;
+  constexpr int kPairs = 40'000;
+  for (auto _ : state) {
+    const size_t before = mallinfo2().uordblks;
+    {
+      FakeClock clock;
+      PairTable table(clock, nullptr);
+      std::vector<ProbeResult> batch(kPairs);
+      std::vector<int64_t> base(kPairs);
+      std::mt19937_64 rng(5);
+      std::uniform_int_distribution<int64_t> base_ns(8'000, 30'000);
+      for (int i = 0; i < kPairs; ++i) {
+        batch[i].src_id = table.names()->Intern("node" + std::to_string(i / 39));
+        batch[i].dst_id = table.names()->Intern("peer" + std::to_string(i % 39 + (i / 39) * 7));
+        batch[i].src_port = 40000;
+        base[i] = base_ns(rng);
+      }
+      std::exponential_distribution<double> jitter(1.0 / 2'000.0);
+      const auto& rtts = RttTable();
+      for (int t = 0; t < 700; ++t) {
+        for (int i = 0; i < kPairs; ++i) {
+          batch[i].rtt_ns = wide ? rtts[rng() & 0xffff]
+                                 : base[i] + static_cast<int64_t>(jitter(rng));
+        }
+        table.RecordBatch(batch);
+        clock.Advance(std::chrono::seconds(1));
+      }
+      const double pairs = static_cast<double>(table.PairCount());
+      state.counters["pairs"] = pairs;
+      state.counters["bytes_per_pair"] = static_cast<double>(table.PairBytes()) / pairs;
+      state.counters["malloc_per_pair"] =
+          static_cast<double>(mallinfo2().uordblks - before) / pairs;
+    }
+  }
+}
+BENCHMARK(BM_SteadyStateBytesPerPairOneHz)->Arg(0)->Arg(1)->Iterations(1)->Unit(benchmark::kSecond);
 
 // Cost of a three-window snapshot of one full pair (what /api/v1/pairs pays per row).
 void BM_SnapshotAllWindows(benchmark::State& state) {

@@ -46,7 +46,17 @@ SparseBuckets::~SparseBuckets() {
 }
 
 static_assert(sizeof(SparseBuckets) == 16);
-static_assert(sizeof(PairWindows) <= 26 * 28 + 16, "a pair's windows: 26 slots of 28 bytes");
+static_assert(sizeof(PairWindows) <= 26 * 20 + 24, "a pair's windows: 26 slots of 20 bytes");
+
+namespace {
+// Heap capacities of the form 8k + 4 entries: 16k + 8 bytes, which with glibc's 8-byte chunk
+// header fill a 16-byte-aligned chunk exactly (12 entries: a 32-byte chunk, 20: 48, 28: 64, ...).
+uint16_t GrownCapacity(uint16_t capacity) {
+  const int wanted = std::max<int>(12, capacity + capacity / 2);
+  const int rounded = (wanted + 3) / 8 * 8 + 4;
+  return static_cast<uint16_t>(std::min(rounded, 0xffff));
+}
+}  // namespace
 
 void SparseBuckets::Add(int bucket) {
   const auto key = static_cast<uint16_t>(bucket << kCountBits);
@@ -59,7 +69,7 @@ void SparseBuckets::Add(int bucket) {
   }
   if (size_ == capacity_) {
     // Grow by half: bounded waste, and a few reallocations until the slot reaches its steady size.
-    const auto grown = static_cast<uint16_t>(std::min<int>(capacity_ + capacity_ / 2 + 4, 0xffff));
+    const uint16_t grown = GrownCapacity(capacity_);
     if (grown == capacity_) return;  // 65535 entries: cannot happen below 8M samples per slot
     auto* block = new uint16_t[grown];
     const auto offset = it - begin;
@@ -92,16 +102,30 @@ void PairWindows::Record(int64_t now_ns, const ProbeSample& sample) {
   if (bandwidth && !bandwidth_) {
     bandwidth_ = std::make_unique<std::array<BandwidthSlot, kTotalSlots>>();
   }
-  for (const TierSpec& tier : kTiers) {
+  for (int t = 0; t < kWindowCount; ++t) {
+    const TierSpec& tier = kTiers[t];
+    const auto n = static_cast<uint32_t>(tier.slots);
     const uint32_t epoch = EpochOf(now_ns, tier.slot_seconds);
-    const int index = tier.offset + static_cast<int>(epoch % tier.slots);
-    Slot& slot = slots_[index];
-    if (slot.epoch != epoch) {
-      slot.epoch = epoch;
-      slot.probes = slot.lost = 0;
-      slot.rtt.Clear();
-      if (bandwidth_) (*bandwidth_)[index] = BandwidthSlot{};
+    uint32_t& newest = tier_epoch_[t];
+    if (epoch > newest) {
+      // Clear the slots of the epochs from newest + 1 to epoch (all n after a long gap).
+      // Epochs start at 1; slots of epochs never written are still empty.
+      const uint32_t oldest_kept = epoch >= n ? epoch - n + 1 : 1;
+      const uint32_t first = std::max(newest + 1, oldest_kept);
+      for (uint32_t e = first; e <= epoch; ++e) {
+        const int index = tier.offset + static_cast<int>(e % n);
+        Slot& slot = slots_[index];
+        slot.probes = slot.lost = 0;
+        slot.rtt.Clear();
+        if (bandwidth_) (*bandwidth_)[index] = BandwidthSlot{};
+      }
+      newest = epoch;
+    } else if (newest - epoch >= n) {
+      continue;  // older than the tier keeps (a clock that went backwards)
     }
+    const int index = tier.offset + static_cast<int>(epoch % n);
+    Slot& slot = slots_[index];
+    if (slot.probes == UINT16_MAX) continue;  // saturated: see the class comment
     ++slot.probes;
     if (sample.lost) {
       ++slot.lost;
@@ -114,22 +138,22 @@ void PairWindows::Record(int64_t now_ns, const ProbeSample& sample) {
       b.sum_bps += sample.goodput_bps;
     }
   }
-  last_record_s_ = now_ns / 1'000'000'000;
 }
 
 template <typename Fn>
 void PairWindows::ForEachSlot(int64_t now_ns, Window w, Fn&& fn) const {
   const TierSpec& tier = kTiers[static_cast<int>(w)];
+  const auto n = static_cast<uint32_t>(tier.slots);
   const uint32_t now_epoch = EpochOf(now_ns, tier.slot_seconds);
-  for (int i = 0; i < tier.slots; ++i) {
-    const int index = tier.offset + i;
-    const Slot& slot = slots_[index];
-    // Inside the window: one of the `slots` most recent epochs. Future epochs (a clock that went
-    // backwards cannot happen on CLOCK_MONOTONIC, but a test clock may) are excluded too.
-    if (slot.epoch != 0 && slot.epoch <= now_epoch &&
-        now_epoch - slot.epoch < static_cast<uint32_t>(tier.slots)) {
-      fn(index);
-    }
+  const uint32_t newest = tier_epoch_[static_cast<int>(w)];
+  if (newest == 0) return;
+  // The slots hold the epochs newest - n + 1 .. newest; the window wants now_epoch - n + 1 ..
+  // now_epoch. Epochs after now (a test clock that went backwards) are excluded too.
+  const uint32_t hi = std::min(newest, now_epoch);
+  const uint32_t lo_held = newest >= n ? newest - n + 1 : 1;
+  const uint32_t lo_wanted = now_epoch >= n ? now_epoch - n + 1 : 1;
+  for (uint32_t e = std::max(lo_held, lo_wanted); e <= hi; ++e) {
+    fn(tier.offset + static_cast<int>(e % n));
   }
 }
 

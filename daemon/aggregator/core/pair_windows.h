@@ -82,11 +82,15 @@ static_assert(sizeof(uint16_t*) <= sizeof(uint16_t) * 6, "the heap pointer must 
 static_assert(LogHistogram::kBucketCount <= 512, "SparseBuckets packs the bucket into 9 bits");
 
 // The windows of one (src, dst, transport) pair, built from three tiers of time slots:
-//   10 s window:  10 slots of 1 s     60 s window: 6 slots of 10 s     600 s window: 10 slots of 60
-//   s
+//   10 s window: 10 slots of 1 s     60 s window: 6 slots of 10 s     600 s window: 10 slots of 60 s
 // Each result is counted once in every tier. A window is the current (partial) slot plus the
-// previous n-1 slots, so it spans between W - slot and W seconds of data. Slots are recycled
-// lazily by epoch (monotonic seconds / slot length), so idle pairs cost no work.
+// previous n-1 slots, so it spans between W - slot and W seconds of data. Each tier remembers only
+// its newest epoch (monotonic seconds / slot length): a record in a newer epoch clears the slots
+// of the epochs skipped since, so slot i of a tier always holds the epoch ≡ i (mod n) among the n
+// newest, and idle pairs cost no work. A slot counts at most 65,535 results (over 1,000 results/s
+// for one pair in a 60 s slot, far above any plan's rate); later results of that slot are not
+// counted. A result more than n - 1 slots older than the tier's newest epoch (only a clock that
+// goes backwards can send one) is not counted in that tier.
 // Not thread-safe: PairTable serializes access.
 class PairWindows {
  public:
@@ -96,18 +100,18 @@ class PairWindows {
   WindowStats Snapshot(int64_t now_ns, Window w) const;
   // Adds the window's RTT samples to `h` (for per-node aggregates); returns probes and lost.
   void MergeInto(int64_t now_ns, Window w, LogHistogram& h, uint64_t* probes, uint64_t* lost) const;
-  // Monotonic seconds of the last Record(), 0 if none.
-  int64_t LastRecordSecond() const { return last_record_s_; }
+  // Monotonic seconds of the newest Record(), 0 if none.
+  int64_t LastRecordSecond() const { return tier_epoch_[0] == 0 ? 0 : tier_epoch_[0] - 1; }
   // Heap bytes held by the sparse buckets and the bandwidth slots (the object itself is
   // sizeof(PairWindows)).
   size_t HeapBytes() const;
 
  private:
-  // 28 bytes: at 16,000 nodes there are ~1M pairs of 26 slots each, so every byte here is ~26 MB.
+  // 20 bytes: at 16,000 nodes there are ~600,000 pairs of 26 slots each, so every byte here is
+  // ~16 MB. The slot's epoch is implied by the tier's newest one (see the class comment).
   struct Slot {
-    uint32_t epoch = 0;  // which slot-length period this holds; 0 = never used
-    uint32_t probes = 0;
-    uint32_t lost = 0;
+    uint16_t probes = 0;  // saturating: see the class comment
+    uint16_t lost = 0;
     SparseBuckets rtt;
   };
   // Bandwidth results of the slot with the same index. Most pairs only carry latency probes, so
@@ -132,7 +136,7 @@ class PairWindows {
 
   std::array<Slot, kTotalSlots> slots_{};
   std::unique_ptr<std::array<BandwidthSlot, kTotalSlots>> bandwidth_;  // null until needed
-  int64_t last_record_s_ = 0;
+  std::array<uint32_t, kWindowCount> tier_epoch_{};  // newest epoch recorded per tier; 0: none
 };
 
 }  // namespace fw::aggregator

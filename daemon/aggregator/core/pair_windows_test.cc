@@ -101,6 +101,59 @@ TEST(PairWindowsTest, BandwidthIsTheMeanGoodputOfTheWindow) {
   EXPECT_DOUBLE_EQ(w.Snapshot(421 * kSec, Window::k600s).loss_ratio, 1.0 / 3.0);
 }
 
+TEST(PairWindowsTest, AGapClearsExactlyTheSkippedSlots) {
+  PairWindows w;
+  for (int t = 200; t <= 204; ++t) w.Record(t * kSec, ProbeSample{false, 30'000, 0.0});
+  // Nothing at 205..207; the record at 208 clears the slots of 205..208 and nothing else.
+  w.Record(208 * kSec, ProbeSample{true, 0, 0.0});
+  const WindowStats s = w.Snapshot(208 * kSec, Window::k10s);
+  EXPECT_EQ(s.probes, 6u);  // 200..204 and 208
+  EXPECT_EQ(s.lost, 1u);
+  // At 213 the window is 204..213: one probe of the first run is left, and the lost one.
+  EXPECT_EQ(w.Snapshot(213 * kSec, Window::k10s).probes, 2u);
+  // A gap longer than the whole tier: every slot of it starts clean.
+  w.Record(500 * kSec, ProbeSample{false, 30'000, 0.0});
+  EXPECT_EQ(w.Snapshot(500 * kSec, Window::k10s).probes, 1u);
+  EXPECT_EQ(w.Snapshot(500 * kSec, Window::k60s).probes, 1u);
+  EXPECT_EQ(w.LastRecordSecond(), 500);
+}
+
+TEST(PairWindowsTest, AClockThatGoesBackwardsCountsOnlyWhereTheSlotIsStillKept) {
+  PairWindows w;
+  w.Record(1000 * kSec, ProbeSample{false, 30'000, 0.0});
+  w.Record(995 * kSec, ProbeSample{false, 30'000, 0.0});  // 5 s back: kept by every tier
+  w.Record(980 * kSec, ProbeSample{false, 30'000, 0.0});  // 20 s back: not by the 10 s tier
+  EXPECT_EQ(w.Snapshot(1000 * kSec, Window::k10s).probes, 2u);
+  EXPECT_EQ(w.Snapshot(1000 * kSec, Window::k60s).probes, 3u);
+  EXPECT_EQ(w.Snapshot(1000 * kSec, Window::k600s).probes, 3u);
+  EXPECT_EQ(w.LastRecordSecond(), 1000);
+  // Asked about an earlier moment, a window leaves out the slots after it.
+  EXPECT_EQ(w.Snapshot(996 * kSec, Window::k10s).probes, 1u);
+}
+
+TEST(PairWindowsTest, ASlotStopsCountingAt65535Results) {
+  PairWindows w;
+  for (int i = 0; i < 70'000; ++i) w.Record(50 * kSec, ProbeSample{i % 2 == 0, 30'000, 0.0});
+  const WindowStats s = w.Snapshot(50 * kSec, Window::k10s);
+  EXPECT_EQ(s.probes, 65'535u);
+  EXPECT_EQ(s.lost, 32'768u);  // the first 65,535 results, every other one lost
+  EXPECT_EQ(s.rtt_samples, 32'767u);
+  EXPECT_NEAR(s.loss_ratio, 0.5, 1e-4);
+}
+
+TEST(PairWindowsTest, SparseBucketHeapBlocksFillWholeMallocChunks) {
+  SparseBuckets b;
+  size_t last = 0;
+  for (int bucket = 1; bucket < 400; ++bucket) {
+    b.Add(bucket);
+    if (b.HeapBytes() == last) continue;
+    last = b.HeapBytes();
+    // 8k + 4 entries of 2 bytes: with glibc's 8-byte header, a multiple of 16 bytes.
+    EXPECT_EQ((last + 8) % 16, 0u) << "capacity " << last / 2;
+  }
+  EXPECT_EQ(b.EntryCount(), 399u);
+}
+
 TEST(PairWindowsTest, SparseBucketsSplitSaturatedCountsAndGrowPastInline) {
   SparseBuckets b;
   for (int i = 0; i < 127 * 3 + 5; ++i) b.Add(100);  // four entries: 5, 127, 127, 127
