@@ -6,6 +6,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -56,11 +57,54 @@ struct HostNic {
   int line = 0;
 };
 
+// Equal-cost shortest paths, all of the same hop count, stored flat: one allocation for all of them
+// instead of one per path. A 16,000-node fabric caches ~250,000 switch pairs of 16 paths each, so
+// the layout is worth ~100 MB (a vector per path cost ~1 KB per switch pair, this ~200 bytes).
+class PathList {
+ public:
+  using Path = std::span<const LinkIndex>;
+
+  class Iterator {
+   public:
+    using value_type = Path;
+    using difference_type = std::ptrdiff_t;
+    Iterator(const PathList* list, size_t i) : list_(list), i_(i) {}
+    Path operator*() const { return (*list_)[i_]; }
+    Iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    bool operator==(const Iterator& o) const { return i_ == o.i_; }
+    bool operator!=(const Iterator& o) const { return i_ != o.i_; }
+
+   private:
+    const PathList* list_;
+    size_t i_;
+  };
+
+  // REQUIRES: every path has `hops` links.
+  PathList(uint32_t hops, const std::vector<std::vector<LinkIndex>>& paths);
+  PathList() = default;
+
+  size_t size() const { return count_; }
+  bool empty() const { return count_ == 0; }
+  uint32_t hops() const { return hops_; }
+  // REQUIRES: i < size().
+  Path operator[](size_t i) const { return Path(links_.data() + i * hops_, hops_); }
+  Iterator begin() const { return Iterator(this, 0); }
+  Iterator end() const { return Iterator(this, count_); }
+
+ private:
+  uint32_t count_ = 0;
+  uint32_t hops_ = 0;
+  std::vector<LinkIndex> links_;  // path i is links_[i * hops_, (i + 1) * hops_)
+};
+
 // The equal-cost switch-level paths between two switches, each a list of link indices in order.
 // Shared between every NIC pair behind the same two switches.
 struct SwitchPaths {
-  std::vector<std::vector<LinkIndex>> paths;  // one empty path when both switches are the same
-  bool truncated = false;                     // more than FabricMap::kMaxPaths existed
+  PathList paths;          // one empty path when both switches are the same
+  bool truncated = false;  // more than FabricMap::kMaxPaths existed
 };
 
 // Candidate paths of one NIC pair: src access link, then one of core->paths, then dst access link.

@@ -234,3 +234,26 @@ TEST(FabricMapTest, LoadReadsAFileAndReportsAMissingOne) {
 
 }  // namespace
 }  // namespace fw::aggregator
+
+namespace fw::aggregator {
+namespace {
+
+TEST(PathListTest, FlatPathsReadBackInOrder) {
+  const std::vector<std::vector<LinkIndex>> nested = {{1, 2}, {3, 4}, {5, 6}};
+  const PathList list(2, nested);
+  ASSERT_EQ(list.size(), 3u);
+  EXPECT_EQ(list.hops(), 2u);
+  std::vector<std::vector<LinkIndex>> back;
+  for (PathList::Path p : list) back.emplace_back(p.begin(), p.end());
+  EXPECT_EQ(back, nested);
+  EXPECT_EQ(list[1][0], 3u);
+  EXPECT_EQ(list[2][1], 6u);
+  // Two switches that are the same: one path of no links.
+  const PathList same(0, {{}});
+  ASSERT_EQ(same.size(), 1u);
+  EXPECT_TRUE(same[0].empty());
+  EXPECT_TRUE(PathList().empty());
+}
+
+}  // namespace
+}  // namespace fw::aggregator

@@ -43,15 +43,21 @@ FabricMap::Bfs FabricMap::BfsFrom(SwitchIndex a) const {
   return bfs;
 }
 
+PathList::PathList(uint32_t hops, const std::vector<std::vector<LinkIndex>>& paths)
+    : count_(static_cast<uint32_t>(paths.size())), hops_(hops) {
+  links_.reserve(paths.size() * hops);
+  for (const auto& p : paths) links_.insert(links_.end(), p.begin(), p.end());
+}
+
 std::shared_ptr<const SwitchPaths> FabricMap::EnumeratePaths(const Bfs& bfs, SwitchIndex a,
                                                              SwitchIndex b) const {
   auto result = std::make_shared<SwitchPaths>();
   if (a == b) {
-    result->paths.emplace_back();
+    result->paths = PathList(0, {{}});
     return result;
   }
   if (bfs.dist[b] == kNoIndex) return nullptr;
-  auto& out = result->paths;
+  std::vector<std::vector<LinkIndex>> out;  // every shortest path has bfs.dist[b] links
   // Walk the predecessor DAG back from b without recursion (a long chain must not blow the stack).
   struct Frame {
     SwitchIndex node;
@@ -79,6 +85,7 @@ std::shared_ptr<const SwitchPaths> FabricMap::EnumeratePaths(const Bfs& bfs, Swi
     stack.push_back({pred, 0});
   }
   std::sort(out.begin(), out.end());
+  result->paths = PathList(bfs.dist[b], out);
   return result;
 }
 
