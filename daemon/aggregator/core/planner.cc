@@ -136,7 +136,15 @@ void Planner::PlanWithMap(const std::vector<AgentInfo>& agents, PlanSet& out,
   for (SwitchIndex l = 0; l < live_on.size(); ++l) {
     if (!live_on[l].empty()) leaves.push_back(l);
   }
-  // Full mesh inside each leaf (between different nodes).
+  // Full mesh inside each leaf (between different nodes). Room for the leaf's peers and a few
+  // representatives up front: growing 16,000 vectors by doubling cost ~60 MB of slack and copies
+  // at the peak of a re-plan.
+  constexpr size_t kInterLeafRoom = 16;
+  for (SwitchIndex l : leaves) {
+    for (HostNicIndex s : live_on[l]) {
+      out.plans[nics[s].node].peers.reserve(live_on[l].size() - 1 + kInterLeafRoom);
+    }
+  }
   for (SwitchIndex l : leaves) {
     for (HostNicIndex s : live_on[l]) {
       for (HostNicIndex d : live_on[l]) {
