@@ -24,7 +24,7 @@ build=${FW_BUILD_DIR:-}
 client_ns="" server_ns="" addr=127.0.0.1
 what=rtt,bw expect_loss="" label="" fabric=0 header=1
 seconds=10 rate=100 flows=4 bw_bytes=$((256 << 20)) bw_repeat=3 iperf_seconds=3 pin=1 rounds=3
-busy_cpu_pct=100 fabric_parts=rtt,bw,loss
+busy_cpu_pct=100 fabric_parts=rtt,bw,loss rtt_flows=1 rtt_rate=400
 
 usage() {
   sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
@@ -32,7 +32,10 @@ usage() {
 Options: --build DIR (holds probes/net/fw_netprobe; default: \$FW_BUILD_DIR, build-probes*, build)
          --client-ns NS --server-ns NS --server-addr IP     --label TEXT (first table column)
          --what rtt,bw,loss   --expect-loss PCT   --seconds S (RTT/loss probing time, default 10)
-         --rate HZ --flows N (UDP probes per flow per second, flows; default 100 x 4)
+         --rate HZ --flows N (loss: UDP probes per flow per second, flows; default 100 x 4)
+         --rtt-rate HZ --rtt-flows N (RTT: the same; default 400 x 1, like sockperf's one
+                           socket at --mps 400; 4 flows of 100 Hz read 1.06 -> 1.20 of sockperf
+                           in one fabric run, each flow being its own socket)
          --bw-bytes N --bw-repeat N (burst size and bursts per round; default 256 MiB x 3)
          --iperf-seconds S (per round, default 3)   --no-header
          --fabric [--fabric-parts rtt,bw,loss] (which fabric measurements; default all)
@@ -58,6 +61,8 @@ while [ $# -gt 0 ]; do
     --seconds) seconds=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
     --flows) flows=$2; shift 2 ;;
+    --rtt-flows) rtt_flows=$2; shift 2 ;;
+    --rtt-rate) rtt_rate=$2; shift 2 ;;
     --bw-bytes) bw_bytes=$2; shift 2 ;;
     --bw-repeat) bw_repeat=$2; shift 2 ;;
     --iperf-seconds) iperf_seconds=$2; shift 2 ;;
@@ -172,7 +177,7 @@ if want rtt; then
   # Same message rate and size on both sides: sockperf --mps = our flows x rate, 64-byte UDP
   # payloads (our 32-byte header + 32 bytes of padding). The tools alternate for --rounds rounds
   # so that both see the same background load; the medians of the per-round p50s are compared.
-  mps=$(python3 -c "print(int($rate * $flows))")
+  mps=$(python3 -c "print(int($rtt_rate * $rtt_flows))")
   per_round=$(python3 -c "print(max(1, round($seconds / $rounds)))")
   # The shipped default (what the agent reports): the user-space round trip, the prober sleeping
   # right after each send slot, held to the target. sockperf's client spins between messages
@@ -187,8 +192,8 @@ if want rtt; then
   hits=0 replies=0
   run_default() {
     # shellcheck disable=SC2086  # FW_PROBER_ARGS: extra flags for the default row (experiments)
-    ours=$(in_client "$netprobe" udp --target "$addr:$p_fw" --flows "$flows" --rate "$rate" \
-             --seconds "$per_round" --payload 32 --slots "$flows" ${FW_PROBER_ARGS:-})
+    ours=$(in_client "$netprobe" udp --target "$addr:$p_fw" --flows "$rtt_flows" --rate "$rtt_rate" \
+             --seconds "$per_round" --payload 32 --slots "$rtt_flows" ${FW_PROBER_ARGS:-})
     def_p50s+=("$(kv rtt_p50_us "$ours")") def_p99s+=("$(kv rtt_p99_us "$ours")")
     kern_p50s+=("$(kv kernel_rtt_p50_us "$ours")") kern_p99s+=("$(kv kernel_rtt_p99_us "$ours")")
   }
@@ -214,8 +219,8 @@ if want rtt; then
   done
   # Block 2, info: the busy-polled prober and sockperf --nonblocked, the same way.
   run_busy() {
-    ours=$(in_client "$netprobe" udp --target "$addr:$p_fw" --flows "$flows" --rate "$rate" \
-             --seconds "$per_round" --payload 32 --slots "$flows" --busy-poll-us 300 \
+    ours=$(in_client "$netprobe" udp --target "$addr:$p_fw" --flows "$rtt_flows" --rate "$rtt_rate" \
+             --seconds "$per_round" --payload 32 --slots "$rtt_flows" --busy-poll-us 300 \
              --busy-poll-cpu-pct "$busy_cpu_pct")
     nospin_p50s+=("$(kv rtt_p50_us "$ours")")
     hits=$((hits + $(kv busy_poll_hits "$ours"))) replies=$((replies + $(kv replies "$ours")))
