@@ -216,12 +216,6 @@ void Aggregator::TickLoop() {
       pair_bytes_.Set(static_cast<double>(pairs_->PairBytes()));
       flow_bytes_.Set(static_cast<double>(analyzer_->flows().MemoryBytes()));
     }
-    if (now - last_trim_ns_ >= kTrimPeriodNs) {
-      last_trim_ns_ = now;
-#ifdef __GLIBC__
-      malloc_trim(0);
-#endif
-    }
     tick_seconds_.Set(static_cast<double>(clock_.MonotonicNanos() - now) * 1e-9);
     ticks_.Inc();
     lock.lock();

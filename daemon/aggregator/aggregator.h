@@ -113,11 +113,6 @@ class Aggregator final : public IngestSink {
   static constexpr int64_t kDropIdlePeriodNs = 10'000'000'000;
   int64_t last_node_metrics_ns_ = 0;  // tick thread only
   int64_t last_drop_idle_ns_ = 0;     // tick thread only
-  // Free pages that glibc keeps in its arenas after batches, re-plans and dropped pairs are given
-  // back this often (malloc_trim): an 11-minute 16,000-agent run went from 1.84 to 1.75 GB RSS
-  // after one trim at steady state.
-  static constexpr int64_t kTrimPeriodNs = 60'000'000'000;
-  int64_t last_trim_ns_ = 0;  // tick thread only
   std::unordered_set<std::string> pending_pushes_;  // tick thread only
   int64_t last_replan_ns_ = 0;
   int64_t replan_spacing_ns_ = 1'000'000'000;
