@@ -187,7 +187,7 @@ if want rtt; then
   # prober host's send and receive path), and the busy-polled prober (--busy-poll-us 300)
   # against sockperf --nonblocked, which spins on recvfrom: one wakeup (the server's) each.
   # "paired" rows: the median of the per-round ratios, each round's tools run back to back.
-  def_p50s=() kern_p50s=() nospin_p50s=() ref_p50s=() def_p99s=() kern_p99s=() ref_p99s=()
+  def_p50s=() kern_p50s=() busy_p50s=() ref_p50s=() def_p99s=() kern_p99s=() ref_p99s=()
   spin_p50s=()
   hits=0 replies=0
   run_default() {
@@ -222,7 +222,7 @@ if want rtt; then
     ours=$(in_client "$netprobe" udp --target "$addr:$p_fw" --flows "$rtt_flows" --rate "$rtt_rate" \
              --seconds "$per_round" --payload 32 --slots "$rtt_flows" --busy-poll-us 300 \
              --busy-poll-cpu-pct "$busy_cpu_pct")
-    nospin_p50s+=("$(kv rtt_p50_us "$ours")")
+    busy_p50s+=("$(kv rtt_p50_us "$ours")")
     hits=$((hits + $(kv busy_poll_hits "$ours"))) replies=$((replies + $(kv replies "$ours")))
   }
   run_spinning_sockperf() {
@@ -254,15 +254,15 @@ PY
   row "  paired ratio" "-" "-" "$(paired "${def_p50s[*]}" "${ref_p50s[*]}")" "info: per-round median" ok
   read -r ours ref ratio verdict < <(compare "${kern_p50s[*]}" "${ref_p50s[*]}")
   row "  kernel-stamped" "$ours" "$ref" "$ratio" "info: <= sockperf" ok
-  read -r ours ref ratio verdict < <(compare "${nospin_p50s[*]}" "${spin_p50s[*]}")
+  read -r ours ref ratio verdict < <(compare "${busy_p50s[*]}" "${spin_p50s[*]}")
   row "  busy-polled" "$ours" "$ref" "$ratio" "info: sockperf --nonblocked" ok
-  row "  paired ratio" "-" "-" "$(paired "${nospin_p50s[*]}" "${spin_p50s[*]}")" "info: per-round median" ok
+  row "  paired ratio" "-" "-" "$(paired "${busy_p50s[*]}" "${spin_p50s[*]}")" "info: per-round median" ok
   read -r ours ref ratio verdict < <(compare "${def_p99s[*]}" "${ref_p99s[*]}")
   row "udp rtt p99 (us)" "$ours" "$ref" "$ratio" "info" ok
   read -r ours ref ratio verdict < <(compare "${kern_p99s[*]}" "${ref_p99s[*]}")
   row "  kernel-stamped" "$ours" "$ref" "$ratio" "info" ok
   echo "  per-round p50 us: default ${def_p50s[*]}; kernel-stamped ${kern_p50s[*]};" \
-       "busy-polled ${nospin_p50s[*]}; sockperf/2 ${ref_p50s[*]};" \
+       "busy-polled ${busy_p50s[*]}; sockperf/2 ${ref_p50s[*]};" \
        "sockperf --nonblocked/2 ${spin_p50s[*]}" >&2
   echo "  replies caught in a busy-poll window: $hits of $replies; load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 fi

@@ -143,10 +143,6 @@ void Planner::PlanWithMap(const std::vector<AgentInfo>& agents, PlanSet& out,
   for (SwitchIndex l : leaves) {
     for (HostNicIndex s : live_on[l]) {
       out.plans[nics[s].node].peers.reserve(live_on[l].size() - 1 + kInterLeafRoom);
-    }
-  }
-  for (SwitchIndex l : leaves) {
-    for (HostNicIndex s : live_on[l]) {
       for (HostNicIndex d : live_on[l]) {
         if (nics[s].node != nics[d].node) add_peer(s, d, config_.intra_leaf_flows);
       }
