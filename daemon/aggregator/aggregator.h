@@ -143,6 +143,7 @@ class Aggregator final : public IngestSink {
   struct StoredPlan {
     uint64_t content_hash = 0;
     std::shared_ptr<const std::string> bytes;  // a serialized v1::ProbePlan, version included
+    uint64_t replan = 0;                       // the plan_version_ of the last re-plan to keep it
   };
   std::mutex plan_mu_;
   std::unordered_map<std::string, StoredPlan> plans_;  // GUARDED_BY(plan_mu_)

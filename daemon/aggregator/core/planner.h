@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "daemon/aggregator/core/fabric_map.h"
@@ -50,9 +52,9 @@ struct PlannedPeer {
   std::string address;  // the peer's responder address
   uint16_t port = 0;
   std::string src_address;  // the local address to probe from; empty: any
-  // Flow ids 0..n-1. The agent gives each its own source port, which is what spreads the flows
-  // over the ECMP paths; each result reports the source port it used.
-  std::vector<uint16_t> flows;
+  // Flow ids 0..flows-1 (at most 65,535). The agent gives each its own source port, which is what
+  // spreads the flows over the ECMP paths; each result reports the source port it used.
+  uint32_t flows = 1;
   Transport transport = Transport::kUdp;
   double rate_pps = 0;                         // per flow
   PathClass path_class = PathClass::kUnknown;  // what the map says about this NIC pair
@@ -72,12 +74,19 @@ struct Plan {
   uint64_t bw_burst_bytes = 0;
 };
 
-struct PlanSet {
-  std::map<std::string, Plan> plans;  // by node; every live agent has one, possibly empty
+struct PlanSummary {
   std::vector<std::string> notes;     // degraded choices a person should know about
+  size_t plans = 0;                   // one per live agent, possibly empty
   size_t leaf_pairs_covered = 0;      // ordered leaf pairs with at least one representative
   size_t leaf_pairs_unreachable = 0;  // ordered leaf pairs with live hosts but no switch path
 };
+
+struct PlanSet : PlanSummary {
+  std::map<std::string, Plan> plans;  // by node; every live agent has one, possibly empty
+};
+
+// Receives each live agent's finished plan, once per agent, in no particular order.
+using PlanSink = std::function<void(const std::string& node, Plan&& plan)>;
 
 class Planner {
  public:
@@ -89,6 +98,12 @@ class Planner {
   // (rendezvous hashing), so windows survive a re-plan.
   PlanSet PlanFor(const std::vector<AgentInfo>& live) const;
 
+  // The same plans, handed to `sink` as each one is finished instead of all at the end. Only the
+  // plans of one leaf (and of nodes whose NICs span leaves not yet reached) exist at a time: at
+  // 16,000 agents on 16 spines the whole set is 1.5 million peers, ~300 MB, and a re-plan with
+  // full pair windows must not add that to the aggregator's peak.
+  PlanSummary PlanEach(const std::vector<AgentInfo>& live, const PlanSink& sink) const;
+
   // The smallest k with S·(1-1/S)^k <= 1 - coverage: k flows hashed uniformly over S equal-cost
   // paths then miss some path with probability at most 1 - coverage. 1 for S <= 1.
   static uint32_t FlowsForCoverage(size_t paths, double coverage);
@@ -98,11 +113,24 @@ class Planner {
   static double QuantizeRate(double rate_pps);
 
  private:
-  void PlanWithMap(const std::vector<AgentInfo>& agents, PlanSet& out,
-                   std::vector<const AgentInfo*>& unmapped) const;
-  void PlanWithoutMap(const std::vector<const AgentInfo*>& agents, PlanSet& out) const;
-  void ApplyFleetCap(PlanSet& out) const;
-  void ApplyBudgets(PlanSet& out) const;
+  struct MapView;
+  struct FleetFactors {
+    double intra = 1.0;
+    double other = 1.0;
+  };
+  // Representatives and flows for one ordered leaf pair; reps == 0 when there is no switch path.
+  struct LeafPairShape {
+    uint32_t reps = 0;
+    uint32_t flows_each = 0;
+  };
+
+  LeafPairShape ShapeOf(const MapView& view, SwitchIndex l1, SwitchIndex l2) const;
+  void PlanWithoutMap(const std::vector<const AgentInfo*>& agents,
+                      std::unordered_map<std::string, Plan>& plans,
+                      std::vector<std::string>& notes) const;
+  FleetFactors FleetCap(double intra, double other, std::vector<std::string>& notes) const;
+  void Finish(const std::string& node, Plan& plan, const FleetFactors& cap,
+              std::vector<std::string>& notes) const;
 
   PlannerConfig config_;
   std::shared_ptr<const FabricMap> map_;

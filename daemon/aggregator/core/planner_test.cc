@@ -118,10 +118,10 @@ TEST(PlannerTest, LeafSpineGetsIntraLeafMeshAndOneRepresentativePerLeafPair) {
       EXPECT_EQ(p.path_class, same_leaf ? PathClass::kIntraLeaf : PathClass::kInterLeaf);
       if (same_leaf) {
         ++intra;
-        EXPECT_EQ(p.flows.size(), 1u);
+        EXPECT_EQ(p.flows, 1u);
       } else {
         ++cross;
-        EXPECT_EQ(p.flows.size(), 8u);  // S = 2 spines → k = 8
+        EXPECT_EQ(p.flows, 8u);  // S = 2 spines → k = 8
       }
       EXPECT_EQ(p.port, 9753);
       EXPECT_EQ(p.transport, Transport::kUdp);
@@ -148,7 +148,7 @@ TEST(PlannerTest, ManyPathsSplitFlowsOverSeveralRepresentatives) {
     for (const PlannedPeer& p : plan.peers) {
       if (node[1] == '1' && p.node[1] == '2') {
         reps.emplace(node, p.node);
-        flows += p.flows.size();
+        flows += p.flows;
       }
     }
   }
@@ -166,7 +166,7 @@ TEST(PlannerTest, DeterministicRoutingGivesEachRepresentativeOneFlowPerPath) {
   for (const auto& [node, plan] : set.plans) {
     for (const PlannedPeer& p : plan.peers) {
       if (node[1] == '1' && p.node[1] == '2') {
-        EXPECT_EQ(p.flows.size(), 4u);  // flow j takes spine path j: all four are covered
+        EXPECT_EQ(p.flows, 4u);  // flow j takes spine path j: all four are covered
         reps.emplace(node, p.node);
       }
     }
@@ -233,7 +233,7 @@ TEST(PlannerTest, WithoutAMapSmallFleetsGetAFullMesh) {
   const PlanSet set = planner.PlanFor(Anonymous(10));
   for (const auto& [node, plan] : set.plans) {
     EXPECT_EQ(plan.peers.size(), 9u);
-    EXPECT_EQ(plan.peers[0].flows.size(), 4u);
+    EXPECT_EQ(plan.peers[0].flows, 4u);
   }
 }
 
@@ -311,7 +311,7 @@ TEST(PlannerTest, FleetCapSlowsInterLeafFlowsFirst) {
   double intra = 0, inter = 0;
   for (const auto& [node, plan] : set.plans) {
     for (const PlannedPeer& p : plan.peers) {
-      const double r = p.rate_pps * static_cast<double>(p.flows.size());
+      const double r = p.rate_pps * static_cast<double>(p.flows);
       (p.path_class == PathClass::kIntraLeaf ? intra : inter) += r;
     }
   }
@@ -336,7 +336,7 @@ TEST(PlannerTest, PerNodeBudgetDoesNotUndoTheFleetCap) {
   for (const auto& [node, plan] : set.plans) {
     double node_pps = 0, intra_rate = 0, inter_rate = 0;
     for (const PlannedPeer& p : plan.peers) {
-      node_pps += p.rate_pps * static_cast<double>(p.flows.size());
+      node_pps += p.rate_pps * static_cast<double>(p.flows);
       (p.path_class == PathClass::kIntraLeaf ? intra_rate : inter_rate) = p.rate_pps;
     }
     EXPECT_LE(node_pps, 100.0 + 1e-9) << node;
