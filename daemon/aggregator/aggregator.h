@@ -94,6 +94,7 @@ class Aggregator final : public IngestSink {
   std::unique_ptr<analysis::Analyzer> analyzer_;
   analysis::AnalysisMetrics analysis_metrics_;      // updated on the tick thread only
   metrics::Gauge& tick_seconds_;
+  metrics::Gauge& replan_seconds_;
   metrics::Gauge& pairs_held_;   // updated with DropIdle, every kDropIdlePeriodNs
   metrics::Family<metrics::Gauge>& state_bytes_;
   metrics::Gauge& pair_bytes_;
