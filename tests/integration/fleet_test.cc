@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "exporter/http_client.h"
@@ -14,6 +15,14 @@ namespace {
 
 using nlohmann::json;
 using std::chrono::seconds;
+
+// The value of an unlabelled series in a text exposition; -1 when it is not there.
+double MetricValue(const std::string& text, const std::string& name) {
+  const std::string key = "\n" + name + " ";
+  const size_t at = text.find(key);
+  if (at == std::string::npos) return -1;
+  return std::strtod(text.c_str() + at + key.size(), nullptr);
+}
 
 TEST(FleetTest, ThreeAgentsAppearAndADeadOneDropsOut) {
   TempDir dir;
@@ -99,6 +108,8 @@ TEST(FleetTest, ThreeAgentsAppearAndADeadOneDropsOut) {
 
   // SIGKILL gives the agent no chance to say goodbye; the aggregator must notice on its own
   // within the 3 s heartbeat timeout.
+  const double replans = MetricValue(fleet.Metrics(), "fabricwatch_planner_replans_total");
+  EXPECT_GE(replans, 1.0);
   auto killed_at = std::chrono::steady_clock::now();
   fleet.agents_["node-b"]->Signal(SIGKILL);
   ASSERT_TRUE(WaitUntil(
@@ -110,6 +121,12 @@ TEST(FleetTest, ThreeAgentsAppearAndADeadOneDropsOut) {
   EXPECT_LE(std::chrono::steady_clock::now() - killed_at, seconds(4));
   EXPECT_NE(fleet.Metrics().find("fabricwatch_agents_connected 2\n"), std::string::npos);
   EXPECT_NE(fleet.Metrics().find("fabricwatch_agent_up{node=\"node-a\"} 1\n"), std::string::npos);
+  // The departure re-plans (after the 2 s settle time); the re-plan's cost is exported.
+  EXPECT_TRUE(WaitUntil(
+      [&] { return MetricValue(fleet.Metrics(), "fabricwatch_planner_replans_total") > replans; },
+      seconds(10)))
+      << fleet.Metrics();
+  EXPECT_GT(MetricValue(fleet.Metrics(), "fabricwatch_planner_replan_seconds"), 0.0);
 
   // A clean agent shutdown on SIGTERM, and on SIGINT.
   EXPECT_EQ(fleet.agents_["node-c"]->Stop(seconds(10)), 0);

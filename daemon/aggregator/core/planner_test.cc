@@ -5,10 +5,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 
 namespace fw::aggregator {
 namespace {
@@ -381,6 +383,110 @@ TEST(PlannerTest, RatesSitOnAGridSoSmallFleetChangesKeepPlansIdentical) {
   }
   EXPECT_GT(total, 0u);
   EXPECT_EQ(same, total);
+}
+
+// The streaming form hands over every live agent exactly once, and its plans are PlanFor's: the
+// fleet cap's factors come from the counting pass and must match what the whole set asks for.
+TEST(PlannerTest, PlanEachHandsEveryNodeOverOnceWithPlanForsPlans) {
+  const auto map = LeafSpine(4, 5, 6);
+  auto agents = AgentsOf(*map);
+  for (int i = 0; i < 3; ++i) {  // outside the map: they get the map-less mesh
+    agents.push_back(
+        AgentInfo{"extra" + std::to_string(i), {{"198.18.9." + std::to_string(i + 1), 9753, ""}}});
+  }
+  PlannerConfig cfg;
+  cfg.fleet_results_per_s = 300;  // the mesh asks for more: both factors are below 1
+  Planner planner(cfg, map);
+  const PlanSet whole = planner.PlanFor(agents);
+  std::map<std::string, Plan> streamed;
+  size_t calls = 0;
+  const PlanSummary summary = planner.PlanEach(agents, [&](const std::string& node, Plan&& plan) {
+    ++calls;
+    EXPECT_TRUE(streamed.emplace(node, std::move(plan)).second) << node << " twice";
+  });
+  EXPECT_EQ(calls, agents.size());
+  EXPECT_EQ(summary.plans, agents.size());
+  EXPECT_EQ(summary.leaf_pairs_covered, 20u);  // 5 × 4 ordered leaf pairs
+  EXPECT_EQ(summary.notes, whole.notes);
+  EXPECT_THAT(summary.notes, ::testing::Contains(::testing::HasSubstr("over the fleet cap")));
+  ASSERT_EQ(streamed.size(), whole.plans.size());
+  double planned = 0;
+  for (const auto& [node, plan] : whole.plans) {
+    const Plan& other = streamed.at(node);
+    ASSERT_EQ(plan.peers.size(), other.peers.size()) << node;
+    for (size_t i = 0; i < plan.peers.size(); ++i) {
+      EXPECT_EQ(plan.peers[i].node, other.peers[i].node);
+      EXPECT_EQ(plan.peers[i].address, other.peers[i].address);
+      EXPECT_EQ(plan.peers[i].src_address, other.peers[i].src_address);
+      EXPECT_EQ(plan.peers[i].flows, other.peers[i].flows);
+      EXPECT_DOUBLE_EQ(plan.peers[i].rate_pps, other.peers[i].rate_pps);
+    }
+    EXPECT_DOUBLE_EQ(plan.planned.pps, other.planned.pps) << node;
+    planned += plan.planned.pps;
+  }
+  EXPECT_LE(planned, 300.0 + 1e-6);  // the cap holds across mapped and unmapped nodes
+  EXPECT_GT(planned, 150.0);         // and is not wasted: the grid rounds down by < 9%
+}
+
+// A node with NICs under two leaves is finished only after both: its one plan holds the peers of
+// both NICs, intra-leaf on each side.
+TEST(PlannerTest, PlanEachFinishesANodeOnTwoLeavesOnceWithBothNicsPeers) {
+  std::string y = "switches:\n  - {name: spine1, tier: spine}\n";
+  for (int l = 1; l <= 3; ++l) y += "  - {name: leaf" + std::to_string(l) + ", tier: leaf}\n";
+  y += "links:\n";
+  for (int l = 1; l <= 3; ++l) y += "  - {a: leaf" + std::to_string(l) + ", b: spine1}\n";
+  y += "hosts:\n";
+  for (int l = 1; l <= 3; ++l) {
+    for (int h = 1; h <= 2; ++h) {
+      y += "  - {node: n" + std::to_string(l) + "-" + std::to_string(h) +
+           ", nic: mlx5_0, address: 10." + std::to_string(l) + ".0." + std::to_string(h) +
+           ", switch: leaf" + std::to_string(l) + "}\n";
+    }
+  }
+  y += "  - {node: dual, nic: mlx5_0, address: 10.1.0.9, switch: leaf1}\n";
+  y += "  - {node: dual, nic: mlx5_1, address: 10.3.0.9, switch: leaf3}\n";
+  auto m = FabricMap::Parse(y);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const auto map = std::make_shared<const FabricMap>(std::move(m).value());
+  const auto agents = AgentsOf(*map);
+  ASSERT_EQ(agents.size(), 7u);
+  Planner planner(PlannerConfig{}, map);
+  std::vector<std::string> order;
+  Plan dual;
+  planner.PlanEach(agents, [&](const std::string& node, Plan&& plan) {
+    order.push_back(node);
+    if (node == "dual") dual = std::move(plan);
+  });
+  ASSERT_EQ(order.size(), 7u);
+  EXPECT_EQ(std::count(order.begin(), order.end(), "dual"), 1);
+  // Leaf 3 is planned last, so dual comes after every node of leaves 1 and 2.
+  const auto at = std::find(order.begin(), order.end(), "dual") - order.begin();
+  for (const char* n : {"n1-1", "n1-2", "n2-1", "n2-2"}) {
+    EXPECT_LT(std::find(order.begin(), order.end(), n) - order.begin(), at) << n;
+  }
+  std::set<std::string> intra_from_leaf1, intra_from_leaf3;
+  for (const PlannedPeer& p : dual.peers) {
+    if (p.path_class != PathClass::kIntraLeaf) continue;
+    (p.src_address == "10.1.0.9" ? intra_from_leaf1 : intra_from_leaf3).insert(p.node);
+  }
+  EXPECT_EQ(intra_from_leaf1, (std::set<std::string>{"n1-1", "n1-2"}));
+  EXPECT_EQ(intra_from_leaf3, (std::set<std::string>{"n3-1", "n3-2"}));
+  EXPECT_TRUE(std::is_sorted(dual.peers.begin(), dual.peers.end(),
+                             [](const PlannedPeer& a, const PlannedPeer& b) {
+                               return std::tie(a.node, a.address, a.src_address) <
+                                      std::tie(b.node, b.address, b.src_address);
+                             }));
+}
+
+// One note per node over its budget would be 16,000 log lines at scale: the list is bounded.
+TEST(PlannerTest, PerNodeNotesAreBounded) {
+  const auto map = LeafSpine(2, 4, 20);  // 80 nodes, each over a budget of 1 probe/s
+  PlannerConfig cfg;
+  cfg.budget_pps = 1;
+  Planner planner(cfg, map);
+  const PlanSet set = planner.PlanFor(AgentsOf(*map));
+  ASSERT_EQ(set.notes.size(), 33u);
+  EXPECT_THAT(set.notes.back(), ::testing::HasSubstr("more notes like these"));
 }
 
 }  // namespace
