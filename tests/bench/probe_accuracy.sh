@@ -24,6 +24,7 @@ build=${FW_BUILD_DIR:-}
 client_ns="" server_ns="" addr=127.0.0.1
 what=rtt,bw expect_loss="" label="" fabric=0 header=1
 seconds=10 rate=100 flows=4 bw_bytes=$((256 << 20)) bw_repeat=3 iperf_seconds=3 pin=1 rounds=3
+rtt_rounds=30
 busy_cpu_pct=100 fabric_parts=rtt,bw,loss rtt_flows=1 rtt_rate=400
 
 usage() {
@@ -39,7 +40,10 @@ Options: --build DIR (holds probes/net/fw_netprobe; default: \$FW_BUILD_DIR, bui
          --bw-bytes N --bw-repeat N (burst size and bursts per round; default 256 MiB x 3)
          --iperf-seconds S (per round, default 3)   --no-header
          --fabric [--fabric-parts rtt,bw,loss] (which fabric measurements; default all)
-         --rounds N (alternate our tool and the reference N times, compare medians; default 3)
+         --rounds N (bandwidth: alternate our tool and iperf3 N times, compare medians; default 3)
+         --rtt-rounds N (RTT: the same with sockperf, rounds of max(1, seconds/N) s; default 30.
+                   Runs of 10 rounds read 0.91-1.27 of sockperf on this VM, minutes
+                   apart; 30 rounds read 1.035 and 1.059 on 2026-12-03)
          --busy-poll-cpu-pct P (the prober's busy-poll credit, % of a core; default 100: this
                    bench runs 400 send slots/s, 40x an agent's 10/s, which the library's
                    default 0.3% covers; the table says how many replies a window caught)
@@ -69,6 +73,7 @@ while [ $# -gt 0 ]; do
     --no-header) header=0; shift ;;
     --no-pin) pin=0; shift ;;
     --rounds) rounds=$2; shift 2 ;;
+    --rtt-rounds) rtt_rounds=$2; shift 2 ;;
     --busy-poll-cpu-pct) busy_cpu_pct=$2; shift 2 ;;
     --fabric) fabric=1; shift ;;
     --fabric-parts) fabric_parts=$2; shift 2 ;;
@@ -90,7 +95,7 @@ fi
 
 if [ "$fabric" = 1 ]; then
   exec python3 "$here/probe_accuracy_fabric.py" --script "$0" --build "$build" \
-    --parts "$fabric_parts" --rounds "$rounds"
+    --parts "$fabric_parts" --rounds "$rounds" --rtt-rounds "$rtt_rounds"
 fi
 
 for tool in sockperf iperf3 python3; do
@@ -175,10 +180,10 @@ done
 
 if want rtt; then
   # Same message rate and size on both sides: sockperf --mps = our flows x rate, 64-byte UDP
-  # payloads (our 32-byte header + 32 bytes of padding). The tools alternate for --rounds rounds
+  # payloads (our 32-byte header + 32 bytes of padding). The tools alternate for --rtt-rounds rounds
   # so that both see the same background load; the medians of the per-round p50s are compared.
   mps=$(python3 -c "print(int($rtt_rate * $rtt_flows))")
-  per_round=$(python3 -c "print(max(1, round($seconds / $rounds)))")
+  per_round=$(python3 -c "print(max(1, round($seconds / $rtt_rounds)))")
   # The shipped default (what the agent reports): the user-space round trip, the prober sleeping
   # right after each send slot, held to the target. sockperf's client spins between messages
   # (pacing) but sleeps in a blocking recvfrom for each reply (strace: one recvfrom per message,
@@ -214,7 +219,7 @@ if want rtt; then
   # round. The spinning tools run in a block of their own afterwards: a run right after 2 s of a
   # vCPU spinning at 100% read differently (a 3-tool fabric run with no spinning tool in between
   # read 1.04-1.05 of sockperf where this script's interleaved order had read 1.13-1.17).
-  for ((i = 0; i < rounds; i++)); do
+  for ((i = 0; i < rtt_rounds; i++)); do
     if ((i % 2 == 0)); then run_default; run_sockperf; else run_sockperf; run_default; fi
   done
   # Block 2, info: the busy-polled prober and sockperf --nonblocked, the same way.
@@ -229,7 +234,7 @@ if want rtt; then
     local r; r=$(sockperf_half --nonblocked) || exit 2
     spin_p50s+=("${r% *}")
   }
-  for ((i = 0; i < rounds; i++)); do
+  for ((i = 0; i < rtt_rounds; i++)); do
     if ((i % 2 == 0)); then run_busy; run_spinning_sockperf; else run_spinning_sockperf; run_busy; fi
   done
   compare() {  # ours-list ref-half-list -> ours ref ratio verdict
