@@ -63,7 +63,9 @@ TEST_F(WithBadLink, LinksJsonShowsStatesAndRatios) {
       EXPECT_GT(row["probes"].get<double>(), 0);
     }
     degraded += row["state"] == "degraded";
-    if (row["state"] == "ok") EXPECT_NEAR(row["latency_inflation"].get<double>(), 1.0, 0.2);
+    if (row["state"] == "ok") {
+      EXPECT_NEAR(row["latency_inflation"].get<double>(), 1.0, 0.2);
+    }
   }
   EXPECT_EQ(degraded, 1);
 }

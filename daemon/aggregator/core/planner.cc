@@ -80,7 +80,7 @@ PlanSet Planner::PlanFor(const std::vector<AgentInfo>& live) const {
 
 Planner::LeafPairShape Planner::ShapeOf(const MapView& view, SwitchIndex l1, SwitchIndex l2) const {
   const auto core = view.map.SwitchPathsBetween(l1, l2);
-  if (!core) return {};
+  if (!core || core->paths.empty()) return {};
   const size_t paths = core->paths.size();
   const size_t n1 = view.live_on[l1].size(), n2 = view.live_on[l2].size();
   const uint32_t max_flows = std::max<uint32_t>(1, config_.max_flows_per_pair);
@@ -165,6 +165,8 @@ PlanSummary Planner::PlanEach(const std::vector<AgentInfo>& live, const PlanSink
         nodes_on[i].push_back(node);
         ++leaves_left[node];
       }
+      // Hand-over order within a leaf by name, so logs and notes read the same on every run.
+      std::sort(nodes_on[i].begin(), nodes_on[i].end());
       intra += pairs * intra_flows * rate;
       for (size_t j = 0; j < nl; ++j) {
         if (i == j) continue;
@@ -276,10 +278,12 @@ void Planner::PlanWithoutMap(const std::vector<const AgentInfo*>& agents,
   if (n < 2) return;
   const uint32_t flows = std::max<uint32_t>(1, std::min(config_.max_flows_per_pair, 4u));
   auto add_peer = [&](const AgentInfo& src, const AgentInfo& dst) {
+    if (dst.endpoints.empty()) return;  // callers skip these; nobody can probe them
+    const ProbeEndpoint& ep = dst.endpoints.front();
     PlannedPeer p;
     p.node = dst.node;
-    p.address = dst.endpoints.front().address;
-    p.port = dst.endpoints.front().port;
+    p.address = ep.address;
+    p.port = ep.port;
     p.flows = flows;
     p.transport = config_.latency_transport;
     p.rate_pps = config_.latency_pps_per_flow;
