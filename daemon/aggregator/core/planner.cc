@@ -182,6 +182,14 @@ PlanSummary Planner::PlanEach(const std::vector<AgentInfo>& live, const PlanSink
     }
   }
   const FleetFactors cap = FleetCap(intra, other, out.notes);
+  // Takes a node's peers out of `from` (none if it has no entry), finishes its plan, hands it over.
+  auto hand_over = [&](auto& from, const std::string& node) {
+    auto entry = from.extract(node);
+    Plan plan = entry ? std::move(entry.mapped()) : Plan{};
+    Finish(node, plan, cap, out.notes);
+    sink(node, std::move(plan));
+    ++out.plans;
+  };
 
   // Second pass, one source leaf at a time: a leaf's NICs probe the rest of their leaf and the
   // representatives chosen for them. A node is finished when its last leaf has been planned.
@@ -242,25 +250,11 @@ PlanSummary Planner::PlanEach(const std::vector<AgentInfo>& live, const PlanSink
         }
       }
       for (std::string_view node : nodes_on[i]) {
-        if (--leaves_left[node] > 0) continue;
-        auto it = pending.find(node);
-        Plan plan = it == pending.end() ? Plan{} : std::move(it->second);
-        if (it != pending.end()) pending.erase(it);
-        const std::string& name = agent_of.at(node)->node;
-        Finish(name, plan, cap, out.notes);
-        sink(name, std::move(plan));
-        ++out.plans;
+        if (--leaves_left[node] == 0) hand_over(pending, agent_of.at(node)->node);
       }
     }
   }
-  for (const AgentInfo* a : unmapped) {
-    auto it = mesh.find(a->node);
-    Plan plan = it == mesh.end() ? Plan{} : std::move(it->second);
-    if (it != mesh.end()) mesh.erase(it);
-    Finish(a->node, plan, cap, out.notes);
-    sink(a->node, std::move(plan));
-    ++out.plans;
-  }
+  for (const AgentInfo* a : unmapped) hand_over(mesh, a->node);
   // A line per node over its budget helps at 16 nodes and floods the log at 16,000.
   constexpr size_t kMaxNotes = 32;
   if (out.notes.size() > kMaxNotes) {

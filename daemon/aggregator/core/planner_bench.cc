@@ -83,7 +83,7 @@ BENCHMARK(BM_PlanWithMap)
 
 // The re-plan path of the aggregator: plans are handed over one by one and dropped, so the heap
 // holds one leaf's plans at a time. heap_peak_MiB is the most the heap grew over its size before
-// the call, sampled at every plan handed over (glibc's in-use bytes).
+// the call, sampled at every 64th plan handed over (glibc's in-use bytes).
 void BM_PlanEachWithMap(benchmark::State& state) {
   const auto map = LeafSpine(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
                              static_cast<int>(state.range(2)));
