@@ -6,7 +6,9 @@
 #include "common/config.h"
 #include "common/daemon_util.h"
 #include "common/log.h"
+#include "common/sd_notify.h"
 #include "daemon/aggregator/aggregator.h"
+#include "exporter/http_client.h"
 
 int main(int argc, char** argv) {
   fw::aggregator::AggregatorOptions o;
@@ -87,7 +89,21 @@ int main(int argc, char** argv) {
     spdlog::critical("msg=\"cannot write port file\" file={}", port_file);
     return 3;
   }
-  int sig = fw::WaitForTerminationSignal();
+  // Every listener accepts now (Start() returned), so the service manager may order dependents
+  // after us. The watchdog check is the daemon's own /healthz over loopback: it passes only while
+  // the HTTP workers that Prometheus and probes depend on still answer.
+  fw::ServiceNotifier notifier;
+  notifier.NotifyOrLog("READY=1\nSTATUS=serving: gRPC port " + std::to_string(agg.grpc_port()) +
+                       ", HTTP port " + std::to_string(agg.http_port()));
+  const auto watchdog = fw::WatchdogInterval();
+  const std::string self_http =
+      o.http_listen.substr(0, o.http_listen.rfind(':')) + ":" + std::to_string(agg.http_port());
+  const int check_ms = static_cast<int>(std::clamp<int64_t>(watchdog.count() / 8000, 100, 5000));
+  int sig = fw::WaitForTerminationWithWatchdog(notifier, watchdog, [&] {
+    auto r = fw::http::Get(self_http, "/healthz", check_ms);
+    return r.ok() && r->status == 200;
+  });
+  notifier.NotifyOrLog("STOPPING=1\nSTATUS=shutting down");
   spdlog::info("msg=\"shutting down\" signal={}", sig);
   agg.Stop();
   return 0;

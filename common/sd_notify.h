@@ -1,0 +1,59 @@
+// The systemd service-manager notification protocol (sd_notify(3)), without libsystemd.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace fw {
+
+// Sends state lines ("READY=1", "STOPPING=1", "WATCHDOG=1", "STATUS=...") as one datagram to the
+// AF_UNIX socket named by $NOTIFY_SOCKET: a filesystem path ("/run/systemd/notify") or an abstract
+// name ("@name"). When the variable is unset or empty, every call is a no-op that succeeds, so the
+// daemons behave the same outside systemd (a terminal, a container, a test).
+//
+// Thread-safe: Notify() opens a fresh socket per call; the only state is the atomic once-only flag
+// for logging failures.
+class ServiceNotifier {
+ public:
+  // Reads $NOTIFY_SOCKET now; later changes to the environment are not seen.
+  ServiceNotifier();
+  // `socket_name` as $NOTIFY_SOCKET would hold it; "" disables notification.
+  explicit ServiceNotifier(std::string socket_name);
+
+  bool enabled() const { return !socket_name_.empty(); }
+
+  // Sends `state` (newline-separated "KEY=VALUE" lines). Fails with kInvalidArgument when the
+  // socket name is neither a path nor "@name" or too long for sockaddr_un, and kUnavailable when
+  // the datagram cannot be sent in full (no listener, permission, buffer full).
+  Status Notify(std::string_view state) const;
+
+  // Notify(), and on failure a warning that is logged once per notifier (a failing watchdog ping
+  // repeats every few seconds; one line says it all). Returns whether the message was sent (or
+  // notification is disabled).
+  bool NotifyOrLog(std::string_view state) const;
+
+ private:
+  std::string socket_name_;
+  mutable std::atomic<bool> failure_logged_{false};
+};
+
+// The watchdog period the service manager asked for: $WATCHDOG_USEC, when set, positive, and
+// $WATCHDOG_PID is unset or names this process (sd_watchdog_enabled(3)). Zero when none.
+std::chrono::microseconds WatchdogInterval();
+
+// Waits on the calling thread for SIGINT or SIGTERM (which the caller has blocked, see
+// BlockTerminationSignals()) and returns the signal. When `watchdog` is positive it wakes every
+// quarter period, calls `alive()`, and sends "WATCHDOG=1" only when `alive()` returns true: one or
+// two failed checks in a row are tolerated, and a daemon whose serving path stays hung gets no ping
+// for a whole period, so the service manager kills and restarts it (WatchdogSec=, Restart=).
+// `alive()` runs on the calling thread and should finish well within a quarter period.
+int WaitForTerminationWithWatchdog(const ServiceNotifier& notifier,
+                                   std::chrono::microseconds watchdog,
+                                   const std::function<bool()>& alive);
+
+}  // namespace fw
