@@ -448,7 +448,8 @@ std::optional<v1::ProbePlan> Aggregator::PlanFor(const std::string& node) {
 
 namespace {
 
-json InventoryJson(const v1::Inventory& inv) {
+// `affinity` and `pcie` are absent until the node's first check report.
+json InventoryJson(const v1::Inventory& inv, const NodeLocality& locality) {
   json gpus = json::array(), nics = json::array();
   for (const auto& g : inv.gpus()) {
     gpus.push_back({{"bus_id", g.bus_id()}, {"name", g.name()}, {"numa_node", g.numa_node()},
@@ -459,9 +460,14 @@ json InventoryJson(const v1::Inventory& inv) {
                     {"numa_node", n.numa_node()}, {"fabric", n.fabric()},
                     {"link_layer", n.link_layer()}, {"rate_gbps", n.rate_gbps()}});
   }
-  return {{"hostname", inv.hostname()}, {"packages", inv.packages()},
-          {"numa_nodes", inv.numa_nodes()}, {"cores", inv.cores()},
-          {"gpus", gpus}, {"nics", nics}, {"source", inv.source()}};
+  json out = {{"hostname", inv.hostname()}, {"packages", inv.packages()},
+              {"numa_nodes", inv.numa_nodes()}, {"cores", inv.cores()},
+              {"gpus", gpus}, {"nics", nics}, {"source", inv.source()}};
+  if (locality.reported) {
+    out["affinity"] = AffinityJson(locality);
+    out["pcie"] = PcieJson(locality);
+  }
+  return out;
 }
 
 }  // namespace
@@ -493,7 +499,7 @@ void Aggregator::InstallHttpHandlers() {
                      {"last_report_age_s", n.last_report_age_s},
                      {"health", n.health},
                      {"version", n.version},
-                     {"inventory", InventoryJson(n.inventory)},
+                     {"inventory", InventoryJson(n.inventory, n.locality)},
                      {"endpoints", endpoints},
                      {"ingest",
                       {{"session_id", in.session_id}, {"last_seq", in.last_seq},

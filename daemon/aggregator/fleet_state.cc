@@ -194,12 +194,15 @@ void FleetState::OnHeartbeat(const std::string& node, int64_t sent_unix_ns) {
 }
 
 void FleetState::OnCheckReport(const std::string& node, const v1::CheckReport& report) {
+  // Parsed outside the lock; a report without a usable document keeps the last known locality.
+  StatusOr<NodeLocality> locality = LocalityFromCheckJson(report.json());
   std::lock_guard lock(mu_);
   Node& n = GetLocked(node);
   Touch(n);
   static const char* kHealth[] = {"ok", "warning", "critical", "unknown"};
   int code = report.exit_code();
   n.view.health = kHealth[(code >= 0 && code <= 3) ? code : 3];
+  if (locality.ok()) n.view.locality = std::move(*locality);
 }
 
 void FleetState::OnCounterBatch(const std::string& node, const v1::CounterBatch&) {

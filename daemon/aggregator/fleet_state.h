@@ -15,6 +15,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "daemon/aggregator/node_locality.h"
 #include "exporter/registry.h"
 #include "fabricwatch.pb.h"
 
@@ -47,6 +48,7 @@ struct NodeView {
   std::string version;
   std::string health;  // ok | warning | critical | unknown
   fabricwatch::v1::Inventory inventory;
+  NodeLocality locality;  // from the latest check report with a parsable document
   std::vector<fabricwatch::v1::ProbeEndpoint> endpoints;
   NodeIngest ingest;
 };
