@@ -72,6 +72,14 @@ StatusOr<nlohmann::json> FetchJson(const std::string& address, const std::string
     return Status::InvalidArgument("http://" + address + target + " returned JSON " +
                                    j.type_name() + ", expected an array");
   }
+  if (want_array) {
+    for (const nlohmann::json& row : j) {
+      if (!row.is_object()) {
+        return Status::InvalidArgument("http://" + address + target + " returned an array with " +
+                                       row.type_name() + " elements, expected objects");
+      }
+    }
+  }
   return j;
 }
 

@@ -23,7 +23,7 @@ StatusOr<std::string> ResolveApiAddress(const std::optional<std::string>& api_fl
 
 // GETs `target` from the API at `address` and parses the body. Every failure is a Status whose
 // message names the address and what went wrong: unreachable (kUnavailable), an HTTP status other
-// than 200, a body that is not JSON, or JSON that is not an array when `want_array`
+// than 200, a body that is not JSON, or JSON that is not an array of objects when `want_array`
 // (kInvalidArgument; the usual cause is a wrong port).
 StatusOr<nlohmann::json> FetchJson(const std::string& address, const std::string& target,
                                    int timeout_ms, bool want_array = true);

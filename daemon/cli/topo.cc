@@ -260,9 +260,10 @@ std::string TopoText(const json& report) {
   const json& findings = ArrayField(report, "findings");
   out << "\nFindings on " << Str(report, "node") << ":" << (findings.empty() ? " none" : "")
       << "\n";
-  for (const json& f : findings) {
-    out << "  " << Str(f, "severity") << "  " << Str(f, "kind") << "  " << Str(f, "summary")
-        << "\n";
+  if (!findings.empty()) {
+    TextTable t({"SEVERITY", "KIND", "SUMMARY"});
+    for (const json& f : findings) t.Add({Str(f, "severity"), Str(f, "kind"), Str(f, "summary")});
+    t.Print(out, "  ");
   }
   const int rc = Field(report, "exit_code").is_number_integer()
                      ? Field(report, "exit_code").get<int>()
