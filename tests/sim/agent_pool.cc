@@ -30,8 +30,18 @@ class PoolImpl;
 // stream can carry no more writes and none is in flight; OnDone follows.
 class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::AggregatorMessage> {
  public:
-  SimAgent(PoolImpl* pool, v1::Hello hello) : pool_(pool) {
+  SimAgent(PoolImpl* pool, v1::Hello hello, int ports) : pool_(pool) {
     *hello_.mutable_hello() = std::move(hello);
+    counters_pending_ = ports > 0;
+    for (int p = 0; p < ports; ++p) {
+      v1::PortSample* s = counters_.mutable_counter_batch()->add_ports();
+      s->set_device("mlx5_" + std::to_string(p));
+      s->set_port(1);
+      s->set_state("ACTIVE");
+      s->set_phys_state("LinkUp");
+      s->set_rate_gbps(400);
+      s->set_link_layer("Ethernet");
+    }
   }
 
   void Start(v1::Aggregator::Stub* stub);
@@ -47,7 +57,7 @@ class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Aggr
   void OnDone(const grpc::Status& status) override;
 
  private:
-  enum class Slot { kNone, kHello, kBatch, kHeartbeat, kWritesDone };
+  enum class Slot { kNone, kHello, kCounters, kBatch, kHeartbeat, kWritesDone };
   struct Next {
     const v1::AgentMessage* write = nullptr;
     bool writes_done = false;
@@ -59,7 +69,7 @@ class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Aggr
 
   PoolImpl* pool_;
   grpc::ClientContext ctx_;
-  v1::AgentMessage hello_, batch_, heartbeat_;
+  v1::AgentMessage hello_, batch_, heartbeat_, counters_;
   v1::AggregatorMessage in_;  // owned by the single outstanding read
 
   std::mutex mu_;
@@ -68,6 +78,7 @@ class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Aggr
   bool batch_busy_ = false;         // GUARDED_BY(mu_): ready or in flight; the generator keeps off
   bool hb_ready_ = false;           // GUARDED_BY(mu_)
   bool hb_busy_ = false;            // GUARDED_BY(mu_)
+  bool counters_pending_ = false;   // GUARDED_BY(mu_): the one CounterBatch is still to be written
   bool ready_ = false;              // GUARDED_BY(mu_): Hello acknowledged
   bool over_ = false;               // GUARDED_BY(mu_): no more writes possible
   bool closing_ = false;            // GUARDED_BY(mu_)
@@ -88,7 +99,8 @@ class PoolImpl final : public AgentPool {
  public:
   PoolImpl(Options options, std::vector<v1::Hello> hellos) : options_(std::move(options)) {
     agents_.reserve(hellos.size());
-    for (auto& h : hellos) agents_.push_back(std::make_unique<SimAgent>(this, std::move(h)));
+    for (auto& h : hellos)
+      agents_.push_back(std::make_unique<SimAgent>(this, std::move(h), options_.ports_per_agent));
     int per = std::max(1, options_.agents_per_channel);
     size_t channels = (agents_.size() + static_cast<size_t>(per) - 1) / static_cast<size_t>(per);
     for (size_t c = 0; c < channels; ++c) {
@@ -229,6 +241,12 @@ SimAgent::Next SimAgent::PickLocked() {
     return n;
   }
   if (!ready_) return n;
+  if (counters_pending_ && !closing_) {
+    counters_pending_ = false;
+    in_flight_ = Slot::kCounters;
+    n.write = &counters_;
+    return n;
+  }
   if (!closing_ && pool_->closed_loop() && !hb_busy_ && !batch_busy_) {
     // Alternate heartbeats and empty batches; each gets its turn as soon as the last write ends,
     // but a batch waits while the window of unacknowledged batches is full.

@@ -38,6 +38,9 @@ class AgentPool {
     // unacknowledged. A completed write only means gRPC buffered it, so without this window an
     // aggregator that falls behind would let megabytes pile up in both processes' buffers.
     int max_unacked_batches = 4;
+    // Each stream sends one CounterBatch right after its Hello, with this many ACTIVE ports
+    // (devices mlx5_0.., port 1), so the aggregator holds per-port series as for real agents.
+    int ports_per_agent = 0;
   };
   // Fills a batch in place. The batch keeps the previous call's contents (results included), so a
   // filler that only rewrites the fields that change allocates nothing in steady state.

@@ -58,6 +58,10 @@ int main(int argc, char** argv) {
   app.add_option("--agents-per-channel", o.agents_per_channel, "streams per HTTP/2 connection")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
+  app.add_option("--ports-per-agent", o.ports_per_agent,
+                 "NIC ports each agent reports once after its Hello (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   app.add_option("--max-unacked", o.max_unacked_batches,
                  "per stream: no new batch while this many are unacknowledged")
       ->check(CLI::Range(1, 200))

@@ -192,9 +192,9 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
   if (!before.ok()) return before.status();
 
   auto self_start = ReadProc(getpid());
-  auto pool =
-      AgentPool::Create({agg.grpc(), options.agents_per_channel, options.max_unacked_batches},
-                        MakeHellos(tree, scenario.seed));
+  auto pool = AgentPool::Create({agg.grpc(), options.agents_per_channel,
+                                 options.max_unacked_batches, options.ports_per_agent},
+                                MakeHellos(tree, scenario.seed));
   auto connect_start = SteadyClock::now();
   uint64_t ready = ConnectFleet(*pool, tree.hosts(), std::max(30.0, tree.hosts() / 200.0));
   double connect_s = std::chrono::duration<double>(SteadyClock::now() - connect_start).count();
@@ -308,8 +308,9 @@ StatusOr<json> RunHeartbeatBench(int agents, double seconds, const RunOptions& o
     h.set_session_id(session_rng() | 1);
     hellos.push_back(std::move(h));
   }
-  auto pool = AgentPool::Create(
-      {agg.grpc(), options.agents_per_channel, options.max_unacked_batches}, std::move(hellos));
+  auto pool = AgentPool::Create({agg.grpc(), options.agents_per_channel,
+                                 options.max_unacked_batches, options.ports_per_agent},
+                                std::move(hellos));
   auto connect_start = SteadyClock::now();
   ConnectFleet(*pool, agents, 60);
   double connect_s = std::chrono::duration<double>(SteadyClock::now() - connect_start).count();

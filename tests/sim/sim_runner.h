@@ -17,6 +17,7 @@ struct RunOptions {
   double time_scale = 1;  // simulated seconds per real second
   int agents_per_channel = 100;
   int max_unacked_batches = 4;  // per stream; see AgentPool::Options
+  int ports_per_agent = 0;      // NIC ports each agent reports once; see AgentPool::Options
   double grace_s = 30;          // findings up to this long after a fault's end still count for it
   double findings_poll_s = 1;   // how often the scorer polls /api/v1/findings
   double warmup_s = 5;          // real seconds of streaming before the ingest window opens
