@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Builds the three .deb files with scripts/package (from an already built tree) and checks each:
+# its file list (dpkg-deb -c), its control fields, lintian (no error or warning), and, extracted
+# into a temporary root, that its binaries resolve their shared libraries and start (--help), that
+# the daemons accept the shipped configuration, and that the systemd unit starts a shipped binary
+# with a shipped conffile.
+# Usage: package_test.sh BUILD_DIR      (exit 77 when packaging tools are missing)
+set -uo pipefail
+build=$(cd "$1" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cd "$here/../../.." && pwd)
+
+for tool in cpack dpkg-deb dpkg-shlibdeps dpkg-parsechangelog lintian readelf ldd; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "SKIP: $tool is not installed (scripts/setup installs it)"
+    exit 77
+  fi
+done
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+"$src/scripts/package" --no-build --build-dir "$build" >"$tmp/debs" || {
+  echo "FAIL: scripts/package"
+  exit 1
+}
+cat "$tmp/debs"
+
+# Files each package must ship, besides the rules and dashboards checked below; nothing else may
+# be shipped.
+expected_agent="/etc/fabricwatch/agent.yaml
+/lib/systemd/system/fabricwatch-agent.service
+/usr/bin/fabricwatch-agent
+/usr/share/doc/fabricwatch-agent/changelog.gz
+/usr/share/doc/fabricwatch-agent/copyright
+/usr/share/lintian/overrides/fabricwatch-agent
+/usr/share/man/man8/fabricwatch-agent.8.gz"
+expected_aggregator="/etc/fabricwatch/aggregator.yaml
+/lib/systemd/system/fabricwatch-aggregator.service
+/usr/bin/fabricwatch-aggregator
+/usr/share/doc/fabricwatch-aggregator/changelog.gz
+/usr/share/doc/fabricwatch-aggregator/copyright
+/usr/share/lintian/overrides/fabricwatch-aggregator
+/usr/share/man/man8/fabricwatch-aggregator.8.gz"
+expected_cli="/usr/bin/fabricwatch
+/usr/share/doc/fabricwatch-cli/changelog.gz
+/usr/share/doc/fabricwatch-cli/copyright
+/usr/share/man/man1/fabricwatch.1.gz"
+
+deb_for() { grep "/$1_[^/]*\.deb$" "$tmp/debs"; }
+
+check_package() {
+  local comp=$1 pkg=$2 deb root field
+  deb=$(deb_for "$pkg")
+  if [ -z "$deb" ] || [ ! -f "$deb" ]; then
+    fail "$pkg: no .deb"
+    return
+  fi
+  root="$tmp/root-$comp"
+  mkdir -p "$root"
+
+  # --- file list ---
+  dpkg-deb -c "$deb" | awk '$1 !~ /^d/ { sub(/^\./, "", $6); print $6 }' | sort >"$tmp/$comp.files"
+  local expected_var="expected_$comp"
+  local expected=${!expected_var}
+  if [ "$comp" = aggregator ]; then
+    # Every rule and dashboard file in dashboards/ at packaging time, except promtool fixtures.
+    expected+=$'\n'$(cd "$src/dashboards" &&
+      find . -type f \( -name '*.yml' -o -name '*.yaml' -o -name '*.json' \) \
+        ! -name '*.test.yml' ! -name '*_test.*' ! -path '*/tests/*' ! -path '*/testdata/*' |
+      sed 's,^\.,/usr/share/fabricwatch,')
+    grep -q '^/usr/share/fabricwatch/prometheus/.*\.rules\.yml$' "$tmp/$comp.files" ||
+      fail "$pkg: no Prometheus rules under /usr/share/fabricwatch/prometheus"
+    grep -q '^/usr/share/fabricwatch/grafana/.*\.json$' "$tmp/$comp.files" ||
+      fail "$pkg: no Grafana dashboard under /usr/share/fabricwatch/grafana"
+  fi
+  echo "$expected" | sed '/^$/d' | sort >"$tmp/$comp.expected"
+  if ! diff -u "$tmp/$comp.expected" "$tmp/$comp.files" >"$tmp/$comp.diff"; then
+    fail "$pkg: file list differs from the expected one (- expected, + shipped):"
+    cat "$tmp/$comp.diff"
+  fi
+
+  # --- control fields ---
+  field() { dpkg-deb -f "$deb" "$1"; }
+  [ "$(field Package)" = "$pkg" ] || fail "$pkg: Package is '$(field Package)'"
+  local version
+  version=$(field Version)
+  local project_version
+  project_version=$(sed -nE 's/^project\(fabricwatch VERSION ([0-9.]+).*/\1/p' "$src/CMakeLists.txt")
+  if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
+    # The commit named in the version must exist and its time must be the version's DATE.TIME.
+    if [[ "$version" =~ ^${project_version//./\\.}\+git([0-9]{8}\.[0-9]{6})\.([0-9a-f]{7,})$ ]]; then
+      local stamp=${BASH_REMATCH[1]} hash=${BASH_REMATCH[2]}
+      [ "$(TZ=UTC git -C "$src" log -1 --date=format-local:%Y%m%d.%H%M%S --format=%cd "$hash" 2>/dev/null)" = "$stamp" ] ||
+        fail "$pkg: Version '$version' names no commit of this repository at $stamp"
+    else
+      fail "$pkg: Version '$version' is not $project_version+gitDATE.TIME.HASH"
+    fi
+  fi
+  local depends
+  depends=$(field Depends)
+  for lib in libc6 libstdc++6 libspdlog; do
+    [[ "$depends" == *"$lib"* ]] || fail "$pkg: Depends lacks $lib (from the binary): $depends"
+  done
+  if [ "$comp" != cli ]; then
+    for dep in adduser libgrpc++ libprotobuf libyaml-cpp; do
+      [[ "$depends" == *"$dep"* ]] || fail "$pkg: Depends lacks $dep: $depends"
+    done
+    dpkg-deb -e "$deb" "$tmp/control-$comp"
+    [ "$(cat "$tmp/control-$comp/conffiles")" = "/etc/fabricwatch/$comp.yaml" ] ||
+      fail "$pkg: conffiles is '$(cat "$tmp/control-$comp/conffiles")'"
+    for s in postinst prerm postrm; do
+      [ -x "$tmp/control-$comp/$s" ] || fail "$pkg: no executable $s"
+      sh -n "$tmp/control-$comp/$s" || fail "$pkg: $s has a syntax error"
+    done
+  fi
+
+  # --- contents, extracted ---
+  dpkg-deb -x "$deb" "$root"
+  local changelog_version
+  changelog_version=$(zcat "$root/usr/share/doc/$pkg/changelog.gz" | dpkg-parsechangelog -l- -SVersion)
+  [ "$changelog_version" = "$version" ] ||
+    fail "$pkg: changelog version '$changelog_version' is not the package's '$version'"
+  local bin
+  for bin in "$root"/usr/bin/*; do
+    if readelf -S "$bin" | grep -qE '\.debug_info|\.symtab|\.comment'; then
+      fail "$pkg: $(basename "$bin") is not stripped"
+    fi
+    if ldd "$bin" | grep -q "not found"; then
+      fail "$pkg: $(basename "$bin") has unresolved libraries: $(ldd "$bin" | grep 'not found')"
+    fi
+    if ! "$bin" --help >"$tmp/help" 2>&1 || ! grep -q "^Usage:" "$tmp/help"; then
+      fail "$pkg: $(basename "$bin") --help failed: $(head -5 "$tmp/help")"
+    fi
+  done
+  if [ "$comp" = agent ]; then
+    "$root/usr/bin/fabricwatch-agent" check --help >/dev/null || fail "$pkg: check --help failed"
+  fi
+  if [ "$comp" != cli ]; then
+    "$root/usr/bin/fabricwatch-$comp" --config "$root/etc/fabricwatch/$comp.yaml" --help \
+      >/dev/null 2>"$tmp/err" || fail "$pkg: rejects its own config: $(cat "$tmp/err")"
+    # The unit must start a binary this package ships, with this package's conffile.
+    local unit="$root/lib/systemd/system/fabricwatch-$comp.service" exec_start
+    exec_start=$(sed -nE 's/^ExecStart=[-@:+!]*//p' "$unit" | head -1)
+    local exe=${exec_start%% *}
+    [ -x "$root$exe" ] || fail "$pkg: the unit starts '$exe', which the package does not ship"
+    [[ "$exec_start" == *"--config /etc/fabricwatch/$comp.yaml"* ]] ||
+      fail "$pkg: the unit does not pass --config /etc/fabricwatch/$comp.yaml: $exec_start"
+  fi
+  printf 'SIZE %-24s %8d bytes .deb, Installed-Size %s KiB\n' "$pkg" "$(stat -c %s "$deb")" \
+    "$(field Installed-Size)"
+}
+
+check_package agent fabricwatch-agent
+check_package aggregator fabricwatch-aggregator
+check_package cli fabricwatch-cli
+
+# --- lintian: no error or warning (info tags are printed), and every override still used ---
+mapfile -t debs <"$tmp/debs"
+lintian --pedantic --display-info --show-overrides --color never "${debs[@]}" >"$tmp/lintian" 2>&1
+echo "--- lintian --pedantic ---"
+grep -v '^N:' "$tmp/lintian" | grep -v 'running with root privileges' || true
+if grep -E '^[EW]: ' "$tmp/lintian" >/dev/null; then
+  fail "lintian reports errors or warnings (above)"
+fi
+if grep -E 'unused-override|mismatched-override' "$tmp/lintian" >/dev/null; then
+  fail "a lintian override no longer matches (above)"
+fi
+
+[ "$failures" = 0 ] || { echo "$failures failure(s)"; exit 1; }
+echo "PASS"
