@@ -66,9 +66,9 @@ void Response::Send(int status, std::string_view content_type, std::string_view 
   ended_ = true;
   mg_printf(conn_,
             "HTTP/1.1 %d %s\r\nContent-Type: %.*s\r\nContent-Length: %zu\r\n"
-            "Cache-Control: no-store\r\n\r\n",
+            "Cache-Control: no-store\r\n%s\r\n",
             status, Reason(status), static_cast<int>(content_type.size()), content_type.data(),
-            body.size());
+            body.size(), extra_headers_.c_str());
   if (!body.empty() && mg_write(conn_, body.data(), body.size()) <= 0) failed_ = true;
 }
 
@@ -78,8 +78,17 @@ void Response::Begin(int status, std::string_view content_type) {
   chunked_ = true;
   mg_printf(conn_,
             "HTTP/1.1 %d %s\r\nContent-Type: %.*s\r\nTransfer-Encoding: chunked\r\n"
-            "Cache-Control: no-store\r\n\r\n",
-            status, Reason(status), static_cast<int>(content_type.size()), content_type.data());
+            "Cache-Control: no-store\r\n%s\r\n",
+            status, Reason(status), static_cast<int>(content_type.size()), content_type.data(),
+            extra_headers_.c_str());
+}
+
+void Response::AddHeader(std::string_view name, std::string_view value) {
+  if (started_) return;
+  for (std::string_view part : {name, value}) {
+    if (part.find_first_of("\r\n") != std::string_view::npos) return;
+  }
+  extra_headers_.append(name).append(": ").append(value).append("\r\n");
 }
 
 void Response::Write(std::string_view chunk) {

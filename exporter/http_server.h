@@ -33,6 +33,9 @@ class Response {
   explicit Response(mg_connection* conn) : conn_(conn) {}
   void Send(int status, std::string_view content_type, std::string_view body);
   void Begin(int status, std::string_view content_type);
+  // Adds "name: value" to the headers of the next Send() or Begin(). A name or value holding CR
+  // or LF is dropped (it would inject headers).
+  void AddHeader(std::string_view name, std::string_view value);
   void Write(std::string_view chunk);
   void End();
   bool started() const { return started_; }
@@ -43,6 +46,7 @@ class Response {
   bool chunked_ = false;
   bool ended_ = false;
   bool failed_ = false;  // a write failed (client gone or too slow): the rest is not sent
+  std::string extra_headers_;  // "Name: value\r\n" lines from AddHeader()
 };
 
 using Handler = std::function<void(const Request&, Response&)>;

@@ -16,6 +16,7 @@
 #include "daemon/aggregator/analysis/analysis_json.h"
 #include "daemon/aggregator/core/pairs_json.h"
 #include "daemon/aggregator/core/probe_batch_decoder.h"
+#include "daemon/aggregator/status_page.h"
 
 namespace fw::aggregator {
 
@@ -531,28 +532,7 @@ void Aggregator::InstallHttpHandlers() {
   http_->Handle("/api/v1/links", [this](const http::Request&, http::Response& r) {
     r.Send(200, "application/json", analysis::RenderLinks(analyzer_->Links()).dump());
   });
-  http_->Handle("/", [this](const http::Request&, http::Response& r) {
-    std::ostringstream html;
-    html << "<!doctype html><html><head><meta charset=utf-8><title>fabricwatch</title>"
-            "<meta http-equiv=refresh content=5></head><body><h1>fabricwatch aggregator</h1>"
-         << "<p>version " << FW_VERSION << " &middot; " << fleet_.connected()
-         << " agents connected &middot; <a href=/metrics>/metrics</a> &middot; "
-            "<a href=/api/v1/nodes>/api/v1/nodes</a></p><table border=1 cellpadding=4>"
-            "<tr><th>node</th><th>connected</th><th>health</th><th>last report (s ago)</th>"
-            "<th>GPUs</th><th>NICs</th><th>batches</th></tr>";
-    for (const NodeView& n : fleet_.Nodes()) {
-      std::string name;
-      for (char c : n.name) {
-        if (c == '<') name += "&lt;"; else if (c == '&') name += "&amp;"; else name += c;
-      }
-      html << "<tr><td>" << name << "</td><td>" << (n.connected && n.up ? "yes" : "no")
-           << "</td><td>" << n.health << "</td><td>" << static_cast<int>(n.last_report_age_s)
-           << "</td><td>" << n.inventory.gpus_size() << "</td><td>" << n.inventory.nics_size()
-           << "</td><td>" << n.ingest.batches << "</td></tr>";
-    }
-    html << "</table></body></html>\n";
-    r.Send(200, "text/html; charset=utf-8", html.str());
-  });
+  InstallStatusPage(*http_, FW_VERSION);
 }
 
 }  // namespace fw::aggregator

@@ -51,6 +51,8 @@ nlohmann::json RenderLinks(const std::vector<LinkView>& links) {
     nlohmann::json row = {{"id", l.id},
                           {"a", l.a},
                           {"b", l.b},
+                          {"a_tier", l.a_tier},
+                          {"b_tier", l.b_tier},
                           {"state", l.state},
                           {"loss_ratio", l.loss_ratio},
                           {"latency_inflation", nullptr},

@@ -24,8 +24,9 @@ StatusOr<FindingsQuery> ParseFindingsQuery(std::string_view query_string);
 // [finding]: active ones first (critical first), then resolved ones, newest first.
 nlohmann::json RenderFindings(const Analyzer& analyzer, const FindingsQuery& q);
 
-// [{id, a, b, state, loss_ratio, latency_inflation, bandwidth_ratio, probes, confidence}];
-// latency_inflation and bandwidth_ratio are null when nothing measured them.
+// [{id, a, b, a_tier, b_tier, state, loss_ratio, latency_inflation, bandwidth_ratio, probes,
+// confidence}]; a_tier and b_tier are the map's switch tiers ("host" for the NIC end of an access
+// link); latency_inflation and bandwidth_ratio are null when nothing measured them.
 nlohmann::json RenderLinks(const std::vector<LinkView>& links);
 
 }  // namespace fw::analysis

@@ -51,16 +51,22 @@ TEST_F(WithBadLink, LinksJsonShowsStatesAndRatios) {
   ASSERT_EQ(j.size(), fleet_.map()->links().size());
   int degraded = 0;
   for (const auto& row : j) {
-    for (const char* key : {"id", "a", "b", "state", "loss_ratio", "latency_inflation",
-                            "bandwidth_ratio", "probes", "confidence"}) {
+    for (const char* key : {"id", "a", "b", "a_tier", "b_tier", "state", "loss_ratio",
+                            "latency_inflation", "bandwidth_ratio", "probes", "confidence"}) {
       EXPECT_TRUE(row.contains(key)) << key;
     }
     if (row["id"] == "leaf1~spine2") {
       EXPECT_EQ(row["state"], "degraded");
       EXPECT_EQ(row["a"], "leaf1");
       EXPECT_EQ(row["b"], "spine2");
+      EXPECT_EQ(row["a_tier"], "leaf");
+      EXPECT_EQ(row["b_tier"], "spine");
       EXPECT_NEAR(row["loss_ratio"].get<double>(), 0.1, 0.05);
       EXPECT_GT(row["probes"].get<double>(), 0);
+    }
+    if (row["id"].get<std::string>().find(':') != std::string::npos) {
+      EXPECT_EQ(row["a_tier"], "host") << row["id"];  // a host NIC's access link
+      EXPECT_EQ(row["b_tier"], "leaf") << row["id"];
     }
     degraded += row["state"] == "degraded";
     if (row["state"] == "ok") {

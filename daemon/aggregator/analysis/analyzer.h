@@ -44,6 +44,8 @@ struct LinkView {
   std::string id;
   std::string a;
   std::string b;
+  std::string a_tier;  // the map's tier of a: leaf | spine | superspine | core; "host" for a NIC
+  std::string b_tier;
   std::string state;  // ok | degraded | down | flapping | congested | unknown
   double loss_ratio = 0;
   double latency_inflation = 0;  // 0 when unknown

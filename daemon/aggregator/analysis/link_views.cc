@@ -41,10 +41,14 @@ std::vector<LinkView> BuildLinkViews(const BlameContext& ctx, const Analyzer::Ev
       const aggregator::HostNic& nic = map.host_nics()[link.host_nic];
       v.a = nic.node + ":" + nic.nic;
       v.b = map.switches()[link.a].name;
+      v.a_tier = "host";
+      v.b_tier = aggregator::SwitchTierName(map.switches()[link.a].tier);
       own_element = "nic:" + nic.node + "/" + nic.nic;
     } else {
       v.a = map.switches()[link.a].name;
       v.b = map.switches()[link.b].name;
+      v.a_tier = aggregator::SwitchTierName(map.switches()[link.a].tier);
+      v.b_tier = aggregator::SwitchTierName(map.switches()[link.b].tier);
       own_element = "link:" + link.id;
     }
     v.probes = t.probes;
