@@ -249,6 +249,7 @@ def _wait(what, fn, timeout, interval=0.2):
 class FleetMonitoring:
     """Prometheus (with our rules) and Alertmanager (with a webhook receiver) on 127.0.0.1,
     scraping the aggregator and every agent of a fwe2e.DaemonFabric through PortForwards.
+    With servers=False only the relays run (the daemons' HTTP reachable from 127.0.0.1).
 
     rules_path: the rule file to load (a copy is written with `for:` durations times for_scale).
     interval: Prometheus's scrape and evaluation interval. ports: preferred local ports
@@ -256,7 +257,7 @@ class FleetMonitoring:
     """
 
     def __init__(self, run, rules_path, for_scale=1.0, interval="1s", ports=None,
-                 group_wait="1s", group_interval="1s", keep_dir=False):
+                 group_wait="1s", group_interval="1s", keep_dir=False, servers=True):
         self.run = run
         self.rules_path = rules_path
         self.for_scale = for_scale
@@ -264,6 +265,8 @@ class FleetMonitoring:
         self.ports = dict(ports or {})
         self.group_wait, self.group_interval = group_wait, group_interval
         self.keep_dir = keep_dir or bool(os.environ.get("FW_KEEP_TEMP"))
+        self.servers = servers
+        self.prometheus_url = self.alertmanager_url = None
         self.dir = None
         self.forwards = {}
         self.procs = {}
@@ -295,14 +298,16 @@ class FleetMonitoring:
         return prom, am
 
     def start(self):
-        prom_bin, am_bin = self.binaries()
-        self.dir = tempfile.mkdtemp(prefix="fw-alerting.")
         fab = self.run.fab
         mgmt = fab.mgmt_ns
         self.forwards["aggregator"] = PortForward(mgmt, fab.mgmt_address, fwe2e.HTTP_PORT,
                                                   port=self.ports.get("aggregator"))
         for name, h in fab.hosts.items():
             self.forwards[name] = PortForward(mgmt, h.mgmt_address, fwe2e.AGENT_HTTP_PORT)
+        if not self.servers:
+            return self
+        prom_bin, am_bin = self.binaries()
+        self.dir = tempfile.mkdtemp(prefix="fw-alerting.")
         self.webhook = WebhookReceiver()
 
         with open(self.rules_path) as f:
