@@ -13,7 +13,11 @@
   check_dashboards.py metrics-live --aggregator BIN --agent BIN --testdata DIR [--dir D]
       Starts the real aggregator and one agent on loopback, scrapes both /metrics, and checks that
       every metric name used is exported (registered, even if it has no series yet) and that every
-      label used exists on it.
+      label used exists on it. (dashboard_live.py)
+  check_dashboards.py query-live --aggregator BIN --agent BIN --testdata DIR [--prometheus P]
+      Two agents that probe each other, an aggregator with a fabric map and a real Prometheus on
+      loopback: every variable query and target must be accepted by Prometheus and return data,
+      unless its panel is marked "may be empty:" for a condition that fleet does not meet.
   check_dashboards.py selftest [--dir D]
       Breaks copies of the dashboards one way at a time and expects each check to say so.
   check_dashboards.py list-exprs [--dir D] [--rate-interval 1m]
@@ -29,17 +33,15 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 GRID_COLUMNS = 24
 PROVISIONED_PATH = "/usr/share/fabricwatch/grafana"
+DEFAULT_METRICS_DOC = os.path.normpath(os.path.join(HERE, "..", "..", "docs", "metrics.md"))
 
 # "may be empty: <condition>" in a panel description says the panel may legitimately return no
 # data; the condition is one of these phrases (docs/dashboards.md lists them).
@@ -596,97 +598,6 @@ def check_metrics_doc(d, doc):
     return check_names(d, exported, os.path.relpath(doc)) or rc
 
 
-# ---------------------------------------------------------------------------------- live scrape
-def wait_file(path, procs, seconds=20):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if os.path.exists(path) and os.path.getsize(path) > 0:
-            try:
-                return json.load(open(path))
-            except ValueError:
-                pass
-        for p in procs:
-            if p.poll() is not None:
-                return None
-        time.sleep(0.1)
-    return None
-
-
-def scrape(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        return r.read().decode("utf-8")
-
-
-def check_metrics_live(d, agg_bin, agent_bin, testdata):
-    for b in (agg_bin, agent_bin):
-        if not os.access(b, os.X_OK):
-            print(f"SKIP: {b} is not built")
-            return 77
-    hwloc = os.path.join(testdata, "hwloc", "psmgmt-topo.jrc0386.xml")
-    sysfs = os.path.join(testdata, "sysfs", "gpud-h100")
-    if not (os.path.isfile(hwloc) and os.path.isdir(sysfs)):
-        print(f"SKIP: the test data is not in {testdata}")
-        return 77
-    procs = []
-    work = tempfile.mkdtemp(prefix="fw-dash-live-")
-    try:
-        agg_log = open(os.path.join(work, "aggregator.log"), "w")
-        procs.append(subprocess.Popen(
-            [agg_bin, "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
-             "--port-file", os.path.join(work, "agg.ports")],
-            stdout=agg_log, stderr=subprocess.STDOUT))
-        ports = wait_file(os.path.join(work, "agg.ports"), procs)
-        if not ports:
-            print("FAIL: the aggregator did not start:\n" + open(agg_log.name).read()[-2000:])
-            return 1
-        agent_log = open(os.path.join(work, "agent.log"), "w")
-        procs.append(subprocess.Popen(
-            [agent_bin, "--aggregator", f"127.0.0.1:{ports['grpc_port']}", "--node-name",
-             "dash-node", "--http-listen", "127.0.0.1:0", "--probe-address", "127.0.0.1",
-             "--probe-port", "0", "--hwloc-xml", hwloc, "--sysfs-root", sysfs,
-             "--port-file", os.path.join(work, "agent.ports")],
-            stdout=agent_log, stderr=subprocess.STDOUT))
-        aports = wait_file(os.path.join(work, "agent.ports"), procs)
-        if not aports:
-            print("FAIL: the agent did not start:\n" + open(agent_log.name).read()[-2000:])
-            return 1
-        # Wait until the agent has reported (its ports then appear in the aggregator's view).
-        agg_text = agent_text = ""
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            agg_text = scrape(ports["http_port"])
-            agent_text = scrape(aports["http_port"])
-            if 'fabricwatch_agent_up{node="dash-node"} 1' in agg_text and \
-                    "fabricwatch_nic_port_up{" in agg_text:
-                break
-            time.sleep(0.2)
-        else:
-            print("FAIL: the aggregator never showed the agent up with its ports")
-            return 1
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        if os.environ.get("FW_KEEP_TEMP"):
-            print("kept", work)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    exported = parse_exposition(agg_text)
-    parse_exposition(agent_text, exported)
-    # Names the dashboards use must be registered at start, even before their first event: a
-    # family with a # TYPE line and no series yet counts (its labels then come from the docs).
-    doc = parse_metrics_doc(os.path.join(HERE, "..", "..", "docs", "metrics.md"))
-    for name, info in exported.items():
-        if not info["labels"] and name in doc and doc[name]["labels"]:
-            info["labels"] = set(doc[name]["labels"])
-    return check_names(d, exported, "a live scrape of the aggregator and an agent")
-
-
 # ----------------------------------------------------------------------------------- list-exprs
 def list_exprs(d, rate_interval):
     for name, dash in load_dashboards(d):
@@ -701,145 +612,15 @@ def list_exprs(d, rate_interval):
     return 0
 
 
-# ------------------------------------------------------------------------------------- selftest
-def selftest(d, promtool):
-    """Each check must catch the mistake it exists for: break a copy of the fleet dashboard in one
-    way at a time and expect the named failure."""
-    import contextlib
-    import copy
-    import io
-    base = {name: dash for name, dash in load_dashboards(d)}
-    fleet_name = "fabricwatch-fleet.json"
-    if fleet_name not in base:
-        print(f"FAIL: {fleet_name} is missing")
-        return 1
-    promtool = promtool or shutil.which("promtool")
-
-    def first(dash, pred):
-        return next(p for p in all_panels(dash) if pred(p))
-
-    def ts_panel(dash):
-        return first(dash, lambda p: p.get("type") == "timeseries")
-
-    def set_expr(expr, legend=None):
-        def m(dash):
-            t = ts_panel(dash)["targets"][0]
-            t["expr"] = expr
-            if legend is not None:
-                t["legendFormat"] = legend
-        return m
-
-    def dup_id(dash):
-        ps = [p for p in dash["panels"] if p.get("type") != "row"]
-        ps[1]["id"] = ps[0]["id"]
-
-    def no_grid(dash):
-        del ts_panel(dash)["gridPos"]
-
-    def overlap(dash):
-        ps = [p for p in dash["panels"] if p.get("type") != "row"]
-        ps[1]["gridPos"] = dict(ps[0]["gridPos"])
-
-    def hard_uid(dash):
-        ts_panel(dash)["targets"][0]["datasource"] = {"type": "prometheus", "uid": "P1809F7CD0C75ACF3"}
-
-    def var_ds(dash):
-        v = [v for v in dash["templating"]["list"] if v.get("type") == "query"][0]
-        v["datasource"] = {"type": "prometheus", "uid": "abc"}
-
-    def bad_empty(dash):
-        ts_panel(dash)["description"] = "may be empty: when the moon is full."
-
-    def bad_link(dash):
-        ts_panel(dash)["fieldConfig"]["defaults"]["links"] = [
-            {"title": "x", "url": "/d/no-such-dashboard/x?var-node=${__field.labels.node}"}]
-
-    def no_ds_var(dash):
-        dash["templating"]["list"] = [v for v in dash["templating"]["list"]
-                                      if v["name"] != "datasource"]
-
-    cases = [
-        ("structure", dup_id, "also used by"),
-        ("structure", no_grid, "no gridPos"),
-        ("structure", overlap, "overlaps panel"),
-        ("structure", hard_uid, "target datasource must be"),
-        ("structure", var_ds, "variable transport: datasource must be"),
-        ("structure", no_ds_var, "needs a template variable 'datasource'"),
-        ("structure", set_expr('fabricwatch_agent_up{node=~"$nosuch"}'), "not a template variable"),
-        ("structure", set_expr('fabricwatch_node_probe_loss_ratio{transport="$transport"}'),
-         "outside a =~"),
-        ("structure", set_expr("sum by (transport) (fabricwatch_node_probe_loss_ratio)", "{{node}}"),
-         "legend uses {{node}}"),
-        ("structure", bad_empty, "is not one of"),
-        ("structure", bad_link, "unknown dashboard uid"),
-        ("metrics-doc", set_expr("rate(fabricwatch_no_such_thing_total[5m])"), "is not a metric"),
-        ("metrics-doc", set_expr('fabricwatch_agent_up{nosuch="x"}'), "has no label 'nosuch'"),
-        ("metrics-doc", set_expr("fabricwatch_agent_up_bucket"), "is not a metric"),
-        ("metrics-doc", set_expr("sum by (nosuch) (fabricwatch_agent_up)"),
-         "label 'nosuch' is on none"),
-        ("promql", set_expr("sum(rate(fabricwatch_agent_up[5m])"), "promtool rejects"),
-        ("promql", set_expr("fabricwatch_agent_up{node=~$transport}"), "promtool rejects"),
-    ]
-    fails = Failures()
-    ran = 0
-    for mode, mutate, want in cases:
-        if mode == "promql" and not promtool:
-            continue
-        with tempfile.TemporaryDirectory(prefix="fw-dash-self-") as tmp:
-            shutil.copytree(os.path.join(d, "provisioning"), os.path.join(tmp, "provisioning"))
-            for name, dash in base.items():
-                dash = copy.deepcopy(dash)
-                if name == fleet_name:
-                    mutate(dash)
-                with open(os.path.join(tmp, name), "w") as fh:
-                    json.dump(dash, fh)
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out):
-                if mode == "structure":
-                    rc = check_structure(tmp)
-                elif mode == "metrics-doc":
-                    rc = check_metrics_doc(tmp, os.path.join(d, "..", "..", "docs", "metrics.md"))
-                else:
-                    rc = check_promql(tmp, promtool)
-            ran += 1
-            if rc != 1 or want not in out.getvalue():
-                fails.add(f"{mode} / {mutate.__name__ if hasattr(mutate, '__name__') else mutate}",
-                          f"want exit 1 and {want!r}, got {rc}:\n{out.getvalue()[-600:]}")
-    # The exposition parser: histogram samples fold into their family, a family registered with
-    # no series still counts, and _bucket only resolves for histograms.
-    exp = parse_exposition(
-        "# TYPE a_seconds histogram\n"
-        'a_seconds_bucket{transport="udp",le="0.1"} 1\n'
-        'a_seconds_sum{transport="udp"} 0.05\n'
-        'a_seconds_count{transport="udp"} 1\n'
-        "# TYPE b_total counter\n"
-        "# TYPE c gauge\n"
-        'c{node="x"} 1\n')
-    checks = [
-        (resolve("a_seconds_bucket", exp), ({"transport"}, {"le"})),
-        (resolve("a_seconds_count", exp), ({"transport"}, set())),
-        (resolve("b_total", exp), (set(), set())),
-        (resolve("c_bucket", exp), None),
-        (resolve("c", exp), ({"node"}, set())),
-    ]
-    for got, want in checks:
-        ran += 1
-        if got != want:
-            fails.add("parse_exposition/resolve", f"got {got}, want {want}")
-    sels = selectors('sum by (le) (rate(x_bucket{a=~"$v"}[5m])) and on (job) y or vector(0)')
-    ran += 1
-    if sels != [("x_bucket", ["a"]), ("y", [])]:
-        fails.add("selectors", f"got {sels}")
-    return fails.report(f"selftest: {ran} deliberate mistakes and parser cases caught")
-
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("mode", choices=["structure", "promql", "metrics-doc", "metrics-live",
-                                     "list-exprs", "selftest"])
+                                     "query-live", "list-exprs", "selftest"])
     ap.add_argument("--dir", default=HERE)
     ap.add_argument("--promtool")
-    ap.add_argument("--metrics-doc", default=os.path.join(HERE, "..", "..", "docs", "metrics.md"))
+    ap.add_argument("--metrics-doc", default=DEFAULT_METRICS_DOC)
+    ap.add_argument("--prometheus")
     ap.add_argument("--aggregator")
     ap.add_argument("--agent")
     ap.add_argument("--testdata")
@@ -851,12 +632,17 @@ def main():
         return check_promql(a.dir, a.promtool)
     if a.mode == "metrics-doc":
         return check_metrics_doc(a.dir, a.metrics_doc)
-    if a.mode == "metrics-live":
+    if a.mode in ("metrics-live", "query-live"):
         if not (a.aggregator and a.agent and a.testdata):
-            ap.error("metrics-live needs --aggregator, --agent and --testdata")
-        return check_metrics_live(a.dir, a.aggregator, a.agent, a.testdata)
+            ap.error(f"{a.mode} needs --aggregator, --agent and --testdata")
+        import dashboard_live
+        if a.mode == "metrics-live":
+            return dashboard_live.check_metrics_live(a.dir, a.aggregator, a.agent, a.testdata)
+        return dashboard_live.check_query_live(a.dir, a.aggregator, a.agent, a.testdata,
+                                               a.prometheus)
     if a.mode == "selftest":
-        return selftest(a.dir, a.promtool)
+        import dashboard_selftest
+        return dashboard_selftest.selftest(a.dir, a.promtool)
     return list_exprs(a.dir, a.rate_interval)
 
 
