@@ -20,12 +20,13 @@ int main(int argc, char** argv) {
   app.add_option("--api", api,
                  "the aggregator's HTTP API, HOST:PORT (default: $FABRICWATCH_API, else " +
                      std::string(kDefaultApi) + ")");
-  app.add_option("--aggregator", aggregator, "deprecated: same as --api");
+  app.add_option("--aggregator", aggregator,
+                 "deprecated alias of --api (the agent's --aggregator is gRPC)");
   app.add_option("--format", o.format, "text|json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   app.add_option("--timeout-ms", o.timeout_ms, "HTTP timeout per request")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, 600000))
       ->capture_default_str();
   app.require_subcommand(1);
   auto* status = app.add_subcommand("status", "fleet summary and overall verdict");

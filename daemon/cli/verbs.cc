@@ -1,7 +1,10 @@
 // Fetch, verdict and output of each verb.
 #include "daemon/cli/verbs.h"
 
+#include <cctype>
 #include <cmath>
+#include <functional>
+#include <optional>
 #include <sstream>
 
 #include "daemon/cli/api_client.h"
@@ -71,13 +74,36 @@ std::string UrlEncode(const std::string& s) {
   return out;
 }
 
-void PrintFindings(const json& findings, std::ostream& out) {
-  TextTable t({"SEVERITY", "KIND", "LOCATION", "STATE", "SUMMARY"});
-  for (const json& f : findings) {
-    t.Add({Str(f, "severity"), Str(f, "kind"), Str(Obj(f, "location"), "id"),
-           FindingVerdict(f) != kOk ? "active" : "resolved", Str(f, "summary")});
+std::vector<std::string> FindingRow(const json& f) {
+  return {Str(f, "severity"), Str(f, "kind"), Str(Obj(f, "location"), "id"),
+          FindingVerdict(f) != kOk ? "active" : "resolved", Str(f, "summary")};
+}
+const std::vector<std::string> kFindingHeader = {"SEVERITY", "KIND", "LOCATION", "STATE",
+                                                 "SUMMARY"};
+
+// The shape of `nodes`, `findings` and `links`: one array document and its verdict, printed as
+// the API's array (json) or as a table, or a line saying it is empty (text).
+struct ListView {
+  std::vector<std::string> header;
+  std::function<std::vector<std::string>(const json&)> row;
+  std::string empty;
+};
+
+int RunList(const Options& o, const std::string& target, int (*verdict)(const json&),
+            const ListView& view, std::ostream& out, std::ostream& err) {
+  auto rows = Fetch(o, target, err);
+  if (!rows) return kUnknown;
+  const int rc = verdict(*rows);
+  if (o.format == "json") {
+    out << rows->dump(2) << "\n";
+  } else if (rows->empty()) {
+    out << view.empty << "\n";
+  } else {
+    TextTable t(view.header);
+    for (const json& r : *rows) t.Add(view.row(r));
+    t.Print(out);
   }
-  t.Print(out);
+  return rc;
 }
 
 }  // namespace
@@ -109,63 +135,41 @@ int RunStatus(const Options& o, std::ostream& out, std::ostream& err) {
 }
 
 int RunNodes(const Options& o, std::ostream& out, std::ostream& err) {
-  auto nodes = Fetch(o, "/api/v1/nodes", err);
-  if (!nodes) return kUnknown;
-  const int rc = NodesVerdict(*nodes);
-  if (o.format == "json") {
-    out << nodes->dump(2) << "\n";
-    return rc;
-  }
-  if (nodes->empty()) {
-    out << "no agents have connected to this aggregator\n";
-    return rc;
-  }
-  TextTable t({"NODE", "CONNECTED", "HEALTH", "GPUS", "NICS", "LAST SEEN"});
-  for (const json& n : *nodes) {
-    const json& inv = Obj(n, "inventory");
-    const std::string health = Str(n, "health");
-    t.Add({Str(n, "name"), Connected(n) ? "yes" : "no", health.empty() ? "-" : health,
-           std::to_string(Count(inv, "gpus")), std::to_string(Count(inv, "nics")),
-           Str(n, "last_seen")});
-  }
-  t.Print(out);
-  return rc;
+  const ListView view{{"NODE", "CONNECTED", "HEALTH", "GPUS", "NICS", "LAST SEEN"},
+                      [](const json& n) -> std::vector<std::string> {
+                        const json& inv = Obj(n, "inventory");
+                        const std::string health = Str(n, "health");
+                        return {Str(n, "name"),
+                                Connected(n) ? "yes" : "no",
+                                health.empty() ? "-" : health,
+                                std::to_string(Count(inv, "gpus")),
+                                std::to_string(Count(inv, "nics")),
+                                Str(n, "last_seen")};
+                      },
+                      "no agents have connected to this aggregator"};
+  return RunList(o, "/api/v1/nodes", NodesVerdict, view, out, err);
 }
 
 int RunFindings(const Options& o, bool include_resolved, std::ostream& out, std::ostream& err) {
-  auto findings =
-      Fetch(o, include_resolved ? "/api/v1/findings" : "/api/v1/findings?active=true", err);
-  if (!findings) return kUnknown;
-  const int rc = FindingsVerdict(*findings);
-  if (o.format == "json") {
-    out << findings->dump(2) << "\n";
-  } else if (findings->empty()) {
-    out << (include_resolved ? "no findings\n" : "no active findings\n");
-  } else {
-    PrintFindings(*findings, out);
-  }
-  return rc;
+  const ListView view{kFindingHeader, FindingRow,
+                      include_resolved ? "no findings" : "no active findings"};
+  return RunList(o, include_resolved ? "/api/v1/findings" : "/api/v1/findings?active=true",
+                 FindingsVerdict, view, out, err);
 }
 
 int RunLinks(const Options& o, std::ostream& out, std::ostream& err) {
-  auto links = Fetch(o, "/api/v1/links", err);
-  if (!links) return kUnknown;
-  const int rc = LinksVerdict(*links);
-  if (o.format == "json") {
-    out << links->dump(2) << "\n";
-    return rc;
-  }
-  if (links->empty()) {
-    out << "no links (the aggregator runs without a fabric map, or has no probes yet)\n";
-    return rc;
-  }
-  TextTable t({"LINK", "STATE", "LOSS", "LAT_INFL", "BW_RATIO", "PROBES", "CONFIDENCE"});
-  for (const json& l : *links) {
-    t.Add({Str(l, "id"), Str(l, "state"), Str(l, "loss_ratio"), Str(l, "latency_inflation"),
-           Str(l, "bandwidth_ratio"), Str(l, "probes"), Str(l, "confidence")});
-  }
-  t.Print(out);
-  return rc;
+  const ListView view{{"LINK", "STATE", "LOSS", "LAT_INFL", "BW_RATIO", "PROBES", "CONFIDENCE"},
+                      [](const json& l) -> std::vector<std::string> {
+                        return {Str(l, "id"),
+                                Str(l, "state"),
+                                Str(l, "loss_ratio"),
+                                Str(l, "latency_inflation"),
+                                Str(l, "bandwidth_ratio"),
+                                Str(l, "probes"),
+                                Str(l, "confidence")};
+                      },
+                      "no links (the aggregator runs without a fabric map, or has no probes yet)"};
+  return RunList(o, "/api/v1/links", LinksVerdict, view, out, err);
 }
 
 int RunPairs(const Options& o, const std::string& src, const std::string& dst, std::ostream& out,
@@ -203,7 +207,9 @@ int RunPairs(const Options& o, const std::string& src, const std::string& dst, s
   }
   if (!matching.empty()) {
     out << "\npair findings:\n";
-    PrintFindings(matching, out);
+    TextTable t(kFindingHeader);
+    for (const json& f : matching) t.Add(FindingRow(f));
+    t.Print(out);
   }
   return rc;
 }
@@ -213,10 +219,12 @@ int RunTopo(const Options& o, const std::string& node, std::ostream& out, std::o
   if (!nodes) return kUnknown;
   const json* found = nullptr;
   std::string known;
+  size_t listed = 0;
   for (const json& n : *nodes) {
     if (Str(n, "name") == node) found = &n;
-    if (known.size() < 200) known += (known.empty() ? "" : ", ") + Str(n, "name");
+    if (listed++ < 10) known += (known.empty() ? "" : ", ") + Str(n, "name");
   }
+  if (listed > 10) known += " and " + std::to_string(listed - 10) + " more";
   if (!found) {
     err << "fabricwatch: node '" << node << "' is not known to the aggregator at " << o.api
         << (known.empty() ? " (no agents have connected)" : " (known: " + known + ")") << "\n";
