@@ -197,7 +197,7 @@ class LinkAlertTest(unittest.TestCase):
         for path in dashboard_queries.dashboard_files(fwe2e.SOURCE_DIR):
             dash = dashboard_queries.load(path)
             values = dashboard_queries.resolve_variables(
-                dash, {"link": LINK, "node": NODE}, mon.label_values)
+                dash, {"link": LINK, "node": NODE, "instance": NODE}, mon.label_values)
             for q in dashboard_queries.queries(path, dash):
                 total += 1
                 expr = dashboard_queries.substitute(q.expr, values)
