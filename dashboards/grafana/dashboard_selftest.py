@@ -65,7 +65,29 @@ def selftest(d, promtool):
         dash["templating"]["list"] = [v for v in dash["templating"]["list"]
                                       if v["name"] != "datasource"]
 
+    def bad_type(dash):
+        ts_panel(dash)["type"] = "grafana-worldmap-panel"
+
+    def bad_unit(dash):
+        ts_panel(dash)["fieldConfig"]["defaults"]["unit"] = "percentage"
+
+    def bad_provider(tmp):
+        path = os.path.join(tmp, "provisioning", "dashboards", "fabricwatch.yaml")
+        text = open(path).read().replace("/usr/share/fabricwatch/grafana", "/var/lib/grafana")
+        with open(path, "w") as fh:
+            fh.write(text)
+    bad_provider.on_dir = True
+
+    def bad_provider_no_yaml(tmp):
+        os.environ["FW_DASHBOARDS_NO_YAML"] = "1"
+        bad_provider(tmp)
+    bad_provider_no_yaml.on_dir = True
+
     cases = [
+        ("structure", bad_type, "not a core Grafana panel"),
+        ("structure", bad_unit, "not a Grafana unit id"),
+        ("structure", bad_provider, "want apiVersion 1 and a file provider"),
+        ("structure", bad_provider_no_yaml, "want a file provider with path"),
         ("structure", dup_id, "also used by"),
         ("structure", no_grid, "no gridPos"),
         ("structure", overlap, "overlaps panel"),
@@ -96,10 +118,12 @@ def selftest(d, promtool):
             shutil.copytree(os.path.join(d, "provisioning"), os.path.join(tmp, "provisioning"))
             for name, dash in base.items():
                 dash = copy.deepcopy(dash)
-                if name == fleet_name:
+                if name == fleet_name and not getattr(mutate, "on_dir", False):
                     mutate(dash)
                 with open(os.path.join(tmp, name), "w") as fh:
                     json.dump(dash, fh)
+            if getattr(mutate, "on_dir", False):
+                mutate(tmp)
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
                 if mode == "structure":
@@ -108,6 +132,7 @@ def selftest(d, promtool):
                     rc = check_metrics_doc(tmp, DEFAULT_METRICS_DOC)
                 else:
                     rc = check_promql(tmp, promtool)
+            os.environ.pop("FW_DASHBOARDS_NO_YAML", None)
             ran += 1
             if rc != 1 or want not in out.getvalue():
                 fails.add(f"{mode} / {mutate.__name__ if hasattr(mutate, '__name__') else mutate}",
