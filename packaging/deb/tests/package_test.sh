@@ -49,6 +49,36 @@ expected_cli="/usr/bin/fabricwatch
 /usr/share/doc/fabricwatch-cli/copyright
 /usr/share/man/man1/fabricwatch.1.gz"
 
+# Long options of a --help text, one a line.
+long_options() { sed -nE 's/^  +(-[a-zA-Z],)?--([a-z0-9-]+).*/\2/p' | grep -vx help; }
+# Subcommands of a --help text.
+subcommands() { sed -n '/^Subcommands:/,/^$/p' | sed -nE 's/^  ([a-z][a-z0-9-]*) .*/\1/p'; }
+
+# Every option and subcommand the binary's --help shows (and each subcommand's options) is in its
+# man page, so the page stays complete as flags are added.
+check_man_page() {
+  local pkg=$1 root=$2 bin page name sub opt
+  for bin in "$root"/usr/bin/*; do
+    name=$(basename "$bin")
+    page=$(ls "$root"/usr/share/man/man*/"$name".[18].gz 2>/dev/null | head -1)
+    if [ -z "$page" ]; then
+      fail "$pkg: no man page for $name"
+      continue
+    fi
+    zcat "$page" | sed 's/\\-/-/g' >"$tmp/page"
+    "$bin" --help >"$tmp/help-main" 2>&1
+    for opt in $(long_options <"$tmp/help-main"); do
+      grep -q -- "--$opt\b" "$tmp/page" || fail "$pkg: $name(8/1) does not document --$opt"
+    done
+    for sub in $(subcommands <"$tmp/help-main"); do
+      grep -qw -- "$sub" "$tmp/page" || fail "$pkg: $name's man page does not document '$sub'"
+      for opt in $("$bin" "$sub" --help 2>&1 | long_options); do
+        grep -q -- "--$opt\b" "$tmp/page" || fail "$pkg: $name's man page lacks '$sub --$opt'"
+      done
+    done
+  done
+}
+
 deb_for() { grep "/$1_[^/]*\.deb$" "$tmp/debs"; }
 
 check_package() {
@@ -75,6 +105,17 @@ check_package() {
       fail "$pkg: no Prometheus rules under /usr/share/fabricwatch/prometheus"
     grep -q '^/usr/share/fabricwatch/grafana/.*\.json$' "$tmp/$comp.files" ||
       fail "$pkg: no Grafana dashboard under /usr/share/fabricwatch/grafana"
+  fi
+  if [ "$comp" = agent ] && [ -d "$src/packaging/systemd/fabricwatch-agent.service.d" ]; then
+    expected+=$'\n'$(cd "$src/packaging/systemd" && find fabricwatch-agent.service.d -name '*.conf' |
+      sed 's,^,/usr/share/fabricwatch/systemd/,')
+  fi
+  if [ "$comp" = aggregator ] && [ -d "$src/docs/runbooks" ]; then
+    expected+=$'\n'$(cd "$src/docs" && find runbooks -name '*.md' |
+      sed 's,^,/usr/share/doc/fabricwatch-aggregator/,')
+  fi
+  if [ "$comp" != cli ] && [ -f "$src/packaging/systemd/README.md" ]; then
+    expected+=$'\n'"/usr/share/doc/$pkg/README.md"
   fi
   echo "$expected" | sed '/^$/d' | sort >"$tmp/$comp.expected"
   if ! diff -u "$tmp/$comp.expected" "$tmp/$comp.files" >"$tmp/$comp.diff"; then
@@ -135,6 +176,7 @@ check_package() {
       fail "$pkg: $(basename "$bin") --help failed: $(head -5 "$tmp/help")"
     fi
   done
+  check_man_page "$pkg" "$root"
   if [ "$comp" = agent ]; then
     "$root/usr/bin/fabricwatch-agent" check --help >/dev/null || fail "$pkg: check --help failed"
   fi
@@ -165,8 +207,8 @@ grep -v '^N:' "$tmp/lintian" | grep -v 'running with root privileges' || true
 if grep -E '^[EW]: ' "$tmp/lintian" >/dev/null; then
   fail "lintian reports errors or warnings (above)"
 fi
-if grep -E 'unused-override|mismatched-override' "$tmp/lintian" >/dev/null; then
-  fail "a lintian override no longer matches (above)"
+if grep -E 'unused-override|mismatched-override|package-contains-empty-directory' "$tmp/lintian" >/dev/null; then
+  fail "an empty directory is shipped, or a lintian override no longer matches (above)"
 fi
 
 [ "$failures" = 0 ] || { echo "$failures failure(s)"; exit 1; }
