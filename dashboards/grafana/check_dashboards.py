@@ -546,10 +546,12 @@ def resolve(metric, exported):
 
 def parse_metrics_doc(path):
     """{name: {"type": "histogram" or "untyped", "labels": set() or None (an open set)}} from
-    docs/metrics.md's tables and its "Both daemons" paragraph."""
+    docs/metrics.md's tables and its "Both daemons" paragraph. A name written `…_suffix` expands
+    to every prefix of the row's first name plus the suffix (lenient; the live check is exact)."""
     exported = {}
     text = open(path, encoding="utf-8").read()
-    for line in text.splitlines():
+    # The alerts table further down names alerts, not metrics.
+    for line in text.split("\n## Alerts", 1)[0].splitlines():
         if not line.startswith("| `"):
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
