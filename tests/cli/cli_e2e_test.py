@@ -4,6 +4,8 @@
 Node cli-a runs on the JURECA-DC topology export with the H100 InfiniBand sysfs tree (its
 saturated counters give port_errors warnings) and PCIe link files in which GPU1 trained at x8 of
 x16 (a critical pcie_downtrained). Node cli-b has the same topology and healthy PCIe links only.
+A fabric map puts them under two leaves of one spine (probing 127.0.0.1 and 127.0.0.2), so links
+have rows.
 Every verb runs in text and json; the exit codes must match across formats and the content must be
 what a user reads. Then the error paths: an unreachable API, a server answering 404, HTML, the
 wrong JSON and non-HTTP bytes (all exit 3), the deprecated --aggregator flag and FABRICWATCH_API.
@@ -108,6 +110,20 @@ class GarbageHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+FABRIC_MAP = """routing: ecmp
+switches:
+  - {name: leaf1, tier: leaf}
+  - {name: leaf2, tier: leaf}
+  - {name: spine1, tier: spine}
+links:
+  - {a: leaf1, b: spine1}
+  - {a: leaf2, b: spine1}
+hosts:
+  - {node: cli-a, nic: mlx5_0, address: 127.0.0.1, switch: leaf1}
+  - {node: cli-b, nic: mlx5_0, address: 127.0.0.2, switch: leaf2}
+"""
+LINK_IDS = {"leaf1~spine1", "leaf2~spine1", "cli-a:mlx5_0~leaf1", "cli-b:mlx5_0~leaf2"}
+
 VERBS = [["status"], ["nodes"], ["findings"], ["findings", "--all"], ["links"], ["pairs"],
          ["pairs", "--src", "cli-a", "--dst", "cli-b"], ["topo", "cli-a"], ["topo", "cli-b"]]
 
@@ -127,18 +143,21 @@ def main():
         write_pcie(sys_a, bdfs, downtrained={DOWNTRAINED_GPU})
         write_pcie(sys_b, bdfs)
 
+        fabric_map = os.path.join(work, "fabric.yaml")
+        with open(fabric_map, "w") as f:
+            f.write(FABRIC_MAP)
         ports_file = os.path.join(work, "agg.ports")
         agg_log = open(os.path.join(work, "aggregator.log"), "w")
         procs.append(subprocess.Popen(
             [AGG, "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
-             "--port-file", ports_file], stdout=agg_log, stderr=subprocess.STDOUT))
+             "--fabric-map", fabric_map, "--port-file", ports_file], stdout=agg_log, stderr=subprocess.STDOUT))
         ports = wait_for(lambda: json.load(open(ports_file)), 30, "the aggregator's port file")
         api = f"127.0.0.1:{ports['http_port']}"
-        for name, root in (("cli-a", sys_a), ("cli-b", sys_b)):
+        for name, root, address in (("cli-a", sys_a, "127.0.0.1"), ("cli-b", sys_b, "127.0.0.2")):
             log = open(os.path.join(work, f"{name}.log"), "w")
             procs.append(subprocess.Popen(
                 [AGENT, "--aggregator", f"127.0.0.1:{ports['grpc_port']}", "--node-name", name,
-                 "--http-listen", "127.0.0.1:0", "--probe-address", "127.0.0.1",
+                 "--http-listen", "127.0.0.1:0", "--probe-address", address,
                  "--probe-port", "0", "--hwloc-xml", HWLOC, "--sysfs-root", root],
                 stdout=log, stderr=subprocess.STDOUT))
 
@@ -146,11 +165,13 @@ def main():
             nodes = http_get(ports["http_port"], "/api/v1/nodes")
             findings = http_get(ports["http_port"], "/api/v1/findings?active=true")
             pairs = http_get(ports["http_port"], "/api/v1/pairs")
+            links = http_get(ports["http_port"], "/api/v1/links")
             return (len(nodes) == 2 and all(n["connected"] and "pcie" in n["inventory"]
                                             for n in nodes)
                     and any(f["kind"] == "pcie_downtrained" for f in findings)
-                    and any(p["windows"]["60s"]["probes"] > 0 for p in pairs))
-        wait_for(ready, 60, "both agents, their check reports, the PCIe finding and probes")
+                    and any(p["windows"]["60s"]["probes"] > 0 for p in pairs)
+                    and {l["id"] for l in links} == LINK_IDS and all(l["probes"] > 0 for l in links))
+        wait_for(ready, 60, "both agents, their check reports, the PCIe finding, probes on links")
 
         results = {}
         for verb in VERBS:
@@ -190,8 +211,12 @@ def main():
         check(results["findings --all"][0] == 2, "findings --all: critical")
 
         rc, text, doc = results["links"]
-        check(rc == 0 and doc == [] and text.startswith("no links"),
-              "links without a fabric map: none, ok", text)
+        check(rc == 0, "links: ok on a clean loopback", text)
+        check({l["id"] for l in doc} == LINK_IDS
+              and all(l["state"] in ("ok", "unknown") for l in doc), "links json", json.dumps(doc))
+        rows = {l.split()[0]: l.split() for l in text.splitlines()[1:] if l.strip()}
+        check(text.split()[:2] == ["LINK", "STATE"] and set(rows) == LINK_IDS
+              and all(r[1] in ("ok", "unknown") for r in rows.values()), "links text", text)
 
         for name in ("pairs", "pairs --src cli-a --dst cli-b"):
             rc, text, doc = results[name]
@@ -201,8 +226,9 @@ def main():
         rc, text, doc = results["pairs --src cli-a --dst cli-b"]
         check(len(doc) > 0 and all(p["src"] == "cli-a" and p["dst"] == "cli-b" for p in doc),
               "pairs --src/--dst filters", json.dumps(doc)[:500])
-        check(all(l.split()[:2] == ["cli-a", "cli-b"] for l in text.splitlines()[1:] if l),
-              "pairs text rows are cli-a -> cli-b", text)
+        check(all(l.split()[:2] == ["cli-a", "cli-b"] and l.split()[3] == "inter_leaf"
+                  for l in text.splitlines()[1:] if l),
+              "pairs text rows are cli-a -> cli-b across leaves", text)
 
         rc, text, doc = results["topo cli-a"]
         check(rc == 2, "topo cli-a: critical (GPU1 at x8 of x16)", text)
