@@ -226,7 +226,7 @@ def check_structure(d):
     fails = Failures()
     dashes = load_dashboards(d)
     if len(dashes) < 3:
-        fails.add(d, f"expected the fleet, link and node dashboards, found {len(dashes)} JSON files")
+        fails.add(d, f"expected the fleet, link and node dashboards, found {len(dashes)} files")
     uids = {}
     for name, dash in dashes:
         for key in ("uid", "title", "schemaVersion", "panels", "templating"):
@@ -248,7 +248,8 @@ def check_one(name, dash, known_uids, fails):
     vars_ = variables(dash)
     ds = vars_.get("datasource")
     if not ds or ds.get("type") != "datasource" or ds.get("query") != "prometheus":
-        fails.add(name, "needs a template variable 'datasource' of type datasource, query prometheus")
+        fails.add(name, "needs a template variable 'datasource' of type datasource, "
+                        "query prometheus")
     for vname, v in vars_.items():
         if v.get("type") == "query":
             if v.get("datasource") != DATASOURCE:
@@ -264,9 +265,9 @@ def check_one(name, dash, known_uids, fails):
         if isinstance(o, dict):
             if "datasource" in o and isinstance(o["datasource"], (dict, str)):
                 dsv = o["datasource"]
-                if path.endswith("annotations.list[]") and dsv == {"type": "grafana", "uid": "-- Grafana --"}:
-                    pass
-                elif dsv != DATASOURCE:
+                builtin = {"type": "grafana", "uid": "-- Grafana --"}  # the annotation query
+                if dsv != DATASOURCE and not (path.endswith("annotations.list[]") and
+                                              dsv == builtin):
                     fails.add(name, f"{path}: datasource {dsv!r}, want {DATASOURCE}")
             for k, v in o.items():
                 if k != "datasource":
@@ -357,7 +358,8 @@ def check_panel(name, p, vars_, known_uids, ids, cells, fails):
         kept = leading_by(expr)
         for lab in LEGEND_RE.findall(t.get("legendFormat", "") or ""):
             if kept is not None and lab not in kept:
-                fails.add(tw, f"legend uses {{{{{lab}}}}} but the expression keeps only {sorted(kept)}")
+                fails.add(tw, f"legend uses {{{{{lab}}}}} but the expression keeps only "
+                              f"{sorted(kept)}")
     for cond in empty_conditions(p):
         if cond.startswith("?"):
             fails.add(where, f"'may be empty: {cond[1:]}' is not one of {sorted(EMPTY_CONDITIONS)}")
@@ -391,7 +393,8 @@ def check_provisioning(d, fails):
         ok = any(p.get("type") == "file" and p.get("options", {}).get("path") == PROVISIONED_PATH
                  for p in prov_list)
         if doc.get("apiVersion") != 1 or not ok:
-            fails.add(dash_yaml, f"want apiVersion 1 and a file provider with path {PROVISIONED_PATH}")
+            fails.add(dash_yaml, "want apiVersion 1 and a file provider with path "
+                      + PROVISIONED_PATH)
         ds_doc = yaml.safe_load(open(ds_yaml, encoding="utf-8"))
         if not any(x.get("type") == "prometheus" for x in ds_doc.get("datasources", [])):
             fails.add(ds_yaml, "no datasource of type prometheus")
@@ -399,7 +402,8 @@ def check_provisioning(d, fails):
         if not re.search(r"^\s*type:\s*file\s*$", text, re.M) or \
                 not re.search(r"^\s*path:\s*" + re.escape(PROVISIONED_PATH) + r"\s*$", text, re.M):
             fails.add(dash_yaml, f"want a file provider with path {PROVISIONED_PATH}")
-        if not re.search(r"^\s*type:\s*prometheus\s*$", open(ds_yaml, encoding="utf-8").read(), re.M):
+        ds_text = open(ds_yaml, encoding="utf-8").read()
+        if not re.search(r"^\s*type:\s*prometheus\s*$", ds_text, re.M):
             fails.add(ds_yaml, "no datasource of type prometheus")
 
 
@@ -425,7 +429,8 @@ def check_link_vars(d):
 def check_promql(d, promtool):
     promtool = promtool or shutil.which("promtool")
     if not promtool:
-        print("SKIP: promtool is not installed (Debian package prometheus; scripts/setup installs it)")
+        print("SKIP: promtool is not installed (Debian package prometheus; scripts/setup "
+              "installs it)")
         return 77
     fails = Failures()
     groups = []
@@ -570,7 +575,9 @@ def parse_metrics_doc(path):
             for c in cands:
                 exported[c] = {"type": typ, "labels": None if open_set else set(labels)}
     # Prose: `name{a,b}` or `name` in the "Both daemons" paragraph.
-    both = text.split("## Both daemons", 1)[1].split("##", 1)[0] if "## Both daemons" in text else ""
+    both = ""
+    if "## Both daemons" in text:
+        both = text.split("## Both daemons", 1)[1].split("##", 1)[0]
     for m in re.finditer(r"`([a-z_:][a-z0-9_:]*)(?:\{([a-z_,]*)\})?`( \(histogram\))?", both):
         exported.setdefault(m.group(1), {
             "type": "histogram" if m.group(3) else "untyped",
@@ -597,7 +604,8 @@ def parse_exposition(text, exported=None):
         labels = set(re.findall(r'([A-Za-z_][A-Za-z0-9_]*)="', m.group(3) or ""))
         fam = name
         for suffix in ("_bucket", "_sum", "_count"):
-            if name.endswith(suffix) and types.get(name[: -len(suffix)]) in ("histogram", "summary"):
+            base = name[: -len(suffix)]
+            if name.endswith(suffix) and types.get(base) in ("histogram", "summary"):
                 fam = name[: -len(suffix)]
                 labels.discard("le")
         exported.setdefault(fam, {"type": types.get(fam), "labels": set()})

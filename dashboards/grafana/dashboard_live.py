@@ -163,7 +163,8 @@ def check_metrics_live(d, agg_bin, agent_bin, testdata):
                         "fabricwatch_nic_port_up{" in text:
                     return text
                 return None
-            agg_text = wait_for("the agent and its ports in the aggregator's /metrics", reported, 20)
+            agg_text = wait_for("the agent and its ports in the aggregator's /metrics",
+                                reported, 20)
             agent_text = scrape(aports["http_port"])
     except (RuntimeError, OSError) as e:
         print("FAIL:", e)

@@ -48,7 +48,8 @@ def selftest(d, promtool):
         ps[1]["gridPos"] = dict(ps[0]["gridPos"])
 
     def hard_uid(dash):
-        ts_panel(dash)["targets"][0]["datasource"] = {"type": "prometheus", "uid": "P1809F7CD0C75ACF3"}
+        ts_panel(dash)["targets"][0]["datasource"] = {"type": "prometheus",
+                                                      "uid": "P1809F7CD0C75ACF3"}
 
     def var_ds(dash):
         v = [v for v in dash["templating"]["list"] if v.get("type") == "query"][0]
@@ -97,7 +98,8 @@ def selftest(d, promtool):
         ("structure", set_expr('fabricwatch_agent_up{node=~"$nosuch"}'), "not a template variable"),
         ("structure", set_expr('fabricwatch_node_probe_loss_ratio{transport="$transport"}'),
          "outside a =~"),
-        ("structure", set_expr("sum by (transport) (fabricwatch_node_probe_loss_ratio)", "{{node}}"),
+        ("structure",
+         set_expr("sum by (transport) (fabricwatch_node_probe_loss_ratio)", "{{node}}"),
          "legend uses {{node}}"),
         ("structure", bad_empty, "is not one of"),
         ("structure", bad_link, "unknown dashboard uid"),
