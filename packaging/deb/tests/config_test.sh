@@ -7,10 +7,7 @@
 # Usage: config_test.sh AGENT_BINARY AGGREGATOR_BINARY CONFIG_DIR
 set -uo pipefail
 agent=$1 aggregator=$2 dir=$3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+. "$(dirname "$0")/lib.sh"
 
 # Flags that are no setting: --help, --config (names the file itself), --port-file (one file per
 # run, for tests and scripts; not bound to a key).
@@ -95,5 +92,4 @@ check() {
 
 check "$agent" "$dir/agent.yaml"
 check "$aggregator" "$dir/aggregator.yaml"
-[ "$failures" = 0 ] || { echo "$failures failure(s)"; exit 1; }
-echo "PASS"
+finish

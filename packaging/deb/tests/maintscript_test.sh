@@ -12,17 +12,8 @@
 # Usage: maintscript_test.sh PACKAGE_DIR
 set -uo pipefail
 pkgdir=$(cd "$1" && pwd)
-for tool in dpkg-deb deb-systemd-helper dash; do
-  if ! command -v "$tool" >/dev/null; then
-    echo "SKIP: $tool is not installed"
-    exit 77
-  fi
-done
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+. "$(dirname "$0")/lib.sh"
+require_tools dpkg-deb deb-systemd-helper dash
 
 # --- stubs: accounts live in $FW_T/passwd and $FW_T/group; every call is logged to $FW_T/calls ---
 stubs=$tmp/stubs
@@ -32,20 +23,18 @@ cat >"$stubs/getent" <<'EOF'
 db=$1 name=$2
 grep -q "^$name:" "$FW_T/$db" 2>/dev/null && grep "^$name:" "$FW_T/$db"
 EOF
-cat >"$stubs/addgroup" <<'EOF'
-#!/bin/sh
-echo "addgroup $*" >>"$FW_T/calls"
-for a; do name=$a; done
-if grep -q "^$name:" "$FW_T/group" 2>/dev/null; then echo "group $name exists" >&2; exit 1; fi
-echo "$name:x:999:" >>"$FW_T/group"
-EOF
+# adduser and addgroup: one stub; the name it is called by picks the account database.
 cat >"$stubs/adduser" <<'EOF'
 #!/bin/sh
-echo "adduser $*" >>"$FW_T/calls"
+cmd=$(basename "$0")
+echo "$cmd $*" >>"$FW_T/calls"
 for a; do name=$a; done
-if grep -q "^$name:" "$FW_T/passwd" 2>/dev/null; then echo "user $name exists" >&2; exit 1; fi
-echo "$name:x:999:999::/var/lib/fabricwatch:/usr/sbin/nologin" >>"$FW_T/passwd"
+db=passwd
+[ "$cmd" = addgroup ] && db=group
+if grep -q "^$name:" "$FW_T/$db" 2>/dev/null; then echo "$name exists in $db" >&2; exit 1; fi
+echo "$name:x:999:999::/var/lib/fabricwatch:/usr/sbin/nologin" >>"$FW_T/$db"
 EOF
+ln -s adduser "$stubs/addgroup"
 cat >"$stubs/chown" <<'EOF'
 #!/bin/sh
 echo "chown $*" >>"$FW_T/calls"
@@ -196,5 +185,4 @@ if [ "$(id -u)" = 0 ] && unshare --mount --propagation private true 2>/dev/null;
 else
   echo "phase B skipped: needs root and mount namespaces (CI runs as root)"
 fi
-[ "$failures" = 0 ] || { echo "$failures failure(s)"; exit 1; }
-echo "PASS"
+finish

@@ -10,17 +10,8 @@ build=$(cd "$1" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../../.." && pwd)
 
-for tool in cpack dpkg-deb dpkg-shlibdeps dpkg-parsechangelog lintian readelf ldd; do
-  if ! command -v "$tool" >/dev/null; then
-    echo "SKIP: $tool is not installed (scripts/setup installs it)"
-    exit 77
-  fi
-done
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+. "$here/lib.sh"
+require_tools cpack dpkg-deb dpkg-shlibdeps dpkg-parsechangelog lintian readelf ldd
 
 "$src/scripts/package" --no-build --build-dir "$build" >"$tmp/debs" || {
   echo "FAIL: scripts/package"
@@ -211,5 +202,4 @@ if grep -E 'unused-override|mismatched-override|package-contains-empty-directory
   fail "an empty directory is shipped, or a lintian override no longer matches (above)"
 fi
 
-[ "$failures" = 0 ] || { echo "$failures failure(s)"; exit 1; }
-echo "PASS"
+finish
