@@ -82,7 +82,8 @@ fi
 src=$1 agent_bin=$2 aggregator_bin=$3
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root (namespaces, mounts, cgroups)"
-for t in unshare nsenter pivot_root useradd; do command -v $t >/dev/null 2>&1 || skip "no $t"; done
+for t in unshare nsenter pivot_root useradd ip; do command -v $t >/dev/null 2>&1 || skip "no $t"; done
+unshare --fork --pid --mount --net --uts --ipc --cgroup true 2>/dev/null || skip "cannot create namespaces"
 [ -x /lib/systemd/systemd ] || skip "no /lib/systemd/systemd"
 grep -qw overlay /proc/filesystems || modprobe overlay 2>/dev/null || true
 grep -qw overlay /proc/filesystems || skip "no overlayfs"
@@ -91,14 +92,23 @@ work=$(mktemp -d /tmp/fw-boot-test.XXXXXX)
 mkdir -p "$work/root" "$work/t"
 cg_dirs=""
 init=""
+outer=""
 cleanup() {
   if [ -n "$init" ] && kill -0 "$init" 2>/dev/null; then
     kill -KILL "$init"
     while kill -0 "$init" 2>/dev/null; do sleep 0.1; done
   fi
-  # Wait until the cgroups are empty, then remove them bottom-up.
-  for d in $cg_dirs; do
-    [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
+  # unshare itself sits in the child cgroups until it is reaped.
+  [ -n "${outer:-}" ] && wait "$outer" 2>/dev/null
+  # Remove the cgroups bottom-up; a dying process may keep one busy for a moment.
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    left=""
+    for d in $cg_dirs; do
+      [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
+      [ -d "$d" ] && left=1
+    done
+    [ -z "$left" ] && break
+    sleep 0.5
   done
   for d in $cg_dirs; do [ -d "$d" ] && echo "WARN: cgroup $d left behind"; done
   rm -rf "$work"
