@@ -43,17 +43,26 @@ def mount_for(container, volumes, path):
     return best
 
 
+def field_ref(env, name):
+    """The downward-API fieldPath that env var `name` comes from, or None."""
+    return env.get(name, {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+
+
 def selects(selector, labels):
     return all(labels.get(k) == v for k, v in selector.items())
 
 
+def workload(objs, kind, name, container):
+    """(object, pod spec, container, its flags, its env by name, the pod's volumes by name)."""
+    obj = m.one(objs, kind, name)
+    pod = obj["spec"]["template"]["spec"]
+    ctr = next(x for x in pod["containers"] if x["name"] == container)
+    return (obj, pod, ctr, flags(ctr), {e["name"]: e for e in ctr.get("env", [])},
+            {v["name"]: v for v in pod.get("volumes", [])})
+
+
 def check_agent(c, label, objs, svc):
-    ds = m.one(objs, "DaemonSet", "fabricwatch-agent")
-    pod = ds["spec"]["template"]["spec"]
-    ctr = next(x for x in pod["containers"] if x["name"] == "agent")
-    f = flags(ctr)
-    env = {e["name"]: e for e in ctr.get("env", [])}
-    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    ds, pod, ctr, f, env, volumes = workload(objs, "DaemonSet", "fabricwatch-agent", "agent")
     what = label + ": agent: "
 
     c.expect(pod.get("hostNetwork") is True, what + "hostNetwork is not true")
@@ -67,14 +76,12 @@ def check_agent(c, label, objs, svc):
              what + "/dev/infiniband is not mounted from the host")
 
     c.expect(f.get("--node-name") == "$(NODE_NAME)"
-             and env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {})
-             .get("fieldPath") == "spec.nodeName",
+             and field_ref(env, "NODE_NAME") == "spec.nodeName",
              what + "--node-name is not the downward API's spec.nodeName")
     init = pod.get("initContainers", [])
     if "--probe-address" in f:
         c.expect(f["--probe-address"] == "$(PROBE_ADDRESS)"
-                 and env.get("PROBE_ADDRESS", {}).get("valueFrom", {}).get("fieldRef", {})
-                 .get("fieldPath") == "status.hostIP",
+                 and field_ref(env, "PROBE_ADDRESS") == "status.hostIP",
                  what + "--probe-address is not the downward API's status.hostIP")
     else:
         # fabric-interface: the init container writes the config file that --config names.
@@ -114,17 +121,14 @@ def check_agent(c, label, objs, svc):
     c.expect(mt is not None and mt.group(1) == svc["metadata"]["name"] and grpc is not None
              and int(mt.group(2)) == grpc["port"],
              what + "--aggregator=%s is not the Service %s's gRPC port" % (agg, svc["metadata"]["name"]))
-    c.expect(env.get("POD_NAMESPACE", {}).get("valueFrom", {}).get("fieldRef", {})
-             .get("fieldPath") == "metadata.namespace", what + "POD_NAMESPACE is not the pod's")
+    c.expect(field_ref(env, "POD_NAMESPACE") == "metadata.namespace",
+             what + "POD_NAMESPACE is not the pod's")
     return ds, ctr
 
 
 def check_aggregator(c, label, objs, svc):
-    sts = m.one(objs, "StatefulSet", "fabricwatch-aggregator")
-    pod = sts["spec"]["template"]["spec"]
-    ctr = next(x for x in pod["containers"] if x["name"] == "aggregator")
-    f = flags(ctr)
-    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    sts, pod, ctr, f, _, volumes = workload(objs, "StatefulSet", "fabricwatch-aggregator",
+                                            "aggregator")
     what = label + ": aggregator: "
 
     c.expect(sts["spec"].get("replicas") == 1, what + "replicas is not 1 (one writer of state)")

@@ -123,6 +123,24 @@ def poll(fn, seconds):
     return fn()
 
 
+def start(c, label, name, words, tmp, procs):
+    """Starts a daemon with --port-file added and checks its /healthz; returns its bound ports
+    and HTTP base URL, or None (a failure)."""
+    ports_file = os.path.join(tmp, name + ".ports")
+    words = words + ["--port-file=" + ports_file]
+    log = os.path.join(tmp, name + ".log")
+    with open(log, "w") as out:
+        proc = subprocess.Popen(words, stdout=out, stderr=subprocess.STDOUT)
+    procs.append((proc, name, log))
+    ports = wait_json(ports_file, proc, 20)
+    if not c.expect(ports is not None, "%s: the %s did not start: %s\n%s"
+                    % (label, name, " ".join(words), open(log).read()[-3000:])):
+        return None
+    http = "http://127.0.0.1:%d" % ports["http_port"]
+    c.expect(get(http + "/healthz")[0] == 200, "%s: %s /healthz is not 200" % (label, name))
+    return ports, http
+
+
 def stop(c, proc, name, log):
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -152,20 +170,13 @@ def run_kustomization(c, label, path, binaries, sysfs):
             words, _ = agg_pod.argv(agg_ctr, binaries)
             replace_flag(words, "--grpc-listen", "127.0.0.1:0")
             replace_flag(words, "--http-listen", "127.0.0.1:0")
-            agg_ports = os.path.join(tmp, "aggregator.ports")
-            words.append("--port-file=" + agg_ports)
-            agg_log = os.path.join(tmp, "aggregator.log")
-            agg = subprocess.Popen(words, stdout=open(agg_log, "w"), stderr=subprocess.STDOUT)
-            procs.append((agg, "aggregator", agg_log))
-            ports = wait_json(agg_ports, agg, 20)
-            if not c.expect(ports is not None, "%s: the aggregator did not start: %s\n%s"
-                            % (label, " ".join(words), open(agg_log).read()[-3000:])):
+            started = start(c, label, "aggregator", words, tmp, procs)
+            if started is None:
                 return
-            http = "http://127.0.0.1:%d" % ports["http_port"]
-            c.expect(get(http + "/healthz")[0] == 200, label + ": aggregator /healthz is not 200")
+            ports, http = started
             c.expect(poll(lambda: get(http + "/readyz")[0] == 200, 15),
                      label + ": aggregator /readyz did not turn 200")
-            state = agg_pod.dirs[agg_ctr["volumeMounts"][0]["name"]]
+            state = next(w.split("=", 1)[1] for w in words if w.startswith("--state-dir="))
             c.expect(poll(lambda: os.listdir(state), 10),
                      label + ": the aggregator wrote nothing into its --state-dir volume")
 
@@ -183,17 +194,10 @@ def run_kustomization(c, label, path, binaries, sysfs):
             replace_flag(words, "--aggregator", "127.0.0.1:%d" % ports["grpc_port"])
             replace_flag(words, "--http-listen", "127.0.0.1:0")
             replace_flag(words, "--probe-port", "0")
-            agent_ports = os.path.join(tmp, "agent.ports")
-            words.append("--port-file=" + agent_ports)
-            agent_log = os.path.join(tmp, "agent.log")
-            agent = subprocess.Popen(words, stdout=open(agent_log, "w"), stderr=subprocess.STDOUT)
-            procs.append((agent, "agent", agent_log))
-            aports = wait_json(agent_ports, agent, 20)
-            if not c.expect(aports is not None, "%s: the agent did not start: %s\n%s"
-                            % (label, " ".join(words), open(agent_log).read()[-3000:])):
+            started = start(c, label, "agent", words, tmp, procs)
+            if started is None:
                 return
-            ahttp = "http://127.0.0.1:%d" % aports["http_port"]
-            c.expect(get(ahttp + "/healthz")[0] == 200, label + ": agent /healthz is not 200")
+            ahttp = started[1]
             status, body = get(ahttp + "/metrics")
             c.expect(status == 200 and "fabricwatch_build_info" in body,
                      label + ": agent /metrics lacks fabricwatch_build_info")
