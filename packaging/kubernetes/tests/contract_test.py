@@ -10,6 +10,7 @@ the volume claim, --fabric-map (when given) on a key of a ConfigMap, /healthz an
 HTTP port, a Service that selects its pods. Monitoring and certificates (overlay): monitors select
 the right pods and ports, the alert rules' job labels are the monitors' jobs, and the TLS Secrets
 mounted are the ones cert-manager writes, for the Service's names in the rendered namespace.
+Images: the base's tags are the project version (top-level CMakeLists.txt).
 """
 import os
 import re
@@ -228,6 +229,17 @@ def check_certificates(c, label, objs, svc, ds, sts):
                  what + "Certificate %s names a missing Issuer %s" % (cert["metadata"]["name"], ref))
 
 
+def check_image_tags(c, objs):
+    """The base's images carry the project version, so a release that bumps it bumps them."""
+    with open(os.path.join(m.ROOT, "CMakeLists.txt"), encoding="utf-8") as fh:
+        version = re.search(r"project\(fabricwatch VERSION ([0-9.]+)", fh.read()).group(1)
+    for w in m.find(objs, "DaemonSet") + m.find(objs, "StatefulSet"):
+        for ctr in w["spec"]["template"]["spec"]["containers"]:
+            c.expect(ctr["image"].endswith(":" + version),
+                     "base: %s image %s is not tagged with the project version %s"
+                     % (w["metadata"]["name"], ctr["image"], version))
+
+
 def main():
     m.require_tools()
     c = m.Checks()
@@ -240,6 +252,8 @@ def main():
             check_monitoring(c, label, objs, svc, ds, agent_ctr)
         if m.find(objs, "Certificate"):
             check_certificates(c, label, objs, svc, ds, sts)
+        if label == "base":
+            check_image_tags(c, objs)
         print("%s: %d objects checked" % (label, len(objs)))
     c.finish()
 
