@@ -97,6 +97,20 @@ def check_agent(c, label, objs, svc):
             c.expect("FABRIC_INTERFACE" in {e["name"] for e in writer[0].get("env", [])},
                      what + "the probe-address init container has no FABRIC_INTERFACE")
 
+    # components/probe-key: the key file is a listed key of a Secret that must exist.
+    key_file = f.get("--probe-key-file")
+    if key_file is not None:
+        vol, vm = mount_for(ctr, volumes, key_file)
+        secret = (vol or {}).get("secret", {})
+        rel = os.path.relpath(key_file, vm["mountPath"]) if vm else None
+        c.expect(bool(secret) and not secret.get("optional")
+                 and rel in [i["path"] for i in secret.get("items", [])],
+                 what + "--probe-key-file=%s is not a listed key of a required Secret" % key_file)
+        c.expect(pod.get("securityContext", {}).get("fsGroup") ==
+                 pod.get("securityContext", {}).get("runAsGroup") and
+                 secret.get("defaultMode", 0o644) & 0o040,
+                 what + "the probe key is not readable by the agent's group (fsGroup, mode)")
+
     keys = {(t.get("key"), t.get("effect")) for t in pod.get("tolerations", [])}
     c.expect(("nvidia.com/gpu", "NoSchedule") in keys, what + "no toleration for nvidia.com/gpu")
     res = ctr.get("resources", {})
@@ -215,7 +229,7 @@ def check_certificates(c, label, objs, svc, ds, sts):
     mounted = []
     for w in (ds, sts):
         for v in w["spec"]["template"]["spec"].get("volumes", []):
-            if "secret" in v:
+            if "secret" in v and v["name"] == "tls":
                 mounted.append(v["secret"]["secretName"])
     for s in mounted:
         c.expect(s in certs, what + "Secret %s is mounted but no Certificate writes it" % s)

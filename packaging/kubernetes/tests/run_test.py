@@ -5,7 +5,7 @@ manifests give them.
   run_test.py AGENT_BIN AGGREGATOR_BIN [SYSFS_DIR]
 
 For base and the example overlay: each pod's volumes become temporary folders (a ConfigMap's keys
-become files, the /sys hostPath becomes SYSFS_DIR, or an empty folder), the downward API values
+and a Secret's listed keys become files, the /sys hostPath becomes SYSFS_DIR, or an empty folder), the downward API values
 become test values (node name k8s-test-node, host IP 127.0.0.2), $(VAR) references are expanded
 as the kubelet does, init containers run (the fabric-interface one with FABRIC_INTERFACE=lo), and
 the only arguments changed are the listen addresses (loopback, port 0), the agent's --aggregator
@@ -46,6 +46,11 @@ class Pod:
                 path = sysfs
             else:
                 os.makedirs(path)
+            # A Secret's listed keys become files with test content (the Secret itself is made
+            # outside the manifests, e.g. components/probe-key's key).
+            for item in v.get("secret", {}).get("items", []):
+                with open(os.path.join(path, item["path"]), "w", encoding="utf-8") as f:
+                    f.write("k8s-test-secret-" + item["key"] + "\n")
             if "configMap" in v:
                 cm = m.one(objects, "ConfigMap", v["configMap"]["name"])
                 for key, text in cm.get("data", {}).items():
