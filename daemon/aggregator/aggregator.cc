@@ -16,6 +16,7 @@
 #include "daemon/aggregator/analysis/analysis_json.h"
 #include "daemon/aggregator/core/pairs_json.h"
 #include "daemon/aggregator/core/probe_batch_decoder.h"
+#include "daemon/aggregator/nodes_query.h"
 #include "daemon/aggregator/status_page.h"
 
 namespace fw::aggregator {
@@ -449,8 +450,8 @@ std::optional<v1::ProbePlan> Aggregator::PlanFor(const std::string& node) {
 
 namespace {
 
-// `affinity` and `pcie` are absent until the node's first check report.
-json InventoryJson(const v1::Inventory& inv, const NodeLocality& locality) {
+// `affinity` and `pcie` only with `with_topology`, and only after the node's first check report.
+json InventoryJson(const v1::Inventory& inv, const NodeLocality& locality, bool with_topology) {
   json gpus = json::array(), nics = json::array();
   for (const auto& g : inv.gpus()) {
     gpus.push_back({{"bus_id", g.bus_id()}, {"name", g.name()}, {"numa_node", g.numa_node()},
@@ -464,7 +465,7 @@ json InventoryJson(const v1::Inventory& inv, const NodeLocality& locality) {
   json out = {{"hostname", inv.hostname()}, {"packages", inv.packages()},
               {"numa_nodes", inv.numa_nodes()}, {"cores", inv.cores()},
               {"gpus", gpus}, {"nics", nics}, {"source", inv.source()}};
-  if (locality.reported) {
+  if (with_topology && locality.reported) {
     out["affinity"] = AffinityJson(locality);
     out["pcie"] = PcieJson(locality);
   }
@@ -485,9 +486,15 @@ void Aggregator::InstallHttpHandlers() {
       r.Send(503, "text/plain", "not ready\n");
     }
   });
-  http_->Handle("/api/v1/nodes", [this](const http::Request&, http::Response& r) {
+  http_->Handle("/api/v1/nodes", [this](const http::Request& req, http::Response& r) {
+    auto q = ParseNodesQuery(req.query);
+    if (!q.ok()) {
+      r.Send(400, "application/json", json{{"error", q.status().message()}}.dump());
+      return;
+    }
     json out = json::array();
     for (const NodeView& n : fleet_.Nodes()) {
+      if (!q->name.empty() && n.name != q->name) continue;
       json endpoints = json::array();
       for (const auto& e : n.endpoints) {
         endpoints.push_back({{"transport", TransportName(e.transport())},
@@ -500,7 +507,7 @@ void Aggregator::InstallHttpHandlers() {
                      {"last_report_age_s", n.last_report_age_s},
                      {"health", n.health},
                      {"version", n.version},
-                     {"inventory", InventoryJson(n.inventory, n.locality)},
+                     {"inventory", InventoryJson(n.inventory, n.locality, q->WithTopology())},
                      {"endpoints", endpoints},
                      {"ingest",
                       {{"session_id", in.session_id}, {"last_seq", in.last_seq},

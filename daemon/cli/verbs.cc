@@ -215,17 +215,23 @@ int RunPairs(const Options& o, const std::string& src, const std::string& dst, s
 }
 
 int RunTopo(const Options& o, const std::string& node, std::ostream& out, std::ostream& err) {
-  auto nodes = Fetch(o, "/api/v1/nodes", err);
+  // ?name= asks for one node with its topology fields; an aggregator that predates the filter
+  // answers the whole list, which is searched the same way.
+  auto nodes = Fetch(o, "/api/v1/nodes?name=" + UrlEncode(node), err);
   if (!nodes) return kUnknown;
   const json* found = nullptr;
-  std::string known;
-  size_t listed = 0;
   for (const json& n : *nodes) {
     if (Str(n, "name") == node) found = &n;
-    if (listed++ < 10) known += (known.empty() ? "" : ", ") + Str(n, "name");
   }
-  if (listed > 10) known += " and " + std::to_string(listed - 10) + " more";
   if (!found) {
+    auto all = Fetch(o, "/api/v1/nodes", err);
+    if (!all) return kUnknown;
+    std::string known;
+    size_t listed = 0;
+    for (const json& n : *all) {
+      if (listed++ < 10) known += (known.empty() ? "" : ", ") + Str(n, "name");
+    }
+    if (listed > 10) known += " and " + std::to_string(listed - 10) + " more";
     err << "fabricwatch: node '" << node << "' is not known to the aggregator at " << o.api
         << (known.empty() ? " (no agents have connected)" : " (known: " + known + ")") << "\n";
     return kUnknown;

@@ -162,7 +162,7 @@ def main():
                 stdout=log, stderr=subprocess.STDOUT))
 
         def ready():
-            nodes = http_get(ports["http_port"], "/api/v1/nodes")
+            nodes = http_get(ports["http_port"], "/api/v1/nodes?topology=true")
             findings = http_get(ports["http_port"], "/api/v1/findings?active=true")
             pairs = http_get(ports["http_port"], "/api/v1/pairs")
             links = http_get(ports["http_port"], "/api/v1/links")
@@ -172,6 +172,27 @@ def main():
                     and any(p["windows"]["60s"]["probes"] > 0 for p in pairs)
                     and {l["id"] for l in links} == LINK_IDS and all(l["probes"] > 0 for l in links))
         wait_for(ready, 60, "both agents, their check reports, the PCIe finding, probes on links")
+
+        # The API fields topo reads: only on request, so the fleet-wide list stays small.
+        plain = http_get(ports["http_port"], "/api/v1/nodes")
+        check(all("affinity" not in n["inventory"] and "pcie" not in n["inventory"]
+                  for n in plain), "the plain node list has no topology fields")
+        one = http_get(ports["http_port"], "/api/v1/nodes?name=cli-a")
+        check(len(one) == 1 and one[0]["name"] == "cli-a"
+              and len(one[0]["inventory"]["affinity"]) == 16
+              and len(one[0]["inventory"]["pcie"]) == len(bdfs),
+              "?name=cli-a: that node with 4x4 affinity rows and every PCIe link",
+              json.dumps(one)[:1000])
+        check(http_get(ports["http_port"], "/api/v1/nodes?name=nobody") == [], "?name=nobody: []")
+        plain_a = [n for n in plain if n["name"] == "cli-a"]
+        if os.environ.get("FW_CLI_SIZES") and one and plain_a:
+            print(f"size: cli-a entry {len(json.dumps(plain_a[0], separators=(',', ':')))} bytes "
+                  f"plain, {len(json.dumps(one[0], separators=(',', ':')))} with topology")
+        try:
+            http_get(ports["http_port"], "/api/v1/nodes?topology=maybe")
+            check(False, "?topology=maybe: HTTP 400")
+        except OSError as e:
+            check(getattr(e, "code", None) == 400, "?topology=maybe: HTTP 400", str(e))
 
         results = {}
         for verb in VERBS:

@@ -17,24 +17,6 @@ int HexValue(char c) {
   return -1;
 }
 
-// Percent-decoding with '+' as space; a malformed escape is kept literally.
-std::string Decode(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '+') {
-      out += ' ';
-    } else if (s[i] == '%' && i + 2 < s.size() && HexValue(s[i + 1]) >= 0 &&
-               HexValue(s[i + 2]) >= 0) {
-      out += static_cast<char>(HexValue(s[i + 1]) * 16 + HexValue(s[i + 2]));
-      i += 2;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
 nlohmann::json NumberOrNull(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
@@ -73,6 +55,23 @@ nlohmann::json RowJson(const PairView& v, int64_t now_ns) {
 
 }  // namespace
 
+std::string DecodeQueryComponent(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] == '%' && i + 2 < s.size() && HexValue(s[i + 1]) >= 0 &&
+               HexValue(s[i + 2]) >= 0) {
+      out += static_cast<char>(HexValue(s[i + 1]) * 16 + HexValue(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 StatusOr<PairsQuery> ParsePairsQuery(std::string_view qs) {
   PairsQuery q;
   if (!qs.empty() && qs.front() == '?') qs.remove_prefix(1);
@@ -81,8 +80,9 @@ StatusOr<PairsQuery> ParsePairsQuery(std::string_view qs) {
     const std::string_view part = qs.substr(0, amp);
     qs = amp == std::string_view::npos ? std::string_view() : qs.substr(amp + 1);
     const size_t eq = part.find('=');
-    const std::string key = Decode(part.substr(0, eq));
-    const std::string value = eq == std::string_view::npos ? "" : Decode(part.substr(eq + 1));
+    const std::string key = DecodeQueryComponent(part.substr(0, eq));
+    const std::string value =
+        eq == std::string_view::npos ? "" : DecodeQueryComponent(part.substr(eq + 1));
     if (key == "src") {
       q.src = value;
     } else if (key == "dst") {
