@@ -5,6 +5,9 @@
 
 (function () {
   const REFRESH_MS = 5000;
+  // A large fleet's /api/v1/nodes is megabytes: the page waits at least this many times as long
+  // as the last refresh took, so a slow aggregator or link is never kept busy by the page.
+  const REFRESH_COST_FACTOR = 10;
   const MAX_NODE_ROWS = 1000;  // problem nodes sort first, so a cap hides healthy ones only
   const MAX_PAIR_ROWS = 1000;
   const HEALTH_RANK = {critical: 0, warning: 1, unknown: 2, ok: 3};
@@ -12,6 +15,11 @@
     ok: 'ok', degraded: 'degraded', down: 'down', flapping: 'flapping', congested: 'congested',
     unknown: 'unknown'
   };
+
+  // Above this many cells the matrix turns compact: small cells, words only where not ok.
+  const COMPACT_CELLS = 256;
+  const SHORT_STATE = {ok: '', degraded: 'deg', down: 'down', flapping: 'flap',
+                       congested: 'cong', unknown: '?'};
 
   let refreshes = 0;
   let generation = 0;  // bumped by each refresh(); an older one still in flight renders nothing
@@ -226,6 +234,8 @@
         setNote('matrix-note', 'The fabric map has no leaf-to-spine links.');
       }
     } else {
+      const compact = leafList.length * spineList.length > COMPACT_CELLS;
+      matrix.classList.toggle('compact', compact);
       const head = el('tr', {}, el('th', {className: 'corner'}, 'leaf \\ spine'),
                       ...spineList.map(s => el('th', {scope: 'col'}, s)));
       const rows = leafList.map(leaf => el('tr', {},
@@ -237,9 +247,9 @@
                                ': no link in the map'}, '·');
             }
             const state = str(l.state);
+            const text = compact ? SHORT_STATE[state] ?? '?' : STATE_TEXT[state] || 'unknown';
             return el('td', {className: 'cell ' + stateClass(state), title: linkTitle(l),
-                             dataset: {link: str(l.id), state: state}},
-                      STATE_TEXT[state] || state || 'unknown');
+                             dataset: {link: str(l.id), state: state}}, text);
           })));
       matrix.replaceChildren(el('thead', {}, head), el('tbody', {}, ...rows));
       matrix.hidden = false;
@@ -402,6 +412,7 @@
   async function refresh() {
     clearTimeout(timer);
     const gen = ++generation;
+    const started = performance.now();
     const node = selectedNode();
     const [nodes, findings, links, pairs] = await Promise.allSettled([
       getJson('/api/v1/nodes').then(v => asArray(v, '/api/v1/nodes')),
@@ -442,13 +453,18 @@
     summary.className = 'summary' + (f && f.length ? ' has-findings' : '');
     setNote('error', errors.length ? 'Could not read the API: ' + errors.join('; ') +
                                      '. Tables show the last data that loaded.' : '');
-    if (errors.length === 0) $('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
+    const took = performance.now() - started;
+    const delay = Math.max(REFRESH_MS, REFRESH_COST_FACTOR * took);
+    $('updated').textContent = 'updated ' + new Date().toLocaleTimeString() + ' in ' +
+                               (took / 1000).toFixed(1) + ' s' +
+                               (errors.length ? ' (' + errors.length + ' endpoint failed)' : '') +
+                               ', next in ' + (delay / 1000).toFixed(0) + ' s';
 
     // A marker only this script sets: tests read it to know the page rendered from the API.
     refreshes += 1;
     document.documentElement.dataset.fwRefreshes = String(refreshes);
     document.documentElement.dataset.fwErrors = String(errors.length);
-    if (!document.hidden) timer = setTimeout(refresh, REFRESH_MS);
+    if (!document.hidden) timer = setTimeout(refresh, delay);
   }
 
   function start() {
