@@ -70,6 +70,28 @@ check_man_page() {
   done
 }
 
+# Every library the binary links directly (DT_NEEDED) comes from a package named in Depends.
+check_needed_in_depends() {
+  local pkg=$1 bin=$2 depends=$3 lib path owner name named
+  for lib in $(readelf -d "$bin" | sed -nE 's/.*\(NEEDED\).*\[(.*)\]/\1/p'); do
+    path=$(ldd "$bin" | awk -v l="$lib" '$1 == l { print $3 }')
+    [ -n "$path" ] || continue  # unresolved: reported by the ldd check
+    owner=$(dpkg -S "$path" 2>/dev/null || dpkg -S "${path#/usr}" 2>/dev/null ||
+      dpkg -S "/usr$path" 2>/dev/null)
+    owner=${owner%%:*}
+    if [ -z "$owner" ]; then
+      fail "$pkg: $(basename "$bin") needs $lib ($path), which no Debian package ships"
+      continue
+    fi
+    # The package itself or a name it Provides (e.g. libspdlog1.10-fmt9) must be in Depends.
+    named=0
+    for name in "$owner" $(dpkg-query -W -f='${Provides}' "$owner" | sed 's/([^)]*)//g; s/,/ /g'); do
+      [[ ", $depends," == *[\ ,]"$name"[\ ,\(]* ]] && named=1
+    done
+    [ "$named" = 1 ] || fail "$pkg: $(basename "$bin") needs $lib from $owner, which Depends does not name"
+  done
+}
+
 deb_for() { grep "/$1_[^/]*\.deb$" "$tmp/debs"; }
 
 check_package() {
@@ -163,6 +185,7 @@ check_package() {
     if ldd "$bin" | grep -q "not found"; then
       fail "$pkg: $(basename "$bin") has unresolved libraries: $(ldd "$bin" | grep 'not found')"
     fi
+    check_needed_in_depends "$pkg" "$bin" "$depends"
     if ! "$bin" --help >"$tmp/help" 2>&1 || ! grep -q "^Usage:" "$tmp/help"; then
       fail "$pkg: $(basename "$bin") --help failed: $(head -5 "$tmp/help")"
     fi
