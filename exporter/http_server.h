@@ -45,7 +45,7 @@ class Response {
   bool started_ = false;
   bool chunked_ = false;
   bool ended_ = false;
-  bool failed_ = false;  // a write failed (client gone or too slow): the rest is not sent
+  bool failed_ = false;        // a write failed (client gone or too slow): the rest is not sent
   std::string extra_headers_;  // "Name: value\r\n" lines from AddHeader()
 };
 
