@@ -143,9 +143,11 @@ class Demo:
                 lab = a.get("labels", {})
                 where = ", ".join(f"{k}={v}" for k, v in sorted(lab.items())
                                   if k not in ("alertname", "severity", "job", "instance"))
+                notes = a.get("annotations", {})
                 say(f"[{self.clock()}] Alertmanager notification: {lab.get('alertname')} "
                     f"{a.get('status').upper()} ({lab.get('severity')}; {where}): "
-                    f"{a.get('annotations', {}).get('summary', '')}")
+                    f"{notes.get('summary', '')}"
+                    + (f"\n  runbook: {notes['runbook_url']}" if notes.get("runbook_url") else ""))
 
     # ------------------------------------------------------------------ main loop
 

@@ -10,9 +10,11 @@ started. Needs root (exit 77 without it). Run: FW_BUILD_DIR=$PWD/build python3 <
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -85,6 +87,7 @@ class DemoTest(unittest.TestCase):
             out.wait(rf"FAULT injected: link {LINK} down", 40)
             out.wait(rf"finding ACTIVE: link_down \(critical\) on link {LINK}", 45)
             out.wait(rf"^\s+critical\s+link_down\s+{LINK}\s", 15)  # the CLI's row
+            self.check_status_page(url)
             if with_alerts:
                 # The real for: 30s of FabricLinkDown, scrape and evaluation every 5 s.
                 out.wait(rf"Alertmanager notification: \S+ FIRING .*link={LINK}", 75)
@@ -105,6 +108,21 @@ class DemoTest(unittest.TestCase):
         print("\n  " + "\n  ".join(ln for ln in out.text().splitlines()
                                    if re.search(r"FAULT|finding|notification|CLEARED|stopp", ln)),
               file=sys.stderr)
+
+    def check_status_page(self, url):
+        """The status page, rendered by headless Chromium (its script reads the JSON API),
+        shows the link_down finding on the link."""
+        chromium = shutil.which("chromium")
+        if not chromium:
+            print("\n  note: chromium is not installed; the status page was only fetched",
+                  file=sys.stderr)
+            return
+        with tempfile.TemporaryDirectory() as profile:
+            cp = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                                 f"--user-data-dir={profile}", "--virtual-time-budget=8000",
+                                 "--dump-dom", url], capture_output=True, text=True, timeout=90)
+        self.assertIn(LINK, cp.stdout, f"status page DOM:\n{cp.stdout[-2000:]}")
+        self.assertIn("link_down", cp.stdout, f"status page DOM:\n{cp.stdout[-2000:]}")
 
 
 if __name__ == "__main__":
