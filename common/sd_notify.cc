@@ -5,6 +5,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstddef>
@@ -159,6 +160,24 @@ int WaitForTerminationWithWatchdog(const ServiceNotifier& notifier,
     if (sig > 0) return sig;
     // EAGAIN: the period elapsed; EINTR: another signal's handler ran. Both loop.
   }
+}
+
+int RunAsNotifyService(std::string_view status, const std::function<bool(int timeout_ms)>& alive) {
+  // Both read the environment before anything is sent, so what they see is what we started with.
+  ServiceNotifier notifier;
+  const std::chrono::microseconds watchdog = WatchdogInterval();
+  notifier.NotifyOrLog("READY=1\nSTATUS=" + std::string(status));
+  const int check_ms = static_cast<int>(std::clamp<int64_t>(watchdog.count() / 8000, 100, 5000));
+  const int sig =
+      WaitForTerminationWithWatchdog(notifier, watchdog, [&] { return alive(check_ms); });
+  notifier.NotifyOrLog("STOPPING=1\nSTATUS=shutting down");
+  return sig;
+}
+
+std::string SelfDialAddress(const std::string& listen, int bound_port) {
+  const size_t colon = listen.rfind(':');
+  return (colon == std::string::npos ? std::string() : listen.substr(0, colon)) + ":" +
+         std::to_string(bound_port);
 }
 
 }  // namespace fw

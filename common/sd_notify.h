@@ -56,4 +56,15 @@ int WaitForTerminationWithWatchdog(const ServiceNotifier& notifier,
                                    std::chrono::microseconds watchdog,
                                    const std::function<bool()>& alive);
 
+// The daemon's life as a Type=notify service, after it has started serving: sends READY=1 with
+// "STATUS=<status>", waits for SIGINT/SIGTERM while feeding the watchdog that $WATCHDOG_USEC asks
+// for (see WaitForTerminationWithWatchdog), then sends STOPPING=1 and returns the signal.
+// `alive(timeout_ms)` must answer within `timeout_ms`: an eighth of the watchdog period, clamped
+// to 100..5000 ms. Outside systemd it only waits for the signal.
+int RunAsNotifyService(std::string_view status, const std::function<bool(int timeout_ms)>& alive);
+
+// The address a process dials to reach its own listener: `listen`'s host ("0.0.0.0", "" and
+// hostnames stay as they are; the HTTP client maps a wildcard to loopback) with the bound port.
+std::string SelfDialAddress(const std::string& listen, int bound_port);
+
 }  // namespace fw

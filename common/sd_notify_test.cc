@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <random>
 #include <thread>
@@ -166,20 +167,18 @@ TEST(WatchdogIntervalTest, FollowsWatchdogUsecAndPid) {
   unsetenv("WATCHDOG_USEC");
 }
 
-// Runs WaitForTerminationWithWatchdog on its own thread, which alone receives SIGTERM.
-class WatchdogLoop {
+// Runs `body` (a signal wait) on its own thread, which alone receives SIGTERM.
+class SignalWaitThread {
  public:
-  WatchdogLoop(const ServiceNotifier& n, std::chrono::microseconds period,
-               std::function<bool()> alive) {
+  explicit SignalWaitThread(std::function<int()> body) {
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &set, nullptr);  // inherited by the thread below
-    thread_ = std::thread(
-        [&n, period, alive, this] { signal_ = WaitForTerminationWithWatchdog(n, period, alive); });
+    thread_ = std::thread([body = std::move(body), this] { signal_ = body(); });
   }
-  // Sends SIGTERM to the loop's thread and returns the signal it reported.
+  // Sends SIGTERM to the thread and returns the signal its body reported.
   int Terminate() {
     pthread_kill(thread_.native_handle(), SIGTERM);
     thread_.join();
@@ -189,6 +188,16 @@ class WatchdogLoop {
  private:
   std::thread thread_;
   std::atomic<int> signal_{0};
+};
+
+// WaitForTerminationWithWatchdog(n, period, alive) on its own thread.
+class WatchdogLoop : public SignalWaitThread {
+ public:
+  WatchdogLoop(const ServiceNotifier& n, std::chrono::microseconds period,
+               std::function<bool()> alive)
+      : SignalWaitThread([&n, period, alive = std::move(alive)] {
+          return WaitForTerminationWithWatchdog(n, period, alive);
+        }) {}
 };
 
 TEST(WatchdogLoopTest, PingsWhileAliveAndReturnsTheSignal) {
@@ -232,6 +241,40 @@ TEST(WatchdogLoopTest, NoWatchdogJustWaitsForTheSignal) {
   EXPECT_EQ(listener.Receive(300), std::nullopt);
   EXPECT_EQ(loop.Terminate(), SIGTERM);
   EXPECT_EQ(checks.load(), 0);
+}
+
+TEST(RunAsNotifyServiceTest, ReadyThenWatchdogThenStopping) {
+  NotifyListener listener("@" + UniqueName());
+  ASSERT_EQ(setenv("NOTIFY_SOCKET", listener.name().c_str(), 1), 0);
+  ASSERT_EQ(setenv("WATCHDOG_USEC", "400000", 1), 0);
+  std::atomic<int> timeout_seen{0};
+  SignalWaitThread service([&] {
+    return RunAsNotifyService("serving: test", [&](int timeout_ms) {
+      timeout_seen = timeout_ms;
+      return true;
+    });
+  });
+  EXPECT_EQ(listener.Receive(), "READY=1\nSTATUS=serving: test");
+  EXPECT_EQ(listener.Receive(), "WATCHDOG=1");
+  EXPECT_EQ(listener.Receive(), "WATCHDOG=1");
+  EXPECT_EQ(service.Terminate(), SIGTERM);
+  unsetenv("NOTIFY_SOCKET");
+  unsetenv("WATCHDOG_USEC");
+  // The last ping may still be queued ahead of STOPPING=1.
+  std::optional<std::string> last;
+  do {
+    last = listener.Receive(1000);
+  } while (last == "WATCHDOG=1");
+  EXPECT_EQ(last, "STOPPING=1\nSTATUS=shutting down");
+  // An eighth of 400 ms is 50 ms, raised to the 100 ms floor.
+  EXPECT_EQ(timeout_seen.load(), 100);
+}
+
+TEST(SelfDialAddressTest, KeepsTheHostAndUsesTheBoundPort) {
+  EXPECT_EQ(SelfDialAddress("0.0.0.0:9751", 9751), "0.0.0.0:9751");
+  EXPECT_EQ(SelfDialAddress("127.0.0.1:0", 40123), "127.0.0.1:40123");
+  EXPECT_EQ(SelfDialAddress("node01:9752", 9752), "node01:9752");
+  EXPECT_EQ(SelfDialAddress(":9752", 9752), ":9752");
 }
 
 }  // namespace

@@ -89,21 +89,16 @@ int main(int argc, char** argv) {
     spdlog::critical("msg=\"cannot write port file\" file={}", port_file);
     return 3;
   }
-  // Every listener accepts now (Start() returned), so the service manager may order dependents
-  // after us. The watchdog check is the daemon's own /healthz over loopback: it passes only while
-  // the HTTP workers that Prometheus and probes depend on still answer.
-  fw::ServiceNotifier notifier;
-  notifier.NotifyOrLog("READY=1\nSTATUS=serving: gRPC port " + std::to_string(agg.grpc_port()) +
-                       ", HTTP port " + std::to_string(agg.http_port()));
-  const auto watchdog = fw::WatchdogInterval();
-  const std::string self_http =
-      o.http_listen.substr(0, o.http_listen.rfind(':')) + ":" + std::to_string(agg.http_port());
-  const int check_ms = static_cast<int>(std::clamp<int64_t>(watchdog.count() / 8000, 100, 5000));
-  int sig = fw::WaitForTerminationWithWatchdog(notifier, watchdog, [&] {
-    auto r = fw::http::Get(self_http, "/healthz", check_ms);
+  // Every listener accepts now (Start() returned): READY=1 lets units ordered after this one
+  // start. The watchdog is fed while this daemon's own /healthz answers over loopback, i.e. while
+  // the HTTP workers that Prometheus and the probes' peers depend on still serve.
+  const std::string self_http = fw::SelfDialAddress(o.http_listen, agg.http_port());
+  const std::string status = "serving: gRPC port " + std::to_string(agg.grpc_port()) +
+                             ", HTTP port " + std::to_string(agg.http_port());
+  int sig = fw::RunAsNotifyService(status, [&](int timeout_ms) {
+    auto r = fw::http::Get(self_http, "/healthz", timeout_ms);
     return r.ok() && r->status == 200;
   });
-  notifier.NotifyOrLog("STOPPING=1\nSTATUS=shutting down");
   spdlog::info("msg=\"shutting down\" signal={}", sig);
   agg.Stop();
   return 0;
