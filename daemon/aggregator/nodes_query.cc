@@ -1,21 +1,13 @@
 // Query parsing for GET /api/v1/nodes.
 #include "daemon/aggregator/nodes_query.h"
 
-#include "daemon/aggregator/core/pairs_json.h"
+#include "daemon/aggregator/core/query_string.h"
 
 namespace fw::aggregator {
 
 StatusOr<NodesQuery> ParseNodesQuery(std::string_view qs) {
   NodesQuery q;
-  if (!qs.empty() && qs.front() == '?') qs.remove_prefix(1);
-  while (!qs.empty()) {
-    const size_t amp = qs.find('&');
-    const std::string_view part = qs.substr(0, amp);
-    qs = amp == std::string_view::npos ? std::string_view() : qs.substr(amp + 1);
-    const size_t eq = part.find('=');
-    const std::string key = DecodeQueryComponent(part.substr(0, eq));
-    const std::string value =
-        eq == std::string_view::npos ? "" : DecodeQueryComponent(part.substr(eq + 1));
+  for (const auto& [key, value] : ParseQueryString(qs)) {
     if (key == "name") {
       q.name = value;
     } else if (key == "topology") {

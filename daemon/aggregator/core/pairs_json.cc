@@ -7,15 +7,10 @@
 #include <tuple>
 #include <vector>
 
+#include "daemon/aggregator/core/query_string.h"
+
 namespace fw::aggregator {
 namespace {
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
 
 nlohmann::json NumberOrNull(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
@@ -55,34 +50,9 @@ nlohmann::json RowJson(const PairView& v, int64_t now_ns) {
 
 }  // namespace
 
-std::string DecodeQueryComponent(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '+') {
-      out += ' ';
-    } else if (s[i] == '%' && i + 2 < s.size() && HexValue(s[i + 1]) >= 0 &&
-               HexValue(s[i + 2]) >= 0) {
-      out += static_cast<char>(HexValue(s[i + 1]) * 16 + HexValue(s[i + 2]));
-      i += 2;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
 StatusOr<PairsQuery> ParsePairsQuery(std::string_view qs) {
   PairsQuery q;
-  if (!qs.empty() && qs.front() == '?') qs.remove_prefix(1);
-  while (!qs.empty()) {
-    const size_t amp = qs.find('&');
-    const std::string_view part = qs.substr(0, amp);
-    qs = amp == std::string_view::npos ? std::string_view() : qs.substr(amp + 1);
-    const size_t eq = part.find('=');
-    const std::string key = DecodeQueryComponent(part.substr(0, eq));
-    const std::string value =
-        eq == std::string_view::npos ? "" : DecodeQueryComponent(part.substr(eq + 1));
+  for (const auto& [key, value] : ParseQueryString(qs)) {
     if (key == "src") {
       q.src = value;
     } else if (key == "dst") {

@@ -11,10 +11,6 @@
 
 namespace fw::aggregator {
 
-// Percent-decoding of one query-string key or value, with '+' as space; a malformed escape is kept
-// literally.
-std::string DecodeQueryComponent(std::string_view s);
-
 struct PairsQuery {
   std::string src;  // empty: any
   std::string dst;  // empty: any
