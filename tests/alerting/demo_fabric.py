@@ -218,10 +218,10 @@ the aggregator with the fabric map {os.path.join(run.fab.log_dir, 'fabric-map.ya
                                            servers=servers) as mon:
             self.mon = mon
             self.prefix = run.fab.prefix
-            run.fab.link(a.link)  # an unknown link fails here, before the wait
-            run.wait_connected()
-            self.banner(run)
             try:
+                run.fab.link(a.link)  # an unknown link fails here, before the wait
+                run.wait_connected()
+                self.banner(run)
                 self.loop(run)
             except KeyboardInterrupt:
                 pass  # a normal stop: leave the `with` without dumping the daemons' logs
