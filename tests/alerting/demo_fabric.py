@@ -233,16 +233,6 @@ the aggregator with the fabric map {os.path.join(run.fab.log_dir, 'fabric-map.ya
                     + f"; deleting the {run.fab.prefix}* namespaces...")
 
 
-def pid_exists(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def main(argv=None):
     args = parse_args(argv)
     try:
@@ -271,7 +261,7 @@ def main(argv=None):
         say(f"demo failed: {e}")
         code = 1
     left = netns.list_namespaces(demo.prefix) if getattr(demo, "prefix", None) else []
-    alive = [pid for pid in getattr(demo, "pids", []) if pid_exists(pid)]
+    alive = [pid for pid in getattr(demo, "pids", []) if netns._pid_alive(pid)]
     if left or alive:
         say(f"left behind: namespaces {left}, processes {alive}; run: tests/fabric/fabric.py "
             f"cleanup --prefix {demo.prefix}")
