@@ -145,8 +145,10 @@ json TopoReport(const json& node, const json& active_findings) {
                       {"best_nic", ig ? Str(*ig, "best_nic") : ""},
                       {"affinity_class", ig ? Str(*ig, "affinity_class") : ""}});
     }
-  } else {
-    // No check report yet: the Hello inventory still names each GPU's best NIC.
+  }
+  if (gpus.empty()) {
+    // No check report yet, or no fabric NIC to pair with: the Hello inventory still lists the
+    // GPUs and names each one's best NIC.
     for (const json& g : ArrayField(inv, "gpus")) {
       gpus.push_back({{"name", Str(g, "name")},
                       {"bdf", Str(g, "bus_id")},
@@ -190,7 +192,11 @@ std::string TopoText(const json& report) {
   std::map<std::string, std::string> numa_of;
   for (const json& g : gpus) numa_of[Str(g, "name")] = Num(Field(g, "numa_node"));
   const json& aff = Field(report, "affinity");
-  if (aff.is_object()) {
+  if (aff.is_object() && ArrayField(aff, "rows").empty()) {
+    out << "no GPU-NIC matrix: the check report pairs no GPU with a fabric NIC";
+    out << (gpus.empty() ? " (no GPUs)\n" : "; GPUs from its Hello:\n");
+  }
+  if (aff.is_object() && !ArrayField(aff, "rows").empty()) {
     const json& nic_names = ArrayField(aff, "nics");
     std::vector<std::string> header = {""};
     for (size_t i = 0; i < nic_names.size(); ++i) header.push_back("NIC" + std::to_string(i));
@@ -219,9 +225,11 @@ std::string TopoText(const json& report) {
       if (!netdev[name].empty()) out << " (" << netdev[name] << ")";
       out << "\n";
     }
-  } else {
-    out << "no affinity matrix: the agent has not sent a check report yet (or the aggregator "
-           "predates inventory.affinity); best NIC per GPU from its Hello:\n";
+  } else if (!gpus.empty() || !aff.is_object()) {
+    if (!aff.is_object()) {
+      out << "no affinity matrix: the agent has not sent a check report yet (or the aggregator "
+             "predates inventory.affinity); best NIC per GPU from its Hello:\n";
+    }
     TextTable t({"GPU", "BUS ID", "NUMA", "BEST NIC", "CLASS"});
     for (const json& g : gpus) {
       t.Add({Str(g, "name"), Str(g, "bdf"), Num(Field(g, "numa_node")), Str(g, "best_nic"),

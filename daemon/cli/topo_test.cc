@@ -117,6 +117,20 @@ TEST(TopoTest, WithoutCheckReportFallsBackToBestNicAndSaysSo) {
   EXPECT_NE(text.find("verdict: OK (exit 0)"), std::string::npos);
 }
 
+TEST(TopoTest, GpusWithoutFabricNicsAreStillListed) {
+  // A DGX-2-like node: GPUs and NVSwitches but no NIC, so the check report's affinity is [].
+  json n = Node(true);
+  n["inventory"]["affinity"] = json::array();
+  const json r = TopoReport(n, json::array());
+  EXPECT_TRUE(r["affinity"]["rows"].empty());
+  ASSERT_EQ(r["gpus"].size(), 2u);
+  EXPECT_EQ(r["gpus"][1]["bdf"], "0000:44:00.0");
+  const std::string text = TopoText(r);
+  EXPECT_NE(text.find("2 GPUs"), std::string::npos) << text;
+  EXPECT_NE(text.find("no GPU-NIC matrix"), std::string::npos) << text;
+  EXPECT_NE(text.find("0000:44:00.0"), std::string::npos) << text;
+}
+
 TEST(TopoTest, DisconnectedNodeIsAWarningWithItsLastSeenTime) {
   json n = Node(true);
   n["connected"] = false;
