@@ -129,6 +129,8 @@ class LinkAlertTest(unittest.TestCase):
         try:
             alert = self.wait_alert(run, mon, tl)
             self.assertEqual(alert["labels"]["link"], LINK)
+            summary = alert.get("annotations", {}).get("summary", "")
+            self.assertIn(LINK, summary, f"the alert's summary does not name the link: {alert}")
             others = [a for a in link_alerts(mon) if a["labels"]["link"] != LINK]
             self.assertEqual(others, [], "alerts blame other links: "
                              + "; ".join(brief(a) for a in others))
