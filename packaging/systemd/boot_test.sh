@@ -69,6 +69,24 @@ if [ "${1:-}" = --inner ]; then
     >"$R/etc/fabricwatch/agent.yaml"
   printf '[Unit]\nDescription=fabricwatch boot test\nWants=systemd-journald.socket fabricwatch-aggregator.service fabricwatch-agent.service\n' \
     >"$R/etc/systemd/system/fw-boot-test.target"
+  # A peer for the hardened agent to probe: an unconfined second agent.
+  printf '[Service]\nExecStart=/usr/bin/fabricwatch-agent --aggregator 127.0.0.1:9750 --node-name boot-peer --probe-address 127.0.0.1 --probe-port 9763 --http-listen 127.0.0.1:9762\n' \
+    >"$R/etc/systemd/system/fw-boot-peer.service"
+  # metric_positive PORT NAME: waits up to 30 s for a sample of NAME above 0 on 127.0.0.1:PORT.
+  cat >"$R/usr/local/bin/metric_positive" <<'EOT'
+#!/bin/bash
+for _ in $(seq 150); do
+  if exec 3<>"/dev/tcp/127.0.0.1/$1"; then
+    printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3
+    grep -qE "^$2(\{[^}]*\})? [0-9.e+]*[1-9]" <&3 && exit 0
+    exec 3<&-
+  fi
+  sleep 0.2
+done
+echo "no $2 > 0 on port $1"
+exit 1
+EOT
+  chmod +x "$R/usr/local/bin/metric_positive"
   echo fw-boot-test >"$R/etc/hostname"
   ip link set lo up
   mkdir -p "$R/.oldroot"
@@ -169,6 +187,12 @@ for u in fabricwatch-aggregator fabricwatch-agent; do
 done
 check "the agent reached the aggregator through both sandboxes" \
   "for i in \$(seq 150); do journalctl -u fabricwatch-aggregator -o cat | grep -q 'agent connected.* node=boot-test' && exit 0; sleep 0.2; done; exit 1"
+
+# The probe path under the sandbox (UDP sockets, kernel timestamps, the responder): the hardened
+# agent and an unconfined peer probe each other and both see round trips.
+check "the hardened agent probes a peer and answers its probes" \
+  "systemctl start fw-boot-peer && metric_positive 9752 fabricwatch_probe_rtt_seconds_count &&
+   metric_positive 9762 fabricwatch_probe_rtt_seconds_count && systemctl stop fw-boot-peer"
 
 # Watchdog: with WatchdogSec=2s the aggregator stays up only if its /healthz self-check passes
 # under the sandbox; stopped with SIGSTOP it is killed for the watchdog (SIGABRT, no core file
