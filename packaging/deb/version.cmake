@@ -8,7 +8,16 @@
 #   FW_GIT_COMMIT   the full hash, or "unknown".
 # FW_DEB_VERSION in the environment overrides the computed version (e.g. for a release build).
 # Works in shallow clones and without tags: it reads only HEAD.
+# The first call in a process stores its result in the environment and later calls return it, so
+# the package version and the changelog written during one cpack run agree even if a commit lands
+# in between.
 function(fw_deb_version source_dir project_version)
+  if(DEFINED ENV{FW_DEB_RESOLVED_VERSION})
+    set(FW_DEB_VERSION "$ENV{FW_DEB_RESOLVED_VERSION}" PARENT_SCOPE)
+    set(FW_DEB_DATE "$ENV{FW_DEB_RESOLVED_DATE}" PARENT_SCOPE)
+    set(FW_GIT_COMMIT "$ENV{FW_DEB_RESOLVED_COMMIT}" PARENT_SCOPE)
+    return()
+  endif()
   set(version ${project_version})
   set(date "")
   set(commit unknown)
@@ -33,6 +42,9 @@ function(fw_deb_version source_dir project_version)
     # No git: the build's own time (SOURCE_DATE_EPOCH, when set, makes it reproducible).
     string(TIMESTAMP date "%a, %d %b %Y %H:%M:%S +0000" UTC)
   endif()
+  set(ENV{FW_DEB_RESOLVED_VERSION} "${version}")
+  set(ENV{FW_DEB_RESOLVED_DATE} "${date}")
+  set(ENV{FW_DEB_RESOLVED_COMMIT} "${commit}")
   set(FW_DEB_VERSION "${version}" PARENT_SCOPE)
   set(FW_DEB_DATE "${date}" PARENT_SCOPE)
   set(FW_GIT_COMMIT "${commit}" PARENT_SCOPE)

@@ -106,7 +106,7 @@ smoke_run() {
     --port-file "$tmp/agg.json" >"$tmp/agg.log" 2>&1 &
   pids+=($!)
   local i http grpc
-  for i in $(seq 100); do [ -s "$tmp/agg.json" ] && break; sleep 0.1; done
+  for i in $(seq 300); do [ -s "$tmp/agg.json" ] && break; sleep 0.1; done
   http=$(sed -nE 's/.*"http_port": *([0-9]+).*/\1/p' "$tmp/agg.json" 2>/dev/null)
   grpc=$(sed -nE 's/.*"grpc_port": *([0-9]+).*/\1/p' "$tmp/agg.json" 2>/dev/null)
   if [ -z "$http" ] || [ -z "$grpc" ]; then
@@ -121,7 +121,7 @@ smoke_run() {
     --aggregator "127.0.0.1:$grpc" --node-name deb-smoke-node --http-listen 127.0.0.1:0 \
     --probes false --port-file "$tmp/agent.json" >"$tmp/agent.log" 2>&1 &
   pids+=($!)
-  for i in $(seq 150); do
+  for i in $(seq 300); do
     "$cli_root/usr/bin/fabricwatch" --api "127.0.0.1:$http" --format json nodes >"$tmp/nodes.json" 2>/dev/null
     grep -q '"deb-smoke-node"' "$tmp/nodes.json" && grep -q '"connected": *true' "$tmp/nodes.json" && break
     sleep 0.1
