@@ -373,6 +373,9 @@
 
   function renderPairs(node, pairs) {
     const body = $('pairs').tBodies[0];
+    const json = $('pairs-json');
+    json.hidden = !node;
+    json.href = node ? '/api/v1/pairs?src=' + encodeURIComponent(node) : '';
     if (!node) {
       body.replaceChildren();
       $('pairs').hidden = true;

@@ -173,6 +173,10 @@ def main():
                   o.attrs.get("value") == SCRIPT_NAME]
         check(any(o.text() == SCRIPT_NAME and o.attrs.get("value") == SCRIPT_NAME
                   for o in chosen), f"drill-down options {[o.attrs for o in chosen]}")
+        link = tree.find(id="pairs-json")
+        check(urllib.parse.unquote(link.attrs.get("href", "")) == "/api/v1/pairs?src=" + SCRIPT_NAME
+              and "hidden" not in link.attrs,
+              f"drill-down JSON link {link.attrs}")
         rows, _ = browser.table_rows(tree.find(id="pairs"))
         check(any(r and r[0] == IMG_NAME for r in rows), f"pair rows {rows[:5]}")
 
