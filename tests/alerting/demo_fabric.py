@@ -142,7 +142,8 @@ class Demo:
             for a in payload.get("alerts", []):
                 lab = a.get("labels", {})
                 where = ", ".join(f"{k}={v}" for k, v in sorted(lab.items())
-                                  if k not in ("alertname", "severity", "job", "instance"))
+                                  if k not in ("alertname", "severity", "job", "instance",
+                                              "fabricwatch_runbook_base"))
                 notes = a.get("annotations", {})
                 say(f"[{self.clock()}] Alertmanager notification: {lab.get('alertname')} "
                     f"{a.get('status').upper()} ({lab.get('severity')}; {where}): "
@@ -210,12 +211,14 @@ the aggregator with the fabric map {os.path.join(run.fab.log_dir, 'fabric-map.ya
                 monitoring.FleetMonitoring.binaries()
             except monitoring.MonitoringError as e:
                 servers, self.no_monitoring_reason = False, str(e)
-        rules = os.path.join(fwe2e.SOURCE_DIR, "dashboards", "prometheus", "fabricwatch.rules.yml")
+        rules = monitoring.rule_files(fwe2e.SOURCE_DIR)
+        # The rules' runbook_url starts with this label: a path the user can open.
+        labels = {"fabricwatch_runbook_base": os.path.join(fwe2e.SOURCE_DIR, "docs", "runbooks")}
         say("building the namespace fabric and starting the fleet...")
         with fwe2e.DaemonFabric(routing="deterministic", access_rate="1gbit", **FABRIC) as run, \
                 monitoring.FleetMonitoring(run, rules, for_scale=1.0, interval="5s",
                                            ports=PORTS, group_wait="5s", group_interval="10s",
-                                           servers=servers) as mon:
+                                           servers=servers, external_labels=labels) as mon:
             self.mon = mon
             self.prefix = run.fab.prefix
             try:

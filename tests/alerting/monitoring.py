@@ -14,6 +14,7 @@ namespace. No route, address or veth is added to the root namespace.
 """
 
 import datetime
+import glob
 import http.server
 import json
 import os
@@ -44,6 +45,11 @@ _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y"
 
 class MonitoringError(Exception):
     """Prometheus or Alertmanager could not be started or answered wrongly."""
+
+
+def rule_files(source_dir):
+    """The product's rule files: dashboards/prometheus/*.rules.yml (not the promtool tests)."""
+    return sorted(glob.glob(os.path.join(source_dir, "dashboards", "prometheus", "*.rules.yml")))
 
 
 def free_port(preferred=None):
@@ -251,21 +257,24 @@ class FleetMonitoring:
     scraping the aggregator and every agent of a fwe2e.DaemonFabric through PortForwards.
     With servers=False only the relays run (the daemons' HTTP reachable from 127.0.0.1).
 
-    rules_path: the rule file to load (a copy is written with `for:` durations times for_scale).
+    rules_path: the rule file(s) to load (copies are written with `for:` durations times
+    for_scale).
     interval: Prometheus's scrape and evaluation interval. ports: preferred local ports
     {"aggregator", "prometheus", "alertmanager"}; busy ones fall back to free ports.
     """
 
     def __init__(self, run, rules_path, for_scale=1.0, interval="1s", ports=None,
-                 group_wait="1s", group_interval="1s", keep_dir=False, servers=True):
+                 group_wait="1s", group_interval="1s", keep_dir=False, servers=True,
+                 external_labels=None):
         self.run = run
-        self.rules_path = rules_path
+        self.rules_paths = [rules_path] if isinstance(rules_path, str) else list(rules_path)
         self.for_scale = for_scale
         self.interval = interval
         self.ports = dict(ports or {})
         self.group_wait, self.group_interval = group_wait, group_interval
         self.keep_dir = keep_dir or bool(os.environ.get("FW_KEEP_TEMP"))
         self.servers = servers
+        self.external_labels = dict(external_labels or {})
         self.prometheus_url = self.alertmanager_url = None
         self.dir = None
         self.forwards = {}
@@ -310,11 +319,14 @@ class FleetMonitoring:
         self.dir = tempfile.mkdtemp(prefix="fw-alerting.")
         self.webhook = WebhookReceiver()
 
-        with open(self.rules_path) as f:
-            rules, self.for_changes = scale_for_durations(f.read(), self.for_scale)
-        rules_copy = os.path.join(self.dir, os.path.basename(self.rules_path))
-        with open(rules_copy, "w") as f:
-            f.write(rules)
+        rules_copies = []
+        for path in self.rules_paths:
+            with open(path) as f:
+                rules, changes = scale_for_durations(f.read(), self.for_scale)
+            self.for_changes += changes
+            rules_copies.append(os.path.join(self.dir, os.path.basename(path)))
+            with open(rules_copies[-1], "w") as f:
+                f.write(rules)
 
         am_port = free_port(self.ports.get("alertmanager"))
         with open(os.path.join(self.dir, "alertmanager.yml"), "w") as f:
@@ -329,7 +341,7 @@ class FleetMonitoring:
 
         prom_port = free_port(self.ports.get("prometheus"))
         with open(os.path.join(self.dir, "prometheus.yml"), "w") as f:
-            f.write(self.prometheus_config(rules_copy, am_port))
+            f.write(self.prometheus_config(rules_copies, am_port))
         self._spawn("prometheus", [
             prom_bin, "--config.file", os.path.join(self.dir, "prometheus.yml"),
             "--storage.tsdb.path", os.path.join(self.dir, "tsdb"),
@@ -341,7 +353,7 @@ class FleetMonitoring:
             _wait(f"{name} /-/ready", lambda u=url, n=name: self._ready(n, u), timeout=30)
         groups = self.rule_groups()
         if not groups:
-            raise MonitoringError(f"Prometheus loaded no rule group from {rules_copy}:\n"
+            raise MonitoringError(f"Prometheus loaded no rule group from {rules_copies}:\n"
                                   + self.log("prometheus")[-2000:])
         return self
 
@@ -400,7 +412,7 @@ class FleetMonitoring:
             "        send_resolved: true",
             ""])
 
-    def prometheus_config(self, rules_file, am_port):
+    def prometheus_config(self, rules_files, am_port):
         agent_targets = "\n".join(
             f"      - targets: ['{self.forwards[n].address}']\n"
             f"        labels: {{instance: {n}}}" for n in self.run.fab.hosts)
@@ -409,7 +421,8 @@ global:
   scrape_interval: {self.interval}
   scrape_timeout: {self.interval}
   evaluation_interval: {self.interval}
-rule_files: ['{rules_file}']
+  external_labels: {json.dumps(self.external_labels)}
+rule_files: {json.dumps(rules_files)}
 alerting:
   alertmanagers:
     - static_configs:
@@ -447,6 +460,11 @@ scrape_configs:
 
     def rule_groups(self):
         return http_json(self.prometheus_url + "/api/v1/rules")["data"]["groups"]
+
+    def rule_errors(self):
+        """[(rule name, last error)] of the rules whose last evaluation failed."""
+        return [(r["name"], r.get("lastError")) for g in self.rule_groups() for r in g["rules"]
+                if r.get("health") == "err"]
 
     def alert_rule_names(self):
         return sorted(r["name"] for g in self.rule_groups() for r in g["rules"]

@@ -19,7 +19,7 @@ import dashboard_queries as dq  # noqa: E402
 import monitoring  # noqa: E402
 import fwe2e  # noqa: E402
 
-RULES = os.path.join(fwe2e.SOURCE_DIR, "dashboards", "prometheus", "fabricwatch.rules.yml")
+RULES = monitoring.rule_files(fwe2e.SOURCE_DIR)
 
 
 class DurationTest(unittest.TestCase):
@@ -48,21 +48,23 @@ class DurationTest(unittest.TestCase):
         promtool = shutil.which("promtool")
         if not promtool:
             self.skipTest("promtool is not installed")
-        with open(RULES) as f:
-            text = f.read()
-        out, changes = monitoring.scale_for_durations(text, 0.1)
-        self.assertEqual(len(changes), len(re.findall(r"(?m)^\s*for:", text)),
-                         "a for: line was not rewritten")
-        for old, new in changes:
-            self.assertLessEqual(monitoring.parse_duration(new),
-                                 max(1, monitoring.parse_duration(old)))
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "rules.yml")
-            with open(path, "w") as f:
-                f.write(out)
-            cp = subprocess.run([promtool, "check", "rules", path], capture_output=True,
-                                text=True, timeout=60)
-            self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
+        self.assertIn("fabricwatch.rules.yml", [os.path.basename(p) for p in RULES])
+        for rules in RULES:
+            with open(rules) as f:
+                text = f.read()
+            out, changes = monitoring.scale_for_durations(text, 0.1)
+            self.assertEqual(len(changes), len(re.findall(r"(?m)^\s*for:", text)),
+                             f"{rules}: a for: line was not rewritten")
+            for old, new in changes:
+                self.assertLessEqual(monitoring.parse_duration(new),
+                                     max(1, monitoring.parse_duration(old)))
+            with tempfile.TemporaryDirectory() as d:
+                path = os.path.join(d, "rules.yml")
+                with open(path, "w") as f:
+                    f.write(out)
+                cp = subprocess.run([promtool, "check", "rules", path], capture_output=True,
+                                    text=True, timeout=60)
+                self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
 
 
 class ConfigTest(unittest.TestCase):
@@ -82,6 +84,39 @@ class ConfigTest(unittest.TestCase):
                 self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
         finally:
             mon.webhook.close()
+
+
+    def test_prometheus_config_passes_promtool(self):
+        """The generated prometheus.yml (rules, external labels, one job per daemon) is valid."""
+        promtool = shutil.which("promtool")
+        if not promtool:
+            self.skipTest("promtool is not installed")
+
+        class Fwd:
+            def __init__(self, port):
+                self.address = f"127.0.0.1:{port}"
+
+        class Run:
+            class fab:
+                hosts = {"node01": None, "node02": None}
+
+        mon = monitoring.FleetMonitoring(Run, RULES, external_labels={"a_b": "/x/y z"})
+        mon.forwards = {"aggregator": Fwd(1), "node01": Fwd(2), "node02": Fwd(3)}
+        with tempfile.TemporaryDirectory() as d:
+            copies = []
+            for rules in RULES:
+                copies.append(os.path.join(d, os.path.basename(rules)))
+                shutil.copy(rules, copies[-1])
+            path = os.path.join(d, "prometheus.yml")
+            with open(path, "w") as f:
+                f.write(mon.prometheus_config(copies, 9))
+            cp = subprocess.run([promtool, "check", "config", path], capture_output=True,
+                                text=True, timeout=60)
+            self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
+            with open(path) as f:
+                text = f.read()
+        self.assertIn("labels: {instance: node02}", text)
+        self.assertIn('external_labels: {"a_b": "/x/y z"}', text)
 
 
 class DashboardTest(unittest.TestCase):

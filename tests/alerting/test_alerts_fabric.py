@@ -39,8 +39,6 @@ RESOLVE_WITHIN_S = 90
 POLL_S = 0.25
 
 
-def rules_path():
-    return os.path.join(fwe2e.SOURCE_DIR, "dashboards", "prometheus", "fabricwatch.rules.yml")
 
 
 def for_scale():
@@ -95,8 +93,9 @@ class LinkAlertTest(unittest.TestCase):
 
     def test_link_down_alert_reaches_alertmanager_and_resolves(self):
         scale = for_scale()
+        rules = monitoring.rule_files(fwe2e.SOURCE_DIR)
         with fwe2e.DaemonFabric(routing="deterministic", access_rate="1gbit", **FABRIC) as run, \
-                monitoring.FleetMonitoring(run, rules_path(), for_scale=scale) as mon:
+                monitoring.FleetMonitoring(run, rules, for_scale=scale) as mon:
             t_start = time.monotonic()
             try:
                 self.scenario(run, mon, scale, t_start)
@@ -135,6 +134,8 @@ class LinkAlertTest(unittest.TestCase):
             self.assertEqual(others, [], "alerts blame other links: "
                              + "; ".join(brief(a) for a in others))
             no_data = self.dashboards_without_data(mon)
+            errors = mon.rule_errors()
+            self.assertEqual(errors, [], "rules whose evaluation fails on the real fleet")
         finally:
             t_clear = time.monotonic()
             fault.undo()
