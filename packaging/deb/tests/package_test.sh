@@ -34,6 +34,7 @@ expected_aggregator="/etc/fabricwatch/aggregator.yaml
 /usr/share/doc/fabricwatch-aggregator/changelog.gz
 /usr/share/doc/fabricwatch-aggregator/copyright
 /usr/share/lintian/overrides/fabricwatch-aggregator
+/usr/share/fabricwatch/fabricwatch-certs
 /usr/share/man/man8/fabricwatch-aggregator.8.gz"
 expected_cli="/usr/bin/fabricwatch
 /usr/share/doc/fabricwatch-cli/changelog.gz
