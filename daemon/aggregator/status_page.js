@@ -113,6 +113,8 @@
                                                           : d.toLocaleDateString() + ' ' + time;
   }
 
+  // Paths are relative to the page, so it also works behind a reverse proxy that serves the
+  // aggregator under a path prefix such as /fabricwatch/ (the prefix needs its trailing slash).
   async function getJson(path) {
     const r = await fetch(path, {cache: 'no-store', headers: {Accept: 'application/json'}});
     if (!r.ok) {
@@ -375,7 +377,7 @@
     const body = $('pairs').tBodies[0];
     const json = $('pairs-json');
     json.hidden = !node;
-    json.href = node ? '/api/v1/pairs?src=' + encodeURIComponent(node) : '';
+    json.href = node ? 'api/v1/pairs?src=' + encodeURIComponent(node) : '';
     if (!node) {
       body.replaceChildren();
       $('pairs').hidden = true;
@@ -418,11 +420,11 @@
     const started = performance.now();
     const node = selectedNode();
     const [nodes, findings, links, pairs] = await Promise.allSettled([
-      getJson('/api/v1/nodes').then(v => asArray(v, '/api/v1/nodes')),
-      getJson('/api/v1/findings?active=true').then(v => asArray(v, '/api/v1/findings')),
-      getJson('/api/v1/links').then(v => asArray(v, '/api/v1/links')),
-      node ? getJson('/api/v1/pairs?src=' + encodeURIComponent(node))
-                 .then(v => asArray(v, '/api/v1/pairs'))
+      getJson('api/v1/nodes').then(v => asArray(v, 'api/v1/nodes')),
+      getJson('api/v1/findings?active=true').then(v => asArray(v, 'api/v1/findings')),
+      getJson('api/v1/links').then(v => asArray(v, 'api/v1/links')),
+      node ? getJson('api/v1/pairs?src=' + encodeURIComponent(node))
+                 .then(v => asArray(v, 'api/v1/pairs'))
            : Promise.resolve([]),
     ]);
     if (gen !== generation) return;  // a newer refresh (e.g. another node chosen) owns the page

@@ -70,8 +70,8 @@ TEST_F(StatusPageServer, ServesEveryAssetWithTheCspAndItsType) {
 
 TEST_F(StatusPageServer, PageLoadsItsScriptAndStyleFromTheAggregatorOnly) {
   const std::string html = RawGet(server_->port(), "/").body;
-  EXPECT_NE(html.find("<script src=\"/static/status.js\" defer></script>"), std::string::npos);
-  EXPECT_NE(html.find("<link rel=\"stylesheet\" href=\"/static/status.css\">"), std::string::npos);
+  EXPECT_NE(html.find("<script src=\"static/status.js\" defer></script>"), std::string::npos);
+  EXPECT_NE(html.find("<link rel=\"stylesheet\" href=\"static/status.css\">"), std::string::npos);
   EXPECT_NE(html.find("aggregator 1.2.3&lt;b&gt;"), std::string::npos);
   EXPECT_EQ(html.find("{{VERSION}}"), std::string::npos);
   EXPECT_EQ(html.find("1.2.3<b>"), std::string::npos);

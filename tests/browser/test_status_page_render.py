@@ -189,7 +189,7 @@ def main():
     # The failing endpoint: named in the banner, counted in the marker.
     error = tree.find(id="error")
     check("hidden" not in error.attrs and
-          f"/api/v1/pairs?src={BROKEN_NODE} answered HTTP 500: boom" in error.text(),
+          f"api/v1/pairs?src={BROKEN_NODE} answered HTTP 500: boom" in error.text(),
           f"error banner {error.attrs} {error.text()!r}")
     check(root.attrs.get("data-fw-errors") == "1", f"data-fw-errors {root.attrs}")
     print(f"PASS: compact {LEAVES}x{SPINES} matrix, {len(node_rows)} of {NODES} nodes, banner "

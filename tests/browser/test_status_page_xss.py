@@ -11,19 +11,24 @@ asserts on the DOM after the page's scripts ran:
     findings' locations; the DOM holds no element the names spell (no second <script>, no <img>);
   - document.title is unchanged (an injected handler would have set it);
   - without a fabric map the matrix shows a note instead;
-  - the responses carry the Content-Security-Policy.
+  - the responses carry the Content-Security-Policy;
+  - behind a reverse proxy that serves the aggregator under /fabricwatch/, the page still loads
+    its script and the API (every path it uses is relative).
 A screenshot is saved as FW_ARTIFACT_DIR/status_page_xss.png.
 
 Usage: test_status_page_xss.py AGGREGATOR_BIN AGENT_BIN TESTDATA_DIR (exits 77 without chromium)
 """
 
+import http.server
 import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -108,6 +113,44 @@ class Daemons:
         return json.loads(get(self.base + path)[2])
 
 
+class PrefixProxy:
+    """A reverse proxy on loopback that serves `base` under PREFIX, as an ingress might."""
+
+    PREFIX = "/fabricwatch/"
+
+    def __init__(self, base):
+        prefix = self.PREFIX
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                if not self.path.startswith(prefix):
+                    self.send_error(404)
+                    return
+                try:
+                    status, headers, body = get(base + "/" + self.path[len(prefix):])
+                except urllib.error.HTTPError as e:
+                    status, headers, body = e.code, dict(e.headers), e.read().decode()
+                data = body.encode()
+                self.send_response(status)
+                for k in ("Content-Type", "Content-Security-Policy"):
+                    if k in headers:
+                        self.send_header(k, headers[k])
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}{prefix}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def check(cond, msg):
     if not cond:
         raise AssertionError(msg)
@@ -161,7 +204,7 @@ def main():
               "the <img> name is not escaped text in the serialized DOM")
         # Nothing the names spell became an element.
         scripts = tree.find_all("script")
-        check([s.attrs.get("src") for s in scripts] == ["/static/status.js"],
+        check([s.attrs.get("src") for s in scripts] == ["static/status.js"],
               f"script elements in the DOM: {scripts}")
         check(tree.find_all("img") == [], f"img elements in the DOM: {tree.find_all('img')}")
         check(all(not k.startswith("on") for e in tree.iter() for k in e.attrs),
@@ -174,7 +217,7 @@ def main():
         check(any(o.text() == SCRIPT_NAME and o.attrs.get("value") == SCRIPT_NAME
                   for o in chosen), f"drill-down options {[o.attrs for o in chosen]}")
         link = tree.find(id="pairs-json")
-        check(urllib.parse.unquote(link.attrs.get("href", "")) == "/api/v1/pairs?src=" + SCRIPT_NAME
+        check(urllib.parse.unquote(link.attrs.get("href", "")) == "api/v1/pairs?src=" + SCRIPT_NAME
               and "hidden" not in link.attrs,
               f"drill-down JSON link {link.attrs}")
         rows, _ = browser.table_rows(tree.find(id="pairs"))
@@ -188,6 +231,20 @@ def main():
         note = tree.find(id="matrix-note")
         check(note is not None and "hidden" not in note.attrs and
               "No fabric map" in note.text(), "no 'No fabric map' note under the matrix")
+
+        # Behind a reverse proxy that adds a path prefix, the page still finds its assets and API.
+        proxy = PrefixProxy(d.base)
+        try:
+            proxied = browser.parse(browser.dump_dom(proxy.url))
+        finally:
+            proxy.close()
+        proot = proxied.find("html")
+        proxied_names = sorted(c.text() for c in proxied.find(id="nodes").find_all("td",
+                                                                                 class_="name"))
+        check(int(proot.attrs.get("data-fw-refreshes", "0")) >= 1 and
+              proot.attrs.get("data-fw-errors") == "0" and
+              proxied_names == sorted([SCRIPT_NAME, IMG_NAME]),
+              f"under {PrefixProxy.PREFIX}: markers {proot.attrs}, names {proxied_names}")
 
         shot = browser.screenshot(url, os.path.join(artifacts, "status_page_xss.png"))
         print(f"PASS: both markup node names render as text, title {title!r}, "
