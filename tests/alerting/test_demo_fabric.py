@@ -3,7 +3,8 @@
 
 The demo (with FW_DEMO_SKIP_BUILD=1 and --fault-after 20) must print the status page URL, inject
 the fault, show the link_down finding on the link and the CLI row for it, and, when Prometheus and
-Alertmanager are installed, the Alertmanager notification for the link. SIGUSR1 must clear the
+Alertmanager are installed, the Alertmanager notification for the link with a runbook path that
+exists. SIGUSR1 must clear the
 fault; SIGINT must stop it with exit 0, leaving no namespace of its prefix and no process it
 started. Needs root (exit 77 without it). Run: FW_BUILD_DIR=$PWD/build python3 <this file> -v
 """
@@ -64,6 +65,8 @@ class DemoOutput:
 
 
 class DemoTest(unittest.TestCase):
+    SHOWN = r"FAULT|finding|notification|runbook|CLEARED|stopp"
+
     def test_fabric_demo_shows_the_fault_and_cleans_up(self):
         env = dict(os.environ, FW_DEMO_SKIP_BUILD="1",
                    FW_BUILD_DIR=os.path.dirname(os.path.dirname(os.path.dirname(
@@ -91,6 +94,8 @@ class DemoTest(unittest.TestCase):
             if with_alerts:
                 # The real for: 30s of FabricLinkDown, scrape and evaluation every 5 s.
                 out.wait(rf"Alertmanager notification: \S+ FIRING .*link={LINK}", 75)
+                runbook = out.wait(r"^\s+runbook: (\S+)", 5).group(1)
+                self.assertTrue(os.path.isfile(runbook), f"the runbook {runbook} does not exist")
             proc.send_signal(signal.SIGUSR1)
             out.wait(rf"fault CLEARED: link {LINK} down", 10)
             proc.send_signal(signal.SIGINT)
@@ -106,7 +111,7 @@ class DemoTest(unittest.TestCase):
                     netns.cleanup_prefix(prefix)
                 self.assertEqual(left, [], "the demo left namespaces behind")
         print("\n  " + "\n  ".join(ln for ln in out.text().splitlines()
-                                   if re.search(r"FAULT|finding|notification|CLEARED|stopp", ln)),
+                                   if re.search(self.SHOWN, ln)),
               file=sys.stderr)
 
     def check_status_page(self, url):
