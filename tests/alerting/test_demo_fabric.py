@@ -2,11 +2,11 @@
 """Issue 17 part 6: `scripts/demo --fabric`, run the way a user runs it and stopped with Ctrl-C.
 
 The demo (with FW_DEMO_SKIP_BUILD=1 and --fault-after 20) must print the status page URL, inject
-the fault, show the link_down finding on the link and the CLI row for it, and, when Prometheus and
-Alertmanager are installed, the Alertmanager notification for the link with a runbook path that
-exists. SIGUSR1 must clear the
-fault; SIGINT must stop it with exit 0, leaving no namespace of its prefix and no process it
-started. Needs root (exit 77 without it). Run: FW_BUILD_DIR=$PWD/build python3 <this file> -v
+the fault, show the link_down finding on the link, the CLI row for it and (headless Chromium) the
+status page with it, and, when Prometheus and Alertmanager are installed, the Alertmanager
+notification for the link with a runbook path that exists. SIGUSR1 must clear the fault; SIGINT
+must stop it with exit 0, leaving no namespace of its prefix and no process it started. Needs root
+(exit 77 without it). Run: FW_BUILD_DIR=$PWD/build python3 <this file> -v
 """
 
 import os
