@@ -202,8 +202,8 @@ the aggregator with the fabric map {os.path.join(run.fab.log_dir, 'fabric-map.ya
 
     def run(self):
         a = self.args
-        self.cli = os.path.join(os.environ.get("FW_BUILD_DIR", "build"), "daemon", "cli",
-                                "fabricwatch")
+        self.cli = os.environ.get("FW_CLI_BIN") or os.path.join(
+            os.environ.get("FW_BUILD_DIR", "build"), "daemon", "cli", "fabricwatch")
         servers = not a.no_monitoring
         self.no_monitoring_reason = "--no-monitoring"
         if servers:
