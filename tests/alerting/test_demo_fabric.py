@@ -89,7 +89,9 @@ class DemoTest(unittest.TestCase):
                 self.assertEqual(r.status, 200)
             out.wait(rf"FAULT injected: link {LINK} down", 40)
             out.wait(rf"finding ACTIVE: link_down \(critical\) on link {LINK}", 45)
-            out.wait(rf"^\s+critical\s+link_down\s+{LINK}\s", 15)  # the CLI's row
+            out.wait(r"The CLI says:", 15)
+            # The CLI's row for the finding (any column order): indented under its command.
+            out.wait(rf"^ {{4}}(?=.*\blink_down\b)(?=.*{LINK}).*critical", 5)
             self.check_status_page(url)
             if with_alerts:
                 # The real for: 30s of FabricLinkDown, scrape and evaluation every 5 s.
