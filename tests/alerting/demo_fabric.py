@@ -145,7 +145,8 @@ class Demo:
                                   if k not in ("alertname", "severity", "job", "instance",
                                               "fabricwatch_runbook_base"))
                 notes = a.get("annotations", {})
-                say(f"[{self.clock()}] Alertmanager notification: {lab.get('alertname')} "
+                say(f"[{self.clock()}] Alertmanager notification ({payload.get('receiver')}): "
+                    f"{lab.get('alertname')} "
                     f"{a.get('status').upper()} ({lab.get('severity')}; {where}): "
                     f"{notes.get('summary', '')}"
                     + (f"\n  runbook: {notes['runbook_url']}" if notes.get("runbook_url") else ""))
@@ -168,7 +169,10 @@ the aggregator with the fabric map {os.path.join(run.fab.log_dir, 'fabric-map.ya
         if mon.prometheus_url:
             say(f"  Prometheus       {mon.prometheus_url}/alerts   (rules: "
                 f"dashboards/prometheus/fabricwatch.rules.yml, real for: durations, scrape 5 s)")
-            say(f"  Alertmanager     {mon.alertmanager_url}/#/alerts")
+            say(f"  Alertmanager     {mon.alertmanager_url}/#/alerts   (config: "
+                + (f"{os.path.relpath(self.am_example, fwe2e.SOURCE_DIR)} with its receivers "
+                   "sent to this demo, group_interval 10 s" if self.am_example else
+                   "one route to this demo") + ")")
         else:
             say(f"  (no Prometheus/Alertmanager: {self.no_monitoring_reason})")
         say(f"  logs             {run.fab.log_dir}")
@@ -212,13 +216,15 @@ the aggregator with the fabric map {os.path.join(run.fab.log_dir, 'fabric-map.ya
             except monitoring.MonitoringError as e:
                 servers, self.no_monitoring_reason = False, str(e)
         rules = monitoring.rule_files(fwe2e.SOURCE_DIR)
+        self.am_example = monitoring.example_alertmanager_config(fwe2e.SOURCE_DIR)
         # The rules' runbook_url starts with this label: a path the user can open.
         labels = {"fabricwatch_runbook_base": os.path.join(fwe2e.SOURCE_DIR, "docs", "runbooks")}
         say("building the namespace fabric and starting the fleet...")
         with fwe2e.DaemonFabric(routing="deterministic", access_rate="1gbit", **FABRIC) as run, \
                 monitoring.FleetMonitoring(run, rules, for_scale=1.0, interval="5s",
-                                           ports=PORTS, group_wait="5s", group_interval="10s",
-                                           servers=servers, external_labels=labels) as mon:
+                                           ports=PORTS, group_wait=None, group_interval="10s",
+                                           servers=servers, external_labels=labels,
+                                           alertmanager_example=self.am_example) as mon:
             self.mon = mon
             self.prefix = run.fab.prefix
             try:

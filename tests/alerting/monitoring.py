@@ -52,6 +52,26 @@ def rule_files(source_dir):
     return sorted(glob.glob(os.path.join(source_dir, "dashboards", "prometheus", "*.rules.yml")))
 
 
+def example_alertmanager_config(source_dir):
+    """dashboards/alertmanager/alertmanager.yml, the product's example, or None."""
+    path = os.path.join(source_dir, "dashboards", "alertmanager", "alertmanager.yml")
+    return path if os.path.isfile(path) else None
+
+
+def adapt_alertmanager_config(text, webhook_base, group_wait=None, group_interval=None):
+    """An Alertmanager config with every receiver URL sent to webhook_base (the URL's path kept,
+    so that notifications still say which integration they were for) and, when given, every
+    group_wait and group_interval replaced. Routes, grouping and inhibitions stay as written.
+    Returns (text, number of URLs rewritten)."""
+    base = webhook_base.rstrip("/")
+    text, urls = re.subn(r"(?m)^(\s*-?\s*url:\s*)['\"]?https?://[^/\s'\"]+(/[^\s'\"]*)?['\"]?",
+                         lambda m: f"{m.group(1)}{base}{m.group(2) or '/'}", text)
+    for key, value in (("group_wait", group_wait), ("group_interval", group_interval)):
+        if value:
+            text = re.sub(rf"(?m)^(\s*{key}:\s*)\S+", rf"\g<1>{value}", text)
+    return text, urls
+
+
 def free_port(preferred=None):
     """preferred when it can be bound on 127.0.0.1, else a free port the kernel picks."""
     for port in ([preferred] if preferred else []) + [0]:
@@ -215,7 +235,8 @@ class WebhookReceiver:
         self._thread.start()
 
     def notifications(self, status=None, **labels):
-        """[(monotonic time, alert)] of delivered alerts with these labels (and status)."""
+        """[(monotonic time, alert)] of delivered alerts with these labels (and status); each
+        alert gets the payload's "receiver" added."""
         with self._lock:
             events = list(self.events)
         out = []
@@ -224,7 +245,7 @@ class WebhookReceiver:
                 lab = a.get("labels", {})
                 if all(lab.get(k) == v for k, v in labels.items()) and \
                         (status is None or a.get("status") == status):
-                    out.append((t, a))
+                    out.append((t, dict(a, receiver=payload.get("receiver"))))
         return out
 
     def close(self):
@@ -258,14 +279,15 @@ class FleetMonitoring:
     With servers=False only the relays run (the daemons' HTTP reachable from 127.0.0.1).
 
     rules_path: the rule file(s) to load (copies are written with `for:` durations times
-    for_scale).
+    for_scale). alertmanager_example: an Alertmanager config to adapt (adapt_alertmanager_config)
+    instead of the one-route test config.
     interval: Prometheus's scrape and evaluation interval. ports: preferred local ports
     {"aggregator", "prometheus", "alertmanager"}; busy ones fall back to free ports.
     """
 
     def __init__(self, run, rules_path, for_scale=1.0, interval="1s", ports=None,
                  group_wait="1s", group_interval="1s", keep_dir=False, servers=True,
-                 external_labels=None):
+                 external_labels=None, alertmanager_example=None):
         self.run = run
         self.rules_paths = [rules_path] if isinstance(rules_path, str) else list(rules_path)
         self.for_scale = for_scale
@@ -275,6 +297,7 @@ class FleetMonitoring:
         self.keep_dir = keep_dir or bool(os.environ.get("FW_KEEP_TEMP"))
         self.servers = servers
         self.external_labels = dict(external_labels or {})
+        self.alertmanager_example = alertmanager_example
         self.prometheus_url = self.alertmanager_url = None
         self.dir = None
         self.forwards = {}
@@ -397,13 +420,23 @@ class FleetMonitoring:
     # ------------------------------------------------------------------ configuration
 
     def alertmanager_config(self):
+        """With alertmanager_example: that file, receivers sent to the webhook and the test's
+        group_wait/group_interval. Without: one route to the webhook."""
+        if self.alertmanager_example:
+            with open(self.alertmanager_example) as f:
+                text, urls = adapt_alertmanager_config(f.read(), self.webhook.url,
+                                                       self.group_wait, self.group_interval)
+            if not urls:
+                raise MonitoringError(f"{self.alertmanager_example} has no receiver URL to "
+                                      "send to the test's webhook")
+            return text
         return "\n".join([
             "# Test configuration: short waits so that delivery time is mostly Prometheus's.",
             "route:",
             "  receiver: webhook",
             "  group_by: [alertname, link]",
-            f"  group_wait: {self.group_wait}",
-            f"  group_interval: {self.group_interval}",
+            f"  group_wait: {self.group_wait or '10s'}",
+            f"  group_interval: {self.group_interval or '10s'}",
             "  repeat_interval: 1h",
             "receivers:",
             "  - name: webhook",

@@ -119,6 +119,40 @@ class ConfigTest(unittest.TestCase):
         self.assertIn('external_labels: {"a_b": "/x/y z"}', text)
 
 
+    def test_example_alertmanager_config_adapted_passes_amtool(self):
+        amtool = shutil.which("amtool")
+        example = monitoring.example_alertmanager_config(fwe2e.SOURCE_DIR)
+        if not amtool or not example:
+            self.skipTest("amtool or dashboards/alertmanager/alertmanager.yml is missing")
+        with open(example) as f:
+            original = f.read()
+        text, urls = monitoring.adapt_alertmanager_config(original, "http://127.0.0.1:7/",
+                                                          "1s", "2s")
+        self.assertGreater(urls, 0)
+        self.assertNotIn(":9095/", text)
+        self.assertRegex(text, r"url: http://127\.0\.0\.1:7/\S")  # the path is kept
+        self.assertNotRegex(text, r"group_wait: (?!1s)")
+        self.assertNotRegex(text, r"group_interval: (?!2s)")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "am.yml")
+            with open(path, "w") as f:
+                f.write(text)
+            cp = subprocess.run([amtool, "check-config", path], capture_output=True, text=True,
+                                timeout=60)
+            self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
+
+    def test_adapt_keeps_everything_else(self):
+        text = ("route:\n  receiver: a\n  group_wait: 30s\n  routes:\n    - receiver: b\n"
+                "      group_wait: 2m\nreceivers:\n  - name: a\n    webhook_configs:\n"
+                "      - url: 'https://pager.example.com:443/hook?x=1'  # note\n")
+        out, urls = monitoring.adapt_alertmanager_config(text, "http://127.0.0.1:9/", "1s")
+        self.assertEqual(urls, 1)
+        self.assertIn("      - url: http://127.0.0.1:9/hook?x=1  # note\n", out)
+        self.assertIn("  group_wait: 1s\n", out)
+        self.assertIn("      group_wait: 1s\n", out)
+        self.assertIn("    - receiver: b\n", out)
+
+
 class DashboardTest(unittest.TestCase):
     def test_substitute(self):
         values = {"node": "node01", "link": "leaf1~spine1"}

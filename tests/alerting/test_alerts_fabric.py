@@ -11,7 +11,8 @@ dashboards/prometheus/fabricwatch.rules.yml read at run time.
 For speed, the copy of the rules Prometheus loads has every `for:` multiplied by
 FW_ALERTING_FOR_SCALE (default 0.1: `for: 30s` becomes 3 s; 1 keeps the real durations), and
 Prometheus scrapes and evaluates every 1 s. Alert names, expressions and labels are the real ones.
-Alertmanager groups with group_wait/group_interval 1 s and delivers to a webhook on 127.0.0.1.
+Alertmanager runs dashboards/alertmanager/alertmanager.yml (routes, grouping, inhibitions as
+written) with its receivers sent to a webhook on 127.0.0.1 and group_wait/group_interval 1 s.
 
 The test takes the link down, waits for an Alertmanager alert labelled link=leaf1~spine1
 (/api/v2/alerts), queries every dashboard expression, brings the link up and waits for the alert
@@ -37,6 +38,9 @@ BASELINE_S = 40  # as test_findings' LinkDownTest: loss needs no RTT baseline
 ALERT_WITHIN_S = 60  # finding (issue 5: 30 s) + scaled for: + evaluation + delivery
 RESOLVE_WITHIN_S = 90
 POLL_S = 0.25
+# The product's example Alertmanager config (routes, grouping, inhibitions), its receivers sent to
+# the test's webhook and its group_wait/group_interval cut to 1 s; a one-route config without it.
+AM_EXAMPLE = monitoring.example_alertmanager_config(fwe2e.SOURCE_DIR)
 
 
 
@@ -94,8 +98,11 @@ class LinkAlertTest(unittest.TestCase):
     def test_link_down_alert_reaches_alertmanager_and_resolves(self):
         scale = for_scale()
         rules = monitoring.rule_files(fwe2e.SOURCE_DIR)
+        print(f"\n  Alertmanager config: {AM_EXAMPLE or 'one route to the webhook'}",
+              file=sys.stderr)
         with fwe2e.DaemonFabric(routing="deterministic", access_rate="1gbit", **FABRIC) as run, \
-                monitoring.FleetMonitoring(run, rules, for_scale=scale) as mon:
+                monitoring.FleetMonitoring(run, rules, for_scale=scale,
+                                           alertmanager_example=AM_EXAMPLE) as mon:
             t_start = time.monotonic()
             try:
                 self.scenario(run, mon, scale, t_start)
@@ -172,7 +179,10 @@ class LinkAlertTest(unittest.TestCase):
 
         alert = wait_for(f"an Alertmanager alert with link={LINK}", step,
                          timeout=ALERT_WITHIN_S, interval=POLL_S)
-        print(f"  alert {brief(alert)}: {tl.line()}", file=sys.stderr)
+        receivers = sorted({a["receiver"] for _, a in
+                            mon.webhook.notifications("firing", link=LINK)})
+        print(f"  alert {brief(alert)}: {tl.line()}; notified receiver(s) {receivers}",
+              file=sys.stderr)
         return alert
 
     def wait_resolved(self, run, mon, tr):

@@ -95,7 +95,7 @@ class DemoTest(unittest.TestCase):
             self.check_status_page(url)
             if with_alerts:
                 # The real for: 30s of FabricLinkDown, scrape and evaluation every 5 s.
-                out.wait(rf"Alertmanager notification: \S+ FIRING .*link={LINK}", 75)
+                out.wait(rf"Alertmanager notification \(\S+\): \S+ FIRING .*link={LINK}", 75)
                 runbook = out.wait(r"^\s+runbook: (\S+)", 5).group(1)
                 self.assertTrue(os.path.isfile(runbook), f"the runbook {runbook} does not exist")
             proc.send_signal(signal.SIGUSR1)
