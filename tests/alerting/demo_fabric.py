@@ -167,8 +167,9 @@ the aggregator with the fabric map {os.path.join(run.fab.log_dir, 'fabric-map.ya
   CLI              {self.cli} --api {agg} findings   (also links, status, nodes)
   agent metrics    {agents}  (/metrics)""")
         if mon.prometheus_url:
-            say(f"  Prometheus       {mon.prometheus_url}/alerts   (rules: "
-                f"dashboards/prometheus/fabricwatch.rules.yml, real for: durations, scrape 5 s)")
+            rules = ", ".join(os.path.basename(p) for p in mon.rules_paths)
+            say(f"  Prometheus       {mon.prometheus_url}/alerts   (rules: dashboards/prometheus/"
+                f"{rules}, real for: durations, scrape 5 s)")
             say(f"  Alertmanager     {mon.alertmanager_url}/#/alerts   (config: "
                 + (f"{os.path.relpath(self.am_example, fwe2e.SOURCE_DIR)} with its receivers "
                    "sent to this demo, group_interval 10 s" if self.am_example else
@@ -189,8 +190,11 @@ the aggregator with the fabric map {os.path.join(run.fab.log_dir, 'fabric-map.ya
                 self.inject(run)
             if interactive:
                 ready, _, _ = select.select([sys.stdin], [], [], 1.0)
-                if ready and sys.stdin.readline() is not None:
-                    self.toggle.set()
+                if ready:
+                    if sys.stdin.readline():
+                        self.toggle.set()
+                    else:
+                        interactive = False  # end of input (Ctrl-D): SIGUSR1 still toggles
             else:
                 self.toggle.wait(1.0)
             if self.toggle.is_set():

@@ -154,7 +154,7 @@ class PortForward:
             except OSError:
                 return
             with self._lock:
-                full = len(self._conns) >= self.max_conns
+                full = len(self._conns) // 2 >= self.max_conns  # two sockets per connection
             if full:
                 client.close()
                 continue
