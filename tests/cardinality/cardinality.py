@@ -113,6 +113,8 @@ def main():
     ap.add_argument("--scrapes", type=int, default=3)
     ap.add_argument("--golden", help="golden JSON: per-family formulas over the shape")
     ap.add_argument("--json-out")
+    ap.add_argument("--sim-arg", action="append", default=[],
+                    help="extra fw_sim argument (repeatable), e.g. --sim-arg=--time-scale=0.5")
     a = ap.parse_args()
 
     for b in (a.fw_sim, a.aggregator_bin):
@@ -160,7 +162,7 @@ def main():
         sim = subprocess.Popen([a.fw_sim, "--scenario", scenario, "--grpc",
                                 "127.0.0.1:%d" % grpc_port, "--http", "127.0.0.1:%d" % http_port,
                                 "--aggregator-pid", str(agg.pid), "--ports-per-agent",
-                                str(a.ports), "--log-level", "warn", "--work-dir", work],
+                                str(a.ports), "--log-level", "warn", "--work-dir", work] + a.sim_arg,
                                stdout=sim_log, stderr=subprocess.STDOUT)
         # Wait until every node is up, then until the scrape point.
         t_start = time.monotonic()
