@@ -4,7 +4,9 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -88,7 +90,52 @@ Status FindingsStore::Exec(const char* sql) {
 
 Status FindingsStore::Open() {
   std::lock_guard<std::mutex> lock(mu_);
+  // Checked before OpenLocked(), which would only log a schema error for a file that is not a
+  // database; quick_check also finds damaged pages in one that opens.
+  std::string corrupt;
+  struct stat sb {};
+  if (stat(path_.c_str(), &sb) == 0 &&
+      sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK) {
+    corrupt = CorruptionLocked();
+  }
+  CloseLocked();
+  if (!corrupt.empty()) {
+    const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+    quarantined_ = QuarantineFile(path_, corrupt, now_ns, {"-wal", "-shm", "-journal"});
+    if (quarantined_->to.empty()) return Fail("corrupt and cannot be moved aside: " + corrupt);
+  }
   return OpenLocked();
+}
+
+std::string FindingsStore::CorruptionLocked() {
+  Statement stmt;
+  int rc = sqlite3_prepare_v2(db_, "PRAGMA quick_check", -1, &stmt.st, nullptr);
+  std::string problems;
+  if (rc == SQLITE_OK) {
+    while ((rc = sqlite3_step(stmt.st)) == SQLITE_ROW) {
+      const std::string row = Text(stmt.st, 0);
+      if (row == "ok") continue;
+      if (!problems.empty()) problems += '\n';
+      problems += row;
+    }
+    if (rc == SQLITE_DONE) {
+      if (problems.empty()) return "";
+      // One log line: the report lists every damaged page, one per line.
+      std::replace(problems.begin(), problems.end(), '\n', ' ');
+      if (problems.size() > 200) problems = problems.substr(0, 200) + "...";
+      return "quick_check: " + problems;
+    }
+  }
+  const int primary = rc & 0xff;
+  if (primary == SQLITE_NOTADB || primary == SQLITE_CORRUPT) return sqlite3_errmsg(db_);
+  return "";
+}
+
+std::optional<QuarantinedFile> FindingsStore::quarantined() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return quarantined_;
 }
 
 Status FindingsStore::OpenLocked() {

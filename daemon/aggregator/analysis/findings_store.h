@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/state_file.h"
 #include "common/status.h"
 #include "daemon/aggregator/analysis/tracked_finding.h"
 
@@ -27,9 +29,14 @@ class FindingsStore {
   FindingsStore(const FindingsStore&) = delete;
   FindingsStore& operator=(const FindingsStore&) = delete;
 
-  // Opens (or creates) the database. On failure the store stays closed, Save() keeps failing
+  // Opens (or creates) the database. A file SQLite cannot read as a database (garbage, a wrong
+  // header, a truncated file, a failed `PRAGMA quick_check`) is moved aside with its -wal/-shm
+  // (see QuarantineFile) and a fresh database is created; quarantined() then says so. On other
+  // failures (directory unwritable, disk full) the store stays closed, Save() keeps failing
   // cheaply (and retries opening now and then), and the caller keeps its findings in memory.
   Status Open();
+  // The file moved aside by Open(), if any.
+  std::optional<QuarantinedFile> quarantined() const;
   bool is_open() const;
 
   // Inserts or updates these findings (by id) in one transaction. Thread-safe.
@@ -44,6 +51,9 @@ class FindingsStore {
 
  private:
   Status OpenLocked();
+  // "" when the open database passes `PRAGMA quick_check`; else why it is corrupt. Errors that
+  // do not mean corruption (I/O, busy) return "" too: OpenLocked() reports them.
+  std::string CorruptionLocked();        // REQUIRES: mu_ held, db_ open
   Status Fail(const std::string& what);  // REQUIRES: mu_ held
   Status Exec(const char* sql);          // REQUIRES: mu_ held
   void CloseLocked();
@@ -52,11 +62,12 @@ class FindingsStore {
   std::string path_;
   Options options_;
   mutable std::mutex mu_;
-  sqlite3* db_ = nullptr;    // GUARDED_BY(mu_)
-  uint64_t errors_ = 0;      // GUARDED_BY(mu_)
-  std::string last_error_;   // GUARDED_BY(mu_)
-  std::string last_logged_;  // GUARDED_BY(mu_)
-  uint64_t saves_ = 0;       // GUARDED_BY(mu_)
+  sqlite3* db_ = nullptr;                       // GUARDED_BY(mu_)
+  uint64_t errors_ = 0;                         // GUARDED_BY(mu_)
+  std::string last_error_;                      // GUARDED_BY(mu_)
+  std::string last_logged_;                     // GUARDED_BY(mu_)
+  uint64_t saves_ = 0;                          // GUARDED_BY(mu_)
+  std::optional<QuarantinedFile> quarantined_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace fw::analysis
