@@ -172,8 +172,9 @@ class UdpProber::Loop {
   std::atomic<uint64_t> sent_{0}, answered_{0}, lost_{0}, late_{0}, duplicate_{0}, stray_{0},
       budget_skipped_{0}, send_errors_{0}, rx_kernel_ts_{0}, tx_kernel_ts_{0}, rx_user_ts_{0},
       abandoned_{0}, plans_applied_{0}, wakeups_{0}, busy_polls_{0}, busy_poll_ns_{0},
-      busy_poll_hits_{0}, busy_poll_timeouts_{0}, busy_poll_skipped_{0};
+      busy_poll_hits_{0}, busy_poll_timeouts_{0}, busy_poll_skipped_{0}, planned_peers_{0};
   std::array<std::atomic<uint64_t>, kDropReasonCount> dropped_{};
+  std::array<std::atomic<uint64_t>, kPlanSkipCount> plan_skipped_{};
 };
 
 Status UdpProber::Loop::Open() {
@@ -261,22 +262,7 @@ StatusOr<size_t> UdpProber::Loop::SocketFor(int family, uint32_t j) {
 }
 
 Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
-  // Validate everything before touching the running plan.
-  size_t total = 0;
-  std::vector<SocketAddress> dsts;
-  for (const PeerTarget& p : plan.peers) {
-    if (p.name.empty() || p.name.size() > ProbeResult::kPeerNameMax) {
-      return Status::InvalidArgument("peer name '" + p.name + "' must be 1..63 characters");
-    }
-    if (p.flows == 0 || p.flows > kMaxFlowsPerPeer) {
-      return Status::InvalidArgument("peer " + p.name + ": flows must be 1..64");
-    }
-    StatusOr<SocketAddress> a = ParseAddress(p.address, p.port);
-    if (!a.ok()) return Status::InvalidArgument("peer " + p.name + ": " + a.status().message());
-    dsts.push_back(*a);
-    total += p.flows;
-  }
-  if (total > kMaxTotalFlows) return Status::InvalidArgument("a plan holds at most 65535 flows");
+  // Plan-wide settings first: a plan that fails here leaves the running one untouched.
   if (!(plan.rate_hz > 0 && plan.rate_hz <= kMaxRateHz)) {
     return Status::InvalidArgument("rate_hz must be in (0, 10000]");
   }
@@ -287,31 +273,67 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
     return Status::InvalidArgument("payload_bytes must be <= " + std::to_string(kMaxEchoPayload));
   }
 
+  // Then peer by peer: one the prober cannot use is skipped, the others are probed.
+  std::array<uint64_t, kPlanSkipCount> skipped{};
+  std::array<std::string, kPlanSkipCount> example;  // the first skipped peer of each cause
+  auto skip = [&](PlanSkip why, const PeerTarget& p, std::string detail) {
+    const size_t i = static_cast<size_t>(why);
+    if (skipped[i]++ == 0) example[i] = "peer '" + p.name + "' " + std::move(detail);
+  };
   std::vector<Flow> flows;
-  flows.reserve(total);
   const uint32_t generation = generation_ + 1;
   const size_t packet_len = kHeaderSize + (key_ ? kMacSize : 0) + plan.payload_bytes;
   const size_t ring = static_cast<size_t>(std::ceil(plan.rate_hz * plan.timeout_ns * 1e-9)) + 2;
-  for (size_t pi = 0; pi < plan.peers.size(); ++pi) {
-    const PeerTarget& p = plan.peers[pi];
+  size_t peers = 0;
+  std::vector<size_t> socks;
+  for (const PeerTarget& p : plan.peers) {
+    if (std::optional<PlanSkip> why = CheckPeer(p.name, p.address, p.port)) {
+      skip(*why, p, "address '" + p.address + "' port " + std::to_string(p.port));
+      continue;
+    }
+    if (p.flows == 0 || p.flows > kMaxFlowsPerPeer || flows.size() + p.flows > kMaxTotalFlows) {
+      skip(PlanSkip::kFlows, p, std::to_string(p.flows) + " flows (1..64 each, 65535 in all)");
+      continue;
+    }
+    const SocketAddress dst = *ParseAddress(p.address, p.port);
+    socks.clear();
+    Status sock_status;
+    for (uint32_t j = 0; j < p.flows && sock_status.ok(); ++j) {
+      StatusOr<size_t> sock = SocketFor(dst.family(), j);
+      if (sock.ok())
+        socks.push_back(*sock);
+      else
+        sock_status = sock.status();
+    }
+    if (!sock_status.ok()) {
+      skip(PlanSkip::kSocket, p, sock_status.message());
+      continue;
+    }
+    ++peers;
     for (uint32_t j = 0; j < p.flows; ++j) {
-      StatusOr<size_t> sock = SocketFor(dsts[pi].family(), j);
-      if (!sock.ok()) return sock.status();
       Flow f;
-      f.sock = *sock;
-      f.dst = dsts[pi];
+      f.sock = socks[j];
+      f.dst = dst;
       f.wire_id = ((generation & 0xffff) << 16) | static_cast<uint32_t>(flows.size());
       f.ring.resize(ring);
       f.tx.assign(packet_len, 0);
       f.result_template.SetPeer(p.name);
       f.result_template.transport = Transport::kUdp;
-      f.result_template.src_port = sockets_[*sock].port;
+      f.result_template.src_port = sockets_[socks[j]].port;
       f.result_template.dst_port = p.port;
       f.result_template.flow_id = j;
       f.result_template.bytes = packet_len;
       flows.push_back(std::move(f));
     }
   }
+  for (size_t i = 0; i < kPlanSkipCount; ++i) {
+    if (skipped[i] == 0) continue;
+    plan_skipped_[i].fetch_add(skipped[i], kRelaxed);
+    // One line per cause and plan, never per probe: plans change seconds apart at most.
+    SPDLOG_WARN("component=udp_prober msg=\"plan entries skipped\" reason={} count={} first={}",
+                PlanSkipName(static_cast<PlanSkip>(i)), skipped[i], LogQuote(example[i]));
+  }
+  planned_peers_.store(peers, kRelaxed);
   for (Sock& s : sockets_) {
     s.tx_msgs.assign(plan.peers.size(), mmsghdr{});
     s.tx_iov.assign(plan.peers.size(), iovec{});
@@ -736,6 +758,8 @@ UdpProberStats UdpProber::Loop::Snapshot() const {
   s.busy_poll_timeouts = busy_poll_timeouts_.load(kRelaxed);
   s.busy_poll_skipped = busy_poll_skipped_.load(kRelaxed);
   for (size_t i = 0; i < kDropReasonCount; ++i) s.dropped[i] = dropped_[i].load(kRelaxed);
+  for (size_t i = 0; i < kPlanSkipCount; ++i) s.plan_skipped[i] = plan_skipped_[i].load(kRelaxed);
+  s.planned_peers = planned_peers_.load(kRelaxed);
   return s;
 }
 

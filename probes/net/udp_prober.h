@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "probes/net/busy_poll.h"
+#include "probes/net/plan_entry.h"
 #include "probes/net/probe_packet.h"
 #include "probes/net/probe_result.h"
 #include "probes/net/token_bucket.h"
@@ -85,6 +86,9 @@ struct UdpProberStats {
   uint64_t busy_poll_timeouts = 0;  // windows that closed with probes of their slot unanswered
   uint64_t busy_poll_skipped = 0;   // slots not busy-polled because the spin credit was spent
   std::array<uint64_t, kDropReasonCount> dropped{};  // malformed replies by DropReason
+  // Plan entries skipped by SetPlan, by PlanSkip, over every plan so far.
+  std::array<uint64_t, kPlanSkipCount> plan_skipped{};
+  uint64_t planned_peers = 0;  // peers of the current plan that are being probed
 };
 
 class UdpProber {
@@ -99,8 +103,12 @@ class UdpProber {
   UdpProber(const UdpProber&) = delete;
   UdpProber& operator=(const UdpProber&) = delete;
 
-  // Validates `plan` and hands it to the prober thread, which switches over at its next wakeup
-  // (probes outstanding under the old plan are abandoned and counted). Thread-safe.
+  // Hands `plan` to the prober thread, which switches over at its next wakeup (probes outstanding
+  // under the old plan are abandoned and counted). A peer the prober cannot use (PlanSkip: name,
+  // address, port, flows, or no socket for its family) is skipped, logged once per cause and
+  // counted in Stats().plan_skipped; the other peers are probed. Fails, leaving the running plan
+  // as it was, only when the plan as a whole is invalid (rate, timeout, payload) or the prober is
+  // stopping. Thread-safe.
   Status SetPlan(UdpProbePlan plan);
   // Stops and joins the thread. Idempotent.
   void Stop();

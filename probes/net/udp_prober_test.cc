@@ -312,13 +312,10 @@ TEST(UdpProberTest, PlanCanBeReplacedAtRuntime) {
   ASSERT_TRUE(prober->SetPlan(Plan("first", responder->port(), 2, 100)).ok());
   ASSERT_GE(Collect(q, 10, 5s).size(), 10u);
 
-  UdpProbePlan bad = Plan("x", responder->port(), 1, 100);
-  bad.peers[0].address = "nowhere";
+  // A plan-wide setting that is out of range rejects the plan and keeps the running one.
+  UdpProbePlan bad = Plan("x", responder->port(), 1, 0);
   EXPECT_EQ(prober->SetPlan(bad).code(), StatusCode::kInvalidArgument);
-  bad = Plan("x", responder->port(), 0, 100);
-  EXPECT_EQ(prober->SetPlan(bad).code(), StatusCode::kInvalidArgument);
-  bad = Plan("x", responder->port(), 1, 0);
-  EXPECT_EQ(prober->SetPlan(bad).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(prober->Stats().planned_peers, 1u);
 
   UdpProbePlan second = Plan("second", responder->port(), 3, 100);
   second.peers.push_back({"third", "127.0.0.1", responder->port(), 1});
@@ -393,6 +390,51 @@ TEST(UdpProberTest, FullResultQueueDropsAndCounts) {
   ASSERT_TRUE(prober->SetPlan(Plan("p", responder->port(), 2, 100)).ok());
   EXPECT_TRUE(Eventually([&] { return q.dropped() > 0; }, 5s));
   EXPECT_EQ(q.size(), 4u);
+}
+
+// Regression (issue 12): one peer with an over-long name or a non-numeric address used to reject
+// the whole plan, so no peer of it was ever probed.
+TEST(UdpProberTest, APlanWithOneUnusableEntryProbesTheOthers) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  ResultQueue q(4096);
+  auto prober = StartProber(q);
+  ASSERT_TRUE(prober);
+  UdpProbePlan plan = Plan("good-a", responder->port(), 1, 100);
+  plan.peers.push_back({std::string(64, 'n'), "127.0.0.1", responder->port(), 1});
+  plan.peers.push_back({"good-b", "127.0.0.1", responder->port(), 2});
+  ASSERT_TRUE(prober->SetPlan(plan).ok());
+  UdpProberStats s = prober->Stats();
+  EXPECT_EQ(s.plan_skipped[static_cast<size_t>(PlanSkip::kName)], 1u);
+  EXPECT_EQ(s.planned_peers, 2u);
+
+  std::set<std::string> peers;
+  for (const ProbeResult& r : Collect(q, 30, 5s)) {
+    EXPECT_FALSE(r.lost);
+    peers.insert(std::string(r.PeerName()));
+  }
+  EXPECT_EQ(peers, (std::set<std::string>{"good-a", "good-b"}));
+
+  // Each cause is counted on its own; the good peer still runs.
+  plan = Plan("good-c", responder->port(), 1, 100);
+  plan.peers.push_back({"words", "node07.example", responder->port(), 1});
+  plan.peers.push_back({"nul", std::string("127.0.0.1\0x", 11), responder->port(), 1});
+  plan.peers.push_back({"port0", "127.0.0.1", 0, 1});
+  plan.peers.push_back({"noflow", "127.0.0.1", responder->port(), 0});
+  plan.peers.push_back({"manyflows", "127.0.0.1", responder->port(), 65});
+  plan.peers.push_back({"", "127.0.0.1", responder->port(), 1});
+  ASSERT_TRUE(prober->SetPlan(plan).ok());
+  s = prober->Stats();
+  EXPECT_EQ(s.plan_skipped[static_cast<size_t>(PlanSkip::kAddress)], 2u);
+  EXPECT_EQ(s.plan_skipped[static_cast<size_t>(PlanSkip::kPort)], 1u);
+  EXPECT_EQ(s.plan_skipped[static_cast<size_t>(PlanSkip::kFlows)], 2u);
+  EXPECT_EQ(s.plan_skipped[static_cast<size_t>(PlanSkip::kName)], 2u);
+  EXPECT_EQ(s.planned_peers, 1u);
+  std::vector<ProbeResult> drained;
+  q.PopBatch(drained, 1 << 20);
+  std::vector<ProbeResult> after = Collect(q, 10, 5s);
+  ASSERT_GE(after.size(), 10u);
+  for (const ProbeResult& r : after) EXPECT_EQ(r.PeerName(), "good-c");
 }
 
 }  // namespace
