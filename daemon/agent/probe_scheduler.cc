@@ -8,6 +8,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "common/log.h"
 #include "probes/net/bandwidth_probe.h"
 #include "probes/net/probe_packet.h"
 #include "probes/net/tcp_prober.h"
@@ -95,6 +96,20 @@ ProbeScheduler::ProbeScheduler(ProbeSchedulerOptions options, OutboundBuffer& bu
     sent_[t] = &sent.WithLabels({name});
     lost_[t] = &lost.WithLabels({name});
   }
+  auto& skipped = r.AddCounter("fabricwatch_probe_plan_entries_skipped_total",
+                               "Probe plan entries this agent could not use and skipped, by "
+                               "reason; the rest of the plan applied.",
+                               {"reason"});
+  for (size_t i = 0; i < net::kPlanSkipCount; ++i) {
+    plan_skipped_[i] =
+        &skipped.WithLabels({std::string(net::PlanSkipName(static_cast<net::PlanSkip>(i)))});
+  }
+  auto& trimmed =
+      r.AddCounter("fabricwatch_probe_plan_trimmed_total",
+                   "Probe plans trimmed to this agent's local ceilings, by limit.", {"limit"});
+  for (size_t i = 0; i < kPlanTrimCount; ++i) {
+    plan_trimmed_[i] = &trimmed.WithLabels({std::string(PlanTrimName(static_cast<PlanTrim>(i)))});
+  }
   r.AddBeforeRender([this] { RefreshStats(); });
 }
 
@@ -137,65 +152,102 @@ void ProbeScheduler::Stop() {
 }
 
 void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
+  std::lock_guard apply(apply_mu_);
+  {
+    std::lock_guard lock(mu_);
+    if (plan.version() != 0 && plan.version() <= plan_version_) return;
+  }
+  const GuardedPlan g = GuardPlan(plan, options_.ceilings);
+  ReportGuard(plan.version(), g);
+
   net::UdpProbePlan udp;
   std::vector<SlowTarget> slow;
-  double rate = 0;
   std::mt19937_64 rng(plan.version());
-  int64_t now = clock_.MonotonicNanos();
-  double bw_interval = plan.bandwidth_interval_s() > 0 ? plan.bandwidth_interval_s() : 300;
-  for (const v1::PlannedPeer& p : plan.peers()) {
-    if (p.address().empty() || p.port() == 0 || p.port() > 65535 || p.node().empty()) continue;
-    if (p.transport() == v1::TRANSPORT_UDP || p.transport() == v1::TRANSPORT_UNSPECIFIED) {
+  const int64_t now = clock_.MonotonicNanos();
+  for (const v1::PlannedPeer* p : g.peers) {
+    if (p->transport() == v1::TRANSPORT_UDP || p->transport() == v1::TRANSPORT_UNSPECIFIED) {
       net::PeerTarget t;
-      t.name = p.node();
-      t.address = p.address();
-      t.port = static_cast<uint16_t>(p.port());
-      t.flows = std::max(1, p.src_ports_size());
+      t.name = p->node();
+      t.address = p->address();
+      t.port = static_cast<uint16_t>(p->port());
+      t.flows = static_cast<uint32_t>(std::max(1, p->src_ports_size()));
       udp.peers.push_back(std::move(t));
-      rate = std::max(rate, p.rate_pps());
     }
     SlowTarget s;
-    s.node = p.node();
-    s.address = p.address();
-    s.port = static_cast<uint16_t>(p.port());
-    s.bandwidth = p.bandwidth() && options_.bandwidth_probes;
+    s.node = p->node();
+    s.address = p->address();
+    s.port = static_cast<uint16_t>(p->port());
+    s.bandwidth = p->bandwidth() && options_.bandwidth_probes;
     // Spread connect probes and bursts over their periods so a plan change causes no storm.
     std::uniform_real_distribution<double> jitter(0, 1);
     s.next_connect_ns =
         now + static_cast<int64_t>(jitter(rng) * options_.tcp_connect_interval_s * 1e9);
-    s.next_bandwidth_ns = now + static_cast<int64_t>((0.1 + jitter(rng)) * bw_interval * 1e9);
+    s.next_bandwidth_ns =
+        now + static_cast<int64_t>((0.1 + jitter(rng)) * g.bandwidth_interval_s * 1e9);
     slow.push_back(std::move(s));
   }
-  udp.rate_hz = rate > 0 ? rate : 1.0;
+  udp.rate_hz = g.udp_rate_hz;
+  const size_t peers = udp.peers.size();
+  Status st = udp_ ? udp_->SetPlan(std::move(udp)) : Status::FailedPrecondition("not started");
+  if (!st.ok()) {
+    spdlog::warn("msg=\"probe plan rejected\" version={} error={}", plan.version(),
+                 LogQuote(st.message()));
+    return;
+  }
   uint64_t bandwidth_bytes = 0;
   {
     std::lock_guard lock(mu_);
-    if (plan.version() != 0 && plan.version() <= plan_version_) return;
     plan_version_ = plan.version();
     slow_targets_ = std::move(slow);
     if (plan.bandwidth_bytes() > 0) bandwidth_bytes_ = plan.bandwidth_bytes();
-    bandwidth_interval_s_ = bw_interval;
+    bandwidth_interval_s_ = g.bandwidth_interval_s;
     bandwidth_bytes = bandwidth_bytes_;
   }
-  if (plan.has_budget() && plan.budget().packets_per_s() > 0 && plan.budget().bytes_per_s() > 0) {
+  if (g.budget_pps > 0 && g.budget_bytes_per_s > 0) {
     // The byte bucket must hold a whole bandwidth burst, or bursts could never be admitted;
     // 10% headroom so that latency probes drawn meanwhile do not block it.
-    const double burst_s = std::max(
-        1.0, 1.1 * net::BandwidthBurstBytes(bandwidth_bytes) / plan.budget().bytes_per_s());
-    budget_->Reconfigure(plan.budget().packets_per_s(), plan.budget().bytes_per_s(), burst_s);
-  }
-  size_t peers = udp.peers.size();
-  Status st = udp_ ? udp_->SetPlan(std::move(udp)) : Status::FailedPrecondition("not started");
-  if (!st.ok()) {
-    spdlog::warn("msg=\"probe plan rejected\" version={} error=\"{}\"", plan.version(),
-                 st.message());
-    return;
+    const double burst_s =
+        std::max(1.0, 1.1 * net::BandwidthBurstBytes(bandwidth_bytes) / g.budget_bytes_per_s);
+    budget_->Reconfigure(g.budget_pps, g.budget_bytes_per_s, burst_s);
   }
   plans_.Inc();
-  planned_peers_.Set(static_cast<double>(peers));
-  spdlog::info("msg=\"probe plan applied\" version={} peers={} rate_hz={}", plan.version(), peers,
-               rate);
+  planned_peers_.Set(static_cast<double>(g.peers.size()));
+  spdlog::info("msg=\"probe plan applied\" version={} peers={} udp_peers={} rate_hz={}",
+               plan.version(), g.peers.size(), peers, g.udp_rate_hz);
   cv_.notify_all();
+}
+
+void ProbeScheduler::ReportGuard(uint64_t version, const GuardedPlan& g) {
+  // A cause seen again within this window is counted but not logged: an aggregator that keeps
+  // sending the same bad entry must not flood the journal.
+  constexpr int64_t kLogEveryNs = 60'000'000'000;
+  const int64_t now = clock_.MonotonicNanos();
+  auto due = [&](int64_t& last) {
+    if (last != 0 && now - last < kLogEveryNs) return false;
+    last = now;
+    return true;
+  };
+  for (size_t i = 0; i < net::kPlanSkipCount; ++i) {
+    if (g.skipped[i] == 0) continue;
+    plan_skipped_[i]->Inc(g.skipped[i]);
+    if (due(skip_logged_ns_[i])) {
+      spdlog::warn(
+          "msg=\"probe plan entries skipped; the rest of the plan applies\" version={} reason={} "
+          "count={} first={}",
+          version, net::PlanSkipName(static_cast<net::PlanSkip>(i)), g.skipped[i],
+          LogQuote(g.example[i]));
+    }
+  }
+  bool logged = false;
+  for (size_t i = 0; i < kPlanTrimCount; ++i) {
+    if (!g.trimmed[i]) continue;
+    plan_trimmed_[i]->Inc();
+    if (due(trim_logged_ns_[i]) && !logged) {
+      logged = true;  // one line names every ceiling this plan met
+      spdlog::warn("msg=\"probe plan trimmed to the local ceilings\" version={} trimmed={}",
+                   version, LogQuote(g.trim_detail));
+    }
+  }
 }
 
 void ProbeScheduler::Publish(const net::ProbeResult& r) {
@@ -323,6 +375,9 @@ void ProbeScheduler::SlowLoop() {
 void ProbeScheduler::RefreshStats() {
   if (udp_) {
     net::UdpProberStats s = udp_->Stats();
+    // GuardPlan checks everything else the prober would skip; only the socket cause is its own.
+    constexpr size_t kSocket = static_cast<size_t>(net::PlanSkip::kSocket);
+    plan_skipped_[kSocket]->Set(static_cast<double>(s.plan_skipped[kSocket]));
     for (size_t i = 1; i < net::kDropReasonCount; ++i) {
       if (s.dropped[i] == 0) continue;
       malformed_replies_

@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "daemon/agent/outbound_buffer.h"
+#include "daemon/agent/plan_guard.h"
 #include "exporter/registry.h"
 #include "fabricwatch.pb.h"
 #include "probes/net/echo_responder.h"
@@ -30,11 +31,11 @@ namespace fw::agent {
 
 struct ProbeSchedulerOptions {
   std::string listen_address = "0.0.0.0";  // the responder's bind address
-  int port = 9753;                          // UDP and TCP echo port
-  std::optional<std::string> key;           // shared probe key (HMAC); none: open
-  double batch_interval_s = 1.0;            // a ProbeBatch at least this often...
-  size_t max_batch_results = 4096;          // ... or sooner when this many results wait
-  double tcp_connect_interval_s = 10.0;     // one connect probe per peer this often
+  int port = 9753;                         // UDP and TCP echo port
+  std::optional<std::string> key;          // shared probe key (HMAC); none: open
+  double batch_interval_s = 1.0;           // a ProbeBatch at least this often...
+  size_t max_batch_results = 4096;         // ... or sooner when this many results wait
+  double tcp_connect_interval_s = 10.0;    // one connect probe per peer this often
   size_t result_queue_capacity = 65536;
   bool bandwidth_probes = true;
   // Flow j of every peer uses source port base + j (0: the kernel picks ephemeral ports). A fixed
@@ -43,6 +44,9 @@ struct ProbeSchedulerOptions {
   // The UDP prober's busy-poll window after each send slot (net::BusyPollOptions); 0: sleep at
   // once, so that the reported round trip is measured like sockperf's (docs/probes.md).
   int64_t busy_poll_ns = 0;
+  // What any plan may ask of this node (--plan-max-targets, --plan-max-pps,
+  // --plan-max-bytes-per-s); a plan past them is trimmed and counted (plan_guard.h).
+  PlanCeilings ceilings;
 };
 
 class ProbeScheduler {
@@ -56,7 +60,11 @@ class ProbeScheduler {
   // Starts the responder (fails if the port is taken) and the prober threads.
   Status Start();
   void Stop();
-  // Switches every prober to this plan; an older or equal plan version is ignored.
+  // Switches every prober to this plan; an older or equal plan version is ignored. Entries that
+  // cannot be probed are skipped and the plan is held to the ceilings (GuardPlan); the rest
+  // applies and its version is recorded. A plan the UDP prober refuses as a whole (it cannot,
+  // after GuardPlan, unless stopping) keeps the running plan and leaves the version unrecorded,
+  // so the same version sent again is tried again. Calls are serialized.
   void ApplyPlan(const fabricwatch::v1::ProbePlan& plan);
   uint16_t responder_port() const { return responder_ ? responder_->port() : 0; }
 
@@ -72,6 +80,8 @@ class ProbeScheduler {
   void SlowLoop();
   void Publish(const net::ProbeResult& r);
   void RefreshStats();
+  // Counts what GuardPlan left out or trimmed, and logs each cause at most once a minute.
+  void ReportGuard(uint64_t version, const GuardedPlan& g);
 
   ProbeSchedulerOptions options_;
   OutboundBuffer& buffer_;
@@ -82,6 +92,9 @@ class ProbeScheduler {
   std::unique_ptr<net::EchoResponder> responder_;
   std::unique_ptr<net::UdpProber> udp_;
 
+  std::mutex apply_mu_;  // held through ApplyPlan: version check, probers, version record
+  std::array<int64_t, net::kPlanSkipCount> skip_logged_ns_{};  // GUARDED_BY(apply_mu_)
+  std::array<int64_t, kPlanTrimCount> trim_logged_ns_{};       // GUARDED_BY(apply_mu_)
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;                 // GUARDED_BY(mu_)
@@ -101,6 +114,8 @@ class ProbeScheduler {
   metrics::Counter& probe_errors_;
   metrics::Counter& plans_;
   metrics::Gauge& planned_peers_;
+  std::array<metrics::Counter*, net::kPlanSkipCount> plan_skipped_{};
+  std::array<metrics::Counter*, kPlanTrimCount> plan_trimmed_{};
   metrics::Family<metrics::Counter>& malformed_replies_;
   metrics::Family<metrics::Counter>& responder_dropped_;
   metrics::Counter& responder_requests_;

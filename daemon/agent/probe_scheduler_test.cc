@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <regex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -62,6 +63,104 @@ TEST(ProbeScheduler, DefaultBudgetAdmitsBandwidthBursts) {
   EXPECT_GE(sent, 2) << text;
   EXPECT_EQ(MetricValue(text, "fabricwatch_probe_budget_rejected_total"), 0) << text;
   EXPECT_GT(MetricValue(text, "fabricwatch_probe_goodput_bps"), 0) << text;
+}
+
+// The peer names of the UDP results batched so far.
+std::set<std::string> UdpPeersProbed(OutboundBuffer& buffer) {
+  std::set<std::string> peers;
+  for (const v1::ProbeBatch& b : buffer.TakeUnsent(1 << 20)) {
+    const v1::ProbeColumns& c = b.columns();
+    std::vector<std::string> names;
+    size_t at = 0;
+    for (uint32_t len : c.name_lengths()) {
+      names.push_back(c.names().substr(at, len));
+      at += len;
+    }
+    for (int i = 0; i < c.peer_size(); ++i) {
+      if (c.transport(i) == v1::TRANSPORT_UDP && !c.lost(i)) peers.insert(names.at(c.peer(i)));
+    }
+  }
+  return peers;
+}
+
+ProbeSchedulerOptions LoopbackOptions() {
+  ProbeSchedulerOptions o;
+  o.listen_address = "127.0.0.1";
+  o.port = 0;
+  o.tcp_connect_interval_s = 3600;
+  o.bandwidth_probes = false;
+  o.batch_interval_s = 0.1;
+  return o;
+}
+
+void AddUdpPeer(v1::ProbePlan& plan, std::string node, std::string address, uint32_t port) {
+  v1::PlannedPeer* p = plan.add_peers();
+  p->set_node(std::move(node));
+  p->set_address(std::move(address));
+  p->set_port(port);
+  p->set_transport(v1::TRANSPORT_UDP);
+  p->add_src_ports(0);
+  p->set_rate_pps(20);
+}
+
+// Issue 12: a peer's plan with one over-long name was rejected whole by the UDP prober after its
+// version had been recorded, so nothing of it was ever probed, and it was never retried.
+TEST(ProbeScheduler, APlanWithOneUnusableEntryProbesTheOthers) {
+  OutboundBuffer buffer(1000, 64 << 20);
+  metrics::Registry registry;
+  ProbeScheduler scheduler(
+      LoopbackOptions(), buffer, [] {}, registry);
+  ASSERT_TRUE(scheduler.Start().ok());
+  v1::ProbePlan plan;
+  plan.set_version(7);
+  AddUdpPeer(plan, "good-a", "127.0.0.1", scheduler.responder_port());
+  AddUdpPeer(plan, std::string(64, 'n'), "127.0.0.1", scheduler.responder_port());
+  AddUdpPeer(plan, "good-b", "127.0.0.1", scheduler.responder_port());
+  scheduler.ApplyPlan(plan);
+
+  std::set<std::string> peers;
+  for (int i = 0; i < 50 && peers.size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (const std::string& p : UdpPeersProbed(buffer)) peers.insert(p);
+  }
+  const std::string text = registry.RenderToString();
+  scheduler.Stop();
+  EXPECT_EQ(peers, (std::set<std::string>{"good-a", "good-b"}));
+  EXPECT_EQ(MetricValue(text, R"(fabricwatch_probe_plan_entries_skipped_total{reason="name"})"), 1)
+      << text;
+  EXPECT_EQ(MetricValue(text, "fabricwatch_probe_planned_peers"), 2) << text;
+  EXPECT_EQ(MetricValue(text, "fabricwatch_probe_plans_applied_total"), 1) << text;
+}
+
+TEST(ProbeScheduler, AVersionIsRecordedOnlyOnceItsPlanApplied) {
+  OutboundBuffer buffer(1000, 64 << 20);
+  metrics::Registry registry;
+  ProbeSchedulerOptions o = LoopbackOptions();
+  o.ceilings.max_targets = 1;
+  ProbeScheduler scheduler(
+      o, buffer, [] {}, registry);
+  v1::ProbePlan plan;
+  plan.set_version(3);
+  AddUdpPeer(plan, "first", "127.0.0.1", 9);
+  AddUdpPeer(plan, "second", "127.0.0.1", 9);
+  scheduler.ApplyPlan(plan);  // not started: the UDP prober refuses it, the version stays open
+  auto applied = [&] {
+    return MetricValue(registry.RenderToString(), "fabricwatch_probe_plans_applied_total");
+  };
+  EXPECT_EQ(applied(), 0);
+  ASSERT_TRUE(scheduler.Start().ok());
+  scheduler.ApplyPlan(plan);  // the same version again is tried again
+  EXPECT_EQ(applied(), 1);
+  scheduler.ApplyPlan(plan);  // and once applied, it is not applied twice
+  plan.set_version(2);
+  scheduler.ApplyPlan(plan);  // nor is an older one
+  EXPECT_EQ(applied(), 1);
+  const std::string text = registry.RenderToString();
+  scheduler.Stop();
+  EXPECT_EQ(MetricValue(text, "fabricwatch_probe_planned_peers"), 1) << text;
+  EXPECT_EQ(MetricValue(text, R"(fabricwatch_probe_plan_trimmed_total{limit="targets"})"), 2)
+      << text;
+  EXPECT_EQ(MetricValue(text, R"(fabricwatch_probe_plan_trimmed_total{limit="pps"})"), 0) << text;
 }
 
 }  // namespace

@@ -1,0 +1,136 @@
+// GuardPlan: unusable entries are skipped by cause, the rest kept in order; ceilings trim.
+#include "daemon/agent/plan_guard.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+namespace fw::agent {
+namespace {
+
+namespace v1 = fabricwatch::v1;
+using net::PlanSkip;
+
+v1::PlannedPeer* AddPeer(v1::ProbePlan& plan, std::string node, std::string address,
+                         uint32_t port = 9753, int flows = 1, double rate = 1) {
+  v1::PlannedPeer* p = plan.add_peers();
+  p->set_node(std::move(node));
+  p->set_address(std::move(address));
+  p->set_port(port);
+  p->set_transport(v1::TRANSPORT_UDP);
+  for (int j = 0; j < flows; ++j) p->add_src_ports(j);
+  p->set_rate_pps(rate);
+  return p;
+}
+
+uint32_t Skipped(const GuardedPlan& g, PlanSkip s) { return g.skipped[static_cast<size_t>(s)]; }
+bool Trimmed(const GuardedPlan& g, PlanTrim t) { return g.trimmed[static_cast<size_t>(t)]; }
+
+TEST(GuardPlan, EachUnusableEntryIsSkippedForItsCauseAndTheRestKeptInOrder) {
+  v1::ProbePlan plan;
+  AddPeer(plan, "a", "198.18.0.1");
+  AddPeer(plan, std::string(64, 'x'), "198.18.0.2");        // name too long for a result
+  AddPeer(plan, "b", "leaf1-node02");                       // not numeric
+  AddPeer(plan, "c", "198.18.0.3", 0);                      // port 0
+  AddPeer(plan, "d", "198.18.0.4", 70000);                  // past 65535
+  AddPeer(plan, "e", "198.18.0.5", 9753, 65);               // more flows than the prober has
+  AddPeer(plan, "f", "198.18.0.6", 9753, 1, std::nan(""));  // rate
+  AddPeer(plan, "g", "198.18.0.7")->set_transport(static_cast<v1::Transport>(99));
+  AddPeer(plan, "a", "198.18.0.1");  // the first entry again
+  AddPeer(plan, "h", "fd00::8");
+  AddPeer(plan, "i", "198.18.0.9")->set_transport(v1::TRANSPORT_TCP_CONNECT);
+  const GuardedPlan g = GuardPlan(plan, PlanCeilings{});
+  ASSERT_EQ(g.peers.size(), 3u);
+  EXPECT_EQ(g.peers[0]->node(), "a");
+  EXPECT_EQ(g.peers[1]->node(), "h");
+  EXPECT_EQ(g.peers[2]->node(), "i");
+  EXPECT_EQ(Skipped(g, PlanSkip::kName), 1u);
+  EXPECT_EQ(Skipped(g, PlanSkip::kAddress), 1u);
+  EXPECT_EQ(Skipped(g, PlanSkip::kPort), 2u);
+  EXPECT_EQ(Skipped(g, PlanSkip::kFlows), 1u);
+  EXPECT_EQ(Skipped(g, PlanSkip::kRate), 1u);
+  EXPECT_EQ(Skipped(g, PlanSkip::kTransport), 1u);
+  EXPECT_EQ(Skipped(g, PlanSkip::kDuplicate), 1u);
+  EXPECT_NE(g.example[static_cast<size_t>(PlanSkip::kAddress)].find("leaf1-node02"),
+            std::string::npos);
+  EXPECT_EQ(g.udp_flows, 2u);  // the TCP connect peer has no UDP flows
+  for (bool t : g.trimmed) EXPECT_FALSE(t);
+}
+
+TEST(GuardPlan, TheSameDestinationFromTwoSourceNicsIsNotADuplicate) {
+  v1::ProbePlan plan;
+  AddPeer(plan, "b", "198.18.0.2")->set_src_nic("mlx5_0");
+  AddPeer(plan, "b", "198.18.0.2")->set_src_nic("mlx5_1");
+  const GuardedPlan g = GuardPlan(plan, PlanCeilings{});
+  EXPECT_EQ(g.peers.size(), 2u);
+  EXPECT_EQ(Skipped(g, PlanSkip::kDuplicate), 0u);
+}
+
+TEST(GuardPlan, TargetsPastTheCeilingAreCutInPlanOrder) {
+  v1::ProbePlan plan;
+  for (int i = 0; i < 10; ++i)
+    AddPeer(plan, "n" + std::to_string(i), "198.18.0." + std::to_string(i + 1));
+  PlanCeilings c;
+  c.max_targets = 4;
+  const GuardedPlan g = GuardPlan(plan, c);
+  ASSERT_EQ(g.peers.size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(g.peers[i]->node(), "n" + std::to_string(i));
+  EXPECT_TRUE(Trimmed(g, PlanTrim::kTargets));
+  EXPECT_FALSE(Trimmed(g, PlanTrim::kPps));
+  EXPECT_NE(g.trim_detail.find("targets 10->4"), std::string::npos) << g.trim_detail;
+}
+
+TEST(GuardPlan, PacketRateAndBudgetAreHeldToTheCeiling) {
+  v1::ProbePlan plan;
+  AddPeer(plan, "a", "198.18.0.1", 9753, 8, 500);  // 8 flows x 500/s = 4,000 probes/s
+  AddPeer(plan, "b", "198.18.0.2", 9753, 2, 100);
+  plan.mutable_budget()->set_packets_per_s(1e9);
+  plan.mutable_budget()->set_bytes_per_s(12.5e6);
+  PlanCeilings c;
+  c.max_pps = 1000;
+  const GuardedPlan g = GuardPlan(plan, c);
+  EXPECT_TRUE(Trimmed(g, PlanTrim::kPps));
+  EXPECT_FALSE(Trimmed(g, PlanTrim::kBytesPerS));
+  EXPECT_DOUBLE_EQ(g.udp_rate_hz * static_cast<double>(g.udp_flows), 1000);
+  EXPECT_DOUBLE_EQ(g.budget_pps, 1000);
+  EXPECT_DOUBLE_EQ(g.budget_bytes_per_s, 12.5e6);
+}
+
+TEST(GuardPlan, ByteBudgetIsCappedAndBurstsSpreadOut) {
+  v1::ProbePlan plan;
+  for (int i = 0; i < 4; ++i) {
+    AddPeer(plan, "n" + std::to_string(i), "198.18.0." + std::to_string(i + 1))
+        ->set_bandwidth(true);
+  }
+  plan.mutable_budget()->set_packets_per_s(1000);
+  plan.mutable_budget()->set_bytes_per_s(1e12);
+  plan.set_bandwidth_bytes(100'000'000);
+  plan.set_bandwidth_interval_s(1);  // 4 x 100 MB every second asked
+  PlanCeilings c;
+  c.max_bytes_per_s = 50e6;
+  const GuardedPlan g = GuardPlan(plan, c);
+  EXPECT_TRUE(Trimmed(g, PlanTrim::kBytesPerS));
+  EXPECT_DOUBLE_EQ(g.budget_bytes_per_s, 50e6);
+  EXPECT_DOUBLE_EQ(g.bandwidth_interval_s, 8);  // 4 x 100 MB / 50 MB/s
+}
+
+TEST(GuardPlan, APlanThePlannerSendsIsNotTrimmed) {
+  // docs/planner.md: 1,000 probes/s and 12.5 MB/s per node, 4 MiB bursts every 300 s, at most
+  // 127 peers per node measured.
+  v1::ProbePlan plan;
+  for (int i = 0; i < 127; ++i) {
+    AddPeer(plan, "n" + std::to_string(i), "198.18.1." + std::to_string(i + 1), 9753, 4, 1)
+        ->set_bandwidth(true);
+  }
+  plan.mutable_budget()->set_packets_per_s(1000);
+  plan.mutable_budget()->set_bytes_per_s(12.5e6);
+  plan.set_bandwidth_bytes(4u << 20);
+  plan.set_bandwidth_interval_s(300);
+  const GuardedPlan g = GuardPlan(plan, PlanCeilings{});
+  for (bool t : g.trimmed) EXPECT_FALSE(t) << g.trim_detail;
+  EXPECT_EQ(g.peers.size(), 127u);
+}
+
+}  // namespace
+}  // namespace fw::agent
