@@ -12,6 +12,43 @@ namespace fw::agent {
 
 namespace v1 = fabricwatch::v1;
 
+namespace {
+
+// The channel of one session. Without keepalive a silently vanished aggregator (host gone, a
+// firewall or a cable that drops instead of rejecting) is noticed only when TCP gives up
+// retransmitting, about 15 minutes with the default tcp_retries2.
+//
+// Values (gRPC 1.51, doc/keepalive.md and the TCP_USER_TIMEOUT proposal A18):
+// - KEEPALIVE_TIME 20 s: a ping every 20 s costs nothing next to the 5 s heartbeats, and sits
+//   well above the aggregator's 5 s minimum ping interval (it would answer a faster client with
+//   GOAWAY too_many_pings after two strikes).
+// - KEEPALIVE_TIMEOUT 10 s: the ping ack must arrive within 10 s. gRPC also sets the socket's
+//   TCP_USER_TIMEOUT to this value, so data left unacknowledged for 10 s (the heartbeats and
+//   batches the agent keeps writing) closes the connection too, usually before the ping does.
+//   10 s is far above any round trip inside one cluster, even under load.
+// - PERMIT_WITHOUT_CALLS 1: the Connect stream is always open, but the ping must also cover the
+//   moment between a stream's end and the next one.
+// - MAX_PINGS_WITHOUT_DATA 0: the default (2) stops pinging after two pings with no data frame
+//   between them, so an agent with nothing to write (or whose writes are stuck behind flow
+//   control toward a dead peer) would stop probing the connection exactly when it matters.
+// Worst case: the agent writes at least a heartbeat every 5 s, so TCP_USER_TIMEOUT closes a dead
+// connection <= 5 + 10 = 15 s after the drop (10.5 s measured, batches go out every second); the
+// ping bounds it at 20 + 10 = 30 s should writes stop. The first retry follows within
+// backoff_base_s (0.5 s: the backoff was reset when the session was established), and a connect to
+// a still unreachable aggregator fails after gRPC's 20 s minimum connect timeout; see
+// docs/uplink.md for the whole arithmetic.
+std::shared_ptr<grpc::Channel> MakeChannel(const Uplink::Options& o) {
+  auto ms = [](double s) { return static_cast<int>(s * 1000); };
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, ms(o.keepalive_time_s));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms(o.keepalive_timeout_s));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  return grpc::CreateCustomChannel(o.aggregator, grpc::InsecureChannelCredentials(), args);
+}
+
+}  // namespace
+
 Uplink::Uplink(Options options, OutboundBuffer& buffer, HelloFn hello, PlanFn on_plan,
                metrics::Registry& registry, ConnectedFn on_connected)
     : options_(std::move(options)),
@@ -65,7 +102,9 @@ Uplink::Uplink(Options options, OutboundBuffer& buffer, HelloFn hello, PlanFn on
 
 Uplink::~Uplink() { Stop(); }
 
-void Uplink::Start() { thread_ = std::thread([this] { Run(); }); }
+void Uplink::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 void Uplink::Stop() {
   {
@@ -128,7 +167,7 @@ void Uplink::Run() {
 }
 
 void Uplink::RunSession() {
-  auto channel = grpc::CreateChannel(options_.aggregator, grpc::InsecureChannelCredentials());
+  auto channel = MakeChannel(options_);
   auto stub = v1::Aggregator::NewStub(channel);
   grpc::ClientContext ctx;
   {
@@ -224,9 +263,9 @@ void Uplink::RunSession() {
       hb.mutable_heartbeat()->set_dropped_batches(buffer_.dropped());
       ok = stream->Write(hb);
       if (ok) heartbeats_sent_.Inc();
-      next_heartbeat = std::chrono::steady_clock::now() +
-                       std::chrono::milliseconds(
-                           static_cast<int64_t>(options_.heartbeat_interval_s * 1000));
+      next_heartbeat =
+          std::chrono::steady_clock::now() +
+          std::chrono::milliseconds(static_cast<int64_t>(options_.heartbeat_interval_s * 1000));
     }
     if (!got_first_ack.load()) {
       // Avoid spinning while waiting for the first ack.
@@ -235,7 +274,14 @@ void Uplink::RunSession() {
                    [this] { return stopping_ || stream_broken_; });
     }
   }
-  ctx.TryCancel();
+  // Cancel only when the reader may still be blocked (Stop() or a failed write). When the stream
+  // ended by itself, Finish() then reports why (e.g. a keepalive timeout) instead of CANCELLED.
+  bool reader_ended;
+  {
+    std::lock_guard lock(mu_);
+    reader_ended = stream_broken_;
+  }
+  if (!reader_ended) ctx.TryCancel();
   reader.join();
   grpc::Status st = stream->Finish();
   clear_context();

@@ -1,7 +1,7 @@
 // The agent's session with the aggregator: Hello, batches with acks, heartbeats, reconnects.
 //
-// Only uplink.cc includes grpcpp. It uses the synchronous bidi stream with one reader thread and one
-// writer thread per connection: at one stream per agent this is simpler to reason about than a
+// Only uplink.cc includes grpcpp. It uses the synchronous bidi stream with one reader thread and
+// one writer thread per connection: at one stream per agent this is simpler to reason about than a
 // reactor, and every blocking call is released by cancelling the ClientContext.
 #pragma once
 
@@ -29,6 +29,13 @@ class Uplink {
     double heartbeat_interval_s = 5;
     double backoff_base_s = 0.5;
     double backoff_max_s = 30;
+    // HTTP/2 keepalive (docs/uplink.md): a ping after `keepalive_time_s` without one, and the
+    // connection is closed when its ack (or, through TCP_USER_TIMEOUT, the TCP ack of any data
+    // sent) is `keepalive_timeout_s` late. The aggregator must permit pings at least this often
+    // (its GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS), or it answers GOAWAY
+    // too_many_pings. A silently vanished aggregator is noticed within time + timeout.
+    double keepalive_time_s = 20;
+    double keepalive_timeout_s = 10;
     size_t max_batches_per_wake = 64;
   };
   using HelloFn = std::function<fabricwatch::v1::Hello()>;
@@ -70,11 +77,11 @@ class Uplink {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stopping_ = false;                               // GUARDED_BY(mu_)
-  bool wake_ = false;                                   // GUARDED_BY(mu_)
-  bool stream_broken_ = false;                          // GUARDED_BY(mu_)
-  std::deque<fabricwatch::v1::AgentMessage> side_;      // GUARDED_BY(mu_)
-  void* active_context_ = nullptr;                      // GUARDED_BY(mu_): grpc::ClientContext*
+  bool stopping_ = false;                           // GUARDED_BY(mu_)
+  bool wake_ = false;                               // GUARDED_BY(mu_)
+  bool stream_broken_ = false;                      // GUARDED_BY(mu_)
+  std::deque<fabricwatch::v1::AgentMessage> side_;  // GUARDED_BY(mu_)
+  void* active_context_ = nullptr;                  // GUARDED_BY(mu_): grpc::ClientContext*
   std::atomic<bool> connected_{false};
 
   metrics::Gauge& connected_gauge_;

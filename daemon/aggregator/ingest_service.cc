@@ -380,7 +380,10 @@ class GrpcServerImpl final : public GrpcServer {
     grpc::ServerBuilder builder;
     builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port_);
     builder.SetMaxReceiveMessageSize(options.max_message_bytes);
-    // Detect dead peers whose TCP connection silently vanished.
+    // Detect dead peers whose TCP connection silently vanished. The agent pings every 20 s
+    // (daemon/agent/uplink.cc MakeChannel); the minimum interval below must stay under that,
+    // and pings must be allowed without calls, or the agent's pings count as strikes and the
+    // server closes its connection with GOAWAY too_many_pings.
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);

@@ -107,7 +107,7 @@ class PoolImpl final : public AgentPool {
       grpc::ChannelArguments args;
       // A distinct arg value gives each channel its own subchannel, hence its own connection.
       args.SetInt("fw.sim.channel", static_cast<int>(c));
-      // No client keepalive, like the real agent: gRPC would also set TCP_USER_TIMEOUT, and an
+      // No client keepalive, unlike the real agent: gRPC would also set TCP_USER_TIMEOUT, and an
       // overloaded aggregator that leaves a connection unread for that long would get the whole
       // connection (100 agents) killed by the simulator rather than measured as slow.
       args.SetMaxSendMessageSize(16 << 20);
