@@ -90,6 +90,14 @@ Status Agent::Start() {
       return Status::InvalidArgument("--probe-busy-poll-us must be 0..10000");
     }
     po.busy_poll_ns = static_cast<int64_t>(options_.probe_busy_poll_us * 1e3);
+    if (options_.plan_max_targets < 1 || !(options_.plan_max_pps > 0) ||
+        !(options_.plan_max_bytes_per_s > 0)) {
+      return Status::InvalidArgument(
+          "--plan-max-targets, --plan-max-pps and --plan-max-bytes-per-s must be positive");
+    }
+    po.ceilings.max_targets = static_cast<size_t>(options_.plan_max_targets);
+    po.ceilings.max_pps = options_.plan_max_pps;
+    po.ceilings.max_bytes_per_s = options_.plan_max_bytes_per_s;
     if (!options_.probe_address.empty()) po.listen_address = options_.probe_address;
     if (!options_.probe_key_file.empty()) {
       std::ifstream in(options_.probe_key_file);

@@ -29,6 +29,10 @@ struct AgentOptions {
   std::string probe_key_file;     // shared probe key; empty: probes are not authenticated
   int probe_source_port_base = 0;  // flow j uses base + j; 0: ephemeral ports
   double probe_busy_poll_us = 0;   // the prober's busy-poll window; 0: off (docs/probes.md)
+  // Local ceilings on what a plan may ask (PlanCeilings; docs/probes.md, "Plan ceilings").
+  int plan_max_targets = 4096;
+  double plan_max_pps = 10'000;
+  double plan_max_bytes_per_s = 125e6;
   bool probes = true;             // false: no responder and no probing (inventory/counters only)
   std::string http_listen = "0.0.0.0:9752";
   std::string sysfs_root = "/sys";

@@ -30,6 +30,9 @@ int main(int argc, char** argv) {
   binding.Bind("probes", &o.probes);
   binding.Bind("probe-source-port-base", &o.probe_source_port_base);
   binding.Bind("probe-busy-poll-us", &o.probe_busy_poll_us);
+  binding.Bind("plan-max-targets", &o.plan_max_targets);
+  binding.Bind("plan-max-pps", &o.plan_max_pps);
+  binding.Bind("plan-max-bytes-per-s", &o.plan_max_bytes_per_s);
   binding.Bind("heartbeat-interval", &heartbeat);
   binding.Bind("sample-interval", &sample);
   binding.Bind("xmit-wait-tick-bytes", &o.xmit_wait_tick_bytes);
@@ -58,6 +61,19 @@ int main(int argc, char** argv) {
                  "round trip then includes one wakeup, as sockperf's does)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 10'000.0));
+  // Ceilings on what any plan may ask; a plan past them is trimmed and counted (docs/probes.md).
+  app.add_option("--plan-max-targets", o.plan_max_targets,
+                 "most plan entries probed; later ones are left out")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1'000'000));
+  app.add_option("--plan-max-pps", o.plan_max_pps,
+                 "most probes/s a plan may ask of this node (UDP flows x rate, packet budget)")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1e7));
+  app.add_option("--plan-max-bytes-per-s", o.plan_max_bytes_per_s,
+                 "most probe bytes/s a plan may ask (byte budget, bandwidth bursts)")
+      ->default_str("125000000")  // not 1.25e+08, as the config file and man page write it
+      ->check(CLI::Range(1e3, 1e12));
   app.add_option("--probes", o.probes, "run the echo responder and probe peers (true|false)")
       ->capture_default_str();
   app.add_option("--http-listen", o.http_listen, "HTTP /metrics listen address")

@@ -15,6 +15,7 @@ namespace {
 
 constexpr int kMaxFlowsPerPeer = 64;  // the UDP prober's limit (udp_prober.cc)
 constexpr size_t kMaxTotalFlows = 65535;
+constexpr double kMaxRateHz = 10'000;  // per flow, the UDP prober's limit
 
 bool IsUdp(const v1::PlannedPeer& p) {
   return p.transport() == v1::TRANSPORT_UDP || p.transport() == v1::TRANSPORT_UNSPECIFIED;
@@ -92,9 +93,10 @@ GuardedPlan GuardPlan(const v1::ProbePlan& plan, const PlanCeilings& c) {
 
   g.udp_rate_hz = rate > 0 ? rate : 1.0;
   const double pps_cap = std::max(0.001, c.max_pps);
-  if (g.udp_flows > 0 && g.udp_rate_hz * static_cast<double>(g.udp_flows) > pps_cap) {
+  if (g.udp_flows > 0 &&
+      (g.udp_rate_hz * static_cast<double>(g.udp_flows) > pps_cap || g.udp_rate_hz > kMaxRateHz)) {
     const double asked = g.udp_rate_hz;
-    g.udp_rate_hz = pps_cap / static_cast<double>(g.udp_flows);
+    g.udp_rate_hz = std::min(kMaxRateHz, pps_cap / static_cast<double>(g.udp_flows));
     g.trimmed[static_cast<size_t>(PlanTrim::kPps)] = true;
     detail += "udp_rate_hz " + std::to_string(asked) + "->" + std::to_string(g.udp_rate_hz) + " ";
   }
