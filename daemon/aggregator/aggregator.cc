@@ -79,7 +79,21 @@ Aggregator::Aggregator(AggregatorOptions options, const Clock& clock)
         return handles;
       }()),
       ticks_(registry_.AddCounter("fabricwatch_aggregator_ticks_total", "Analysis ticks run.")
-                 .WithLabels({})) {}
+                 .WithLabels({})),
+      quarantined_total_(registry_.AddCounter(
+          "fabricwatch_state_files_quarantined_total",
+          "State files under --state-dir found corrupt at start and moved aside to "
+          "<file>.corrupt-<UTC time>; the aggregator started fresh without them.",
+          {"file"})) {
+  for (const char* file : {"findings.db", "ingest_state.json", "plan_epoch"}) {
+    quarantined_total_.WithLabels({file});
+  }
+}
+
+void Aggregator::NoteQuarantined(const QuarantinedFile& q) {
+  quarantined_total_.WithLabels({q.file}).Inc();
+  quarantined_files_.push_back(q);
+}
 
 Aggregator::~Aggregator() { Stop(); }
 
@@ -101,9 +115,9 @@ Status Aggregator::Start() {
       ss << in.rdbuf();
       Status st = fleet_.ImportIngestJson(ss.str());
       if (!st.ok()) {
-        // A damaged state file costs dedup history, not availability.
-        spdlog::warn("msg=\"ignoring damaged ingest state\" file={} error=\"{}\"",
-                     IngestStatePath(), st.message());
+        // A damaged state file costs dedup history, not availability; it is kept for a person.
+        in.close();
+        NoteQuarantined(QuarantineFile(IngestStatePath(), st.message(), clock_.WallNanos()));
       } else {
         spdlog::info("msg=\"ingest state restored\" file={}", IngestStatePath());
       }
@@ -119,11 +133,16 @@ Status Aggregator::Start() {
   } else {
     spdlog::warn("msg=\"no fabric map: localization stops at pair and host level\"");
   }
+  auto versions = PlanVersions::Start(options_.state_dir, clock_.WallNanos());
+  if (!versions.ok()) return versions.status();
+  plan_versions_.emplace(std::move(*versions));
+  if (plan_versions_->quarantined()) NoteQuarantined(*plan_versions_->quarantined());
   pairs_ = std::make_unique<PairTable>(clock_, map_, PairTable::kDefaultMaxPairs, names_);
   planner_ = std::make_unique<Planner>(options_.planner, map_);
   if (!options_.state_dir.empty()) {
     store_ = std::make_unique<analysis::FindingsStore>(options_.state_dir);
     Status st = store_->Open();
+    if (store_->quarantined()) NoteQuarantined(*store_->quarantined());
     if (!st.ok()) {
       // Findings still work in memory; the store counts and logs its own errors.
       spdlog::error("msg=\"findings history unavailable\" error=\"{}\"", st.message());
@@ -302,7 +321,8 @@ void Aggregator::Replan() {
   uint64_t version = 0;
   {
     std::lock_guard lock(plan_mu_);
-    version = ++plan_version_;
+    // Unique across restarts: agents ignore a plan whose version is not newer than theirs.
+    version = plan_version_ = plan_versions_->Next(clock_.WallNanos());
   }
   // Each plan is encoded as the planner finishes it and replaces the node's entry in place, so the
   // re-plan holds one leaf's plans at a time rather than the fleet's (1.5 million peers, ~300 MB,
@@ -481,7 +501,16 @@ void Aggregator::InstallHttpHandlers() {
   });
   http_->Handle("/readyz", [this](const http::Request&, http::Response& r) {
     if (ready_) {
-      r.Send(200, "text/plain", "ready\n");
+      // Still ready: the daemon works without the history a corrupt file held, and taking a
+      // fleet monitor out of service for that would hide the fleet. The body says what was lost.
+      std::string body = "ready\n";
+      for (const QuarantinedFile& q : quarantined_files_) {
+        body += "warning: state file " + q.from + " was corrupt (" + q.error + "); " +
+                (q.to.empty() ? "it could not be moved aside"
+                              : "moved to " + q.to + ", started fresh") +
+                "\n";
+      }
+      r.Send(200, "text/plain", body);
     } else {
       r.Send(503, "text/plain", "not ready\n");
     }

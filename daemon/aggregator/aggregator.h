@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -14,9 +15,8 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/state_file.h"
 #include "common/status.h"
-#include "daemon/aggregator/fleet_state.h"
-#include "daemon/aggregator/ingest_service.h"
 #include "daemon/aggregator/analysis/analysis_metrics.h"
 #include "daemon/aggregator/analysis/analyzer.h"
 #include "daemon/aggregator/analysis/findings_store.h"
@@ -26,6 +26,9 @@
 #include "daemon/aggregator/core/pair_table.h"
 #include "daemon/aggregator/core/planner.h"
 #include "daemon/aggregator/core/probe_batch_decoder.h"
+#include "daemon/aggregator/fleet_state.h"
+#include "daemon/aggregator/ingest_service.h"
+#include "daemon/aggregator/plan_versions.h"
 #include "daemon/aggregator/port_metrics.h"
 #include "exporter/http_server.h"
 #include "exporter/registry.h"
@@ -149,6 +152,7 @@ class Aggregator final : public IngestSink {
   std::mutex plan_mu_;
   std::unordered_map<std::string, StoredPlan> plans_;  // GUARDED_BY(plan_mu_)
   uint64_t plan_version_ = 0;                          // GUARDED_BY(plan_mu_)
+  std::optional<PlanVersions> plan_versions_;          // set by Start(); Next() under plan_mu_
   metrics::Counter& replans_;
   metrics::Counter& plans_sent_;
   metrics::Counter& bad_results_;
@@ -165,6 +169,12 @@ class Aggregator final : public IngestSink {
   bool stopping_ = false;  // GUARDED_BY(tick_mu_)
   std::thread ticker_;
   metrics::Counter& ticks_;
+  // One series per state file (findings.db, ingest_state.json, plan_epoch), created at 0.
+  metrics::Family<metrics::Counter>& quarantined_total_;
+  // State files found corrupt and moved aside by Start(); written before the HTTP server starts,
+  // read-only after (/readyz names them).
+  std::vector<QuarantinedFile> quarantined_files_;
+  void NoteQuarantined(const QuarantinedFile& q);
 };
 
 }  // namespace fw::aggregator
