@@ -19,9 +19,10 @@ namespace {
 // retransmitting, about 15 minutes with the default tcp_retries2.
 //
 // Values (gRPC 1.51, doc/keepalive.md and the TCP_USER_TIMEOUT proposal A18):
-// - KEEPALIVE_TIME 20 s: a ping every 20 s costs nothing next to the 5 s heartbeats, and sits
-//   well above the aggregator's 5 s minimum ping interval (it would answer a faster client with
-//   GOAWAY too_many_pings after two strikes).
+// - KEEPALIVE_TIME 20 s: a ping once 20 s passed without anything read from the aggregator
+//   (gRPC resets the timer on every read, so while acks flow no ping is sent at all). Well above
+//   the aggregator's 5 s minimum ping interval (it would answer a faster client with GOAWAY
+//   too_many_pings after two strikes).
 // - KEEPALIVE_TIMEOUT 10 s: the ping ack must arrive within 10 s. gRPC also sets the socket's
 //   TCP_USER_TIMEOUT to this value, so data left unacknowledged for 10 s (the heartbeats and
 //   batches the agent keeps writing) closes the connection too, usually before the ping does.

@@ -29,7 +29,7 @@ class Uplink {
     double heartbeat_interval_s = 5;
     double backoff_base_s = 0.5;
     double backoff_max_s = 30;
-    // HTTP/2 keepalive (docs/uplink.md): a ping after `keepalive_time_s` without one, and the
+    // HTTP/2 keepalive (docs/uplink.md): a ping after `keepalive_time_s` without a read, and the
     // connection is closed when its ack (or, through TCP_USER_TIMEOUT, the TCP ack of any data
     // sent) is `keepalive_timeout_s` late. The aggregator must permit pings at least this often
     // (its GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS), or it answers GOAWAY
