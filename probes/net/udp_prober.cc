@@ -153,6 +153,7 @@ class UdpProber::Loop {
   size_t rx_buffer_size_ = 0;
   size_t packet_len_ = 0;  // every probe of the current plan has this size
   int last_send_errno_ = 0;
+  std::array<int64_t, kPlanSkipCount> skip_logged_ns_{};  // when each skip cause last logged
   uint64_t window_serial_ = 0;       // serial of the latest send slot
   uint32_t window_outstanding_ = 0;  // probes of that slot sent and not yet answered
   bool in_window_ = false;           // inside BusyPoll()
@@ -326,10 +327,13 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
       flows.push_back(std::move(f));
     }
   }
+  const int64_t now = clock_.MonotonicNanos();
   for (size_t i = 0; i < kPlanSkipCount; ++i) {
     if (skipped[i] == 0) continue;
     plan_skipped_[i].fetch_add(skipped[i], kRelaxed);
-    // One line per cause and plan, never per probe: plans change seconds apart at most.
+    // One line per cause at most once a minute, never per probe; the counter has every one.
+    if (skip_logged_ns_[i] != 0 && now - skip_logged_ns_[i] < 60'000'000'000) continue;
+    skip_logged_ns_[i] = now;
     SPDLOG_WARN("component=udp_prober msg=\"plan entries skipped\" reason={} count={} first={}",
                 PlanSkipName(static_cast<PlanSkip>(i)), skipped[i], LogQuote(example[i]));
   }
