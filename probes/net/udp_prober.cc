@@ -153,7 +153,8 @@ class UdpProber::Loop {
   size_t rx_buffer_size_ = 0;
   size_t packet_len_ = 0;  // every probe of the current plan has this size
   int last_send_errno_ = 0;
-  std::array<int64_t, kPlanSkipCount> skip_logged_ns_{};  // when each skip cause last logged
+  // When each plan-entry skip cause was last logged.
+  std::array<int64_t, kPlanSkipCount> skip_logged_ns_{};
   uint64_t window_serial_ = 0;       // serial of the latest send slot
   uint32_t window_outstanding_ = 0;  // probes of that slot sent and not yet answered
   bool in_window_ = false;           // inside BusyPoll()
