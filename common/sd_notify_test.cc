@@ -18,6 +18,8 @@
 #include <random>
 #include <thread>
 
+#include "common/testing/temp_dir.h"
+
 namespace fw {
 namespace {
 
@@ -67,17 +69,7 @@ std::string UniqueName() {
   return "fw-sd-notify-test-" + std::to_string(getpid()) + "-" + std::to_string(rd());
 }
 
-class TempDir {
- public:
-  TempDir() : path_(std::filesystem::temp_directory_path() / UniqueName()) {
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string path() const { return path_.string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using TempDir = ::fw::testing::TempDir;
 
 TEST(ServiceNotifierTest, SendsToPathSocket) {
   TempDir dir;

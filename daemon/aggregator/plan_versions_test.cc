@@ -8,28 +8,15 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/testing/temp_dir.h"
+
 namespace fw::aggregator {
 namespace {
 
 constexpr int64_t kMs = 1'000'000;
 constexpr int64_t kDec2026 = 1'796'000'000'000 * kMs;  // a wall clock in nanoseconds
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "fw_planv_XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using TempDir = ::fw::testing::TempDir;
 
 TEST(PlanVersions, RestartAfterManyReplansStillIssuesNewerVersions) {
   // The bug: every process counted from 1, so agents holding version 40 ignored versions 1..40

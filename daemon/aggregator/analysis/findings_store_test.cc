@@ -9,27 +9,13 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/testing/temp_dir.h"
 #include "daemon/aggregator/analysis/testing/synthetic_fleet.h"
 
 namespace fw::analysis {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "fw_store_XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using TempDir = ::fw::testing::TempDir;
 
 TrackedFinding Sample(std::string id, bool active, int64_t last_seen_ns) {
   TrackedFinding t;
