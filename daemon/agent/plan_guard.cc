@@ -7,15 +7,13 @@
 #include <string>
 #include <tuple>
 
+#include "probes/net/udp_prober.h"
+
 namespace fw::agent {
 
 namespace v1 = fabricwatch::v1;
 
 namespace {
-
-constexpr int kMaxFlowsPerPeer = 64;  // the UDP prober's limit (udp_prober.cc)
-constexpr size_t kMaxTotalFlows = 65535;
-constexpr double kMaxRateHz = 10'000;  // per flow, the UDP prober's limit
 
 bool IsUdp(const v1::PlannedPeer& p) {
   return p.transport() == v1::TRANSPORT_UDP || p.transport() == v1::TRANSPORT_UNSPECIFIED;
@@ -61,7 +59,7 @@ GuardedPlan GuardPlan(const v1::ProbePlan& plan, const PlanCeilings& c) {
       skip(net::PlanSkip::kTransport, p);
       continue;
     }
-    if (p.src_ports_size() > kMaxFlowsPerPeer) {
+    if (static_cast<uint32_t>(p.src_ports_size()) > net::kUdpMaxFlowsPerPeer) {
       skip(net::PlanSkip::kFlows, p);
       continue;
     }
@@ -70,7 +68,7 @@ GuardedPlan GuardPlan(const v1::ProbePlan& plan, const PlanCeilings& c) {
       continue;
     }
     const size_t flows = IsUdp(p) ? static_cast<size_t>(std::max(1, p.src_ports_size())) : 0;
-    if (g.udp_flows + flows > kMaxTotalFlows) {
+    if (g.udp_flows + flows > net::kUdpMaxTotalFlows) {
       skip(net::PlanSkip::kFlows, p);
       continue;
     }
@@ -93,10 +91,10 @@ GuardedPlan GuardPlan(const v1::ProbePlan& plan, const PlanCeilings& c) {
 
   g.udp_rate_hz = rate > 0 ? rate : 1.0;
   const double pps_cap = std::max(0.001, c.max_pps);
-  if (g.udp_flows > 0 &&
-      (g.udp_rate_hz * static_cast<double>(g.udp_flows) > pps_cap || g.udp_rate_hz > kMaxRateHz)) {
+  if (g.udp_flows > 0 && (g.udp_rate_hz * static_cast<double>(g.udp_flows) > pps_cap ||
+                          g.udp_rate_hz > net::kUdpMaxRateHz)) {
     const double asked = g.udp_rate_hz;
-    g.udp_rate_hz = std::min(kMaxRateHz, pps_cap / static_cast<double>(g.udp_flows));
+    g.udp_rate_hz = std::min(net::kUdpMaxRateHz, pps_cap / static_cast<double>(g.udp_flows));
     g.trimmed[static_cast<size_t>(PlanTrim::kPps)] = true;
     detail += "udp_rate_hz " + std::to_string(asked) + "->" + std::to_string(g.udp_rate_hz) + " ";
   }

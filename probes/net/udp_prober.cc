@@ -23,9 +23,6 @@ namespace {
 
 constexpr size_t kRxBatch = 64;
 constexpr uint32_t kWakeTag = UINT32_MAX;
-constexpr uint32_t kMaxFlowsPerPeer = 64;
-constexpr size_t kMaxTotalFlows = 65535;  // the low 16 bits of the wire flow id
-constexpr double kMaxRateHz = 10000;
 constexpr size_t kIpUdpOverhead = 28;  // IPv4 + UDP headers, for the byte budget
 
 enum class SlotState : uint8_t { kFree, kOutstanding, kAnswered, kLost };
@@ -265,7 +262,7 @@ StatusOr<size_t> UdpProber::Loop::SocketFor(int family, uint32_t j) {
 
 Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
   // Plan-wide settings first: a plan that fails here leaves the running one untouched.
-  if (!(plan.rate_hz > 0 && plan.rate_hz <= kMaxRateHz)) {
+  if (!(plan.rate_hz > 0 && plan.rate_hz <= kUdpMaxRateHz)) {
     return Status::InvalidArgument("rate_hz must be in (0, 10000]");
   }
   if (plan.timeout_ns <= 0 || plan.timeout_ns > 60'000'000'000) {
@@ -293,7 +290,8 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
       skip(*why, p, "address '" + p.address + "' port " + std::to_string(p.port));
       continue;
     }
-    if (p.flows == 0 || p.flows > kMaxFlowsPerPeer || flows.size() + p.flows > kMaxTotalFlows) {
+    if (p.flows == 0 || p.flows > kUdpMaxFlowsPerPeer ||
+        flows.size() + p.flows > kUdpMaxTotalFlows) {
       skip(PlanSkip::kFlows, p, std::to_string(p.flows) + " flows (1..64 each, 65535 in all)");
       continue;
     }

@@ -22,6 +22,12 @@
 
 namespace fw::net {
 
+// Limits of a plan the prober accepts (SetPlan skips or refuses beyond them); the agent trims
+// plans to them before applying.
+inline constexpr uint32_t kUdpMaxFlowsPerPeer = 64;
+inline constexpr size_t kUdpMaxTotalFlows = 65535;  // the low 16 bits of the wire flow id
+inline constexpr double kUdpMaxRateHz = 10000;      // per flow
+
 struct PeerTarget {
   std::string name;     // the peer's node name; copied into every ProbeResult (max 63 chars)
   std::string address;  // numeric IPv4 or IPv6

@@ -392,8 +392,8 @@ TEST(UdpProberTest, FullResultQueueDropsAndCounts) {
   EXPECT_EQ(q.size(), 4u);
 }
 
-// Regression (issue 12): one peer with an over-long name or a non-numeric address used to reject
-// the whole plan, so no peer of it was ever probed.
+// One peer with an over-long name or a non-numeric address is skipped and counted; the plan's
+// other peers are still probed.
 TEST(UdpProberTest, APlanWithOneUnusableEntryProbesTheOthers) {
   auto responder = StartResponder();
   ASSERT_TRUE(responder);
