@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "daemon/cli/api_client.h"
+#include "daemon/cli/qualify.h"
 #include "daemon/cli/verbs.h"
 #include "daemon/cli/verdict.h"
 
@@ -43,7 +44,26 @@ int main(int argc, char** argv) {
   auto* topo = app.add_subcommand(
       "topo", "a node's GPU-NIC affinity matrix and PCIe link state, verdict by its findings");
   topo->add_option("NODE", topo_node, "node name as `fabricwatch nodes` lists it")->required();
-  for (auto* sub : {status, nodes, findings, links, pairs, topo}) sub->fallthrough();
+  QualifyArgs qa;
+  std::string q_nodes, q_nodes_file;
+  size_t q_max_nodes = 4096;
+  bool q_quick = false, q_full = false;
+  auto* qualify = app.add_subcommand(
+      "qualify",
+      "qualify nodes before a job (docs/qualify.md): exit 0 pass, 1 warn, 2 fail, "
+      "3 could not qualify (aggregator unreachable, timeout before the verdicts)");
+  qualify->add_option("--nodes", q_nodes, "comma list or Slurm hostlist, e.g. gpu[001-016,020]");
+  qualify->add_option("--nodes-file", q_nodes_file, "hostlists, one or more a line; # comments");
+  qualify->add_option("--profile", qa.profile, "threshold profile (default: the aggregator's)");
+  qualify->add_option("--timeout", qa.timeout_s, "seconds for the whole suite, queueing included")
+      ->check(CLI::Range(1.0, 590.0))
+      ->capture_default_str();
+  auto* quick = qualify->add_flag("--quick", q_quick, "the short suite (default)");
+  qualify->add_flag("--full", q_full, "the long suite (more probes per pair)")->excludes(quick);
+  qualify->add_option("--max-nodes", q_max_nodes, "refuse a set larger than this")
+      ->check(CLI::Range(size_t{1}, size_t{65536}))
+      ->capture_default_str();
+  for (auto* sub : {status, nodes, findings, links, pairs, topo, qualify}) sub->fallthrough();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -67,6 +87,16 @@ int main(int argc, char** argv) {
     if (*links) return RunLinks(o, std::cout, std::cerr);
     if (*pairs) return RunPairs(o, src, dst, std::cout, std::cerr);
     if (*topo) return RunTopo(o, topo_node, std::cout, std::cerr);
+    if (*qualify) {
+      auto set = ResolveQualifyNodes(q_nodes, q_nodes_file, q_max_nodes);
+      if (!set.ok()) {
+        std::cerr << "fabricwatch: could not qualify: " << set.status().message() << "\n";
+        return kUnknown;
+      }
+      qa.nodes = std::move(*set);
+      qa.suite = q_full ? "full" : "quick";
+      return RunQualify(o, qa, std::cout, std::cerr);
+    }
   } catch (const nlohmann::json::exception& e) {
     // The renderers tolerate missing fields; this is a document of an unexpected shape.
     std::cerr << "fabricwatch: the aggregator at " << o.api

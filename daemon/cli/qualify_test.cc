@@ -1,0 +1,159 @@
+// `fabricwatch qualify`: exit codes from reports, the request it sends, its text, and the answers
+// of a real HTTP server (a report, an error, a hang) on loopback.
+#include "daemon/cli/qualify.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/testing/temp_dir.h"
+#include "exporter/http_server.h"
+
+namespace fw::cli {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+json Report(const std::string& state, std::vector<std::pair<std::string, std::string>> nodes) {
+  json j = {
+      {"id", "q1"},        {"suite", "quick"},       {"profile", "generic"},  {"state", state},
+      {"duration_s", 9.4}, {"nodes", json::array()}, {"pairs", json::array()}};
+  for (auto& [n, v] : nodes) {
+    json row = {{"node", n}, {"verdict", v}, {"reasons", json::array()}};
+    if (v != "pass") row["reasons"].push_back(n + ": RTT p99 to 5 peers 2.4 ms, 6.1x");
+    j["nodes"].push_back(row);
+  }
+  return j;
+}
+
+TEST(QualifyVerdict, WorstNodeOrPairAndThreeUnlessDone) {
+  EXPECT_EQ(QualifyReportVerdict(Report("done", {{"a", "pass"}, {"b", "pass"}})), 0);
+  EXPECT_EQ(QualifyReportVerdict(Report("done", {{"a", "pass"}, {"b", "warn"}})), 1);
+  EXPECT_EQ(QualifyReportVerdict(Report("done", {{"a", "fail"}, {"b", "warn"}})), 2);
+  EXPECT_EQ(QualifyReportVerdict(Report("done", {{"a", "pass"}, {"b", "unknown"}})), 3);
+  // A timeout or a refusal is never a verdict, whatever the nodes judged so far say.
+  EXPECT_EQ(QualifyReportVerdict(Report("timeout", {{"a", "pass"}, {"b", "pass"}})), 3);
+  EXPECT_EQ(QualifyReportVerdict(Report("done", {})), 3);
+  json r = Report("done", {{"a", "pass"}});
+  r["pairs"].push_back({{"src", "a"}, {"dst", "b"}, {"verdict", "fail"}});
+  EXPECT_EQ(QualifyReportVerdict(r), 2);
+  EXPECT_EQ(QualifyReportVerdict(json::array()), 3);
+}
+
+TEST(QualifyText, SummaryNamesTheFailedNodeWithItsReason) {
+  json r = Report("done", {{"gpu1", "pass"}, {"gpu2", "fail"}});
+  r["steps"] = json::array({{{"name", "mesh"}, {"state", "done"}, {"duration_s", 6.0}}});
+  std::ostringstream out;
+  PrintQualifyReport(r, out);
+  EXPECT_THAT(out.str(), HasSubstr("QUALIFY FAIL: 2 nodes, suite quick, profile generic, 9.4 s "
+                                   "(1 fail, 0 warn, 1 pass, 0 unknown)"));
+  EXPECT_THAT(out.str(), HasSubstr("gpu2  fail     gpu2: RTT p99 to 5 peers 2.4 ms"));
+  EXPECT_THAT(out.str(), HasSubstr("mesh  done   6.0"));
+  std::ostringstream partial;
+  json t = Report("timeout", {{"gpu1", "pass"}});
+  t["note"] = "the timeout (2 s) came during step mesh";
+  PrintQualifyReport(t, partial);
+  EXPECT_THAT(partial.str(), HasSubstr("QUALIFY UNKNOWN"));
+  EXPECT_THAT(partial.str(), HasSubstr("timeout: the timeout (2 s) came during step mesh"));
+}
+
+TEST(QualifyNodes, FlagAndFileMergeAndLimitsHold) {
+  fw::testing::TempDir dir("fw-qualify");
+  const std::string file = dir.path() + "/nodes";
+  std::ofstream(file) << "# job 42\ngpu[2-3]\ndgx1\n";
+  auto r = ResolveQualifyNodes("gpu[1-2]", file, 16);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(*r, (std::vector<std::string>{"gpu1", "gpu2", "gpu3", "dgx1"}));
+  auto big = ResolveQualifyNodes("gpu[1-3]", file, 3);
+  ASSERT_FALSE(big.ok());
+  EXPECT_THAT(big.status().message(), HasSubstr("more than 3"));
+  EXPECT_THAT(ResolveQualifyNodes("", "", 16).status().message(), HasSubstr("--nodes"));
+  EXPECT_THAT(ResolveQualifyNodes("", dir.path() + "/none", 16).status().message(),
+              HasSubstr("cannot be opened"));
+  EXPECT_THAT(ResolveQualifyNodes("gpu[1", "", 16).status().message(), HasSubstr("--nodes:"));
+}
+
+class QualifyHttp : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = http::Server::Start("127.0.0.1:0", 4);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    server_ = std::move(*s);
+    o_.api = "127.0.0.1:" + std::to_string(server_->port());
+  }
+  int Run(const QualifyArgs& a) { return RunQualify(o_, a, out_, err_); }
+
+  std::unique_ptr<http::Server> server_;
+  Options o_;
+  std::ostringstream out_, err_;
+};
+
+TEST_F(QualifyHttp, PostsTheSetAndExitsWithTheReportsVerdict) {
+  json got;
+  server_->Handle("/api/v1/qualify", [&](const http::Request& req, http::Response& resp) {
+    got = json::parse(req.body, nullptr, false);
+    got["method"] = req.method;
+    resp.Send(200, "application/json", Report("done", {{"a", "pass"}, {"b", "fail"}}).dump());
+  });
+  QualifyArgs a;
+  a.nodes = {"a", "b"};
+  a.profile = "generic";
+  a.timeout_s = 7;
+  o_.format = "json";
+  EXPECT_EQ(Run(a), 2);
+  EXPECT_EQ(got["method"], "POST");
+  EXPECT_EQ(got["nodes"], json::array({"a", "b"}));
+  EXPECT_EQ(got["suite"], "quick");
+  EXPECT_EQ(got["timeout_s"], 7.0);
+  EXPECT_EQ(got["profile"], "generic");
+  json printed = json::parse(out_.str());
+  EXPECT_EQ(printed["exit_code"], 2);
+  EXPECT_EQ(printed["nodes"][1]["node"], "b");
+}
+
+TEST_F(QualifyHttp, RefusalIsThreeWithTheAggregatorsReason) {
+  server_->Handle("/api/v1/qualify", [](const http::Request&, http::Response& resp) {
+    resp.Send(400, "application/json", R"({"error":"unknown profile 'h999'"})");
+  });
+  QualifyArgs a;
+  a.nodes = {"a"};
+  EXPECT_EQ(Run(a), 3);
+  EXPECT_THAT(err_.str(), HasSubstr("HTTP 400: unknown profile 'h999'"));
+  EXPECT_TRUE(out_.str().empty());
+}
+
+TEST_F(QualifyHttp, AggregatorThatNeverAnswersIsThreeAfterTimeoutPlusMargin) {
+  server_->Handle("/api/v1/qualify", [](const http::Request&, http::Response& resp) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(7500));
+    resp.Send(200, "application/json", "{}");
+  });
+  QualifyArgs a;
+  a.nodes = {"a"};
+  a.timeout_s = 1;  // the CLI waits 1 + 5 s
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(Run(a), 3);
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(waited, 5.5);
+  EXPECT_LT(waited, 7.4);
+  EXPECT_THAT(err_.str(), HasSubstr("no report from the aggregator"));
+}
+
+TEST(QualifyUnreachable, NoAggregatorIsThree) {
+  Options o;
+  o.api = "127.0.0.1:1";  // nothing listens on port 1 here
+  QualifyArgs a;
+  a.nodes = {"a"};
+  std::ostringstream out, err;
+  EXPECT_EQ(RunQualify(o, a, out, err), 3);
+  EXPECT_THAT(err.str(), HasSubstr("could not qualify: no report from the aggregator at "
+                                   "127.0.0.1:1"));
+}
+
+}  // namespace
+}  // namespace fw::cli
