@@ -46,6 +46,8 @@ Status ValidateGroup(const GroupSpec& group) {
   return Status::Ok();
 }
 
+std::string GroupKeyPrefix(const GroupSpec& group) { return "collective/" + group.group_id + "/"; }
+
 Status ValidateOp(const OpSpec& op, int ranks, uint64_t max_bytes) {
   if (op.iterations < 1 || op.iterations > 10000) {
     return Status::InvalidArgument("collective: iterations must be 1..10000");

@@ -32,6 +32,10 @@ struct GroupSpec {
 
 Status ValidateGroup(const GroupSpec& group);
 
+// The prefix of every rendezvous key of this group in the KvStore: "collective/<group id>/". The
+// owner of the store erases it when the group's run is over.
+std::string GroupKeyPrefix(const GroupSpec& group);
+
 // What to run. `bytes` follows nccl-tests' "size": the buffer a rank holds after the operation
 // (all-reduce: the reduced buffer; all-gather: the gathered output of all ranks). It is rounded
 // down to a whole number of 4-byte elements per rank.

@@ -10,7 +10,6 @@
 #include <gloo/transport/tcp/device.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
-#include <time.h>
 
 #if GLOO_HAVE_TRANSPORT_IBVERBS
 #include <gloo/transport/ibverbs/device.h>
@@ -21,14 +20,10 @@
 #include <stdexcept>
 #include <vector>
 
+#include "common/clock.h"
+
 namespace fw::collective {
 namespace {
-
-int64_t MonotonicNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 // Gloo reports store failures by exception; this one carries the KvStore's status text.
 class KvStoreError : public std::runtime_error {
@@ -130,7 +125,7 @@ class GlooCommunicator final : public Communicator {
     if (samples.size() != 1) return Status::InvalidArgument("gloo: one sample per call");
     IterationSample& s = samples[0];
     try {
-      s.arrive_ns = MonotonicNs();
+      s.arrive_ns = RealClock::Get().MonotonicNanos();
       if (op_.kind == OpKind::kAllReduce) {
         gloo::AllreduceOptions opts(context_);
         opts.setInput(in_.data(), in_.size());
@@ -147,7 +142,7 @@ class GlooCommunicator final : public Communicator {
         opts.setTag(tag_++);
         gloo::allgather(opts);
       }
-      s.exit_ns = MonotonicNs();
+      s.exit_ns = RealClock::Get().MonotonicNanos();
       s.op_seconds = static_cast<double>(s.exit_ns - s.arrive_ns) * 1e-9;
       return Status::Ok();
     } catch (const std::exception& e) {
@@ -209,8 +204,6 @@ class GlooCommunicator final : public Communicator {
 };
 
 }  // namespace
-
-std::string GroupKeyPrefix(const GroupSpec& group) { return "collective/" + group.group_id + "/"; }
 
 StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const GroupSpec& group, KvStore& kv,
                                                     const GlooOptions& options) {

@@ -33,7 +33,4 @@ struct GlooOptions {
 StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const GroupSpec& group, KvStore& kv,
                                                     const GlooOptions& options);
 
-// The key under which this group's rendezvous entries live in the KvStore ("collective/<id>/").
-std::string GroupKeyPrefix(const GroupSpec& group);
-
 }  // namespace fw::collective
