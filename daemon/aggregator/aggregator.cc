@@ -13,11 +13,11 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
-#include "daemon/aggregator/analysis/analysis_json.h"
-#include "daemon/aggregator/core/pairs_json.h"
-#include "daemon/aggregator/core/probe_batch_decoder.h"
-#include "daemon/aggregator/nodes_query.h"
-#include "daemon/aggregator/status_page.h"
+#include "daemon/aggregator/api/analysis_json.h"
+#include "daemon/aggregator/api/pairs_json.h"
+#include "daemon/aggregator/ingest/probe_batch_decoder.h"
+#include "daemon/aggregator/api/nodes_query.h"
+#include "daemon/aggregator/api/status_page.h"
 
 namespace fw::aggregator {
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """status_page.js's rendering rules in headless Chromium, against a fixture API (no daemons).
 
-A loopback server in this process serves the page's source files (daemon/aggregator/status_page.*)
+A loopback server in this process serves the page's source files (daemon/aggregator/api/status_page.*)
 and fixed JSON for the four endpoints, shaped like a large fleet with every link state, so the
 test can assert what the live tests cannot reach:
   - a 96 x 8 leaf-spine matrix turns compact, sorts leaves naturally (leaf2 before leaf10), has an
@@ -27,7 +27,7 @@ SOURCE_DIR = os.environ.get("FW_SOURCE_DIR") or os.path.dirname(os.path.dirname(
 sys.path.insert(0, HERE)
 import browser  # noqa: E402
 
-PAGE_DIR = os.path.join(SOURCE_DIR, "daemon", "aggregator")
+PAGE_DIR = os.path.join(SOURCE_DIR, "daemon", "aggregator", "api")
 LEAVES, SPINES = 96, 8
 MISSING = "leaf7~spine3"
 STATES = {"leaf2~spine1": "flapping", "leaf3~spine2": "degraded", "leaf4~spine4": "congested",

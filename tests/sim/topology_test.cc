@@ -7,7 +7,7 @@
 
 #include "tests/sim/flows.h"
 #ifdef FW_SIM_HAVE_FABRIC_MAP
-#include "daemon/aggregator/core/fabric_map.h"
+#include "daemon/aggregator/plan/fabric_map.h"
 #endif
 
 namespace fw::sim {

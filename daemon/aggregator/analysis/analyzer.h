@@ -21,7 +21,7 @@
 #include "daemon/aggregator/analysis/flow_table.h"
 #include "daemon/aggregator/analysis/tomography.h"
 #include "daemon/aggregator/analysis/tracked_finding.h"
-#include "daemon/aggregator/core/pair_table.h"
+#include "daemon/aggregator/ingest/pair_table.h"
 
 namespace fw::analysis {
 

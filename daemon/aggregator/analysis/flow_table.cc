@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "daemon/aggregator/core/source_runs.h"
+#include "daemon/aggregator/ingest/source_runs.h"
 
 namespace fw::analysis {
 namespace {

@@ -15,9 +15,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "daemon/aggregator/core/fabric_map.h"
-#include "daemon/aggregator/core/name_interner.h"
-#include "daemon/aggregator/core/probe_result.h"
+#include "daemon/aggregator/plan/fabric_map.h"
+#include "daemon/aggregator/model/name_interner.h"
+#include "daemon/aggregator/model/probe_result.h"
 
 namespace fw::analysis {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "daemon/aggregator/core/log_histogram.h"
+#include "daemon/aggregator/model/log_histogram.h"
 
 namespace fw::analysis {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "daemon/aggregator/analysis/flow_table.h"
-#include "daemon/aggregator/core/fabric_map.h"
+#include "daemon/aggregator/plan/fabric_map.h"
 
 namespace fw::analysis {
 

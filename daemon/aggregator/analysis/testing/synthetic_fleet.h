@@ -13,7 +13,7 @@
 
 #include "common/clock.h"
 #include "daemon/aggregator/analysis/analyzer.h"
-#include "daemon/aggregator/core/pair_table.h"
+#include "daemon/aggregator/ingest/pair_table.h"
 
 namespace fw::analysis::testing {
 

@@ -1,0 +1,370 @@
+// Agent sessions, liveness and ingest accounting.
+#include "daemon/aggregator/ingest/fleet_state.h"
+
+#include <algorithm>
+#include <array>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+namespace fw::aggregator {
+
+namespace v1 = fabricwatch::v1;
+
+const char* TransportName(v1::Transport t) {
+  switch (t) {
+    case v1::TRANSPORT_UDP: return "udp";
+    case v1::TRANSPORT_TCP_CONNECT: return "tcp_connect";
+    case v1::TRANSPORT_TCP_BW: return "tcp_bw";
+    case v1::TRANSPORT_RDMA_UD: return "rdma_ud";
+    case v1::TRANSPORT_RDMA_RC: return "rdma_rc";
+    case v1::TRANSPORT_COLLECTIVE: return "collective";
+    default: return "unknown";
+  }
+}
+
+FleetState::FleetState(const Clock& clock, metrics::Registry& registry, Options options)
+    : clock_(clock),
+      options_(options),
+      agents_connected_(
+          registry.AddGauge("fabricwatch_agents_connected", "Agents with a live session.")
+              .WithLabels({})),
+      agent_up_(registry.AddGauge("fabricwatch_agent_up",
+                                  "1 while the agent's session is live and it reports within the "
+                                  "heartbeat timeout, else 0.",
+                                  {"node"})),
+      agent_age_(registry.AddGauge("fabricwatch_agent_last_report_age_seconds",
+                                   "Seconds since the agent's last message.", {"node"})),
+      batches_total_(registry.AddCounter("fabricwatch_ingest_batches_total",
+                                         "Probe batches stored (duplicates excluded).")
+                         .WithLabels({})),
+      duplicate_batches_(registry
+                             .AddCounter("fabricwatch_ingest_duplicate_batches_total",
+                                         "Probe batches received again after a reconnect and "
+                                         "dropped as duplicates.")
+                             .WithLabels({})),
+      gap_batches_(registry
+                       .AddCounter("fabricwatch_ingest_gap_batches_total",
+                                   "Probe batches an agent never delivered (its buffer overflowed).")
+                       .WithLabels({})),
+      heartbeats_(registry.AddCounter("fabricwatch_ingest_heartbeats_total", "Heartbeats received.")
+                      .WithLabels({})),
+      disconnects_(registry
+                       .AddCounter("fabricwatch_agent_disconnects_total",
+                                   "Agent sessions that ended or timed out.")
+                       .WithLabels({})),
+      ingest_lag_(registry
+                      .AddGauge("fabricwatch_ingest_lag_seconds",
+                                "How late the aggregator reads agents' heartbeats: the 90th "
+                                "percentile over live agents of their latest heartbeat's age when "
+                                "read. The heartbeat timeout stretches by this much.")
+                      .WithLabels({})),
+      timeouts_deferred_(registry
+                             .AddGauge("fabricwatch_heartbeat_timeouts_deferred",
+                                       "Agents silent past the heartbeat timeout but kept up, "
+                                       "because so many fell silent at once that the aggregator "
+                                       "is more likely behind than they are dead.")
+                             .WithLabels({})),
+      mass_timeouts_(registry
+                         .AddCounter("fabricwatch_heartbeat_mass_timeouts_total",
+                                     "Episodes of deferred mass heartbeat timeouts.")
+                         .WithLabels({})) {
+  auto& results = registry.AddCounter("fabricwatch_probe_results_received_total",
+                                      "Probe results received, by transport.", {"transport"});
+  for (int t = 0; t < 7; ++t) {
+    results_by_transport_[t] = &results.WithLabels({TransportName(static_cast<v1::Transport>(t))});
+  }
+  registry.AddBeforeRender([this] {
+    std::lock_guard lock(mu_);
+    int64_t now = clock_.MonotonicNanos();
+    for (auto& [name, n] : nodes_) {
+      n.age_gauge->Set(static_cast<double>(now - n.last_seen_mono_ns) * 1e-9);
+    }
+  });
+}
+
+FleetState::Node& FleetState::GetLocked(const std::string& name) {
+  auto it = nodes_.find(name);
+  if (it != nodes_.end()) return it->second;
+  Node& n = nodes_[name];
+  n.view.name = name;
+  n.view.health = "unknown";
+  n.up_gauge = &agent_up_.WithLabels({name});
+  n.age_gauge = &agent_age_.WithLabels({name});
+  n.last_seen_mono_ns = clock_.MonotonicNanos();
+  return n;
+}
+
+void FleetState::Touch(Node& n) {
+  n.last_seen_mono_ns = clock_.MonotonicNanos();
+  n.view.last_seen_wall_ns = clock_.WallNanos();
+  if (!n.view.up && n.view.connected) SetLiveLocked(n, true, true);
+}
+
+void FleetState::SetLiveLocked(Node& n, bool connected, bool up) {
+  bool was = n.view.connected && n.view.up;
+  n.view.connected = connected;
+  n.view.up = up;
+  bool is = connected && up;
+  n.up_gauge->Set(is ? 1 : 0);
+  if (was != is) {
+    live_count_ = is ? live_count_ + 1 : live_count_ - 1;
+    agents_connected_.Set(static_cast<double>(live_count_));
+  }
+}
+
+uint64_t FleetState::OnHello(uint64_t conn_id, const v1::Hello& hello) {
+  uint64_t ack = 0;
+  {
+    std::lock_guard lock(mu_);
+    Node& n = GetLocked(hello.node());
+    n.conn_id = conn_id;
+    SetLiveLocked(n, true, n.view.up);
+    n.view.version = hello.version();
+    n.view.inventory = hello.inventory();
+    n.view.endpoints.assign(hello.endpoints().begin(), hello.endpoints().end());
+    if (n.view.ingest.session_id != hello.session_id()) {
+      // A restarted agent starts its sequence again.
+      n.view.ingest.session_id = hello.session_id();
+      n.view.ingest.last_seq = 0;
+    }
+    ack = n.view.ingest.last_seq;
+    Touch(n);
+  }
+  NotifyMembership();
+  return ack;
+}
+
+BatchVerdict FleetState::OnProbeBatch(const std::string& node, const v1::ProbeBatch& batch,
+                                      uint64_t* ack) {
+  std::lock_guard lock(mu_);
+  Node& n = GetLocked(node);
+  Touch(n);
+  NodeIngest& in = n.view.ingest;
+  if (batch.seq() <= in.last_seq) {
+    ++in.duplicates;
+    duplicate_batches_.Inc();
+    *ack = in.last_seq;
+    return BatchVerdict::kDuplicate;
+  }
+  BatchVerdict verdict = BatchVerdict::kAccepted;
+  if (batch.seq() != in.last_seq + 1) {
+    uint64_t missing = batch.seq() - in.last_seq - 1;
+    in.gaps += missing;
+    gap_batches_.Inc(static_cast<double>(missing));
+    verdict = BatchVerdict::kGap;
+  }
+  in.last_seq = batch.seq();
+  ++in.batches;
+  // Results in either encoding count as received; whether they are valid is the decoder's call.
+  const v1::ProbeColumns& cols = batch.columns();
+  in.results += static_cast<uint64_t>(batch.results_size()) +
+                static_cast<uint64_t>(cols.peer_size());
+  batches_total_.Inc();
+  std::array<uint64_t, 7> by_transport{};
+  auto count = [&](int t) { ++by_transport[t < 0 || t >= 7 ? 0 : t]; };
+  for (const auto& r : batch.results()) count(r.transport());
+  if (cols.transport_size() == cols.peer_size()) {
+    for (int t : cols.transport()) count(t);
+  } else {
+    by_transport[0] += static_cast<uint64_t>(cols.peer_size());  // malformed: transport unknown
+  }
+  for (size_t t = 0; t < by_transport.size(); ++t) {
+    if (by_transport[t] > 0) results_by_transport_[t]->Inc(static_cast<double>(by_transport[t]));
+  }
+  if (batch.test_id() != 0 && options_.record_test_batches) {
+    ++in.test_batches;
+    in.test_ids.insert(batch.test_id());
+  }
+  *ack = in.last_seq;
+  return verdict;
+}
+
+void FleetState::OnHeartbeat(const std::string& node, int64_t sent_unix_ns) {
+  std::lock_guard lock(mu_);
+  heartbeats_.Inc();
+  Node& n = GetLocked(node);
+  Touch(n);
+  if (sent_unix_ns > 0) {
+    // A clock ahead of ours reads as no lag; one far behind is capped, and one agent's clock
+    // cannot move the fleet's 90th percentile.
+    const double lag = static_cast<double>(n.view.last_seen_wall_ns - sent_unix_ns) * 1e-9;
+    n.heartbeat_lag_s = std::clamp(lag, 0.0, 3600.0);
+  }
+}
+
+void FleetState::OnCheckReport(const std::string& node, const v1::CheckReport& report) {
+  // Parsed outside the lock; a report without a usable document keeps the last known locality.
+  StatusOr<NodeLocality> locality = LocalityFromCheckJson(report.json());
+  std::lock_guard lock(mu_);
+  Node& n = GetLocked(node);
+  Touch(n);
+  static const char* kHealth[] = {"ok", "warning", "critical", "unknown"};
+  int code = report.exit_code();
+  n.view.health = kHealth[(code >= 0 && code <= 3) ? code : 3];
+  if (locality.ok()) n.view.locality = std::move(*locality);
+}
+
+void FleetState::OnCounterBatch(const std::string& node, const v1::CounterBatch&) {
+  std::lock_guard lock(mu_);
+  Touch(GetLocked(node));
+}
+
+void FleetState::OnDisconnect(const std::string& node, uint64_t conn_id) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = nodes_.find(node);
+    if (it == nodes_.end() || it->second.conn_id != conn_id) return;  // a newer stream took over
+    Node& n = it->second;
+    if (!n.view.connected) return;
+    SetLiveLocked(n, false, false);
+    disconnects_.Inc();
+  }
+  spdlog::info("msg=\"agent disconnected\" node={}", node);
+  NotifyMembership();
+}
+
+void FleetState::Sweep() {
+  std::vector<std::pair<std::string, double>> timed_out;
+  size_t deferred = 0, silent_count = 0, live = 0;
+  bool new_episode = false;
+  double lag = 0;
+  {
+    std::lock_guard lock(mu_);
+    const int64_t now = clock_.MonotonicNanos();
+    const double grace_max = std::max(0.0, options_.heartbeat_grace_max_s);
+    live = live_count_;
+    // The ingest lag: how late the aggregator is reading heartbeats, robust to a few agents with
+    // wrong clocks.
+    std::vector<double> lags;
+    lags.reserve(live);
+    for (const auto& [name, n] : nodes_) {
+      if (n.view.connected && n.view.up) lags.push_back(n.heartbeat_lag_s);
+    }
+    if (!lags.empty()) {
+      const size_t k = std::min(lags.size() - 1, lags.size() * 9 / 10);
+      std::nth_element(lags.begin(), lags.begin() + static_cast<ptrdiff_t>(k), lags.end());
+      lag = std::min(lags[k], grace_max);
+    }
+    ingest_lag_s_ = lag;
+    const auto timeout = static_cast<int64_t>(options_.heartbeat_timeout_s * 1e9);
+    const int64_t soft = timeout + static_cast<int64_t>(lag * 1e9);
+    const int64_t hard = timeout + static_cast<int64_t>(grace_max * 1e9);
+    std::vector<std::pair<const std::string*, Node*>> silent;
+    for (auto& [name, n] : nodes_) {
+      n.view.last_report_age_s = static_cast<double>(now - n.last_seen_mono_ns) * 1e-9;
+      if (n.view.up && now - n.last_seen_mono_ns > soft) silent.emplace_back(&name, &n);
+    }
+    silent_count = silent.size();
+    const bool mass = silent.size() >= std::max<size_t>(options_.mass_timeout_min, 1) &&
+                      static_cast<double>(silent.size()) >=
+                          options_.mass_timeout_fraction * static_cast<double>(live);
+    for (auto& [name, n] : silent) {
+      if (mass && n->view.connected && now - n->last_seen_mono_ns <= hard) {
+        ++deferred;
+        continue;
+      }
+      SetLiveLocked(*n, n->view.connected, false);
+      disconnects_.Inc();
+      timed_out.emplace_back(*name, n->view.last_report_age_s);
+    }
+    if (deferred > 0 && !mass_deferring_) {
+      mass_timeouts_.Inc();
+      new_episode = true;
+    }
+    mass_deferring_ = deferred > 0;
+    timeouts_deferred_.Set(static_cast<double>(deferred));
+    ingest_lag_.Set(lag);
+  }
+  if (new_episode) {
+    spdlog::warn(
+        "msg=\"mass heartbeat timeout deferred: the aggregator is more likely behind than these "
+        "agents dead\" silent={} live={} ingest_lag_s={:.1f} max_wait_s={:.0f}",
+        silent_count, live, lag, options_.heartbeat_timeout_s + options_.heartbeat_grace_max_s);
+  }
+  // Logged outside the lock, and bounded: a fleet-wide outage must not stall ingest on logging.
+  constexpr size_t kMaxLogged = 20;
+  for (size_t i = 0; i < timed_out.size() && i < kMaxLogged; ++i) {
+    spdlog::warn("msg=\"agent heartbeat timeout\" node={} silent_s={:.1f} ingest_lag_s={:.1f}",
+                 timed_out[i].first, timed_out[i].second, lag);
+  }
+  if (timed_out.size() > kMaxLogged) {
+    spdlog::warn("msg=\"agent heartbeat timeouts\" more={}", timed_out.size() - kMaxLogged);
+  }
+  if (!timed_out.empty()) NotifyMembership();
+}
+
+double FleetState::ingest_lag_s() const {
+  std::lock_guard lock(mu_);
+  return ingest_lag_s_;
+}
+
+std::vector<NodeView> FleetState::Nodes() const {
+  std::lock_guard lock(mu_);
+  std::vector<NodeView> out;
+  int64_t now = clock_.MonotonicNanos();
+  for (const auto& [name, n] : nodes_) {
+    out.push_back(n.view);
+    out.back().last_report_age_s = static_cast<double>(now - n.last_seen_mono_ns) * 1e-9;
+  }
+  return out;
+}
+
+std::vector<std::string> FleetState::LiveNodes() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [name, n] : nodes_) {
+    if (n.view.connected && n.view.up) out.push_back(name);
+  }
+  return out;
+}
+
+size_t FleetState::connected() const {
+  std::lock_guard lock(mu_);
+  return live_count_;
+}
+
+void FleetState::NotifyMembership() {
+  if (listener_) listener_();
+}
+
+std::string FleetState::ExportIngestJson() const {
+  std::lock_guard lock(mu_);
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, n] : nodes_) {
+    const NodeIngest& in = n.view.ingest;
+    j[name] = {{"session_id", in.session_id}, {"last_seq", in.last_seq},
+               {"batches", in.batches},       {"results", in.results},
+               {"duplicates", in.duplicates}, {"gaps", in.gaps},
+               {"test_batches", in.test_batches},
+               {"test_ids", std::vector<uint64_t>(in.test_ids.begin(), in.test_ids.end())}};
+  }
+  return j.dump();
+}
+
+Status FleetState::ImportIngestJson(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Status::InvalidArgument("ingest state is not a JSON object");
+  }
+  std::lock_guard lock(mu_);
+  try {
+    for (const auto& [name, v] : j.items()) {
+      Node& n = GetLocked(name);
+      NodeIngest& in = n.view.ingest;
+      in.session_id = v.at("session_id").get<uint64_t>();
+      in.last_seq = v.at("last_seq").get<uint64_t>();
+      in.batches = v.value("batches", uint64_t{0});
+      in.results = v.value("results", uint64_t{0});
+      in.duplicates = v.value("duplicates", uint64_t{0});
+      in.gaps = v.value("gaps", uint64_t{0});
+      in.test_batches = v.value("test_batches", uint64_t{0});
+      for (uint64_t id : v.value("test_ids", std::vector<uint64_t>{})) in.test_ids.insert(id);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(std::string("ingest state: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+}  // namespace fw::aggregator

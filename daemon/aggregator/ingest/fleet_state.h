@@ -1,0 +1,149 @@
+// The aggregator's view of its agents: sessions, liveness, inventory and ingest accounting.
+//
+// Thread-safety: every method takes `mu_` briefly and does no I/O, so gRPC reactions may call it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "daemon/aggregator/ingest/node_locality.h"
+#include "exporter/registry.h"
+#include "fabricwatch.pb.h"
+
+namespace fw::aggregator {
+
+// What one batch did to the ingest accounting.
+enum class BatchVerdict {
+  kAccepted,   // new, in order
+  kGap,        // new, but earlier seqs never arrived (the agent's buffer overflowed)
+  kDuplicate,  // already stored; ack again but do not count
+};
+
+struct NodeIngest {
+  uint64_t session_id = 0;
+  uint64_t last_seq = 0;  // highest seq stored for this session
+  uint64_t batches = 0;
+  uint64_t results = 0;
+  uint64_t duplicates = 0;
+  uint64_t gaps = 0;
+  std::set<uint64_t> test_ids;  // only with record_test_batches
+  uint64_t test_batches = 0;
+};
+
+struct NodeView {
+  std::string name;
+  bool connected = false;
+  bool up = false;
+  int64_t last_seen_wall_ns = 0;
+  double last_report_age_s = 0;
+  std::string version;
+  std::string health;  // ok | warning | critical | unknown
+  fabricwatch::v1::Inventory inventory;
+  NodeLocality locality;  // from the latest check report with a parsable document
+  std::vector<fabricwatch::v1::ProbeEndpoint> endpoints;
+  NodeIngest ingest;
+};
+
+class FleetState {
+ public:
+  struct Options {
+    double heartbeat_timeout_s = 15;
+    // While the aggregator is behind on reading its streams, an agent's silence is not evidence
+    // that it died: its heartbeats may be waiting unread. The timeout then stretches by the
+    // measured ingest lag (see Sweep), by at most this much.
+    double heartbeat_grace_max_s = 105;
+    // A sweep that would time out at least this many agents, and at least `mass_timeout_fraction`
+    // of the live ones, all with open streams, is taken as the aggregator (or its network)
+    // falling behind rather than that many agents dying together: those agents stay up until
+    // their silence passes heartbeat_timeout_s + heartbeat_grace_max_s.
+    size_t mass_timeout_min = 50;
+    double mass_timeout_fraction = 0.05;
+    bool record_test_batches = false;
+  };
+  FleetState(const Clock& clock, metrics::Registry& registry, Options options);
+
+  // A session said Hello. Returns the seq to acknowledge right away (the last stored for this
+  // agent session, 0 for a new one). `conn_id` identifies the stream so a stale stream ending
+  // cannot mark a newer one disconnected.
+  uint64_t OnHello(uint64_t conn_id, const fabricwatch::v1::Hello& hello);
+  // Accounts a batch; returns the verdict and sets *ack to the seq to acknowledge.
+  BatchVerdict OnProbeBatch(const std::string& node, const fabricwatch::v1::ProbeBatch& batch,
+                            uint64_t* ack);
+  // `sent_unix_ns` is the agent's send time (Heartbeat.sent_unix_ns; 0 when absent). How late the
+  // aggregator reads it is its ingest lag.
+  void OnHeartbeat(const std::string& node, int64_t sent_unix_ns = 0);
+  void OnCheckReport(const std::string& node, const fabricwatch::v1::CheckReport& report);
+  void OnCounterBatch(const std::string& node, const fabricwatch::v1::CounterBatch& batch);
+  // The stream `conn_id` of `node` ended (cleanly, by error or by cancel).
+  void OnDisconnect(const std::string& node, uint64_t conn_id);
+
+  // Marks agents silent for longer than the heartbeat timeout as down. Call every tick.
+  // Overload-aware: the timeout stretches by the ingest lag (the 90th percentile, over live
+  // agents, of how late their latest heartbeat was read), capped at heartbeat_grace_max_s; and a
+  // mass timeout (Options) is deferred up to that cap. A stream that ends is still marked down at
+  // once by OnDisconnect.
+  void Sweep();
+  // The ingest lag the last Sweep used, in seconds.
+  double ingest_lag_s() const;
+
+  std::vector<NodeView> Nodes() const;
+  std::vector<std::string> LiveNodes() const;
+  size_t connected() const;
+
+  // Ingest dedup state survives a graceful restart through these (see aggregator_main).
+  std::string ExportIngestJson() const;
+  Status ImportIngestJson(const std::string& json);
+
+  // Called (outside the lock) whenever the set of live agents changes, e.g. to re-plan.
+  void SetMembershipListener(std::function<void()> listener) { listener_ = std::move(listener); }
+
+ private:
+  struct Node {
+    NodeView view;
+    uint64_t conn_id = 0;
+    int64_t last_seen_mono_ns = 0;
+    double heartbeat_lag_s = 0;  // how late the latest heartbeat was read
+    metrics::Gauge* up_gauge = nullptr;
+    metrics::Gauge* age_gauge = nullptr;
+  };
+  Node& GetLocked(const std::string& name);  // REQUIRES: mu_ held
+  void Touch(Node& n);                       // REQUIRES: mu_ held
+  // Keeps `live_count_` and the gauge in step when a node's liveness flips. REQUIRES: mu_ held.
+  void SetLiveLocked(Node& n, bool connected, bool up);
+  void NotifyMembership();
+
+  const Clock& clock_;
+  Options options_;
+  mutable std::mutex mu_;
+  std::map<std::string, Node> nodes_;  // GUARDED_BY(mu_)
+  size_t live_count_ = 0;              // GUARDED_BY(mu_): nodes connected and up
+  double ingest_lag_s_ = 0;            // GUARDED_BY(mu_)
+  bool mass_deferring_ = false;        // GUARDED_BY(mu_): a mass timeout is being deferred
+  std::function<void()> listener_;
+
+  metrics::Gauge& agents_connected_;
+  metrics::Family<metrics::Gauge>& agent_up_;
+  metrics::Family<metrics::Gauge>& agent_age_;
+  metrics::Counter& batches_total_;
+  metrics::Counter& duplicate_batches_;
+  metrics::Counter& gap_batches_;
+  std::array<metrics::Counter*, 7> results_by_transport_{};  // indexed by Transport
+  metrics::Counter& heartbeats_;
+  metrics::Counter& disconnects_;
+  metrics::Gauge& ingest_lag_;
+  metrics::Gauge& timeouts_deferred_;
+  metrics::Counter& mass_timeouts_;
+};
+
+const char* TransportName(fabricwatch::v1::Transport t);
+
+}  // namespace fw::aggregator

@@ -1,0 +1,211 @@
+// Fleet state: sessions, heartbeat timeouts on a fake clock, dedup and gaps, state round trip.
+#include "daemon/aggregator/ingest/fleet_state.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+namespace fw::aggregator {
+namespace {
+
+namespace v1 = fabricwatch::v1;
+
+v1::Hello MakeHello(const std::string& node, uint64_t session) {
+  v1::Hello h;
+  h.set_node(node);
+  h.set_session_id(session);
+  return h;
+}
+
+v1::ProbeBatch Batch(uint64_t seq, int results = 2) {
+  v1::ProbeBatch b;
+  b.set_seq(seq);
+  b.set_test_id(seq);
+  for (int i = 0; i < results; ++i) b.add_results()->set_transport(v1::TRANSPORT_UDP);
+  return b;
+}
+
+TEST(FleetStateTest, ConnectDisconnectAndMetrics) {
+  FakeClock clock;
+  metrics::Registry reg;
+  FleetState fleet(clock, reg, {});
+  fleet.OnHello(1, MakeHello("a", 10));
+  fleet.OnHello(2, MakeHello("b", 20));
+  EXPECT_EQ(fleet.connected(), 2u);
+  std::string text = reg.RenderToString();
+  EXPECT_NE(text.find("fabricwatch_agents_connected 2\n"), std::string::npos);
+  EXPECT_NE(text.find("fabricwatch_agent_up{node=\"a\"} 1\n"), std::string::npos);
+  fleet.OnDisconnect("a", 1);
+  EXPECT_EQ(fleet.connected(), 1u);
+  EXPECT_NE(reg.RenderToString().find("fabricwatch_agent_up{node=\"a\"} 0\n"), std::string::npos);
+}
+
+TEST(FleetStateTest, StaleStreamEndingDoesNotDisconnectNewerOne) {
+  FakeClock clock;
+  metrics::Registry reg;
+  FleetState fleet(clock, reg, {});
+  fleet.OnHello(1, MakeHello("a", 10));
+  fleet.OnHello(2, MakeHello("a", 10));  // reconnected before the old stream was torn down
+  fleet.OnDisconnect("a", 1);
+  EXPECT_EQ(fleet.connected(), 1u);
+}
+
+TEST(FleetStateTest, HeartbeatTimeoutMarksDownAndHeartbeatRevives) {
+  FakeClock clock;
+  metrics::Registry reg;
+  FleetState fleet(clock, reg, {.heartbeat_timeout_s = 15});
+  fleet.OnHello(1, MakeHello("a", 10));
+  clock.Advance(std::chrono::seconds(14));
+  fleet.Sweep();
+  EXPECT_EQ(fleet.connected(), 1u);
+  clock.Advance(std::chrono::seconds(2));
+  fleet.Sweep();
+  EXPECT_EQ(fleet.connected(), 0u);
+  EXPECT_NE(reg.RenderToString().find("fabricwatch_agent_up{node=\"a\"} 0\n"), std::string::npos);
+  fleet.OnHeartbeat("a");
+  EXPECT_EQ(fleet.connected(), 1u);
+}
+
+TEST(FleetStateTest, DuplicatesAndGapsAreCountedNotStored) {
+  FakeClock clock;
+  metrics::Registry reg;
+  FleetState fleet(clock, reg, {.record_test_batches = true});
+  fleet.OnHello(1, MakeHello("a", 10));
+  uint64_t ack = 0;
+  EXPECT_EQ(fleet.OnProbeBatch("a", Batch(1), &ack), BatchVerdict::kAccepted);
+  EXPECT_EQ(fleet.OnProbeBatch("a", Batch(2), &ack), BatchVerdict::kAccepted);
+  EXPECT_EQ(fleet.OnProbeBatch("a", Batch(2), &ack), BatchVerdict::kDuplicate);
+  EXPECT_EQ(ack, 2u);
+  EXPECT_EQ(fleet.OnProbeBatch("a", Batch(5), &ack), BatchVerdict::kGap);
+  auto nodes = fleet.Nodes();
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].ingest.batches, 3u);
+  EXPECT_EQ(nodes[0].ingest.duplicates, 1u);
+  EXPECT_EQ(nodes[0].ingest.gaps, 2u);
+  EXPECT_EQ(nodes[0].ingest.results, 6u);
+  EXPECT_NE(
+      reg.RenderToString().find("fabricwatch_probe_results_received_total{transport=\"udp\"} 6\n"),
+      std::string::npos);
+  // A reconnect of the same agent session resumes from the stored seq.
+  EXPECT_EQ(fleet.OnHello(2, MakeHello("a", 10)), 5u);
+  // A restarted agent (new session) starts again at 0.
+  EXPECT_EQ(fleet.OnHello(3, MakeHello("a", 11)), 0u);
+}
+
+TEST(FleetStateTest, IngestStateSurvivesRoundTripAndRejectsGarbage) {
+  FakeClock clock;
+  metrics::Registry reg1, reg2;
+  FleetState a(clock, reg1, {.record_test_batches = true});
+  a.OnHello(1, MakeHello("n1", 7));
+  uint64_t ack;
+  a.OnProbeBatch("n1", Batch(1), &ack);
+  a.OnProbeBatch("n1", Batch(2), &ack);
+  FleetState b(clock, reg2, {.record_test_batches = true});
+  ASSERT_TRUE(b.ImportIngestJson(a.ExportIngestJson()).ok());
+  EXPECT_EQ(b.OnHello(9, MakeHello("n1", 7)), 2u);
+  EXPECT_EQ(b.OnProbeBatch("n1", Batch(2), &ack), BatchVerdict::kDuplicate);
+  EXPECT_FALSE(b.ImportIngestJson("{not json").ok());
+  EXPECT_FALSE(b.ImportIngestJson("{\"n\": {\"session_id\": \"x\"}}").ok());
+}
+
+// A fleet of `n` agents "n000".."n{n-1}", all connected.
+void Connect(FleetState& fleet, int n) {
+  for (int i = 0; i < n; ++i) {
+    char name[16];
+    std::snprintf(name, sizeof name, "n%03d", i);
+    fleet.OnHello(static_cast<uint64_t>(i + 1), MakeHello(name, 100 + static_cast<uint64_t>(i)));
+  }
+}
+
+// Every agent from `from` on heartbeats, each read `lag_s` after it was sent.
+void HeartbeatFrom(FleetState& fleet, const FakeClock& clock, int from, int n, double lag_s) {
+  for (int i = from; i < n; ++i) {
+    char name[16];
+    std::snprintf(name, sizeof name, "n%03d", i);
+    fleet.OnHeartbeat(name, clock.WallNanos() - static_cast<int64_t>(lag_s * 1e9));
+  }
+}
+
+TEST(FleetStateTest, IngestLagStretchesTheTimeout) {
+  FakeClock clock;
+  metrics::Registry reg;
+  FleetState fleet(clock, reg, {.heartbeat_timeout_s = 15});
+  Connect(fleet, 100);
+  // The aggregator reads every heartbeat 20 s late; n000 then falls silent for good.
+  for (int s = 0; s < 34; ++s) {
+    HeartbeatFrom(fleet, clock, 1, 100, 20);
+    clock.Advance(std::chrono::seconds(1));
+    fleet.Sweep();
+    ASSERT_EQ(fleet.connected(), 100u) << "after " << s + 1 << " s";
+  }
+  EXPECT_DOUBLE_EQ(fleet.ingest_lag_s(), 20);
+  EXPECT_NE(reg.RenderToString().find("fabricwatch_ingest_lag_seconds 20\n"), std::string::npos);
+  clock.Advance(std::chrono::seconds(2));  // 36 s > 15 s + 20 s of lag
+  HeartbeatFrom(fleet, clock, 1, 100, 20);
+  fleet.Sweep();
+  EXPECT_EQ(fleet.connected(), 99u);
+}
+
+TEST(FleetStateTest, OneAgentsWrongClockDoesNotStretchTheTimeout) {
+  FakeClock clock;
+  metrics::Registry reg;
+  FleetState fleet(clock, reg, {.heartbeat_timeout_s = 15});
+  Connect(fleet, 100);
+  fleet.OnHeartbeat("n099", clock.WallNanos() - 3'000'000'000'000);  // an hour behind
+  HeartbeatFrom(fleet, clock, 1, 99, 0.001);
+  fleet.Sweep();
+  EXPECT_LT(fleet.ingest_lag_s(), 0.01);
+  clock.Advance(std::chrono::seconds(16));
+  HeartbeatFrom(fleet, clock, 1, 100, 0.001);
+  fleet.Sweep();
+  EXPECT_EQ(fleet.connected(), 99u);  // n000, silent 16 s, is down on time
+}
+
+TEST(FleetStateTest, MassTimeoutIsDeferredUpToTheCap) {
+  FakeClock clock;
+  metrics::Registry reg;
+  FleetState fleet(clock, reg,
+                   {.heartbeat_timeout_s = 15,
+                    .heartbeat_grace_max_s = 45,
+                    .mass_timeout_min = 10,
+                    .mass_timeout_fraction = 0.05});
+  Connect(fleet, 100);
+  // 30 of 100 agents fall silent together, streams open: the aggregator, not they, is suspect.
+  for (int s = 0; s < 59; ++s) {
+    clock.Advance(std::chrono::seconds(1));
+    HeartbeatFrom(fleet, clock, 30, 100, 0);
+    fleet.Sweep();
+    ASSERT_EQ(fleet.connected(), 100u) << "after " << s + 1 << " s";
+  }
+  std::string text = reg.RenderToString();
+  EXPECT_NE(text.find("fabricwatch_heartbeat_timeouts_deferred 30\n"), std::string::npos);
+  EXPECT_NE(text.find("fabricwatch_heartbeat_mass_timeouts_total 1\n"), std::string::npos);
+  // A stream that ends is down at once, deferral or not.
+  fleet.OnDisconnect("n000", 1);
+  EXPECT_EQ(fleet.connected(), 99u);
+  // Past timeout + grace cap (60 s), the rest go down too.
+  clock.Advance(std::chrono::seconds(2));
+  HeartbeatFrom(fleet, clock, 30, 100, 0);
+  fleet.Sweep();
+  EXPECT_EQ(fleet.connected(), 70u);
+  text = reg.RenderToString();
+  EXPECT_NE(text.find("fabricwatch_heartbeat_timeouts_deferred 0\n"), std::string::npos);
+}
+
+TEST(FleetStateTest, AFewSilentAgentsAreNotAMassTimeout) {
+  FakeClock clock;
+  metrics::Registry reg;
+  FleetState fleet(
+      clock, reg,
+      {.heartbeat_timeout_s = 15, .mass_timeout_min = 10, .mass_timeout_fraction = 0.05});
+  Connect(fleet, 100);
+  clock.Advance(std::chrono::seconds(16));
+  HeartbeatFrom(fleet, clock, 3, 100, 0);  // n000..n002 silent: 3 < 10
+  fleet.Sweep();
+  EXPECT_EQ(fleet.connected(), 97u);
+  EXPECT_NE(reg.RenderToString().find("fabricwatch_heartbeat_mass_timeouts_total 0\n"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace fw::aggregator

@@ -1,0 +1,436 @@
+// Callback-API reactors for agent sessions: one read in flight, a write queue, never blocking.
+#include "daemon/aggregator/ingest/ingest_service.h"
+
+#include <google/protobuf/arena.h>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <map>
+#include <vector>
+#include <thread>
+
+#include "fabricwatch.grpc.pb.h"
+
+namespace fw::aggregator {
+
+namespace v1 = fabricwatch::v1;
+
+namespace {
+
+class Service;
+
+// One agent stream. Lifetime: owned by Service's session table through a shared_ptr; OnDone() drops
+// that reference, and threads that push plans or drain hold their own copy while they work.
+// Thread-safety: `mu_` guards the write queue and the finishing state. gRPC operations (StartWrite,
+// StartRead, Finish) are decided under `mu_` but started after releasing it, so a reaction that
+// gRPC runs inline can never deadlock on `mu_`.
+class AgentSession final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::AggregatorMessage> {
+ public:
+  AgentSession(Service* service, uint64_t conn_id, std::string peer);
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+  // Queues a message; coalesces consecutive acks so a slow agent cannot grow the queue unboundedly.
+  void Enqueue(v1::AggregatorMessage msg);
+  // Queues the current plan if this session's node is one `wanted` accepts.
+  void PushPlan(const std::function<bool(const std::string&)>& wanted);
+  void Drain();
+
+ private:
+  // gRPC operations decided under mu_, performed after it is released.
+  struct Actions {
+    const v1::AggregatorMessage* write = nullptr;
+    bool read = false;
+    std::optional<grpc::Status> finish;
+  };
+  void Perform(Actions a);
+  void HandleMessage(Actions& a);                        // REQUIRES: mu_ held
+  void EnqueueLocked(v1::AggregatorMessage msg, Actions& a);  // REQUIRES: mu_ held
+  void FinishLocked(grpc::Status st, Actions& a);             // REQUIRES: mu_ held
+
+  // Resets the read arena and returns a fresh message on it for the next read.
+  v1::AgentMessage* NextIn();
+
+  Service* service_;
+  uint64_t conn_id_;
+  std::string peer_;
+  // Each read parses into a message on `arena_`, reset before the next read: a ProbeBatch's
+  // dozen column arrays come from the session's own block instead of a malloc and a free each.
+  // Only the read path touches it (the constructor, then OnReadDone's Perform), one read at a time.
+  static constexpr size_t kReadBlockBytes = 4096;  // a typical batch (~40 rows) fits
+  std::unique_ptr<char[]> read_block_ = std::make_unique<char[]>(kReadBlockBytes);
+  google::protobuf::Arena arena_{[this] {
+    google::protobuf::ArenaOptions o;
+    o.initial_block = read_block_.get();
+    o.initial_block_size = kReadBlockBytes;
+    o.max_block_size = 64 << 10;
+    return o;
+  }()};
+  v1::AgentMessage* in_ = nullptr;  // on arena_; owned by the single outstanding read
+  std::mutex mu_;
+  std::string node_;                          // GUARDED_BY(mu_), set by Hello
+  std::deque<v1::AggregatorMessage> queue_;  // GUARDED_BY(mu_); front is in flight when writing_
+  bool writing_ = false;                      // GUARDED_BY(mu_)
+  bool draining_ = false;                     // GUARDED_BY(mu_)
+  bool finished_ = false;                     // GUARDED_BY(mu_)
+  std::optional<grpc::Status> finish_after_writes_;  // GUARDED_BY(mu_)
+};
+
+class Service final : public v1::Aggregator::CallbackService {
+ public:
+  Service(FleetState& fleet, IngestSink& sink, metrics::Registry& registry)
+      : fleet_(fleet),
+        sink_(sink),
+        sessions_gauge_(registry.AddGauge("fabricwatch_grpc_sessions", "Open agent streams.")
+                            .WithLabels({})),
+        protocol_errors_(registry
+                             .AddCounter("fabricwatch_ingest_protocol_errors_total",
+                                         "Agent streams ended for a protocol violation.",
+                                         {"reason"})) {}
+
+  grpc::ServerBidiReactor<v1::AgentMessage, v1::AggregatorMessage>* Connect(
+      grpc::CallbackServerContext* ctx) override {
+    auto s = std::make_shared<AgentSession>(this, next_conn_.fetch_add(1) + 1, ctx->peer());
+    AgentSession* raw = s.get();
+    std::lock_guard lock(mu_);
+    sessions_[raw] = std::move(s);
+    sessions_gauge_.Set(static_cast<double>(sessions_.size()));
+    return raw;
+  }
+
+  grpc::ServerUnaryReactor* Qualify(grpc::CallbackServerContext* ctx, const v1::QualifyRequest*,
+                                    v1::QualifyReport*) override {
+    auto* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                           "qualification is not implemented in this version"));
+    return r;
+  }
+
+  grpc::ServerUnaryReactor* ListFindings(grpc::CallbackServerContext* ctx,
+                                         const v1::ListFindingsRequest*,
+                                         v1::ListFindingsResponse*) override {
+    auto* r = ctx->DefaultReactor();
+    // Findings are served by GET /api/v1/findings; answering OK with an empty list here would
+    // claim a healthy fabric.
+    r->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                           "use GET /api/v1/findings on the aggregator's HTTP port"));
+    return r;
+  }
+
+  // Drops the table's reference; the session may be destroyed before this returns.
+  void Unregister(AgentSession* s) {
+    std::shared_ptr<AgentSession> last;
+    {
+      std::lock_guard lock(mu_);
+      auto it = sessions_.find(s);
+      if (it != sessions_.end()) {
+        last = std::move(it->second);
+        sessions_.erase(it);
+      }
+      sessions_gauge_.Set(static_cast<double>(sessions_.size()));
+      cv_.notify_all();
+    }
+  }
+
+  // Runs f on every open session without holding the table lock (f may trigger OnDone inline).
+  template <typename F>
+  void ForEachSession(F f) {
+    std::vector<std::shared_ptr<AgentSession>> copy;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [raw, s] : sessions_) copy.push_back(s);
+    }
+    for (const auto& s : copy) f(s.get());
+  }
+
+  bool WaitAllDone(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [this] { return sessions_.empty(); });
+  }
+
+  void ProtocolError(const char* reason) { protocol_errors_.WithLabels({reason}).Inc(); }
+
+  FleetState& fleet_;
+  IngestSink& sink_;
+
+ private:
+  std::atomic<uint64_t> next_conn_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<AgentSession*, std::shared_ptr<AgentSession>> sessions_;  // GUARDED_BY(mu_)
+  metrics::Gauge& sessions_gauge_;
+  metrics::Family<metrics::Counter>& protocol_errors_;
+};
+
+AgentSession::AgentSession(Service* service, uint64_t conn_id, std::string peer)
+    : service_(service), conn_id_(conn_id), peer_(std::move(peer)) {
+  StartRead(NextIn());
+}
+
+v1::AgentMessage* AgentSession::NextIn() {
+  // The previous message was handled under mu_ before this read is started; nothing refers to it.
+  arena_.Reset();
+  in_ = google::protobuf::Arena::CreateMessage<v1::AgentMessage>(&arena_);
+  return in_;
+}
+
+void AgentSession::Perform(Actions a) {
+  if (a.write) StartWrite(a.write);
+  if (a.read) StartRead(NextIn());
+  if (a.finish) Finish(std::move(*a.finish));
+}
+
+void AgentSession::OnReadDone(bool ok) {
+  Actions a;
+  {
+    std::lock_guard lock(mu_);
+    if (finished_) return;
+    if (!ok) {
+      // The agent half-closed or the stream broke: flush what is queued, then finish.
+      FinishLocked(grpc::Status::OK, a);
+    } else if (!draining_) {
+      // While draining, a message read is neither stored nor acked: the agent resends it.
+      HandleMessage(a);
+      a.read = !finished_ && !draining_ && !finish_after_writes_;
+    }
+  }
+  Perform(std::move(a));
+}
+
+void AgentSession::HandleMessage(Actions& a) {
+  FleetState& fleet = service_->fleet_;
+  if (node_.empty() && !in_->has_hello()) {
+    service_->ProtocolError("no_hello");
+    FinishLocked(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                              "the first message of a session must be Hello"),
+                 a);
+    return;
+  }
+  switch (in_->body_case()) {
+    case v1::AgentMessage::kHello: {
+      const v1::Hello& h = in_->hello();
+      if (h.node().empty() || h.node().size() > 253) {
+        service_->ProtocolError("bad_node_name");
+        FinishLocked(
+            grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Hello.node is empty or too long"), a);
+        return;
+      }
+      if (!node_.empty() && node_ != h.node()) {
+        service_->ProtocolError("identity_change");
+        FinishLocked(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                  "a session may only report for one node"),
+                     a);
+        return;
+      }
+      node_ = h.node();
+      uint64_t ack = fleet.OnHello(conn_id_, h);
+      spdlog::info("msg=\"agent connected\" node={} version={} peer={} resume_ack={}", node_,
+                   h.version(), peer_, ack);
+      v1::AggregatorMessage m;
+      m.mutable_ack()->set_seq(ack);
+      EnqueueLocked(std::move(m), a);
+      if (auto plan = service_->sink_.PlanFor(node_)) {
+        v1::AggregatorMessage pm;
+        *pm.mutable_probe_plan() = std::move(*plan);
+        EnqueueLocked(std::move(pm), a);
+      }
+      break;
+    }
+    case v1::AgentMessage::kProbeBatch: {
+      uint64_t ack = 0;
+      BatchVerdict v = fleet.OnProbeBatch(node_, in_->probe_batch(), &ack);
+      if (v != BatchVerdict::kDuplicate) service_->sink_.OnProbeBatch(node_, in_->probe_batch());
+      v1::AggregatorMessage m;
+      m.mutable_ack()->set_seq(ack);
+      EnqueueLocked(std::move(m), a);
+      break;
+    }
+    case v1::AgentMessage::kHeartbeat:
+      fleet.OnHeartbeat(node_, in_->heartbeat().sent_unix_ns());
+      break;
+    case v1::AgentMessage::kCounterBatch:
+      fleet.OnCounterBatch(node_, in_->counter_batch());
+      service_->sink_.OnCounterBatch(node_, in_->counter_batch());
+      break;
+    case v1::AgentMessage::kCheckReport:
+      fleet.OnCheckReport(node_, in_->check_report());
+      service_->sink_.OnCheckReport(node_, in_->check_report());
+      break;
+    default:
+      // Unknown or future kinds are ignored so newer agents can talk to older aggregators.
+      service_->ProtocolError("unknown_message");
+      break;
+  }
+}
+
+void AgentSession::Enqueue(v1::AggregatorMessage msg) {
+  Actions a;
+  {
+    std::lock_guard lock(mu_);
+    if (finished_ || draining_ || finish_after_writes_) return;
+    EnqueueLocked(std::move(msg), a);
+  }
+  Perform(std::move(a));
+}
+
+void AgentSession::EnqueueLocked(v1::AggregatorMessage msg, Actions& a) {
+  // Acks are cumulative: a queued, not yet sent ack can simply be raised, so a slow agent cannot
+  // grow the queue without bound.
+  bool back_in_flight = writing_ && queue_.size() == 1;
+  if (msg.has_ack() && !queue_.empty() && queue_.back().has_ack() && !back_in_flight) {
+    queue_.back().mutable_ack()->set_seq(std::max(queue_.back().ack().seq(), msg.ack().seq()));
+    return;
+  }
+  queue_.push_back(std::move(msg));
+  if (!writing_) {
+    writing_ = true;
+    a.write = &queue_.front();
+  }
+}
+
+void AgentSession::OnWriteDone(bool ok) {
+  Actions a;
+  {
+    std::lock_guard lock(mu_);
+    writing_ = false;
+    if (!queue_.empty()) queue_.pop_front();
+    if (!ok) {
+      queue_.clear();
+      if (!finished_) {
+        finished_ = true;
+        a.finish = grpc::Status(grpc::StatusCode::UNAVAILABLE, "write to agent failed");
+      }
+    } else if (!queue_.empty()) {
+      writing_ = true;
+      a.write = &queue_.front();
+    } else if (finish_after_writes_ && !finished_) {
+      finished_ = true;
+      a.finish = std::move(*finish_after_writes_);
+    }
+  }
+  Perform(std::move(a));
+}
+
+void AgentSession::FinishLocked(grpc::Status st, Actions& a) {
+  if (finished_ || finish_after_writes_) return;
+  if (writing_ || !queue_.empty()) {
+    finish_after_writes_ = std::move(st);
+    return;
+  }
+  finished_ = true;
+  a.finish = std::move(st);
+}
+
+void AgentSession::PushPlan(const std::function<bool(const std::string&)>& wanted) {
+  std::string node;
+  {
+    std::lock_guard lock(mu_);
+    node = node_;
+  }
+  if (node.empty() || !wanted(node)) return;
+  if (auto plan = service_->sink_.PlanFor(node)) {
+    v1::AggregatorMessage pm;
+    *pm.mutable_probe_plan() = std::move(*plan);
+    Enqueue(std::move(pm));
+  }
+}
+
+void AgentSession::Drain() {
+  Actions a;
+  {
+    std::lock_guard lock(mu_);
+    draining_ = true;
+    FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "aggregator shutting down"), a);
+  }
+  Perform(std::move(a));
+}
+
+void AgentSession::OnCancel() {
+  std::string node;
+  {
+    std::lock_guard lock(mu_);
+    node = node_;
+  }
+  if (!node.empty()) service_->fleet_.OnDisconnect(node, conn_id_);
+}
+
+void AgentSession::OnDone() {
+  std::string node;
+  {
+    std::lock_guard lock(mu_);
+    node = node_;
+  }
+  if (!node.empty()) service_->fleet_.OnDisconnect(node, conn_id_);
+  service_->Unregister(this);  // may destroy *this: touch nothing afterwards
+}
+
+class GrpcServerImpl final : public GrpcServer {
+ public:
+  GrpcServerImpl(FleetState& fleet, IngestSink& sink, metrics::Registry& registry)
+      : service_(fleet, sink, registry) {}
+
+  Status Start(const Options& options) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port_);
+    builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+    // Detect dead peers whose TCP connection silently vanished. The agent pings every 20 s
+    // (daemon/agent/uplink.cc MakeChannel); the minimum interval below must stay under that,
+    // and pings must be allowed without calls, or the agent's pings count as strikes and the
+    // server closes its connection with GOAWAY too_many_pings.
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    if (!server_ || port_ == 0) {
+      return Status::Unavailable("cannot listen for gRPC on " + options.listen +
+                                 " (address in use or invalid?)");
+    }
+    return Status::Ok();
+  }
+
+  int port() const override { return port_; }
+
+  void PushPlans(const std::function<bool(const std::string& node)>& wanted) override {
+    service_.ForEachSession([&](AgentSession* s) { s->PushPlan(wanted); });
+  }
+
+  void Shutdown(double grace_s) override {
+    if (!server_) return;
+    service_.ForEachSession([](AgentSession* s) { s->Drain(); });
+    auto grace = std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
+    if (!service_.WaitAllDone(grace)) {
+      spdlog::warn("msg=\"sessions still open after grace period; cancelling\"");
+    }
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    server_.reset();
+  }
+
+  ~GrpcServerImpl() override { Shutdown(0.5); }
+
+ private:
+  Service service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const Options& options, FleetState& fleet,
+                                                        IngestSink& sink,
+                                                        metrics::Registry& registry) {
+  auto server = std::make_unique<GrpcServerImpl>(fleet, sink, registry);
+  Status st = server->Start(options);
+  if (!st.ok()) return st;
+  return std::unique_ptr<GrpcServer>(std::move(server));
+}
+
+}  // namespace fw::aggregator

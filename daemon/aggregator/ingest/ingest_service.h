@@ -1,0 +1,51 @@
+// The gRPC Aggregator service on the callback API: one reactor per agent stream.
+//
+// This is the only aggregator file that includes grpcpp headers (they cost seconds per unit).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "daemon/aggregator/ingest/fleet_state.h"
+#include "fabricwatch.pb.h"
+
+namespace fw::aggregator {
+
+// Receives everything agents send besides session bookkeeping (probe results, counters, checks).
+// Called on gRPC threads: implementations must not block.
+class IngestSink {
+ public:
+  virtual ~IngestSink() = default;
+  virtual void OnProbeBatch(const std::string& node, const fabricwatch::v1::ProbeBatch& batch) = 0;
+  virtual void OnCounterBatch(const std::string& node,
+                              const fabricwatch::v1::CounterBatch& batch) = 0;
+  virtual void OnCheckReport(const std::string& node,
+                             const fabricwatch::v1::CheckReport& report) = 0;
+  // The plan to send to `node` when it connects or when plans change; nullopt for none.
+  virtual std::optional<fabricwatch::v1::ProbePlan> PlanFor(const std::string& node) = 0;
+};
+
+class GrpcServer {
+ public:
+  struct Options {
+    std::string listen = "0.0.0.0:9750";
+    int max_message_bytes = 16 << 20;
+  };
+  // Starts serving. `fleet` and `sink` must outlive the server.
+  static StatusOr<std::unique_ptr<GrpcServer>> Start(const Options& options, FleetState& fleet,
+                                                     IngestSink& sink,
+                                                     metrics::Registry& registry);
+  virtual ~GrpcServer() = default;
+  virtual int port() const = 0;
+  // Sends the current plan to every connected agent whose node `wanted` accepts (a re-plan passes
+  // the nodes whose plan changed). Thread-safe, non-blocking; `wanted` runs on the caller's thread.
+  virtual void PushPlans(const std::function<bool(const std::string& node)>& wanted) = 0;
+  // Graceful stop: every session acknowledges what it has stored, then ends with UNAVAILABLE so the
+  // agents reconnect elsewhere; waits up to `grace_s` for that before cancelling what is left.
+  virtual void Shutdown(double grace_s) = 0;
+};
+
+}  // namespace fw::aggregator

@@ -1,0 +1,344 @@
+// ProbeBatch decoding: both encodings give the same results, and malformed columns are refused
+// whole with the right reason.
+#include "daemon/aggregator/ingest/probe_batch_decoder.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace fw::aggregator {
+namespace {
+
+namespace v1 = fabricwatch::v1;
+
+const PeerFilter kAnyPeer = [](std::string_view) { return true; };
+
+// Appends name `s` to the table and returns its index.
+uint32_t AddName(v1::ProbeColumns& c, const std::string& s) {
+  c.mutable_names()->append(s);
+  c.add_name_lengths(static_cast<uint32_t>(s.size()));
+  return static_cast<uint32_t>(c.name_lengths_size() - 1);
+}
+
+// Three rows to two peers: UDP ok, UDP lost, and a bandwidth result.
+v1::ProbeBatch ColumnBatch() {
+  v1::ProbeBatch b;
+  b.set_seq(7);
+  v1::ProbeColumns& c = *b.mutable_columns();
+  const uint32_t a = AddName(c, "node-a");
+  const uint32_t bb = AddName(c, "node-b");
+  const uint32_t nic = AddName(c, "mlx5_0");
+  for (uint32_t p : {a, bb, a}) c.add_peer(p);
+  c.add_transport(v1::TRANSPORT_UDP);
+  c.add_transport(v1::TRANSPORT_UDP);
+  c.add_transport(v1::TRANSPORT_TCP_BW);
+  for (uint32_t p : {40001u, 40002u, 40003u}) c.add_src_port(p);
+  for (uint32_t f : {0u, 1u, 2u}) c.add_flow_id(f);
+  for (uint64_t s : {10u, 11u, 12u}) c.add_probe_seq(s);
+  for (bool l : {false, true, false}) c.add_lost(l);
+  for (uint64_t r : {15'000u, 0u, 2'000'000u}) c.add_rtt_ns(r);
+  for (uint64_t by : {0u, 0u, 4u << 20}) c.add_bytes(by);
+  for (double g : {0.0, 0.0, 9.5e9}) c.add_goodput_bps(g);
+  for (int64_t d : {int64_t{1'700'000'000'000'000'000}, int64_t{1000}, int64_t{-5}}) {
+    c.add_sent_unix_ns_delta(d);
+  }
+  for (int i = 0; i < 3; ++i) {
+    c.add_src_nic(nic);
+    c.add_dst_nic(nic);
+  }
+  return b;
+}
+
+// The same three results as ColumnBatch(), one sub-message each.
+v1::ProbeBatch RowBatch() {
+  const v1::ProbeBatch cols = ColumnBatch();
+  const v1::ProbeColumns& c = cols.columns();
+  const char* peers[] = {"node-a", "node-b", "node-a"};
+  v1::ProbeBatch b;
+  b.set_seq(7);
+  for (int i = 0; i < 3; ++i) {
+    v1::ProbeResult* r = b.add_results();
+    r->set_peer(peers[i]);
+    r->set_transport(static_cast<v1::Transport>(c.transport(i)));
+    r->set_src_port(c.src_port(i));
+    r->set_flow_id(c.flow_id(i));
+    r->set_probe_seq(c.probe_seq(i));
+    r->set_lost(c.lost(i));
+    r->set_rtt_ns(c.rtt_ns(i));
+    r->set_bytes(c.bytes(i));
+    r->set_goodput_bps(c.goodput_bps(i));
+  }
+  return b;
+}
+
+void ExpectSame(const ProbeResult& a, const ProbeResult& b) {
+  EXPECT_EQ(a.src_node, b.src_node);
+  EXPECT_EQ(a.dst_node, b.dst_node);
+  EXPECT_EQ(a.transport, b.transport);
+  EXPECT_EQ(a.src_port, b.src_port);
+  EXPECT_EQ(a.flow_id, b.flow_id);
+  EXPECT_EQ(a.seq, b.seq);
+  EXPECT_EQ(a.lost, b.lost);
+  EXPECT_EQ(a.rtt_ns, b.rtt_ns);
+  EXPECT_EQ(a.bytes, b.bytes);
+  EXPECT_EQ(a.goodput_bps, b.goodput_bps);
+}
+
+TEST(ProbeBatchDecoderTest, ColumnsAndResultsDecodeToTheSameResults) {
+  std::vector<ProbeResult> from_cols, from_rows;
+  const DecodeOutcome oc = DecodeProbeBatch("me", ColumnBatch(), kAnyPeer, from_cols);
+  const DecodeOutcome orow = DecodeProbeBatch("me", RowBatch(), kAnyPeer, from_rows);
+  ASSERT_EQ(oc.column_error, ColumnError::kNone);
+  ASSERT_EQ(oc.appended, 3u);
+  ASSERT_EQ(orow.appended, 3u);
+  EXPECT_EQ(oc.invalid_results + orow.invalid_results, 0u);
+  for (size_t i = 0; i < 3; ++i) ExpectSame(from_cols[i], from_rows[i]);
+  EXPECT_EQ(from_cols[0].src_node, "me");
+  EXPECT_EQ(from_cols[1].dst_node, "node-b");
+  EXPECT_EQ(from_cols[2].transport, Transport::kTcpBw);
+  EXPECT_EQ(from_cols[2].goodput_bps, 9.5e9);
+  EXPECT_TRUE(from_cols[1].lost);
+}
+
+TEST(ProbeBatchDecoderTest, ABatchWithBothFormsYieldsResultsThenRows) {
+  v1::ProbeBatch b = ColumnBatch();
+  *b.mutable_results() = RowBatch().results();
+  std::vector<ProbeResult> out;
+  const DecodeOutcome o = DecodeProbeBatch("me", b, kAnyPeer, out);
+  EXPECT_EQ(o.appended, 6u);
+  for (size_t i = 0; i < 3; ++i) ExpectSame(out[i], out[i + 3]);
+}
+
+TEST(ProbeBatchDecoderTest, EmptyOptionalColumnsMeanDefaults) {
+  v1::ProbeBatch b;
+  v1::ProbeColumns& c = *b.mutable_columns();
+  c.add_peer(AddName(c, "node-a"));
+  c.add_transport(v1::TRANSPORT_UDP);
+  std::vector<ProbeResult> out;
+  const DecodeOutcome o = DecodeProbeBatch("me", b, kAnyPeer, out);
+  ASSERT_EQ(o.appended, 1u);
+  EXPECT_EQ(out[0].src_port, 0);
+  EXPECT_FALSE(out[0].lost);
+  EXPECT_EQ(out[0].rtt_ns, 0);
+}
+
+TEST(ProbeBatchDecoderTest, BadRowsAreDroppedOneByOneAndTheFilterRunsOncePerName) {
+  v1::ProbeBatch b;
+  v1::ProbeColumns& c = *b.mutable_columns();
+  const uint32_t self = AddName(c, "me");
+  const uint32_t empty = AddName(c, "");
+  const uint32_t stranger = AddName(c, "stranger");
+  const uint32_t ok = AddName(c, "node-a");
+  // self, empty name, refused peer, bad transport, port > 65535, then two good rows.
+  const uint32_t peers[] = {self, empty, stranger, ok, ok, ok, ok};
+  const int transports[] = {1, 1, 1, 99, 1, 1, 1};
+  const uint32_t ports[] = {1, 1, 1, 1, 70'000, 2, 3};
+  for (int i = 0; i < 7; ++i) {
+    c.add_peer(peers[i]);
+    c.add_transport(static_cast<v1::Transport>(transports[i]));
+    c.add_src_port(ports[i]);
+  }
+  int asked = 0;
+  const PeerFilter filter = [&](std::string_view p) {
+    ++asked;
+    return p != "stranger";
+  };
+  std::vector<ProbeResult> out;
+  const DecodeOutcome o = DecodeProbeBatch("me", b, filter, out);
+  EXPECT_EQ(o.column_error, ColumnError::kNone);
+  EXPECT_EQ(o.appended, 2u);
+  EXPECT_EQ(o.invalid_results, 5u);
+  EXPECT_EQ(asked, 2);  // "stranger" and "node-a", each once
+  EXPECT_EQ(out[0].src_port, 2);
+  EXPECT_EQ(out[1].src_port, 3);
+}
+
+// Each malformed block: nothing from the columns is taken, and the reason names the fault.
+struct Malformed {
+  const char* name;
+  void (*mutate)(v1::ProbeColumns&);
+  ColumnError want;
+};
+
+class MalformedColumnsTest : public ::testing::TestWithParam<Malformed> {};
+
+TEST_P(MalformedColumnsTest, RefusedWholeWithItsReason) {
+  v1::ProbeBatch b = ColumnBatch();
+  *b.mutable_results() = RowBatch().results();  // rows in results[] still count
+  GetParam().mutate(*b.mutable_columns());
+  std::vector<ProbeResult> out;
+  const DecodeOutcome o = DecodeProbeBatch("me", b, kAnyPeer, out);
+  EXPECT_EQ(o.column_error, GetParam().want) << ColumnErrorName(o.column_error);
+  EXPECT_EQ(o.appended, 3u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, MalformedColumnsTest,
+    ::testing::Values(
+        Malformed{"short_column", [](v1::ProbeColumns& c) { c.mutable_rtt_ns()->RemoveLast(); },
+                  ColumnError::kColumnLength},
+        Malformed{"long_column", [](v1::ProbeColumns& c) { c.add_lost(true); },
+                  ColumnError::kColumnLength},
+        Malformed{"peer_index", [](v1::ProbeColumns& c) { c.set_peer(1, 3); },
+                  ColumnError::kIndexOutOfRange},
+        Malformed{"nic_index", [](v1::ProbeColumns& c) { c.set_dst_nic(2, 0xffffffffu); },
+                  ColumnError::kIndexOutOfRange},
+        Malformed{"lengths_past_blob", [](v1::ProbeColumns& c) { c.set_name_lengths(2, 1000); },
+                  ColumnError::kNameTable},
+        Malformed{"blob_longer_than_lengths",
+                  [](v1::ProbeColumns& c) { c.mutable_names()->append("x"); },
+                  ColumnError::kNameTable},
+        Malformed{"name_too_long",
+                  [](v1::ProbeColumns& c) {
+                    c.mutable_names()->append(std::string(300, 'n'));
+                    c.add_name_lengths(300);
+                  },
+                  ColumnError::kNameTable},
+        Malformed{"invalid_utf8",
+                  [](v1::ProbeColumns& c) {
+                    c.mutable_names()->append("n\xff\xfe");
+                    c.add_name_lengths(3);
+                  },
+                  ColumnError::kNameTable},
+        Malformed{"control_character",
+                  [](v1::ProbeColumns& c) {
+                    c.mutable_names()->append("n\n1");
+                    c.add_name_lengths(3);
+                  },
+                  ColumnError::kNameTable},
+        Malformed{"too_many_names",
+                  [](v1::ProbeColumns& c) {
+                    for (size_t i = 0; i <= DecodeLimits::kMaxNames; ++i) c.add_name_lengths(0);
+                  },
+                  ColumnError::kTooLarge}),
+    [](const ::testing::TestParamInfo<Malformed>& info) { return std::string(info.param.name); });
+
+TEST(ProbeBatchDecoderTest, Utf8NamesAreAccepted) {
+  v1::ProbeBatch b;
+  v1::ProbeColumns& c = *b.mutable_columns();
+  c.add_peer(AddName(c,
+                     "n\xc3\xb6"
+                     "de-\xe2\x82\xac"));  // "nöde-€"
+  c.add_transport(v1::TRANSPORT_UDP);
+  std::vector<ProbeResult> out;
+  const DecodeOutcome o = DecodeProbeBatch("me", b, kAnyPeer, out);
+  EXPECT_EQ(o.column_error, ColumnError::kNone);
+  ASSERT_EQ(o.appended, 1u);
+  EXPECT_EQ(out[0].dst_node,
+            "n\xc3\xb6"
+            "de-\xe2\x82\xac");
+}
+
+TEST(ProbeBatchDecoderTest, OutputSlotsAreReusedAcrossBatches) {
+  std::vector<ProbeResult> out;
+  DecodeProbeBatch("me", ColumnBatch(), kAnyPeer, out);
+  const ProbeResult* first = out.data();
+  const size_t size = out.size();
+  DecodeProbeBatch("me", ColumnBatch(), kAnyPeer, out);
+  EXPECT_EQ(out.data(), first);
+  EXPECT_EQ(out.size(), size);
+}
+
+// The id form: results carry the node's id and each peer's resolved id, and no names.
+TEST(ProbeBatchDecoderTest, IdFormCarriesResolvedIdsInsteadOfNames) {
+  NameInterner names;
+  const NodeId me = names.Intern("me");
+  const PeerResolver resolve = [&](std::string_view p) { return names.Intern(p); };
+  std::vector<ProbeResult> by_name, by_id;
+  DecodeProbeBatch("me", ColumnBatch(), kAnyPeer, by_name);
+  const DecodeOutcome o = DecodeProbeBatch("me", me, ColumnBatch(), resolve, by_id);
+  ASSERT_EQ(o.appended, 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(by_id[i].src_id, me);
+    EXPECT_EQ(names.NameOf(by_id[i].dst_id), by_name[i].dst_node);
+    EXPECT_TRUE(by_id[i].src_node.empty());
+    EXPECT_TRUE(by_id[i].dst_node.empty());
+    EXPECT_EQ(by_id[i].rtt_ns, by_name[i].rtt_ns);
+    EXPECT_EQ(by_name[i].src_id, kNoNode);
+  }
+  // results[] entries resolve too.
+  std::vector<ProbeResult> rows;
+  ASSERT_EQ(DecodeProbeBatch("me", me, RowBatch(), resolve, rows).appended, 3u);
+  EXPECT_EQ(rows[1].dst_id, by_id[1].dst_id);
+}
+
+// A repeated name table resolves nothing again until the epoch changes; a changed table or a
+// refused peer is handled as without the cache.
+TEST(ProbeBatchDecoderTest, RepeatedNameTableIsResolvedOncePerEpoch) {
+  NameInterner names;
+  int asked = 0;
+  bool refuse_b = false;
+  const PeerResolver resolve = [&](std::string_view p) {
+    ++asked;
+    return refuse_b && p == "node-b" ? kNoNode : names.Intern(p);
+  };
+  PeerNameCache cache;
+  std::vector<ProbeResult> out;
+  EXPECT_EQ(DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 1).appended, 3u);
+  EXPECT_EQ(asked, 2);  // node-a and node-b; the NIC name is never a peer
+  EXPECT_EQ(DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 1).appended, 3u);
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(names.NameOf(out[1].dst_id), "node-b");
+
+  // A re-plan refused node-b: the new epoch asks again.
+  refuse_b = true;
+  const DecodeOutcome o = DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 2);
+  EXPECT_EQ(asked, 4);
+  EXPECT_EQ(o.appended, 2u);
+  EXPECT_EQ(o.invalid_results, 1u);
+
+  // Another table (same blob, other splits) is not mistaken for the cached one.
+  v1::ProbeBatch b = ColumnBatch();
+  b.mutable_columns()->set_name_lengths(0, 5);  // "node-" + "anode-b" + "mlx5_0"
+  b.mutable_columns()->set_name_lengths(1, 7);
+  std::vector<ProbeResult> other;
+  const DecodeOutcome o2 = DecodeProbeBatch("me", 0, b, resolve, other, &cache, 2);
+  ASSERT_EQ(o2.appended, 3u);
+  EXPECT_EQ(names.NameOf(other[0].dst_id), "node-");
+  EXPECT_EQ(names.NameOf(other[1].dst_id), "anode-b");
+
+  // A malformed table is refused and clears the cache; a good one after it decodes.
+  v1::ProbeBatch bad = ColumnBatch();
+  bad.mutable_columns()->set_peer(1, 7);
+  EXPECT_EQ(DecodeProbeBatch("me", 0, bad, resolve, out, &cache, 2).column_error,
+            ColumnError::kIndexOutOfRange);
+  EXPECT_FALSE(cache.valid);
+  EXPECT_EQ(DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 2).appended, 2u);
+}
+
+// A repeated table whose rows now name a peer no earlier row named resolves that name then.
+TEST(ProbeBatchDecoderTest, CacheHitResolvesANameFirstUsedNow) {
+  NameInterner names;
+  int asked = 0;
+  const PeerResolver resolve = [&](std::string_view p) {
+    ++asked;
+    return names.Intern(p);
+  };
+  PeerNameCache cache;
+  std::vector<ProbeResult> out;
+  DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 1);
+  v1::ProbeBatch b = ColumnBatch();
+  b.mutable_columns()->set_peer(2, 2);  // the third name, so far only a NIC column's
+  const DecodeOutcome o = DecodeProbeBatch("me", 0, b, resolve, out, &cache, 1);
+  ASSERT_EQ(o.appended, 3u);
+  EXPECT_EQ(asked, 3);
+  EXPECT_EQ(names.NameOf(out[2].dst_id), "mlx5_0");
+  EXPECT_EQ(names.NameOf(out[0].dst_id), "node-a");
+}
+
+// A cached table still checks each batch's columns: a bad peer index is refused, not read.
+TEST(ProbeBatchDecoderTest, CacheHitStillChecksTheColumns) {
+  NameInterner names;
+  const PeerResolver resolve = [&](std::string_view p) { return names.Intern(p); };
+  PeerNameCache cache;
+  std::vector<ProbeResult> out;
+  DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 1);
+  v1::ProbeBatch b = ColumnBatch();
+  b.mutable_columns()->set_peer(2, 3);
+  const DecodeOutcome o = DecodeProbeBatch("me", 0, b, resolve, out, &cache, 1);
+  EXPECT_EQ(o.column_error, ColumnError::kIndexOutOfRange);
+  EXPECT_EQ(o.appended, 0u);
+}
+
+}  // namespace
+}  // namespace fw::aggregator

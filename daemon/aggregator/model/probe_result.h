@@ -1,0 +1,50 @@
+// The plain probe-result record the aggregator ingests; the gRPC layer converts wire messages to
+// it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "daemon/aggregator/model/name_interner.h"
+
+namespace fw::aggregator {
+
+// How a probe travelled. The numeric values index per-transport arrays; keep kTransportCount last.
+enum class Transport : uint8_t {
+  kUdp = 0,
+  kTcpConnect,
+  kTcpBw,
+  kRdmaUd,
+  kRdmaRc,
+  kCollective,
+};
+inline constexpr int kTransportCount = 6;
+
+// "udp", "tcp_connect", "tcp_bw", "rdma_ud", "rdma_rc", "collective".
+std::string_view TransportName(Transport t);
+// The inverse of TransportName; nullopt for an unknown name.
+std::optional<Transport> ParseTransport(std::string_view name);
+
+// One probe outcome as reported by the agent on `src_node`.
+// RTTs are measured on the prober's own monotonic clock; no field holds a cross-host timestamp.
+// The nodes are named either by id (ingest: src_id and dst_id set, the names may be empty) or by
+// name (src_id == kNoNode; tests, tools). Ids belong to the NameInterner that the PairTable and
+// the analyzer's FlowTable share, and a table given ids from another interner records garbage.
+struct ProbeResult {
+  std::string src_node;
+  std::string dst_node;
+  NodeId src_id = kNoNode;
+  NodeId dst_id = kNoNode;
+  Transport transport = Transport::kUdp;
+  uint16_t src_port = 0;  // the source port that selected the ECMP path
+  uint32_t flow_id = 0;   // the planner's flow index for this peer
+  uint64_t seq = 0;
+  bool lost = false;         // timed out; rtt_ns is then meaningless
+  int64_t rtt_ns = 0;        // round trip (latency transports) or burst duration (tcp_bw)
+  uint64_t bytes = 0;        // bytes moved by the probe
+  double goodput_bps = 0.0;  // tcp_bw only: bits per second; 0 elsewhere
+};
+
+}  // namespace fw::aggregator

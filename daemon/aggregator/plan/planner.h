@@ -1,0 +1,139 @@
+// The probe planner: who probes whom, with how many flows, at what rate, within each node's budget.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/aggregator/plan/fabric_map.h"
+#include "daemon/aggregator/model/probe_result.h"
+
+namespace fw::aggregator {
+
+// An address where an agent's responder answers probes (from its Hello).
+struct ProbeEndpoint {
+  std::string address;
+  uint16_t port = 9753;
+  std::string nic;  // optional: the NIC that owns the address
+};
+
+struct AgentInfo {
+  std::string node;
+  std::vector<ProbeEndpoint> endpoints;
+};
+
+struct PlannerConfig {
+  uint64_t seed = 1;
+  double coverage = 0.99;            // P(every equal-cost inter-leaf path carries a flow)
+  uint32_t max_flows_per_pair = 32;  // above this, more representative pairs share the flows
+  uint32_t intra_leaf_flows = 1;     // one path inside a leaf; more only re-test the same path
+  double latency_pps_per_flow = 1.0;
+  uint32_t latency_probe_bytes = 128;  // wire bytes a latency probe costs the sender, both ways
+  double budget_pps = 1000;            // per node, latency probes sent
+  double budget_bytes_per_s = 12.5e6;  // per node, all probe bytes sent (100 Mbit/s)
+  uint64_t bw_burst_bytes = 4 << 20;
+  uint32_t bw_interval_s = 300;  // at least this long between bursts to the same peer
+  double bw_budget_share = 0.5;  // part of the byte budget that bandwidth bursts may use
+  // All latency results the fleet may send the aggregator per second (its ingest capacity); 0 means
+  // no limit. Over it, intra-leaf flows keep at least half, inter-leaf flows slow down first.
+  double fleet_results_per_s = 400'000;
+  size_t full_mesh_max_nodes = 64;  // without a fabric map: full mesh up to this many nodes
+  size_t sampled_peers = 16;        // ... and beyond it, this many peers per node
+  Transport latency_transport = Transport::kUdp;
+  uint16_t default_port = 9753;
+};
+
+struct PlannedPeer {
+  std::string node;
+  std::string address;  // the peer's responder address
+  uint16_t port = 0;
+  std::string src_address;  // the local address to probe from; empty: any
+  // Flow ids 0..flows-1 (at most 65,535). The agent gives each its own source port, which is what
+  // spreads the flows over the ECMP paths; each result reports the source port it used.
+  uint32_t flows = 1;
+  Transport transport = Transport::kUdp;
+  double rate_pps = 0;                         // per flow
+  PathClass path_class = PathClass::kUnknown;  // what the map says about this NIC pair
+  bool bandwidth = true;                       // also gets one bandwidth burst per bw_interval_s
+};
+
+struct Budget {
+  double pps = 0;
+  double bytes_per_s = 0;
+};
+
+struct Plan {
+  std::vector<PlannedPeer> peers;  // sorted by (node, address)
+  Budget budget;                   // the agent's limits (its token buckets)
+  Budget planned;                  // what this plan actually uses
+  uint32_t bw_interval_s = 0;
+  uint64_t bw_burst_bytes = 0;
+};
+
+struct PlanSummary {
+  std::vector<std::string> notes;     // degraded choices a person should know about
+  size_t plans = 0;                   // one per live agent, possibly empty
+  size_t leaf_pairs_covered = 0;      // ordered leaf pairs with at least one representative
+  size_t leaf_pairs_unreachable = 0;  // ordered leaf pairs with live hosts but no switch path
+};
+
+struct PlanSet : PlanSummary {
+  std::map<std::string, Plan> plans;  // by node; every live agent has one, possibly empty
+};
+
+// Receives each live agent's finished plan, once per agent, in no particular order.
+using PlanSink = std::function<void(const std::string& node, Plan&& plan)>;
+
+class Planner {
+ public:
+  // `map` may be null: then only the map-less mesh is planned.
+  Planner(PlannerConfig config, std::shared_ptr<const FabricMap> map);
+
+  // A pure function of the live agents (order does not matter), the map and the seed. Call it
+  // again whenever an agent joins or leaves; pairs between agents that stay are mostly kept
+  // (rendezvous hashing), so windows survive a re-plan.
+  PlanSet PlanFor(const std::vector<AgentInfo>& live) const;
+
+  // The same plans, handed to `sink` as each one is finished instead of all at the end. Only the
+  // plans of one leaf (and of nodes whose NICs span leaves not yet reached) exist at a time: at
+  // 16,000 agents on 16 spines the whole set is 1.5 million peers, ~300 MB, and a re-plan with
+  // full pair windows must not add that to the aggregator's peak.
+  PlanSummary PlanEach(const std::vector<AgentInfo>& live, const PlanSink& sink) const;
+
+  // The smallest k with S·(1-1/S)^k <= 1 - coverage: k flows hashed uniformly over S equal-cost
+  // paths then miss some path with probability at most 1 - coverage. 1 for S <= 1.
+  static uint32_t FlowsForCoverage(size_t paths, double coverage);
+
+  // The largest 2^(k/8) (k an integer) that is <= rate_pps; 0 for rates <= 0. Planned rates sit on
+  // this grid, so small changes in the live set leave most plans byte-for-byte the same.
+  static double QuantizeRate(double rate_pps);
+
+ private:
+  struct MapView;
+  struct FleetFactors {
+    double intra = 1.0;
+    double other = 1.0;
+  };
+  // Representatives and flows for one ordered leaf pair; reps == 0 when there is no switch path.
+  struct LeafPairShape {
+    uint32_t reps = 0;
+    uint32_t flows_each = 0;
+  };
+
+  LeafPairShape ShapeOf(const MapView& view, SwitchIndex l1, SwitchIndex l2) const;
+  void PlanWithoutMap(const std::vector<const AgentInfo*>& agents,
+                      std::unordered_map<std::string, Plan>& plans,
+                      std::vector<std::string>& notes) const;
+  FleetFactors FleetCap(double intra, double other, std::vector<std::string>& notes) const;
+  void Finish(const std::string& node, Plan& plan, const FleetFactors& cap,
+              std::vector<std::string>& notes) const;
+
+  PlannerConfig config_;
+  std::shared_ptr<const FabricMap> map_;
+};
+
+}  // namespace fw::aggregator
