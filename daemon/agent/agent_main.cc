@@ -108,6 +108,8 @@ int main(int argc, char** argv) {
   check->add_option_function<std::string>(
       "--counter-interval", duration(&check_interval),
       "time between the two counter passes that give rates (default 1s; 0: one snapshot)");
+  fw::agent::HealthCheckOptions health_check;
+  fw::agent::AddHealthCheckFlags(check, &health_check);
   check->fallthrough();
   try {
     app.parse(argc, argv);
@@ -119,7 +121,7 @@ int main(int argc, char** argv) {
   o.sample_interval_s = sample.value > 0 ? sample.value : 1;
   o.check_counter_interval_s = check_interval.value >= 0 ? check_interval.value : 1;
 
-  if (*check) return fw::agent::RunCheckCommand(o, format, std::cout);
+  if (*check) return fw::agent::RunCheckCommand(o, format, health_check, std::cout, std::cerr);
 
   fw::InitLogging("agent", log_level);
   fw::BlockTerminationSignals();

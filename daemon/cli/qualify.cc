@@ -125,6 +125,21 @@ int QualifyReportVerdict(const json& report) {
   return worst;
 }
 
+int QualifyNodeVerdict(const json& report, const std::string& node) {
+  if (!report.is_object() || Text(report, "state") != "done") return 3;
+  int code = 3;
+  for (const json& n : Array(report, "nodes")) {
+    if (Text(n, "node") == node) code = VerdictCode(n);
+  }
+  if (code == 3) return 3;
+  for (const json& p : Array(report, "pairs")) {
+    if (Text(p, "src") == node || Text(p, "dst") == node) {
+      code = std::max(code, std::min(1, VerdictCode(p)));
+    }
+  }
+  return code;
+}
+
 void PrintQualifyReport(const json& report, std::ostream& out) {
   const int code = QualifyReportVerdict(report);
   static const char* kWord[] = {"PASS", "WARN", "FAIL", "UNKNOWN"};
@@ -188,7 +203,24 @@ int RunQualify(const Options& o, const QualifyArgs& a, std::ostream& out, std::o
         << "/api/v1/qualify did not answer a JSON report\n";
     return 3;
   }
-  const int code = QualifyReportVerdict(report);
+  int code = QualifyReportVerdict(report);
+  if (!a.verdict_for.empty()) {
+    code = QualifyNodeVerdict(report, a.verdict_for);
+    // One line a prolog can log: this node's verdict and its reasons (and its pairs' reasons).
+    std::string reasons;
+    for (const json& n : Array(report, "nodes")) {
+      if (Text(n, "node") != a.verdict_for) continue;
+      for (const auto& r : Reasons(n)) reasons += "; " + r;
+    }
+    for (const json& p : Array(report, "pairs")) {
+      if (Text(p, "src") != a.verdict_for && Text(p, "dst") != a.verdict_for) continue;
+      for (const auto& r : Reasons(p))
+        reasons += "; " + Text(p, "src") + "->" + Text(p, "dst") + ": " + r;
+    }
+    static const char* kWords[] = {"pass", "warn", "fail", "unknown"};
+    err << "fabricwatch: " << a.verdict_for << ": " << kWords[code] << " (exit " << code << ")"
+        << reasons << "\n";
+  }
   if (o.format == "json") {
     report["exit_code"] = code;
     out << report.dump(2) << "\n";

@@ -18,6 +18,9 @@ struct QualifyArgs {
   std::string profile;             // empty: the aggregator's default
   double timeout_s = 30;           // the suite's time box, enforced by the aggregator
   std::string suite = "quick";     // quick | full
+  // Non-empty: the exit code is this node's own (a Slurm prolog on each node of a job asks for
+  // the whole job's set and fails only on its own node, so Slurm drains that node).
+  std::string verdict_for;
 };
 
 // The node set from --nodes (a hostlist) and/or --nodes-file (read up to the hostlist's input
@@ -33,6 +36,11 @@ nlohmann::json QualifyRequestJson(const QualifyArgs& a);
 // report); otherwise the worst node or pair verdict (pass 0, warn 1, fail 2, unknown 3), and never
 // less than the report's own exit_code.
 int QualifyReportVerdict(const nlohmann::json& report);
+
+// The exit code for one node of a report: 3 unless the report is done or when `node` is not in
+// it; else the node's verdict, raised to at most 1 by failed pairs that involve it (a bad pair is
+// a path problem: neither end alone should be drained for it).
+int QualifyNodeVerdict(const nlohmann::json& report, const std::string& node);
 
 // Text rendering: a summary line, the node table with reasons, the pairs not explained by a failed
 // node, and what each step of the suite did.

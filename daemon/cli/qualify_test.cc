@@ -45,6 +45,16 @@ TEST(QualifyVerdict, WorstNodeOrPairAndThreeUnlessDone) {
   EXPECT_EQ(QualifyReportVerdict(json::array()), 3);
 }
 
+TEST(QualifyVerdict, PerNodeScopeForAPrologOnEachNode) {
+  json r = Report("done", {{"a", "pass"}, {"b", "fail"}, {"c", "pass"}});
+  r["pairs"].push_back({{"src", "a"}, {"dst", "c"}, {"verdict", "fail"}});
+  EXPECT_EQ(QualifyNodeVerdict(r, "b"), 2);
+  EXPECT_EQ(QualifyNodeVerdict(r, "a"), 1);  // a bad pair warns both ends, drains neither
+  EXPECT_EQ(QualifyNodeVerdict(r, "c"), 1);
+  EXPECT_EQ(QualifyNodeVerdict(r, "zz"), 3);
+  EXPECT_EQ(QualifyNodeVerdict(Report("timeout", {{"a", "pass"}}), "a"), 3);
+}
+
 TEST(QualifyText, SummaryNamesTheFailedNodeWithItsReason) {
   json r = Report("done", {{"gpu1", "pass"}, {"gpu2", "fail"}});
   r["steps"] = json::array({{{"name", "mesh"}, {"state", "done"}, {"duration_s", 6.0}}});

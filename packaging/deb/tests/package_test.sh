@@ -39,6 +39,8 @@ expected_aggregator="/etc/fabricwatch/aggregator.yaml
 expected_cli="/usr/bin/fabricwatch
 /usr/share/doc/fabricwatch-cli/changelog.gz
 /usr/share/doc/fabricwatch-cli/copyright
+/usr/share/fabricwatch/slurm/epilog.sh
+/usr/share/fabricwatch/slurm/prolog.sh
 /usr/share/man/man1/fabricwatch.1.gz"
 
 # Long options of a --help text, one a line.
