@@ -64,8 +64,7 @@ bool Dechunk(const std::string& in, std::string* out) {
 }  // namespace
 
 StatusOr<ClientResponse> Fetch(const std::string& host_port, const std::string& method,
-                               const std::string& target, const std::string& body,
-                               int timeout_ms) {
+                               const std::string& target, const std::string& body, int timeout_ms) {
   std::string host;
   int port = 0;
   if (!SplitHostPort(host_port, &host, &port)) {
@@ -122,9 +121,13 @@ StatusOr<ClientResponse> Fetch(const std::string& host_port, const std::string& 
     raw.append(buf, static_cast<size_t>(n));
     if (raw.size() > (512u << 20)) return Status::ResourceExhausted("response larger than 512 MiB");
   }
+  return ParseResponse(raw, host_port);
+}
+
+StatusOr<ClientResponse> ParseResponse(const std::string& raw, const std::string& from) {
   size_t hdr_end = raw.find("\r\n\r\n");
   if (hdr_end == std::string::npos || raw.compare(0, 5, "HTTP/") != 0) {
-    return Status::InvalidArgument("malformed HTTP response from " + host_port);
+    return Status::InvalidArgument("malformed HTTP response from " + from);
   }
   ClientResponse out;
   size_t sp = raw.find(' ');

@@ -19,6 +19,10 @@ StatusOr<ClientResponse> Fetch(const std::string& host_port, const std::string& 
                                const std::string& target, const std::string& body = "",
                                int timeout_ms = 5000);
 
+// Parses a whole HTTP/1.x response (status, Content-Type, body; chunked bodies decoded). `from`
+// names the server in errors.
+StatusOr<ClientResponse> ParseResponse(const std::string& raw, const std::string& from);
+
 inline StatusOr<ClientResponse> Get(const std::string& host_port, const std::string& target,
                                     int timeout_ms = 5000) {
   return Fetch(host_port, "GET", target, "", timeout_ms);

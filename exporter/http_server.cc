@@ -2,11 +2,16 @@
 #include "exporter/http_server.h"
 
 #include <civetweb.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cstring>
 #include <mutex>
+
+#include "exporter/civetweb_tls/shim.h"
+#include "exporter/web_client.h"
 
 namespace fw::http {
 
@@ -20,6 +25,8 @@ const char* Reason(int status) {
       return "Accepted";
     case 400:
       return "Bad Request";
+    case 401:
+      return "Unauthorized";
     case 404:
       return "Not Found";
     case 405:
@@ -105,7 +112,8 @@ void Response::End() {
 
 Server::~Server() { Stop(); }
 
-StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& listen, int threads) {
+StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& listen, int threads,
+                                                const WebConfig* web) {
   std::string host;
   int port = 0;
   if (!SplitHostPort(listen, &host, &port)) {
@@ -113,6 +121,8 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& listen, int t
   }
   std::call_once(g_init_once, [] { mg_init_library(0); });
   std::string ports = (host.empty() || host == "0.0.0.0" ? "" : host + ":") + std::to_string(port);
+  const bool tls = web != nullptr && web->tls;
+  if (tls) ports += "s";  // civetweb: this port speaks TLS only
   std::string nthreads = std::to_string(threads);
   std::string timeout = std::to_string(kRequestTimeoutMs);
   const char* options[] = {
@@ -125,10 +135,26 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& listen, int t
   };
   callbacks.http_error = &Server::OnHttpError;
   std::unique_ptr<Server> server(new Server());
-  server->ctx_ = mg_start(&callbacks, server.get(), options);
+  if (web != nullptr) {
+    server->web_ = *web;
+    if (web->auth_configured()) server->auth_ = std::make_unique<BasicAuth>(web->users);
+  }
+  if (tls) {
+    callbacks.init_ssl = &Server::InitSsl;
+    // Loaded (as the daemon's dependencies) before civetweb's dlopen() looks for them.
+    (void)(fw_civetweb_ssl_shim() + fw_civetweb_crypto_shim());
+  }
+  mg_init_data init{&callbacks, server.get(), options};
+  char error_text[256] = "";
+  unsigned error_code = 0;
+  mg_error_data error{&error_code, error_text, sizeof error_text};
+  server->ctx_ = mg_start2(&init, &error);
   if (server->ctx_ == nullptr) {
-    return Status::Unavailable("cannot listen for HTTP on " + listen +
-                               " (address in use or not local?)");
+    // Debian's civetweb loads OpenSSL at run time as "libssl.so"/"libcrypto.so" (the names
+    // libssl-dev installs); without them HTTPS cannot start (docs/security.md).
+    return Status::Unavailable(
+        "cannot listen for HTTP" + std::string(tls ? "S" : "") + " on " + listen + ": " +
+        (error_text[0] != 0 ? std::string(error_text) : "address in use or not local?"));
   }
   mg_server_port sp[4];
   int n = mg_get_server_ports(server->ctx_, 4, sp);
@@ -137,9 +163,9 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& listen, int t
   return server;
 }
 
-void Server::Handle(const std::string& path, Handler handler) {
+void Server::Handle(const std::string& path, Handler handler, HandlerOptions options) {
   if (handlers_.count(path) != 0) return;  // first registration wins; routes are never freed early
-  auto h = std::make_unique<Route>(Route{path, std::move(handler)});
+  auto h = std::make_unique<Route>(Route{path, std::move(handler), options});
   mg_set_request_handler(ctx_, path.c_str(), &Server::Dispatch, h.get());
   handlers_[path] = std::move(h);
 }
@@ -192,6 +218,10 @@ int Server::Dispatch(mg_connection* conn, void* cbdata) {
     resp.Send(404, "text/plain", "not found\n");
     return 1;
   }
+  if (entry->options.requires_auth) {
+    auto* server = static_cast<Server*>(mg_get_user_data(mg_get_context(conn)));
+    if (server != nullptr && !server->Authorize(conn, req, resp)) return 1;
+  }
   if (info->content_length > 0 && info->content_length < (1 << 20)) {
     size_t want = static_cast<size_t>(info->content_length), have = 0;
     req.body.resize(want);
@@ -211,6 +241,111 @@ int Server::Dispatch(mg_connection* conn, void* cbdata) {
   if (!resp.started()) resp.Send(500, "text/plain", "handler sent no response\n");
   resp.End();
   return 1;
+}
+
+int Server::InitSsl(void* ssl_ctx, void* user_data) {
+  auto* server = static_cast<Server*>(user_data);
+  auto* ctx = static_cast<SSL_CTX*>(ssl_ctx);
+  const WebTlsConfig& t = server->web_.tls_config;
+  auto fail = [](const std::string& what) {
+    unsigned long e = ERR_get_error();
+    ERR_clear_error();
+    char buf[256] = "no detail";
+    if (e != 0) ERR_error_string_n(e, buf, sizeof buf);
+    spdlog::error("msg=\"web TLS setup failed\" what=\"{}\" error=\"{}\"", what, buf);
+    return -1;
+  };
+  if (SSL_CTX_use_certificate_chain_file(ctx, t.cert_file.c_str()) != 1) {
+    return fail("cert_file " + t.cert_file);
+  }
+  if (SSL_CTX_use_PrivateKey_file(ctx, t.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_check_private_key(ctx) != 1) {
+    return fail("key_file " + t.key_file + " (or it does not belong to cert_file)");
+  }
+  SSL_CTX_set_min_proto_version(ctx, t.min_tls13 ? TLS1_3_VERSION : TLS1_2_VERSION);
+  int mode = SSL_VERIFY_NONE;
+  bool verify = false;
+  switch (t.client_auth) {
+    case ClientAuth::kNoClientCert:
+      break;
+    case ClientAuth::kRequestClientCert:
+      mode = SSL_VERIFY_PEER;
+      break;
+    case ClientAuth::kRequireAnyClientCert:
+      mode = SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
+      break;
+    case ClientAuth::kVerifyClientCertIfGiven:
+      mode = SSL_VERIFY_PEER;
+      verify = true;
+      break;
+    case ClientAuth::kRequireAndVerifyClientCert:
+      mode = SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
+      verify = true;
+      break;
+  }
+  if (verify) {
+    if (SSL_CTX_load_verify_locations(ctx, t.client_ca_file.c_str(), nullptr) != 1) {
+      return fail("client_ca_file " + t.client_ca_file);
+    }
+    STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(t.client_ca_file.c_str());
+    if (names == nullptr) return fail("client_ca_file " + t.client_ca_file);
+    SSL_CTX_set_client_CA_list(ctx, names);
+    SSL_CTX_set_verify(ctx, mode, nullptr);
+  } else if (mode != SSL_VERIFY_NONE) {
+    // Asked for (or required) but not verified: accept whatever certificate is sent.
+    SSL_CTX_set_verify(ctx, mode, [](int, X509_STORE_CTX*) { return 1; });
+  } else {
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nullptr);
+  }
+  return 1;  // civetweb: the callback set up the certificate
+}
+
+bool Server::Authorize(mg_connection* conn, const Request& req, Response& resp) {
+  if (!auth_) return true;  // no users configured: write endpoints are open, as documented
+  const char* header = mg_get_header(conn, "Authorization");
+  std::string user;
+  if (header != nullptr && auth_->Check(header, &user)) return true;
+  CountRejected(401);
+  const uint64_t refused = auth_refused_.fetch_add(1) + 1;
+  // One line per 10 s at most (an attacker must not fill the log); the counter has every one.
+  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  int64_t last = last_auth_log_ns_.load();
+  if (now - last > 10'000'000'000 && last_auth_log_ns_.compare_exchange_strong(last, now)) {
+    const mg_request_info* info = mg_get_request_info(conn);
+    spdlog::warn(
+        "msg=\"http request refused: authentication required\" path={} method={} peer={} "
+        "user=\"{}\" reason={} refused_total={}",
+        req.path, req.method, info->remote_addr, user.substr(0, 64),
+        header == nullptr ? "no_credentials" : "bad_credentials", refused);
+  }
+  resp.AddHeader("WWW-Authenticate", "Basic realm=\"fabricwatch\", charset=\"UTF-8\"");
+  resp.Send(401, "text/plain", "authentication required\n");
+  return false;
+}
+
+bool Server::SelfCheck(const std::string& listen, int timeout_ms) const {
+  std::string host;
+  int port = 0;
+  if (!SplitHostPort(listen, &host, &port)) return false;
+  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+  const std::string addr = host + ":" + std::to_string(port_);
+  if (!web_.tls) {
+    auto r = Get(addr, "/healthz", timeout_ms);
+    return r.ok() && r->status == 200;
+  }
+  WebClientOptions o;
+  o.tls = true;  // our own certificate: not verified
+  auto r = FetchWeb(addr, "GET", "/healthz", o, timeout_ms);
+  if (r.ok()) return r->status == 200;
+  const bool cert_required = web_.tls_config.client_auth == ClientAuth::kRequireAnyClientCert ||
+                             web_.tls_config.client_auth == ClientAuth::kRequireAndVerifyClientCert;
+  // FetchWeb says "TLS write"/"no answer over TLS" only after a completed handshake.
+  const std::string& m = r.status().message();
+  const bool handshake_done = m.rfind("TLS write", 0) == 0 || m.rfind("no answer over TLS", 0) == 0;
+  if (!(cert_required && handshake_done)) {
+    spdlog::debug("msg=\"http self-check failed\" error=\"{}\"", m);
+  }
+  return cert_required && handshake_done;
 }
 
 void Server::Stop() {

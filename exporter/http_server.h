@@ -11,6 +11,7 @@
 
 #include "common/status.h"
 #include "exporter/registry.h"
+#include "exporter/web_config.h"
 
 struct mg_context;
 struct mg_connection;
@@ -51,6 +52,13 @@ class Response {
 
 using Handler = std::function<void(const Request&, Response&)>;
 
+struct HandlerOptions {
+  // Write-type endpoints (they change state: qualification, pause/resume). When the web config has
+  // basic_auth_users, such a request without valid credentials is answered 401 and counted in
+  // fabricwatch_http_rejected_requests_total{code="401"}; without users it is served as before.
+  bool requires_auth = false;
+};
+
 // civetweb serves each connection on one worker thread until it ends, so a client that sends its
 // request slowly (or never) holds a worker for up to kRequestTimeoutMs. Enough workers keep a few
 // such clients from delaying everyone else; each request civetweb refuses is counted.
@@ -59,10 +67,14 @@ class Server {
   ~Server();
   // Listens on "HOST:PORT" (port 0 picks a free port) with `threads` workers. Fails with a clear
   // message when the address is invalid or taken.
-  static StatusOr<std::unique_ptr<Server>> Start(const std::string& listen, int threads = 32);
+  // With a `web` config whose tls_server_config is set, serves HTTPS only (the certificate,
+  // client-certificate policy and minimum version are set on civetweb's SSL_CTX here); its users
+  // guard the handlers registered with requires_auth. `web` is copied.
+  static StatusOr<std::unique_ptr<Server>> Start(const std::string& listen, int threads = 32,
+                                                 const WebConfig* web = nullptr);
 
   // Registers an exact-path handler. Thread-safe; may be called after Start().
-  void Handle(const std::string& path, Handler handler);
+  void Handle(const std::string& path, Handler handler, HandlerOptions options = {});
   // Registers GET /metrics rendering `registry`, timing each render into `scrape_seconds` if given.
   // Also registers this server's own fabricwatch_http_rejected_requests_total{code} in `registry`
   // (requests refused before any handler ran: malformed, too slow, too large); call it at most
@@ -71,6 +83,11 @@ class Server {
                      std::function<void(double)> scrape_seconds = nullptr);
 
   int port() const { return port_; }
+  bool tls() const { return web_.tls; }
+  // The daemon's watchdog probe: GET /healthz over loopback (HTTPS when tls(), the certificate not
+  // verified: it is our own). When the server requires client certificates, which this probe has
+  // none of, a completed handshake counts as alive (civetweb's worker threads do the handshake).
+  bool SelfCheck(const std::string& listen, int timeout_ms) const;
   // Stops accepting and waits for in-flight handlers. Idempotent.
   void Stop();
 
@@ -81,17 +98,25 @@ class Server {
   Server() = default;
   static int Dispatch(mg_connection* conn, void* cbdata);
   static int OnHttpError(mg_connection* conn, int status, const char* message);
+  static int InitSsl(void* ssl_ctx, void* user_data);
+  // True when the request may reach a requires_auth handler; otherwise answers 401.
+  bool Authorize(mg_connection* conn, const Request& req, Response& resp);
   void CountRejected(int status);
 
   // Rejected requests by status (0: any other). Null until HandleMetrics().
-  static constexpr int kRejectedCodes[] = {400, 404, 405, 408, 413, 431, 0};
+  static constexpr int kRejectedCodes[] = {400, 401, 404, 405, 408, 413, 431, 0};
   std::array<std::atomic<metrics::Counter*>, std::size(kRejectedCodes)> rejected_{};
 
   mg_context* ctx_ = nullptr;
   int port_ = 0;
+  WebConfig web_;
+  std::unique_ptr<BasicAuth> auth_;  // null without basic_auth_users
+  std::atomic<int64_t> last_auth_log_ns_{0};
+  std::atomic<uint64_t> auth_refused_{0};
   struct Route {
     std::string path;
     Handler handler;
+    HandlerOptions options;
   };
   std::map<std::string, std::unique_ptr<Route>> handlers_;
 };

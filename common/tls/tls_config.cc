@@ -118,11 +118,14 @@ std::vector<std::string> NamesOf(X509* cert) {
 
 }  // namespace
 
-void AddTlsFlags(CLI::App& app, ConfigBinding& binding, TlsFiles* files, const std::string& role) {
+void BindTlsConfig(ConfigBinding& binding, TlsFiles* files) {
   binding.Bind("tls-cert", &files->cert);
   binding.Bind("tls-key", &files->key);
   binding.Bind("tls-ca", &files->ca);
   binding.Bind("insecure", &files->insecure);
+}
+
+void AddTlsFlags(CLI::App& app, TlsFiles* files, const std::string& role) {
   app.add_option("--tls-cert", files->cert,
                  "PEM certificate (chain) of " + role + " for gRPC mTLS");
   app.add_option("--tls-key", files->key, "PEM private key of --tls-cert");

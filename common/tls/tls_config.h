@@ -38,9 +38,11 @@ struct TlsMaterial {
   int64_t not_after_unix = 0;  // the certificate's expiry
 };
 
-// Adds --tls-cert, --tls-key, --tls-ca and --insecure to `app` and binds them in `binding`.
-// `role` words the help text ("the aggregator" / "this agent").
-void AddTlsFlags(CLI::App& app, ConfigBinding& binding, TlsFiles* files, const std::string& role);
+// Binds the config-file keys tls-cert, tls-key, tls-ca and insecure (before the file is loaded).
+void BindTlsConfig(ConfigBinding& binding, TlsFiles* files);
+// Adds --tls-cert, --tls-key, --tls-ca and --insecure to `app`. `role` words the help text
+// ("the aggregator" / "this agent").
+void AddTlsFlags(CLI::App& app, TlsFiles* files, const std::string& role);
 
 // Largest PEM file read (a chain of a few certificates is a few KiB).
 inline constexpr size_t kMaxPemBytes = 1 << 20;

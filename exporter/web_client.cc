@@ -1,0 +1,142 @@
+// Blocking OpenSSL client: a connected socket with send/receive timeouts, then SSL over it.
+#include "exporter/web_client.h"
+
+#include <netdb.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "exporter/http_server.h"
+
+namespace fw::http {
+
+namespace {
+
+std::string SslError(const char* what) {
+  unsigned long e = ERR_get_error();
+  ERR_clear_error();
+  char buf[256] = "no detail";
+  if (e != 0) ERR_error_string_n(e, buf, sizeof buf);
+  return std::string(what) + ": " + buf;
+}
+
+struct FdCloser {
+  int fd = -1;
+  ~FdCloser() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+}  // namespace
+
+std::string BasicAuthorization(const std::string& user, const std::string& password) {
+  const std::string in = user + ":" + password;
+  std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
+  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(in.data()),
+                          static_cast<int>(in.size()));
+  out.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return "Basic " + out;
+}
+
+StatusOr<ClientResponse> FetchWeb(const std::string& host_port, const std::string& method,
+                                  const std::string& target, const WebClientOptions& options,
+                                  int timeout_ms) {
+  std::string host;
+  int port = 0;
+  if (!SplitHostPort(host_port, &host, &port)) {
+    return Status::InvalidArgument("address '" + host_port + "' is not HOST:PORT");
+  }
+  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) {
+    return Status::Unavailable("cannot resolve '" + host + "'");
+  }
+  FdCloser fd{socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+  if (fd.fd < 0) {
+    freeaddrinfo(res);
+    return Status::Unavailable(std::string("socket: ") + std::strerror(errno));
+  }
+  timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  setsockopt(fd.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  int rc = connect(fd.fd, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  if (rc != 0) return Status::Unavailable("connect to " + host_port + ": " + std::strerror(errno));
+
+  std::string req = method + " " + target + " HTTP/1.1\r\nHost: " + host_port +
+                    "\r\nConnection: close\r\nContent-Length: 0\r\n";
+  for (const auto& h : options.headers) {
+    if (h.find_first_of("\r\n") == std::string::npos) req += h + "\r\n";
+  }
+  req += "\r\n";
+  std::string raw;
+  char buf[16384];
+
+  if (!options.tls) {
+    if (send(fd.fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+      return Status::Unavailable(std::string("send: ") + std::strerror(errno));
+    }
+    for (ssize_t n; (n = recv(fd.fd, buf, sizeof buf, 0)) > 0;) {
+      raw.append(buf, static_cast<size_t>(n));
+      if (raw.size() > (64u << 20)) return Status::ResourceExhausted("response over 64 MiB");
+    }
+    return ParseResponse(raw, host_port);
+  }
+
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_client_method()),
+                                                        &SSL_CTX_free);
+  if (!ctx) return Status::Internal(SslError("SSL_CTX_new"));
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  if (!options.ca_file.empty()) {
+    if (SSL_CTX_load_verify_locations(ctx.get(), options.ca_file.c_str(), nullptr) != 1) {
+      return Status::InvalidArgument(SslError(("CA file " + options.ca_file).c_str()));
+    }
+    SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+  }
+  if (!options.cert_file.empty() &&
+      (SSL_CTX_use_certificate_chain_file(ctx.get(), options.cert_file.c_str()) != 1 ||
+       SSL_CTX_use_PrivateKey_file(ctx.get(), options.key_file.c_str(), SSL_FILETYPE_PEM) != 1)) {
+    return Status::InvalidArgument(SslError(("client certificate " + options.cert_file).c_str()));
+  }
+  std::unique_ptr<SSL, decltype(&SSL_free)> ssl(SSL_new(ctx.get()), &SSL_free);
+  if (!ssl) return Status::Internal(SslError("SSL_new"));
+  const std::string name = options.server_name.empty() ? host : options.server_name;
+  SSL_set_tlsext_host_name(ssl.get(), name.c_str());
+  if (!options.ca_file.empty()) {
+    X509_VERIFY_PARAM* param = SSL_get0_param(ssl.get());
+    // An IP literal is checked against IP SANs, a name against DNS SANs.
+    if (X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str()) != 1) {
+      ERR_clear_error();
+      X509_VERIFY_PARAM_set1_host(param, name.c_str(), 0);
+    }
+  }
+  SSL_set_fd(ssl.get(), fd.fd);
+  if (SSL_connect(ssl.get()) != 1) {
+    return Status::Unavailable(SslError(("TLS handshake with " + host_port).c_str()));
+  }
+  if (SSL_write(ssl.get(), req.data(), static_cast<int>(req.size())) <= 0) {
+    return Status::Unavailable(SslError(("TLS write to " + host_port).c_str()));
+  }
+  for (int n; (n = SSL_read(ssl.get(), buf, sizeof buf)) > 0;) {
+    raw.append(buf, static_cast<size_t>(n));
+    if (raw.size() > (64u << 20)) return Status::ResourceExhausted("response over 64 MiB");
+  }
+  if (raw.empty()) {
+    return Status::Unavailable(SslError(("no answer over TLS from " + host_port).c_str()));
+  }
+  ERR_clear_error();
+  return ParseResponse(raw, host_port);
+}
+
+}  // namespace fw::http

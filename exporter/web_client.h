@@ -1,0 +1,33 @@
+// An HTTP client for the web config's features: TLS (server verified against a CA, optional
+// client certificate) and extra request headers such as basic auth. Used by the daemons' own
+// health self-check when their HTTP server runs TLS, and by tests; the CLI keeps http_client.h.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "exporter/http_client.h"
+
+namespace fw::http {
+
+struct WebClientOptions {
+  bool tls = false;
+  std::string ca_file;    // verify the server against this CA (empty: no verification)
+  std::string cert_file;  // client certificate, for servers that ask for one
+  std::string key_file;
+  std::string server_name;  // SNI and the name verified (default: the host part of the address)
+  std::vector<std::string> headers;  // "Name: value" lines
+};
+
+// Sends one request and reads the whole response (Connection: close). kUnavailable when the
+// server cannot be reached, the TLS handshake fails (the message names the OpenSSL reason) or the
+// server closes without an answer.
+StatusOr<ClientResponse> FetchWeb(const std::string& host_port, const std::string& method,
+                                  const std::string& target, const WebClientOptions& options,
+                                  int timeout_ms = 5000);
+
+// "Basic base64(user:password)", the value of an Authorization header.
+std::string BasicAuthorization(const std::string& user, const std::string& password);
+
+}  // namespace fw::http
