@@ -1,0 +1,165 @@
+// The UD latency mesh: one UD QP set per active fabric port, probing the plan's RDMA targets and
+// answering peers' probes, with the six-timestamp exchange (R-Pingmesh, SIGCOMM 2024):
+//   prober  T1 post (software)          T2 probe sent (NIC)
+//   responder                           T3 probe received (NIC) -> ack posted at once
+//                                       T4 ack sent (NIC) -> report(T4 - T3) posted
+//   prober  T5 ack received (NIC)       T6 ack polled (software)
+// network RTT = (T5 - T2) - (T4 - T3); prober host delay = (T6 - T1) - (T5 - T2); responder
+// host delay = T4 - T3. Each difference stays within one clock. Timestamps come from the best
+// source the port offers (NIC wall clock, raw NIC ticks / hca_core_clock, CLOCK_MONOTONIC) and
+// every result says which.
+//
+// Threading: one thread owns a UdMesh and calls Step(); stats() may be read from any thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/backoff.h"
+#include "common/clock.h"
+#include "common/status.h"
+#include "probes/net/probe_result.h"
+#include "probes/net/token_bucket.h"
+#include "probes/rdma/rtt_split.h"
+#include "probes/rdma/ud_port.h"
+#include "probes/rdma/verbs.h"
+
+namespace fw::rdma {
+
+struct UdTarget {
+  std::string peer;          // node name, copied into results
+  std::string local_device;  // which of our ports probes it ("" = the first of its link layer)
+  uint8_t local_port = 0;    // 0 = any port of local_device
+  UdEndpoint remote;         // from the peer's Hello, via the plan
+  int flows = 1;             // flow labels (RoCE) or source QPs, for ECMP coverage
+  double rate_hz = 1;        // probes per second per flow
+};
+
+struct UdMeshOptions {
+  std::vector<std::string> devices;  // empty: every device
+  UdPortOptions port;
+  uint8_t traffic_class = 0;     // RoCE: DSCP << 2 | ECN
+  uint8_t service_level = 0;     // IB
+  uint32_t flow_label_base = 1;  // flow j uses flow_label_base + j (20 bits, never 0)
+  int64_t timeout_ns = 1'000'000'000;
+  double max_rate_hz = 1000;  // per flow, whatever the plan says
+  double recovery_backoff_base_s = 0.1;
+  double recovery_backoff_max_s = 30;
+  uint64_t seed = 1;
+};
+
+struct RdmaProbeResult {
+  net::ProbeResult base;  // transport rdma_ud; rtt_ns = the network RTT; lost; seq; flow_id
+  int64_t network_rtt_ns = 0;
+  int64_t prober_host_ns = 0;
+  int64_t responder_host_ns = 0;
+  int64_t prober_span_ns = 0;                       // T5 - T2
+  TsSource source = TsSource::kSoftware;            // the prober's stamps
+  TsSource responder_source = TsSource::kSoftware;  // the responder's turnaround
+  uint32_t flow_label = 0;
+  uint32_t src_qpn = 0;
+};
+
+class ResultSink {
+ public:
+  virtual ~ResultSink() = default;
+  // Called on the mesh's thread; must not block.
+  virtual void OnResult(const RdmaProbeResult& r) = 0;
+};
+
+// Counters, readable from any thread.
+struct UdMeshStats {
+  std::atomic<uint64_t> sent{0}, acked{0}, results{0}, lost{0}, abandoned{0};
+  std::atomic<uint64_t> invalid_split{0};  // a negative difference: rejected, never exported
+  std::atomic<uint64_t> reports_missing{0}, late{0}, stray{0};
+  std::atomic<uint64_t> responder_answers{0}, responder_busy{0};
+  std::atomic<uint64_t> budget_skipped{0}, no_send_slot{0}, skipped_port_down{0};
+  std::atomic<uint64_t> ah_failures{0}, post_failures{0}, repost_failures{0};
+  std::atomic<uint64_t> qp_recoveries{0}, recovery_failures{0};
+  std::atomic<uint64_t> port_down_events{0}, port_up_events{0}, addr_change_events{0};
+  std::atomic<uint64_t> device_fatal_events{0}, device_reopens{0};
+  std::array<std::atomic<uint64_t>, kWcStatusCount> completion_errors{};
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(UdDrop::kCount)> dropped{};
+};
+
+class UdMesh {
+ public:
+  // Opens the devices and sets up every usable port. Unavailable when the host has no RDMA stack
+  // (ibv_get_device_list fails); NotFound when there is no usable port. A port that cannot be
+  // used is logged with its reason and left out; the others go on.
+  static StatusOr<std::unique_ptr<UdMesh>> Create(Verbs& verbs, const Clock& clock,
+                                                  UdMeshOptions opts, ResultSink* sink,
+                                                  net::ProbeBudget* budget = nullptr);
+  ~UdMesh();
+
+  // The local endpoints peers should probe. Changes after a device is reopened
+  // (endpoints_version() grows).
+  std::vector<UdEndpoint> Endpoints() const;
+  uint64_t endpoints_version() const { return endpoints_version_; }
+  // The timestamp source of each endpoint, in Endpoints() order.
+  std::vector<TsSource> TimestampSources() const;
+
+  // Replaces the targets. Entries that cannot be used (no local port of that link layer, bad
+  // rate or flows) are skipped and counted in the returned count; the rest apply.
+  int SetTargets(std::vector<UdTarget> targets);
+
+  // Does everything that is due: async events, QP recovery, completions, probes, timeouts.
+  // Never blocks. Returns nanoseconds until something is due again (for the caller's wait).
+  int64_t Step();
+  // File descriptors that become readable when the mesh has work (async events).
+  std::vector<int> WaitFds() const;
+
+  const UdMeshStats& stats() const { return stats_; }
+
+  struct Device;
+  struct Flow;
+  struct Outstanding;
+  struct Pending;
+
+ private:
+  UdMesh(Verbs& verbs, const Clock& clock, UdMeshOptions opts, ResultSink* sink,
+         net::ProbeBudget* budget);
+  Status OpenDevice(Device& d);
+  void CloseDevice(Device& d, const char* why);
+  void HandleAsyncEvents(Device& d, int64_t now);
+  void RecoverPorts(Device& d, int64_t now);
+  void PollPort(size_t dev, size_t port, int64_t now);
+  void HandleCompletion(size_t dev, size_t port, const WorkCompletion& wc, int64_t now);
+  void OnProbe(size_t dev, size_t port, UdPort& p, int qp, const UdMessage& m, uint64_t t3,
+               uint32_t grh_flow);
+  void OnAck(size_t dev, size_t port, const UdMessage& m, uint64_t t5, int64_t now);
+  void OnReport(const UdMessage& m, int64_t now);
+  void OnAckSent(size_t dev, size_t port, UdPort& p, const WorkCompletion& wc, int64_t now);
+  void PortFailed(size_t dev, size_t port, int64_t now, const char* why);
+  void SendDue(int64_t now);
+  void ExpireTimeouts(int64_t now);
+  void MaybeFinish(Outstanding& o, int64_t now);
+  void AbandonPort(size_t dev, size_t port);
+  void RebuildFlowAhs();
+  uint64_t Stamp(const UdPort& p, const WorkCompletion& wc, int64_t now) const;
+  int64_t SpanNs(const UdPort& p, uint64_t start, uint64_t end) const;
+
+  Verbs& verbs_;
+  const Clock& clock_;
+  UdMeshOptions opts_;
+  ResultSink* sink_;
+  net::ProbeBudget* budget_;
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::vector<UdTarget> targets_;
+  std::vector<Flow> flows_;
+  std::vector<Outstanding> outstanding_;  // indexed by seq & (size - 1)
+  std::vector<uint64_t> timeout_ring_;    // seqs in send order
+  size_t timeout_head_ = 0, timeout_count_ = 0;
+  std::vector<Pending> pending_;  // responder: acks in flight
+  std::vector<uint32_t> free_pending_;
+  uint64_t next_seq_ = 1;
+  uint16_t generation_ = 0;
+  uint64_t endpoints_version_ = 1;
+  UdMeshStats stats_;
+};
+
+}  // namespace fw::rdma

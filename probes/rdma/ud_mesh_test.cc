@@ -1,0 +1,343 @@
+// The UD latency mesh against the fake fabric: the six-timestamp split for each timestamp
+// source, RoCE GIDs and flow labels, loss and timeouts, completion errors and QP recovery, port
+// and device events, and the no-device path.
+#include "probes/rdma/ud_mesh.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "probes/rdma/fake_verbs.h"
+
+namespace fw::rdma {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Collect : ResultSink {
+  void OnResult(const RdmaProbeResult& r) override { results.push_back(r); }
+  std::vector<RdmaProbeResult> answered() const {
+    std::vector<RdmaProbeResult> out;
+    for (const auto& r : results) {
+      if (!r.base.lost) out.push_back(r);
+    }
+    return out;
+  }
+  size_t lost() const { return results.size() - answered().size(); }
+  std::vector<RdmaProbeResult> results;
+};
+
+Gid V4Gid(uint8_t host) {
+  Gid g;
+  g.raw[10] = g.raw[11] = 0xff;
+  g.raw[12] = 198;
+  g.raw[13] = 18;
+  g.raw[14] = 1;
+  g.raw[15] = host;
+  return g;
+}
+
+FakeDeviceConfig Ib(const std::string& name, uint16_t lid) {
+  FakeDeviceConfig d;
+  d.name = name;
+  FakePortConfig p;
+  p.lid = lid;
+  p.latency_ns = 5'000;
+  Gid g;
+  g.raw[0] = 0xfe;
+  g.raw[1] = 0x80;
+  g.raw[15] = static_cast<uint8_t>(lid);
+  p.gids = {{0, g, GidType::kIb, ""}};
+  d.ports = {p};
+  return d;
+}
+
+FakeDeviceConfig Roce(const std::string& name, uint8_t host) {
+  FakeDeviceConfig d;
+  d.name = name;
+  FakePortConfig p;
+  p.link_layer = LinkLayer::kEthernet;
+  p.latency_ns = 5'000;
+  Gid ll;
+  ll.raw[0] = 0xfe;
+  ll.raw[1] = 0x80;
+  ll.raw[15] = host;
+  // Index 0/1 link-local (v1, v2), 2/3 the IPv4 address (v1, v2): the v2 IPv4 one is index 3.
+  p.gids = {{0, ll, GidType::kRoceV1, "eth0"},
+            {1, ll, GidType::kRoceV2, "eth0"},
+            {2, V4Gid(host), GidType::kRoceV1, "eth0"},
+            {3, V4Gid(host), GidType::kRoceV2, "eth0"}};
+  d.ports = {p};
+  return d;
+}
+
+// Two hosts, each with one device, probing each other.
+class MeshTest : public ::testing::Test {
+ protected:
+  void Start(FakeDeviceConfig a, FakeDeviceConfig b, UdMeshOptions opts = {}) {
+    name_a = a.name;
+    name_b = b.name;
+    fabric.AddDevice(a);
+    fabric.AddDevice(b);
+    verbs_a = fabric.MakeVerbs({name_a});
+    verbs_b = fabric.MakeVerbs({name_b});
+    auto ma = UdMesh::Create(*verbs_a, clock, opts, &sink_a);
+    auto mb = UdMesh::Create(*verbs_b, clock, opts, &sink_b);
+    ASSERT_TRUE(ma.ok()) << ma.status().ToString();
+    ASSERT_TRUE(mb.ok()) << mb.status().ToString();
+    a_ = std::move(ma.value());
+    b_ = std::move(mb.value());
+  }
+  // A probes B (and B probes nobody: it only answers).
+  void Target(int flows = 1, double rate = 100) {
+    UdTarget t;
+    t.peer = "node-b";
+    t.remote = b_->Endpoints().front();
+    t.flows = flows;
+    t.rate_hz = rate;
+    ASSERT_EQ(a_->SetTargets({t}), 0);
+  }
+  void Run(std::chrono::nanoseconds total, std::chrono::nanoseconds step = 1us) {
+    for (int64_t t = 0; t < total.count(); t += step.count()) {
+      a_->Step();
+      b_->Step();
+      clock.Advance(step);
+    }
+  }
+
+  FakeClock clock;
+  FakeFabric fabric{clock, 7};
+  std::string name_a, name_b;
+  std::unique_ptr<Verbs> verbs_a, verbs_b;
+  Collect sink_a, sink_b;
+  std::unique_ptr<UdMesh> a_, b_;
+};
+
+TEST_F(MeshTest, IbNetworkRttLeavesOutTheRespondersHostDelay) {
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2));
+  fabric.SetPollDelay("mlx5_1", 30'000);  // the responder's host is slow to see completions
+  Target();
+  Run(200us);
+  auto got = sink_a.answered();
+  ASSERT_EQ(got.size(), 1u);
+  const RdmaProbeResult& r = got[0];
+  EXPECT_EQ(r.source, TsSource::kNicWallclock);
+  EXPECT_EQ(r.responder_source, TsSource::kNicWallclock);
+  EXPECT_EQ(r.base.transport, net::Transport::kRdmaUd);
+  EXPECT_EQ(r.base.PeerName(), "node-b");
+  // 5 us each way. T2 and T4 are stamped when a message has left the NIC, so serialization
+  // (5 ns for 64 bytes at 100 Gb/s) falls outside the network span.
+  EXPECT_NEAR(r.network_rtt_ns, 10'000, 5);
+  EXPECT_EQ(r.base.rtt_ns, r.network_rtt_ns);
+  EXPECT_GE(r.responder_host_ns, 30'000);
+  EXPECT_LE(r.responder_host_ns, 32'000) << "the delay plus at most the 1 us step";
+  EXPECT_LE(r.prober_host_ns, 2'000);
+}
+
+TEST_F(MeshTest, ProberHostDelayIsSeparatedToo) {
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2));
+  fabric.SetPollDelay("mlx5_0", 20'000);
+  Target();
+  Run(200us);
+  auto got = sink_a.answered();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_NEAR(got[0].network_rtt_ns, 10'000, 5);
+  EXPECT_GE(got[0].prober_host_ns, 20'000);
+  EXPECT_LE(got[0].prober_host_ns, 22'000);
+  EXPECT_LE(got[0].responder_host_ns, 1'000);
+}
+
+TEST_F(MeshTest, RawTicksOnEachNicsOwnClock) {
+  FakeDeviceConfig a = Ib("mlx5_0", 1), b = Ib("mlx5_1", 2);
+  a.timestamps = b.timestamps = CqTimestamps::kRaw;
+  a.hca_core_clock_khz = 156'250;  // 6.4 ns per tick
+  b.hca_core_clock_khz = 1'000'000;
+  a.clock_offset_ns = 987'654'321'000;  // the clocks share nothing
+  b.clock_offset_ns = 3;
+  Start(a, b);
+  fabric.SetPollDelay("mlx5_1", 10'000);
+  Target();
+  Run(200us);
+  auto got = sink_a.answered();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].source, TsSource::kNicRaw);
+  EXPECT_EQ(got[0].responder_source, TsSource::kNicRaw);
+  EXPECT_NEAR(got[0].network_rtt_ns, 10'000, 15) << "two ticks of 6.4 ns";
+  EXPECT_GE(got[0].responder_host_ns, 10'000);
+}
+
+TEST_F(MeshTest, SoftwareTimestampsWhenTheNicHasNone) {
+  FakeDeviceConfig a = Ib("mlx5_0", 1), b = Ib("mlx5_1", 2);
+  a.timestamps = b.timestamps = CqTimestamps::kNone;
+  Start(a, b);
+  EXPECT_EQ(a_->TimestampSources().front(), TsSource::kSoftware);
+  fabric.SetPollDelay("mlx5_1", 30'000);
+  Target();
+  Run(200us);
+  auto got = sink_a.answered();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].source, TsSource::kSoftware);
+  // The responder's poll delay is still taken out (it measures its own turnaround); what is left
+  // includes the polling granularity of both ends (1 us steps here).
+  EXPECT_GE(got[0].network_rtt_ns, 10'000);
+  EXPECT_LE(got[0].network_rtt_ns, 14'000);
+  EXPECT_GE(got[0].responder_host_ns, 30'000);
+  EXPECT_EQ(got[0].prober_host_ns, 0) << "software stamps cannot split the prober's host";
+}
+
+TEST_F(MeshTest, RoceUsesTheIpv4RoceV2GidAndRotatesFlowLabels) {
+  Start(Roce("mlx5_0", 1), Roce("mlx5_1", 2));
+  const UdEndpoint e = a_->Endpoints().front();
+  EXPECT_EQ(e.link_layer, LinkLayer::kEthernet);
+  EXPECT_EQ(e.gid_index, 3) << "not index 0, the RoCE v1 link-local GID";
+  EXPECT_TRUE(e.gid.IsIpv4Mapped());
+  Target(/*flows=*/4, /*rate=*/1000);
+  Run(3ms, 2us);
+  std::set<uint32_t> labels;
+  for (const auto& r : sink_a.answered()) labels.insert(r.flow_label);
+  EXPECT_EQ(labels, (std::set<uint32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(sink_a.lost(), 0u);
+}
+
+TEST_F(MeshTest, SourceQpsRotateOnIb) {
+  UdMeshOptions o;
+  o.port.source_qps = 2;
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2), o);
+  Target(/*flows=*/2, /*rate=*/1000);
+  Run(3ms, 2us);
+  std::set<uint32_t> qpns;
+  for (const auto& r : sink_a.answered()) qpns.insert(r.src_qpn);
+  EXPECT_EQ(qpns.size(), 2u);
+}
+
+TEST_F(MeshTest, LossIsCountedAfterTheTimeout) {
+  UdMeshOptions o;
+  o.timeout_ns = 5'000'000;
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2), o);
+  fabric.SetLoss("mlx5_1", 1, 0.3);
+  Target(/*flows=*/1, /*rate=*/1000);
+  Run(1100ms, 50us);
+  // Probes sent more than a timeout ago have all been decided.
+  const auto n = static_cast<double>(a_->stats().sent.load());
+  ASSERT_GT(n, 1000);
+  // A probe is answered only if probe, ack and report all get through: 0.7^3 = 0.343. An ack
+  // without its report is neither a loss nor a result.
+  const double answered = static_cast<double>(sink_a.answered().size()) / n;
+  const double lost = static_cast<double>(sink_a.lost()) / n;
+  EXPECT_NEAR(lost, 1 - 0.7 * 0.7, 0.05) << "a loss is a probe or its ack missing";
+  EXPECT_NEAR(answered, 0.343, 0.05);
+  EXPECT_GT(a_->stats().reports_missing.load(), 0u) << "ack through, report lost: not a loss";
+}
+
+TEST_F(MeshTest, AnAnswerAfterTheTimeoutIsLateNotAResult) {
+  UdMeshOptions o;
+  o.timeout_ns = 1'000'000;
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2), o);
+  fabric.SetLatency("mlx5_1", 1, 2'000'000);  // 2 ms each way into and out of B
+  Target(1, 10);
+  Run(10ms, 10us);
+  ASSERT_EQ(sink_a.results.size(), 1u);
+  EXPECT_TRUE(sink_a.results[0].base.lost);
+  EXPECT_EQ(a_->stats().late.load(), 2u) << "the ack and the report";
+}
+
+TEST_F(MeshTest, ACompletionErrorResetsTheQpsAfterABackoffAndProbingResumes) {
+  UdMeshOptions o;
+  o.recovery_backoff_base_s = 0.01;
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2), o);
+  Target(1, 1000);
+  Run(5ms, 5us);
+  const size_t before = sink_a.answered().size();
+  ASSERT_GT(before, 3u);
+  fabric.FailNextSends("mlx5_0", 1, WcStatus::kGeneralErr);
+  Run(5ms, 5us);
+  EXPECT_EQ(a_->stats().completion_errors[static_cast<size_t>(WcStatus::kGeneralErr)].load(), 1u);
+  Run(30ms, 5us);
+  EXPECT_EQ(a_->stats().qp_recoveries.load(), 1u);
+  EXPECT_EQ(a_->stats().recovery_failures.load(), 0u);
+  EXPECT_GT(sink_a.answered().size(), before + 10) << "probing resumed after the reset";
+  EXPECT_GT(a_->stats().skipped_port_down.load(), 0u) << "no sends while the port was broken";
+}
+
+TEST_F(MeshTest, PortDownStopsProbingAndPortActiveResumesIt) {
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2));
+  Target(1, 1000);
+  Run(5ms, 5us);
+  const uint64_t sent = a_->stats().sent.load();
+  fabric.SetPortState("mlx5_0", 1, PortState::kDown);
+  Run(20ms, 5us);
+  EXPECT_EQ(a_->stats().port_down_events.load(), 1u);
+  EXPECT_LE(a_->stats().sent.load(), sent + 1) << "nothing sent from a down port";
+  EXPECT_GE(a_->stats().skipped_port_down.load(), 15u);
+  fabric.SetPortState("mlx5_0", 1, PortState::kActive);
+  const size_t answered = sink_a.answered().size();
+  Run(20ms, 5us);
+  EXPECT_EQ(a_->stats().port_up_events.load(), 1u);
+  EXPECT_GT(sink_a.answered().size(), answered + 10);
+}
+
+TEST_F(MeshTest, DeviceRemovalIsSurvivedAndReopenIsRetriedWithBackoff) {
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2));
+  Target(1, 1000);
+  Run(5ms, 5us);
+  fabric.RemoveDevice("mlx5_0");
+  int64_t max_wait = 0;
+  for (int i = 0; i < 200; ++i) {
+    const int64_t wait = a_->Step();
+    max_wait = std::max(max_wait, wait);
+    b_->Step();
+    clock.Advance(100ms);
+  }
+  EXPECT_EQ(a_->stats().device_fatal_events.load(), 1u);
+  EXPECT_LT(a_->stats().device_reopens.load(), 12u) << "20 s of retries, backed off to 60 s";
+  EXPECT_GE(a_->stats().device_reopens.load(), 3u);
+  EXPECT_GT(max_wait, 0) << "no busy loop while the device is gone";
+}
+
+TEST_F(MeshTest, TargetsThatCannotBeProbedAreSkipped) {
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2));
+  UdTarget good;
+  good.peer = "b";
+  good.remote = b_->Endpoints().front();
+  UdTarget roce = good;
+  roce.remote.link_layer = LinkLayer::kEthernet;
+  roce.remote.gid = V4Gid(9);  // no local RoCE port to reach it from
+  UdTarget no_lid = good;
+  no_lid.remote.lid = 0;
+  UdTarget bad_rate = good;
+  bad_rate.rate_hz = 0;
+  EXPECT_EQ(a_->SetTargets({good, roce, no_lid, bad_rate}), 3);
+  Run(1ms);
+  EXPECT_EQ(sink_a.answered().size(), 1u);
+}
+
+TEST(MeshNoDevice, NoRdmaStackIsUnavailable) {
+  FakeClock clock;
+  auto verbs = FakeFabric::MakeNoRdmaStack();
+  auto m = UdMesh::Create(*verbs, clock, {}, nullptr);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kUnavailable);
+}
+
+TEST(MeshNoDevice, NoUsablePortIsNotFound) {
+  FakeClock clock;
+  FakeFabric fabric(clock);
+  FakeDeviceConfig roce_without_v4;
+  roce_without_v4.name = "mlx5_9";
+  FakePortConfig p;
+  p.link_layer = LinkLayer::kEthernet;
+  Gid ll;
+  ll.raw[0] = 0xfe;
+  ll.raw[1] = 0x80;
+  p.gids = {{0, ll, GidType::kRoceV1, "eth0"}};
+  roce_without_v4.ports = {p};
+  fabric.AddDevice(roce_without_v4);
+  auto verbs = fabric.MakeVerbs({"mlx5_9"});
+  auto m = UdMesh::Create(*verbs, clock, {}, nullptr);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(m.status().message().find("RoCE v2"), std::string::npos) << m.status().message();
+}
+
+}  // namespace
+}  // namespace fw::rdma
