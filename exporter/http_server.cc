@@ -2,15 +2,18 @@
 #include "exporter/http_server.h"
 
 #include <civetweb.h>
+#include <dlfcn.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
-#include "exporter/civetweb_tls/shim.h"
 #include "exporter/web_client.h"
 
 namespace fw::http {
@@ -41,6 +44,41 @@ const char* Reason(int status) {
 }
 
 std::once_flag g_init_once;
+
+// Loads civetweb_tls/libcrypto.so and libssl.so (see civetweb_tls/ssl_shim.c) once per process,
+// from $FW_CIVETWEB_TLS_DIR, <exe dir>/../lib/<exe name>/ (the packages), or the build tree.
+Status LoadCivetwebTlsShims() {
+  static std::once_flag once;
+  static Status result;
+  std::call_once(once, [] {
+    std::vector<std::string> dirs;
+    if (const char* env = std::getenv("FW_CIVETWEB_TLS_DIR")) dirs.emplace_back(env);
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+      std::string path(exe, static_cast<size_t>(n));
+      size_t slash = path.rfind('/');
+      if (slash != std::string::npos) {
+        dirs.push_back(path.substr(0, slash) + "/../lib/" + path.substr(slash + 1));
+      }
+    }
+    dirs.emplace_back(FW_CIVETWEB_TLS_BUILD_DIR);
+    std::string tried;
+    for (const auto& dir : dirs) {
+      void* crypto = dlopen((dir + "/libcrypto.so").c_str(), RTLD_NOW);
+      void* ssl = crypto ? dlopen((dir + "/libssl.so").c_str(), RTLD_NOW) : nullptr;
+      if (ssl != nullptr) {
+        spdlog::debug("msg=\"civetweb TLS libraries loaded\" dir={}", dir);
+        return;  // kept loaded for the process's life
+      }
+      const char* err = dlerror();
+      tried += " " + dir + " (" + (err ? err : "?") + ")";
+    }
+    result =
+        Status::Unavailable("HTTPS needs fabricwatch's civetweb TLS libraries; tried:" + tried);
+  });
+  return result;
+}
 
 }  // namespace
 
@@ -140,9 +178,9 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& listen, int t
     if (web->auth_configured()) server->auth_ = std::make_unique<BasicAuth>(web->users);
   }
   if (tls) {
+    Status shims = LoadCivetwebTlsShims();
+    if (!shims.ok()) return shims;
     callbacks.init_ssl = &Server::InitSsl;
-    // Loaded (as the daemon's dependencies) before civetweb's dlopen() looks for them.
-    (void)(fw_civetweb_ssl_shim() + fw_civetweb_crypto_shim());
   }
   mg_init_data init{&callbacks, server.get(), options};
   char error_text[256] = "";
