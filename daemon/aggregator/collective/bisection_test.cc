@@ -1,0 +1,158 @@
+// Bisection against a simulated leaf-spine fabric with planted faults: a slow host link, two slow
+// hosts, a late host, a slow leaf uplink. Each must end at exactly the planted culprit.
+#include "daemon/aggregator/collective/bisection.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace fw::aggregator::collective {
+namespace {
+
+// Four leaves, hosts h0..h15 (four per leaf). A group's busbw is the slowest host link among its
+// members and, when it spans leaves, the slowest uplink among its leaves. A late host arrives
+// `late_s` after the others and stretches the group time by as much.
+struct Fabric {
+  std::map<std::string, double> host_rate;
+  std::map<std::string, double> uplink_rate;
+  std::set<std::string> late;
+  double late_s = 0.004;
+  double bytes = 1 << 20;
+
+  Fabric() {
+    for (int h = 0; h < 16; ++h) host_rate["h" + std::to_string(h)] = 10e9;
+    for (int l = 0; l < 4; ++l) uplink_rate["leaf" + std::to_string(l)] = 10e9;
+  }
+  static Member M(int h) { return {"h" + std::to_string(h), "leaf" + std::to_string(h / 4), 0}; }
+
+  SubgroupResult Run(const std::vector<Member>& ms) const {
+    double rate = 1e18;
+    std::set<std::string> leaves;
+    for (const Member& m : ms) {
+      rate = std::min(rate, host_rate.at(m.name));
+      leaves.insert(m.leaf);
+    }
+    if (leaves.size() > 1) {
+      for (const std::string& l : leaves) rate = std::min(rate, uplink_rate.at(l));
+    }
+    const double n = static_cast<double>(ms.size());
+    const double comm_s = bytes * 2 * (n - 1) / n / rate;  // busbw = rate for a ring
+    bool any_late = false;
+    for (const Member& m : ms) any_late |= late.contains(m.name);
+    SubgroupResult r;
+    r.group_seconds = comm_s + (any_late ? late_s : 0);
+    r.busbw_bytes_per_s = bytes * 2 * (n - 1) / n / r.group_seconds;
+    for (const Member& m : ms) r.lateness_s.push_back(late.contains(m.name) ? late_s : 0);
+    return r;
+  }
+};
+
+// Runs the bisection to the end against the fabric; returns how many runs it took.
+int Drive(Bisection& b, const Fabric& f) {
+  for (int guard = 0; guard < 200 && !b.done(); ++guard) {
+    const auto runs = b.pending();  // copy: OnResult changes the list
+    for (const auto& run : runs) b.OnResult(run.id, f.Run(run.members));
+  }
+  EXPECT_TRUE(b.done());
+  return b.runs();
+}
+
+std::vector<Member> Hosts(std::initializer_list<int> hs) {
+  std::vector<Member> out;
+  for (int h : hs) out.push_back(Fabric::M(h));
+  return out;
+}
+
+// The slow group: two hosts on each leaf (h0 h1 | h4 h5 | h8 h9 | h12 h13); the others are good.
+const std::vector<Member> kGroup = Hosts({0, 1, 4, 5, 8, 9, 12, 13});
+const std::vector<Member> kGood = Hosts({2, 3, 6, 7, 10, 11, 14, 15});
+
+TEST(Bisection, SlowHostLinkEndsAtThatHost) {
+  Fabric f;
+  f.host_rate["h5"] = 4e9;
+  const SubgroupResult whole = f.Run(kGroup);
+  Bisection b(kGroup, whole.busbw_bytes_per_s, 10e9, kGood);
+  const int runs = Drive(b, f);
+  ASSERT_EQ(b.culprits().size(), 1u);
+  EXPECT_EQ(b.culprits()[0].Location(), "node h5");
+  EXPECT_EQ(b.culprits()[0].cause, "slow host link or NIC");
+  EXPECT_NEAR(b.culprits()[0].measured_busbw, 4e9, 1e6);
+  EXPECT_FALSE(b.inconclusive());
+  EXPECT_LE(runs, 8);  // log2(8) levels of two runs each
+}
+
+TEST(Bisection, TwoSlowHostsAreBothFound) {
+  Fabric f;
+  f.host_rate["h1"] = 5e9;
+  f.host_rate["h12"] = 6e9;
+  Bisection b(kGroup, f.Run(kGroup).busbw_bytes_per_s, 10e9, kGood);
+  Drive(b, f);
+  std::set<std::string> found;
+  for (const Culprit& c : b.culprits()) found.insert(c.Location());
+  EXPECT_EQ(found, (std::set<std::string>{"node h1", "node h12"}));
+}
+
+TEST(Bisection, TwoSlowHostsOnOneLeafAreBothFound) {
+  Fabric f;
+  f.host_rate["h8"] = 5e9;
+  f.host_rate["h9"] = 5e9;
+  Bisection b(kGroup, f.Run(kGroup).busbw_bytes_per_s, 10e9, kGood);
+  Drive(b, f);
+  std::set<std::string> found;
+  for (const Culprit& c : b.culprits()) found.insert(c.Location());
+  EXPECT_EQ(found, (std::set<std::string>{"node h8", "node h9"}));
+}
+
+TEST(Bisection, LateHostIsToldFromASlowLink) {
+  Fabric f;
+  f.late.insert("h9");
+  Bisection b(kGroup, f.Run(kGroup).busbw_bytes_per_s, 10e9, kGood);
+  Drive(b, f);
+  ASSERT_EQ(b.culprits().size(), 1u);
+  EXPECT_EQ(b.culprits()[0].Location(), "node h9");
+  EXPECT_EQ(b.culprits()[0].cause, "late host");
+}
+
+TEST(Bisection, SlowLeafUplinkEndsAtTheLinkNotAHost) {
+  Fabric f;
+  f.uplink_rate["leaf2"] = 3e9;
+  Bisection b(kGroup, f.Run(kGroup).busbw_bytes_per_s, 10e9, kGood);
+  Drive(b, f);
+  ASSERT_EQ(b.culprits().size(), 1u) << b.culprits()[0].Location();
+  EXPECT_EQ(b.culprits()[0].kind, Culprit::Kind::kLink);
+  EXPECT_EQ(b.culprits()[0].Location(), "link leaf2-spine");
+  EXPECT_EQ(b.culprits()[0].cause, "leaf uplink");
+  EXPECT_NEAR(b.culprits()[0].measured_busbw, 3e9, 1e6);
+}
+
+TEST(Bisection, WithoutAReferenceLeafItNamesTheLeafPair) {
+  Fabric f;
+  f.uplink_rate["leaf1"] = 3e9;
+  const std::vector<Member> group = Hosts({0, 1, 4, 5});
+  Bisection b(group, f.Run(group).busbw_bytes_per_s, 10e9, Hosts({2, 3, 6, 7}));
+  Drive(b, f);
+  ASSERT_EQ(b.culprits().size(), 1u);
+  EXPECT_EQ(b.culprits()[0].Location(), "link leaf0-leaf1");
+  EXPECT_EQ(b.culprits()[0].cause, "leaf pair");
+}
+
+TEST(Bisection, RunBudgetEndsInconclusive) {
+  Fabric f;
+  f.host_rate["h5"] = 4e9;
+  Bisection b(kGroup, f.Run(kGroup).busbw_bytes_per_s, 10e9, kGood, {.max_runs = 2});
+  Drive(b, f);
+  EXPECT_TRUE(b.inconclusive());
+  EXPECT_LE(b.runs(), 2);
+}
+
+TEST(Bisection, UnknownRunIdsAreIgnored) {
+  Bisection b(kGroup, 1e9, 10e9, kGood);
+  const size_t before = b.pending().size();
+  b.OnResult(999999, {});
+  EXPECT_EQ(b.pending().size(), before);
+}
+
+}  // namespace
+}  // namespace fw::aggregator::collective
