@@ -22,22 +22,13 @@
 #include "daemon/aggregator/analysis/tomography.h"
 #include "daemon/aggregator/analysis/tracked_finding.h"
 #include "daemon/aggregator/ingest/pair_table.h"
+#include "daemon/aggregator/model/port_sample.h"
 
 namespace fw::analysis {
 
 class FindingsStore;
 
-// A counter sample of one NIC port, as the agents report it (rates per second).
-struct PortSample {
-  std::string node;
-  std::string device;
-  int port = 1;
-  double congestion_ratio = 0;  // xmit_wait share of time, 0..1
-  double cnp_rate = 0;
-  double ecn_rate = 0;
-  double error_rate = 0;
-  bool up = true;
-};
+using PortSample = ::fw::aggregator::PortSample;
 
 // One row of /api/v1/links.
 struct LinkView {
@@ -94,6 +85,7 @@ class Analyzer {
   bool has_map() const { return map_ != nullptr; }
   const AnalysisConfig& config() const { return config_; }
   FlowTable& flows() { return flows_; }
+  const FlowTable& flows() const { return flows_; }
 
   // One tick's evidence; defined in evaluation.h, internal to the analysis library.
   struct Evaluation;

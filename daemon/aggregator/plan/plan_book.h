@@ -1,0 +1,100 @@
+// The agents' current probe plans: when to re-plan (membership changes coalesced, re-plans spaced
+// by their cost), each plan encoded once and kept serialized, and the changed ones pushed to the
+// agents a bounded number per tick.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "daemon/aggregator/plan/fabric_map.h"
+#include "daemon/aggregator/plan/plan_versions.h"
+#include "daemon/aggregator/plan/planner.h"
+#include "fabricwatch.pb.h"
+
+namespace fw::metrics {
+class Counter;
+class Gauge;
+class Registry;
+}  // namespace fw::metrics
+
+namespace fw::aggregator {
+
+// Threading: NoteMembershipChange() and PlanFor() are thread-safe; MaybeReplan() and
+// PushPending() are called by one thread (the tick).
+class PlanBook {
+ public:
+  PlanBook(PlannerConfig config, std::shared_ptr<const FabricMap> map, const Clock& clock,
+           metrics::Registry& registry);
+
+  // Plan versions that grow across restarts (see PlanVersions); before any re-plan.
+  Status Start(const std::string& state_dir);
+  // The plan_epoch file Start() found corrupt and moved aside, if any.
+  std::optional<QuarantinedFile> quarantined() const;
+
+  // An agent joined or left; any thread. The next MaybeReplan() that finds the fleet settled
+  // re-plans.
+  void NoteMembershipChange();
+
+  // Re-plans when a change is pending, the fleet has been quiet for kReplanSettleNs (or the change
+  // is kReplanMaxDelayNs old) and the last re-plan is at least its spacing ago. `live_agents` is
+  // asked for the fleet only then. True when it re-planned.
+  bool MaybeReplan(int64_t now_ns, const std::function<std::vector<AgentInfo>()>& live_agents);
+
+  // Sends the plans the last re-plans changed, up to kPlanPushesPerTick per call: `push` is given
+  // a filter that accepts the nodes to send to (GrpcServer::PushPlans).
+  using Push = std::function<void(const std::function<bool(const std::string& node)>& wanted)>;
+  void PushPending(const Push& push);
+
+  // The plan to send to `node`; nullopt when it has none.
+  std::optional<fabricwatch::v1::ProbePlan> PlanFor(const std::string& node) const;
+
+ private:
+  // Recomputes every agent's plan and keeps the changed ones for PushPending().
+  void Replan(const std::vector<AgentInfo>& live);
+
+  const Clock& clock_;
+  Planner planner_;
+  // Membership changes are coalesced: the tick thread re-plans once the fleet has been quiet for
+  // kReplanSettleNs, or kReplanMaxDelayNs after the first pending change, whichever comes first.
+  // A connecting fleet of 16,000 agents therefore costs one re-plan, not one per tick.
+  static constexpr int64_t kReplanSettleNs = 2'000'000'000;
+  static constexpr int64_t kReplanMaxDelayNs = 10'000'000'000;
+  // A fleet-wide change reaches 16,000 agents over seconds instead of as one burst of ~160 MB of
+  // messages queued at once.
+  static constexpr size_t kPlanPushesPerTick = 2'000;
+  std::atomic<bool> replan_needed_{false};
+  std::atomic<int64_t> last_membership_ns_{0};  // written by gRPC threads, read by the tick
+  int64_t first_pending_ns_ = 0;                // tick thread only; 0 when nothing is pending
+  // Tick thread only. Re-plans are spaced by 5x the last plan's cost (1 s to 30 s): a small fleet
+  // re-plans at once, a 16,000-node fleet whose plan costs seconds does not re-plan every tick.
+  int64_t last_replan_ns_ = 0;
+  int64_t replan_spacing_ns_ = 1'000'000'000;
+  std::unordered_set<std::string> pending_pushes_;  // tick thread only
+  // One agent's current plan, kept serialized: 16,000 plans of ~100 peers cost ~100 MB this way
+  // and several times that as message objects. `content_hash` covers everything but the version,
+  // so a re-plan that leaves a node's plan as it was neither bumps its version nor sends it.
+  struct StoredPlan {
+    uint64_t content_hash = 0;
+    std::shared_ptr<const std::string> bytes;  // a serialized v1::ProbePlan, version included
+    uint64_t replan = 0;                       // the plan_version_ of the last re-plan to keep it
+  };
+  mutable std::mutex plan_mu_;
+  std::unordered_map<std::string, StoredPlan> plans_;  // GUARDED_BY(plan_mu_)
+  uint64_t plan_version_ = 0;                          // GUARDED_BY(plan_mu_)
+  std::optional<PlanVersions> versions_;               // set by Start(); Next() under plan_mu_
+  metrics::Gauge& replan_seconds_;
+  metrics::Counter& replans_;
+  metrics::Counter& plans_sent_;
+};
+
+}  // namespace fw::aggregator
