@@ -65,6 +65,12 @@ std::vector<Member> Hosts(std::initializer_list<int> hs) {
   return out;
 }
 
+std::set<std::string> Locations(const Bisection& b) {
+  std::set<std::string> found;
+  for (const Culprit& c : b.culprits()) found.insert(c.Location());
+  return found;
+}
+
 // The slow group: two hosts on each leaf (h0 h1 | h4 h5 | h8 h9 | h12 h13); the others are good.
 const std::vector<Member> kGroup = Hosts({0, 1, 4, 5, 8, 9, 12, 13});
 const std::vector<Member> kGood = Hosts({2, 3, 6, 7, 10, 11, 14, 15});
@@ -89,9 +95,7 @@ TEST(Bisection, TwoSlowHostsAreBothFound) {
   f.host_rate["h12"] = 6e9;
   Bisection b(kGroup, f.Run(kGroup).busbw_bytes_per_s, 10e9, kGood);
   Drive(b, f);
-  std::set<std::string> found;
-  for (const Culprit& c : b.culprits()) found.insert(c.Location());
-  EXPECT_EQ(found, (std::set<std::string>{"node h1", "node h12"}));
+  EXPECT_EQ(Locations(b), (std::set<std::string>{"node h1", "node h12"}));
 }
 
 TEST(Bisection, TwoSlowHostsOnOneLeafAreBothFound) {
@@ -100,9 +104,7 @@ TEST(Bisection, TwoSlowHostsOnOneLeafAreBothFound) {
   f.host_rate["h9"] = 5e9;
   Bisection b(kGroup, f.Run(kGroup).busbw_bytes_per_s, 10e9, kGood);
   Drive(b, f);
-  std::set<std::string> found;
-  for (const Culprit& c : b.culprits()) found.insert(c.Location());
-  EXPECT_EQ(found, (std::set<std::string>{"node h8", "node h9"}));
+  EXPECT_EQ(Locations(b), (std::set<std::string>{"node h8", "node h9"}));
 }
 
 TEST(Bisection, LateHostIsToldFromASlowLink) {
