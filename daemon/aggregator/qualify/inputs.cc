@@ -1,0 +1,84 @@
+// Probe-result tap and check-report clock for qualification suites.
+#include "daemon/aggregator/qualify/inputs.h"
+
+namespace fw::qualify {
+namespace {
+
+uint64_t Key(aggregator::NodeId a, aggregator::NodeId b) {
+  return (static_cast<uint64_t>(a) << 32) | static_cast<uint64_t>(b);
+}
+
+}  // namespace
+
+std::map<std::pair<aggregator::NodeId, aggregator::NodeId>, PairSamples> Collection::Snapshot()
+    const {
+  std::lock_guard lock(mu_);
+  return pairs_;
+}
+
+void Collection::Reset() {
+  std::lock_guard lock(mu_);
+  for (auto& [k, v] : pairs_) v = PairSamples{};
+}
+
+void QualifyInputs::OnResults(std::span<const aggregator::ProbeResult> results) {
+  if (collecting_.load(std::memory_order_acquire) == 0) return;
+  std::shared_lock lock(mu_);
+  for (const aggregator::ProbeResult& r : results) {
+    if (r.transport != aggregator::Transport::kUdp || r.src_id == aggregator::kNoNode) continue;
+    auto it = by_pair_.find(Key(r.src_id, r.dst_id));
+    if (it == by_pair_.end()) continue;
+    Collection* c = it->second.get();
+    std::lock_guard cl(c->mu_);
+    PairSamples& s = c->pairs_[{r.src_id, r.dst_id}];
+    ++s.probes;
+    if (r.lost) {
+      ++s.lost;
+    } else {
+      s.rtt.Record(r.rtt_ns);
+    }
+  }
+}
+
+void QualifyInputs::OnCheckReport(const std::string& node) {
+  std::lock_guard lock(checks_mu_);
+  // Bounded by the agents that connect (an agent reports only for its own node).
+  check_report_ns_[node] = clock_.MonotonicNanos();
+}
+
+std::optional<double> QualifyInputs::CheckReportAge(const std::string& node) const {
+  std::lock_guard lock(checks_mu_);
+  auto it = check_report_ns_.find(node);
+  if (it == check_report_ns_.end()) return std::nullopt;
+  return static_cast<double>(clock_.MonotonicNanos() - it->second) * 1e-9;
+}
+
+std::shared_ptr<Collection> QualifyInputs::Collect(const std::vector<aggregator::NodeId>& nodes) {
+  auto c = std::make_shared<Collection>();
+  {
+    std::lock_guard cl(c->mu_);
+    for (aggregator::NodeId a : nodes) {
+      for (aggregator::NodeId b : nodes) {
+        if (a != b) c->pairs_[{a, b}];
+      }
+    }
+  }
+  std::unique_lock lock(mu_);
+  collections_.push_back(c);
+  for (aggregator::NodeId a : nodes) {
+    for (aggregator::NodeId b : nodes) {
+      if (a != b) by_pair_[Key(a, b)] = c;
+    }
+  }
+  collecting_.store(static_cast<int>(collections_.size()), std::memory_order_release);
+  return c;
+}
+
+void QualifyInputs::Release(const std::shared_ptr<Collection>& c) {
+  std::unique_lock lock(mu_);
+  std::erase(collections_, c);
+  std::erase_if(by_pair_, [&](const auto& kv) { return kv.second == c; });
+  collecting_.store(static_cast<int>(collections_.size()), std::memory_order_release);
+}
+
+}  // namespace fw::qualify

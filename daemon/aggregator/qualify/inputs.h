@@ -1,0 +1,72 @@
+// What qualification suites read from ingest: probe results of the pairs a running suite measures,
+// and when each node last sent its local checks. Fed by the aggregator's ingest threads.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/clock.h"
+#include "daemon/aggregator/model/log_histogram.h"
+#include "daemon/aggregator/model/name_interner.h"
+#include "daemon/aggregator/model/probe_result.h"
+
+namespace fw::qualify {
+
+// One ordered pair's latency results while a suite collects.
+struct PairSamples {
+  uint64_t probes = 0;
+  uint64_t lost = 0;
+  aggregator::LogHistogram rtt;
+};
+
+// A suite's collection: every ordered pair among its nodes (UDP latency results only).
+class Collection {
+ public:
+  // The pairs' results so far, keyed (src id, dst id).
+  std::map<std::pair<aggregator::NodeId, aggregator::NodeId>, PairSamples> Snapshot() const;
+  // Forgets what was collected (the end of a ramp).
+  void Reset();
+
+ private:
+  friend class QualifyInputs;
+  mutable std::mutex mu_;
+  std::map<std::pair<aggregator::NodeId, aggregator::NodeId>, PairSamples> pairs_;  // GUARDED_BY
+};
+
+// Thread-safe. Ingest calls OnResults for every decoded batch; with no suite collecting that costs
+// one atomic load.
+class QualifyInputs {
+ public:
+  explicit QualifyInputs(const Clock& clock) : clock_(clock) {}
+
+  void OnResults(std::span<const aggregator::ProbeResult> results);
+  void OnCheckReport(const std::string& node);
+  // Seconds since `node`'s last check report, nullopt if none arrived since the start.
+  std::optional<double> CheckReportAge(const std::string& node) const;
+
+  // Starts collecting the ordered pairs among `nodes` (ids) until Release(). A pair watched by
+  // two collections records into the newer one (overlapping suites never run at once).
+  std::shared_ptr<Collection> Collect(const std::vector<aggregator::NodeId>& nodes);
+  void Release(const std::shared_ptr<Collection>& c);
+
+ private:
+  const Clock& clock_;
+  std::atomic<int> collecting_{0};
+  mutable std::shared_mutex mu_;
+  // Live collections and, for each (src, dst) they watch, the collection to record into.
+  std::vector<std::shared_ptr<Collection>> collections_;               // GUARDED_BY(mu_)
+  std::unordered_map<uint64_t, std::shared_ptr<Collection>> by_pair_;  // GUARDED_BY(mu_)
+  mutable std::mutex checks_mu_;
+  std::unordered_map<std::string, int64_t> check_report_ns_;  // GUARDED_BY(checks_mu_), monotonic
+};
+
+}  // namespace fw::qualify

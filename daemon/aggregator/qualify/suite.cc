@@ -1,0 +1,349 @@
+// The qualification suite: agents, local checks, the dense mesh, recent findings; then verdicts.
+#include "daemon/aggregator/qualify/suite.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#include "daemon/aggregator/analysis/robust_stats.h"
+
+namespace fw::qualify {
+namespace {
+
+// Agents send their local checks every 60 s and on every change; a report a little older than
+// that (one period plus transit) is still the latest the agent made.
+constexpr double kFreshCheck_s = 65;
+constexpr auto kPoll = std::chrono::milliseconds(100);
+
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", s);
+  return buf;
+}
+
+class Run {
+ public:
+  Run(QualifyEnv& env, QualifyInputs& inputs, const Clock& clock, const SuiteRequest& req,
+      const std::atomic<bool>& stop)
+      : env_(env), inputs_(inputs), clock_(clock), req_(req), stop_(stop) {
+    report_.id = req.id;
+    report_.suite = req.suite.name;
+    report_.profile = req.profile.name;
+    report_.started_wall_ns = clock.WallNanos();
+    for (const std::string& n : req.nodes) {
+      index_[n] = report_.nodes.size();
+      report_.nodes.push_back({n, Verdict::kPass, {}});
+    }
+  }
+
+  QualifyReport Go() {
+    const int64_t t0 = clock_.MonotonicNanos();
+    Step("agents", [&] { return Agents(); });
+    Step("local_checks", [&] { return LocalChecks(); });
+    Step("mesh", [&] { return Mesh(); });
+    Skip("bandwidth", "not run by this version: bursts need per-pair jobs on the agents");
+    Skip("rdma", "no RDMA probes in this version");
+    Skip("collective", "no collective probes in this version");
+    Step("findings", [&] { return Findings(); });
+    report_.finished_wall_ns = clock_.WallNanos();
+    report_.duration_s = static_cast<double>(clock_.MonotonicNanos() - t0) * 1e-9;
+    Verdict worst = Verdict::kPass;
+    for (const NodeResult& n : report_.nodes) worst = Worst(worst, n.verdict);
+    for (const PairResult& p : report_.pairs) worst = Worst(worst, p.verdict);
+    report_.exit_code = report_.state == "done" ? static_cast<int>(worst) : 3;
+    return std::move(report_);
+  }
+
+ private:
+  // A step returns its note; it sets timed_out_ when the deadline cut it short.
+  template <typename Fn>
+  void Step(const char* name, Fn fn) {
+    if (report_.state != "done") {
+      report_.steps.push_back({name, "skipped", 0, "after the " + report_.state});
+      return;
+    }
+    const int64_t t0 = clock_.MonotonicNanos();
+    std::string note = fn();
+    StepResult s{name, "done", static_cast<double>(clock_.MonotonicNanos() - t0) * 1e-9, note};
+    if (stop_) {
+      s.state = "error";
+      report_.state = "error";
+      report_.note = "the aggregator is stopping";
+    } else if (timed_out_) {
+      s.state = "timeout";
+      report_.state = "timeout";
+      report_.note = "the timeout came during step " + std::string(name) + " (" + note + ")";
+    }
+    report_.steps.push_back(std::move(s));
+  }
+
+  void Skip(const char* name, std::string why) {
+    report_.steps.push_back({name, "skipped", 0, std::move(why)});
+  }
+
+  NodeResult& NodeOf(const std::string& n) { return report_.nodes[index_.at(n)]; }
+
+  void Mark(const std::string& node, Verdict v, std::string reason) {
+    NodeResult& r = NodeOf(node);
+    r.verdict = Worst(r.verdict, v);
+    r.reasons.push_back(std::move(reason));
+  }
+
+  // Sleeps until `until_ns` (monotonic) or the deadline or a stop; false when cut short.
+  bool SleepUntil(int64_t until_ns, const std::function<bool()>& done = nullptr) {
+    while (true) {
+      const int64_t now = clock_.MonotonicNanos();
+      if (stop_) return false;
+      if (now >= req_.deadline_ns) {
+        timed_out_ = true;
+        return false;
+      }
+      if (now >= until_ns || (done && done())) return true;
+      std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(
+          kPoll, std::chrono::nanoseconds(std::min(until_ns, req_.deadline_ns) - now)));
+    }
+  }
+
+  std::string Agents() {
+    size_t down = 0;
+    for (const NodeResult& n : std::vector<NodeResult>(report_.nodes)) {
+      const auto a = env_.Agent(n.node);
+      if (!a.known) {
+        Mark(n.node, Verdict::kFail,
+             "agent unknown: no fabricwatch agent has connected for " + n.node +
+                 " since the aggregator started");
+        ++down;
+      } else if (!a.up) {
+        Mark(n.node, Verdict::kFail,
+             "agent down: last heard from " + Seconds(a.silent_s) + " s ago");
+        ++down;
+      } else {
+        up_.push_back(n.node);
+      }
+    }
+    return std::to_string(up_.size()) + " up, " + std::to_string(down) + " down or unknown";
+  }
+
+  std::string LocalChecks() {
+    std::set<std::string> up(up_.begin(), up_.end());
+    size_t stale = 0, flagged = 0;
+    for (const std::string& n : up_) {
+      const auto age = inputs_.CheckReportAge(n);
+      if (!age) {
+        Mark(n, Verdict::kWarn, "local checks: none received since the aggregator started");
+        ++stale;
+      } else if (*age > kFreshCheck_s) {
+        Mark(n, Verdict::kWarn,
+             "local checks: the latest is " + Seconds(*age) +
+                 " s old (agents report at least every 60 s)");
+        ++stale;
+      }
+    }
+    for (const analysis::TrackedFinding& t : env_.ActiveFindings()) {
+      const Finding& f = t.finding;
+      if (!IsLocalCheckKind(f.kind) || !up.contains(f.location.node)) continue;
+      Mark(f.location.node, f.severity == Severity::kCritical ? Verdict::kFail : Verdict::kWarn,
+           "local check " + f.kind + " (" + SeverityName(f.severity) + "): " + f.summary);
+      ++flagged;
+    }
+    return std::to_string(flagged) + " findings, " + std::to_string(stale) + " stale";
+  }
+
+  std::string Mesh() {
+    if (up_.size() < 2) return "fewer than 2 nodes up: no pairs to probe";
+    std::vector<aggregator::NodeId> ids;
+    std::unordered_map<aggregator::NodeId, std::string> name_of;
+    for (const std::string& n : up_) {
+      ids.push_back(env_.IdOf(n));
+      name_of[ids.back()] = n;
+    }
+    auto collection = inputs_.Collect(ids);
+    env_.SetMesh(req_.id, up_, req_.suite);
+    const size_t total = up_.size() * (up_.size() - 1);
+    const auto coverage = [&] {
+      size_t seen = 0;
+      for (const auto& [k, s] : collection->Snapshot()) seen += s.probes > 0;
+      return static_cast<double>(seen) >= req_.suite.ramp_coverage * static_cast<double>(total);
+    };
+    const int64_t ramp0 = clock_.MonotonicNanos();
+    bool ok = SleepUntil(ramp0 + static_cast<int64_t>(req_.suite.ramp_max_s * 1e9), coverage);
+    const double ramp_s = static_cast<double>(clock_.MonotonicNanos() - ramp0) * 1e-9;
+    collection->Reset();
+    const int64_t m0 = clock_.MonotonicNanos();
+    if (ok) ok = SleepUntil(m0 + static_cast<int64_t>(req_.suite.measure_s * 1e9));
+    const double measured_s = static_cast<double>(clock_.MonotonicNanos() - m0) * 1e-9;
+    env_.SetMesh(req_.id, {}, req_.suite);
+    auto pairs = collection->Snapshot();
+    inputs_.Release(collection);
+    const std::string note = std::to_string(total) + " pairs at " +
+                             Seconds(req_.suite.rate_pps * req_.suite.flows) +
+                             " probes/s each; ramp " + Seconds(ramp_s) + " s, measured " +
+                             Seconds(measured_s) + " of " + Seconds(req_.suite.measure_s) + " s";
+    if (!ok) {
+      for (const std::string& n : up_) {
+        if (NodeOf(n).verdict == Verdict::kPass) {
+          Mark(n, Verdict::kUnknown, "mesh not completed: " + note);
+        }
+      }
+      return note;
+    }
+    Judge(pairs, name_of, measured_s);
+    return note;
+  }
+
+  void Judge(const std::map<std::pair<aggregator::NodeId, aggregator::NodeId>, PairSamples>& pairs,
+             const std::unordered_map<aggregator::NodeId, std::string>& name_of,
+             double measured_s) {
+    MetricSpec rtt;
+    rtt.label = "RTT p99";
+    rtt.noise_floor = 100e-6;  // shared hosts: scheduling noise is tens of microseconds
+    rtt.warn_ratio = 2.0;
+    rtt.fail_ratio = 3.0;
+    rtt.abs_warn = req_.profile.rtt_p99_warn_s;
+    rtt.abs_fail = req_.profile.rtt_p99_fail_s;
+    MetricSpec loss;
+    loss.label = "loss";
+    loss.unit = MetricSpec::Unit::kRatio;
+    loss.noise_floor = 0.01;  // a lost probe in a hundred is not an outlier by itself
+    loss.warn_ratio = 2.0;
+    loss.fail_ratio = 3.0;
+    loss.abs_warn = req_.profile.loss_warn;
+    loss.abs_fail = req_.profile.loss_fail;
+
+    struct NodeAgg {
+      std::vector<double> p99s;
+      uint64_t probes = 0, lost = 0;
+      size_t peers = 0;
+    };
+    std::map<std::string, NodeAgg> agg;
+    std::vector<Sample> pair_rtt, pair_loss;
+    std::vector<std::pair<std::string, std::string>> pair_names;
+    for (const auto& [key, s] : pairs) {
+      const std::string& a = name_of.at(key.first);
+      const std::string& b = name_of.at(key.second);
+      const std::string subject = a + "->" + b;
+      if (s.probes == 0) {
+        PairResult p{a,
+                     b,
+                     Verdict::kFail,
+                     {"no probe results from " + a + " to " + b + " in " + Seconds(measured_s) +
+                      " s: unreachable, or " + a + "'s agent is not probing"}};
+        unreached_.push_back(std::move(p));
+        continue;
+      }
+      const double p99 = s.rtt.QuantileSeconds(0.99);
+      const double l = static_cast<double>(s.lost) / static_cast<double>(s.probes);
+      pair_names.emplace_back(a, b);
+      pair_rtt.push_back({subject, p99, ""});
+      pair_loss.push_back(
+          {subject, l, "(" + std::to_string(s.lost) + " of " + std::to_string(s.probes) + ")"});
+      for (const std::string* n : {&a, &b}) {
+        NodeAgg& g = agg[*n];
+        if (std::isfinite(p99)) g.p99s.push_back(p99);
+        g.probes += s.probes;
+        g.lost += s.lost;
+      }
+      ++agg[a].peers;
+    }
+    // Per node: the median of its pairs' p99 (both directions), and its loss over all of them.
+    std::vector<Sample> node_rtt, node_loss;
+    for (auto& [n, g] : agg) {
+      const double med = g.p99s.empty() ? NAN : analysis::Median(g.p99s);
+      const std::string ctx = "to " + std::to_string(g.peers) + " peers";
+      node_rtt.push_back({n, med, ctx});
+      node_loss.push_back({n, static_cast<double>(g.lost) / static_cast<double>(g.probes), ctx});
+    }
+    for (const auto* set : {&node_rtt, &node_loss}) {
+      const MetricSpec& spec = set == &node_rtt ? rtt : loss;
+      for (const Judgement& j : JudgeSet(spec, *set)) {
+        if (j.verdict == Verdict::kPass) continue;
+        for (const std::string& r : j.reasons) Mark(j.subject, j.verdict, r);
+      }
+    }
+    // Pairs: judged among all pairs; a pair with a failed end is that node's problem already.
+    std::map<std::pair<std::string, std::string>, PairResult> by_pair;
+    for (const auto* set : {&pair_rtt, &pair_loss}) {
+      const MetricSpec& spec = set == &pair_rtt ? rtt : loss;
+      const auto js = JudgeSet(spec, *set);
+      for (size_t i = 0; i < js.size(); ++i) {
+        if (js[i].verdict == Verdict::kPass) continue;
+        const auto& [a, b] = pair_names[i];
+        PairResult& p = by_pair[{a, b}];
+        p.src = a;
+        p.dst = b;
+        p.verdict = Worst(p.verdict, js[i].verdict);
+        for (const std::string& r : js[i].reasons) p.reasons.push_back(r);
+      }
+    }
+    for (PairResult& p : unreached_) by_pair[{p.src, p.dst}] = std::move(p);
+    unreached_.clear();
+    for (auto& [k, p] : by_pair) {
+      if (NodeOf(p.src).verdict == Verdict::kFail || NodeOf(p.dst).verdict == Verdict::kFail) {
+        continue;
+      }
+      report_.pairs.push_back(std::move(p));
+    }
+  }
+
+  std::string Findings() {
+    std::set<std::string> in(req_.nodes.begin(), req_.nodes.end());
+    size_t n = 0;
+    for (const analysis::TrackedFinding& t : env_.ActiveFindings()) {
+      const Finding& f = t.finding;
+      if (IsLocalCheckKind(f.kind)) continue;  // judged in local_checks
+      const Verdict v = f.severity == Severity::kCritical ? Verdict::kFail : Verdict::kWarn;
+      const std::string reason = "active finding " + f.kind + " (" + SeverityName(f.severity) +
+                                 ", " + t.element + "): " + f.summary;
+      if (f.location.type == "pair") {
+        const size_t tilde = f.location.id.find('~');
+        if (tilde == std::string::npos) continue;
+        const std::string a = f.location.id.substr(0, tilde), b = f.location.id.substr(tilde + 1);
+        if (!in.contains(a) || !in.contains(b)) continue;
+        if (NodeOf(a).verdict == Verdict::kFail || NodeOf(b).verdict == Verdict::kFail) continue;
+        report_.pairs.push_back({a, b, v, {reason}});
+        ++n;
+      } else if (in.contains(f.location.node)) {
+        Mark(f.location.node, v, reason);
+        ++n;
+      }
+    }
+    return std::to_string(n) + " active findings involve these nodes";
+  }
+
+  QualifyEnv& env_;
+  QualifyInputs& inputs_;
+  const Clock& clock_;
+  const SuiteRequest& req_;
+  const std::atomic<bool>& stop_;
+  QualifyReport report_;
+  std::unordered_map<std::string, size_t> index_;
+  std::vector<std::string> up_;
+  std::vector<PairResult> unreached_;
+  bool timed_out_ = false;
+};
+
+}  // namespace
+
+StatusOr<SuiteSpec> FindSuite(const std::string& name) {
+  // Quick: 50 probes/s on each of 2 flows per ordered pair for 5 s is 500 samples a pair, enough
+  // for a p99 from the 5th-worst; 8 nodes send 700 probes/s each. Full: 4x the samples.
+  if (name.empty() || name == "quick") return SuiteSpec{"quick", 50, 2, 4, 0.9, 5};
+  if (name == "full") return SuiteSpec{"full", 50, 4, 6, 0.95, 10};
+  return Status::InvalidArgument("unknown suite '" + name + "' (quick or full)");
+}
+
+bool IsLocalCheckKind(const std::string& kind) {
+  return kind == "port_errors" || kind == "port_congestion" || kind == "pcie_downtrained" ||
+         kind == "gpu_nic_locality" || kind == "topology_mismatch";
+}
+
+QualifyReport RunSuite(QualifyEnv& env, QualifyInputs& inputs, const Clock& clock,
+                       const SuiteRequest& req, const std::atomic<bool>& stop) {
+  return Run(env, inputs, clock, req, stop).Go();
+}
+
+}  // namespace fw::qualify

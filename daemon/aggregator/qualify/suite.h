@@ -1,0 +1,106 @@
+// One qualification run: the time-boxed suite over a set of nodes and the report it produces.
+// The aggregator is reached through QualifyEnv (a seam, so the suite's rules are unit-tested with
+// a fake fleet), and probe results through QualifyInputs.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "daemon/aggregator/analysis/tracked_finding.h"
+#include "daemon/aggregator/model/name_interner.h"
+#include "daemon/aggregator/qualify/inputs.h"
+#include "daemon/aggregator/qualify/profile.h"
+#include "daemon/aggregator/qualify/verdicts.h"
+
+namespace fw::qualify {
+
+// How hard the mesh step probes. Rates are per flow and ordered pair.
+struct SuiteSpec {
+  std::string name;
+  double rate_pps = 0;
+  uint32_t flows = 1;
+  // The overlay reaches the agents with the next re-plan (a tick or two); the ramp waits for
+  // `ramp_coverage` of the pairs to report, at most `ramp_max_s`, and is not judged.
+  double ramp_max_s = 0;
+  double ramp_coverage = 0.9;
+  double measure_s = 0;
+};
+// "quick" (the default; a Slurm prolog) or "full". Unknown names fail with kInvalidArgument.
+StatusOr<SuiteSpec> FindSuite(const std::string& name);
+
+struct NodeResult {
+  std::string node;
+  Verdict verdict = Verdict::kPass;
+  std::vector<std::string> reasons;
+};
+
+struct PairResult {
+  std::string src, dst;
+  Verdict verdict = Verdict::kPass;
+  std::vector<std::string> reasons;
+};
+
+struct StepResult {
+  std::string name;
+  std::string state;  // done | skipped | timeout
+  double duration_s = 0;
+  std::string note;
+};
+
+struct QualifyReport {
+  std::string id;
+  std::string suite;
+  std::string profile;
+  std::string state = "done";  // done | timeout | error
+  std::string note;            // why it is not done
+  int64_t requested_wall_ns = 0;
+  int64_t started_wall_ns = 0;
+  int64_t finished_wall_ns = 0;
+  double queued_s = 0;
+  double duration_s = 0;          // from start (after the queue) to the end
+  std::vector<NodeResult> nodes;  // in request order
+  std::vector<PairResult> pairs;  // only pairs not explained by a failed node
+  std::vector<StepResult> steps;
+  int exit_code = 3;  // 0 pass, 1 warn, 2 fail, 3 could not qualify
+};
+
+// What the suite needs from the rest of the aggregator. Implemented by the aggregator; the tests
+// use a fake.
+class QualifyEnv {
+ public:
+  virtual ~QualifyEnv() = default;
+  struct AgentStatus {
+    bool known = false;  // an agent for this node has said Hello since the aggregator started
+    bool up = false;     // connected and heard from within the heartbeat timeout
+    double silent_s = 0;
+  };
+  virtual AgentStatus Agent(const std::string& node) const = 0;
+  virtual std::vector<analysis::TrackedFinding> ActiveFindings() const = 0;
+  // Starts dense probing among `nodes` at the suite's rate for run `id` (the plan stage's
+  // overlay), or ends it when `nodes` is empty.
+  virtual void SetMesh(const std::string& id, const std::vector<std::string>& nodes,
+                       const SuiteSpec& suite) = 0;
+  virtual aggregator::NodeId IdOf(const std::string& node) = 0;
+};
+
+struct SuiteRequest {
+  std::string id;
+  std::vector<std::string> nodes;
+  QualifyProfile profile;
+  SuiteSpec suite;
+  int64_t deadline_ns = 0;  // monotonic; the suite stops and reports "timeout" here
+};
+
+// Runs every step in order on the calling thread (sleeping while the mesh probes) and returns the
+// report. Returns early, state "error", when `*stop` becomes true.
+QualifyReport RunSuite(QualifyEnv& env, QualifyInputs& inputs, const Clock& clock,
+                       const SuiteRequest& req, const std::atomic<bool>& stop);
+
+// The finding kinds a node's own local checks raise (DESIGN.md, node hardware).
+bool IsLocalCheckKind(const std::string& kind);
+
+}  // namespace fw::qualify

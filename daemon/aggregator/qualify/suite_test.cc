@@ -1,0 +1,281 @@
+// The qualification suite and queue against a fake fleet whose "agents" feed synthetic probe
+// results while the mesh is on: verdicts, reasons, agent states, timeouts and queueing.
+#include "daemon/aggregator/qualify/suite.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "daemon/aggregator/qualify/jobs.h"
+#include "exporter/registry.h"
+
+namespace fw::qualify {
+namespace {
+
+using ::testing::HasSubstr;
+
+class FakeFleet : public QualifyEnv {
+ public:
+  explicit FakeFleet(QualifyInputs& inputs) : inputs_(inputs) {}
+  ~FakeFleet() override { StopFeed(); }
+
+  std::map<std::string, AgentStatus> agents;
+  std::vector<analysis::TrackedFinding> findings;
+  // RTT of a probe from a to b, in ns; loss every n-th probe when loss_every(a, b) > 0.
+  std::function<int64_t(const std::string&, const std::string&)> rtt_ns = [](auto&, auto&) {
+    return int64_t{300'000};
+  };
+  std::function<int(const std::string&, const std::string&)> loss_every = [](auto&, auto&) {
+    return 0;
+  };
+  std::atomic<int> meshes_started{0};
+
+  AgentStatus Agent(const std::string& node) const override {
+    auto it = agents.find(node);
+    return it == agents.end() ? AgentStatus{} : it->second;
+  }
+  std::vector<analysis::TrackedFinding> ActiveFindings() const override { return findings; }
+  aggregator::NodeId IdOf(const std::string& node) override {
+    std::lock_guard lock(ids_mu_);
+    auto [it, added] = ids_.emplace(node, static_cast<aggregator::NodeId>(ids_.size() + 1));
+    return it->second;
+  }
+  void SetMesh(const std::string& id, const std::vector<std::string>& nodes,
+               const SuiteSpec&) override {
+    std::lock_guard lock(mu_);
+    if (nodes.empty()) {
+      meshes_.erase(id);
+      return;
+    }
+    ++meshes_started;
+    meshes_[id] = nodes;
+    if (feeder_.joinable()) return;
+    feeding_ = true;
+    feeder_ = std::thread([this] {
+      uint64_t seq = 0;
+      while (feeding_) {
+        std::vector<aggregator::ProbeResult> batch;
+        std::map<std::string, std::vector<std::string>> meshes;
+        {
+          std::lock_guard lock(mu_);
+          meshes = meshes_;
+        }
+        for (const auto& [id, nodes] : meshes) {
+          for (const auto& a : nodes) {
+            for (const auto& b : nodes) {
+              if (a == b) continue;
+              for (int i = 0; i < 5; ++i) {
+                aggregator::ProbeResult r;
+                r.src_id = IdOf(a);
+                r.dst_id = IdOf(b);
+                r.seq = ++seq;
+                const int every = loss_every(a, b);
+                r.lost = every > 0 && seq % every == 0;
+                r.rtt_ns = rtt_ns(a, b) + static_cast<int64_t>(seq % 7) * 5'000;
+                batch.push_back(r);
+              }
+            }
+          }
+        }
+        inputs_.OnResults(batch);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    });
+  }
+
+ private:
+  void StopFeed() {
+    feeding_ = false;
+    if (feeder_.joinable()) feeder_.join();
+  }
+  QualifyInputs& inputs_;
+  std::mutex mu_, ids_mu_;
+  std::map<std::string, aggregator::NodeId> ids_;           // GUARDED_BY(mu_)
+  std::map<std::string, std::vector<std::string>> meshes_;  // GUARDED_BY(mu_)
+  std::atomic<bool> feeding_{false};
+  std::thread feeder_;
+};
+
+class SuiteTest : public ::testing::Test {
+ protected:
+  SuiteTest() : inputs_(RealClock::Get()), fleet_(inputs_) {}
+
+  std::vector<std::string> Nodes(int n) {
+    std::vector<std::string> out;
+    for (int i = 1; i <= n; ++i) {
+      out.push_back("gpu" + std::to_string(i));
+      fleet_.agents[out.back()] = {true, true, 0.5};
+      inputs_.OnCheckReport(out.back());
+    }
+    return out;
+  }
+
+  QualifyReport Run(const std::vector<std::string>& nodes, double timeout_s = 10) {
+    SuiteRequest req;
+    req.id = "t";
+    req.nodes = nodes;
+    req.profile = *FindQualifyProfile("generic");
+    req.suite = {"test", 50, 2, 1.0, 0.9, 0.4};
+    req.deadline_ns = RealClock::Get().MonotonicNanos() + static_cast<int64_t>(timeout_s * 1e9);
+    return RunSuite(fleet_, inputs_, RealClock::Get(), req, stop_);
+  }
+
+  const NodeResult& Node(const QualifyReport& r, const std::string& n) {
+    for (const NodeResult& x : r.nodes) {
+      if (x.node == n) return x;
+    }
+    throw std::runtime_error("no node " + n);
+  }
+
+  QualifyInputs inputs_;
+  FakeFleet fleet_;
+  std::atomic<bool> stop_{false};
+};
+
+TEST_F(SuiteTest, HealthySetPasses) {
+  auto r = Run(Nodes(6));
+  EXPECT_EQ(r.state, "done");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const auto& n : r.nodes) EXPECT_EQ(n.verdict, Verdict::kPass) << n.node;
+  EXPECT_TRUE(r.pairs.empty());
+  ASSERT_GE(r.steps.size(), 4u);
+  EXPECT_EQ(r.steps[2].name, "mesh");
+  EXPECT_EQ(r.steps[2].state, "done");
+  EXPECT_THAT(r.steps[2].note, HasSubstr("30 pairs"));
+}
+
+TEST_F(SuiteTest, SlowHostFailsWithItsFigureAndItsPairsAreExplainedAway) {
+  auto nodes = Nodes(8);
+  fleet_.rtt_ns = [](const std::string& a, const std::string& b) {
+    return a == "gpu5" || b == "gpu5" ? int64_t{2'400'000} : int64_t{300'000};
+  };
+  auto r = Run(nodes);
+  EXPECT_EQ(r.exit_code, 2);
+  const NodeResult& bad = Node(r, "gpu5");
+  EXPECT_EQ(bad.verdict, Verdict::kFail);
+  ASSERT_FALSE(bad.reasons.empty());
+  EXPECT_THAT(bad.reasons[0], HasSubstr("RTT p99 to 7 peers 2.4"));
+  EXPECT_THAT(bad.reasons[0], HasSubstr("the set's median of 0.3"));
+  for (const auto& n : r.nodes) {
+    if (n.node != "gpu5") {
+      EXPECT_EQ(n.verdict, Verdict::kPass) << n.node;
+    }
+  }
+  EXPECT_TRUE(r.pairs.empty()) << r.pairs.front().src << "->" << r.pairs.front().dst;
+}
+
+TEST_F(SuiteTest, LossyPairIsAPairVerdictNotANodeOne) {
+  auto nodes = Nodes(6);
+  fleet_.loss_every = [](const std::string& a, const std::string& b) {
+    return a == "gpu1" && b == "gpu2" ? 4 : 0;  // 25%
+  };
+  auto r = Run(nodes);
+  EXPECT_EQ(r.exit_code, 2);
+  ASSERT_EQ(r.pairs.size(), 1u);
+  EXPECT_EQ(r.pairs[0].src, "gpu1");
+  EXPECT_EQ(r.pairs[0].dst, "gpu2");
+  EXPECT_THAT(r.pairs[0].reasons[0], HasSubstr("loss"));
+  EXPECT_THAT(r.pairs[0].reasons[0], HasSubstr("while the set's median is 0%"));
+}
+
+TEST_F(SuiteTest, DownAndUnknownAgentsFailWithThatReason) {
+  auto nodes = Nodes(4);
+  fleet_.agents["gpu3"] = {true, false, 42};
+  nodes.push_back("ghost");
+  auto r = Run(nodes);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(Node(r, "gpu3").verdict, Verdict::kFail);
+  EXPECT_THAT(Node(r, "gpu3").reasons[0], HasSubstr("agent down: last heard from 42.0 s ago"));
+  EXPECT_THAT(Node(r, "ghost").reasons[0], HasSubstr("agent unknown"));
+  EXPECT_EQ(Node(r, "gpu1").verdict, Verdict::kPass);
+}
+
+TEST_F(SuiteTest, LocalChecksAndFindingsCount) {
+  auto nodes = Nodes(4);
+  analysis::TrackedFinding pcie;
+  pcie.element = "node:gpu2";
+  pcie.finding.kind = "pcie_downtrained";
+  pcie.finding.severity = Severity::kCritical;
+  pcie.finding.location.node = "gpu2";
+  pcie.finding.summary = "GPU1 trained at x8 of x16";
+  analysis::TrackedFinding host = pcie;
+  host.finding.kind = "host_network";
+  host.finding.severity = Severity::kWarning;
+  host.finding.location.node = "gpu4";
+  host.finding.summary = "gpu4 is slow toward all its peers";
+  fleet_.findings = {pcie, host};
+  auto r = Run(nodes);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(Node(r, "gpu2").reasons[0], HasSubstr("local check pcie_downtrained (critical)"));
+  EXPECT_EQ(Node(r, "gpu4").verdict, Verdict::kWarn);
+  EXPECT_THAT(Node(r, "gpu4").reasons[0], HasSubstr("active finding host_network"));
+}
+
+TEST_F(SuiteTest, TimeoutShorterThanTheSuiteIsAPartialReport) {
+  auto nodes = Nodes(4);
+  fleet_.agents["gpu4"] = {true, false, 30};
+  auto r = Run(nodes, /*timeout_s=*/0.3);
+  EXPECT_EQ(r.state, "timeout");
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_THAT(r.note, HasSubstr("the timeout came during step mesh"));
+  EXPECT_EQ(Node(r, "gpu4").verdict, Verdict::kFail);  // judged before the timeout
+  EXPECT_EQ(Node(r, "gpu1").verdict, Verdict::kUnknown);
+  EXPECT_EQ(r.steps.back().state, "skipped");
+}
+
+TEST_F(SuiteTest, OverlappingRunsQueueAndDisjointRunsDoNot) {
+  auto nodes = Nodes(6);
+  metrics::Registry registry;
+  QualifyJobs::Options o;
+  o.time_scale = 0.1;  // quick: ramp <= 0.4 s, measure 0.5 s
+  QualifyJobs jobs(fleet_, inputs_, RealClock::Get(), registry, o);
+  const QualifyJobRequest a{{"gpu1", "gpu2", "gpu3"}, "", "quick", 20};
+  const QualifyJobRequest b{{"gpu3", "gpu4"}, "", "quick", 20};
+  StatusOr<QualifyReport> ra = Status::Internal("unset"), rb = Status::Internal("unset");
+  std::thread ta([&] { ra = jobs.Run(a); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::thread tb([&] { rb = jobs.Run(b); });
+  ta.join();
+  tb.join();
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  EXPECT_EQ(ra->exit_code, 0);
+  EXPECT_EQ(rb->exit_code, 0);
+  // b started only after a finished.
+  EXPECT_GE(rb->started_wall_ns, ra->finished_wall_ns);
+  EXPECT_GT(rb->queued_s, 0.3);
+  EXPECT_EQ(jobs.Recent().size(), 2u);
+  EXPECT_EQ(jobs.Recent().front().id, rb->id);
+  // Refusals.
+  EXPECT_FALSE(jobs.Run({{}, "", "", 5}).ok());
+  EXPECT_THAT(jobs.Run({{"a"}, "nope", "", 5}).status().message(), HasSubstr("known: generic"));
+  EXPECT_THAT(jobs.Run({{"a b"}, "", "", 5}).status().message(), HasSubstr("not valid"));
+  EXPECT_FALSE(jobs.Run({{"a"}, "", "slow", 5}).ok());
+  const std::string text = registry.RenderToString();
+  EXPECT_THAT(text, HasSubstr("fabricwatch_qualification_result{node=\"gpu3\",suite=\"quick\"} 0"));
+  EXPECT_THAT(text, HasSubstr("fabricwatch_qualify_refused_total{reason=\"bad_request\"} 4"));
+}
+
+TEST_F(SuiteTest, DisjointRunsOverlapInTime) {
+  auto nodes = Nodes(4);
+  metrics::Registry registry;
+  QualifyJobs::Options o;
+  o.time_scale = 0.1;
+  QualifyJobs jobs(fleet_, inputs_, RealClock::Get(), registry, o);
+  StatusOr<QualifyReport> ra = Status::Internal("unset"), rb = Status::Internal("unset");
+  std::thread ta([&] { ra = jobs.Run({{"gpu1", "gpu2"}, "", "", 20}); });
+  std::thread tb([&] { rb = jobs.Run({{"gpu3", "gpu4"}, "", "", 20}); });
+  ta.join();
+  tb.join();
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  EXPECT_LT(rb->started_wall_ns, ra->finished_wall_ns);
+  EXPECT_LT(ra->started_wall_ns, rb->finished_wall_ns);
+}
+
+}  // namespace
+}  // namespace fw::qualify
