@@ -1,0 +1,88 @@
+// Which collective jobs run when: groups of all GPUs inside a node, rail groups across leaves and
+// rotating groups across leaves, each run once per interval within a fleet budget, never on a
+// paused node. Pause and resume are per node, for a scheduler's prolog and epilog.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace fw::aggregator::collective {
+
+struct CollectiveNode {
+  std::string name;
+  std::string leaf;  // empty when the fabric map does not place it
+  int gpus = 0;
+};
+
+struct JobSpec {
+  std::string job_id;
+  std::string kind;                  // intra_node | rail | rotating | bisection
+  std::string backend;               // nccl (inside a node) | gloo (across nodes)
+  std::vector<std::string> members;  // rank order
+  std::string group;                 // stable name across runs, for SlowGroupTracker
+  std::string shape;                 // e.g. "rail/4": groups expected to perform alike
+  uint64_t bytes = 0;
+  uint32_t iterations = 0;
+};
+
+struct SchedulerConfig {
+  int64_t interval_ns = 300'000'000'000;  // each group runs once per interval
+  size_t max_in_flight = 2;               // fleet budget: jobs running at once
+  size_t max_jobs_per_interval = 64;      // fleet budget: jobs started per interval
+  uint64_t bytes = 1 << 20;               // <= 8 MiB (kDefaultMaxProbeBytes)
+  uint32_t iterations = 20;
+  size_t rotating_group_size = 8;
+  bool intra_node = true;
+  bool rail_groups = true;
+  bool rotating_groups = true;
+};
+
+// Nodes whose collective probes are paused. Thread-safe (the HTTP API writes, the tick reads).
+class PauseSet {
+ public:
+  // Returns false when the node was already paused (resp. not paused).
+  bool Pause(const std::string& node);
+  bool Resume(const std::string& node);
+  bool paused(const std::string& node) const;
+  std::vector<std::string> list() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::set<std::string> paused_;  // GUARDED_BY(mu_)
+};
+
+// The tick thread owns it.
+class CollectiveScheduler {
+ public:
+  explicit CollectiveScheduler(SchedulerConfig config, const PauseSet& pauses)
+      : config_(config), pauses_(pauses) {}
+
+  // Jobs to start now. At each interval's start the candidate groups are rebuilt from `nodes`
+  // (rotating groups shift by one position per interval); then they start as the budget allows.
+  // A group with a paused member is held back until the member is resumed or the interval ends.
+  std::vector<JobSpec> Due(const std::vector<CollectiveNode>& nodes, int64_t now_ns);
+  // A job ended (result, failure or timeout); frees its slot.
+  void OnJobDone(const std::string& job_id);
+  // Starts an extra job outside the schedule (bisection runs); it counts against max_in_flight.
+  JobSpec Adhoc(std::vector<std::string> members, const std::string& kind);
+  size_t in_flight() const { return in_flight_.size(); }
+
+ private:
+  std::vector<JobSpec> BuildGroups(const std::vector<CollectiveNode>& nodes);
+  std::string NextId();
+
+  const SchedulerConfig config_;
+  const PauseSet& pauses_;
+  int64_t interval_start_ns_ = -1;
+  uint64_t epoch_ = 0;
+  uint64_t seq_ = 0;
+  size_t started_this_interval_ = 0;
+  std::vector<JobSpec> queue_;
+  std::set<std::string> in_flight_;
+};
+
+}  // namespace fw::aggregator::collective
