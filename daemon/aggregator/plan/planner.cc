@@ -103,8 +103,23 @@ Planner::LeafPairShape Planner::ShapeOf(const MapView& view, SwitchIndex l1, Swi
   return shape;
 }
 
+void Planner::SetOverlay(PlanOverlay overlay) {
+  std::lock_guard lock(overlay_mu_);
+  std::erase_if(overlays_, [&](const PlanOverlay& o) { return o.id == overlay.id; });
+  overlays_.push_back(std::move(overlay));
+}
+
+void Planner::ClearOverlay(const std::string& id) {
+  std::lock_guard lock(overlay_mu_);
+  std::erase_if(overlays_, [&](const PlanOverlay& o) { return o.id == id; });
+}
+
 PlanSummary Planner::PlanEach(const std::vector<AgentInfo>& live, const PlanSink& sink) const {
   PlanSummary out;
+  const std::vector<PlanOverlay> overlays = [&] {
+    std::lock_guard lock(overlay_mu_);
+    return overlays_;
+  }();
   // One agent per node; a duplicate (a reconnect racing its old session) keeps the first.
   std::vector<const AgentInfo*> agents;
   std::unordered_map<std::string_view, const AgentInfo*> agent_of;
@@ -187,6 +202,15 @@ PlanSummary Planner::PlanEach(const std::vector<AgentInfo>& live, const PlanSink
     auto entry = from.extract(node);
     Plan plan = entry ? std::move(entry.mapped()) : Plan{};
     Finish(node, plan, cap, out.notes);
+    for (const PlanOverlay& o : overlays) {
+      ApplyOverlay(
+          o, node,
+          [&](std::string_view n) {
+            auto it = agent_of.find(n);
+            return it == agent_of.end() ? nullptr : it->second;
+          },
+          config_.latency_probe_bytes, plan);
+    }
     sink(node, std::move(plan));
     ++out.plans;
   };

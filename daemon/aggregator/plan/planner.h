@@ -5,12 +5,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "daemon/aggregator/plan/fabric_map.h"
 #include "daemon/aggregator/model/probe_result.h"
+#include "daemon/aggregator/plan/fabric_map.h"
+#include "daemon/aggregator/plan/plan_overlay.h"
 
 namespace fw::aggregator {
 
@@ -104,6 +106,11 @@ class Planner {
   // full pair windows must not add that to the aggregator's peak.
   PlanSummary PlanEach(const std::vector<AgentInfo>& live, const PlanSink& sink) const;
 
+  // Temporary overlays (plan_overlay.h: a qualification's mesh), applied to every plan PlanEach()
+  // hands out from the next call on. SetOverlay replaces one with the same id. Thread-safe.
+  void SetOverlay(PlanOverlay overlay);
+  void ClearOverlay(const std::string& id);
+
   // The smallest k with S·(1-1/S)^k <= 1 - coverage: k flows hashed uniformly over S equal-cost
   // paths then miss some path with probability at most 1 - coverage. 1 for S <= 1.
   static uint32_t FlowsForCoverage(size_t paths, double coverage);
@@ -134,6 +141,8 @@ class Planner {
 
   PlannerConfig config_;
   std::shared_ptr<const FabricMap> map_;
+  mutable std::mutex overlay_mu_;
+  std::vector<PlanOverlay> overlays_;  // GUARDED_BY(overlay_mu_)
 };
 
 }  // namespace fw::aggregator

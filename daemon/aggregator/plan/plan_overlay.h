@@ -1,0 +1,31 @@
+// Temporary additions to the probe plans: a qualification's dense all-pairs mesh among a set of
+// nodes at a raised rate, applied by the planner until the overlay is cleared.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fw::aggregator {
+
+struct AgentInfo;  // planner.h
+struct Plan;       // planner.h
+
+struct PlanOverlay {
+  std::string id;                  // who asked (a qualification run)
+  std::vector<std::string> nodes;  // every ordered pair among them is probed
+  double rate_pps = 0;             // per flow
+  uint32_t flows = 1;
+};
+
+// Adds to `node`'s plan an entry for every other overlay member that `agent_of` knows (the first
+// endpoint), or raises an existing entry to the overlay's flows and rate; raises the plan's budget
+// by what it adds (`probe_bytes` per probe), so the agent's token bucket does not drop the mesh.
+// A node outside the overlay is left as it was. Peers stay sorted by (node, address).
+void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
+                  const std::function<const AgentInfo*(std::string_view)>& agent_of,
+                  uint32_t probe_bytes, Plan& plan);
+
+}  // namespace fw::aggregator
