@@ -34,6 +34,7 @@ struct Packet {
   size_t src_dev = 0;
   uint64_t src_qp_id = 0;
   uint32_t src_qpn = 0;
+  uint32_t src_incarnation = 0;  // the sender QP's reset count when it posted
   size_t dst_dev = 0;
   uint8_t dst_port = 0;
   uint32_t dst_qpn = 0;
@@ -144,6 +145,7 @@ struct FakeFabric::State {
     QpCaps caps;
     std::deque<RecvWr> recvs;
     uint32_t sends_outstanding = 0;
+    uint32_t incarnation = 0;  // RESET count: responses to an earlier incarnation are dropped
   };
   struct AhS {
     size_t dev;
@@ -327,7 +329,7 @@ void FakeFabric::State::Deliver(Packet& p) {
       ++stats.rdma_writes;
       ++stats.delivered;
     }
-    if (sit == qps.end()) return;
+    if (sit == qps.end() || sit->second.incarnation != p.src_incarnation) return;
     QpS& src = sit->second;
     wc.qp_num = src.qpn;
     if (wc.status != WcStatus::kSuccess || p.signaled) {
@@ -446,6 +448,9 @@ class FakeCq final : public Cq {
   }
   uint64_t id() const { return id_; }
   CqTimestamps timestamps() const override { return ts_; }
+  // The fake delivers packets when a CQ is polled; there is no channel to wait on.
+  int event_fd() const override { return -1; }
+  Status Arm() override { return Status::Ok(); }
 
   StatusOr<int> Poll(WorkCompletion* out, int max) override {
     std::lock_guard<std::mutex> l(s_->mu);
@@ -596,6 +601,7 @@ class FakeQp final : public Qp {
     if (a.state == QpState::kReset) {
       qp.recvs.clear();
       qp.sends_outstanding = 0;
+      ++qp.incarnation;
     }
     qp.state = a.state;
     return Status::Ok();
@@ -637,6 +643,7 @@ class FakeQp final : public Qp {
     p.src_dev = qp.dev;
     p.src_qp_id = id_;
     p.src_qpn = qpn_;
+    p.src_incarnation = qp.incarnation;
     AhAttr av;
     if (type_ == QpType::kUd) {
       if (w.ah == nullptr) return Status::InvalidArgument("ibv_post_send: UD send without an AH");

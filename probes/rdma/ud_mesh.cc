@@ -195,6 +195,9 @@ std::vector<int> UdMesh::WaitFds() const {
   std::vector<int> fds;
   for (const auto& d : devices_) {
     if (d->ctx != nullptr && d->ctx->async_fd() >= 0) fds.push_back(d->ctx->async_fd());
+    for (const auto& p : d->ports) {
+      if (p->cq().event_fd() >= 0) fds.push_back(p->cq().event_fd());
+    }
   }
   return fds;
 }
@@ -332,8 +335,21 @@ int64_t UdMesh::Step() {
     HandleAsyncEvents(d, now);
     if (d.dead) continue;
     RecoverPorts(d, now);
-    for (size_t pi = 0; pi < d.ports.size(); ++pi) PollPort(di, pi, now);
-    any_unchanneled = true;  // no completion channels yet: CQs are polled on a timer
+    for (size_t pi = 0; pi < d.ports.size(); ++pi) {
+      PollPort(di, pi, now);
+      if (d.dead || pi >= d.ports.size()) break;
+      Cq& cq = d.ports[pi]->cq();
+      if (cq.event_fd() < 0) {
+        any_unchanneled = true;  // polled on a timer (the fake)
+        continue;
+      }
+      Status st = cq.Arm();
+      if (!st.ok()) {
+        any_unchanneled = true;
+        continue;
+      }
+      PollPort(di, pi, now);  // what arrived before the arm raised no event
+    }
   }
   SendDue(now);
   ExpireTimeouts(now);

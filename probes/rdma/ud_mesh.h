@@ -110,7 +110,9 @@ class UdMesh {
   // Does everything that is due: async events, QP recovery, completions, probes, timeouts.
   // Never blocks. Returns nanoseconds until something is due again (for the caller's wait).
   int64_t Step();
-  // File descriptors that become readable when the mesh has work (async events).
+  // File descriptors that become readable when the mesh has work: async events and completion
+  // channels. Wait on them (poll) for at most what Step() returned. Changes when a device closes
+  // or reopens: ask again after every Step().
   std::vector<int> WaitFds() const;
 
   const UdMeshStats& stats() const { return stats_; }

@@ -247,6 +247,13 @@ class Cq {
   // CQ itself failed. Never blocks.
   virtual StatusOr<int> Poll(WorkCompletion* out, int max) = 0;
   virtual CqTimestamps timestamps() const = 0;
+  // The completion channel's fd (readable after an armed CQ got a completion), or -1 when the CQ
+  // has none and must be polled on a timer.
+  virtual int event_fd() const = 0;
+  // Consumes pending channel events and arms the CQ for the next completion
+  // (ibv_get_cq_event + ibv_ack_cq_events + ibv_req_notify_cq). Poll once more afterwards:
+  // a completion that arrived before the arm raises no event.
+  virtual Status Arm() = 0;
 };
 
 class Ah {

@@ -149,10 +149,39 @@ class IbvMr final : public Mr {
 
 class IbvCq final : public Cq {
  public:
-  IbvCq(ibv_cq_ex* cq, CqTimestamps ts) : cq_(cq), ts_(ts) {}
-  ~IbvCq() override { CheckDestroy("ibv_destroy_cq", ibv_destroy_cq(ibv_cq_ex_to_cq(cq_))); }
+  IbvCq(ibv_cq_ex* cq, ibv_comp_channel* channel, CqTimestamps ts)
+      : cq_(cq), channel_(channel), ts_(ts) {}
+  ~IbvCq() override {
+    // Events got but not acknowledged would make ibv_destroy_cq block.
+    if (unacked_ > 0) ibv_ack_cq_events(get(), unacked_);
+    CheckDestroy("ibv_destroy_cq", ibv_destroy_cq(get()));
+    if (channel_ != nullptr) {
+      CheckDestroy("ibv_destroy_comp_channel", ibv_destroy_comp_channel(channel_));
+    }
+  }
   ibv_cq* get() const { return ibv_cq_ex_to_cq(cq_); }
   CqTimestamps timestamps() const override { return ts_; }
+  int event_fd() const override { return channel_ != nullptr ? channel_->fd : -1; }
+
+  Status Arm() override {
+    if (channel_ == nullptr) return Status::Ok();
+    for (;;) {
+      ibv_cq* ev_cq = nullptr;
+      void* ev_ctx = nullptr;
+      if (ibv_get_cq_event(channel_, &ev_cq, &ev_ctx) != 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        return VerbsError("ibv_get_cq_event", errno);
+      }
+      ++unacked_;
+    }
+    if (unacked_ > 0) {
+      ibv_ack_cq_events(get(), unacked_);
+      unacked_ = 0;
+    }
+    const int rc = ibv_req_notify_cq(get(), 0);
+    if (rc != 0) return VerbsError("ibv_req_notify_cq", rc);
+    return Status::Ok();
+  }
 
   StatusOr<int> Poll(WorkCompletion* out, int max) override {
     if (max <= 0) return 0;
@@ -206,7 +235,9 @@ class IbvCq final : public Cq {
   }
 
   ibv_cq_ex* cq_;
+  ibv_comp_channel* channel_;
   CqTimestamps ts_;
+  unsigned int unacked_ = 0;
 };
 
 class IbvAh final : public Ah {
@@ -411,9 +442,23 @@ class IbvContext final : public Context {
       a.wc_flags |= IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
     }
     a.comp_mask = 0;
+    // One completion channel per CQ, nonblocking: the probe loop waits on its fd.
+    ibv_comp_channel* ch = ibv_create_comp_channel(ctx_);
+    if (ch == nullptr) return VerbsError("ibv_create_comp_channel", errno, name_);
+    const int flags = fcntl(ch->fd, F_GETFL);
+    if (flags < 0 || fcntl(ch->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+      const int err = errno;
+      CheckDestroy("ibv_destroy_comp_channel", ibv_destroy_comp_channel(ch));
+      return VerbsError("fcntl(comp_channel, O_NONBLOCK)", err, name_);
+    }
+    a.channel = ch;
     ibv_cq_ex* cq = ibv_create_cq_ex(ctx_, &a);
-    if (cq == nullptr) return VerbsError("ibv_create_cq_ex", errno, name_);
-    return std::unique_ptr<Cq>(std::make_unique<IbvCq>(cq, ts));
+    if (cq == nullptr) {
+      const int err = errno;
+      CheckDestroy("ibv_destroy_comp_channel", ibv_destroy_comp_channel(ch));
+      return VerbsError("ibv_create_cq_ex", err, name_);
+    }
+    return std::unique_ptr<Cq>(std::make_unique<IbvCq>(cq, ch, ts));
   }
 
   StatusOr<std::unique_ptr<Qp>> CreateQp(Pd& pd, Cq& send_cq, Cq& recv_cq, QpType type,

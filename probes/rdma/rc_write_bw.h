@@ -1,0 +1,106 @@
+// RC write bandwidth in the style of perftest's ib_write_bw: one RC QP connected to a peer's,
+// short bursts of RDMA writes into the peer's registered buffer with a fixed number in flight,
+// reported as Gb/s. The connection data (QPN, PSN, rkey, address, LID/GID) is exchanged out of
+// band (through the aggregator). A QP that fails is reset and reconnected by Reconnect(), which
+// the caller paces with a backoff.
+//
+// Threading: one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "probes/net/token_bucket.h"
+#include "probes/rdma/verbs.h"
+
+namespace fw::rdma {
+
+struct RcEndpoint {
+  std::string device;
+  uint8_t port = 1;
+  LinkLayer link_layer = LinkLayer::kUnknown;
+  uint16_t lid = 0;
+  Gid gid;
+  int gid_index = 0;
+  uint32_t qpn = 0;
+  uint32_t psn = 0;  // 24 bits
+  uint32_t rkey = 0;
+  uint64_t addr = 0;
+  uint32_t length = 0;  // bytes of the buffer a peer may write
+};
+
+struct RcWriteOptions {
+  uint32_t message_bytes = 65536;      // ib_write_bw's default size
+  int queue_depth = 16;                // writes in flight (ib_write_bw --tx-depth)
+  uint64_t burst_bytes = 64ull << 20;  // one burst
+  uint32_t buffer_bytes = 1u << 20;    // registered on each side
+  int64_t timeout_ns = 2'000'000'000;  // a burst that takes longer fails
+  uint8_t traffic_class = 0;
+  uint8_t service_level = 0;
+  uint32_t path_mtu_bytes = 4096;  // capped at the port's active MTU
+};
+
+struct RcBurstResult {
+  uint64_t bytes = 0;
+  int64_t elapsed_ns = 0;  // first post to last completion, CLOCK_MONOTONIC
+  double gbps = 0;         // bytes * 8 / elapsed
+  int writes = 0;
+};
+
+struct RcWriteStats {
+  uint64_t bursts = 0, bytes = 0, completion_errors = 0, reconnects = 0, budget_refused = 0;
+};
+
+class RcWriteBw {
+ public:
+  // Registers the buffer (REMOTE_WRITE), creates the CQ and the RC QP on `port`, and takes it to
+  // INIT. `gid_index` is the source GID (RoCE; from ChooseSourceGid). ResourceExhausted when the
+  // locked-memory limit refuses the buffer.
+  static StatusOr<std::unique_ptr<RcWriteBw>> Create(Context& ctx, Pd& pd, uint8_t port,
+                                                     int gid_index, RcWriteOptions opts,
+                                                     uint64_t seed = 1);
+  ~RcWriteBw();
+
+  // What the peer needs to connect to us and write into our buffer.
+  RcEndpoint local() const { return local_; }
+  // INIT -> RTR -> RTS towards `remote`. Both sides connect to each other.
+  Status Connect(const RcEndpoint& remote);
+  // After a failure: RESET, then INIT -> RTR -> RTS again with a new PSN (the peer must learn
+  // it: local() changes), towards `remote` when given (the peer may have reconnected too), else
+  // towards the last one.
+  Status Reconnect(const RcEndpoint* remote = nullptr);
+  bool broken() const { return broken_; }
+
+  // One burst. The budget pays the whole burst up front (ResourceExhausted, nothing sent, when
+  // it cannot). A completion error marks the connection broken and returns Unavailable.
+  StatusOr<RcBurstResult> RunBurst(const Clock& clock, net::ProbeBudget* budget = nullptr);
+
+  const RcWriteStats& stats() const { return stats_; }
+
+ private:
+  RcWriteBw(Context& ctx, Pd& pd, uint8_t port, RcWriteOptions opts)
+      : ctx_(ctx), pd_(pd), port_(port), opts_(opts) {}
+  Status ToInit();
+  Status WaitForCompletion(int64_t deadline_ns, const Clock& clock);
+
+  Context& ctx_;
+  Pd& pd_;
+  uint8_t port_;
+  RcWriteOptions opts_;
+  RcEndpoint local_;
+  RcEndpoint remote_;
+  bool connected_ = false;
+  bool broken_ = false;
+  uint32_t next_psn_ = 0;
+  std::vector<uint8_t> mem_;
+  std::unique_ptr<Mr> mr_;
+  std::unique_ptr<Cq> cq_;
+  std::unique_ptr<Qp> qp_;
+  RcWriteStats stats_;
+};
+
+}  // namespace fw::rdma
