@@ -1,0 +1,259 @@
+// Agent-side collective probes: uplink KvStore and the job runner.
+#include "daemon/agent/collective_agent.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "probes/collective/collective.h"
+#include "probes/collective/gloo_backend.h"
+
+namespace fw::agent {
+
+namespace v1 = fabricwatch::v1;
+
+StatusOr<v1::KvReply> UplinkKvStore::Request(std::string_view key, std::string value,
+                                             std::chrono::milliseconds timeout) {
+  if (Status s = collective::ValidateKvEntry(key, value.size()); !s.ok()) return s;
+  std::unique_lock lock(mu_);
+  if (cancelled_) return Status::Unavailable("kv: agent stopping");
+  arrived_.erase(std::string(key));  // a late answer to an earlier request is not this one's
+  ++waiting_[std::string(key)];
+  v1::AgentMessage m;
+  m.mutable_kv_request()->set_key(std::string(key));
+  m.mutable_kv_request()->set_value(std::move(value));
+  lock.unlock();
+  send_(std::move(m));
+  lock.lock();
+  const bool got = cv_.wait_for(lock, timeout,
+                                [&] { return cancelled_ || arrived_.find(key) != arrived_.end(); });
+  auto w = waiting_.find(key);
+  if (--w->second == 0) waiting_.erase(w);
+  if (cancelled_) return Status::Unavailable("kv: agent stopping");
+  if (!got) {
+    return Status::Unavailable("kv: no answer from the aggregator within " +
+                               std::to_string(timeout.count()) + " ms for key '" +
+                               std::string(key) + "'");
+  }
+  auto it = arrived_.find(key);
+  v1::KvReply reply = std::move(it->second);
+  arrived_.erase(it);
+  return reply;
+}
+
+Status UplinkKvStore::Set(std::string_view key, std::string value) {
+  if (value.empty()) return Status::InvalidArgument("kv: empty values are not stored");
+  auto r = Request(key, std::move(value), set_timeout_);
+  if (!r.ok()) return r.status();
+  if (!r->found()) {
+    return Status::PermissionDenied("kv: the aggregator refused key '" + std::string(key) + "'");
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::string> UplinkKvStore::Get(std::string_view key, std::chrono::milliseconds timeout) {
+  auto r = Request(key, "", timeout);
+  if (!r.ok()) return r.status();
+  if (!r->found()) {
+    return Status::Unavailable("kv: the aggregator has no value for key '" + std::string(key) +
+                               "' (timed out, refused or group ended)");
+  }
+  return std::move(*r->mutable_value());
+}
+
+void UplinkKvStore::OnReply(const v1::KvReply& reply) {
+  {
+    std::lock_guard lock(mu_);
+    if (!waiting_.contains(reply.key())) return;
+    arrived_[reply.key()] = reply;
+  }
+  cv_.notify_all();
+}
+
+void UplinkKvStore::Cancel() {
+  {
+    std::lock_guard lock(mu_);
+    cancelled_ = true;
+  }
+  cv_.notify_all();
+}
+
+CollectiveRunner::CollectiveRunner(CollectiveRunnerOptions options, AgentSendFn send,
+                                   metrics::Registry& registry)
+    : options_(std::move(options)),
+      send_(send),
+      kv_(send),
+      runs_(registry.AddCounter("fabricwatch_collective_runs_total",
+                                "Collective probe jobs this node took part in, by backend and "
+                                "outcome (ok, failed, refused).",
+                                {"backend", "outcome"})),
+      nccl_state_(registry.AddGauge("fabricwatch_collective_nccl_state",
+                                    "1 for the node's NCCL state (unavailable, no_driver, "
+                                    "no_device, error, ready) once checked.",
+                                    {"state"})),
+      last_busbw_(registry
+                      .AddGauge("fabricwatch_collective_last_busbw_gbps",
+                                "Bus bandwidth of this node's last successful collective, Gbit/s.")
+                      .WithLabels({})) {}
+
+CollectiveRunner::~CollectiveRunner() { Stop(); }
+
+void CollectiveRunner::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void CollectiveRunner::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  kv_.Cancel();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string CollectiveRunner::nccl_status() const {
+  std::lock_guard lock(mu_);
+  return nccl_status_;
+}
+
+void CollectiveRunner::OnJob(const v1::CollectiveJob& job) {
+  {
+    std::lock_guard lock(mu_);
+    if (!stopping_ && queue_.size() < options_.max_queued) {
+      queue_.push_back(job);
+      cv_.notify_all();
+      return;
+    }
+  }
+  runs_.WithLabels({job.backend(), "refused"}).Inc();
+  SPDLOG_WARN("component=collective msg=\"job refused: queue full\" job={}", job.job_id());
+  v1::CollectiveResult r;
+  r.set_job_id(job.job_id());
+  r.set_backend(job.backend());
+  r.set_error("refused: " + std::to_string(options_.max_queued) + " jobs already queued");
+  Report(std::move(r));
+}
+
+void CollectiveRunner::Loop() {
+  for (;;) {
+    v1::CollectiveJob job;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    v1::CollectiveResult r = Run(job);
+    runs_.WithLabels({r.backend(), r.error().empty() ? "ok" : "failed"}).Inc();
+    if (r.error().empty()) last_busbw_.Set(r.bus_bandwidth_bps() * 1e-9);
+    Report(std::move(r));
+  }
+}
+
+void CollectiveRunner::Report(v1::CollectiveResult result) {
+  v1::AgentMessage m;
+  *m.mutable_collective_result() = std::move(result);
+  send_(std::move(m));
+}
+
+v1::CollectiveResult CollectiveRunner::Run(const v1::CollectiveJob& job) {
+  v1::CollectiveResult result;
+  result.set_job_id(job.job_id());
+  result.set_backend(job.backend().empty() ? "gloo" : job.backend());
+  const auto& members = job.members();
+  const auto me = std::find(members.begin(), members.end(), options_.node);
+  if (me == members.end() || job.job_id().empty()) {
+    result.set_error("this node is not a member of the job");
+    return result;
+  }
+  const int rank = static_cast<int>(me - members.begin());
+  if (result.backend() == "nccl") {
+    RunNccl(job, rank, result);
+    return result;
+  }
+  if (result.backend() != "gloo") {
+    result.set_error("unknown backend '" + result.backend() + "'");
+    return result;
+  }
+  const collective::GroupSpec group{job.job_id(), members.size(), rank};
+  collective::GlooOptions gloo;
+  gloo.tcp_address = options_.tcp_address;
+  gloo.rendezvous_timeout = options_.rendezvous_timeout;
+  auto comm = collective::ConnectGloo(group, kv_, gloo);
+  if (!comm.ok()) {
+    result.set_error(comm.status().ToString());
+    return result;
+  }
+  collective::OpSpec op;
+  op.bytes = std::min<uint64_t>(job.bytes() ? job.bytes() : 1 << 20, options_.max_bytes);
+  op.iterations = static_cast<int>(std::clamp<uint32_t>(job.iterations(), 1, 1000));
+  op.warmup = std::min(5, op.iterations);
+  op.timeout = options_.op_timeout;
+  auto runs = collective::RunOperation(**comm, op);
+  if (!runs.ok()) {
+    result.set_error(runs.status().ToString());
+    return result;
+  }
+  const collective::RankResult& r = runs->front();
+  result.set_bus_bandwidth_bps(r.busbw_bytes_per_s * 8);
+  result.set_latency_s(r.median_seconds);
+  return result;
+}
+
+void CollectiveRunner::RunNccl(const v1::CollectiveJob& job, int rank,
+                               v1::CollectiveResult& result) {
+  if (nccl_ == nullptr) {
+    const collective::NcclAvailability a = collective::LoadAndCheckNccl(options_.nccl, &nccl_);
+    {
+      std::lock_guard lock(mu_);
+      nccl_status_ = a.ToString();
+    }
+    nccl_state_.WithLabels({std::string(collective::NcclStateName(a.state))}).Set(1);
+    if (a.state != collective::NcclState::kReady) {
+      nccl_.reset();  // checked again on the next NCCL job
+      result.set_error(a.ToString());
+      return;
+    }
+  }
+  const collective::NcclAvailability a = collective::CheckNccl(nccl_->api());
+  if (a.state != collective::NcclState::kReady) {
+    result.set_error(a.ToString());
+    return;
+  }
+  // One rank per local GPU: an intra-node job has this node as its only member.
+  if (job.members_size() != 1) {
+    result.set_error("nccl: jobs across nodes are not supported yet; run one node's GPUs");
+    return;
+  }
+  collective::NcclOptions no;
+  for (int d = 0; d < a.devices; ++d) no.devices.push_back(d);
+  no.rendezvous_timeout = options_.rendezvous_timeout;
+  // Every rank is local, so the unique id needs no trip to the aggregator.
+  collective::InMemoryKvStore local_kv;
+  const collective::GroupSpec group{job.job_id(), a.devices, rank};
+  auto comm = collective::ConnectNccl(nccl_->api(), group, local_kv, no, nccl_counters_);
+  if (!comm.ok()) {
+    result.set_error(comm.status().ToString());
+    return;
+  }
+  collective::OpSpec op;
+  op.bytes = std::min<uint64_t>(job.bytes() ? job.bytes() : 1 << 20, options_.max_bytes);
+  op.iterations = static_cast<int>(std::clamp<uint32_t>(job.iterations(), 1, 1000));
+  op.timeout = options_.op_timeout;
+  auto runs = collective::RunOperation(**comm, op);
+  if (!runs.ok()) {
+    result.set_error(runs.status().ToString());
+    return;
+  }
+  auto summary = collective::SummarizeGroup(*runs);
+  if (!summary.ok()) {
+    result.set_error(summary.status().ToString());
+    return;
+  }
+  result.set_bus_bandwidth_bps(summary->busbw_bytes_per_s * 8);
+  result.set_latency_s(summary->median_group_seconds);
+}
+
+}  // namespace fw::agent

@@ -1,0 +1,99 @@
+// The agent's side of collective probes: the rendezvous KvStore carried to the aggregator over the
+// uplink (KvRequest / KvReply), and a runner thread that executes CollectiveJobs one at a time and
+// reports a CollectiveResult for each. NCCL is loaded lazily, once, through dlopen.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "exporter/registry.h"
+#include "fabricwatch.pb.h"
+#include "probes/collective/kv_store.h"
+#include "probes/collective/nccl_backend.h"
+
+namespace fw::agent {
+
+using AgentSendFn = std::function<void(fabricwatch::v1::AgentMessage)>;
+
+// KvStore over the uplink. Set waits for the aggregator's acknowledgement; Get waits for its
+// answer (the aggregator parks a get until a member sets the key). Thread-safe: the runner thread
+// calls Set/Get, the uplink's reader thread delivers replies.
+class UplinkKvStore final : public collective::KvStore {
+ public:
+  explicit UplinkKvStore(AgentSendFn send,
+                         std::chrono::milliseconds set_timeout = std::chrono::seconds(10))
+      : send_(std::move(send)), set_timeout_(set_timeout) {}
+  Status Set(std::string_view key, std::string value) override;
+  StatusOr<std::string> Get(std::string_view key, std::chrono::milliseconds timeout) override;
+  // The aggregator erases a group's keys when the group ends; nothing is held here.
+  size_t ErasePrefix(std::string_view) override { return 0; }
+  // A KvReply from the aggregator (reader thread). Replies nobody waits for are dropped.
+  void OnReply(const fabricwatch::v1::KvReply& reply);
+  // Fails every wait in progress and every later call (agent stop).
+  void Cancel();
+
+ private:
+  StatusOr<fabricwatch::v1::KvReply> Request(std::string_view key, std::string value,
+                                             std::chrono::milliseconds timeout);
+  AgentSendFn send_;
+  const std::chrono::milliseconds set_timeout_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, int, std::less<>> waiting_;                       // GUARDED_BY(mu_)
+  std::map<std::string, fabricwatch::v1::KvReply, std::less<>> arrived_;  // GUARDED_BY(mu_)
+  bool cancelled_ = false;                                                // GUARDED_BY(mu_)
+};
+
+struct CollectiveRunnerOptions {
+  std::string node;                       // this agent's node name (its rank is its index)
+  std::string tcp_address = "127.0.0.1";  // the address Gloo binds (the probe address)
+  uint64_t max_bytes = 8ull << 20;        // larger jobs are clamped
+  std::chrono::milliseconds rendezvous_timeout{30000};
+  std::chrono::milliseconds op_timeout{10000};
+  collective::NcclLibraryOptions nccl;
+  size_t max_queued = 4;  // jobs beyond this are refused with a result saying so
+};
+
+class CollectiveRunner {
+ public:
+  CollectiveRunner(CollectiveRunnerOptions options, AgentSendFn send, metrics::Registry& registry);
+  ~CollectiveRunner();
+  void Start();
+  void Stop();  // cancels rendezvous waits; a running operation ends at its timeout
+  // Uplink reader thread: a job to run, a rendezvous reply.
+  void OnJob(const fabricwatch::v1::CollectiveJob& job);
+  void OnKvReply(const fabricwatch::v1::KvReply& reply) { kv_.OnReply(reply); }
+  // "nccl: ..." once NCCL was checked (the first NCCL job, or at Start), else empty.
+  std::string nccl_status() const;
+
+ private:
+  void Loop();
+  fabricwatch::v1::CollectiveResult Run(const fabricwatch::v1::CollectiveJob& job);
+  void RunNccl(const fabricwatch::v1::CollectiveJob& job, int rank,
+               fabricwatch::v1::CollectiveResult& result);
+  void Report(fabricwatch::v1::CollectiveResult result);
+
+  const CollectiveRunnerOptions options_;
+  AgentSendFn send_;
+  UplinkKvStore kv_;
+  collective::NcclCounters nccl_counters_;
+  std::unique_ptr<collective::NcclLibrary> nccl_;  // runner thread only
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<fabricwatch::v1::CollectiveJob> queue_;  // GUARDED_BY(mu_)
+  bool stopping_ = false;                             // GUARDED_BY(mu_)
+  std::string nccl_status_;                           // GUARDED_BY(mu_)
+  std::thread thread_;
+  metrics::Family<metrics::Counter>& runs_;  // {backend, outcome}
+  metrics::Family<metrics::Gauge>& nccl_state_;
+  metrics::Gauge& last_busbw_;
+};
+
+}  // namespace fw::agent

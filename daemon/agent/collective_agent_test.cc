@@ -1,0 +1,126 @@
+// The agent's collective runner end to end in one process: three runners (nodes a, b, c) whose
+// uplinks are wired to the aggregator's KvService, running a Gloo all-reduce on loopback through
+// the real rendezvous; refusals; and an NCCL job on a node without a driver.
+#include "daemon/agent/collective_agent.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "daemon/aggregator/collective/kv_service.h"
+
+namespace fw::agent {
+namespace {
+
+namespace v1 = fabricwatch::v1;
+using aggregator::collective::KvService;
+
+// Stands in for the aggregator's session handling: KvRequests go to the KvService, replies back to
+// the runner of the node they are for; results are collected.
+struct FakeAggregator {
+  KvService kv;
+  std::map<std::string, CollectiveRunner*> runners;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::string, v1::CollectiveResult> results;  // by node
+
+  AgentSendFn SendFor(const std::string& node) {
+    return [this, node](v1::AgentMessage m) {
+      if (m.has_kv_request()) {
+        auto out = kv.Handle(node, m.kv_request().key(), m.kv_request().value(), 0);
+        for (const auto& d : out) {
+          v1::KvReply r;
+          r.set_key(d.key);
+          r.set_value(d.value);
+          r.set_found(d.found);
+          runners.at(d.node)->OnKvReply(r);
+        }
+      } else if (m.has_collective_result()) {
+        std::lock_guard lock(mu);
+        results[node] = m.collective_result();
+        cv.notify_all();
+      }
+    };
+  }
+  bool WaitResults(size_t n) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(30), [&] { return results.size() >= n; });
+  }
+};
+
+v1::CollectiveJob Job(const std::string& id, std::vector<std::string> members,
+                      const std::string& backend = "gloo") {
+  v1::CollectiveJob j;
+  j.set_job_id(id);
+  j.set_backend(backend);
+  for (auto& m : members) j.add_members(m);
+  j.set_bytes(256 << 10);
+  j.set_iterations(5);
+  return j;
+}
+
+TEST(CollectiveRunner, GlooAllReduceThroughTheAggregatorKvService) {
+  FakeAggregator agg;
+  metrics::Registry registries[3];  // one agent each
+  std::vector<std::unique_ptr<CollectiveRunner>> runners;
+  for (const std::string node : {"a", "b", "c"}) {
+    CollectiveRunnerOptions o;
+    o.node = node;
+    o.rendezvous_timeout = std::chrono::seconds(10);
+    runners.push_back(
+        std::make_unique<CollectiveRunner>(o, agg.SendFor(node), registries[runners.size()]));
+    agg.runners[node] = runners.back().get();
+  }
+  agg.kv.OpenGroup("job-1", {"a", "b", "c"}, INT64_MAX);
+  for (auto& r : runners) r->Start();
+  for (auto& r : runners) r->OnJob(Job("job-1", {"a", "b", "c"}));
+  ASSERT_TRUE(agg.WaitResults(3));
+  for (const auto& [node, r] : agg.results) {
+    EXPECT_EQ(r.error(), "") << node;
+    EXPECT_EQ(r.job_id(), "job-1");
+    EXPECT_GT(r.bus_bandwidth_bps(), 1e6) << node;  // bits/s
+    EXPECT_GT(r.latency_s(), 0);
+  }
+  EXPECT_GT(agg.kv.counters().sets, 0u);
+  EXPECT_EQ(agg.kv.counters().refused_not_member, 0u);
+  for (auto& r : runners) r->Stop();
+}
+
+TEST(CollectiveRunner, NonMemberAndRefusedRendezvousFailCleanly) {
+  FakeAggregator agg;
+  metrics::Registry registry;
+  CollectiveRunnerOptions o;
+  o.node = "z";
+  o.rendezvous_timeout = std::chrono::milliseconds(500);
+  CollectiveRunner runner(o, agg.SendFor("z"), registry);
+  agg.runners["z"] = &runner;
+  runner.Start();
+  runner.OnJob(Job("job-2", {"a", "b"}));  // z is not listed
+  ASSERT_TRUE(agg.WaitResults(1));
+  EXPECT_NE(agg.results["z"].error().find("not a member"), std::string::npos);
+  agg.results.clear();
+  runner.OnJob(Job("job-3", {"z", "y"}));  // the group was never opened: the KvService refuses
+  ASSERT_TRUE(agg.WaitResults(1));
+  EXPECT_NE(agg.results["z"].error().find("refused"), std::string::npos)
+      << agg.results["z"].error();
+  runner.Stop();
+}
+
+TEST(CollectiveRunner, NcclJobWithoutADriverReportsTheState) {
+  FakeAggregator agg;
+  metrics::Registry registry;
+  CollectiveRunnerOptions o;
+  o.node = "g";
+  CollectiveRunner runner(o, agg.SendFor("g"), registry);
+  agg.runners["g"] = &runner;
+  runner.Start();
+  runner.OnJob(Job("job-4", {"g"}, "nccl"));
+  ASSERT_TRUE(agg.WaitResults(1));
+  const std::string err = agg.results["g"].error();
+  EXPECT_EQ(err.rfind("nccl: ", 0), 0u) << err;  // unavailable here or no driver: never a crash
+  EXPECT_EQ(runner.nccl_status(), err);
+  runner.Stop();
+}
+
+}  // namespace
+}  // namespace fw::agent
