@@ -153,7 +153,6 @@ void Aggregator::TickLoop() {
 void Aggregator::OnProbeBatch(const std::string& node, const v1::ProbeBatch& batch) {
   const std::span<const ProbeResult> results = probe_ingest_.Decode(node, batch);
   pairs_->RecordBatch(results);
-  analyzer_->Ingest(results);
 }
 
 void Aggregator::OnCounterBatch(const std::string& node, const v1::CounterBatch& batch) {

@@ -191,16 +191,14 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
 };
 
 Analyzer::Analyzer(const Clock& clock, std::shared_ptr<const FabricMap> map,
-                   const aggregator::PairTable* pairs, AnalysisConfig config, PathResolver resolver,
+                   aggregator::PairTable* pairs, AnalysisConfig config, PathResolver resolver,
                    FindingsStore* store)
     : clock_(clock),
       map_(std::move(map)),
       pairs_(pairs),
       config_(config),
       store_(store),
-      // One interner for both tables: ingest results carry the pair table's NodeIds.
-      flows_(map_, std::move(resolver), config.bandwidth_window_s,
-             pairs ? pairs->names() : nullptr),
+      flows_(*pairs, std::move(resolver), config.bandwidth_window_s),
       tomography_(map_),
       tracker_(config) {
   if (store_) {
@@ -224,10 +222,6 @@ Analyzer::Analyzer(const Clock& clock, std::shared_ptr<const FabricMap> map,
 
 Analyzer::~Analyzer() = default;
 
-void Analyzer::Ingest(std::span<const ProbeResult> results) {
-  flows_.Ingest(results, clock_.MonotonicNanos());
-}
-
 void Analyzer::OnPortSample(const PortSample& sample) {
   std::lock_guard<std::mutex> lock(inputs_mu_);
   ports_[{sample.node, sample.device, sample.port}] = {sample, clock_.MonotonicSeconds()};
@@ -243,7 +237,6 @@ void Analyzer::SetNodeFindings(const std::string& node, std::vector<Finding> fin
 }
 
 void Analyzer::RefreshBaselines(int64_t now_ns) {
-  if (!pairs_) return;
   const int every = std::max(1, config_.baseline_refresh_ticks);
   const auto bucket = static_cast<NodeId>(tick_count_ % every);
   const size_t nodes = flows_.NodeCount();

@@ -59,18 +59,17 @@ struct TickStats {
 
 class Analyzer {
  public:
-  // `map` may be null: detection then works per pair and host only. `pairs` (may be null) is the
-  // aggregator's pair table, the source of the long-window baselines; the flow table shares its
-  // NameInterner, so Ingest() takes results that carry its NodeIds. `store` may be null.
-  Analyzer(const Clock& clock, std::shared_ptr<const FabricMap> map,
-           const aggregator::PairTable* pairs, AnalysisConfig config = {},
-           PathResolver resolver = {}, FindingsStore* store = nullptr);
+  // `map` may be null: detection then works per pair and host only. `pairs` is the aggregator's
+  // pair store, which ingest writes (PairTable::RecordBatch) and which must outlive this: the
+  // source of the long-window baselines and of the per-flow short windows. New flows in it get
+  // their path from `resolver`. `store` may be null.
+  Analyzer(const Clock& clock, std::shared_ptr<const FabricMap> map, aggregator::PairTable* pairs,
+           AnalysisConfig config = {}, PathResolver resolver = {},
+           FindingsStore* store = nullptr);
   ~Analyzer();
   Analyzer(const Analyzer&) = delete;
   Analyzer& operator=(const Analyzer&) = delete;
 
-  // Records probe results arriving now. Call with every batch that goes into the PairTable.
-  void Ingest(std::span<const ProbeResult> results);
   void OnPortSample(const PortSample& sample);
   // Replaces the node-hardware findings an agent reported (check reports); each becomes a tracked
   // finding while it is reported.
@@ -99,7 +98,7 @@ class Analyzer {
 
   const Clock& clock_;
   std::shared_ptr<const FabricMap> map_;
-  const aggregator::PairTable* pairs_;
+  const aggregator::PairTable* pairs_;  // never null
   AnalysisConfig config_;
   FindingsStore* store_;
   FlowTable flows_;

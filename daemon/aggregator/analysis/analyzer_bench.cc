@@ -25,7 +25,7 @@ void IngestSecond(SyntheticFleet& fleet, const std::vector<ProbeResult>& batch) 
   size_t begin = 0;
   for (size_t j = 1; j <= batch.size(); ++j) {
     if (j == batch.size() || batch[j].src_node != batch[begin].src_node) {
-      fleet.analyzer().Ingest(std::span<const ProbeResult>(batch.data() + begin, j - begin));
+      fleet.pairs().RecordBatch(std::span<const ProbeResult>(batch.data() + begin, j - begin));
       begin = j;
     }
   }

@@ -1,4 +1,4 @@
-// Per-flow short-window counters for the analyzer: the ingest side of detection and localization.
+// The analyzer's view of the pair store: per-flow short windows, pair baselines and paths.
 #pragma once
 
 #include <array>
@@ -15,9 +15,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "daemon/aggregator/plan/fabric_map.h"
+#include "daemon/aggregator/ingest/pair_table.h"
 #include "daemon/aggregator/model/name_interner.h"
 #include "daemon/aggregator/model/probe_result.h"
+#include "daemon/aggregator/plan/fabric_map.h"
 
 namespace fw::analysis {
 
@@ -29,27 +30,9 @@ using aggregator::PathSet;
 using aggregator::ProbeResult;
 using aggregator::Transport;
 
-// Picks the one path (an index into PathSet::core->paths) a flow takes, when it can be known;
-// nullopt leaves the flow with every equal-cost path as a candidate. Called once per new flow,
-// under a table lock: must be fast and must not call back into the table.
-using PathResolver = std::function<std::optional<uint32_t>(std::string_view src,
-                                                           std::string_view dst, uint16_t src_port,
-                                                           uint32_t flow_id, const PathSet& paths)>;
-
-// The convention for `routing: deterministic` maps: flow i of a pair takes path i mod n, with the
-// paths in FabricMap's (sorted) order. The planner and the fleet simulator follow it.
-std::optional<uint32_t> DeterministicPath(std::string_view src, std::string_view dst,
-                                          uint16_t src_port, uint32_t flow_id,
-                                          const PathSet& paths);
-
-// Baseline of one pair, maintained by the analyzer from the long window.
-struct PairBaseline {
-  float median_s = 0;  // the pair's own long-window median; 0 until ready
-  float mad_s = 0;
-  float reference_s = 0;       // what RTT ratios are taken against: own median, else the class's
-  float slow_threshold_s = 0;  // 0: latency is not judged for this pair
-  bool hold = false;           // the pair looks bad: keep the baseline as it is
-};
+using aggregator::DeterministicPath;
+using aggregator::PairBaseline;
+using aggregator::PathResolver;
 
 // What a flow did in the short window, at one tick.
 struct FlowWindow {
@@ -79,21 +62,24 @@ struct FlowRef {
   int32_t path = -1;  // resolved path index, -1 when every candidate path is possible
 };
 
-// Thread-safe. Shards by source node like PairTable; a batch from one agent takes one lock.
+// Thread-safe: a view of an aggregator::PairTable, which ingest writes once per batch and which
+// holds each flow's one-second slots and each pair's baseline next to its windows.
 class FlowTable {
  public:
-  static constexpr int kSlots = 10;  // one-second slots: the 10 s short window
-  static constexpr int kShards = 16;
-  static constexpr size_t kMaxFlowsPerPair = 64;
+  static constexpr int kSlots = aggregator::FlowSeen::kSlots;  // the 10 s short window
+  static constexpr size_t kMaxFlowsPerPair = aggregator::PairTable::kMaxFlowsPerPair;
 
-  // `map` may be null. `resolver` may be empty; with a deterministic map DeterministicPath is
-  // used when it is. `names` is the interner whose ids results may carry (the PairTable's); null
-  // gives the table its own.
+  // A view of `store`, which must outlive this. New flows of the store get their path from
+  // `resolver` (empty: DeterministicPath with a deterministic map). A bandwidth sample counts for
+  // `bandwidth_window_s`.
+  FlowTable(aggregator::PairTable& store, PathResolver resolver, double bandwidth_window_s);
+  // A table of its own (tests and benchmarks), fed by Ingest(). `map` may be null. `names` is the
+  // interner whose ids results may carry; null gives the table its own.
   FlowTable(std::shared_ptr<const FabricMap> map, PathResolver resolver, double bandwidth_window_s,
             std::shared_ptr<aggregator::NameInterner> names = nullptr);
 
-  // Records results that arrived at `now_ns` (aggregator monotonic time). Results may name their
-  // nodes by id (ids of the table's interner) or by name; see ProbeResult.
+  // Records results that arrived at `now_ns` into a table of its own. With a shared store, ingest
+  // records into the store instead (PairTable::RecordBatch).
   void Ingest(std::span<const ProbeResult> results, int64_t now_ns);
 
   // Receives every pair and its flows with data in the window. Called under a shard lock: must
@@ -119,70 +105,17 @@ class FlowTable {
   size_t NodeCount() const;
   size_t PairCount() const;
   size_t FlowCount() const;
+  // The flow records' memory (the rest of the store is the pair table's).
   size_t MemoryBytes() const;
   // Drops pairs with no result for `idle_s`; returns how many.
   size_t DropIdle(int64_t now_ns, int64_t idle_s = 660);
 
  private:
-  struct Slot {
-    uint8_t probes = 0;
-    uint8_t lost = 0;
-    uint8_t slow = 0;
-    uint8_t judged = 0;    // RTT samples compared with a baseline
-    uint16_t ratio_q = 0;  // Σ min(rtt/median, 64) in 1/32 units, saturating
-  };
-  struct Flow {
-    uint16_t src_port = 0;
-    int16_t path = -1;
-    uint32_t flow_id = 0;
-    uint32_t last_s = 0;  // second of the last record; 0 = none
-    uint32_t goodput_s = 0;
-    float goodput_bps = 0;
-    std::array<Slot, kSlots> slots{};
-  };
-  struct Pair {
-    NodeId src = 0;
-    NodeId dst = 0;
-    Transport transport = Transport::kUdp;
-    bool live = false;
-    uint32_t last_s = 0;
-    PathSet paths;
-    PairBaseline baseline;
-    std::vector<Flow> flows;
-  };
-  // Where result k of a source's previous batch went: a pair slot and a flow in it. Agents send
-  // the same rows in the same order every second, so checking that slot's key replaces the
-  // hash lookup of the pair and the search for the flow (the lookup was 13% of the aggregator's
-  // CPU at 4,000 agents). A slot reused for another pair or flow fails the check.
-  struct RecentFlow {
-    uint32_t pair = 0;
-    uint32_t flow = 0;
-  };
-  struct Shard {
-    mutable std::mutex mu;
-    std::unordered_map<NodeId, std::vector<RecentFlow>> recent;   // GUARDED_BY(mu); by source
-    std::unordered_map<uint64_t, uint32_t> by_key;                // GUARDED_BY(mu)
-    std::unordered_map<NodeId, std::vector<uint32_t>> by_source;  // GUARDED_BY(mu)
-    std::deque<Pair> pairs;                                       // GUARDED_BY(mu)
-    std::vector<uint32_t> free;                                   // GUARDED_BY(mu)
-  };
+  FlowWindow WindowOf(const aggregator::FlowSeen& f, uint32_t now_s) const;
 
-  static uint64_t Key(NodeId src, NodeId dst, Transport t) {
-    return (static_cast<uint64_t>(src) << 35) | (static_cast<uint64_t>(dst) << 6) |
-           static_cast<uint64_t>(t);
-  }
-  // REQUIRES: shard.mu held. Both return an index: of the pair in shard.pairs, of the flow in
-  // p.flows.
-  uint32_t FindOrCreateLocked(Shard& shard, NodeId src, NodeId dst, Transport t);
-  uint32_t FlowOfLocked(Pair& p, uint16_t src_port, uint32_t flow_id);
-  static void RecordLocked(Pair& p, Flow& f, const ProbeResult& r, uint32_t now_s);
-  FlowWindow WindowOf(const Flow& f, uint32_t now_s) const;
-
-  std::shared_ptr<const FabricMap> map_;
-  PathResolver resolver_;
+  std::unique_ptr<aggregator::PairTable> own_;  // null for a view
+  aggregator::PairTable& store_;
   uint32_t bandwidth_window_s_;
-  std::shared_ptr<aggregator::NameInterner> names_;
-  std::array<Shard, kShards> shards_;
 };
 
 }  // namespace fw::analysis

@@ -26,10 +26,10 @@ nlohmann::json WindowJson(const WindowStats& s) {
 }
 
 nlohmann::json RowJson(const PairView& v, int64_t now_ns) {
-  const int64_t now_s = now_ns / 1'000'000'000;
+  const int64_t now_s = FlowSecond(now_ns);
   std::vector<FlowSeen> flows;
   for (const FlowSeen& f : v.flows) {
-    if (now_s - static_cast<int64_t>(f.last_seen_s) < 600) flows.push_back(f);
+    if (now_s - static_cast<int64_t>(f.last_s) < 600) flows.push_back(f);
   }
   std::sort(flows.begin(), flows.end(), [](const FlowSeen& a, const FlowSeen& b) {
     return std::tie(a.flow_id, a.src_port) < std::tie(b.flow_id, b.src_port);

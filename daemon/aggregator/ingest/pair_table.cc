@@ -2,17 +2,43 @@
 #include "daemon/aggregator/ingest/pair_table.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "daemon/aggregator/ingest/source_runs.h"
 
 namespace fw::aggregator {
+namespace {
+
+template <typename T>
+void SaturatingAdd(T& v, uint32_t add) {
+  constexpr uint32_t kMax = static_cast<uint32_t>(static_cast<T>(~T{0}));
+  v = static_cast<T>(std::min<uint32_t>(kMax, static_cast<uint32_t>(v) + add));
+}
+
+}  // namespace
+
+std::optional<uint32_t> DeterministicPath(std::string_view, std::string_view, uint16_t,
+                                          uint32_t flow_id, const PathSet& paths) {
+  const size_t n = paths.PathCount();
+  if (n == 0) return std::nullopt;
+  return static_cast<uint32_t>(flow_id % n);
+}
 
 PairTable::PairTable(const Clock& clock, std::shared_ptr<const FabricMap> map, size_t max_pairs,
                      std::shared_ptr<NameInterner> names)
     : clock_(clock),
       map_(std::move(map)),
       max_pairs_(max_pairs),
-      names_(names ? std::move(names) : std::make_shared<NameInterner>()) {}
+      names_(names ? std::move(names) : std::make_shared<NameInterner>()) {
+  SetPathResolver(nullptr);
+}
+
+void PairTable::SetPathResolver(PathResolver resolver) {
+  resolver_ = std::move(resolver);
+  if (!resolver_ && map_ && map_->routing() == Routing::kDeterministic) {
+    resolver_ = DeterministicPath;
+  }
+}
 
 NodeId PairTable::Intern(std::string_view name) { return names_->Intern(name); }
 
@@ -43,7 +69,7 @@ uint32_t PairTable::FindOrCreateLocked(Shard& shard, NodeId src, NodeId dst, Tra
   p.dst = dst;
   p.transport = t;
   p.live = true;
-  if (map_) p.path_class = map_->PathsBetweenNodes(NameOf(src), NameOf(dst)).path_class;
+  if (map_) p.paths = map_->PathsBetweenNodes(NameOf(src), NameOf(dst));
   shard.by_key.emplace(key, index);
   shard.by_source[src].push_back(index);
   return index;
@@ -61,25 +87,66 @@ std::optional<PairHandle> PairTable::Resolve(std::string_view src, std::string_v
   return PairHandle{static_cast<uint32_t>(ShardOf(s)), index, shard.pairs[index].generation};
 }
 
-void PairTable::RecordLocked(Pair& p, const ProbeSample& s, uint16_t src_port, uint32_t flow_id,
-                             int64_t now_ns) {
-  p.windows.Record(now_ns, s);
-  const auto now_s = static_cast<uint32_t>(now_ns / 1'000'000'000);
-  for (FlowSeen& f : p.flows) {
-    if (f.src_port == src_port && f.flow_id == flow_id) {
-      f.last_seen_s = now_s;
-      return;
+uint32_t PairTable::FlowOfLocked(Pair& p, uint16_t src_port, uint32_t flow_id) {
+  for (size_t i = 0; i < p.flows.size(); ++i) {
+    if (p.flows[i].src_port == src_port && p.flows[i].flow_id == flow_id) {
+      return static_cast<uint32_t>(i);
     }
   }
+  FlowSeen* f;
   if (p.flows.size() < kMaxFlowsPerPair) {
-    p.flows.push_back(FlowSeen{src_port, flow_id, now_s});
+    f = &p.flows.emplace_back();
+  } else {
+    // Full: the flow seen longest ago makes room (a re-plan changed the flows).
+    f = &*std::min_element(p.flows.begin(), p.flows.end(),
+                           [](const auto& a, const auto& b) { return a.last_s < b.last_s; });
+    *f = FlowSeen{};
+  }
+  f->src_port = src_port;
+  f->flow_id = flow_id;
+  if (resolver_ && p.paths.PathCount() > 0) {
+    const std::optional<uint32_t> path =
+        resolver_(NameOf(p.src), NameOf(p.dst), src_port, flow_id, p.paths);
+    if (path && *path < p.paths.PathCount() && *path <= INT16_MAX) {
+      f->path = static_cast<int16_t>(*path);
+    }
+  }
+  return static_cast<uint32_t>(f - p.flows.data());
+}
+
+void PairTable::RecordLocked(Pair& p, FlowSeen& f, const ProbeSample& sample, Transport t,
+                             int64_t now_ns) {
+  p.windows.Record(now_ns, sample);
+  const uint32_t s = FlowSecond(now_ns);
+  constexpr uint32_t kSlots = FlowSeen::kSlots;
+  if (f.last_s == 0 || s >= f.last_s + kSlots) {
+    f.slots.fill(FlowSlot{});
+  } else if (s > f.last_s) {
+    for (uint32_t x = f.last_s + 1; x <= s; ++x) f.slots[x % kSlots] = FlowSlot{};
+  } else if (f.last_s - s >= kSlots) {
+    return;  // older than the window (cannot happen with one monotonic clock)
+  }
+  f.last_s = std::max(f.last_s, s);
+  FlowSlot& slot = f.slots[s % kSlots];
+  SaturatingAdd(slot.probes, 1);
+  if (sample.lost) {
+    SaturatingAdd(slot.lost, 1);
     return;
   }
-  // Full: the flow seen longest ago makes room (a re-plan changed the flows).
-  auto oldest = std::min_element(p.flows.begin(), p.flows.end(), [](const auto& a, const auto& b) {
-    return a.last_seen_s < b.last_seen_s;
-  });
-  *oldest = FlowSeen{src_port, flow_id, now_s};
+  if (t == Transport::kTcpBw) {
+    if (sample.goodput_bps > 0 && std::isfinite(sample.goodput_bps)) {
+      f.goodput_bps = static_cast<float>(sample.goodput_bps);
+      f.goodput_s = s;
+    }
+    return;
+  }
+  const PairBaseline& b = p.baseline;
+  if (b.reference_s <= 0 || sample.rtt_ns <= 0) return;
+  const double rtt_s = static_cast<double>(sample.rtt_ns) * 1e-9;
+  SaturatingAdd(slot.judged, 1);
+  const double ratio = std::min(FlowSeen::kRatioClip, rtt_s / b.reference_s);
+  SaturatingAdd(slot.ratio_q, static_cast<uint32_t>(ratio * FlowSeen::kRatioScale));
+  if (b.slow_threshold_s > 0 && rtt_s > b.slow_threshold_s) SaturatingAdd(slot.slow, 1);
 }
 
 bool PairTable::Record(const PairHandle& h, const ProbeSample& s, uint16_t src_port,
@@ -90,14 +157,17 @@ bool PairTable::Record(const PairHandle& h, const ProbeSample& s, uint16_t src_p
   if (h.index >= shard.pairs.size()) return false;
   Pair& p = shard.pairs[h.index];
   if (!p.live || p.generation != h.generation) return false;
-  RecordLocked(p, s, src_port, flow_id, now_ns);
+  RecordLocked(p, p.flows[FlowOfLocked(p, src_port, flow_id)], s, p.transport, now_ns);
   return true;
 }
 
 size_t PairTable::RecordBatch(std::span<const ProbeResult> results) {
   if (results.empty()) return 0;
+  return RecordBatch(results, clock_.MonotonicNanos());
+}
+
+size_t PairTable::RecordBatch(std::span<const ProbeResult> results, int64_t now_ns) {
   size_t recorded = 0;
-  const int64_t now_ns = clock_.MonotonicNanos();
   SourceRuns<Shard> runs(*names_, shards_);
   for (const ProbeResult& r : results) {
     if (static_cast<int>(r.transport) >= kTransportCount) {
@@ -106,30 +176,44 @@ size_t PairTable::RecordBatch(std::span<const ProbeResult> results) {
     }
     runs.Enter(r);
     Shard& shard = runs.shard();
-    uint32_t index = kNoIndex;
-    if (const RecentPair* c = runs.Cached();
-        c && c->transport == r.transport && c->dst == runs.dst() && c->index < shard.pairs.size() &&
-        shard.pairs[c->index].live && shard.pairs[c->index].generation == c->generation) {
-      index = c->index;
-    }
-    if (index == kNoIndex) {
-      index = FindOrCreateLocked(shard, runs.src(), runs.dst(), r.transport);
-      if (index == kNoIndex) {
-        rejected_.fetch_add(1, std::memory_order_relaxed);
-        continue;
+    Pair* p = nullptr;
+    FlowSeen* f = nullptr;
+    const RecentPair* c = runs.Cached();
+    if (c && c->transport == r.transport && c->dst == runs.dst() && c->index < shard.pairs.size()) {
+      Pair& cp = shard.pairs[c->index];
+      if (cp.live && cp.generation == c->generation) {
+        p = &cp;
+        if (c->flow < cp.flows.size() && cp.flows[c->flow].src_port == r.src_port &&
+            cp.flows[c->flow].flow_id == r.flow_id) {
+          f = &cp.flows[c->flow];
+        }
       }
-      runs.Remember(RecentPair{runs.dst(), r.transport, index, shard.pairs[index].generation});
+    }
+    if (f == nullptr) {
+      uint32_t index;
+      if (p != nullptr) {
+        index = c->index;
+      } else {
+        index = FindOrCreateLocked(shard, runs.src(), runs.dst(), r.transport);
+        if (index == kNoIndex) {
+          rejected_.fetch_add(1, std::memory_order_relaxed);
+          continue;
+        }
+        p = &shard.pairs[index];
+      }
+      const uint32_t flow = FlowOfLocked(*p, r.src_port, r.flow_id);
+      f = &p->flows[flow];
+      runs.Remember(RecentPair{runs.dst(), r.transport, index, p->generation, flow});
     }
     runs.Advance();
-    RecordLocked(shard.pairs[index], ProbeSample{r.lost, r.rtt_ns, r.goodput_bps}, r.src_port,
-                 r.flow_id, now_ns);
+    RecordLocked(*p, *f, ProbeSample{r.lost, r.rtt_ns, r.goodput_bps}, r.transport, now_ns);
     ++recorded;
   }
   return recorded;
 }
 
 void PairTable::VisitLocked(const Pair& p, const std::function<void(const PairView&)>& fn) const {
-  fn(PairView{NameOf(p.src), NameOf(p.dst), p.transport, p.path_class, p.flows, p.windows});
+  fn(PairView{NameOf(p.src), NameOf(p.dst), p.transport, p.paths.path_class, p.flows, p.windows});
 }
 
 void PairTable::ForEachPair(const std::function<void(const PairView&)>& fn) const {
@@ -163,6 +247,26 @@ bool PairTable::VisitPair(std::string_view src, std::string_view dst, Transport 
   if (it == shard.by_key.end()) return false;
   VisitLocked(shard.pairs[it->second], fn);
   return true;
+}
+
+void PairTable::ForEachPairFlows(const std::function<void(const PairFlows&)>& fn) {
+  for (Shard& shard : shards_) {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    for (Pair& p : shard.pairs) {
+      if (p.live) fn(PairFlows{p.src, p.dst, p.transport, p.paths, p.baseline, p.flows});
+    }
+  }
+}
+
+void PairTable::ForEachPairFlowsFrom(NodeId src, const std::function<void(const PairFlows&)>& fn) {
+  Shard& shard = shards_[ShardOf(src)];
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.by_source.find(src);
+  if (it == shard.by_source.end()) return;
+  for (uint32_t index : it->second) {
+    Pair& p = shard.pairs[index];
+    fn(PairFlows{p.src, p.dst, p.transport, p.paths, p.baseline, p.flows});
+  }
 }
 
 std::vector<std::string> PairTable::SourceNodes() const {
@@ -215,13 +319,29 @@ size_t PairTable::PairCount() const {
   return n;
 }
 
+size_t PairTable::FlowCount() const {
+  size_t n = 0;
+  for (const Shard& shard : shards_) {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    for (const Pair& p : shard.pairs) n += p.live ? p.flows.size() : 0;
+  }
+  return n;
+}
+
 size_t PairTable::PairBytes() const {
   size_t bytes = 0;
   for (const Shard& shard : shards_) {
     std::lock_guard<std::mutex> lock(shard.mu);
-    for (const Pair& p : shard.pairs) {
-      bytes += sizeof(Pair) + p.windows.HeapBytes() + p.flows.capacity() * sizeof(FlowSeen);
-    }
+    for (const Pair& p : shard.pairs) bytes += sizeof(Pair) + p.windows.HeapBytes();
+  }
+  return bytes;
+}
+
+size_t PairTable::FlowBytes() const {
+  size_t bytes = 0;
+  for (const Shard& shard : shards_) {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    for (const Pair& p : shard.pairs) bytes += p.flows.capacity() * sizeof(FlowSeen);
   }
   return bytes;
 }

@@ -1,6 +1,9 @@
-// Every probe pair's windows, with a cheap ingest path by pre-resolved handle or compact key.
+// The pair store: every probe pair's windows (for /api/v1/pairs and the node metrics) and its
+// flows' short-window slots and baseline (for the analyzer), written once per batch, with a cheap
+// ingest path by pre-resolved handle or compact key.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -17,10 +20,10 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "daemon/aggregator/plan/fabric_map.h"
-#include "daemon/aggregator/model/name_interner.h"
 #include "daemon/aggregator/ingest/pair_windows.h"
+#include "daemon/aggregator/model/name_interner.h"
 #include "daemon/aggregator/model/probe_result.h"
+#include "daemon/aggregator/plan/fabric_map.h"
 
 namespace fw::aggregator {
 
@@ -32,11 +35,68 @@ struct PairHandle {
   uint32_t generation = 0;
 };
 
-// One distinct flow (source port) seen on a pair.
+// One second of a flow's short window.
+struct FlowSlot {
+  uint8_t probes = 0;
+  uint8_t lost = 0;
+  uint8_t slow = 0;
+  uint8_t judged = 0;    // RTT samples compared with a baseline
+  uint16_t ratio_q = 0;  // Σ min(rtt/reference, kRatioClip) in 1/kRatioScale units, saturating
+};
+
+// One distinct flow (source port, flow id) seen on a pair: its short window as one-second slots,
+// the path it takes when known, and its last bandwidth sample.
 struct FlowSeen {
+  static constexpr int kSlots = 10;  // one-second slots: the 10 s short window
+  static constexpr double kRatioClip = 64.0;
+  static constexpr double kRatioScale = 32.0;
+
   uint16_t src_port = 0;
+  int16_t path = -1;  // index into the pair's PathSet::core->paths; -1: any equal-cost path
   uint32_t flow_id = 0;
-  uint32_t last_seen_s = 0;  // aggregator monotonic seconds
+  uint32_t last_s = 0;  // FlowSecond() of the last record; 0 = none
+  uint32_t goodput_s = 0;
+  float goodput_bps = 0;
+  std::array<FlowSlot, kSlots> slots{};
+};
+
+// The store's seconds for flows: aggregator monotonic seconds + 1, so that 0 means "never".
+inline uint32_t FlowSecond(int64_t now_ns) {
+  return static_cast<uint32_t>(std::max<int64_t>(now_ns, 0) / 1'000'000'000) + 1;
+}
+
+// Baseline of one pair, maintained by the analyzer from the long window; ingest reads it to judge
+// each RTT sample.
+struct PairBaseline {
+  float median_s = 0;  // the pair's own long-window median; 0 until ready
+  float mad_s = 0;
+  float reference_s = 0;       // what RTT ratios are taken against: own median, else the class's
+  float slow_threshold_s = 0;  // 0: latency is not judged for this pair
+  bool hold = false;           // the pair looks bad: keep the baseline as it is
+};
+
+// Picks the one path (an index into PathSet::core->paths) a flow takes, when it can be known;
+// nullopt leaves the flow with every equal-cost path as a candidate. Called once per new flow,
+// under a table lock: must be fast and must not call back into the table.
+using PathResolver = std::function<std::optional<uint32_t>(std::string_view src,
+                                                           std::string_view dst, uint16_t src_port,
+                                                           uint32_t flow_id, const PathSet& paths)>;
+
+// The convention for `routing: deterministic` maps: flow i of a pair takes path i mod n, with the
+// paths in FabricMap's (sorted) order. The planner and the fleet simulator follow it.
+std::optional<uint32_t> DeterministicPath(std::string_view src, std::string_view dst,
+                                          uint16_t src_port, uint32_t flow_id,
+                                          const PathSet& paths);
+
+// One pair as the analyzer sees it, handed to visitors under the pair's shard lock; the visitor
+// may write the baseline.
+struct PairFlows {
+  NodeId src = 0;
+  NodeId dst = 0;
+  Transport transport = Transport::kUdp;
+  const PathSet& paths;  // path_class kUnknown when the map does not know the pair
+  PairBaseline& baseline;
+  std::span<const FlowSeen> flows;
 };
 
 // A read-only view of one pair, handed to visitors under the pair's shard lock.
@@ -51,9 +111,12 @@ struct PairView {
 
 // Thread-safe. Pairs are spread over shards by source node; each shard has its own mutex, so
 // agents reporting for different nodes rarely contend. A batch from one agent (one source node)
-// takes one shard lock once. Node names are interned once into NodeIds, in an interner that the
-// aggregator shares with the analyzer's FlowTable, so that ingest resolves a name once per batch
-// for both.
+// takes one shard lock once. Node names are interned once into NodeIds, in an interner shared with
+// ingest, so that ingest resolves a name once per batch.
+//
+// Each pair holds both what /api/v1/pairs shows (windows up to 600 s, the flows seen) and what the
+// analyzer reads (per-flow 10 s slots, the pair's paths and baseline): one lookup and one lock per
+// result feed both.
 class PairTable {
  public:
   static constexpr int kShards = 16;
@@ -70,6 +133,11 @@ class PairTable {
 
   // The interner of this table's NodeIds (thread-safe; share it with tables fed the same ids).
   const std::shared_ptr<NameInterner>& names() const { return names_; }
+  const std::shared_ptr<const FabricMap>& map() const { return map_; }
+
+  // How new flows get their path. Without one (and with a deterministic map) DeterministicPath is
+  // used. Call before the first result is recorded.
+  void SetPathResolver(PathResolver resolver);
 
   // Finds or creates the pair. Costs two string hashes; cache the handle on hot paths. nullopt
   // when the table is full or the transport is not a known value.
@@ -81,6 +149,8 @@ class PairTable {
   // nodes by id (ids of names()) or by name (see ProbeResult). Returns how many were recorded; the
   // others (unknown transport, table full) are counted in Rejected().
   size_t RecordBatch(std::span<const ProbeResult> results);
+  // The same, arrived at `now_ns` (aggregator monotonic time).
+  size_t RecordBatch(std::span<const ProbeResult> results, int64_t now_ns);
   bool Record(const ProbeResult& r) {
     return RecordBatch(std::span<const ProbeResult>(&r, 1)) == 1;
   }
@@ -98,14 +168,22 @@ class PairTable {
   // Source node names that have at least one pair, in first-seen order.
   std::vector<std::string> SourceNodes() const;
 
+  // The analyzer's access: every pair (or every pair from `src`) with its flows and a writable
+  // baseline, one shard lock at a time. fn must not call back into this table.
+  void ForEachPairFlows(const std::function<void(const PairFlows&)>& fn);
+  void ForEachPairFlowsFrom(NodeId src, const std::function<void(const PairFlows&)>& fn);
+
   // Drops pairs with no result for `idle_seconds` (default: longer than the longest window).
   // Returns how many were dropped.
   size_t DropIdle(int64_t now_ns, int64_t idle_seconds = 660);
 
   size_t PairCount() const;
-  // Memory held for pairs: the pair objects plus their heap (buckets, flows), without the small
-  // per-pair index entries.
+  size_t FlowCount() const;
+  // Memory held for pairs: the pair objects plus their windows' heap, without the flows and the
+  // small per-pair index entries.
   size_t PairBytes() const;
+  // Memory held for the pairs' flow records.
+  size_t FlowBytes() const;
   const Clock& clock() const { return clock_; }
 
  private:
@@ -113,20 +191,24 @@ class PairTable {
     NodeId src = 0;
     NodeId dst = 0;
     Transport transport = Transport::kUdp;
-    PathClass path_class = PathClass::kUnknown;
     bool live = false;
     uint32_t generation = 0;
+    PathSet paths;
+    PairBaseline baseline;
     std::vector<FlowSeen> flows;
     PairWindows windows;
   };
-  // Where result k of a source's previous batch went. Agents send their peers in the same order
-  // every second, so result k of the next batch usually names the same pair: comparing an id
-  // replaces looking the pair up (measured: ~17% of the aggregator's ingest CPU at 4,000 agents).
+  // Where result k of a source's previous batch went: a pair slot and a flow in it. Agents send
+  // their peers in the same order every second, so result k of the next batch usually names the
+  // same pair and flow: comparing ids replaces looking the pair up and searching its flows
+  // (measured: ~17% of the aggregator's ingest CPU at 4,000 agents). A slot reused for another
+  // pair fails the generation check.
   struct RecentPair {
     NodeId dst = kNoNode;
     Transport transport = Transport::kUdp;
     uint32_t index = 0;
     uint32_t generation = 0;
+    uint32_t flow = 0;
   };
   struct Shard {
     mutable std::mutex mu;
@@ -147,13 +229,17 @@ class PairTable {
   std::string_view NameOf(NodeId id) const;
   // REQUIRES: shard.mu held. kNoIndex when the table is full.
   uint32_t FindOrCreateLocked(Shard& shard, NodeId src, NodeId dst, Transport t);
-  static void RecordLocked(Pair& p, const ProbeSample& s, uint16_t src_port, uint32_t flow_id,
-                           int64_t now_ns);
+  // REQUIRES: the pair's shard lock held. The index of the flow in p.flows, created if new (the
+  // flow seen longest ago makes room when the pair is full).
+  uint32_t FlowOfLocked(Pair& p, uint16_t src_port, uint32_t flow_id);
+  // REQUIRES: the pair's shard lock held.
+  static void RecordLocked(Pair& p, FlowSeen& f, const ProbeSample& s, Transport t, int64_t now_ns);
   void VisitLocked(const Pair& p, const std::function<void(const PairView&)>& fn) const;
 
   const Clock& clock_;
   std::shared_ptr<const FabricMap> map_;
   const size_t max_pairs_;
+  PathResolver resolver_;  // set before ingest starts, read-only after
   std::atomic<size_t> pair_count_{0};
   std::atomic<uint64_t> rejected_{0};
   std::shared_ptr<NameInterner> names_;

@@ -178,7 +178,6 @@ void SyntheticFleet::Run(int seconds) {
       if (j == batch.size() || batch[j].src_node != batch[begin].src_node) {
         const std::span<const ProbeResult> part(batch.data() + begin, j - begin);
         pairs_->RecordBatch(part);
-        analyzer_->Ingest(part);
         begin = j;
       }
     }
