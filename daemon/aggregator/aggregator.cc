@@ -7,6 +7,7 @@
 #include <span>
 
 #include "daemon/aggregator/api/http_api.h"
+#include "daemon/aggregator/ingest/ingest_journal.h"
 #include "daemon/aggregator/ingest/ingest_state_file.h"
 #include "daemon/aggregator/ingest/wire_convert.h"
 
@@ -21,7 +22,11 @@ Aggregator::Aggregator(AggregatorOptions options, const Clock& clock)
       fleet_(clock_, registry_,
              FleetState::Options{.heartbeat_timeout_s = options_.heartbeat_timeout_s,
                                  .heartbeat_grace_max_s = options_.heartbeat_grace_max_s,
-                                 .record_test_batches = options_.record_test_batches}),
+                                 .record_test_batches = options_.record_test_batches,
+                                 .max_nodes = static_cast<size_t>(options_.limits.max_nodes),
+                                 .retire_after_s = options_.limits.node_retire_after.value,
+                                 .max_devices_per_node =
+                                     static_cast<size_t>(options_.limits.max_devices_per_node)}),
       probe_ingest_(names_, registry_),
       ports_(registry_),
       views_(registry_),
@@ -30,7 +35,7 @@ Aggregator::Aggregator(AggregatorOptions options, const Clock& clock)
           "State files under --state-dir found corrupt at start and moved aside to "
           "<file>.corrupt-<UTC time>; the aggregator started fresh without them.",
           {"file"})) {
-  for (const char* file : {"findings.db", "ingest_state.json", "plan_epoch"}) {
+  for (const char* file : {"findings.db", "ingest_state.json", "plan_epoch", "ingest.db"}) {
     quarantined_total_.WithLabels({file});
   }
 }
@@ -44,6 +49,7 @@ void Aggregator::NoteQuarantined(const std::optional<QuarantinedFile>& q) {
 Aggregator::~Aggregator() { Stop(); }
 
 Status Aggregator::Start() {
+  std::shared_ptr<IngestJournal> journal;  // with a state dir: handed to the gRPC server
   if (!options_.state_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options_.state_dir, ec);
@@ -53,6 +59,10 @@ Status Aggregator::Start() {
     }
     NoteQuarantined(
         LoadIngestState(fleet_, IngestStatePath(options_.state_dir), clock_.WallNanos()));
+    auto opened = OpenIngestJournal(fleet_, options_.state_dir, clock_.WallNanos());
+    if (!opened.ok()) return opened.status();
+    journal = std::move(*opened);
+    NoteQuarantined(journal->quarantined());
   }
   if (!options_.fabric_map.empty()) {
     auto map = FabricMap::Load(options_.fabric_map);
@@ -94,6 +104,9 @@ Status Aggregator::Start() {
 
   GrpcServer::Options go;
   go.listen = options_.grpc_listen;
+  go.max_message_bytes = options_.limits.max_message_bytes;
+  go.max_findings_per_report = options_.limits.max_findings_per_report;
+  go.journal = journal;  // acks are durable (docs/durability.md)
   auto grpc = GrpcServer::Start(go, fleet_, *this, registry_);
   if (!grpc.ok()) return grpc.status();
   grpc_ = std::move(*grpc);

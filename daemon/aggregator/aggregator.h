@@ -18,6 +18,7 @@
 #include "daemon/aggregator/analysis/findings_store.h"
 #include "daemon/aggregator/api/port_metrics.h"
 #include "daemon/aggregator/api/tick_views.h"
+#include "daemon/aggregator/ingest/client_limits.h"
 #include "daemon/aggregator/ingest/fleet_state.h"
 #include "daemon/aggregator/ingest/ingest_service.h"
 #include "daemon/aggregator/ingest/pair_table.h"
@@ -42,6 +43,7 @@ struct AggregatorOptions {
   // The most the heartbeat timeout stretches while the aggregator is behind (FleetState::Options).
   double heartbeat_grace_max_s = 105;
   bool record_test_batches = false;
+  ClientLimits limits;  // bounds on client state (docs/durability.md)
   PlannerConfig planner;
   analysis::AnalysisConfig analysis;
 };

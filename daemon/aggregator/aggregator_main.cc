@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   binding.Bind("log-level", &log_level);
   binding.Bind("bandwidth-interval", &bw_interval);
   binding.Bind("latency-floor", &latency_floor);
+  fw::aggregator::BindClientLimits(binding, &o.limits);
 
   if (!fw::LoadConfigFromArgs(binding, argc, argv, "fabricwatch-aggregator")) return 3;
   auto duration = fw::DurationSetter;
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
                                        "baseline; set it above the hosts' scheduling jitter "
                                        "(default 20us)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
+  fw::aggregator::AddClientLimitFlags(app, &o.limits);
   std::string port_file;
   app.add_option("--port-file", port_file,
                  "write the bound ports as JSON here once listening (for tests and scripts)");

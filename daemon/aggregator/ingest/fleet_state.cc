@@ -1,25 +1,59 @@
 // Agent sessions, liveness and ingest accounting.
 #include "daemon/aggregator/ingest/fleet_state.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <array>
-
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 namespace fw::aggregator {
 
 namespace v1 = fabricwatch::v1;
 
+namespace {
+
+// Keeps at most `max` devices (GPUs first, then NICs) of an inventory; counts and logs the rest.
+void TrimInventory(v1::Inventory& inv, size_t max, const std::string& node,
+                   metrics::Counter& refused) {
+  const size_t gpus = static_cast<size_t>(inv.gpus_size());
+  const size_t nics = static_cast<size_t>(inv.nics_size());
+  if (gpus + nics <= max) return;
+  const size_t keep_gpus = std::min(gpus, max);
+  const size_t keep_nics = max - keep_gpus;
+  if (gpus > keep_gpus) {
+    inv.mutable_gpus()->DeleteSubrange(static_cast<int>(keep_gpus),
+                                       static_cast<int>(gpus - keep_gpus));
+  }
+  if (nics > keep_nics) {
+    inv.mutable_nics()->DeleteSubrange(static_cast<int>(keep_nics),
+                                       static_cast<int>(nics - keep_nics));
+  }
+  refused.Inc(static_cast<double>(gpus + nics - max));
+  spdlog::warn(
+      "msg=\"inventory trimmed: more devices than --max-devices-per-node\" node={} devices={} "
+      "kept={}",
+      node, gpus + nics, max);
+}
+
+}  // namespace
+
 const char* TransportName(v1::Transport t) {
   switch (t) {
-    case v1::TRANSPORT_UDP: return "udp";
-    case v1::TRANSPORT_TCP_CONNECT: return "tcp_connect";
-    case v1::TRANSPORT_TCP_BW: return "tcp_bw";
-    case v1::TRANSPORT_RDMA_UD: return "rdma_ud";
-    case v1::TRANSPORT_RDMA_RC: return "rdma_rc";
-    case v1::TRANSPORT_COLLECTIVE: return "collective";
-    default: return "unknown";
+    case v1::TRANSPORT_UDP:
+      return "udp";
+    case v1::TRANSPORT_TCP_CONNECT:
+      return "tcp_connect";
+    case v1::TRANSPORT_TCP_BW:
+      return "tcp_bw";
+    case v1::TRANSPORT_RDMA_UD:
+      return "rdma_ud";
+    case v1::TRANSPORT_RDMA_RC:
+      return "rdma_rc";
+    case v1::TRANSPORT_COLLECTIVE:
+      return "collective";
+    default:
+      return "unknown";
   }
 }
 
@@ -35,18 +69,20 @@ FleetState::FleetState(const Clock& clock, metrics::Registry& registry, Options 
                                   {"node"})),
       agent_age_(registry.AddGauge("fabricwatch_agent_last_report_age_seconds",
                                    "Seconds since the agent's last message.", {"node"})),
-      batches_total_(registry.AddCounter("fabricwatch_ingest_batches_total",
-                                         "Probe batches stored (duplicates excluded).")
+      batches_total_(registry
+                         .AddCounter("fabricwatch_ingest_batches_total",
+                                     "Probe batches stored (duplicates excluded).")
                          .WithLabels({})),
       duplicate_batches_(registry
                              .AddCounter("fabricwatch_ingest_duplicate_batches_total",
                                          "Probe batches received again after a reconnect and "
                                          "dropped as duplicates.")
                              .WithLabels({})),
-      gap_batches_(registry
-                       .AddCounter("fabricwatch_ingest_gap_batches_total",
-                                   "Probe batches an agent never delivered (its buffer overflowed).")
-                       .WithLabels({})),
+      gap_batches_(
+          registry
+              .AddCounter("fabricwatch_ingest_gap_batches_total",
+                          "Probe batches an agent never delivered (its buffer overflowed).")
+              .WithLabels({})),
       heartbeats_(registry.AddCounter("fabricwatch_ingest_heartbeats_total", "Heartbeats received.")
                       .WithLabels({})),
       disconnects_(registry
@@ -68,7 +104,30 @@ FleetState::FleetState(const Clock& clock, metrics::Registry& registry, Options 
       mass_timeouts_(registry
                          .AddCounter("fabricwatch_heartbeat_mass_timeouts_total",
                                      "Episodes of deferred mass heartbeat timeouts.")
+                         .WithLabels({})),
+      takeovers_(registry
+                     .AddCounter("fabricwatch_ingest_session_takeovers_total",
+                                 "Agent streams ended because a newer session for the same node "
+                                 "said Hello (one live session per node).")
+                     .WithLabels({})),
+      superseded_batches_(registry
+                              .AddCounter("fabricwatch_ingest_superseded_batches_total",
+                                          "Probe batches refused (not stored, not acked) because "
+                                          "they arrived on a stream another session replaced.")
+                              .WithLabels({})),
+      refused_(registry.AddCounter("fabricwatch_ingest_refused_total",
+                                   "Messages or parts refused by a bound on client state, by "
+                                   "reason (docs/durability.md).",
+                                   {"reason"})),
+      nodes_retired_(registry
+                         .AddCounter("fabricwatch_agents_retired_total",
+                                     "Departed nodes forgotten with their series after "
+                                     "--node-retire-after without a live stream.")
                          .WithLabels({})) {
+  for (const char* r :
+       {"node_limit", "inventory_devices", "report_findings", "superseded_batch", "plans_merged"}) {
+    refused_.WithLabels({r});
+  }
   auto& results = registry.AddCounter("fabricwatch_probe_results_received_total",
                                       "Probe results received, by transport.", {"transport"});
   for (int t = 0; t < 7; ++t) {
@@ -114,32 +173,92 @@ void FleetState::SetLiveLocked(Node& n, bool connected, bool up) {
 }
 
 uint64_t FleetState::OnHello(uint64_t conn_id, const v1::Hello& hello) {
-  uint64_t ack = 0;
+  return Admit(conn_id, hello).ack;
+}
+
+HelloResult FleetState::Admit(uint64_t conn_id, const v1::Hello& hello) {
+  HelloResult r;
+  uint64_t old_session = 0, new_session = hello.session_id();
+  bool resumed = false;
   {
     std::lock_guard lock(mu_);
-    Node& n = GetLocked(hello.node());
-    n.conn_id = conn_id;
-    SetLiveLocked(n, true, n.view.up);
-    n.view.version = hello.version();
-    n.view.inventory = hello.inventory();
-    n.view.endpoints.assign(hello.endpoints().begin(), hello.endpoints().end());
-    if (n.view.ingest.session_id != hello.session_id()) {
-      // A restarted agent starts its sequence again.
-      n.view.ingest.session_id = hello.session_id();
-      n.view.ingest.last_seq = 0;
+    if (nodes_.find(hello.node()) == nodes_.end() && nodes_.size() >= options_.max_nodes) {
+      r.admitted = false;
+      refused_.WithLabels({"node_limit"}).Inc();
+    } else {
+      Node& n = GetLocked(hello.node());
+      if (n.view.connected && n.conn_id != 0 && n.conn_id != conn_id) {
+        r.replaced_conn = n.conn_id;
+        takeovers_.Inc();
+      }
+      n.conn_id = conn_id;
+      SetLiveLocked(n, true, n.view.up);
+      n.view.version = hello.version();
+      n.view.inventory = hello.inventory();
+      TrimInventory(n.view.inventory, options_.max_devices_per_node, hello.node(),
+                    refused_.WithLabels({"inventory_devices"}));
+      n.view.endpoints.assign(hello.endpoints().begin(), hello.endpoints().end());
+      NodeIngest& in = n.view.ingest;
+      if (in.session_id != new_session) {
+        // Another sequence space: a restarted agent (a new random session id), or a second agent
+        // under the same name. The current space is kept among the recent ones, and a space seen
+        // before is resumed where it stopped.
+        old_session = in.session_id;
+        if (in.session_id != 0 || in.last_seq != 0) {
+          in.recent.emplace_back(in.session_id, in.last_seq);
+        }
+        in.session_id = new_session;
+        in.last_seq = 0;
+        for (auto it = in.recent.begin(); it != in.recent.end(); ++it) {
+          if (it->first == new_session) {
+            in.last_seq = it->second;
+            in.recent.erase(it);
+            resumed = true;
+            break;
+          }
+        }
+        while (in.recent.size() > kRecentSessions) in.recent.erase(in.recent.begin());
+        MarkDirtyLocked(hello.node());
+      }
+      r.ack = in.last_seq;
+      Touch(n);
     }
-    ack = n.view.ingest.last_seq;
-    Touch(n);
+  }
+  if (!r.admitted) {
+    spdlog::warn("msg=\"session refused: node limit reached\" node=\"{}\" max_nodes={}",
+                 hello.node().substr(0, 64), options_.max_nodes);
+    return r;
+  }
+  if (r.replaced_conn != 0) {
+    spdlog::warn(
+        "msg=\"session takeover: a newer session for this node ends the open one\" node={} "
+        "old_conn={} new_conn={} old_session={:016x} new_session={:016x} resumed={}",
+        hello.node(), r.replaced_conn, conn_id, old_session, new_session, resumed);
   }
   NotifyMembership();
-  return ack;
+  return r;
 }
 
 BatchVerdict FleetState::OnProbeBatch(const std::string& node, const v1::ProbeBatch& batch,
                                       uint64_t* ack) {
+  return OnProbeBatch(node, 0, batch, ack);
+}
+
+BatchVerdict FleetState::OnProbeBatch(const std::string& node, uint64_t conn_id,
+                                      const v1::ProbeBatch& batch, uint64_t* ack) {
   std::lock_guard lock(mu_);
-  Node& n = GetLocked(node);
+  auto found = nodes_.find(node);
+  if (conn_id != 0 && (found == nodes_.end() || found->second.conn_id != conn_id)) {
+    // This stream lost the node to a newer session (or the node was retired): its sequence space
+    // is no longer the node's current one, so nothing from it is stored or acked.
+    superseded_batches_.Inc();
+    refused_.WithLabels({"superseded_batch"}).Inc();
+    *ack = 0;
+    return BatchVerdict::kSuperseded;
+  }
+  Node& n = found != nodes_.end() ? found->second : GetLocked(node);
   Touch(n);
+  MarkDirtyLocked(node);
   NodeIngest& in = n.view.ingest;
   if (batch.seq() <= in.last_seq) {
     ++in.duplicates;
@@ -158,8 +277,8 @@ BatchVerdict FleetState::OnProbeBatch(const std::string& node, const v1::ProbeBa
   ++in.batches;
   // Results in either encoding count as received; whether they are valid is the decoder's call.
   const v1::ProbeColumns& cols = batch.columns();
-  in.results += static_cast<uint64_t>(batch.results_size()) +
-                static_cast<uint64_t>(cols.peer_size());
+  in.results +=
+      static_cast<uint64_t>(batch.results_size()) + static_cast<uint64_t>(cols.peer_size());
   batches_total_.Inc();
   std::array<uint64_t, 7> by_transport{};
   auto count = [&](int t) { ++by_transport[t < 0 || t >= 7 ? 0 : t]; };
@@ -210,6 +329,43 @@ void FleetState::OnCounterBatch(const std::string& node, const v1::CounterBatch&
   Touch(GetLocked(node));
 }
 
+size_t FleetState::BoundCounterBatch(const std::string& node, v1::CounterBatch* batch) {
+  size_t dropped = 0;
+  bool log = false;
+  {
+    std::lock_guard lock(mu_);
+    auto it = nodes_.find(node);
+    if (it == nodes_.end()) return 0;
+    auto& keys = it->second.port_keys;
+    auto* ports = batch->mutable_ports();
+    int out = 0;
+    for (int i = 0; i < ports->size(); ++i) {
+      const v1::PortSample& p = ports->Get(i);
+      std::pair<std::string, uint32_t> key(p.device(), p.port());
+      bool known = keys.count(key) > 0;
+      if (!known && keys.size() >= options_.max_devices_per_node) {
+        ++dropped;
+        continue;
+      }
+      if (!known) keys.insert(std::move(key));
+      if (out != i) ports->SwapElements(out, i);
+      ++out;
+    }
+    if (out < ports->size()) ports->DeleteSubrange(out, ports->size() - out);
+    if (dropped > 0) {
+      refused_.WithLabels({"inventory_devices"}).Inc(static_cast<double>(dropped));
+      log = !std::exchange(it->second.port_limit_logged, true);
+    }
+  }
+  if (log) {
+    spdlog::warn(
+        "msg=\"counter samples dropped: the node names more ports than --max-devices-per-node\" "
+        "node={} dropped={} max={}",
+        node, dropped, options_.max_devices_per_node);
+  }
+  return dropped;
+}
+
 void FleetState::OnDisconnect(const std::string& node, uint64_t conn_id) {
   {
     std::lock_guard lock(mu_);
@@ -226,6 +382,7 @@ void FleetState::OnDisconnect(const std::string& node, uint64_t conn_id) {
 
 void FleetState::Sweep() {
   std::vector<std::pair<std::string, double>> timed_out;
+  std::vector<std::string> retired;
   size_t deferred = 0, silent_count = 0, live = 0;
   bool new_episode = false;
   double lag = 0;
@@ -247,6 +404,7 @@ void FleetState::Sweep() {
       lag = std::min(lags[k], grace_max);
     }
     ingest_lag_s_ = lag;
+    retired = RetireLocked(now);
     const auto timeout = static_cast<int64_t>(options_.heartbeat_timeout_s * 1e9);
     const int64_t soft = timeout + static_cast<int64_t>(lag * 1e9);
     const int64_t hard = timeout + static_cast<int64_t>(grace_max * 1e9);
@@ -291,7 +449,88 @@ void FleetState::Sweep() {
   if (timed_out.size() > kMaxLogged) {
     spdlog::warn("msg=\"agent heartbeat timeouts\" more={}", timed_out.size() - kMaxLogged);
   }
-  if (!timed_out.empty()) NotifyMembership();
+  for (size_t i = 0; i < retired.size() && i < kMaxLogged; ++i) {
+    spdlog::info("msg=\"departed node retired: its series are removed\" node={} after_s={:.0f}",
+                 retired[i], options_.retire_after_s);
+  }
+  if (retired.size() > kMaxLogged) {
+    spdlog::info("msg=\"departed nodes retired\" more={}", retired.size() - kMaxLogged);
+  }
+  if (!timed_out.empty() || !retired.empty()) NotifyMembership();
+}
+
+std::vector<std::string> FleetState::RetireLocked(int64_t now) {
+  std::vector<std::string> out;
+  if (options_.retire_after_s <= 0) return out;
+  const auto after = static_cast<int64_t>(options_.retire_after_s * 1e9);
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    Node& n = it->second;
+    if (n.view.connected || now - n.last_seen_mono_ns <= after) {
+      ++it;
+      continue;
+    }
+    // Gone for good as far as the fleet view goes: its agent_up series disappears (so an
+    // agent_up == 0 alert resolves) and so does its record. Should it come back, it is new.
+    if (n.view.up) SetLiveLocked(n, false, false);
+    agent_up_.Remove({it->first});
+    agent_age_.Remove({it->first});
+    dirty_.insert(it->first);
+    out.push_back(it->first);
+    nodes_retired_.Inc();
+    it = nodes_.erase(it);
+  }
+  return out;
+}
+
+std::vector<IngestRecord> FleetState::TakeDirtyRecords() {
+  std::lock_guard lock(mu_);
+  std::vector<IngestRecord> out;
+  out.reserve(dirty_.size());
+  for (const std::string& name : dirty_) {
+    IngestRecord r;
+    r.node = name;
+    auto it = nodes_.find(name);
+    if (it == nodes_.end()) {
+      r.retired = true;
+    } else {
+      const NodeIngest& in = it->second.view.ingest;
+      r.session_id = in.session_id;
+      r.last_seq = in.last_seq;
+      r.batches = in.batches;
+      r.results = in.results;
+      r.duplicates = in.duplicates;
+      r.gaps = in.gaps;
+      r.recent = in.recent;
+    }
+    out.push_back(std::move(r));
+  }
+  dirty_.clear();
+  return out;
+}
+
+void FleetState::ImportRecords(const std::vector<IngestRecord>& records) {
+  std::lock_guard lock(mu_);
+  for (const IngestRecord& r : records) {
+    if (r.retired) continue;
+    NodeIngest& in = GetLocked(r.node).view.ingest;
+    in.session_id = r.session_id;
+    in.last_seq = r.last_seq;
+    in.batches = r.batches;
+    in.results = r.results;
+    in.duplicates = r.duplicates;
+    in.gaps = r.gaps;
+    in.recent = r.recent;
+  }
+}
+
+void FleetState::RequeueDirty(const std::vector<IngestRecord>& records) {
+  std::lock_guard lock(mu_);
+  for (const IngestRecord& r : records) dirty_.insert(r.node);
+}
+
+size_t FleetState::size() const {
+  std::lock_guard lock(mu_);
+  return nodes_.size();
 }
 
 double FleetState::ingest_lag_s() const {
@@ -333,10 +572,14 @@ std::string FleetState::ExportIngestJson() const {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [name, n] : nodes_) {
     const NodeIngest& in = n.view.ingest;
-    j[name] = {{"session_id", in.session_id}, {"last_seq", in.last_seq},
-               {"batches", in.batches},       {"results", in.results},
-               {"duplicates", in.duplicates}, {"gaps", in.gaps},
+    j[name] = {{"session_id", in.session_id},
+               {"last_seq", in.last_seq},
+               {"batches", in.batches},
+               {"results", in.results},
+               {"duplicates", in.duplicates},
+               {"gaps", in.gaps},
                {"test_batches", in.test_batches},
+               {"recent", in.recent},
                {"test_ids", std::vector<uint64_t>(in.test_ids.begin(), in.test_ids.end())}};
   }
   return j.dump();
@@ -359,6 +602,8 @@ Status FleetState::ImportIngestJson(const std::string& text) {
       in.duplicates = v.value("duplicates", uint64_t{0});
       in.gaps = v.value("gaps", uint64_t{0});
       in.test_batches = v.value("test_batches", uint64_t{0});
+      in.recent = v.value("recent", std::vector<std::pair<uint64_t, uint64_t>>{});
+      if (in.recent.size() > kRecentSessions) in.recent.resize(kRecentSessions);
       for (uint64_t id : v.value("test_ids", std::vector<uint64_t>{})) in.test_ids.insert(id);
     }
   } catch (const nlohmann::json::exception& e) {

@@ -26,6 +26,30 @@ enum class BatchVerdict {
   kAccepted,   // new, in order
   kGap,        // new, but earlier seqs never arrived (the agent's buffer overflowed)
   kDuplicate,  // already stored; ack again but do not count
+  // Arrived on a stream that a newer session for the same node replaced: neither stored nor
+  // acked (the agent that sent it resends it on its next session).
+  kSuperseded,
+};
+
+// What a Hello did (FleetState::Admit).
+struct HelloResult {
+  bool admitted = true;        // false: refused by a bound (Options::max_nodes); nothing changed
+  uint64_t ack = 0;            // the seq to acknowledge right away
+  uint64_t replaced_conn = 0;  // a still-open stream of the same node this Hello took over; 0: none
+};
+
+// One node's durable ingest record (docs/durability.md): what an ack promises.
+struct IngestRecord {
+  std::string node;
+  uint64_t session_id = 0;
+  uint64_t last_seq = 0;
+  uint64_t batches = 0;
+  uint64_t results = 0;
+  uint64_t duplicates = 0;
+  uint64_t gaps = 0;
+  // Earlier sessions of the node (session id, last seq), newest last, at most kRecentSessions.
+  std::vector<std::pair<uint64_t, uint64_t>> recent;
+  bool retired = false;  // the node was forgotten: delete its record
 };
 
 struct NodeIngest {
@@ -35,6 +59,10 @@ struct NodeIngest {
   uint64_t results = 0;
   uint64_t duplicates = 0;
   uint64_t gaps = 0;
+  // Sequence spaces of the node's earlier sessions (session id, last seq), newest last: two agents
+  // that take a node's name from each other in turn (duplicate hostnames, a restarted agent whose
+  // old stream is still open) each resume their own space instead of resetting the other's.
+  std::vector<std::pair<uint64_t, uint64_t>> recent;
   std::set<uint64_t> test_ids;  // only with record_test_batches
   uint64_t test_batches = 0;
 };
@@ -68,21 +96,39 @@ class FleetState {
     size_t mass_timeout_min = 50;
     double mass_timeout_fraction = 0.05;
     bool record_test_batches = false;
+    // Bounds on what clients can make the aggregator hold (docs/durability.md, "Bounds"). A Hello
+    // for a new node beyond max_nodes is refused; a departed node (no live stream) is forgotten,
+    // with its series, retire_after_s after its last message (0: never).
+    size_t max_nodes = 20000;
+    double retire_after_s = 3600;
+    // Devices one node may name: GPUs plus NICs in its inventory, and distinct (device, port)
+    // pairs in its counter samples (each becomes port series). The rest is dropped and counted.
+    size_t max_devices_per_node = 256;
   };
+  static constexpr size_t kRecentSessions = 4;
   FleetState(const Clock& clock, metrics::Registry& registry, Options options);
 
   // A session said Hello. Returns the seq to acknowledge right away (the last stored for this
   // agent session, 0 for a new one). `conn_id` identifies the stream so a stale stream ending
   // cannot mark a newer one disconnected.
   uint64_t OnHello(uint64_t conn_id, const fabricwatch::v1::Hello& hello);
+  // OnHello with its whole outcome: refused by max_nodes, or taking over another open stream of
+  // the same node (the caller ends that stream; its later batches are kSuperseded).
+  HelloResult Admit(uint64_t conn_id, const fabricwatch::v1::Hello& hello);
   // Accounts a batch; returns the verdict and sets *ack to the seq to acknowledge.
   BatchVerdict OnProbeBatch(const std::string& node, const fabricwatch::v1::ProbeBatch& batch,
                             uint64_t* ack);
+  // As above for the stream `conn_id`: kSuperseded when another stream now holds the node.
+  BatchVerdict OnProbeBatch(const std::string& node, uint64_t conn_id,
+                            const fabricwatch::v1::ProbeBatch& batch, uint64_t* ack);
   // `sent_unix_ns` is the agent's send time (Heartbeat.sent_unix_ns; 0 when absent). How late the
   // aggregator reads it is its ingest lag.
   void OnHeartbeat(const std::string& node, int64_t sent_unix_ns = 0);
   void OnCheckReport(const std::string& node, const fabricwatch::v1::CheckReport& report);
   void OnCounterBatch(const std::string& node, const fabricwatch::v1::CounterBatch& batch);
+  // Drops the samples of `batch` that would take `node` past max_devices_per_node distinct
+  // (device, port) pairs; returns how many were dropped (counted, reason inventory_devices).
+  size_t BoundCounterBatch(const std::string& node, fabricwatch::v1::CounterBatch* batch);
   // The stream `conn_id` of `node` ended (cleanly, by error or by cancel).
   void OnDisconnect(const std::string& node, uint64_t conn_id);
 
@@ -102,6 +148,16 @@ class FleetState {
   // Ingest dedup state survives a graceful restart through these (see aggregator_main).
   std::string ExportIngestJson() const;
   Status ImportIngestJson(const std::string& json);
+  // The durable journal's view (ingest_journal.h): the records of nodes changed since the last
+  // call, and the restore at start (records for unknown nodes create them, disconnected).
+  std::vector<IngestRecord> TakeDirtyRecords();
+  void ImportRecords(const std::vector<IngestRecord>& records);
+  // Marks these records' nodes changed again (their commit failed).
+  void RequeueDirty(const std::vector<IngestRecord>& records);
+  size_t size() const;
+  // fabricwatch_ingest_refused_total{reason}: everything a bound refused, for the ingest service
+  // too (docs/durability.md lists the reasons).
+  metrics::Counter& Refused(const char* reason) { return refused_.WithLabels({reason}); }
 
   // Called (outside the lock) whenever the set of live agents changes, e.g. to re-plan.
   void SetMembershipListener(std::function<void()> listener) { listener_ = std::move(listener); }
@@ -111,7 +167,9 @@ class FleetState {
     NodeView view;
     uint64_t conn_id = 0;
     int64_t last_seen_mono_ns = 0;
-    double heartbeat_lag_s = 0;  // how late the latest heartbeat was read
+    double heartbeat_lag_s = 0;                            // how late the latest heartbeat was read
+    std::set<std::pair<std::string, uint32_t>> port_keys;  // at most max_devices_per_node
+    bool port_limit_logged = false;  // one log line per node; the counter has every sample
     metrics::Gauge* up_gauge = nullptr;
     metrics::Gauge* age_gauge = nullptr;
   };
@@ -120,6 +178,9 @@ class FleetState {
   // Keeps `live_count_` and the gauge in step when a node's liveness flips. REQUIRES: mu_ held.
   void SetLiveLocked(Node& n, bool connected, bool up);
   void NotifyMembership();
+  void MarkDirtyLocked(const std::string& name) { dirty_.insert(name); }  // REQUIRES: mu_ held
+  // Forgets nodes without a live stream silent for retire_after_s; returns their names.
+  std::vector<std::string> RetireLocked(int64_t now_mono_ns);  // REQUIRES: mu_ held
 
   const Clock& clock_;
   Options options_;
@@ -128,6 +189,7 @@ class FleetState {
   size_t live_count_ = 0;              // GUARDED_BY(mu_): nodes connected and up
   double ingest_lag_s_ = 0;            // GUARDED_BY(mu_)
   bool mass_deferring_ = false;        // GUARDED_BY(mu_): a mass timeout is being deferred
+  std::set<std::string> dirty_;        // GUARDED_BY(mu_): ingest records not yet journaled
   std::function<void()> listener_;
 
   metrics::Gauge& agents_connected_;
@@ -142,6 +204,10 @@ class FleetState {
   metrics::Gauge& ingest_lag_;
   metrics::Gauge& timeouts_deferred_;
   metrics::Counter& mass_timeouts_;
+  metrics::Counter& takeovers_;
+  metrics::Counter& superseded_batches_;
+  metrics::Family<metrics::Counter>& refused_;
+  metrics::Counter& nodes_retired_;
 };
 
 const char* TransportName(fabricwatch::v1::Transport t);

@@ -207,5 +207,126 @@ TEST(FleetStateTest, AFewSilentAgentsAreNotAMassTimeout) {
             std::string::npos);
 }
 
+TEST(FleetStateTest, ANewSessionForANodeTakesOverAndTheOldStreamsBatchesAreRefused) {
+  FakeClock clock;
+  metrics::Registry reg;
+  FleetState fleet(clock, reg, {});
+  uint64_t ack = 0;
+  HelloResult a = fleet.Admit(1, MakeHello("dup", 10));
+  EXPECT_EQ(a.replaced_conn, 0u);
+  EXPECT_EQ(fleet.OnProbeBatch("dup", 1, Batch(1), &ack), BatchVerdict::kAccepted);
+  EXPECT_EQ(fleet.OnProbeBatch("dup", 1, Batch(2), &ack), BatchVerdict::kAccepted);
+  // A second agent under the same name (another process: another session id).
+  HelloResult b = fleet.Admit(2, MakeHello("dup", 20));
+  EXPECT_EQ(b.replaced_conn, 1u);
+  EXPECT_EQ(b.ack, 0u);
+  // The first stream is no longer the node's: its batches are neither stored nor acked.
+  EXPECT_EQ(fleet.OnProbeBatch("dup", 1, Batch(3), &ack), BatchVerdict::kSuperseded);
+  EXPECT_EQ(fleet.OnProbeBatch("dup", 2, Batch(1), &ack), BatchVerdict::kAccepted);
+  EXPECT_EQ(ack, 1u);
+  // The first agent comes back: it resumes its own sequence space, no gap and no duplicate.
+  HelloResult a2 = fleet.Admit(3, MakeHello("dup", 10));
+  EXPECT_EQ(a2.replaced_conn, 2u);
+  EXPECT_EQ(a2.ack, 2u);
+  EXPECT_EQ(fleet.OnProbeBatch("dup", 3, Batch(3), &ack), BatchVerdict::kAccepted);
+  // And the second one too.
+  EXPECT_EQ(fleet.Admit(4, MakeHello("dup", 20)).ack, 1u);
+  EXPECT_EQ(fleet.OnProbeBatch("dup", 4, Batch(2), &ack), BatchVerdict::kAccepted);
+  const NodeIngest in = fleet.Nodes()[0].ingest;
+  EXPECT_EQ(in.batches, 5u);
+  EXPECT_EQ(in.gaps, 0u);
+  EXPECT_EQ(in.duplicates, 0u);
+  const std::string text = reg.RenderToString();
+  EXPECT_NE(text.find("fabricwatch_ingest_session_takeovers_total 3\n"), std::string::npos);
+  EXPECT_NE(text.find("fabricwatch_ingest_superseded_batches_total 1\n"), std::string::npos);
+  // A reconnect of the same stream's agent after its stream ended is no takeover.
+  fleet.OnDisconnect("dup", 4);
+  EXPECT_EQ(fleet.Admit(5, MakeHello("dup", 20)).replaced_conn, 0u);
+}
+
+TEST(FleetStateTest, NodeLimitRefusesNewNodesOnly) {
+  FakeClock clock;
+  metrics::Registry reg;
+  FleetState fleet(clock, reg, {.max_nodes = 2});
+  EXPECT_TRUE(fleet.Admit(1, MakeHello("a", 1)).admitted);
+  EXPECT_TRUE(fleet.Admit(2, MakeHello("b", 2)).admitted);
+  EXPECT_FALSE(fleet.Admit(3, MakeHello("c", 3)).admitted);
+  EXPECT_TRUE(fleet.Admit(4, MakeHello("a", 1)).admitted);  // a known node reconnects
+  EXPECT_EQ(fleet.size(), 2u);
+  EXPECT_NE(
+      reg.RenderToString().find("fabricwatch_ingest_refused_total{reason=\"node_limit\"} 1\n"),
+      std::string::npos);
+}
+
+TEST(FleetStateTest, DevicesPerNodeAreBounded) {
+  FakeClock clock;
+  metrics::Registry reg;
+  FleetState fleet(clock, reg, {.max_devices_per_node = 4});
+  v1::Hello h = MakeHello("a", 1);
+  for (int i = 0; i < 10; ++i)
+    h.mutable_inventory()->add_nics()->set_device("nic" + std::to_string(i));
+  fleet.Admit(1, h);
+  EXPECT_EQ(fleet.Nodes()[0].inventory.nics_size(), 4);
+  // Rotating port names: only the first four (device, port) pairs are ever passed on.
+  size_t kept = 0;
+  for (int round = 0; round < 100; ++round) {
+    v1::CounterBatch b;
+    for (int i = 0; i < 10; ++i) {
+      auto* p = b.add_ports();
+      p->set_device("dev" + std::to_string(round * 10 + i));
+      p->set_port(1);
+    }
+    fleet.BoundCounterBatch("a", &b);
+    kept += static_cast<size_t>(b.ports_size());
+  }
+  EXPECT_EQ(kept, 4u);
+  EXPECT_NE(reg.RenderToString().find(
+                "fabricwatch_ingest_refused_total{reason=\"inventory_devices\"} 1002\n"),
+            std::string::npos);
+}
+
+TEST(FleetStateTest, DepartedNodesAreRetiredWithTheirSeries) {
+  FakeClock clock;
+  metrics::Registry reg;
+  FleetState fleet(clock, reg, {.heartbeat_timeout_s = 15, .retire_after_s = 3600});
+  fleet.Admit(1, MakeHello("gone", 1));
+  fleet.Admit(2, MakeHello("stays", 2));
+  fleet.OnDisconnect("gone", 1);
+  fleet.TakeDirtyRecords();
+  EXPECT_NE(reg.RenderToString().find("fabricwatch_agent_up{node=\"gone\"} 0\n"),
+            std::string::npos);
+  for (int m = 0; m < 61; ++m) {
+    clock.Advance(std::chrono::minutes(1));
+    fleet.OnHeartbeat("stays");
+    fleet.Sweep();
+  }
+  const std::string text = reg.RenderToString();
+  EXPECT_EQ(text.find("node=\"gone\""), std::string::npos);
+  EXPECT_NE(text.find("fabricwatch_agent_up{node=\"stays\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("fabricwatch_agents_retired_total 1\n"), std::string::npos);
+  ASSERT_EQ(fleet.size(), 1u);
+  // The journal learns to delete it.
+  auto dirty = fleet.TakeDirtyRecords();
+  ASSERT_EQ(dirty.size(), 1u);
+  EXPECT_EQ(dirty[0].node, "gone");
+  EXPECT_TRUE(dirty[0].retired);
+}
+
+TEST(FleetStateTest, DirtyRecordsCarryWhatAnAckPromises) {
+  FakeClock clock;
+  metrics::Registry reg;
+  FleetState fleet(clock, reg, {});
+  fleet.Admit(1, MakeHello("a", 7));
+  uint64_t ack;
+  fleet.OnProbeBatch("a", 1, Batch(1, 3), &ack);
+  fleet.OnProbeBatch("a", 1, Batch(2, 3), &ack);
+  auto recs = fleet.TakeDirtyRecords();
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].session_id, 7u);
+  EXPECT_EQ(recs[0].last_seq, 2u);
+  EXPECT_EQ(recs[0].results, 6u);
+  EXPECT_TRUE(fleet.TakeDirtyRecords().empty());
+}
+
 }  // namespace
 }  // namespace fw::aggregator

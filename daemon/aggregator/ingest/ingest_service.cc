@@ -9,11 +9,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <map>
-#include <vector>
+#include <mutex>
 #include <thread>
+#include <vector>
 
+#include "daemon/aggregator/ingest/ingest_journal.h"
 #include "fabricwatch.grpc.pb.h"
 
 namespace fw::aggregator {
@@ -29,7 +30,8 @@ class Service;
 // Thread-safety: `mu_` guards the write queue and the finishing state. gRPC operations (StartWrite,
 // StartRead, Finish) are decided under `mu_` but started after releasing it, so a reaction that
 // gRPC runs inline can never deadlock on `mu_`.
-class AgentSession final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::AggregatorMessage> {
+class AgentSession final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::AggregatorMessage>,
+                           public std::enable_shared_from_this<AgentSession> {
  public:
   AgentSession(Service* service, uint64_t conn_id, std::string peer);
   void OnReadDone(bool ok) override;
@@ -42,6 +44,9 @@ class AgentSession final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::
   // Queues the current plan if this session's node is one `wanted` accepts.
   void PushPlan(const std::function<bool(const std::string&)>& wanted);
   void Drain();
+  // A newer session for this node said Hello: end this stream; nothing more is stored from it.
+  void Supersede();
+  uint64_t conn_id() const { return conn_id_; }
 
  private:
   // gRPC operations decided under mu_, performed after it is released.
@@ -49,9 +54,10 @@ class AgentSession final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::
     const v1::AggregatorMessage* write = nullptr;
     bool read = false;
     std::optional<grpc::Status> finish;
+    uint64_t supersede_conn = 0;  // another stream of the node to end (a takeover)
   };
   void Perform(Actions a);
-  void HandleMessage(Actions& a);                        // REQUIRES: mu_ held
+  void HandleMessage(Actions& a);                             // REQUIRES: mu_ held
   void EnqueueLocked(v1::AggregatorMessage msg, Actions& a);  // REQUIRES: mu_ held
   void FinishLocked(grpc::Status st, Actions& a);             // REQUIRES: mu_ held
 
@@ -75,11 +81,12 @@ class AgentSession final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::
   }()};
   v1::AgentMessage* in_ = nullptr;  // on arena_; owned by the single outstanding read
   std::mutex mu_;
-  std::string node_;                          // GUARDED_BY(mu_), set by Hello
+  std::string node_;                         // GUARDED_BY(mu_), set by Hello
   std::deque<v1::AggregatorMessage> queue_;  // GUARDED_BY(mu_); front is in flight when writing_
-  bool writing_ = false;                      // GUARDED_BY(mu_)
-  bool draining_ = false;                     // GUARDED_BY(mu_)
-  bool finished_ = false;                     // GUARDED_BY(mu_)
+  bool writing_ = false;                     // GUARDED_BY(mu_)
+  bool draining_ = false;                    // GUARDED_BY(mu_)
+  bool finished_ = false;                    // GUARDED_BY(mu_)
+  bool superseded_ = false;                  // GUARDED_BY(mu_)
   std::optional<grpc::Status> finish_after_writes_;  // GUARDED_BY(mu_)
 };
 
@@ -157,8 +164,74 @@ class Service final : public v1::Aggregator::CallbackService {
 
   void ProtocolError(const char* reason) { protocol_errors_.WithLabels({reason}).Inc(); }
 
+  // Ends the open stream `conn_id` (a takeover). Called without any session's lock held.
+  void SupersedeConn(uint64_t conn_id) {
+    std::shared_ptr<AgentSession> old;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [raw, s] : sessions_) {
+        if (s->conn_id() == conn_id) old = s;
+      }
+    }
+    if (old) old->Supersede();
+  }
+
+  // Acks a batch once its ingest record is durable (the journal's next commit), or at once
+  // without a journal.
+  void Ack(const std::shared_ptr<AgentSession>& s, uint64_t seq) {
+    {
+      std::lock_guard lock(commit_mu_);
+      if (journal_ && !commit_stop_) {
+        pending_acks_.emplace_back(s, seq);
+        commit_cv_.notify_one();
+        return;
+      }
+    }
+    v1::AggregatorMessage m;
+    m.mutable_ack()->set_seq(seq);
+    s->Enqueue(std::move(m));
+  }
+
+  // Group commit: every ack that arrives while one commit runs waits for the next; one commit
+  // (one WAL fsync) then releases all of them.
+  void StartJournal(std::shared_ptr<IngestJournal> journal, metrics::Registry& registry) {
+    journal_ = std::move(journal);
+    commit_seconds_ =
+        &registry
+             .AddHistogram("fabricwatch_ingest_journal_commit_seconds",
+                           "Time of one durable commit of ingest records (acks "
+                           "wait for it).",
+                           {}, {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5})
+             .WithLabels({});
+    commit_acks_ = &registry
+                        .AddCounter("fabricwatch_ingest_journal_acks_total",
+                                    "Acks released by durable commits.")
+                        .WithLabels({});
+    commits_ = &registry
+                    .AddCounter("fabricwatch_ingest_journal_commits_total",
+                                "Durable commits of ingest records.")
+                    .WithLabels({});
+    commit_errors_ = &registry
+                          .AddCounter("fabricwatch_ingest_journal_errors_total",
+                                      "Commits that failed; their acks wait for a retry.")
+                          .WithLabels({});
+    committer_ = std::thread([this] { CommitLoop(); });
+  }
+
+  // Commits what is pending, releases those acks and stops the commit thread.
+  void StopJournal() {
+    {
+      std::lock_guard lock(commit_mu_);
+      if (!committer_.joinable()) return;
+      commit_stop_ = true;
+    }
+    commit_cv_.notify_all();
+    committer_.join();
+  }
+
   FleetState& fleet_;
   IngestSink& sink_;
+  int max_findings_per_report = 1024;
 
  private:
   std::atomic<uint64_t> next_conn_{0};
@@ -167,6 +240,65 @@ class Service final : public v1::Aggregator::CallbackService {
   std::map<AgentSession*, std::shared_ptr<AgentSession>> sessions_;  // GUARDED_BY(mu_)
   metrics::Gauge& sessions_gauge_;
   metrics::Family<metrics::Counter>& protocol_errors_;
+
+  void CommitLoop() {
+    for (;;) {
+      std::vector<std::pair<std::shared_ptr<AgentSession>, uint64_t>> acks;
+      bool stop;
+      {
+        std::unique_lock lock(commit_mu_);
+        commit_cv_.wait(lock, [this] { return commit_stop_ || !pending_acks_.empty(); });
+        acks.swap(pending_acks_);
+        stop = commit_stop_;
+      }
+      // Every ack in `acks` was taken after its batch updated the fleet's records, so this
+      // snapshot holds what each promises.
+      for (;;) {
+        auto t0 = std::chrono::steady_clock::now();
+        std::vector<IngestRecord> records = fleet_.TakeDirtyRecords();
+        Status st = journal_->Write(records);
+        if (st.ok()) {
+          commit_seconds_->Observe(
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          commits_->Inc();
+          commit_acks_->Inc(static_cast<double>(acks.size()));
+          break;
+        }
+        // Unacked batches stay in the agents' buffers; nothing is promised that is not on disk.
+        commit_errors_->Inc();
+        spdlog::error(
+            "msg=\"ingest journal commit failed; acks held until it succeeds\" "
+            "error=\"{}\" records={} acks={}",
+            st.message(), records.size(), acks.size());
+        fleet_.RequeueDirty(records);
+        std::unique_lock lock(commit_mu_);
+        if (commit_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return commit_stop_; })) {
+          return;
+        }
+      }
+      for (auto& [s, seq] : acks) {
+        v1::AggregatorMessage m;
+        m.mutable_ack()->set_seq(seq);
+        s->Enqueue(std::move(m));
+      }
+      if (stop) {
+        std::lock_guard lock(commit_mu_);
+        if (pending_acks_.empty()) return;
+      }
+    }
+  }
+
+  std::shared_ptr<IngestJournal> journal_;
+  std::thread committer_;
+  std::mutex commit_mu_;
+  std::condition_variable commit_cv_;
+  bool commit_stop_ = false;  // GUARDED_BY(commit_mu_)
+  std::vector<std::pair<std::shared_ptr<AgentSession>, uint64_t>>
+      pending_acks_;  // GUARDED_BY(commit_mu_)
+  metrics::Histogram* commit_seconds_ = nullptr;
+  metrics::Counter* commit_acks_ = nullptr;
+  metrics::Counter* commits_ = nullptr;
+  metrics::Counter* commit_errors_ = nullptr;
 };
 
 AgentSession::AgentSession(Service* service, uint64_t conn_id, std::string peer)
@@ -182,6 +314,7 @@ v1::AgentMessage* AgentSession::NextIn() {
 }
 
 void AgentSession::Perform(Actions a) {
+  if (a.supersede_conn != 0) service_->SupersedeConn(a.supersede_conn);
   if (a.write) StartWrite(a.write);
   if (a.read) StartRead(NextIn());
   if (a.finish) Finish(std::move(*a.finish));
@@ -198,7 +331,7 @@ void AgentSession::OnReadDone(bool ok) {
     } else if (!draining_) {
       // While draining, a message read is neither stored nor acked: the agent resends it.
       HandleMessage(a);
-      a.read = !finished_ && !draining_ && !finish_after_writes_;
+      a.read = !finished_ && !draining_ && !finish_after_writes_ && !superseded_;
     }
   }
   Perform(std::move(a));
@@ -229,8 +362,16 @@ void AgentSession::HandleMessage(Actions& a) {
                      a);
         return;
       }
+      HelloResult hr = fleet.Admit(conn_id_, h);
+      if (!hr.admitted) {
+        FinishLocked(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                  "the aggregator holds its maximum number of nodes"),
+                     a);
+        return;
+      }
       node_ = h.node();
-      uint64_t ack = fleet.OnHello(conn_id_, h);
+      a.supersede_conn = hr.replaced_conn;
+      uint64_t ack = hr.ack;
       spdlog::info("msg=\"agent connected\" node={} version={} peer={} resume_ack={}", node_,
                    h.version(), peer_, ack);
       v1::AggregatorMessage m;
@@ -245,21 +386,40 @@ void AgentSession::HandleMessage(Actions& a) {
     }
     case v1::AgentMessage::kProbeBatch: {
       uint64_t ack = 0;
-      BatchVerdict v = fleet.OnProbeBatch(node_, in_->probe_batch(), &ack);
+      BatchVerdict v = fleet.OnProbeBatch(node_, conn_id_, in_->probe_batch(), &ack);
+      if (v == BatchVerdict::kSuperseded) {
+        // Another session holds the node; this stream's sequence space is not the node's.
+        superseded_ = true;
+        FinishLocked(grpc::Status(grpc::StatusCode::ABORTED,
+                                  "a newer session for node \"" + node_ + "\" took over"),
+                     a);
+        return;
+      }
       if (v != BatchVerdict::kDuplicate) service_->sink_.OnProbeBatch(node_, in_->probe_batch());
-      v1::AggregatorMessage m;
-      m.mutable_ack()->set_seq(ack);
-      EnqueueLocked(std::move(m), a);
+      service_->Ack(shared_from_this(), ack);
       break;
     }
     case v1::AgentMessage::kHeartbeat:
       fleet.OnHeartbeat(node_, in_->heartbeat().sent_unix_ns());
       break;
     case v1::AgentMessage::kCounterBatch:
+      if (superseded_) break;
+      fleet.BoundCounterBatch(node_, in_->mutable_counter_batch());
       fleet.OnCounterBatch(node_, in_->counter_batch());
       service_->sink_.OnCounterBatch(node_, in_->counter_batch());
       break;
     case v1::AgentMessage::kCheckReport:
+      if (superseded_) break;
+      if (in_->check_report().findings_size() > service_->max_findings_per_report) {
+        const int n = in_->check_report().findings_size();
+        const int max = service_->max_findings_per_report;
+        in_->mutable_check_report()->mutable_findings()->DeleteSubrange(max, n - max);
+        fleet.Refused("report_findings").Inc(n - max);
+        spdlog::warn(
+            "msg=\"check report trimmed: more findings than --max-findings-per-report\" node={} "
+            "findings={} kept={}",
+            node_, n, max);
+      }
       fleet.OnCheckReport(node_, in_->check_report());
       service_->sink_.OnCheckReport(node_, in_->check_report());
       break;
@@ -281,6 +441,17 @@ void AgentSession::Enqueue(v1::AggregatorMessage msg) {
 }
 
 void AgentSession::EnqueueLocked(v1::AggregatorMessage msg, Actions& a) {
+  // Plans replace each other: a queued, not yet sent plan is replaced by a newer one, so an agent
+  // that does not read holds at most one plan here.
+  if (msg.has_probe_plan()) {
+    for (size_t i = writing_ ? 1 : 0; i < queue_.size(); ++i) {
+      if (queue_[i].has_probe_plan()) {
+        queue_[i] = std::move(msg);
+        service_->fleet_.Refused("plans_merged").Inc();
+        return;
+      }
+    }
+  }
   // Acks are cumulative: a queued, not yet sent ack can simply be raised, so a slow agent cannot
   // grow the queue without bound.
   bool back_in_flight = writing_ && queue_.size() == 1;
@@ -352,6 +523,18 @@ void AgentSession::Drain() {
   Perform(std::move(a));
 }
 
+void AgentSession::Supersede() {
+  Actions a;
+  {
+    std::lock_guard lock(mu_);
+    superseded_ = true;
+    FinishLocked(grpc::Status(grpc::StatusCode::ABORTED,
+                              "a newer session for node \"" + node_ + "\" took over"),
+                 a);
+  }
+  Perform(std::move(a));
+}
+
 void AgentSession::OnCancel() {
   std::string node;
   {
@@ -374,12 +557,14 @@ void AgentSession::OnDone() {
 class GrpcServerImpl final : public GrpcServer {
  public:
   GrpcServerImpl(FleetState& fleet, IngestSink& sink, metrics::Registry& registry)
-      : service_(fleet, sink, registry) {}
+      : service_(fleet, sink, registry), registry_(registry) {}
 
   Status Start(const Options& options) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port_);
     builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+    service_.max_findings_per_report = options.max_findings_per_report;
+    if (options.journal) service_.StartJournal(options.journal, registry_);
     // Detect dead peers whose TCP connection silently vanished. The agent pings every 20 s
     // (daemon/agent/uplink.cc MakeChannel); the minimum interval below must stay under that,
     // and pings must be allowed without calls, or the agent's pings count as strikes and the
@@ -410,6 +595,7 @@ class GrpcServerImpl final : public GrpcServer {
     if (!service_.WaitAllDone(grace)) {
       spdlog::warn("msg=\"sessions still open after grace period; cancelling\"");
     }
+    service_.StopJournal();
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
     server_.reset();
   }
@@ -418,6 +604,7 @@ class GrpcServerImpl final : public GrpcServer {
 
  private:
   Service service_;
+  metrics::Registry& registry_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };

@@ -14,6 +14,8 @@
 
 namespace fw::aggregator {
 
+class IngestJournal;
+
 // Receives everything agents send besides session bookkeeping (probe results, counters, checks).
 // Called on gRPC threads: implementations must not block.
 class IngestSink {
@@ -33,11 +35,14 @@ class GrpcServer {
   struct Options {
     std::string listen = "0.0.0.0:9750";
     int max_message_bytes = 16 << 20;
+    // Findings kept of one CheckReport; the rest are dropped and counted (docs/durability.md).
+    int max_findings_per_report = 1024;
+    // The durable ingest journal (OpenIngestJournal); null acks at once (docs/durability.md).
+    std::shared_ptr<IngestJournal> journal;
   };
   // Starts serving. `fleet` and `sink` must outlive the server.
   static StatusOr<std::unique_ptr<GrpcServer>> Start(const Options& options, FleetState& fleet,
-                                                     IngestSink& sink,
-                                                     metrics::Registry& registry);
+                                                     IngestSink& sink, metrics::Registry& registry);
   virtual ~GrpcServer() = default;
   virtual int port() const = 0;
   // Sends the current plan to every connected agent whose node `wanted` accepts (a re-plan passes
