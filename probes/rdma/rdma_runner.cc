@@ -1,0 +1,140 @@
+// The UD mesh's thread for the agent.
+#include "probes/rdma/rdma_runner.h"
+
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace fw::rdma {
+
+class RdmaRunner::Sink final : public ResultSink {
+ public:
+  Sink(size_t max, std::atomic<uint64_t>& dropped) : max_(max), dropped_(dropped) {}
+  void OnResult(const RdmaProbeResult& r) override {
+    if (pending.size() >= max_) {
+      dropped_++;
+      return;
+    }
+    pending.push_back(r);
+  }
+  std::vector<RdmaProbeResult> pending;
+
+ private:
+  size_t max_;
+  std::atomic<uint64_t>& dropped_;
+};
+
+RdmaRunner::RdmaRunner(std::unique_ptr<Verbs> verbs, const Clock& clock, RdmaRunnerOptions options,
+                       BatchSink sink, net::ProbeBudget* budget)
+    : verbs_(std::move(verbs)),
+      clock_(clock),
+      options_(std::move(options)),
+      sink_(std::move(sink)),
+      budget_(budget),
+      collector_(std::make_unique<Sink>(options_.max_batch, dropped_)) {}
+
+RdmaRunner::~RdmaRunner() { Stop(); }
+
+Status RdmaRunner::Start() {
+  auto mesh = UdMesh::Create(*verbs_, clock_, options_.mesh, collector_.get(), budget_);
+  if (!mesh.ok()) {
+    std::lock_guard<std::mutex> l(mu_);
+    state_.available = false;
+    state_.detail = mesh.status().message();
+    spdlog::info("msg=\"rdma: unavailable\" reason=\"{}\"", state_.detail);
+    return mesh.status();
+  }
+  mesh_ = std::move(mesh.value());
+  stop_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (stop_fd_ < 0) return Status::Internal("eventfd failed");
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    state_.available = true;
+    state_.endpoints = mesh_->Endpoints();
+    state_.sources = mesh_->TimestampSources();
+    state_.endpoints_version = mesh_->endpoints_version();
+    state_.detail = std::to_string(state_.endpoints.size()) + " ports";
+  }
+  thread_ = std::thread([this] { Loop(); });
+  return Status::Ok();
+}
+
+void RdmaRunner::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (stop_fd_ >= 0) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(stop_fd_, &one, sizeof(one));
+  }
+  if (thread_.joinable()) thread_.join();
+  if (stop_fd_ >= 0) ::close(stop_fd_);
+  stop_fd_ = -1;
+}
+
+void RdmaRunner::SetTargets(std::vector<UdTarget> targets) {
+  std::lock_guard<std::mutex> l(mu_);
+  next_targets_ = std::move(targets);
+  if (stop_fd_ >= 0) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(stop_fd_, &one, sizeof(one));  // wake the loop
+  }
+}
+
+RdmaState RdmaRunner::state() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return state_;
+}
+
+void RdmaRunner::Loop() {
+  int64_t last_flush = clock_.MonotonicNanos();
+  const auto interval = static_cast<int64_t>(options_.batch_interval_s * 1e9);
+  std::vector<pollfd> fds;
+  while (!stopping_.load()) {
+    std::optional<std::vector<UdTarget>> targets;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      targets.swap(next_targets_);
+    }
+    if (targets) {
+      const int skipped = mesh_->SetTargets(std::move(*targets));
+      spdlog::info("msg=\"rdma: UD targets applied\" skipped={}", skipped);
+    }
+    int64_t wait_ns = mesh_->Step();
+    const int64_t now = clock_.MonotonicNanos();
+    if (!collector_->pending.empty() &&
+        (now - last_flush >= interval || collector_->pending.size() >= options_.max_batch / 2)) {
+      std::vector<RdmaProbeResult> batch;
+      batch.swap(collector_->pending);
+      sink_(std::move(batch));
+      last_flush = now;
+    }
+    if (mesh_->endpoints_version() != 0) {
+      std::lock_guard<std::mutex> l(mu_);
+      if (state_.endpoints_version != mesh_->endpoints_version()) {
+        state_.endpoints = mesh_->Endpoints();
+        state_.sources = mesh_->TimestampSources();
+        state_.endpoints_version = mesh_->endpoints_version();
+      }
+    }
+    wait_ns = std::min<int64_t>(wait_ns, std::max<int64_t>(0, last_flush + interval - now));
+    fds.clear();
+    fds.push_back({stop_fd_, POLLIN, 0});
+    for (int fd : mesh_->WaitFds()) fds.push_back({fd, POLLIN, 0});
+    const timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000),
+                      static_cast<long>(wait_ns % 1'000'000'000)};
+    const int rc = ::ppoll(fds.data(), fds.size(), &ts, nullptr);
+    if (rc < 0 && errno != EINTR) {
+      spdlog::warn("msg=\"rdma: ppoll failed\" errno={}", errno);
+      ::usleep(10'000);  // never spin on a persistent failure
+    }
+    if (rc > 0 && (fds[0].revents & POLLIN)) {
+      uint64_t v;
+      [[maybe_unused]] ssize_t n = ::read(stop_fd_, &v, sizeof(v));
+    }
+  }
+  if (!collector_->pending.empty()) sink_(std::move(collector_->pending));
+}
+
+}  // namespace fw::rdma

@@ -1,0 +1,75 @@
+// Runs the UD latency mesh on its own thread for the agent: waits on the completion channels and
+// async events (never spins), applies new targets handed over from any thread, and hands results
+// over in batches. On a host without RDMA it starts nothing and says why ("rdma: unavailable").
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "probes/net/token_bucket.h"
+#include "probes/rdma/ud_mesh.h"
+#include "probes/rdma/verbs.h"
+
+namespace fw::rdma {
+
+struct RdmaRunnerOptions {
+  UdMeshOptions mesh;
+  double batch_interval_s = 1.0;  // results are handed over at least this often...
+  size_t max_batch = 4096;        // ... or when this many wait; more are dropped and counted
+};
+
+struct RdmaState {
+  bool available = false;
+  std::string detail;  // why not ("ibv_get_device_list: ... (errno 38)"), or the ports in use
+  std::vector<UdEndpoint> endpoints;
+  std::vector<TsSource> sources;
+  uint64_t endpoints_version = 0;
+};
+
+class RdmaRunner {
+ public:
+  using BatchSink = std::function<void(std::vector<RdmaProbeResult>&&)>;
+  RdmaRunner(std::unique_ptr<Verbs> verbs, const Clock& clock, RdmaRunnerOptions options,
+             BatchSink sink, net::ProbeBudget* budget = nullptr);
+  ~RdmaRunner();
+
+  // Sets up the mesh and starts the thread. On a host without RDMA (or without a usable port)
+  // returns the reason and leaves state().available false; the agent goes on without RDMA.
+  Status Start();
+  void Stop();
+  // Thread-safe: the mesh thread applies the latest targets on its next pass.
+  void SetTargets(std::vector<UdTarget> targets);
+  RdmaState state() const;
+  // Null when not available.
+  const UdMeshStats* stats() const { return mesh_ ? &mesh_->stats() : nullptr; }
+  uint64_t results_dropped() const { return dropped_.load(); }
+
+ private:
+  class Sink;
+  void Loop();
+
+  std::unique_ptr<Verbs> verbs_;
+  const Clock& clock_;
+  RdmaRunnerOptions options_;
+  BatchSink sink_;
+  net::ProbeBudget* budget_;
+  std::unique_ptr<Sink> collector_;
+  std::unique_ptr<UdMesh> mesh_;
+  int stop_fd_ = -1;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> dropped_{0};
+  mutable std::mutex mu_;
+  std::optional<std::vector<UdTarget>> next_targets_;  // GUARDED_BY(mu_)
+  RdmaState state_;                                    // GUARDED_BY(mu_)
+};
+
+}  // namespace fw::rdma
