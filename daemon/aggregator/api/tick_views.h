@@ -7,7 +7,7 @@
 
 #include "daemon/aggregator/analysis/analyzer.h"
 #include "daemon/aggregator/api/analysis_metrics.h"
-#include "daemon/aggregator/api/node_metrics.h"
+#include "daemon/aggregator/api/node_probe_metrics.h"
 #include "daemon/aggregator/ingest/pair_table.h"
 #include "exporter/registry.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/aggregator/api/node_metrics.h"
+#include "daemon/aggregator/api/node_probe_metrics.h"
 #include "daemon/aggregator/ingest/pair_table.h"
 #include "exporter/registry.h"
 

@@ -1,5 +1,5 @@
 // NodeProbeMetrics: per-node quantiles and loss in the exposition, and removal of stale nodes.
-#include "daemon/aggregator/api/node_metrics.h"
+#include "daemon/aggregator/api/node_probe_metrics.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // Refreshes the per-node probe gauges from the pair windows.
-#include "daemon/aggregator/api/node_metrics.h"
+#include "daemon/aggregator/api/node_probe_metrics.h"
 
 #include <algorithm>
 #include <unordered_set>
