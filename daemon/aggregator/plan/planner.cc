@@ -114,6 +114,17 @@ void Planner::ClearOverlay(const std::string& id) {
   std::erase_if(overlays_, [&](const PlanOverlay& o) { return o.id == id; });
 }
 
+// What the first pass learns: the fleet's demand by path class and, with a map, the live view of
+// it that the second pass plans from.
+struct Planner::FleetDemand {
+  double intra = 0;  // probes/s the intra-leaf pairs ask for
+  double other = 0;  // probes/s everything else asks for (inter-leaf, the map-less mesh)
+  std::optional<MapView> view;
+  std::vector<LeafPairShape> shapes;                           // [i * leaves + j]: leaves[i] -> [j]
+  std::vector<std::vector<std::string_view>> nodes_on;         // by position in view->leaves
+  std::unordered_map<std::string_view, uint32_t> leaves_left;  // per mapped node
+};
+
 PlanSummary Planner::PlanEach(const std::vector<AgentInfo>& live, const PlanSink& sink) const {
   PlanSummary out;
   const std::vector<PlanOverlay> overlays = [&] {
@@ -122,7 +133,7 @@ PlanSummary Planner::PlanEach(const std::vector<AgentInfo>& live, const PlanSink
   }();
   // One agent per node; a duplicate (a reconnect racing its old session) keeps the first.
   std::vector<const AgentInfo*> agents;
-  std::unordered_map<std::string_view, const AgentInfo*> agent_of;
+  AgentIndex agent_of;
   for (const AgentInfo& a : live) {
     if (agent_of.emplace(a.node, &a).second) agents.push_back(&a);
   }
@@ -141,66 +152,10 @@ PlanSummary Planner::PlanEach(const std::vector<AgentInfo>& live, const PlanSink
   std::unordered_map<std::string, Plan> mesh;
   PlanWithoutMap(unmapped, mesh, out.notes);
 
-  // First pass: what the whole fleet asks for, by path class, without building a single peer. The
-  // fleet cap's factors depend on these totals, and every plan needs the factors.
-  const double rate = config_.latency_pps_per_flow;
-  const uint32_t intra_flows = std::min<uint32_t>(config_.intra_leaf_flows, 0xffff);
-  double intra = 0, other = 0;
-  for (const auto& [node, plan] : mesh) {
-    for (const PlannedPeer& p : plan.peers) other += static_cast<double>(p.flows) * p.rate_pps;
-  }
-  std::optional<MapView> view;
-  std::vector<LeafPairShape> shapes;  // [i * leaves + j] for leaves[i] -> leaves[j]
-  std::vector<std::vector<std::string_view>> nodes_on;         // by position in view->leaves
-  std::unordered_map<std::string_view, uint32_t> leaves_left;  // per mapped node
-  if (map_) {
-    view.emplace(*map_);
-    const auto& nics = map_->host_nics();
-    view->live_on.resize(map_->switches().size());
-    view->nic_hash.resize(nics.size());
-    for (HostNicIndex i = 0; i < nics.size(); ++i) {
-      if (!agent_of.contains(nics[i].node)) continue;
-      view->live_on[nics[i].leaf].push_back(i);
-      view->nic_hash[i] = Hash(nics[i].node + ":" + nics[i].nic, config_.seed);
-    }
-    for (SwitchIndex l = 0; l < view->live_on.size(); ++l) {
-      if (!view->live_on[l].empty()) view->leaves.push_back(l);
-    }
-    const size_t nl = view->leaves.size();
-    nodes_on.resize(nl);
-    shapes.resize(nl * nl);
-    for (size_t i = 0; i < nl; ++i) {
-      // Intra-leaf pairs are ordered NIC pairs of different nodes: n² minus each node's c².
-      std::unordered_map<std::string_view, size_t> per_node;
-      for (HostNicIndex s : view->live_on[view->leaves[i]]) ++per_node[nics[s].node];
-      const auto n = static_cast<double>(view->live_on[view->leaves[i]].size());
-      double pairs = n * n;
-      for (const auto& [node, c] : per_node) {
-        pairs -= static_cast<double>(c) * static_cast<double>(c);
-        nodes_on[i].push_back(node);
-        ++leaves_left[node];
-      }
-      // Hand-over order within a leaf by name, so logs and notes read the same on every run.
-      std::sort(nodes_on[i].begin(), nodes_on[i].end());
-      intra += pairs * intra_flows * rate;
-      for (size_t j = 0; j < nl; ++j) {
-        if (i == j) continue;
-        const LeafPairShape shape = ShapeOf(*view, view->leaves[i], view->leaves[j]);
-        shapes[i * nl + j] = shape;
-        if (shape.reps == 0) {
-          ++out.leaf_pairs_unreachable;
-          continue;
-        }
-        ++out.leaf_pairs_covered;
-        other += static_cast<double>(shape.reps) * shape.flows_each * rate;
-      }
-    }
-  }
-  const FleetFactors cap = FleetCap(intra, other, out.notes);
-  // Takes a node's peers out of `from` (none if it has no entry), finishes its plan, hands it over.
-  auto hand_over = [&](auto& from, const std::string& node) {
-    auto entry = from.extract(node);
-    Plan plan = entry ? std::move(entry.mapped()) : Plan{};
+  FleetDemand demand = MeasureDemand(agent_of, mesh, out);
+  const FleetFactors cap = FleetCap(demand.intra, demand.other, out.notes);
+  // Finishes a node's plan (cap, overlays) and hands it over.
+  auto hand_over = [&](const std::string& node, Plan plan) {
     Finish(node, plan, cap, out.notes);
     for (const PlanOverlay& o : overlays) {
       ApplyOverlay(
@@ -214,71 +169,11 @@ PlanSummary Planner::PlanEach(const std::vector<AgentInfo>& live, const PlanSink
     sink(node, std::move(plan));
     ++out.plans;
   };
-
-  // Second pass, one source leaf at a time: a leaf's NICs probe the rest of their leaf and the
-  // representatives chosen for them. A node is finished when its last leaf has been planned.
-  if (view) {
-    const auto& nics = map_->host_nics();
-    std::unordered_map<std::string_view, Plan> pending;
-    auto add_peer = [&](HostNicIndex s, HostNicIndex d, uint32_t flows) {
-      const HostNic& dst = nics[d];
-      PlannedPeer p;
-      p.path_class = nics[s].leaf == dst.leaf ? PathClass::kIntraLeaf : PathClass::kInterLeaf;
-      p.node = dst.node;
-      p.address = dst.address;
-      p.port = PortFor(*agent_of.at(dst.node), dst, config_.default_port);
-      p.src_address = nics[s].address;
-      p.flows = flows;
-      p.transport = config_.latency_transport;
-      p.rate_pps = rate;
-      pending[nics[s].node].peers.push_back(std::move(p));
-    };
-    // Representatives per ordered leaf pair, chosen by rendezvous hashing so that a join or leave
-    // moves only the representatives it touches.
-    auto ranked = [&](SwitchIndex on, uint64_t salt, size_t want) {
-      std::vector<HostNicIndex> v = view->live_on[on];
-      auto key = [&](HostNicIndex i) { return Mix(view->nic_hash[i] ^ salt); };
-      want = std::min(want, v.size());
-      std::partial_sort(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(want), v.end(),
-                        [&](HostNicIndex a, HostNicIndex b) { return key(a) < key(b); });
-      return v;
-    };
-    const size_t nl = view->leaves.size();
-    for (size_t i = 0; i < nl; ++i) {
-      const SwitchIndex l1 = view->leaves[i];
-      const auto& on = view->live_on[l1];
-      // Room for the leaf's peers and a few representatives up front: growing 16,000 vectors by
-      // doubling costs slack and copies.
-      constexpr size_t kInterLeafRoom = 16;
-      for (HostNicIndex s : on) {
-        auto& peers = pending[nics[s].node].peers;
-        peers.reserve(peers.size() + on.size() - 1 + kInterLeafRoom);
-        for (HostNicIndex d : on) {
-          if (nics[s].node != nics[d].node) add_peer(s, d, intra_flows);
-        }
-      }
-      for (size_t j = 0; j < nl; ++j) {
-        const LeafPairShape shape = i == j ? LeafPairShape{} : shapes[i * nl + j];
-        if (shape.reps == 0) continue;
-        const SwitchIndex l2 = view->leaves[j];
-        const size_t n1 = on.size(), n2 = view->live_on[l2].size();
-        const uint64_t salt =
-            Hash(map_->switches()[l1].name + ">" + map_->switches()[l2].name, config_.seed);
-        const auto srcs = ranked(l1, salt, shape.reps);
-        const auto dsts = ranked(l2, Mix(salt), shape.reps);
-        for (uint32_t r = 0; r < shape.reps; ++r) {
-          // Distinct NIC pairs: r walks the sources, and each lap over them shifts the
-          // destinations.
-          const size_t a = r % n1, b = r / n1;
-          add_peer(srcs[a], dsts[(a + b) % n2], shape.flows_each);
-        }
-      }
-      for (std::string_view node : nodes_on[i]) {
-        if (--leaves_left[node] == 0) hand_over(pending, agent_of.at(node)->node);
-      }
-    }
+  PlanLeaves(demand, agent_of, hand_over);
+  for (const AgentInfo* a : unmapped) {
+    auto entry = mesh.extract(a->node);
+    hand_over(a->node, entry ? std::move(entry.mapped()) : Plan{});
   }
-  for (const AgentInfo* a : unmapped) hand_over(mesh, a->node);
   // A line per node over its budget helps at 16 nodes and floods the log at 16,000.
   constexpr size_t kMaxNotes = 32;
   if (out.notes.size() > kMaxNotes) {
@@ -287,6 +182,131 @@ PlanSummary Planner::PlanEach(const std::vector<AgentInfo>& live, const PlanSink
     out.notes.push_back("... and " + std::to_string(more) + " more notes like these");
   }
   return out;
+}
+
+Planner::FleetDemand Planner::MeasureDemand(const AgentIndex& agent_of,
+                                            const std::unordered_map<std::string, Plan>& mesh,
+                                            PlanSummary& out) const {
+  FleetDemand d;
+  const double rate = config_.latency_pps_per_flow;
+  const uint32_t intra_flows = std::min<uint32_t>(config_.intra_leaf_flows, 0xffff);
+  for (const auto& [node, plan] : mesh) {
+    for (const PlannedPeer& p : plan.peers) d.other += static_cast<double>(p.flows) * p.rate_pps;
+  }
+  if (!map_) return d;
+  std::optional<MapView>& view = d.view;
+  view.emplace(*map_);
+  const auto& nics = map_->host_nics();
+  view->live_on.resize(map_->switches().size());
+  view->nic_hash.resize(nics.size());
+  for (HostNicIndex i = 0; i < nics.size(); ++i) {
+    if (!agent_of.contains(nics[i].node)) continue;
+    view->live_on[nics[i].leaf].push_back(i);
+    view->nic_hash[i] = Hash(nics[i].node + ":" + nics[i].nic, config_.seed);
+  }
+  for (SwitchIndex l = 0; l < view->live_on.size(); ++l) {
+    if (!view->live_on[l].empty()) view->leaves.push_back(l);
+  }
+  const size_t nl = view->leaves.size();
+  d.nodes_on.resize(nl);
+  d.shapes.resize(nl * nl);
+  for (size_t i = 0; i < nl; ++i) {
+    // Intra-leaf pairs are ordered NIC pairs of different nodes: n² minus each node's c².
+    std::unordered_map<std::string_view, size_t> per_node;
+    for (HostNicIndex s : view->live_on[view->leaves[i]]) ++per_node[nics[s].node];
+    const auto n = static_cast<double>(view->live_on[view->leaves[i]].size());
+    double pairs = n * n;
+    for (const auto& [node, c] : per_node) {
+      pairs -= static_cast<double>(c) * static_cast<double>(c);
+      d.nodes_on[i].push_back(node);
+      ++d.leaves_left[node];
+    }
+    // Hand-over order within a leaf by name, so logs and notes read the same on every run.
+    std::sort(d.nodes_on[i].begin(), d.nodes_on[i].end());
+    d.intra += pairs * intra_flows * rate;
+    for (size_t j = 0; j < nl; ++j) {
+      if (i == j) continue;
+      const LeafPairShape shape = ShapeOf(*view, view->leaves[i], view->leaves[j]);
+      d.shapes[i * nl + j] = shape;
+      if (shape.reps == 0) {
+        ++out.leaf_pairs_unreachable;
+        continue;
+      }
+      ++out.leaf_pairs_covered;
+      d.other += static_cast<double>(shape.reps) * shape.flows_each * rate;
+    }
+  }
+  return d;
+}
+
+void Planner::PlanLeaves(FleetDemand& d, const AgentIndex& agent_of,
+                         const std::function<void(const std::string&, Plan)>& hand_over) const {
+  if (!d.view) return;
+  const MapView& view = *d.view;
+  const double rate = config_.latency_pps_per_flow;
+  const uint32_t intra_flows = std::min<uint32_t>(config_.intra_leaf_flows, 0xffff);
+  const auto& nics = map_->host_nics();
+  std::unordered_map<std::string_view, Plan> pending;
+  auto add_peer = [&](HostNicIndex s, HostNicIndex dst_nic, uint32_t flows) {
+    const HostNic& dst = nics[dst_nic];
+    PlannedPeer p;
+    p.path_class = nics[s].leaf == dst.leaf ? PathClass::kIntraLeaf : PathClass::kInterLeaf;
+    p.node = dst.node;
+    p.address = dst.address;
+    p.port = PortFor(*agent_of.at(dst.node), dst, config_.default_port);
+    p.src_address = nics[s].address;
+    p.flows = flows;
+    p.transport = config_.latency_transport;
+    p.rate_pps = rate;
+    pending[nics[s].node].peers.push_back(std::move(p));
+  };
+  // Representatives per ordered leaf pair, chosen by rendezvous hashing so that a join or leave
+  // moves only the representatives it touches.
+  auto ranked = [&](SwitchIndex on, uint64_t salt, size_t want) {
+    std::vector<HostNicIndex> v = view.live_on[on];
+    auto key = [&](HostNicIndex i) { return Mix(view.nic_hash[i] ^ salt); };
+    want = std::min(want, v.size());
+    std::partial_sort(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(want), v.end(),
+                      [&](HostNicIndex a, HostNicIndex b) { return key(a) < key(b); });
+    return v;
+  };
+  const size_t nl = view.leaves.size();
+  for (size_t i = 0; i < nl; ++i) {
+    const SwitchIndex l1 = view.leaves[i];
+    const auto& on = view.live_on[l1];
+    // Room for the leaf's peers and a few representatives up front: growing 16,000 vectors by
+    // doubling costs slack and copies.
+    constexpr size_t kInterLeafRoom = 16;
+    for (HostNicIndex s : on) {
+      auto& peers = pending[nics[s].node].peers;
+      peers.reserve(peers.size() + on.size() - 1 + kInterLeafRoom);
+      for (HostNicIndex dn : on) {
+        if (nics[s].node != nics[dn].node) add_peer(s, dn, intra_flows);
+      }
+    }
+    for (size_t j = 0; j < nl; ++j) {
+      const LeafPairShape shape = i == j ? LeafPairShape{} : d.shapes[i * nl + j];
+      if (shape.reps == 0) continue;
+      const SwitchIndex l2 = view.leaves[j];
+      const size_t n1 = on.size(), n2 = view.live_on[l2].size();
+      const uint64_t salt =
+          Hash(map_->switches()[l1].name + ">" + map_->switches()[l2].name, config_.seed);
+      const auto srcs = ranked(l1, salt, shape.reps);
+      const auto dsts = ranked(l2, Mix(salt), shape.reps);
+      for (uint32_t r = 0; r < shape.reps; ++r) {
+        // Distinct NIC pairs: r walks the sources, and each lap over them shifts the
+        // destinations.
+        const size_t a = r % n1, b = r / n1;
+        add_peer(srcs[a], dsts[(a + b) % n2], shape.flows_each);
+      }
+    }
+    // A node is finished when its last leaf has been planned.
+    for (std::string_view node : d.nodes_on[i]) {
+      if (--d.leaves_left[node] != 0) continue;
+      auto entry = pending.extract(node);
+      hand_over(agent_of.at(node)->node, entry ? std::move(entry.mapped()) : Plan{});
+    }
+  }
 }
 
 void Planner::PlanWithoutMap(const std::vector<const AgentInfo*>& agents,

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -131,6 +132,19 @@ class Planner {
     uint32_t flows_each = 0;
   };
 
+  struct FleetDemand;
+  using AgentIndex = std::unordered_map<std::string_view, const AgentInfo*>;
+
+  // PlanEach's first pass: what the whole fleet asks for, by path class, without building a
+  // single peer. The fleet cap's factors depend on these totals, and every plan needs the factors.
+  FleetDemand MeasureDemand(const AgentIndex& agent_of,
+                            const std::unordered_map<std::string, Plan>& mesh,
+                            PlanSummary& out) const;
+  // PlanEach's second pass, one source leaf at a time: a leaf's NICs probe the rest of their leaf
+  // and the representatives chosen for them. A node's plan goes to `hand_over` when its last leaf
+  // has been planned.
+  void PlanLeaves(FleetDemand& demand, const AgentIndex& agent_of,
+                  const std::function<void(const std::string& node, Plan plan)>& hand_over) const;
   LeafPairShape ShapeOf(const MapView& view, SwitchIndex l1, SwitchIndex l2) const;
   void PlanWithoutMap(const std::vector<const AgentInfo*>& agents,
                       std::unordered_map<std::string, Plan>& plans,
