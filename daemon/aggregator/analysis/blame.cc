@@ -35,10 +35,10 @@ class Blamer {
   Blamer(const BlameContext& ctx, Analyzer::Evaluation& ev) : ctx_(ctx), c_(ctx.config), ev_(ev) {}
 
   void Run() {
-    Hosts();
-    if (ctx_.map) Links();
-    Pairs();
-    NodeFindings();
+    HostLevel();
+    if (ctx_.map) LinkLevel();
+    PairLevel();
+    NodeFindingLevel();
   }
 
  private:
@@ -184,7 +184,7 @@ class Blamer {
                                   Observation{std::move(f), can_flap, confirm_ticks});
   }
 
-  void Hosts() {
+  void HostLevel() {
     for (NodeId id = 0; id < ev_.hosts.size(); ++id) {
       const HostStats& h = ev_.hosts[id];
       if (!h.noisy_out && !h.noisy_in) continue;
@@ -225,7 +225,7 @@ class Blamer {
     }
   }
 
-  void Links() {
+  void LinkLevel() {
     const FabricMap& map = *ctx_.map;
     std::map<LinkIndex, Verdict> verdicts;
     for (int s = 0; s < kSignalCount; ++s) {
@@ -732,7 +732,7 @@ class Blamer {
     return false;
   }
 
-  void Pairs() {
+  void PairLevel() {
     const SignalSpec& loss = ev_.specs[static_cast<int>(Signal::kLoss)];
     const SignalSpec& lat = ev_.specs[static_cast<int>(Signal::kLatency)];
     std::map<NodeId, std::vector<std::pair<std::string, Finding>>> by_host;
@@ -834,7 +834,7 @@ class Blamer {
     }
   }
 
-  void NodeFindings() {
+  void NodeFindingLevel() {
     for (const auto& [node, list] : ev_.node_findings) {
       for (const Finding& f : list) {
         Emit("check:" + node + "/" + f.kind + "/" + f.location.id, f, false);
