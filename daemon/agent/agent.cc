@@ -129,6 +129,20 @@ Status Agent::Start() {
         report_now_ = true;
         report_cv_.notify_all();
       });
+  CollectiveRunnerOptions co;
+  co.node = options_.node_name;
+  // Gloo binds and announces this address; without --probe-address the node name must resolve.
+  co.tcp_address = options_.probe_address.empty() ? options_.node_name : options_.probe_address;
+  collective_ = std::make_unique<CollectiveRunner>(
+      co, [this](v1::AgentMessage m) { uplink_->SendBestEffort(std::move(m)); }, registry_);
+  uplink_->SetMessageHandler([this](const v1::AggregatorMessage& m) {
+    if (m.has_kv_reply()) {
+      collective_->OnKvReply(m.kv_reply());
+    } else if (m.has_collective_job()) {
+      collective_->OnJob(m.collective_job());
+    }
+  });
+  collective_->Start();
   uplink_->Start();
   report_thread_ = std::thread([this] { ReportLoop(); });
   if (options_.test_batches > 0) test_thread_ = std::thread([this] { TestBatchLoop(); });
@@ -205,6 +219,7 @@ void Agent::Stop() {
   if (test_thread_.joinable()) test_thread_.join();
   if (node_) node_->Stop();
   if (probes_) probes_->Stop();
+  if (collective_) collective_->Stop();
   if (uplink_) uplink_->Stop();
   if (http_) http_->Stop();
   spdlog::info("msg=\"agent stopped\" node={}", options_.node_name);

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/status.h"
+#include "daemon/agent/collective_agent.h"
 #include "daemon/agent/outbound_buffer.h"
 #include "daemon/agent/probe_scheduler.h"
 #include "daemon/agent/uplink.h"
@@ -79,6 +80,8 @@ class Agent {
   OutboundBuffer buffer_;
   std::unique_ptr<Uplink> uplink_;
   std::unique_ptr<ProbeScheduler> probes_;
+  // Collective probe jobs (docs/collectives.md); declared after uplink_, so it goes first.
+  std::unique_ptr<CollectiveRunner> collective_;
   std::unique_ptr<http::Server> http_;
   std::atomic<bool> stopping_{false};
   std::thread test_thread_;

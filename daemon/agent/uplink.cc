@@ -211,6 +211,8 @@ void Uplink::RunSession() {
         }
       } else if (in.has_probe_plan()) {
         if (on_plan_) on_plan_(in.probe_plan());
+      } else if (on_message_) {
+        on_message_(in);
       }
     }
     std::lock_guard lock(mu_);

@@ -55,6 +55,10 @@ class Uplink {
   // Best-effort, unacknowledged messages (counter samples, check reports). Only the newest
   // `kMaxSideMessages` are kept while disconnected.
   void SendBestEffort(fabricwatch::v1::AgentMessage msg);
+  // Aggregator messages the uplink does not handle itself (collective jobs, rendezvous replies).
+  // Runs on the reader thread and must not block. Set before Start().
+  using MessageFn = std::function<void(const fabricwatch::v1::AggregatorMessage&)>;
+  void SetMessageHandler(MessageFn fn) { on_message_ = std::move(fn); }
 
   bool connected() const { return connected_.load(); }
   uint64_t reconnects() const { return static_cast<uint64_t>(reconnects_.Value()); }
@@ -72,6 +76,7 @@ class Uplink {
   HelloFn hello_;
   PlanFn on_plan_;
   ConnectedFn on_connected_;
+  MessageFn on_message_;
   Backoff backoff_;
   std::thread thread_;
 
