@@ -501,6 +501,8 @@ std::vector<IngestRecord> FleetState::TakeDirtyRecords() {
       r.duplicates = in.duplicates;
       r.gaps = in.gaps;
       r.recent = in.recent;
+      r.test_batches = in.test_batches;
+      r.test_ids.assign(in.test_ids.begin(), in.test_ids.end());
     }
     out.push_back(std::move(r));
   }
@@ -520,6 +522,8 @@ void FleetState::ImportRecords(const std::vector<IngestRecord>& records) {
     in.duplicates = r.duplicates;
     in.gaps = r.gaps;
     in.recent = r.recent;
+    in.test_batches = r.test_batches;
+    in.test_ids = std::set<uint64_t>(r.test_ids.begin(), r.test_ids.end());
   }
 }
 

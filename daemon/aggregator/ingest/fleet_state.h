@@ -49,6 +49,9 @@ struct IngestRecord {
   uint64_t gaps = 0;
   // Earlier sessions of the node (session id, last seq), newest last, at most kRecentSessions.
   std::vector<std::pair<uint64_t, uint64_t>> recent;
+  // Only with Options::record_test_batches (tests count numbered batches across restarts).
+  uint64_t test_batches = 0;
+  std::vector<uint64_t> test_ids;
   bool retired = false;  // the node was forgotten: delete its record
 };
 

@@ -5,6 +5,8 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <cstdlib>
+
 namespace fw::aggregator {
 
 namespace {
@@ -13,7 +15,8 @@ constexpr const char* kSchema =
     "CREATE TABLE IF NOT EXISTS ingest ("
     " node TEXT PRIMARY KEY, session_id INTEGER NOT NULL, last_seq INTEGER NOT NULL,"
     " batches INTEGER NOT NULL, results INTEGER NOT NULL, duplicates INTEGER NOT NULL,"
-    " gaps INTEGER NOT NULL, recent TEXT NOT NULL);";
+    " gaps INTEGER NOT NULL, recent TEXT NOT NULL, test_batches INTEGER NOT NULL DEFAULT 0,"
+    " test_ids TEXT NOT NULL DEFAULT '');";
 
 // SQLite integers are signed 64-bit; session ids and sequences use all 64 bits.
 int64_t ToDb(uint64_t v) { return static_cast<int64_t>(v); }
@@ -45,6 +48,29 @@ std::vector<std::pair<uint64_t, uint64_t>> DecodeRecent(const std::string& text)
       }
     }
     pos = end + 1;
+  }
+  return out;
+}
+
+// Test batch ids (only with --record-test-batches), comma-separated.
+std::string EncodeIds(const std::vector<uint64_t>& ids) {
+  std::string out;
+  for (uint64_t id : ids) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(id);
+  }
+  return out;
+}
+
+std::vector<uint64_t> DecodeIds(const std::string& text) {
+  std::vector<uint64_t> out;
+  const char* p = text.c_str();
+  while (*p != '\0') {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(p, &end, 10);
+    if (end == p) break;  // damaged: keep what parsed
+    out.push_back(v);
+    p = *end == ',' ? end + 1 : end;
   }
   return out;
 }
@@ -145,7 +171,7 @@ StatusOr<std::vector<IngestRecord>> IngestJournal::Load() {
   Stmt s;
   if (sqlite3_prepare_v2(db_,
                          "SELECT node, session_id, last_seq, batches, results, duplicates, gaps, "
-                         "recent FROM ingest",
+                         "recent, test_batches, test_ids FROM ingest",
                          -1, &s.st, nullptr) != SQLITE_OK) {
     return Status::Unavailable("ingest journal " + path_ + ": " + sqlite3_errmsg(db_));
   }
@@ -164,6 +190,9 @@ StatusOr<std::vector<IngestRecord>> IngestJournal::Load() {
     r.gaps = FromDb(sqlite3_column_int64(s.st, 6));
     const auto* recent = reinterpret_cast<const char*>(sqlite3_column_text(s.st, 7));
     r.recent = DecodeRecent(recent ? recent : "");
+    r.test_batches = FromDb(sqlite3_column_int64(s.st, 8));
+    const auto* ids = reinterpret_cast<const char*>(sqlite3_column_text(s.st, 9));
+    r.test_ids = DecodeIds(ids ? ids : "");
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) {
@@ -177,14 +206,17 @@ Status IngestJournal::Write(const std::vector<IngestRecord>& records) {
   Status st = Exec("BEGIN IMMEDIATE");
   if (!st.ok()) return st;
   Stmt up, del;
-  if (sqlite3_prepare_v2(db_,
-                         "INSERT INTO ingest (node, session_id, last_seq, batches, results, "
-                         "duplicates, gaps, recent) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(node) DO "
-                         "UPDATE SET session_id=excluded.session_id, last_seq=excluded.last_seq, "
-                         "batches=excluded.batches, results=excluded.results, "
-                         "duplicates=excluded.duplicates, gaps=excluded.gaps, "
-                         "recent=excluded.recent",
-                         -1, &up.st, nullptr) != SQLITE_OK ||
+  if (sqlite3_prepare_v2(
+          db_,
+          "INSERT INTO ingest (node, session_id, last_seq, batches, results, "
+          "duplicates, gaps, recent, test_batches, test_ids) VALUES (?,?,?,?,?,?,?,?,?,?) "
+          "ON CONFLICT(node) DO "
+          "UPDATE SET session_id=excluded.session_id, last_seq=excluded.last_seq, "
+          "batches=excluded.batches, results=excluded.results, "
+          "duplicates=excluded.duplicates, gaps=excluded.gaps, "
+          "recent=excluded.recent, test_batches=excluded.test_batches, "
+          "test_ids=excluded.test_ids",
+          -1, &up.st, nullptr) != SQLITE_OK ||
       sqlite3_prepare_v2(db_, "DELETE FROM ingest WHERE node = ?", -1, &del.st, nullptr) !=
           SQLITE_OK) {
     std::string msg = sqlite3_errmsg(db_);
@@ -204,6 +236,9 @@ Status IngestJournal::Write(const std::vector<IngestRecord>& records) {
       sqlite3_bind_int64(s, 7, ToDb(r.gaps));
       const std::string recent = EncodeRecent(r.recent);
       sqlite3_bind_text(s, 8, recent.c_str(), static_cast<int>(recent.size()), SQLITE_TRANSIENT);
+      sqlite3_bind_int64(s, 9, ToDb(r.test_batches));
+      const std::string ids = EncodeIds(r.test_ids);
+      sqlite3_bind_text(s, 10, ids.c_str(), static_cast<int>(ids.size()), SQLITE_TRANSIENT);
     }
     if (sqlite3_step(s) != SQLITE_DONE) {
       std::string msg = sqlite3_errmsg(db_);

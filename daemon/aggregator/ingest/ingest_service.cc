@@ -176,20 +176,15 @@ class Service final : public v1::Aggregator::CallbackService {
     if (old) old->Supersede();
   }
 
-  // Acks a batch once its ingest record is durable (the journal's next commit), or at once
-  // without a journal.
-  void Ack(const std::shared_ptr<AgentSession>& s, uint64_t seq) {
-    {
-      std::lock_guard lock(commit_mu_);
-      if (journal_ && !commit_stop_) {
-        pending_acks_.emplace_back(s, seq);
-        commit_cv_.notify_one();
-        return;
-      }
-    }
-    v1::AggregatorMessage m;
-    m.mutable_ack()->set_seq(seq);
-    s->Enqueue(std::move(m));
+  // Defers an ack until the records it promises are durable (the journal's next commit), which
+  // then enqueues it; false without a journal: the caller enqueues it at once. Takes no session
+  // lock, so a session may call it while holding its own.
+  bool DeferAck(const std::shared_ptr<AgentSession>& s, uint64_t seq) {
+    std::lock_guard lock(commit_mu_);
+    if (!journal_ || commit_stop_) return false;
+    pending_acks_.emplace_back(s, seq);
+    commit_cv_.notify_one();
+    return true;
   }
 
   // Group commit: every ack that arrives while one commit runs waits for the next; one commit
@@ -374,9 +369,13 @@ void AgentSession::HandleMessage(Actions& a) {
       uint64_t ack = hr.ack;
       spdlog::info("msg=\"agent connected\" node={} version={} peer={} resume_ack={}", node_,
                    h.version(), peer_, ack);
-      v1::AggregatorMessage m;
-      m.mutable_ack()->set_seq(ack);
-      EnqueueLocked(std::move(m), a);
+      // The resume point is the first ack: the agent drops what it covers, so it must be durable
+      // too (it may cover batches whose commit is still running).
+      if (!service_->DeferAck(shared_from_this(), ack)) {
+        v1::AggregatorMessage m;
+        m.mutable_ack()->set_seq(ack);
+        EnqueueLocked(std::move(m), a);
+      }
       if (auto plan = service_->sink_.PlanFor(node_)) {
         v1::AggregatorMessage pm;
         *pm.mutable_probe_plan() = std::move(*plan);
@@ -396,7 +395,11 @@ void AgentSession::HandleMessage(Actions& a) {
         return;
       }
       if (v != BatchVerdict::kDuplicate) service_->sink_.OnProbeBatch(node_, in_->probe_batch());
-      service_->Ack(shared_from_this(), ack);
+      if (!service_->DeferAck(shared_from_this(), ack)) {
+        v1::AggregatorMessage m;
+        m.mutable_ack()->set_seq(ack);
+        EnqueueLocked(std::move(m), a);
+      }
       break;
     }
     case v1::AgentMessage::kHeartbeat:
