@@ -1,0 +1,171 @@
+// Collective stage: jobs, results, slow groups, bisection, findings.
+#include "daemon/aggregator/collective/orchestrator.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace fw::aggregator::collective {
+
+CollectiveOrchestrator::CollectiveOrchestrator(OrchestratorConfig config)
+    : config_(config),
+      scheduler_(config.schedule, pauses_),
+      kv_(config.kv),
+      tracker_(config.slow) {}
+
+void CollectiveOrchestrator::StartJob(JobSpec spec, int64_t now_ns, TickOutput& out,
+                                      uint64_t bisection, uint64_t run_id) {
+  kv_.OpenGroup(spec.job_id, spec.members, now_ns + config_.job_timeout_ns);
+  for (const std::string& m : spec.members) out.jobs.push_back({m, spec});
+  ActiveJob& j = jobs_[spec.job_id];
+  j.spec = std::move(spec);
+  j.started_ns = now_ns;
+  j.bisection = bisection;
+  j.run_id = run_id;
+}
+
+CollectiveOrchestrator::TickOutput CollectiveOrchestrator::Tick(
+    const std::vector<CollectiveNode>& nodes, int64_t now_ns) {
+  now_ns_ = now_ns;
+  TickOutput out;
+  for (const CollectiveNode& n : nodes) leaf_of_[n.name] = n.leaf;
+  // Jobs past their timeout fail; what they had is evaluated as failed.
+  std::vector<std::string> late;
+  for (const auto& [id, j] : jobs_) {
+    if (now_ns - j.started_ns >= config_.job_timeout_ns) late.push_back(id);
+  }
+  for (const std::string& id : late) {
+    ActiveJob j = std::move(jobs_[id]);
+    jobs_.erase(id);
+    j.failed = true;
+    auto f = Complete(std::move(j));
+    out.findings.insert(out.findings.end(), f.begin(), f.end());
+  }
+  // Bisection runs first: they answer a question already asked.
+  for (auto& [id, b] : bisections_) {
+    for (const Bisection::Run& run : b.search->pending()) {
+      bool started = false;
+      for (const auto& [jid, j] : jobs_) started |= j.bisection == id && j.run_id == run.id;
+      if (started || scheduler_.in_flight() >= config_.schedule.max_in_flight) continue;
+      std::vector<std::string> members;
+      for (const Member& m : run.members) members.push_back(m.name);
+      StartJob(scheduler_.Adhoc(std::move(members), "bisection"), now_ns, out, id, run.id);
+    }
+  }
+  for (JobSpec& spec : scheduler_.Due(nodes, now_ns)) StartJob(std::move(spec), now_ns, out);
+  out.kv = kv_.Expire(now_ns);
+  return out;
+}
+
+std::vector<KvDelivery> CollectiveOrchestrator::OnKvRequest(const std::string& node,
+                                                            const std::string& key,
+                                                            std::string value, int64_t now_ns) {
+  return kv_.Handle(node, key, std::move(value), now_ns);
+}
+
+std::vector<CollectiveSlowFinding> CollectiveOrchestrator::OnResult(const std::string& node,
+                                                                    const std::string& job_id,
+                                                                    double busbw_bps,
+                                                                    double latency_s,
+                                                                    const std::string& error) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return {};
+  ActiveJob& j = it->second;
+  if (std::find(j.spec.members.begin(), j.spec.members.end(), node) == j.spec.members.end()) {
+    SPDLOG_WARN("component=collective msg=\"result from a non-member dropped\" node={} job={}",
+                node, job_id);
+    return {};
+  }
+  j.busbw[node] = busbw_bps;
+  j.latency_s = std::max(j.latency_s, latency_s);
+  if (!error.empty()) {
+    j.failed = true;
+    SPDLOG_INFO("component=collective msg=\"member failed\" node={} job={} error=\"{}\"", node,
+                job_id, error);
+  }
+  if (j.busbw.size() < j.spec.members.size()) return {};
+  ActiveJob done = std::move(j);
+  jobs_.erase(it);
+  return Complete(std::move(done));
+}
+
+std::vector<CollectiveSlowFinding> CollectiveOrchestrator::Complete(ActiveJob job) {
+  scheduler_.OnJobDone(job.spec.job_id);
+  (void)kv_.CloseGroup(job.spec.job_id);
+  ++counters_.runs;
+  // The slowest member sets the group's pace.
+  double busbw = 0;
+  if (!job.busbw.empty() && !job.failed) {
+    busbw = job.busbw.begin()->second;
+    for (const auto& [m, b] : job.busbw) busbw = std::min(busbw, b);
+  }
+  if (job.failed) ++counters_.failures;
+  if (job.bisection != 0) {
+    auto b = bisections_.find(job.bisection);
+    if (b == bisections_.end()) return {};
+    SubgroupResult r;
+    r.busbw_bytes_per_s = busbw;
+    r.group_seconds = job.latency_s;
+    r.failed = job.failed;
+    b->second.search->OnResult(job.run_id, r);
+    return Harvest(job.bisection);
+  }
+  if (job.failed) return {};
+  counters_.busbw_bps_by_kind[job.spec.kind] = busbw;
+  const GroupVerdict v = tracker_.OnRun(job.spec.group, job.spec.shape, busbw);
+  if (!v.slow) healthy_members_[job.spec.group] = job.spec.members;
+  if (v.became_slow) {
+    healthy_members_.erase(job.spec.group);
+    StartBisection(job, v);
+    return Harvest(next_bisection_ - 1);
+  }
+  return {};
+}
+
+void CollectiveOrchestrator::StartBisection(const ActiveJob& job, const GroupVerdict& v) {
+  for (const auto& [id, b] : bisections_) {
+    if (b.group == job.spec.group) return;  // one search per group at a time
+  }
+  std::vector<Member> members;
+  for (const std::string& m : job.spec.members) members.push_back({m, leaf_of_[m], 0});
+  std::vector<Member> good;
+  for (const auto& [group, ms] : healthy_members_) {
+    for (const std::string& m : ms) {
+      const bool in_group =
+          std::find(job.spec.members.begin(), job.spec.members.end(), m) != job.spec.members.end();
+      const bool listed =
+          std::any_of(good.begin(), good.end(), [&](const Member& g) { return g.name == m; });
+      if (!in_group && !listed && !pauses_.paused(m)) good.push_back({m, leaf_of_[m], 0});
+    }
+  }
+  ++counters_.bisections;
+  SPDLOG_INFO(
+      "component=collective msg=\"bisection started\" group={} measured_bps={} "
+      "expected_bps={} basis={}",
+      job.spec.group, v.measured, v.expected, v.basis);
+  bisections_[next_bisection_++] = {
+      job.spec.group, std::make_unique<Bisection>(members, v.measured, v.expected, std::move(good),
+                                                  config_.bisect)};
+}
+
+std::vector<CollectiveSlowFinding> CollectiveOrchestrator::Harvest(uint64_t id) {
+  auto b = bisections_.find(id);
+  if (b == bisections_.end() || !b->second.search->done()) return {};
+  std::vector<CollectiveSlowFinding> out;
+  for (const Culprit& c : b->second.search->culprits()) {
+    out.push_back({c.Location(), c.cause, b->second.group, c.measured_busbw, c.expected_busbw});
+    SPDLOG_WARN(
+        "component=collective msg=\"collective_slow\" location=\"{}\" cause=\"{}\" "
+        "group={} measured_bps={} expected_bps={}",
+        c.Location(), c.cause, b->second.group, c.measured_busbw, c.expected_busbw);
+  }
+  if (b->second.search->inconclusive() && out.empty()) {
+    SPDLOG_INFO("component=collective msg=\"bisection inconclusive\" group={} runs={}",
+                b->second.group, b->second.search->runs());
+  }
+  counters_.findings += out.size();
+  bisections_.erase(b);
+  return out;
+}
+
+}  // namespace fw::aggregator::collective

@@ -1,0 +1,109 @@
+// The aggregator's collective stage: schedules jobs, carries their rendezvous, gathers each
+// member's result, judges groups (SlowGroupTracker), bisects a group that turned slow and turns
+// its culprits into collective_slow findings. gRPC-free: the aggregator sends what Tick returns
+// and feeds in what agents send.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/aggregator/collective/bisection.h"
+#include "daemon/aggregator/collective/kv_service.h"
+#include "daemon/aggregator/collective/scheduler.h"
+#include "daemon/aggregator/collective/slow_group.h"
+
+namespace fw::aggregator::collective {
+
+struct OrchestratorConfig {
+  SchedulerConfig schedule;
+  SlowGroupConfig slow;
+  BisectionConfig bisect;
+  KvServiceOptions kv;
+  int64_t job_timeout_ns = 120'000'000'000;  // a job whose members have not all answered fails
+};
+
+// A finding of kind collective_slow.
+struct CollectiveSlowFinding {
+  std::string location;  // "node h5", "link leaf2-spine", "link leaf2-leaf3"
+  std::string cause;
+  std::string group;  // the group that was slow
+  double measured_bps = 0;
+  double expected_bps = 0;
+};
+
+// One CollectiveJob for one member.
+struct OutboundJob {
+  std::string node;
+  JobSpec job;
+};
+
+struct OrchestratorCounters {
+  uint64_t runs = 0;        // jobs completed
+  uint64_t failures = 0;    // jobs that failed or timed out
+  uint64_t bisections = 0;  // bisections started
+  uint64_t findings = 0;
+  std::map<std::string, double> busbw_bps_by_kind;  // last group busbw per job kind
+};
+
+// Not thread-safe except where noted: the aggregator drives it from one thread (or one mutex).
+class CollectiveOrchestrator {
+ public:
+  explicit CollectiveOrchestrator(OrchestratorConfig config = {});
+
+  PauseSet& pauses() { return pauses_; }  // thread-safe
+
+  struct TickOutput {
+    std::vector<OutboundJob> jobs;
+    std::vector<KvDelivery> kv;
+    std::vector<CollectiveSlowFinding> findings;
+  };
+  // Starts due jobs and bisection runs, fails jobs past their timeout, expires rendezvous waits.
+  TickOutput Tick(const std::vector<CollectiveNode>& nodes, int64_t now_ns);
+  std::vector<KvDelivery> OnKvRequest(const std::string& node, const std::string& key,
+                                      std::string value, int64_t now_ns);
+  // A member's CollectiveResult (busbw in bit/s). Findings that the completed job produced.
+  std::vector<CollectiveSlowFinding> OnResult(const std::string& node, const std::string& job_id,
+                                              double busbw_bps, double latency_s,
+                                              const std::string& error);
+
+  const OrchestratorCounters& counters() const { return counters_; }
+  size_t active_bisections() const { return bisections_.size(); }
+
+ private:
+  struct ActiveJob {
+    JobSpec spec;
+    int64_t started_ns = 0;
+    std::map<std::string, double> busbw;  // by member
+    double latency_s = 0;
+    bool failed = false;
+    uint64_t bisection = 0;  // non-zero: a run of that bisection
+    uint64_t run_id = 0;
+  };
+  struct ActiveBisection {
+    std::string group;
+    std::unique_ptr<Bisection> search;
+  };
+  void StartJob(JobSpec spec, int64_t now_ns, TickOutput& out, uint64_t bisection = 0,
+                uint64_t run_id = 0);
+  std::vector<CollectiveSlowFinding> Complete(ActiveJob job);
+  void StartBisection(const ActiveJob& job, const GroupVerdict& v);
+  std::vector<CollectiveSlowFinding> Harvest(uint64_t id);
+
+  const OrchestratorConfig config_;
+  PauseSet pauses_;
+  CollectiveScheduler scheduler_;
+  KvService kv_;
+  SlowGroupTracker tracker_;
+  std::map<std::string, std::string> leaf_of_;  // node -> leaf, from the last Tick
+  std::map<std::string, ActiveJob> jobs_;       // by job id
+  std::map<uint64_t, ActiveBisection> bisections_;
+  std::map<std::string, std::vector<std::string>> healthy_members_;  // by group, last healthy run
+  uint64_t next_bisection_ = 1;
+  int64_t now_ns_ = 0;
+  OrchestratorCounters counters_;
+};
+
+}  // namespace fw::aggregator::collective
