@@ -20,6 +20,12 @@ uint32_t GrhFlowLabel(const uint8_t* grh) {
 
 }  // namespace
 
+void RdmaProbeResult::SetLocalDevice(std::string_view name) {
+  const size_t n = std::min(name.size(), local_device.size() - 1);
+  std::copy_n(name.data(), n, local_device.data());
+  local_device[n] = '\0';
+}
+
 struct UdMesh::Device {
   std::string name;
   std::unique_ptr<Context> ctx;
@@ -721,6 +727,7 @@ void UdMesh::MaybeFinish(Outstanding& o, int64_t) {
   r.responder_source = o.responder_source;
   r.flow_label = f.flow_label;
   r.src_qpn = p.QpNum(f.qp);
+  r.SetLocalDevice(devices_[o.dev]->name);
   stats_.results++;
   if (sink_ != nullptr) sink_->OnResult(r);
 }
@@ -823,6 +830,7 @@ void UdMesh::ExpireTimeouts(int64_t now) {
     r.base.bytes = kUdMessageBytes;
     r.base.timestamp_ns = o.wall;
     r.flow_label = f.flow_label;
+    r.SetLocalDevice(devices_[o.dev]->name);
     r.source = devices_[o.dev]->dead || o.port >= devices_[o.dev]->ports.size()
                    ? TsSource::kSoftware
                    : devices_[o.dev]->ports[o.port]->ts_source();

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/backoff.h"
@@ -62,6 +63,9 @@ struct RdmaProbeResult {
   TsSource responder_source = TsSource::kSoftware;  // the responder's turnaround
   uint32_t flow_label = 0;
   uint32_t src_qpn = 0;
+  std::array<char, 32> local_device{};  // NUL-terminated: the NIC that probed (src_nic)
+  void SetLocalDevice(std::string_view name);
+  std::string_view LocalDevice() const { return std::string_view(local_device.data()); }
 };
 
 class ResultSink {

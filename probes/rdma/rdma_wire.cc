@@ -1,0 +1,101 @@
+// RDMA probes <-> fabricwatch.v1.
+#include "probes/rdma/rdma_wire.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace fw::rdma {
+
+namespace v1 = fabricwatch::v1;
+
+void EndpointToProto(const UdEndpoint& e, TsSource source, v1::RdmaEndpoint* out) {
+  out->set_device(e.device);
+  out->set_port(e.port);
+  out->set_link_layer(std::string(LinkLayerName(e.link_layer)));
+  out->set_lid(e.lid);
+  out->set_gid(std::string(reinterpret_cast<const char*>(e.gid.raw.data()), 16));
+  out->set_gid_index(static_cast<uint32_t>(e.gid_index));
+  out->set_qpn(e.qpn);
+  out->set_qkey(e.qkey);
+  out->set_timestamps(std::string(TsSourceName(source)));
+}
+
+StatusOr<UdEndpoint> EndpointFromProto(const v1::RdmaEndpoint& p) {
+  UdEndpoint e;
+  if (p.link_layer() == "InfiniBand") {
+    e.link_layer = LinkLayer::kInfiniBand;
+  } else if (p.link_layer() == "Ethernet") {
+    e.link_layer = LinkLayer::kEthernet;
+  } else {
+    return Status::InvalidArgument("rdma endpoint: unknown link layer");
+  }
+  if (p.port() < 1 || p.port() > 255) return Status::InvalidArgument("rdma endpoint: bad port");
+  if (p.gid().size() != 16) return Status::InvalidArgument("rdma endpoint: GID must be 16 bytes");
+  if (p.qpn() == 0 || p.qpn() > 0xffffff) return Status::InvalidArgument("rdma endpoint: bad QPN");
+  if (p.lid() > 0xffff || p.gid_index() > 255 || p.device().size() > 64) {
+    return Status::InvalidArgument("rdma endpoint: field out of range");
+  }
+  e.device = p.device();
+  e.port = static_cast<uint8_t>(p.port());
+  e.lid = static_cast<uint16_t>(p.lid());
+  std::memcpy(e.gid.raw.data(), p.gid().data(), 16);
+  e.gid_index = static_cast<int>(p.gid_index());
+  e.qpn = p.qpn();
+  e.qkey = p.qkey();
+  if (e.link_layer == LinkLayer::kInfiniBand && e.lid == 0) {
+    return Status::InvalidArgument("rdma endpoint: InfiniBand without a LID");
+  }
+  if (e.link_layer == LinkLayer::kEthernet && e.gid.IsZero()) {
+    return Status::InvalidArgument("rdma endpoint: RoCE without a GID");
+  }
+  return e;
+}
+
+std::vector<UdTarget> UdTargetsFromPlan(const v1::ProbePlan& plan, int* skipped) {
+  std::vector<UdTarget> out;
+  int bad = 0;
+  for (const v1::PlannedPeer& p : plan.peers()) {
+    if (p.transport() != v1::TRANSPORT_RDMA_UD) continue;
+    auto e = p.has_rdma() ? EndpointFromProto(p.rdma())
+                          : StatusOr<UdEndpoint>(Status::InvalidArgument("no endpoint"));
+    if (!e.ok() || p.node().empty() || p.node().size() > net::ProbeResult::kPeerNameMax ||
+        !(p.rate_pps() >= 0) || !std::isfinite(p.rate_pps())) {
+      ++bad;
+      continue;
+    }
+    UdTarget t;
+    t.peer = p.node();
+    t.local_device = p.src_nic();
+    t.remote = *e;
+    t.flows = std::max(1, std::min(64, p.src_ports_size()));
+    t.rate_hz = p.rate_pps() > 0 ? p.rate_pps() : 1.0;
+    out.push_back(std::move(t));
+  }
+  if (skipped != nullptr) *skipped = bad;
+  return out;
+}
+
+void ResultToProto(const RdmaProbeResult& r, v1::ProbeResult* out) {
+  out->set_peer(std::string(r.base.PeerName()));
+  out->set_transport(v1::TRANSPORT_RDMA_UD);
+  out->set_src_port(r.flow_label);
+  out->set_flow_id(r.base.flow_id);
+  out->set_probe_seq(r.base.seq);
+  out->set_lost(r.base.lost);
+  out->set_rtt_ns(r.base.lost ? 0 : static_cast<uint64_t>(r.network_rtt_ns));
+  out->set_bytes(r.base.bytes);
+  out->set_sent_unix_ns(r.base.timestamp_ns);
+  out->set_src_nic(std::string(r.LocalDevice()));
+  if (!r.base.lost) {
+    out->set_prober_host_ns(r.prober_host_ns);
+    out->set_responder_host_ns(r.responder_host_ns);
+    out->set_timestamp_source(std::string(TsSourceName(r.source)));
+  }
+}
+
+std::string InventoryLine(const RdmaState& s) {
+  if (!s.available) return "unavailable: " + s.detail;
+  return "available: " + std::to_string(s.endpoints.size()) + " ports";
+}
+
+}  // namespace fw::rdma
