@@ -7,18 +7,14 @@
 
 #include <set>
 
+#include "daemon/aggregator/collective/two_leaf_fleet_for_test.h"
+
 namespace fw::aggregator::collective {
 namespace {
 
 constexpr int64_t kS = 1'000'000'000;
 
-std::vector<CollectiveNode> Nodes() {
-  std::vector<CollectiveNode> nodes;
-  for (int h = 0; h < 8; ++h) {
-    nodes.push_back({"h" + std::to_string(h), "leaf" + std::to_string(h / 4), 0});
-  }
-  return nodes;
-}
+std::vector<CollectiveNode> Nodes() { return testing::TwoLeafFleet(); }
 
 OrchestratorConfig Config() {
   OrchestratorConfig c;

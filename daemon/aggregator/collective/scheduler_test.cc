@@ -6,18 +6,14 @@
 
 #include <algorithm>
 
+#include "daemon/aggregator/collective/two_leaf_fleet_for_test.h"
+
 namespace fw::aggregator::collective {
 namespace {
 
 constexpr int64_t kS = 1'000'000'000;
 
-std::vector<CollectiveNode> Fleet() {
-  std::vector<CollectiveNode> nodes;
-  for (int h = 0; h < 8; ++h) {
-    nodes.push_back({"h" + std::to_string(h), "leaf" + std::to_string(h / 4), h == 0 ? 8 : 0});
-  }
-  return nodes;
-}
+std::vector<CollectiveNode> Fleet() { return testing::TwoLeafFleet(8); }
 
 bool Has(const JobSpec& j, const std::string& node) {
   return std::find(j.members.begin(), j.members.end(), node) != j.members.end();
