@@ -82,6 +82,11 @@ Status LoadCivetwebTlsShims() {
 
 }  // namespace
 
+std::atomic<uint64_t>& TlsHandshakeFailures(std::string_view listener) {
+  static std::atomic<uint64_t> grpc{0}, http{0};
+  return listener == "grpc" ? grpc : http;
+}
+
 bool SplitHostPort(const std::string& s, std::string* host, int* port) {
   auto colon = s.rfind(':');
   if (colon == std::string::npos || colon + 1 >= s.size()) return false;
@@ -168,6 +173,9 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& listen, int t
       timeout.c_str(),   "enable_keep_alive", "yes",         nullptr};
   mg_callbacks callbacks{};
   callbacks.log_message = [](const mg_connection*, const char* message) {
+    // civetweb reports each refused TLS handshake (no or bad client certificate, plaintext on a
+    // TLS port) as "sslize error: ...".
+    if (std::strncmp(message, "sslize error", 12) == 0) TlsHandshakeFailures("http")++;
     spdlog::warn("msg=\"http server\" error={}", message);
     return 1;
   };
@@ -231,6 +239,17 @@ void Server::HandleMetrics(metrics::Registry& registry,
     rejected_[i].store(&rejected.WithLabels({code == 0 ? "other" : std::to_string(code)}),
                        std::memory_order_release);
   }
+  auto& tls_failures = registry.AddCounter(
+      "fabricwatch_tls_handshake_failures_total",
+      "TLS handshakes this daemon refused, by listener (grpc: agents' streams under --tls-*; "
+      "http: clients under --web-config): expired or foreign certificates, missing client "
+      "certificates, plaintext on a TLS port.",
+      {"listener"});
+  registry.AddBeforeRender(
+      [grpc = &tls_failures.WithLabels({"grpc"}), http = &tls_failures.WithLabels({"http"})] {
+        grpc->Set(static_cast<double>(TlsHandshakeFailures("grpc").load()));
+        http->Set(static_cast<double>(TlsHandshakeFailures("http").load()));
+      });
   Handle("/metrics", [&registry, scrape_seconds](const Request&, Response& resp) {
     auto start = std::chrono::steady_clock::now();
     resp.Begin(200, "text/plain; version=0.0.4; charset=utf-8");

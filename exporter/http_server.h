@@ -121,6 +121,11 @@ class Server {
   std::map<std::string, std::unique_ptr<Route>> handlers_;
 };
 
+// Refused TLS handshakes in this process by listener, "grpc" (counted by common/tls from gRPC's
+// handshake log) or "http" (civetweb's); HandleMetrics exports both as
+// fabricwatch_tls_handshake_failures_total{listener}. Any other name returns the "http" count.
+std::atomic<uint64_t>& TlsHandshakeFailures(std::string_view listener);
+
 // Splits "host:port"; false when malformed or the port is out of range.
 bool SplitHostPort(const std::string& s, std::string* host, int* port);
 

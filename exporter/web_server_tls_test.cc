@@ -4,7 +4,9 @@
 #include <crypt.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "common/testing/temp_dir.h"
 #include "exporter/http_server.h"
@@ -12,6 +14,14 @@
 
 namespace fw::http {
 namespace {
+
+// civetweb counts a refused handshake on its worker thread, possibly after the client gave up.
+bool WaitUntilCounted(uint64_t want) {
+  for (int i = 0; i < 100 && TlsHandshakeFailures("http").load() < want; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return TlsHandshakeFailures("http").load() >= want;
+}
 
 class WebServerTlsTest : public ::testing::Test {
  protected:
@@ -84,6 +94,7 @@ TEST_F(WebServerTlsTest, RequireAndVerifyClientCert) {
   Routes(**s);
   const std::string addr = "127.0.0.1:" + std::to_string((*s)->port());
 
+  const uint64_t refused_before = TlsHandshakeFailures("http").load();
   auto anonymous = FetchWeb(addr, "GET", "/healthz", Verified());
   EXPECT_FALSE(anonymous.ok() && anonymous->status == 200);
   WebClientOptions intruder = Verified();
@@ -91,6 +102,8 @@ TEST_F(WebServerTlsTest, RequireAndVerifyClientCert) {
   intruder.key_file = other_.path() + "/intruder.key";
   auto foreign = FetchWeb(addr, "GET", "/healthz", intruder);
   EXPECT_FALSE(foreign.ok() && foreign->status == 200);
+  // Each refused handshake is counted (fabricwatch_tls_handshake_failures_total{listener="http"}).
+  EXPECT_TRUE(WaitUntilCounted(refused_before + 2));
   WebClientOptions member = Verified();
   member.cert_file = P("client-a.crt");
   member.key_file = P("client-a.key");

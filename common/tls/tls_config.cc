@@ -134,6 +134,18 @@ void AddTlsFlags(CLI::App& app, TlsFiles* files, const std::string& role) {
                "plaintext gRPC without identities (instead of the three --tls-* files)");
 }
 
+void ResolveCommandLinePrecedence(const CLI::App& app, TlsFiles* files) {
+  const bool cli_insecure = app.count("--insecure") > 0;
+  const bool cli_tls = app.count("--tls-cert") + app.count("--tls-key") + app.count("--tls-ca") > 0;
+  if (cli_insecure && !cli_tls) {
+    files->cert.clear();
+    files->key.clear();
+    files->ca.clear();
+  } else if (cli_tls && !cli_insecure) {
+    files->insecure = false;
+  }
+}
+
 StatusOr<std::optional<TlsMaterial>> LoadTlsFiles(const TlsFiles& files) {
   const bool any = !files.cert.empty() || !files.key.empty() || !files.ca.empty();
   const bool all = !files.cert.empty() && !files.key.empty() && !files.ca.empty();

@@ -44,6 +44,11 @@ void BindTlsConfig(ConfigBinding& binding, TlsFiles* files);
 // ("the aggregator" / "this agent").
 void AddTlsFlags(CLI::App& app, TlsFiles* files, const std::string& role);
 
+// After `app` parsed: the command line wins over the config file for the TLS group as a whole, so
+// `--insecure` given on the command line drops the file's tls-* keys, and any --tls-* given there
+// drops the file's `insecure: true`.
+void ResolveCommandLinePrecedence(const CLI::App& app, TlsFiles* files);
+
 // Largest PEM file read (a chain of a few certificates is a few KiB).
 inline constexpr size_t kMaxPemBytes = 1 << 20;
 

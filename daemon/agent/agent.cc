@@ -71,7 +71,7 @@ Status Agent::Start() {
     // The agent still samples counters, probes and reports without an inventory; say so once.
     spdlog::warn("msg=\"node check failed\" error=\"{}\"", d.message());
   }
-  auto http = http::Server::Start(options_.http_listen, 8);
+  auto http = http::Server::Start(options_.http_listen, 8, options_.web ? &*options_.web : nullptr);
   if (!http.ok()) return http.status();
   http_ = std::move(*http);
   http_->HandleMetrics(registry_, [this](double s) { self_.ObserveScrape(s); });
@@ -118,6 +118,7 @@ Status Agent::Start() {
 
   Uplink::Options uo;
   uo.aggregator = options_.aggregator;
+  uo.tls = options_.tls;
   uo.heartbeat_interval_s = options_.heartbeat_interval_s;
   uplink_ = std::make_unique<Uplink>(
       uo, buffer_, [this] { return MakeHello(); },

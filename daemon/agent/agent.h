@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -46,6 +47,9 @@ struct AgentOptions {
   double xmit_wait_tick_bytes = 8.0;
   // `check` only: two counter passes this far apart give rates; 0 takes one snapshot.
   double check_counter_interval_s = 1;
+  // gRPC mTLS material (nullopt: --insecure) and the HTTP web config (docs/security.md).
+  std::optional<tls::TlsMaterial> tls;
+  std::optional<http::WebConfig> web;
   int buffer_batches = 3600;
   int buffer_mb = 64;
   // Test mode: send this many numbered ProbeBatches at `test_batch_rate` per second.
@@ -60,6 +64,10 @@ class Agent {
   Status Start();
   void Stop();
   int http_port() const { return http_ ? http_->port() : 0; }
+  // The watchdog probe: this agent's own /healthz answers (over HTTPS with a TLS web config).
+  bool HttpHealthy(int timeout_ms) const {
+    return http_ && http_->SelfCheck(options_.http_listen, timeout_ms);
+  }
   const std::string& node_name() const { return options_.node_name; }
 
  private:

@@ -7,6 +7,7 @@
 #include "common/daemon_util.h"
 #include "common/log.h"
 #include "common/sd_notify.h"
+#include "common/tls/tls_config.h"
 #include "daemon/agent/agent.h"
 #include "daemon/agent/check_main.h"
 #include "exporter/http_client.h"
@@ -39,6 +40,10 @@ int main(int argc, char** argv) {
   binding.Bind("buffer-batches", &o.buffer_batches);
   binding.Bind("buffer-mb", &o.buffer_mb);
   binding.Bind("log-level", &log_level);
+  fw::tls::TlsFiles tls_files;
+  std::string web_config;
+  fw::tls::BindTlsConfig(binding, &tls_files);
+  binding.Bind("web-config", &web_config);
   if (!fw::LoadConfigFromArgs(binding, argc, argv, "fabricwatch-agent")) return 3;
   auto duration = fw::DurationSetter;
 
@@ -95,6 +100,9 @@ int main(int argc, char** argv) {
   app.add_option("--buffer-mb", o.buffer_mb, "max MiB of unacknowledged batches kept")
       ->capture_default_str();
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
+  fw::tls::AddTlsFlags(app, &tls_files, "this agent (it must name this node)");
+  app.add_option("--web-config,--web-config-file", web_config,
+                 "HTTP TLS and basic auth, in the Prometheus exporter-toolkit web config format");
   app.add_option("--test-batches", o.test_batches, "test only: send N numbered batches")
       ->group("");
   app.add_option("--test-batch-rate", o.test_batch_rate, "test only: numbered batches per second")
@@ -125,8 +133,31 @@ int main(int argc, char** argv) {
 
   fw::InitLogging("agent", log_level);
   fw::BlockTerminationSignals();
+  fw::tls::ResolveCommandLinePrecedence(app, &tls_files);
+  auto tls = fw::tls::LoadTlsFiles(tls_files);
+  if (!tls.ok()) {
+    spdlog::critical("msg=\"cannot start\" error=\"{}\"", tls.status().message());
+    return 3;
+  }
+  o.tls = std::move(*tls);
+  if (!web_config.empty()) {
+    auto web = fw::http::LoadWebConfigFile(web_config);
+    if (!web.ok()) {
+      spdlog::critical("msg=\"cannot start\" error=\"{}\"", web.status().message());
+      return 3;
+    }
+    o.web = std::move(*web);
+  }
 
   fw::agent::Agent agent(o);
+  fw::tls::LogTransportSecurity("agent", o.tls);
+  if (o.tls && !fw::tls::NamesNode(o.tls->names, agent.node_name())) {
+    // The aggregator would refuse every session (PERMISSION_DENIED): say so now, once.
+    spdlog::critical(
+        "msg=\"cannot start: the --tls-cert does not name this node\" node={} cert_names={}",
+        agent.node_name(), fmt::format("{}", fmt::join(o.tls->names, ",")));
+    return 3;
+  }
   fw::Status st = agent.Start();
   if (!st.ok()) {
     spdlog::critical("msg=\"cannot start\" error=\"{}\"", st.message());
@@ -141,11 +172,9 @@ int main(int argc, char** argv) {
   // Every listener accepts now (Start() returned): READY=1 lets units ordered after this one
   // start. The watchdog is fed while this daemon's own /healthz answers over loopback, i.e. while
   // the HTTP workers that Prometheus and the probes' peers depend on still serve.
-  const std::string self_http = fw::SelfDialAddress(o.http_listen, agent.http_port());
   const std::string status = "serving: HTTP port " + std::to_string(agent.http_port());
   int sig = fw::RunAsNotifyService(status, [&](int timeout_ms) {
-    auto r = fw::http::Get(self_http, "/healthz", timeout_ms);
-    return r.ok() && r->status == 200;
+    return agent.HttpHealthy(timeout_ms);
   });
   spdlog::info("msg=\"shutting down\" signal={}", sig);
   agent.Stop();

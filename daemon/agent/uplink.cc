@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "common/tls/grpc_credentials.h"
 #include "fabricwatch.grpc.pb.h"
 
 namespace fw::agent {
@@ -45,7 +46,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const Uplink::Options& o) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms(o.keepalive_timeout_s));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  return grpc::CreateCustomChannel(o.aggregator, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(o.aggregator, tls::ChannelCredentials(o.tls), args);
 }
 
 }  // namespace

@@ -11,11 +11,13 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "common/backoff.h"
 #include "common/clock.h"
+#include "common/tls/tls_config.h"
 #include "daemon/agent/outbound_buffer.h"
 #include "exporter/registry.h"
 #include "fabricwatch.pb.h"
@@ -26,6 +28,9 @@ class Uplink {
  public:
   struct Options {
     std::string aggregator = "127.0.0.1:9750";
+    // mTLS material (this node's certificate, named after the node, and the fleet CA); nullopt
+    // is plaintext (--insecure). The aggregator's certificate must name the host of `aggregator`.
+    std::optional<tls::TlsMaterial> tls;
     double heartbeat_interval_s = 5;
     double backoff_base_s = 0.5;
     double backoff_max_s = 30;

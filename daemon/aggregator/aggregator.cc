@@ -89,7 +89,7 @@ Status Aggregator::Start() {
   }
   analyzer_ = std::make_unique<analysis::Analyzer>(clock_, map_, pairs_.get(), options_.analysis,
                                                    analysis::PathResolver{}, store_.get());
-  auto http = http::Server::Start(options_.http_listen);
+  auto http = http::Server::Start(options_.http_listen, 32, options_.web ? &*options_.web : nullptr);
   if (!http.ok()) return http.status();
   http_ = std::move(*http);
   InstallApiHandlers(*http_, ApiSources{.registry = registry_,
@@ -104,6 +104,7 @@ Status Aggregator::Start() {
 
   GrpcServer::Options go;
   go.listen = options_.grpc_listen;
+  go.tls = options_.tls;
   go.max_message_bytes = options_.limits.max_message_bytes;
   go.max_findings_per_report = options_.limits.max_findings_per_report;
   go.journal = journal;  // acks are durable (docs/durability.md)

@@ -43,6 +43,9 @@ struct AggregatorOptions {
   // The most the heartbeat timeout stretches while the aggregator is behind (FleetState::Options).
   double heartbeat_grace_max_s = 105;
   bool record_test_batches = false;
+  // gRPC mTLS material (nullopt: --insecure) and the HTTP web config (docs/security.md).
+  std::optional<tls::TlsMaterial> tls;
+  std::optional<http::WebConfig> web;
   ClientLimits limits;  // bounds on client state (docs/durability.md)
   PlannerConfig planner;
   analysis::AnalysisConfig analysis;
@@ -61,6 +64,10 @@ class Aggregator final : public IngestSink {
 
   int grpc_port() const { return grpc_ ? grpc_->port() : 0; }
   int http_port() const { return http_ ? http_->port() : 0; }
+  // The watchdog probe: the own /healthz answers (over HTTPS with a TLS web config).
+  bool HttpHealthy(int timeout_ms) const {
+    return http_ && http_->SelfCheck(options_.http_listen, timeout_ms);
+  }
   FleetState& fleet() { return fleet_; }
   metrics::Registry& registry() { return registry_; }
 

@@ -7,6 +7,7 @@
 #include "common/daemon_util.h"
 #include "common/log.h"
 #include "common/sd_notify.h"
+#include "common/tls/tls_config.h"
 #include "daemon/aggregator/aggregator.h"
 #include "exporter/http_client.h"
 
@@ -30,6 +31,10 @@ int main(int argc, char** argv) {
   binding.Bind("log-level", &log_level);
   binding.Bind("bandwidth-interval", &bw_interval);
   binding.Bind("latency-floor", &latency_floor);
+  fw::tls::TlsFiles tls_files;
+  std::string web_config;
+  fw::tls::BindTlsConfig(binding, &tls_files);
+  binding.Bind("web-config", &web_config);
   fw::aggregator::BindClientLimits(binding, &o.limits);
 
   if (!fw::LoadConfigFromArgs(binding, argc, argv, "fabricwatch-aggregator")) return 3;
@@ -57,6 +62,9 @@ int main(int argc, char** argv) {
                                        "baseline; set it above the hosts' scheduling jitter "
                                        "(default 20us)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
+  fw::tls::AddTlsFlags(app, &tls_files, "the aggregator (it must name the host agents dial)");
+  app.add_option("--web-config,--web-config-file", web_config,
+                 "HTTP TLS and basic auth, in the Prometheus exporter-toolkit web config format");
   fw::aggregator::AddClientLimitFlags(app, &o.limits);
   std::string port_file;
   app.add_option("--port-file", port_file,
@@ -77,6 +85,22 @@ int main(int argc, char** argv) {
 
   fw::InitLogging("aggregator", log_level);
   fw::BlockTerminationSignals();
+  fw::tls::ResolveCommandLinePrecedence(app, &tls_files);
+  auto tls = fw::tls::LoadTlsFiles(tls_files);
+  if (!tls.ok()) {
+    spdlog::critical("msg=\"cannot start\" error=\"{}\"", tls.status().message());
+    return 3;
+  }
+  o.tls = std::move(*tls);
+  fw::tls::LogTransportSecurity("aggregator", o.tls);
+  if (!web_config.empty()) {
+    auto web = fw::http::LoadWebConfigFile(web_config);
+    if (!web.ok()) {
+      spdlog::critical("msg=\"cannot start\" error=\"{}\"", web.status().message());
+      return 3;
+    }
+    o.web = std::move(*web);
+  }
 
   fw::aggregator::Aggregator agg(o);
   fw::Status st = agg.Start();
@@ -94,12 +118,10 @@ int main(int argc, char** argv) {
   // Every listener accepts now (Start() returned): READY=1 lets units ordered after this one
   // start. The watchdog is fed while this daemon's own /healthz answers over loopback, i.e. while
   // the HTTP workers that Prometheus and the probes' peers depend on still serve.
-  const std::string self_http = fw::SelfDialAddress(o.http_listen, agg.http_port());
   const std::string status = "serving: gRPC port " + std::to_string(agg.grpc_port()) +
                              ", HTTP port " + std::to_string(agg.http_port());
   int sig = fw::RunAsNotifyService(status, [&](int timeout_ms) {
-    auto r = fw::http::Get(self_http, "/healthz", timeout_ms);
-    return r.ok() && r->status == 200;
+    return agg.HttpHealthy(timeout_ms);
   });
   spdlog::info("msg=\"shutting down\" signal={}", sig);
   agg.Stop();

@@ -64,13 +64,13 @@ if [ "${1:-}" = --inner ]; then
     useradd --root "$R" --system --no-create-home --home-dir /var/lib/fabricwatch \
       --shell /usr/sbin/nologin fabricwatch
   mkdir -p "$R/etc/fabricwatch"
-  printf 'grpc-listen: 127.0.0.1:9750\nhttp-listen: 127.0.0.1:9751\n' >"$R/etc/fabricwatch/aggregator.yaml"
-  printf 'aggregator: 127.0.0.1:9750\nnode-name: boot-test\nprobe-address: 127.0.0.1\nhttp-listen: 127.0.0.1:9752\n' \
+  printf 'grpc-listen: 127.0.0.1:9750\nhttp-listen: 127.0.0.1:9751\ninsecure: true\n' >"$R/etc/fabricwatch/aggregator.yaml"
+  printf 'aggregator: 127.0.0.1:9750\nnode-name: boot-test\nprobe-address: 127.0.0.1\nhttp-listen: 127.0.0.1:9752\ninsecure: true\n' \
     >"$R/etc/fabricwatch/agent.yaml"
   printf '[Unit]\nDescription=fabricwatch boot test\nWants=systemd-journald.socket fabricwatch-aggregator.service fabricwatch-agent.service\n' \
     >"$R/etc/systemd/system/fw-boot-test.target"
   # A peer for the hardened agent to probe: an unconfined second agent.
-  printf '[Service]\nExecStart=/usr/bin/fabricwatch-agent --aggregator 127.0.0.1:9750 --node-name boot-peer --probe-address 127.0.0.1 --probe-port 9763 --http-listen 127.0.0.1:9762\n' \
+  printf '[Service]\nExecStart=/usr/bin/fabricwatch-agent --insecure --aggregator 127.0.0.1:9750 --node-name boot-peer --probe-address 127.0.0.1 --probe-port 9763 --http-listen 127.0.0.1:9762\n' \
     >"$R/etc/systemd/system/fw-boot-peer.service"
   # metric_positive PORT NAME: waits up to 30 s for a sample of NAME above 0 on 127.0.0.1:PORT.
   cat >"$R/usr/local/bin/metric_positive" <<'EOT'

@@ -140,7 +140,7 @@ TEST(ReadinessTest, AggregatorIsReadyOnlyWhenBothListenersAccept) {
   const std::string log = dir.path() + "/aggregator.log", ports = dir.path() + "/ports.json";
   auto p =
       StartNotified(sock,
-                    {FW_AGGREGATOR_BIN, "--grpc-listen", "127.0.0.1:0", "--http-listen",
+                    {FW_AGGREGATOR_BIN, "--insecure", "--grpc-listen", "127.0.0.1:0", "--http-listen",
                      "127.0.0.1:0", "--state-dir", dir.path() + "/state", "--port-file", ports},
                     log);
   auto ready = sock.ReceiveState(seconds(30));
@@ -170,7 +170,7 @@ TEST(ReadinessTest, AgentIsReadyOnlyWhenItsListenersAccept) {
   // in the background for as long as the agent runs.
   auto p =
       StartNotified(sock,
-                    {FW_AGENT_BIN, "--aggregator", "127.0.0.1:1", "--node-name", "n1",
+                    {FW_AGENT_BIN, "--insecure", "--aggregator", "127.0.0.1:1", "--node-name", "n1",
                      "--http-listen", "127.0.0.1:0", "--probe-address", "127.0.0.1", "--probe-port",
                      "0", "--hwloc-xml", data + "/hwloc/psmgmt-topo.jrc0386.xml", "--sysfs-root",
                      data + "/sysfs/gpud-h100", "--port-file", ports},
@@ -194,7 +194,8 @@ TEST(ReadinessTest, AggregatorPingsTheWatchdogWhileHealthy) {
   const std::string log = dir.path() + "/aggregator.log";
   // 400 ms asks for a ping every 100 ms, each after a /healthz round trip.
   auto p = StartNotified(
-      sock, {FW_AGGREGATOR_BIN, "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"},
+      sock,
+      {FW_AGGREGATOR_BIN, "--insecure", "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"},
       log, "400000");
   auto ready = sock.Receive(seconds(30));
   ASSERT_TRUE(ready.has_value()) << ReadFile(log);
@@ -220,8 +221,9 @@ TEST(ReadinessTest, FailedStartNeverSignalsReady) {
   ASSERT_TRUE(sock.ok());
   const std::string log = dir.path() + "/aggregator.log";
   auto p = StartNotified(sock,
-                         {FW_AGGREGATOR_BIN, "--grpc-listen", "127.0.0.1:0", "--http-listen",
-                          "127.0.0.1:0", "--fabric-map", dir.path() + "/missing.yaml"},
+                         {FW_AGGREGATOR_BIN, "--insecure", "--grpc-listen", "127.0.0.1:0",
+                          "--http-listen", "127.0.0.1:0", "--fabric-map",
+                          dir.path() + "/missing.yaml"},
                          log);
   EXPECT_EQ(ExitCode(p->Wait(seconds(15))), 3) << ReadFile(log);
   EXPECT_FALSE(sock.Receive(milliseconds(200)).has_value()) << "READY=1 before a failed start";

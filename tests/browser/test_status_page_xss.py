@@ -77,13 +77,13 @@ class Daemons:
             return json.load(f)
 
     def __enter__(self):
-        self.spawn([self.agg_bin, "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
+        self.spawn([self.agg_bin, "--insecure", "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
                     "--port-file", os.path.join(self.work, "agg.ports"), "--tick", "1s"],
                    "aggregator.log")
         ports = self.read_ports("agg.ports")
         self.base = f"http://127.0.0.1:{ports['http_port']}"
         for i, name in enumerate((SCRIPT_NAME, IMG_NAME)):
-            self.spawn([self.agent_bin, "--aggregator", f"127.0.0.1:{ports['grpc_port']}",
+            self.spawn([self.agent_bin, "--insecure", "--aggregator", f"127.0.0.1:{ports['grpc_port']}",
                         "--node-name", name, "--http-listen", "127.0.0.1:0",
                         "--probe-address", "127.0.0.1", "--probe-port", "0",
                         "--hwloc-xml", os.path.join(self.testdata, "hwloc",

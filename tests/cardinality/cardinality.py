@@ -146,7 +146,7 @@ def main():
     state = os.path.join(work, "state")
     os.makedirs(state)
     agg_log = open(os.path.join(work, "aggregator.log"), "w")
-    agg = subprocess.Popen([a.aggregator_bin, "--grpc-listen", "127.0.0.1:%d" % grpc_port,
+    agg = subprocess.Popen([a.aggregator_bin, "--insecure", "--grpc-listen", "127.0.0.1:%d" % grpc_port,
                             "--http-listen", "127.0.0.1:%d" % http_port, "--fabric-map", fmap,
                             "--state-dir", state, "--log-level", "warn"],
                            stdout=agg_log, stderr=subprocess.STDOUT)

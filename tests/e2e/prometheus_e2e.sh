@@ -27,14 +27,14 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 json_field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
 wait_file() { for _ in $(seq 200); do [ -s "$1" ] && return 0; sleep 0.1; done; return 1; }
 
-"$agg_bin" --grpc-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --port-file "$work/agg.ports" \
+"$agg_bin" --insecure --grpc-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --port-file "$work/agg.ports" \
   >"$work/aggregator.log" 2>&1 &
 pids+=($!)
 wait_file "$work/agg.ports" || { echo "FAIL: aggregator did not start"; cat "$work/aggregator.log"; exit 1; }
 grpc_port=$(json_field "$work/agg.ports" grpc_port)
 http_port=$(json_field "$work/agg.ports" http_port)
 
-"$agent_bin" --aggregator "127.0.0.1:$grpc_port" --node-name e2e-node --http-listen 127.0.0.1:0 \
+"$agent_bin" --insecure --aggregator "127.0.0.1:$grpc_port" --node-name e2e-node --http-listen 127.0.0.1:0 \
   --probe-address 127.0.0.1 --probe-port 0 \
   --hwloc-xml "$testdata/hwloc/psmgmt-topo.jrc0386.xml" --sysfs-root "$testdata/sysfs/gpud-h100" \
   --port-file "$work/agent.ports" >"$work/agent.log" 2>&1 &

@@ -7,8 +7,10 @@ API (put tests/fabric on sys.path, then `import fabric`):
         fab.prefix                      # unique per run, e.g. "fw4242-"; every namespace starts with it
         fab.hosts["node01"]             # Host(name, ns, address, nic, leaf, mgmt_address)
         fab.write_map("map.yaml")       # the DESIGN.md fabric map of this topology
-        agg = fab.spawn("mgmt", ["fabricwatch-aggregator", "--grpc-listen", f"{fab.mgmt_address}:9750"])
-        fab.spawn("node01", ["fabricwatch-agent", "--aggregator", f"{fab.mgmt_address}:9750"])
+        agg = fab.spawn("mgmt", ["fabricwatch-aggregator", "--grpc-listen", f"{fab.mgmt_address}:9750",
+                                 "--insecure"])
+        fab.spawn("node01", ["fabricwatch-agent", "--aggregator", f"{fab.mgmt_address}:9750",
+                             "--insecure"])
         fab.start_aggregator(agg_bin); fab.start_agents(agent_bin)    # the same, DESIGN.md flags
         fab.stop(agg)                   # by PID: SIGTERM, then SIGKILL (teardown stops the rest)
         fab.start_responder("node04")   # UDP echo + TCP byte counter on ports 7007/7008
@@ -442,7 +444,8 @@ class Fabric(FaultsMixin):
         listening on the management address, with this fabric's map (written to log_dir)."""
         map_path = map_path or self.write_map(os.path.join(self.log_dir, "fabric-map.yaml"))
         argv = [binary, "--grpc-listen", f"{self.mgmt_address}:{grpc_port}",
-                "--http-listen", f"{self.mgmt_address}:{http_port}", "--fabric-map", map_path]
+                "--http-listen", f"{self.mgmt_address}:{http_port}", "--fabric-map", map_path,
+                "--insecure"]
         return self.spawn("mgmt", argv + list(args), name="aggregator")
 
     def start_agents(self, binary, grpc_port=9750, probe_port=9753, http_port=9752, args=(),
@@ -457,7 +460,7 @@ class Fabric(FaultsMixin):
                 raise FabricError(f"unknown host {name!r}")
             argv = [binary, "--aggregator", f"{self.mgmt_address}:{grpc_port}", "--node-name",
                     h.name, "--probe-address", h.address, "--probe-port", probe_port,
-                    "--http-listen", f"{h.mgmt_address}:{http_port}"]
+                    "--http-listen", f"{h.mgmt_address}:{http_port}", "--insecure"]
             procs[name] = self.spawn(name, argv + list(args), name="agent")
         return procs
 

@@ -228,7 +228,7 @@ class FrozenPeerTest(unittest.TestCase):
             agg_ports = os.path.join(tmp, "aggregator.ports")
             logs.append(open(os.path.join(tmp, "aggregator.log"), "w"))
             procs.append(subprocess.Popen(
-                [fwe2e.aggregator_bin(), "--grpc-listen", "127.0.0.1:0", "--http-listen",
+                [fwe2e.aggregator_bin(), "--insecure", "--grpc-listen", "127.0.0.1:0", "--http-listen",
                  "127.0.0.1:0", "--state-dir", tmp, "--port-file", agg_ports],
                 stdout=logs[-1], stderr=subprocess.STDOUT))
             ports = wait_for("the aggregator's port file", lambda: read_json(agg_ports), 20, 0.1)
@@ -237,7 +237,7 @@ class FrozenPeerTest(unittest.TestCase):
             agent_log = os.path.join(tmp, "agent.log")
             logs.append(open(agent_log, "w"))
             procs.append(subprocess.Popen(
-                [fwe2e.agent_bin(), "--aggregator", f"127.0.0.1:{proxy.port}", "--node-name",
+                [fwe2e.agent_bin(), "--insecure", "--aggregator", f"127.0.0.1:{proxy.port}", "--node-name",
                  "frozen-peer", "--probe-address", "127.0.0.1", "--probe-port", str(free_port()),
                  "--http-listen", "127.0.0.1:0", "--port-file", agent_ports,
                  "--sysfs-root", fwe2e.SYSFS_ROOT, "--hwloc-xml", fwe2e.HWLOC_XML],

@@ -28,7 +28,7 @@ class Fleet {
     std::filesystem::remove(port_file);
     agg_ = std::make_unique<Process>(
         std::vector<std::string>{
-            FW_AGGREGATOR_BIN, "--grpc-listen", "127.0.0.1:" + std::to_string(grpc_port),
+            FW_AGGREGATOR_BIN, "--insecure", "--grpc-listen", "127.0.0.1:" + std::to_string(grpc_port),
             "--http-listen", "127.0.0.1:0", "--heartbeat-timeout", "3s", "--tick", "500ms",
             "--state-dir", dir_ + "/state", "--record-test-batches", "--port-file", port_file},
         dir_ + "/aggregator.log");
@@ -46,6 +46,7 @@ class Fleet {
     std::filesystem::remove(port_file);
     std::vector<std::string> argv{
         FW_AGENT_BIN,
+        "--insecure",
         "--aggregator",
         aggregator.empty() ? "127.0.0.1:" + std::to_string(grpc_port_) : aggregator,
         "--port-file",

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "common/tls/grpc_credentials.h"
 #include "fabricwatch.grpc.pb.h"
 #include "tests/sim/batch_builder.h"
 
@@ -112,7 +113,7 @@ class PoolImpl final : public AgentPool {
       // connection (100 agents) killed by the simulator rather than measured as slow.
       args.SetMaxSendMessageSize(16 << 20);
       auto ch =
-          grpc::CreateCustomChannel(options_.target, grpc::InsecureChannelCredentials(), args);
+          grpc::CreateCustomChannel(options_.target, tls::ChannelCredentials(options_.tls), args);
       stubs_.push_back(v1::Aggregator::NewStub(ch));
     }
   }

@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/tls/tls_config.h"
 #include "fabricwatch.pb.h"
 
 namespace fw::sim {
@@ -41,6 +43,9 @@ class AgentPool {
     // Each stream sends one CounterBatch right after its Hello, with this many ACTIVE ports
     // (devices mlx5_0.., port 1), so the aggregator holds per-port series as for real agents.
     int ports_per_agent = 0;
+    // mTLS client material (the aggregator checks every Hello.node against its names); nullopt:
+    // plaintext.
+    std::optional<tls::TlsMaterial> tls;
   };
   // Fills a batch in place. The batch keeps the previous call's contents (results included), so a
   // filler that only rewrites the fields that change allocates nothing in steady state.

@@ -67,6 +67,13 @@ StatusOr<std::unique_ptr<AggregatorUnderTest>> AggregatorUnderTest::StartOrAttac
                                    "--state-dir=" + t.work_dir + "/state",
                                    "--port-file=" + port_file,
                                    "--log-level=warn"};
+  if (t.tls_dir.empty()) {
+    argv.push_back("--insecure");
+  } else {
+    argv.push_back("--tls-cert=" + t.tls_dir + "/server.crt");
+    argv.push_back("--tls-key=" + t.tls_dir + "/server.key");
+    argv.push_back("--tls-ca=" + t.tls_dir + "/ca.crt");
+  }
   if (!t.fabric_map.empty()) argv.push_back("--fabric-map=" + t.fabric_map);
   std::istringstream extra(t.extra_args);
   for (std::string x; extra >> x;) argv.push_back(x);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "common/tls/tls_config.h"
 #include "tests/sim/scorer.h"
 
 namespace fw::sim {
@@ -21,6 +22,11 @@ struct AggregatorTarget {
   std::string fabric_map;  // passed as --fabric-map when starting
   std::string work_dir;    // logs, port file and --state-dir when starting
   std::string extra_args;  // appended to the command line when starting (space-separated)
+  // mTLS (--tls-dir): ca.crt, server.{crt,key} for a started aggregator (it must name
+  // 127.0.0.1), and the simulator's client material (one certificate naming every simulated
+  // node). Empty dir and nullopt: plaintext, the aggregator started with --insecure.
+  std::string tls_dir;
+  std::optional<tls::TlsMaterial> tls;
 };
 
 struct IngestSnapshot {

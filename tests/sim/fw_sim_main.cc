@@ -33,6 +33,9 @@ int main(int argc, char** argv) {
                  "start this fabricwatch-aggregator on loopback (stopped by PID at the end)");
   app.add_option("--aggregator-args", o.aggregator.extra_args,
                  "extra flags for the started aggregator, space-separated");
+  app.add_option("--tls-dir", o.aggregator.tls_dir,
+                 "mTLS: ca.crt, server.{crt,key} (the started aggregator) and client.{crt,key} "
+                 "(naming every simulated node; tests/tls/sim_certs.sh makes them)");
   app.add_option("--grpc", o.aggregator.grpc, "attach: the aggregator's gRPC host:port");
   app.add_option("--http", o.aggregator.http, "attach: the aggregator's HTTP host:port");
   app.add_option("--aggregator-pid", pid, "attach: its PID, for CPU and RSS figures");
@@ -84,6 +87,15 @@ int main(int argc, char** argv) {
   }
   fw::InitLogging("fw_sim", log_level);
   o.aggregator.pid = pid;
+  if (!o.aggregator.tls_dir.empty()) {
+    const std::string& d = o.aggregator.tls_dir;
+    auto tls = fw::tls::LoadTlsFiles({d + "/client.crt", d + "/client.key", d + "/ca.crt", false});
+    if (!tls.ok()) {
+      std::fprintf(stderr, "fw_sim: --tls-dir: %s\n", tls.status().message().c_str());
+      return 2;
+    }
+    o.aggregator.tls = std::move(*tls);
+  }
   o.batch_encoding =
       encoding == "results" ? fw::sim::BatchEncoding::kResults : fw::sim::BatchEncoding::kColumns;
 

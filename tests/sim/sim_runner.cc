@@ -193,7 +193,8 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
 
   auto self_start = ReadProc(getpid());
   auto pool = AgentPool::Create({agg.grpc(), options.agents_per_channel,
-                                 options.max_unacked_batches, options.ports_per_agent},
+                                 options.max_unacked_batches, options.ports_per_agent,
+                                 options.aggregator.tls},
                                 MakeHellos(tree, scenario.seed));
   auto connect_start = SteadyClock::now();
   uint64_t ready = ConnectFleet(*pool, tree.hosts(), std::max(30.0, tree.hosts() / 200.0));
@@ -309,7 +310,8 @@ StatusOr<json> RunHeartbeatBench(int agents, double seconds, const RunOptions& o
     hellos.push_back(std::move(h));
   }
   auto pool = AgentPool::Create({agg.grpc(), options.agents_per_channel,
-                                 options.max_unacked_batches, options.ports_per_agent},
+                                 options.max_unacked_batches, options.ports_per_agent,
+                                 options.aggregator.tls},
                                 std::move(hellos));
   auto connect_start = SteadyClock::now();
   ConnectFleet(*pool, agents, 60);

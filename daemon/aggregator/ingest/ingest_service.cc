@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "daemon/aggregator/ingest/ingest_journal.h"
+#include "common/tls/grpc_credentials.h"
+#include "daemon/aggregator/ingest/peer_identity.h"
 #include "fabricwatch.grpc.pb.h"
 
 namespace fw::aggregator {
@@ -33,7 +35,7 @@ class Service;
 class AgentSession final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::AggregatorMessage>,
                            public std::enable_shared_from_this<AgentSession> {
  public:
-  AgentSession(Service* service, uint64_t conn_id, std::string peer);
+  AgentSession(Service* service, uint64_t conn_id, std::string peer, PeerIdentity identity);
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -67,6 +69,7 @@ class AgentSession final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::
   Service* service_;
   uint64_t conn_id_;
   std::string peer_;
+  const PeerIdentity identity_;  // from the TLS handshake; Hello.node must be one of its names
   // Each read parses into a message on `arena_`, reset before the next read: a ProbeBatch's
   // dozen column arrays come from the session's own block instead of a malloc and a free each.
   // Only the read path touches it (the constructor, then OnReadDone's Perform), one read at a time.
@@ -104,7 +107,8 @@ class Service final : public v1::Aggregator::CallbackService {
 
   grpc::ServerBidiReactor<v1::AgentMessage, v1::AggregatorMessage>* Connect(
       grpc::CallbackServerContext* ctx) override {
-    auto s = std::make_shared<AgentSession>(this, next_conn_.fetch_add(1) + 1, ctx->peer());
+    auto s = std::make_shared<AgentSession>(this, next_conn_.fetch_add(1) + 1, ctx->peer(),
+                                            IdentityOf(*ctx));
     AgentSession* raw = s.get();
     std::lock_guard lock(mu_);
     sessions_[raw] = std::move(s);
@@ -226,6 +230,7 @@ class Service final : public v1::Aggregator::CallbackService {
 
   FleetState& fleet_;
   IngestSink& sink_;
+  bool tls_ = false;  // client certificates are required: Hello.node must be named by one
   int max_findings_per_report = 1024;
 
  private:
@@ -296,8 +301,9 @@ class Service final : public v1::Aggregator::CallbackService {
   metrics::Counter* commit_errors_ = nullptr;
 };
 
-AgentSession::AgentSession(Service* service, uint64_t conn_id, std::string peer)
-    : service_(service), conn_id_(conn_id), peer_(std::move(peer)) {
+AgentSession::AgentSession(Service* service, uint64_t conn_id, std::string peer,
+                           PeerIdentity identity)
+    : service_(service), conn_id_(conn_id), peer_(std::move(peer)), identity_(std::move(identity)) {
   StartRead(NextIn());
 }
 
@@ -348,6 +354,19 @@ void AgentSession::HandleMessage(Actions& a) {
         service_->ProtocolError("bad_node_name");
         FinishLocked(
             grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Hello.node is empty or too long"), a);
+        return;
+      }
+      if (ClaimVerdict v = CheckClaim(identity_, h.node(), service_->tls_);
+          v != ClaimVerdict::kAllowed && v != ClaimVerdict::kPlaintext) {
+        // Another node's name (or none): the session could overwrite that node's data.
+        service_->ProtocolError("identity_mismatch");
+        spdlog::warn(
+            "msg=\"session refused: the client certificate does not name the node it claims\" "
+            "claimed_node=\"{}\" cert_names=\"{}\" verdict={} peer={}",
+            h.node(), JoinNames(identity_), VerdictName(v), peer_);
+        FinishLocked(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                  "the client certificate does not name node \"" + h.node() + "\""),
+                     a);
         return;
       }
       if (!node_.empty() && node_ != h.node()) {
@@ -564,7 +583,8 @@ class GrpcServerImpl final : public GrpcServer {
 
   Status Start(const Options& options) {
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port_);
+    service_.tls_ = options.tls.has_value();
+    builder.AddListeningPort(options.listen, tls::ServerCredentials(options.tls), &port_);
     builder.SetMaxReceiveMessageSize(options.max_message_bytes);
     service_.max_findings_per_report = options.max_findings_per_report;
     if (options.journal) service_.StartJournal(options.journal, registry_);

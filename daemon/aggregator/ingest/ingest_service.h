@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "common/tls/tls_config.h"
 #include "daemon/aggregator/ingest/fleet_state.h"
 #include "fabricwatch.pb.h"
 
@@ -34,6 +35,9 @@ class GrpcServer {
  public:
   struct Options {
     std::string listen = "0.0.0.0:9750";
+    // mTLS (client certificates required, verified, and naming the node each Hello claims);
+    // nullopt serves plaintext (--insecure) and takes every claim as is.
+    std::optional<tls::TlsMaterial> tls;
     int max_message_bytes = 16 << 20;
     // Findings kept of one CheckReport; the rest are dropped and counted (docs/durability.md).
     int max_findings_per_report = 1024;

@@ -104,7 +104,14 @@ smoke_run() {
   [ -x "$agg_root/usr/bin/fabricwatch-aggregator" ] && [ -x "$agent_root/usr/bin/fabricwatch-agent" ] &&
     [ -x "$cli_root/usr/bin/fabricwatch" ] || return
   mkdir -p "$tmp/state"
+  # The shipped configs ask for mTLS: certificates from the packaged fabricwatch-certs.
+  local certs=$tmp/certs
+  { "$agg_root/usr/share/fabricwatch/fabricwatch-certs" ca "$certs" &&
+    "$agg_root/usr/share/fabricwatch/fabricwatch-certs" server "$certs" localhost 127.0.0.1 &&
+    "$agg_root/usr/share/fabricwatch/fabricwatch-certs" node "$certs" deb-smoke-node; } >/dev/null ||
+    { fail "smoke: the packaged fabricwatch-certs failed"; return; }
   "$agg_root/usr/bin/fabricwatch-aggregator" --config "$agg_root/etc/fabricwatch/aggregator.yaml" \
+    --tls-cert "$certs/localhost.crt" --tls-key "$certs/localhost.key" --tls-ca "$certs/ca.crt" \
     --state-dir "$tmp/state" --grpc-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
     --port-file "$tmp/agg.json" >"$tmp/agg.log" 2>&1 &
   pids+=($!)
@@ -121,6 +128,7 @@ smoke_run() {
       fail "smoke: the packaged aggregator serves no status page on /"
   fi
   "$agent_root/usr/bin/fabricwatch-agent" --config "$agent_root/etc/fabricwatch/agent.yaml" \
+    --tls-cert "$certs/deb-smoke-node.crt" --tls-key "$certs/deb-smoke-node.key" --tls-ca "$certs/ca.crt" \
     --aggregator "127.0.0.1:$grpc" --node-name deb-smoke-node --http-listen 127.0.0.1:0 \
     --probes false --port-file "$tmp/agent.json" >"$tmp/agent.log" 2>&1 &
   pids+=($!)
