@@ -89,6 +89,8 @@ Status Aggregator::Start() {
   }
   analyzer_ = std::make_unique<analysis::Analyzer>(clock_, map_, pairs_.get(), options_.analysis,
                                                    analysis::PathResolver{}, store_.get());
+  qualify_ = std::make_unique<qualify::QualifyService>(fleet_, *analyzer_, *plans_, *names_, clock_,
+                                                       registry_);
   auto http = http::Server::Start(options_.http_listen, 32, options_.web ? &*options_.web : nullptr);
   if (!http.ok()) return http.status();
   http_ = std::move(*http);
@@ -101,6 +103,7 @@ Status Aggregator::Start() {
                                         .analyzer = *analyzer_,
                                         .clock = clock_,
                                         .version = FW_VERSION});
+  qualify_->InstallHttp(*http_);
 
   GrpcServer::Options go;
   go.listen = options_.grpc_listen;
@@ -128,6 +131,7 @@ void Aggregator::Stop() {
   }
   tick_cv_.notify_all();
   ready_ = false;
+  if (qualify_) qualify_->Shutdown();  // running suites end before the servers stop
   if (ticker_.joinable()) ticker_.join();
   if (grpc_) grpc_->Shutdown(3.0);
   grpc_.reset();
@@ -167,6 +171,7 @@ void Aggregator::TickLoop() {
 void Aggregator::OnProbeBatch(const std::string& node, const v1::ProbeBatch& batch) {
   const std::span<const ProbeResult> results = probe_ingest_.Decode(node, batch);
   pairs_->RecordBatch(results);
+  qualify_->OnResults(results);
 }
 
 void Aggregator::OnCounterBatch(const std::string& node, const v1::CounterBatch& batch) {
@@ -175,11 +180,17 @@ void Aggregator::OnCounterBatch(const std::string& node, const v1::CounterBatch&
 }
 
 void Aggregator::OnCheckReport(const std::string& node, const v1::CheckReport& report) {
+  qualify_->OnCheckReport(node);
   analyzer_->SetNodeFindings(node, FindingsFromWire(node, report));
 }
 
 std::optional<v1::ProbePlan> Aggregator::PlanFor(const std::string& node) {
   return plans_->PlanFor(node);
+}
+
+void Aggregator::Qualify(const v1::QualifyRequest& request,
+                         std::function<void(Status, const v1::QualifyReport&)> done) {
+  qualify_->QualifyRpc(request, std::move(done));
 }
 
 }  // namespace fw::aggregator

@@ -27,6 +27,7 @@
 #include "daemon/aggregator/plan/fabric_map.h"
 #include "daemon/aggregator/plan/plan_book.h"
 #include "daemon/aggregator/plan/planner.h"
+#include "daemon/aggregator/qualify/qualify_service.h"
 #include "exporter/http_server.h"
 #include "exporter/registry.h"
 #include "exporter/self_metrics.h"
@@ -76,6 +77,8 @@ class Aggregator final : public IngestSink {
   void OnCounterBatch(const std::string& node, const fabricwatch::v1::CounterBatch& batch) override;
   void OnCheckReport(const std::string& node, const fabricwatch::v1::CheckReport& report) override;
   std::optional<fabricwatch::v1::ProbePlan> PlanFor(const std::string& node) override;
+  void Qualify(const fabricwatch::v1::QualifyRequest& request,
+               std::function<void(Status, const fabricwatch::v1::QualifyReport&)> done) override;
 
  private:
   // The tick thread: every tick_s, each stage's periodic work in data-flow order.
@@ -97,6 +100,8 @@ class Aggregator final : public IngestSink {
   std::unique_ptr<PlanBook> plans_;
   std::unique_ptr<analysis::FindingsStore> store_;  // null without --state-dir
   std::unique_ptr<analysis::Analyzer> analyzer_;
+  // Qualification (qualify/); declared after the stages it reads, so it goes first.
+  std::unique_ptr<qualify::QualifyService> qualify_;
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<http::Server> http_;
   std::atomic<bool> ready_{false};

@@ -116,11 +116,26 @@ class Service final : public v1::Aggregator::CallbackService {
     return raw;
   }
 
-  grpc::ServerUnaryReactor* Qualify(grpc::CallbackServerContext* ctx, const v1::QualifyRequest*,
-                                    v1::QualifyReport*) override {
+  // The same jobs as POST /api/v1/qualify; the sink answers on a thread of its own, so this
+  // reaction does not block while the suite runs.
+  grpc::ServerUnaryReactor* Qualify(grpc::CallbackServerContext* ctx,
+                                    const v1::QualifyRequest* request,
+                                    v1::QualifyReport* report) override {
     auto* r = ctx->DefaultReactor();
-    r->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                           "qualification is not implemented in this version"));
+    sink_.Qualify(*request, [r, report](Status st, const v1::QualifyReport& out) {
+      if (!st.ok()) {
+        const grpc::StatusCode code =
+            st.code() == StatusCode::kInvalidArgument     ? grpc::StatusCode::INVALID_ARGUMENT
+            : st.code() == StatusCode::kResourceExhausted ? grpc::StatusCode::RESOURCE_EXHAUSTED
+            : st.code() == StatusCode::kUnavailable       ? grpc::StatusCode::UNAVAILABLE
+            : st.code() == StatusCode::kUnimplemented     ? grpc::StatusCode::UNIMPLEMENTED
+                                                          : grpc::StatusCode::INTERNAL;
+        r->Finish(grpc::Status(code, st.message()));
+        return;
+      }
+      *report = out;
+      r->Finish(grpc::Status::OK);
+    });
     return r;
   }
 

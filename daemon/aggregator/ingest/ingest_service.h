@@ -29,6 +29,13 @@ class IngestSink {
                              const fabricwatch::v1::CheckReport& report) = 0;
   // The plan to send to `node` when it connects or when plans change; nullopt for none.
   virtual std::optional<fabricwatch::v1::ProbePlan> PlanFor(const std::string& node) = 0;
+  // The Qualify RPC: starts a qualification and calls `done` once, on any thread, with its
+  // report or the reason it was refused. Must not block. The default refuses (UNIMPLEMENTED).
+  virtual void Qualify(const fabricwatch::v1::QualifyRequest& request,
+                       std::function<void(Status, const fabricwatch::v1::QualifyReport&)> done) {
+    (void)request;
+    done(Status::Unimplemented("qualification is not implemented in this aggregator"), {});
+  }
 };
 
 class GrpcServer {

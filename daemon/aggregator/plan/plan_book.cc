@@ -71,6 +71,16 @@ void PlanBook::NoteMembershipChange() {
   replan_needed_ = true;
 }
 
+void PlanBook::SetOverlay(PlanOverlay overlay) {
+  planner_.SetOverlay(std::move(overlay));
+  replan_needed_ = true;
+}
+
+void PlanBook::ClearOverlay(const std::string& id) {
+  planner_.ClearOverlay(id);
+  replan_needed_ = true;
+}
+
 bool PlanBook::MaybeReplan(int64_t now,
                            const std::function<std::vector<AgentInfo>()>& live_agents) {
   if (first_pending_ns_ == 0 && replan_needed_) first_pending_ns_ = now;

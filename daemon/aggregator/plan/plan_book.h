@@ -55,6 +55,11 @@ class PlanBook {
   using Push = std::function<void(const std::function<bool(const std::string& node)>& wanted)>;
   void PushPending(const Push& push);
 
+  // A temporary overlay on the plans (plan_overlay.h: a qualification's mesh), or its end; any
+  // thread. The next MaybeReplan() re-plans without waiting for membership to settle.
+  void SetOverlay(PlanOverlay overlay);
+  void ClearOverlay(const std::string& id);
+
   // The plan to send to `node`; nullopt when it has none.
   std::optional<fabricwatch::v1::ProbePlan> PlanFor(const std::string& node) const;
 

@@ -187,9 +187,12 @@ void QualifyJobs::RunAsync(QualifyJobRequest request,
 }
 
 void QualifyJobs::Publish(const QualifyReport& report) {
-  for (const NodeResult& n : report.nodes) {
-    if (!env_.Agent(n.node).known) continue;  // bounded cardinality: only real nodes
-    result_.WithLabels({n.node, report.suite}).Set(static_cast<double>(n.verdict));
+  std::vector<std::string> names;
+  for (const NodeResult& n : report.nodes) names.push_back(n.node);
+  const auto agents = env_.Agents(names);
+  for (size_t i = 0; i < report.nodes.size(); ++i) {
+    if (!agents.at(i).known) continue;  // bounded cardinality: only real nodes get a series
+    result_.WithLabels({names[i], report.suite}).Set(static_cast<double>(report.nodes[i].verdict));
   }
   std::lock_guard lock(mu_);
   recent_.push_front(report);

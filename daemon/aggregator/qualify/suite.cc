@@ -110,8 +110,10 @@ class Run {
 
   std::string Agents() {
     size_t down = 0;
-    for (const NodeResult& n : std::vector<NodeResult>(report_.nodes)) {
-      const auto a = env_.Agent(n.node);
+    const auto agents = env_.Agents(req_.nodes);
+    for (size_t i = 0; i < req_.nodes.size(); ++i) {
+      const NodeResult n{req_.nodes[i], Verdict::kPass, {}};
+      const auto& a = agents.at(i);
       if (!a.known) {
         Mark(n.node, Verdict::kFail,
              "agent unknown: no fabricwatch agent has connected for " + n.node +

@@ -78,7 +78,8 @@ class QualifyEnv {
     bool up = false;     // connected and heard from within the heartbeat timeout
     double silent_s = 0;
   };
-  virtual AgentStatus Agent(const std::string& node) const = 0;
+  // One status per node, in order (one pass over the fleet, however large the set).
+  virtual std::vector<AgentStatus> Agents(const std::vector<std::string>& nodes) const = 0;
   virtual std::vector<analysis::TrackedFinding> ActiveFindings() const = 0;
   // Starts dense probing among `nodes` at the suite's rate for run `id` (the plan stage's
   // overlay), or ends it when `nodes` is empty.

@@ -36,9 +36,13 @@ class FakeFleet : public QualifyEnv {
   };
   std::atomic<int> meshes_started{0};
 
-  AgentStatus Agent(const std::string& node) const override {
-    auto it = agents.find(node);
-    return it == agents.end() ? AgentStatus{} : it->second;
+  std::vector<AgentStatus> Agents(const std::vector<std::string>& nodes) const override {
+    std::vector<AgentStatus> out;
+    for (const std::string& n : nodes) {
+      auto it = agents.find(n);
+      out.push_back(it == agents.end() ? AgentStatus{} : it->second);
+    }
+    return out;
   }
   std::vector<analysis::TrackedFinding> ActiveFindings() const override { return findings; }
   aggregator::NodeId IdOf(const std::string& node) override {

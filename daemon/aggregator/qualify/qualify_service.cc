@@ -1,0 +1,72 @@
+// The aggregator side of QualifyEnv, and the HTTP/gRPC entry points into the qualification jobs.
+#include "daemon/aggregator/qualify/qualify_service.h"
+
+#include <unordered_map>
+
+#include "daemon/aggregator/qualify/qualify_http.h"
+#include "daemon/aggregator/qualify/qualify_proto.h"
+
+namespace fw::qualify {
+
+QualifyService::QualifyService(aggregator::FleetState& fleet, analysis::Analyzer& analyzer,
+                               aggregator::PlanBook& plans, aggregator::NameInterner& names,
+                               const Clock& clock, metrics::Registry& registry,
+                               QualifyJobs::Options options)
+    : fleet_(fleet),
+      analyzer_(analyzer),
+      plans_(plans),
+      names_(names),
+      inputs_(clock),
+      jobs_(std::make_unique<QualifyJobs>(*this, inputs_, clock, registry, options)) {}
+
+QualifyService::~QualifyService() { Shutdown(); }
+
+void QualifyService::InstallHttp(http::Server& server) { InstallQualifyHandlers(server, *jobs_); }
+
+void QualifyService::QualifyRpc(
+    const fabricwatch::v1::QualifyRequest& request,
+    std::function<void(Status, const fabricwatch::v1::QualifyReport&)> done) {
+  jobs_->RunAsync(FromProto(request), [done = std::move(done)](StatusOr<QualifyReport> r) {
+    fabricwatch::v1::QualifyReport out;
+    if (!r.ok()) {
+      done(r.status(), out);
+      return;
+    }
+    ToProto(*r, &out);
+    done(Status::Ok(), out);
+  });
+}
+
+void QualifyService::Shutdown() { jobs_->Shutdown(); }
+
+std::vector<QualifyEnv::AgentStatus> QualifyService::Agents(
+    const std::vector<std::string>& nodes) const {
+  std::unordered_map<std::string, AgentStatus> fleet;
+  for (const aggregator::NodeView& n : fleet_.Nodes()) {
+    fleet[n.name] = {true, n.connected && n.up, n.last_report_age_s};
+  }
+  std::vector<AgentStatus> out;
+  out.reserve(nodes.size());
+  for (const std::string& n : nodes) {
+    auto it = fleet.find(n);
+    out.push_back(it == fleet.end() ? AgentStatus{} : it->second);
+  }
+  return out;
+}
+
+std::vector<analysis::TrackedFinding> QualifyService::ActiveFindings() const {
+  return analyzer_.Findings(/*active_only=*/true);
+}
+
+void QualifyService::SetMesh(const std::string& id, const std::vector<std::string>& nodes,
+                             const SuiteSpec& suite) {
+  if (nodes.empty()) {
+    plans_.ClearOverlay(id);
+  } else {
+    plans_.SetOverlay({id, nodes, suite.rate_pps, suite.flows});
+  }
+}
+
+aggregator::NodeId QualifyService::IdOf(const std::string& node) { return names_.Intern(node); }
+
+}  // namespace fw::qualify

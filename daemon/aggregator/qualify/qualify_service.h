@@ -1,0 +1,59 @@
+// Qualification wired to the aggregator's stages: the fleet (agent states), the analyzer (active
+// findings), the plan book (the mesh overlay) and the name interner; one object the aggregator
+// constructs, feeds (probe results, check reports) and serves over HTTP and gRPC.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "daemon/aggregator/analysis/analyzer.h"
+#include "daemon/aggregator/ingest/fleet_state.h"
+#include "daemon/aggregator/model/name_interner.h"
+#include "daemon/aggregator/plan/plan_book.h"
+#include "daemon/aggregator/qualify/inputs.h"
+#include "daemon/aggregator/qualify/jobs.h"
+#include "exporter/http_server.h"
+#include "fabricwatch.pb.h"
+
+namespace fw::qualify {
+
+class QualifyService final : public QualifyEnv {
+ public:
+  // Every reference must outlive this object.
+  QualifyService(aggregator::FleetState& fleet, analysis::Analyzer& analyzer,
+                 aggregator::PlanBook& plans, aggregator::NameInterner& names, const Clock& clock,
+                 metrics::Registry& registry, QualifyJobs::Options options = {});
+  ~QualifyService() override;
+
+  // Ingest threads.
+  void OnResults(std::span<const aggregator::ProbeResult> results) { inputs_.OnResults(results); }
+  void OnCheckReport(const std::string& node) { inputs_.OnCheckReport(node); }
+
+  // POST /api/v1/qualify and GET /api/v1/qualifications.
+  void InstallHttp(http::Server& server);
+  // The Qualify RPC through the same jobs: runs on a thread of its own and calls `done` once.
+  void QualifyRpc(const fabricwatch::v1::QualifyRequest& request,
+                  std::function<void(Status, const fabricwatch::v1::QualifyReport&)> done);
+  // Ends running suites and joins their threads; before the HTTP and gRPC servers stop.
+  void Shutdown();
+
+  // QualifyEnv
+  std::vector<AgentStatus> Agents(const std::vector<std::string>& nodes) const override;
+  std::vector<analysis::TrackedFinding> ActiveFindings() const override;
+  void SetMesh(const std::string& id, const std::vector<std::string>& nodes,
+               const SuiteSpec& suite) override;
+  aggregator::NodeId IdOf(const std::string& node) override;
+
+ private:
+  aggregator::FleetState& fleet_;
+  analysis::Analyzer& analyzer_;
+  aggregator::PlanBook& plans_;
+  aggregator::NameInterner& names_;
+  QualifyInputs inputs_;
+  std::unique_ptr<QualifyJobs> jobs_;
+};
+
+}  // namespace fw::qualify
