@@ -1,0 +1,115 @@
+// fw_collective_probe: run one collective probe from the command line and print key=value lines.
+// `nccl` runs an all-reduce over every local GPU through the agent's real NCCL path (dlopen), for
+// tests/device/nccl_check.sh; `gloo` runs N ranks as threads on loopback.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <thread>
+
+#include "probes/collective/collective.h"
+#include "probes/collective/kv_store.h"
+#include "probes/collective/nccl_backend.h"
+#ifdef FW_HAVE_GLOO
+#include "probes/collective/gloo_backend.h"
+#endif
+
+namespace {
+
+using namespace fw::collective;
+
+void Print(const char* backend, const OpSpec& op, const GroupSummary& s) {
+  std::printf(
+      "backend=%s op=%s bytes=%llu ranks=%d time_us=%.1f comm_time_us=%.1f algbw_GBps=%.3f "
+      "busbw_GBps=%.3f latest_rank=%d\n",
+      backend, std::string(OpKindName(op.kind)).c_str(), static_cast<unsigned long long>(op.bytes),
+      s.ranks, s.median_group_seconds * 1e6, s.median_comm_seconds * 1e6,
+      s.algbw_bytes_per_s * 1e-9, s.busbw_bytes_per_s * 1e-9, s.latest_rank);
+}
+
+int Fail(const fw::Status& s) {
+  std::fprintf(stderr, "fw_collective_probe: %s\n", s.ToString().c_str());
+  return 2;
+}
+
+int RunNccl(const OpSpec& op, const NcclLibraryOptions& lib_options) {
+  std::unique_ptr<NcclLibrary> lib;
+  const NcclAvailability a = LoadAndCheckNccl(lib_options, &lib);
+  std::printf("%s\n", a.ToString().c_str());
+  if (a.state != NcclState::kReady) return 1;
+  NcclOptions options;
+  for (int d = 0; d < a.devices; ++d) options.devices.push_back(d);
+  InMemoryKvStore kv;
+  NcclCounters counters;
+  auto comm = ConnectNccl(lib->api(), {"cli", a.devices, 0}, kv, options, counters);
+  if (!comm.ok()) return Fail(comm.status());
+  auto results = RunOperation(**comm, op);
+  if (!results.ok()) return Fail(results.status());
+  auto sum = SummarizeGroup(*results);
+  if (!sum.ok()) return Fail(sum.status());
+  Print("nccl", op, *sum);
+  return 0;
+}
+
+int RunGloo(const OpSpec& op, int ranks) {
+#ifdef FW_HAVE_GLOO
+  InMemoryKvStore kv;
+  std::vector<RankResult> all(static_cast<size_t>(ranks));
+  std::vector<fw::Status> errors(static_cast<size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = ConnectGloo({"cli", ranks, r}, kv, {});
+      if (!comm.ok()) {
+        errors[static_cast<size_t>(r)] = comm.status();
+        return;
+      }
+      auto res = RunOperation(**comm, op);
+      if (!res.ok()) {
+        errors[static_cast<size_t>(r)] = res.status();
+        return;
+      }
+      all[static_cast<size_t>(r)] = res->front();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const fw::Status& s : errors) {
+    if (!s.ok()) return Fail(s);
+  }
+  auto sum = SummarizeGroup(all);
+  if (!sum.ok()) return Fail(sum.status());
+  Print("gloo", op, *sum);
+  return 0;
+#else
+  (void)op;
+  (void)ranks;
+  return Fail(fw::Status::Unimplemented("built without libgloo-dev"));
+#endif
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fabricwatch collective probe: one all-reduce or all-gather, key=value output"};
+  app.require_subcommand(1);
+  OpSpec op;
+  std::string kind = "all_reduce";
+  int ranks = 4;
+  NcclLibraryOptions lib_options;
+  int timeout_ms = 10000;
+  for (CLI::App* sub : {app.add_subcommand("nccl", "every local GPU, one process (dlopen)"),
+                        app.add_subcommand("gloo", "N ranks as threads on 127.0.0.1")}) {
+    sub->add_option("--bytes", op.bytes, "nccl-tests size in bytes")->capture_default_str();
+    sub->add_option("--iterations", op.iterations)->capture_default_str();
+    sub->add_option("--warmup", op.warmup)->capture_default_str();
+    sub->add_option("--op", kind, "all_reduce | all_gather")->capture_default_str();
+    sub->add_option("--timeout-ms", timeout_ms, "bound on one operation")->capture_default_str();
+  }
+  app.get_subcommand("gloo")->add_option("--ranks", ranks)->capture_default_str();
+  app.get_subcommand("nccl")
+      ->add_option("--nccl-library", lib_options.nccl_library)
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  op.kind = kind == "all_gather" ? OpKind::kAllGather : OpKind::kAllReduce;
+  op.timeout = std::chrono::milliseconds(timeout_ms);
+  if (app.got_subcommand("nccl")) return RunNccl(op, lib_options);
+  return RunGloo(op, ranks);
+}
