@@ -1,0 +1,292 @@
+// Internal to the analyzer: the blame step, one class whose levels live in files of their own
+// (blame_host.cc, blame_link.cc, blame_nic.cc, blame_pair.cc, blame_node_findings.cc) and whose
+// shared judgements (a verdict's level, confidence, description, port counters) are here.
+// Link blames become link, switch, NIC or host observations; pairs without a map path become pair
+// or host observations; noisy hosts are named as such.
+#pragma once
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "daemon/aggregator/analysis/evaluation.h"
+#include "daemon/aggregator/analysis/robust_stats.h"
+
+namespace fw::analysis::blame {
+
+using aggregator::kNoIndex;
+using aggregator::Link;
+
+inline std::string Fmt(const char* format, double a, double b = 0, double c = 0, double d = 0) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), format, a, b, c, d);
+  return buf;
+}
+
+// The blames of one link (or one group of indistinguishable links), by signal.
+struct Verdict {
+  std::vector<LinkIndex> group;
+  std::array<const LinkBlame*, kSignalCount> sig{};
+  const LinkBlame* loss() const { return sig[static_cast<int>(Signal::kLoss)]; }
+  const LinkBlame* latency() const { return sig[static_cast<int>(Signal::kLatency)]; }
+  const LinkBlame* bandwidth() const { return sig[static_cast<int>(Signal::kBandwidth)]; }
+};
+
+enum class Level { kDown, kDegraded, kLatency };
+
+// One tick's blame step over `ev` (see BuildObservations). The levels are public so that each can
+// be tested on its own; Run() calls them in order.
+class Blamer {
+ public:
+  Blamer(const BlameContext& ctx, Analyzer::Evaluation& ev) : ctx_(ctx), c_(ctx.config), ev_(ev) {}
+
+  void Run() {
+    HostLevel();
+    if (ctx_.map) LinkLevel();
+    PairLevel();
+    NodeFindingLevel();
+  }
+
+  // The levels, in Run()'s order.
+  void HostLevel();
+  void LinkLevel();
+  void PairLevel();
+  void NodeFindingLevel();
+
+ private:
+  Level LevelOf(const Verdict& v) const {
+    const LinkBlame* loss = v.loss();
+    if (loss && loss->recent_probes >= 3 && loss->recent_loss >= c_.down_loss_ratio) {
+      return Level::kDown;
+    }
+    // Queueing with little loss is congestion even when probe bursts get less goodput: a busy
+    // link shares its capacity. Lower goodput without queueing is a degraded link (half speed).
+    if (loss) return Level::kDegraded;
+    const LinkBlame* latency = v.latency();
+    if (!latency) return Level::kDegraded;
+    // ...unless the queue comes and goes (most probes are not slow) on a link that gives our
+    // bursts a small share of the expected goodput: the bursts themselves fill a slow link.
+    const LinkBlame* bw = v.bandwidth();
+    if (bw && bw->bandwidth_ratio <= c_.self_queue_bandwidth_ratio &&
+        latency->estimate < c_.standing_queue_fraction) {
+      return Level::kDegraded;
+    }
+    return Level::kLatency;
+  }
+
+  double Confidence(const Verdict& v) const {
+    double best = 0;
+    for (const LinkBlame* b : v.sig) {
+      if (b) best = std::max(best, b->bad_flows / (b->bad_flows + 1.0));
+    }
+    return best / static_cast<double>(v.group.size());
+  }
+
+  // "drops 4.8% of the probes crossing it (312 lost across 57 flows)" and evidence, per signal.
+  std::string Describe(const Verdict& v, Finding& f) const {
+    std::string out;
+    if (const LinkBlame* b = v.loss()) {
+      out += Fmt("drops %.1f%% of the probes crossing it (%.0f lost across %.0f flows",
+                 100 * b->estimate, b->bad, b->bad_flows);
+      out += Fmt("; %.0f%% in the last 2 s)", 100 * b->recent_loss);
+      f.evidence["loss_ratio"] = b->estimate;
+      f.evidence["lost"] = b->bad;
+      f.evidence["probes"] = b->expected;
+      f.evidence["recent_loss_ratio"] = b->recent_loss;
+      f.evidence["bad_flows"] = b->bad_flows;
+      f.evidence["significance"] = b->significance;
+    }
+    if (const LinkBlame* b = v.latency()) {
+      if (!out.empty()) out += ", and ";
+      out += Fmt(
+          "inflates RTT: %.0f%% of samples are slow, %.1fx the baseline on average (%.0f flows)",
+          100 * b->estimate, b->inflation, b->bad_flows);
+      f.evidence["slow_fraction"] = b->estimate;
+      f.evidence["latency_inflation"] = b->inflation;
+      f.evidence["slow_flows"] = b->bad_flows;
+    }
+    if (const LinkBlame* b = v.bandwidth()) {
+      if (!out.empty()) out += ", and ";
+      out += Fmt("delivers %.0f%% of the expected bandwidth (%.0f of %.0f bursts were low)",
+                 100 * b->bandwidth_ratio, b->bad, b->expected);
+      f.evidence["bandwidth_ratio"] = b->bandwidth_ratio;
+      f.evidence["bandwidth_bad_samples"] = b->bad;
+    }
+    if (v.group.size() > 1) f.evidence["candidates"] = static_cast<double>(v.group.size());
+    return out;
+  }
+
+  // Port-counter signals of a node's NIC ports: (ports sampled, ports showing congestion).
+  std::pair<int, int> PortCongestion(const std::string& node, const std::string& device) const {
+    int sampled = 0, congested = 0;
+    for (auto it = ev_.ports.lower_bound({node, device.empty() ? "" : device, 0});
+         it != ev_.ports.end() && std::get<0>(it->first) == node; ++it) {
+      if (!device.empty() && std::get<1>(it->first) != device) break;
+      const PortSample& p = it->second;
+      ++sampled;
+      if (p.congestion_ratio >= c_.port_congestion_ratio || p.cnp_rate >= c_.port_cnp_rate ||
+          p.ecn_rate >= c_.port_ecn_rate) {
+        ++congested;
+      }
+    }
+    return {sampled, congested};
+  }
+  bool PortDown(const std::string& node, const std::string& device) const {
+    for (auto it = ev_.ports.lower_bound({node, device, 0});
+         it != ev_.ports.end() && std::get<0>(it->first) == node &&
+         std::get<1>(it->first) == device;
+         ++it) {
+      if (!it->second.up) return true;
+    }
+    return false;
+  }
+  // Corroboration of congestion on a switch link: the counters of the endpoints of its slow flows.
+  void CorroborateCongestion(const LinkBlame& b, Finding& f) {
+    std::set<NodeId> nodes;
+    for (uint32_t i : b.explained) {
+      const FlowObs& o = ctx_.tomography.bad_flows()[i];
+      nodes.insert(o.src);
+      nodes.insert(o.dst);
+      if (nodes.size() >= 64) break;
+    }
+    int sampled = 0, congested = 0;
+    for (NodeId n : nodes) {
+      const auto [s, k] = PortCongestion(ctx_.names.NodeName(n), "");
+      sampled += s > 0;
+      congested += k > 0;
+    }
+    if (sampled == 0) return;
+    f.evidence["ports_sampled"] = sampled;
+    f.evidence["ports_congested"] = congested;
+    if (2 * congested >= sampled) {
+      f.confidence = 1 - (1 - f.confidence) / 2;
+      f.summary +=
+          Fmt(" Port counters agree: %.0f of %.0f endpoint NICs report congestion (xmit_wait, CNP "
+              "or ECN).",
+              congested, sampled);
+    }
+  }
+
+  // Congestion when the links queue and none loses probes. Explain-away runs per signal, so one
+  // link may keep only its bandwidth evidence: it does not make a congested switch "degraded".
+  static bool QueuesWithoutLoss(const std::vector<const Verdict*>& list) {
+    bool any_loss = false, any_latency = false;
+    for (const Verdict* v : list) {
+      any_loss = any_loss || v->loss();
+      any_latency = any_latency || v->latency();
+    }
+    return any_latency && !any_loss;
+  }
+  static void SetSwitchKind(Finding& f, bool congestion) {
+    f.kind = congestion ? "congestion" : "switch_degraded";
+    f.severity = congestion ? Severity::kWarning : Severity::kCritical;
+  }
+
+  // Confirmation of a latency-only verdict: long for mild queueing, the usual for a severe one.
+  int LatencyConfirm(const std::vector<const Verdict*>& list) const {
+    double worst = 0;
+    for (const Verdict* v : list) {
+      if (const LinkBlame* lat = v->latency()) worst = std::max(worst, lat->inflation);
+    }
+    return worst >= c_.severe_latency_inflation ? 0 : c_.latency_confirm_ticks;
+  }
+
+  void Emit(std::string key, Finding f, bool can_flap, int confirm_ticks = 0) {
+    ev_.observations.emplace_back(std::move(key),
+                                  Observation{std::move(f), can_flap, confirm_ticks});
+  }
+
+  // Unresolved ECMP groups. One group is "one of these links" (Ambiguous). When most of the
+  // switches wired to the same far ends each have such a group toward them (every leaf's uplinks
+  // to the spines look alike), the fault is at the far ends: one finding for that set of switches
+  // replaces a finding per leaf. Which of them, ECMP hides; the far end of a group is the same for
+  // every spine, so no evidence can name one.
+  void AmbiguousGroups(const std::vector<const Verdict*>& groups);
+
+  void FarEndFinding(const std::vector<aggregator::SwitchIndex>& far,
+                     const std::vector<const Verdict*>& list, size_t bad, size_t wired);
+
+  // The last complete second read as down (≥ down_loss_ratio) or up (< 50 %), for flapping.
+  void Instants(const Verdict& v, const std::string& key);
+
+  std::string ElementOf(LinkIndex l) const {
+    const Link& link = ctx_.map->links()[l];
+    if (link.IsAccess()) {
+      const auto& nic = ctx_.map->host_nics()[link.host_nic];
+      return "nic:" + nic.node + "/" + nic.nic;
+    }
+    return "link:" + link.id;
+  }
+
+  void Ambiguous(const Verdict& v);
+
+  std::string GroupKey(const Verdict& v) const {
+    if (v.group.size() == 1) return ElementOf(v.group.front());
+    std::string key = "links:";
+    for (LinkIndex l : v.group) key += (key.size() > 6 ? "," : "") + ctx_.map->links()[l].id;
+    return key;
+  }
+
+  // The lowest rate of bad observations over all flows (RawEstimate) among the links of a group.
+  // Blames' own estimates are not comparable with it: explain-away has removed flows from them,
+  // and with unresolved ECMP they count bad observations whole against weighted expectations.
+  double RawRate(const std::vector<LinkIndex>& group, Signal s) const {
+    double lowest = 1;
+    for (LinkIndex l : group) lowest = std::min(lowest, ctx_.tomography.RawEstimate(l, s, 0));
+    return lowest;
+  }
+
+  // Whether link l's own rate over all its flows reaches `floor` (half the blamed links' median
+  // rate) with enough observations, and its bad observations are as surprising under the
+  // background as a blame's must be. The signal's absolute threshold is not asked: with unresolved
+  // ECMP a leaf's uplinks show a quarter of a spine's rate, the same for every uplink.
+  bool LikeTheBlamed(LinkIndex l, Signal s, double floor) const {
+    const SignalSpec& spec = ev_.specs[static_cast<int>(s)];
+    const double raw = ctx_.tomography.RawEstimate(l, s, spec.min_expected);
+    return raw > 0 && raw >= floor &&
+           ctx_.tomography.RawSurprise(l, s, spec.background) >= spec.significance;
+  }
+
+  // The switches that every link of `group` touches.
+  std::vector<aggregator::SwitchIndex> CommonSwitches(const std::vector<LinkIndex>& group) const {
+    const Link& first = ctx_.map->links()[group.front()];
+    std::vector<aggregator::SwitchIndex> out;
+    for (aggregator::SwitchIndex sw : {first.a, first.b}) {
+      if (sw == kNoIndex) continue;
+      const bool all = std::all_of(group.begin(), group.end(), [&](LinkIndex l) {
+        const Link& link = ctx_.map->links()[l];
+        return link.a == sw || link.b == sw;
+      });
+      if (all) out.push_back(sw);
+    }
+    return out;
+  }
+
+  void SwitchFinding(aggregator::SwitchIndex sw, const std::vector<const Verdict*>& list,
+                     const std::vector<LinkIndex>& alike, uint32_t bad_links, uint32_t with_data);
+
+  void SwitchLink(const Verdict& v);
+
+  void NodeNics(const std::string& node, const std::vector<const Verdict*>& list);
+
+  void Nic(const std::string& node, const Verdict& v);
+
+  bool PathBlamed(const PathSet& p) const {
+    if (blamed_.count(p.src_access) || blamed_.count(p.dst_access)) return true;
+    if (!p.core) return false;
+    for (const auto& path : p.core->paths) {
+      for (LinkIndex l : path) {
+        if (blamed_.count(l)) return true;
+      }
+    }
+    return false;
+  }
+
+  const BlameContext& ctx_;
+  const AnalysisConfig& c_;
+  Analyzer::Evaluation& ev_;
+  std::set<NodeId> noisy_;
+  std::set<LinkIndex> blamed_;
+};
+
+}  // namespace fw::analysis::blame
