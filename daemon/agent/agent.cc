@@ -9,6 +9,8 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/agent/node_report.h"
+#include "probes/rdma/rdma_wire.h"
+#include "probes/rdma/verbs_ibv.h"
 
 namespace fw::agent {
 
@@ -60,6 +62,20 @@ v1::Hello Agent::MakeHello() const {
       e->set_transport(t);
       e->set_address(options_.probe_address);
       e->set_port(probes_ ? probes_->responder_port() : static_cast<uint32_t>(options_.probe_port));
+    }
+  }
+  // RDMA endpoints go after the UDP/TCP ones and leave `nic` empty (rdma.device names the NIC),
+  // so a planner that reads endpoints.front() or matches by nic still finds the echo port.
+  h.mutable_inventory()->set_rdma(rdma_ ? rdma::InventoryLine(rdma_->state())
+                                        : "unavailable: disabled (--rdma off)");
+  if (rdma_) {
+    const rdma::RdmaState rs = rdma_->state();
+    for (size_t i = 0; i < rs.endpoints.size(); ++i) {
+      v1::ProbeEndpoint* e = h.add_endpoints();
+      e->set_transport(v1::TRANSPORT_RDMA_UD);
+      rdma::EndpointToProto(rs.endpoints[i],
+                            i < rs.sources.size() ? rs.sources[i] : rdma::TsSource::kSoftware,
+                            e->mutable_rdma());
     }
   }
   return h;
@@ -124,6 +140,7 @@ Status Agent::Start() {
       uo, buffer_, [this] { return MakeHello(); },
       [this](const v1::ProbePlan& plan) {
         if (probes_) probes_->ApplyPlan(plan);
+        if (rdma_) rdma_->SetTargets(rdma::UdTargetsFromPlan(plan, nullptr));
       },
       registry_, [this] {
         std::lock_guard lock(report_mu_);
@@ -143,6 +160,26 @@ Status Agent::Start() {
       collective_->OnJob(m.collective_job());
     }
   });
+  // RDMA UD probes (docs/rdma.md). Without RDMA (ENOSYS here, or no usable port) the agent says
+  // "rdma: unavailable" in the log, Hello's inventory and /metrics, and the rest goes on.
+  metrics::Gauge& rdma_available =
+      registry_
+          .AddGauge("fabricwatch_rdma_available",
+                    "1 when RDMA UD probes run on this node, 0 when RDMA is unavailable or off.")
+          .WithLabels({});
+  if (options_.rdma != "off") {
+    rdma_ = std::make_unique<rdma::RdmaRunner>(
+        rdma::MakeIbverbs(options_.sysfs_root), RealClock::Get(), rdma::RdmaRunnerOptions{},
+        [this](std::vector<rdma::RdmaProbeResult>&& batch) {
+          v1::ProbeBatch b;
+          for (const rdma::RdmaProbeResult& r : batch) rdma::ResultToProto(r, b.add_results());
+          buffer_.Push(std::move(b));
+          uplink_->Notify();
+        });
+    (void)rdma_->Start();  // a failure is the unavailable state, logged by the runner
+    spdlog::info("msg=\"rdma: {}\"", rdma::InventoryLine(rdma_->state()));
+  }
+  rdma_available.Set(rdma_ && rdma_->state().available ? 1 : 0);
   collective_->Start();
   uplink_->Start();
   report_thread_ = std::thread([this] { ReportLoop(); });
@@ -220,6 +257,7 @@ void Agent::Stop() {
   if (test_thread_.joinable()) test_thread_.join();
   if (node_) node_->Stop();
   if (probes_) probes_->Stop();
+  if (rdma_) rdma_->Stop();
   if (collective_) collective_->Stop();
   if (uplink_) uplink_->Stop();
   if (http_) http_->Stop();

@@ -19,6 +19,7 @@
 #include "exporter/registry.h"
 #include "exporter/self_metrics.h"
 #include "daemon/agent/node/node_metrics.h"
+#include "probes/rdma/rdma_runner.h"
 #include "fabricwatch.pb.h"
 
 namespace fw::agent {
@@ -36,6 +37,7 @@ struct AgentOptions {
   double plan_max_pps = 10'000;
   double plan_max_bytes_per_s = 125e6;
   bool probes = true;             // false: no responder and no probing (inventory/counters only)
+  std::string rdma = "auto";      // "off": no RDMA probes; "auto": every usable port (docs/rdma.md)
   std::string http_listen = "0.0.0.0:9752";
   std::string sysfs_root = "/sys";
   std::string hwloc_xml;
@@ -88,6 +90,7 @@ class Agent {
   OutboundBuffer buffer_;
   std::unique_ptr<Uplink> uplink_;
   std::unique_ptr<ProbeScheduler> probes_;
+  std::unique_ptr<rdma::RdmaRunner> rdma_;  // null with --rdma off
   // Collective probe jobs (docs/collectives.md); declared after uplink_, so it goes first.
   std::unique_ptr<CollectiveRunner> collective_;
   std::unique_ptr<http::Server> http_;

@@ -10,6 +10,8 @@
 #include "common/tls/tls_config.h"
 #include "daemon/agent/agent.h"
 #include "daemon/agent/check_main.h"
+#include "probes/rdma/rdma_selftest.h"
+#include "probes/rdma/verbs_ibv.h"
 #include "exporter/http_client.h"
 
 int main(int argc, char** argv) {
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
   binding.Bind("buffer-batches", &o.buffer_batches);
   binding.Bind("buffer-mb", &o.buffer_mb);
   binding.Bind("log-level", &log_level);
+  binding.Bind("rdma", &o.rdma);
   fw::tls::TlsFiles tls_files;
   std::string web_config;
   fw::tls::BindTlsConfig(binding, &tls_files);
@@ -107,8 +110,24 @@ int main(int argc, char** argv) {
       ->group("");
   app.add_option("--test-batch-rate", o.test_batch_rate, "test only: numbered batches per second")
       ->group("");
+  app.add_option("--rdma", o.rdma, "auto|off: RDMA UD probes on every usable port (docs/rdma.md)")
+      ->check(CLI::IsMember({"auto", "off"}))
+      ->capture_default_str();
   std::string port_file;
   app.add_option("--port-file", port_file, "write the bound HTTP port as JSON here once listening");
+  fw::rdma::SelftestOptions selftest;
+  std::string selftest_peer;
+  CLI::App* rdma_selftest = app.add_subcommand(
+      "rdma-selftest", "UD latency and RC write bandwidth on one RDMA port (loopback); exit 0/2/3");
+  rdma_selftest->add_option("--device", selftest.device, "RDMA device")->capture_default_str();
+  rdma_selftest->add_option("--port", selftest.port, "port (0: the first usable)");
+  rdma_selftest->add_option("--seconds", selftest.seconds, "UD probing time")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  rdma_selftest->add_option("--rc-bursts", selftest.rc_bursts, "RC write bursts (0: none)")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  rdma_selftest->add_option("--peer", selftest_peer, "a peer host (not implemented yet)");
   CLI::App* check = app.add_subcommand("check", "check this node once and exit 0/1/2/3");
   check->add_option("--format", format, "text|json")
       ->check(CLI::IsMember({"text", "json"}))
@@ -129,6 +148,15 @@ int main(int argc, char** argv) {
   o.sample_interval_s = sample.value > 0 ? sample.value : 1;
   o.check_counter_interval_s = check_interval.value >= 0 ? check_interval.value : 1;
 
+  if (*rdma_selftest) {
+    if (!selftest_peer.empty()) {
+      std::cerr << "rdma-selftest: --peer is not implemented yet: run it on each host (loopback) "
+                   "and compare with perftest (docs/rdma.md)\n";
+      return 3;
+    }
+    auto verbs = fw::rdma::MakeIbverbs(o.sysfs_root);
+    return fw::rdma::RunSelftest(*verbs, fw::RealClock::Get(), selftest, std::cout);
+  }
   if (*check) return fw::agent::RunCheckCommand(o, format, health_check, std::cout, std::cerr);
 
   fw::InitLogging("agent", log_level);
