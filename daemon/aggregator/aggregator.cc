@@ -59,10 +59,12 @@ Status Aggregator::Start() {
     }
     NoteQuarantined(
         LoadIngestState(fleet_, IngestStatePath(options_.state_dir), clock_.WallNanos()));
-    auto opened = OpenIngestJournal(fleet_, options_.state_dir, clock_.WallNanos());
-    if (!opened.ok()) return opened.status();
-    journal = std::move(*opened);
-    NoteQuarantined(journal->quarantined());
+    if (options_.limits.durable_acks) {
+      auto opened = OpenIngestJournal(fleet_, options_.state_dir, clock_.WallNanos());
+      if (!opened.ok()) return opened.status();
+      journal = std::move(*opened);
+      NoteQuarantined(journal->quarantined());
+    }
   }
   if (!options_.fabric_map.empty()) {
     auto map = FabricMap::Load(options_.fabric_map);

@@ -12,6 +12,7 @@ void BindClientLimits(ConfigBinding& binding, ClientLimits* l) {
   binding.Bind("max-devices-per-node", &l->max_devices_per_node);
   binding.Bind("max-findings-per-report", &l->max_findings_per_report);
   binding.Bind("node-retire-after", &l->node_retire_after);
+  binding.Bind("durable-acks", &l->durable_acks);
 }
 
 void AddClientLimitFlags(CLI::App& app, ClientLimits* l) {
@@ -36,6 +37,10 @@ void AddClientLimitFlags(CLI::App& app, ClientLimits* l) {
       "--node-retire-after", DurationSetter(&l->node_retire_after),
       "forget a node, and remove its series, after this long without a session (default 1h; 0: "
       "never)");
+  app.add_option("--durable-acks", l->durable_acks,
+                 "with --state-dir, acknowledge a batch only once its ingest record is on disk "
+                 "(ingest.db); false acks at once")
+      ->capture_default_str();
 }
 
 }  // namespace fw::aggregator

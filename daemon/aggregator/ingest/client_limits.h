@@ -17,6 +17,9 @@ struct ClientLimits {
   int max_devices_per_node = 256;      // --max-devices-per-node: inventory devices, port series
   int max_findings_per_report = 1024;  // --max-findings-per-report: the rest are dropped
   Seconds node_retire_after{3600};     // --node-retire-after: a departed node is forgotten; 0 never
+  // --durable-acks: with a state dir, acks wait for the ingest journal's commit
+  // (docs/durability.md). Off, acks are sent at once and a kill -9 shows false gaps.
+  bool durable_acks = true;
 };
 
 // Config keys (before the file is loaded) and flags (before parsing), as the daemon's other

@@ -266,6 +266,7 @@ class Service final : public v1::Aggregator::CallbackService {
         acks.swap(pending_acks_);
         stop = commit_stop_;
       }
+      const auto commit_start = std::chrono::steady_clock::now();
       // Every ack in `acks` was taken after its batch updated the fleet's records, so this
       // snapshot holds what each promises.
       for (;;) {
@@ -296,6 +297,13 @@ class Service final : public v1::Aggregator::CallbackService {
         m.mutable_ack()->set_seq(seq);
         s->Enqueue(std::move(m));
       }
+      // At most one commit per kCommitInterval: each fsync costs the same however many records
+      // it carries, and acks that wait a few ms more cost agents nothing (they keep sending).
+      if (!stop) {
+        std::unique_lock lock(commit_mu_);
+        commit_cv_.wait_until(lock, commit_start + kCommitInterval,
+                              [this] { return commit_stop_; });
+      }
       if (stop) {
         std::lock_guard lock(commit_mu_);
         if (pending_acks_.empty()) return;
@@ -303,6 +311,7 @@ class Service final : public v1::Aggregator::CallbackService {
     }
   }
 
+  static constexpr std::chrono::milliseconds kCommitInterval{10};
   std::shared_ptr<IngestJournal> journal_;
   std::thread committer_;
   std::mutex commit_mu_;
