@@ -3,26 +3,20 @@
 // time with every thread and socket released.
 #include "probes/collective/gloo_backend.h"
 
-#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
 #include <thread>
 
+#include "probes/collective/thread_count_for_test.h"
+
 namespace fw::collective {
 namespace {
 
 using std::chrono::milliseconds;
 
-size_t ThreadCount() {
-  size_t n = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
-    (void)e;
-    ++n;
-  }
-  return n;
-}
+using testing::ThreadCount;
 
 struct RankOutcome {
   Status status;

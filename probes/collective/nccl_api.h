@@ -63,7 +63,7 @@ struct NcclApi {
   // NCCL
   R (*GetVersion)(int* version) = nullptr;
   R (*GetUniqueId)(nccl_abi::ncclUniqueId* id) = nullptr;
-  R (*CommInitRankConfig)
+  R(*CommInitRankConfig)
   (nccl_abi::ncclComm_t* comm, int nranks, nccl_abi::ncclUniqueId id, int rank,
    nccl_abi::ncclConfigV21400* config) = nullptr;
   R (*CommGetAsyncError)(nccl_abi::ncclComm_t comm, R* async_error) = nullptr;
@@ -72,10 +72,10 @@ struct NcclApi {
   R (*CommAbort)(nccl_abi::ncclComm_t comm) = nullptr;
   R (*GroupStart)() = nullptr;
   R (*GroupEnd)() = nullptr;
-  R (*AllReduce)
+  R(*AllReduce)
   (const void* send, void* recv, size_t count, nccl_abi::ncclDataType_t type,
    nccl_abi::ncclRedOp_t op, nccl_abi::ncclComm_t comm, nccl_abi::cudaStream_t stream) = nullptr;
-  R (*AllGather)
+  R(*AllGather)
   (const void* send, void* recv, size_t send_count, nccl_abi::ncclDataType_t type,
    nccl_abi::ncclComm_t comm, nccl_abi::cudaStream_t stream) = nullptr;
   const char* (*GetErrorString)(R result) = nullptr;
@@ -83,7 +83,7 @@ struct NcclApi {
   C (*GetDeviceCount)(int* count) = nullptr;
   C (*SetDevice)(int device) = nullptr;
   C (*DeviceGetStreamPriorityRange)(int* least, int* greatest) = nullptr;
-  C (*StreamCreateWithPriority)
+  C(*StreamCreateWithPriority)
   (nccl_abi::cudaStream_t* stream, unsigned int flags, int priority) = nullptr;
   C (*StreamDestroy)(nccl_abi::cudaStream_t stream) = nullptr;
   C (*Malloc)(void** ptr, size_t bytes) = nullptr;
@@ -93,7 +93,7 @@ struct NcclApi {
   C (*EventCreate)(nccl_abi::cudaEvent_t* event) = nullptr;
   C (*EventRecord)(nccl_abi::cudaEvent_t event, nccl_abi::cudaStream_t stream) = nullptr;
   C (*EventQuery)(nccl_abi::cudaEvent_t event) = nullptr;
-  C (*EventElapsedTime)
+  C(*EventElapsedTime)
   (float* ms, nccl_abi::cudaEvent_t start, nccl_abi::cudaEvent_t end) = nullptr;
   C (*EventDestroy)(nccl_abi::cudaEvent_t event) = nullptr;
   const char* (*CudaGetErrorString)(C error) = nullptr;

@@ -6,18 +6,12 @@
 #include <filesystem>
 
 #include "probes/collective/nccl_backend.h"
+#include "probes/collective/thread_count_for_test.h"
 
 namespace fw::collective {
 namespace {
 
-size_t ThreadCount() {
-  size_t n = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
-    (void)e;
-    ++n;
-  }
-  return n;
-}
+using testing::ThreadCount;
 
 TEST(NcclDlopen, HiddenLibraryIsUnavailable) {
   const size_t threads = ThreadCount();
