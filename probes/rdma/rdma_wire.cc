@@ -78,7 +78,8 @@ std::vector<UdTarget> UdTargetsFromPlan(const v1::ProbePlan& plan, int* skipped)
 void ResultToProto(const RdmaProbeResult& r, v1::ProbeResult* out) {
   out->set_peer(std::string(r.base.PeerName()));
   out->set_transport(v1::TRANSPORT_RDMA_UD);
-  out->set_src_port(r.flow_label);
+  // The flow label stands in for the UDP source port; the aggregator takes ports up to 65535.
+  out->set_src_port(r.flow_label <= 0xffff ? r.flow_label : 0);
   out->set_flow_id(r.base.flow_id);
   out->set_probe_seq(r.base.seq);
   out->set_lost(r.base.lost);
