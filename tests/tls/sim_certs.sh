@@ -4,11 +4,12 @@
 # certificate for the simulator whose subjectAltNames are every simulated node of a scenario, so
 # the aggregator's identity check passes for each stream as it would for real agents.
 #
-#   sim_certs.sh FW_SIM SCENARIO.yaml DIR
+#   sim_certs.sh FW_SIM SCENARIO.yaml DIR     # the scenario's hosts (fw_sim --write-map)
+#   sim_certs.sh FW_SIM heartbeat:N DIR       # --mode heartbeat --agents N (hb00000..)
 #
 # DIR gets ca.crt, server.{crt,key}, client.{crt,key}. Existing files are kept.
 set -euo pipefail
-[ $# -eq 3 ] || { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -eq 3 ] || { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 fw_sim=$1 scenario=$2 dir=$3
 certs=$(cd "$(dirname "$0")/../../packaging/certs" && pwd)/fabricwatch-certs
 umask 077
@@ -23,8 +24,12 @@ fi
 map=$(mktemp)
 ext=$(mktemp)
 trap 'rm -f "$map" "$ext" "$dir/client.csr"' EXIT
-"$fw_sim" --scenario "$scenario" --write-map "$map" >/dev/null
-san=$(sed -nE 's/^ *- \{node: ([A-Za-z0-9.-]+),.*/DNS:\1/p' "$map" | sort -u | paste -sd, -)
+if [[ "$scenario" == heartbeat:* ]]; then
+  san=$(seq 0 $((${scenario#heartbeat:} - 1)) | awk '{ printf "DNS:hb%05d\n", $1 }' | paste -sd, -)
+else
+  "$fw_sim" --scenario "$scenario" --write-map "$map" >/dev/null
+  san=$(sed -nE 's/^ *- \{node: ([A-Za-z0-9.-]+),.*/DNS:\1/p' "$map" | sort -u | paste -sd, -)
+fi
 [ -n "$san" ] || { echo "sim_certs.sh: no hosts in $scenario's map" >&2; exit 1; }
 printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\nsubjectAltName=%s\n' \
   "$san" >"$ext"

@@ -4,25 +4,27 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/tls/grpc_credentials.h"
-#include "common/tls/tls_config.h"
 
 namespace fw::aggregator {
 
 PeerIdentity IdentityOf(const grpc::ServerContextBase& ctx) {
   PeerIdentity id;
   std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
-  if (auth && auth->IsPeerAuthenticated()) {
-    id.authenticated = true;
-    id.names = tls::PeerCertificateNames(auth.get());
-  }
+  if (auth && auth->IsPeerAuthenticated()) id.auth = std::move(auth);
   return id;
 }
 
 ClaimVerdict CheckClaim(const PeerIdentity& peer, std::string_view claimed_node, bool tls) {
   if (!tls) return ClaimVerdict::kPlaintext;
-  if (!peer.authenticated) return ClaimVerdict::kUnauthenticated;
-  return tls::NamesNode(peer.names, claimed_node) ? ClaimVerdict::kAllowed
-                                                  : ClaimVerdict::kNotNamed;
+  if (!peer.auth || !peer.auth->IsPeerAuthenticated()) return ClaimVerdict::kUnauthenticated;
+  if (claimed_node.empty()) return ClaimVerdict::kNotNamed;
+  // Byte-for-byte, as tls::NamesNode: node names are identities here, not host lookups.
+  for (const char* prop : {"x509_subject_alternative_name", "x509_common_name"}) {
+    for (const grpc::string_ref& v : peer.auth->FindPropertyValues(prop)) {
+      if (std::string_view(v.data(), v.size()) == claimed_node) return ClaimVerdict::kAllowed;
+    }
+  }
+  return ClaimVerdict::kNotNamed;
 }
 
 const char* VerdictName(ClaimVerdict v) {
@@ -41,7 +43,7 @@ const char* VerdictName(ClaimVerdict v) {
 
 std::string JoinNames(const PeerIdentity& peer) {
   std::string out;
-  for (const auto& n : peer.names) {
+  for (const auto& n : tls::PeerCertificateNames(peer.auth.get())) {
     if (out.size() + n.size() > 512) {
       out += ",...";
       break;

@@ -3,20 +3,24 @@
 // Only peer_identity.cc includes grpcpp; the gRPC context type is declared, never defined, here.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace grpc {
+class AuthContext;
 class ServerContextBase;
-}
+}  // namespace grpc
 
 namespace fw::aggregator {
 
 // What the TLS handshake established about a session's peer, captured when the stream opens.
+// It holds gRPC's auth context (shared by every stream of one connection) rather than a copy of
+// the certificate's names: a certificate may carry thousands of names, and copying them into every
+// session would multiply them by the sessions.
 struct PeerIdentity {
-  bool authenticated = false;      // a client certificate verified against the fleet CA
-  std::vector<std::string> names;  // its DNS subjectAltNames, then its subject CN
+  std::shared_ptr<const grpc::AuthContext> auth;  // null for a plaintext peer
 };
 
 enum class ClaimVerdict {
@@ -36,7 +40,7 @@ ClaimVerdict CheckClaim(const PeerIdentity& peer, std::string_view claimed_node,
 // "unauthenticated".
 const char* VerdictName(ClaimVerdict v);
 
-// The certificate's names joined with ',' (bounded), for log lines.
+// The certificate's names joined with ',' (at most ~512 bytes), for log lines.
 std::string JoinNames(const PeerIdentity& peer);
 
 }  // namespace fw::aggregator
