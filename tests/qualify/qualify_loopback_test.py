@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""fabricwatch qualify against a live aggregator and six agents on loopback (no root needed).
+
+Cases (issue 14), in one run to keep CI short:
+  healthy set                        -> exit 0, every node pass, the mesh step done
+  two overlapping qualifications     -> both complete, the second after the first (queued_s)
+  timeout shorter than the suite     -> a partial report (state timeout) and exit 3
+  one agent stopped                  -> exit 2, that node fails with "agent down"
+  the Slurm prolog (packaging/slurm) -> 0 on a healthy node, 1 on the stopped one
+  the aggregator unreachable         -> exit 3
+Also GET /api/v1/qualifications and fabricwatch_qualification_result{node,suite}.
+
+Usage: qualify_loopback_test.py CLI AGGREGATOR AGENT TESTDATA PROLOG
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+CLI, AGG, AGENT, TESTDATA, PROLOG = sys.argv[1:6]
+HWLOC = os.path.join(TESTDATA, "hwloc", "psmgmt-topo.jrc0386.xml")
+NODES = [f"lq{i}" for i in range(1, 7)]
+failures = []
+
+
+def check(cond, what, detail=""):
+    print(("ok:   " if cond else "FAIL: ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+        print(str(detail)[:3000], flush=True)
+
+
+def wait_for(pred, timeout_s, what):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            v = pred()
+            if v:
+                return v
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"FAIL: timed out after {timeout_s} s waiting for {what}")
+
+
+def qualify(api, *args, timeout=60):
+    t0 = time.monotonic()
+    p = subprocess.run([CLI, "--api", api, "--format", "json", "qualify", *args],
+                       capture_output=True, text=True, timeout=timeout)
+    took = time.monotonic() - t0
+    try:
+        report = json.loads(p.stdout) if p.stdout.strip() else {}
+    except ValueError:
+        report = {}
+    return p.returncode, report, p.stderr, took
+
+
+def verdicts(report):
+    return {n["node"]: n for n in report.get("nodes", [])}
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="fw-qualify.")
+    procs = {}
+    try:
+        empty = os.path.join(work, "sys")  # no IB ports: no port findings to warn about
+        os.makedirs(empty)
+        ports_file = os.path.join(work, "agg.ports")
+        procs["agg"] = subprocess.Popen(
+            [AGG, "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--insecure",
+             "--tick", "1s", "--heartbeat-timeout", "5s", "--port-file", ports_file],
+            stdout=open(os.path.join(work, "agg.log"), "w"), stderr=subprocess.STDOUT)
+        ports = wait_for(lambda: json.load(open(ports_file)), 30, "the aggregator's port file")
+        api = f"127.0.0.1:{ports['http_port']}"
+        for i, n in enumerate(NODES, 1):
+            procs[n] = subprocess.Popen(
+                [AGENT, "--aggregator", f"127.0.0.1:{ports['grpc_port']}", "--insecure",
+                 "--node-name", n, "--http-listen", "127.0.0.1:0", "--probe-address",
+                 f"127.0.0.{i}", "--probe-port", "0", "--hwloc-xml", HWLOC, "--sysfs-root", empty],
+                stdout=open(os.path.join(work, f"{n}.log"), "w"), stderr=subprocess.STDOUT)
+
+        def connected():
+            with urllib.request.urlopen(f"http://{api}/api/v1/nodes", timeout=5) as r:
+                up = {x["name"] for x in json.load(r) if x["connected"]}
+            return up >= set(NODES)
+        wait_for(connected, 60, "six agents connected")
+        nodes_arg = "lq[1-6]"
+
+        # Healthy set.
+        rc, rep, err, took = qualify(api, "--nodes", nodes_arg, "--timeout", "30")
+        check(rc == 0 and all(v["verdict"] == "pass" for v in verdicts(rep).values()),
+              f"healthy set of 6: exit 0 ({took:.1f} s)", json.dumps(rep, indent=1) + err)
+        steps = {s["name"]: s for s in rep.get("steps", [])}
+        check(steps.get("mesh", {}).get("state") == "done", "the mesh step ran",
+              json.dumps(steps))
+        print(f"figure: 6 nodes quick, wall {took:.1f} s; steps "
+              + ", ".join(f"{s['name']} {s['duration_s']} s" for s in rep.get("steps", [])))
+
+        # Two overlapping qualifications at once.
+        out = {}
+
+        def run(key, nodes):
+            out[key] = qualify(api, "--nodes", nodes, "--timeout", "40")
+        t1 = threading.Thread(target=run, args=("a", "lq[1-4]"))
+        t2 = threading.Thread(target=run, args=("b", "lq[3-6]"))
+        t1.start()
+        time.sleep(0.3)
+        t2.start()
+        t1.join()
+        t2.join()
+        (ra, repa, _, _), (rb, repb, _, _) = out["a"], out["b"]
+        check(ra == 0 and rb == 0, "two overlapping qualifications both complete",
+              f"{ra} {rb}\n{json.dumps(repa)[:800]}\n{json.dumps(repb)[:800]}")
+        check(repb.get("started", "") >= repa.get("finished", "~") and repb.get("queued_s", 0) > 1,
+              "the second ran after the first (queued)",
+              f"a finished {repa.get('finished')} b started {repb.get('started')} "
+              f"queued {repb.get('queued_s')}")
+
+        # A timeout shorter than the suite: partial report, exit 3.
+        rc, rep, err, took = qualify(api, "--nodes", nodes_arg, "--timeout", "2")
+        check(rc == 3 and rep.get("state") == "timeout" and len(rep.get("nodes", [])) == 6,
+              f"timeout 2 s: partial report and exit 3 ({took:.1f} s)", json.dumps(rep) + err)
+
+        # One agent stopped.
+        procs["lq5"].send_signal(signal.SIGTERM)
+        procs["lq5"].wait(20)
+        wait_for(lambda: not connected(), 30, "lq5 seen as disconnected")
+        rc, rep, err, took = qualify(api, "--nodes", nodes_arg, "--timeout", "30")
+        v = verdicts(rep)
+        check(rc == 2 and v.get("lq5", {}).get("verdict") == "fail"
+              and any("agent down" in r for r in v["lq5"]["reasons"]),
+              "one agent stopped: exit 2, lq5 fails with 'agent down'", json.dumps(rep) + err)
+        check(all(v[n]["verdict"] == "pass" for n in NODES if n != "lq5"),
+              "the other five pass", json.dumps(rep))
+
+        # The Slurm prolog against the live aggregator.
+        env = dict(os.environ, FABRICWATCH_API=api, FABRICWATCH_CLI=CLI,
+                   SLURM_JOB_NODELIST=nodes_arg, SLURM_JOB_ID="42", FABRICWATCH_PROLOG_TIMEOUT="30")
+        p_ok = subprocess.run(["sh", PROLOG], env=dict(env, SLURMD_NODENAME="lq1"),
+                              capture_output=True, text=True, timeout=60)
+        check(p_ok.returncode == 0 and "lq1 passed" in p_ok.stderr,
+              "prolog on healthy lq1: exit 0", p_ok.stderr)
+        p_bad = subprocess.run(["sh", PROLOG], env=dict(env, SLURMD_NODENAME="lq5"),
+                               capture_output=True, text=True, timeout=60)
+        check(p_bad.returncode == 1 and "agent down" in p_bad.stderr,
+              "prolog on lq5 (agent stopped): exit 1 naming the reason", p_bad.stderr)
+
+        # History and metric.
+        with urllib.request.urlopen(f"http://{api}/api/v1/qualifications", timeout=5) as r:
+            hist = json.load(r)
+        check(len(hist) >= 6 and hist[0]["exit_code"] in (2,), "GET /api/v1/qualifications",
+              json.dumps(hist)[:600])
+        with urllib.request.urlopen(f"http://{api}/metrics", timeout=5) as r:
+            metrics = r.read().decode()
+        check('fabricwatch_qualification_result{node="lq5",suite="quick"} 2' in metrics
+              and 'fabricwatch_qualification_result{node="lq1",suite="quick"} 0' in metrics,
+              "fabricwatch_qualification_result{node,suite}",
+              [l for l in metrics.splitlines() if "qualification_result" in l])
+
+        # The aggregator unreachable.
+        procs["agg"].send_signal(signal.SIGTERM)
+        procs["agg"].wait(30)
+        rc, rep, err, took = qualify(api, "--nodes", nodes_arg, "--timeout", "5")
+        check(rc == 3 and "could not qualify" in err, "aggregator unreachable: exit 3", err)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs.values():
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        if failures:
+            for name in ["agg.log"]:
+                path = os.path.join(work, name)
+                if os.path.exists(path):
+                    print(f"----- {name}\n" + open(path).read()[-3000:])
+        shutil.rmtree(work, ignore_errors=True)
+    if failures:
+        print(f"{len(failures)} failed: {failures}")
+        sys.exit(1)
+    print("all passed")
+
+
+if __name__ == "__main__":
+    main()
