@@ -63,28 +63,29 @@ struct NcclApi {
   // NCCL
   R (*GetVersion)(int* version) = nullptr;
   R (*GetUniqueId)(nccl_abi::ncclUniqueId* id) = nullptr;
-  R(*CommInitRankConfig)
-  (nccl_abi::ncclComm_t* comm, int nranks, nccl_abi::ncclUniqueId id, int rank,
-   nccl_abi::ncclConfigV21400* config) = nullptr;
+  using CommInitRankConfigFn = R (*)(nccl_abi::ncclComm_t*, int nranks, nccl_abi::ncclUniqueId,
+                                     int rank, nccl_abi::ncclConfigV21400*);
+  CommInitRankConfigFn CommInitRankConfig = nullptr;
   R (*CommGetAsyncError)(nccl_abi::ncclComm_t comm, R* async_error) = nullptr;
   R (*CommFinalize)(nccl_abi::ncclComm_t comm) = nullptr;
   R (*CommDestroy)(nccl_abi::ncclComm_t comm) = nullptr;
   R (*CommAbort)(nccl_abi::ncclComm_t comm) = nullptr;
   R (*GroupStart)() = nullptr;
   R (*GroupEnd)() = nullptr;
-  R(*AllReduce)
-  (const void* send, void* recv, size_t count, nccl_abi::ncclDataType_t type,
-   nccl_abi::ncclRedOp_t op, nccl_abi::ncclComm_t comm, nccl_abi::cudaStream_t stream) = nullptr;
-  R(*AllGather)
-  (const void* send, void* recv, size_t send_count, nccl_abi::ncclDataType_t type,
-   nccl_abi::ncclComm_t comm, nccl_abi::cudaStream_t stream) = nullptr;
+  using AllReduceFn = R (*)(const void* send, void* recv, size_t count, nccl_abi::ncclDataType_t,
+                            nccl_abi::ncclRedOp_t, nccl_abi::ncclComm_t, nccl_abi::cudaStream_t);
+  AllReduceFn AllReduce = nullptr;
+  using AllGatherFn = R (*)(const void* send, void* recv, size_t send_count,
+                            nccl_abi::ncclDataType_t, nccl_abi::ncclComm_t, nccl_abi::cudaStream_t);
+  AllGatherFn AllGather = nullptr;
   const char* (*GetErrorString)(R result) = nullptr;
   // CUDA runtime
   C (*GetDeviceCount)(int* count) = nullptr;
   C (*SetDevice)(int device) = nullptr;
   C (*DeviceGetStreamPriorityRange)(int* least, int* greatest) = nullptr;
-  C(*StreamCreateWithPriority)
-  (nccl_abi::cudaStream_t* stream, unsigned int flags, int priority) = nullptr;
+  using StreamCreateWithPriorityFn = C (*)(nccl_abi::cudaStream_t*, unsigned int flags,
+                                           int priority);
+  StreamCreateWithPriorityFn StreamCreateWithPriority = nullptr;
   C (*StreamDestroy)(nccl_abi::cudaStream_t stream) = nullptr;
   C (*Malloc)(void** ptr, size_t bytes) = nullptr;
   C (*Free)(void* ptr) = nullptr;
@@ -93,8 +94,9 @@ struct NcclApi {
   C (*EventCreate)(nccl_abi::cudaEvent_t* event) = nullptr;
   C (*EventRecord)(nccl_abi::cudaEvent_t event, nccl_abi::cudaStream_t stream) = nullptr;
   C (*EventQuery)(nccl_abi::cudaEvent_t event) = nullptr;
-  C(*EventElapsedTime)
-  (float* ms, nccl_abi::cudaEvent_t start, nccl_abi::cudaEvent_t end) = nullptr;
+  using EventElapsedTimeFn = C (*)(float* ms, nccl_abi::cudaEvent_t start,
+                                   nccl_abi::cudaEvent_t end);
+  EventElapsedTimeFn EventElapsedTime = nullptr;
   C (*EventDestroy)(nccl_abi::cudaEvent_t event) = nullptr;
   const char* (*CudaGetErrorString)(C error) = nullptr;
 };
