@@ -710,26 +710,32 @@ void UdMesh::MaybeFinish(Outstanding& o, int64_t) {
     return;
   }
   const Flow& f = flows_[o.flow];
-  RdmaProbeResult r;
-  r.base.SetPeer(targets_[f.target].peer);
-  r.base.transport = net::Transport::kRdmaUd;
-  r.base.flow_id = f.index;
-  r.base.src_port = static_cast<uint16_t>(f.flow_label);
-  r.base.seq = o.seq;
+  RdmaProbeResult r = ResultFor(o);
   r.base.rtt_ns = split.network_rtt_ns;
-  r.base.bytes = kUdMessageBytes;
-  r.base.timestamp_ns = o.wall;
   r.network_rtt_ns = split.network_rtt_ns;
   r.prober_host_ns = split.prober_host_ns;
   r.responder_host_ns = split.responder_host_ns;
   r.prober_span_ns = s.nic_span_ns;
   r.source = p.ts_source();
   r.responder_source = o.responder_source;
-  r.flow_label = f.flow_label;
   r.src_qpn = p.QpNum(f.qp);
-  r.SetLocalDevice(devices_[o.dev]->name);
   stats_.results++;
   if (sink_ != nullptr) sink_->OnResult(r);
+}
+
+RdmaProbeResult UdMesh::ResultFor(const Outstanding& o) const {
+  const Flow& f = flows_[o.flow];
+  RdmaProbeResult r;
+  r.base.SetPeer(targets_[f.target].peer);
+  r.base.transport = net::Transport::kRdmaUd;
+  r.base.flow_id = f.index;
+  r.base.src_port = static_cast<uint16_t>(f.flow_label);
+  r.base.seq = o.seq;
+  r.base.bytes = kUdMessageBytes;
+  r.base.timestamp_ns = o.wall;
+  r.flow_label = f.flow_label;
+  r.SetLocalDevice(devices_[o.dev]->name);
+  return r;
 }
 
 void UdMesh::SendDue(int64_t now) {
@@ -819,18 +825,8 @@ void UdMesh::ExpireTimeouts(int64_t now) {
       stats_.reports_missing++;  // answered: not a loss, but no split without the report
       continue;
     }
-    const Flow& f = flows_[o.flow];
-    RdmaProbeResult r;
-    r.base.SetPeer(targets_[f.target].peer);
-    r.base.transport = net::Transport::kRdmaUd;
-    r.base.flow_id = f.index;
-    r.base.src_port = static_cast<uint16_t>(f.flow_label);
-    r.base.seq = o.seq;
+    RdmaProbeResult r = ResultFor(o);
     r.base.lost = true;
-    r.base.bytes = kUdMessageBytes;
-    r.base.timestamp_ns = o.wall;
-    r.flow_label = f.flow_label;
-    r.SetLocalDevice(devices_[o.dev]->name);
     r.source = devices_[o.dev]->dead || o.port >= devices_[o.dev]->ports.size()
                    ? TsSource::kSoftware
                    : devices_[o.dev]->ports[o.port]->ts_source();

@@ -144,6 +144,8 @@ class UdMesh {
   void SendDue(int64_t now);
   void ExpireTimeouts(int64_t now);
   void MaybeFinish(Outstanding& o, int64_t now);
+  // The fields every result of this probe has, answered or lost.
+  RdmaProbeResult ResultFor(const Outstanding& o) const;
   void AbandonPort(size_t dev, size_t port);
   void RebuildFlowAhs();
   uint64_t Stamp(const UdPort& p, const WorkCompletion& wc, int64_t now) const;
