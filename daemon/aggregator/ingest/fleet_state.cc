@@ -474,7 +474,7 @@ std::vector<std::string> FleetState::RetireLocked(int64_t now) {
     if (n.view.up) SetLiveLocked(n, false, false);
     agent_up_.Remove({it->first});
     agent_age_.Remove({it->first});
-    dirty_.insert(it->first);
+    MarkDirtyLocked(it->first);
     out.push_back(it->first);
     nodes_retired_.Inc();
     it = nodes_.erase(it);
@@ -529,7 +529,7 @@ void FleetState::ImportRecords(const std::vector<IngestRecord>& records) {
 
 void FleetState::RequeueDirty(const std::vector<IngestRecord>& records) {
   std::lock_guard lock(mu_);
-  for (const IngestRecord& r : records) dirty_.insert(r.node);
+  for (const IngestRecord& r : records) MarkDirtyLocked(r.node);
 }
 
 size_t FleetState::size() const {

@@ -153,6 +153,12 @@ class FleetState {
   Status ImportIngestJson(const std::string& json);
   // The durable journal's view (ingest_journal.h): the records of nodes changed since the last
   // call, and the restore at start (records for unknown nodes create them, disconnected).
+  // Changed records are tracked only once a journal asks for them (TrackDirty), so that without
+  // one the set does not grow with every node name ever seen.
+  void TrackDirty() {
+    std::lock_guard lock(mu_);
+    track_dirty_ = true;
+  }
   std::vector<IngestRecord> TakeDirtyRecords();
   void ImportRecords(const std::vector<IngestRecord>& records);
   // Marks these records' nodes changed again (their commit failed).
@@ -181,7 +187,9 @@ class FleetState {
   // Keeps `live_count_` and the gauge in step when a node's liveness flips. REQUIRES: mu_ held.
   void SetLiveLocked(Node& n, bool connected, bool up);
   void NotifyMembership();
-  void MarkDirtyLocked(const std::string& name) { dirty_.insert(name); }  // REQUIRES: mu_ held
+  void MarkDirtyLocked(const std::string& name) {  // REQUIRES: mu_ held
+    if (track_dirty_) dirty_.insert(name);
+  }
   // Forgets nodes without a live stream silent for retire_after_s; returns their names.
   std::vector<std::string> RetireLocked(int64_t now_mono_ns);  // REQUIRES: mu_ held
 
@@ -193,6 +201,7 @@ class FleetState {
   double ingest_lag_s_ = 0;            // GUARDED_BY(mu_)
   bool mass_deferring_ = false;        // GUARDED_BY(mu_): a mass timeout is being deferred
   std::set<std::string> dirty_;        // GUARDED_BY(mu_): ingest records not yet journaled
+  bool track_dirty_ = false;           // GUARDED_BY(mu_)
   std::function<void()> listener_;
 
   metrics::Gauge& agents_connected_;

@@ -289,6 +289,7 @@ TEST(FleetStateTest, DepartedNodesAreRetiredWithTheirSeries) {
   FakeClock clock;
   metrics::Registry reg;
   FleetState fleet(clock, reg, {.heartbeat_timeout_s = 15, .retire_after_s = 3600});
+  fleet.TrackDirty();
   fleet.Admit(1, MakeHello("gone", 1));
   fleet.Admit(2, MakeHello("stays", 2));
   fleet.OnDisconnect("gone", 1);
@@ -316,12 +317,14 @@ TEST(FleetStateTest, DirtyRecordsCarryWhatAnAckPromises) {
   FakeClock clock;
   metrics::Registry reg;
   FleetState fleet(clock, reg, {});
+  fleet.Admit(9, MakeHello("untracked", 1));
+  fleet.TrackDirty();
   fleet.Admit(1, MakeHello("a", 7));
   uint64_t ack;
   fleet.OnProbeBatch("a", 1, Batch(1, 3), &ack);
   fleet.OnProbeBatch("a", 1, Batch(2, 3), &ack);
   auto recs = fleet.TakeDirtyRecords();
-  ASSERT_EQ(recs.size(), 1u);
+  ASSERT_EQ(recs.size(), 1u);  // "untracked" changed before a journal asked
   EXPECT_EQ(recs[0].session_id, 7u);
   EXPECT_EQ(recs[0].last_seq, 2u);
   EXPECT_EQ(recs[0].results, 6u);

@@ -210,6 +210,7 @@ class Service final : public v1::Aggregator::CallbackService {
   // (one WAL fsync) then releases all of them.
   void StartJournal(std::shared_ptr<IngestJournal> journal, metrics::Registry& registry) {
     journal_ = std::move(journal);
+    fleet_.TrackDirty();
     commit_seconds_ =
         &registry
              .AddHistogram("fabricwatch_ingest_journal_commit_seconds",
