@@ -22,7 +22,7 @@ double MetricValue(const std::string& text, const std::string& series) {
   return std::stod(m[2]);
 }
 
-// The planner's defaults (daemon/aggregator/core/planner.h): 1,000 probes/s and 12.5 MB/s per
+// The planner's defaults (daemon/aggregator/plan/planner.h): 1,000 probes/s and 12.5 MB/s per
 // node, 4 MiB bursts. Bursts used to be charged ~2,900 TCP segments against a packet bucket that
 // held one second (1,000) of latency probes, so every burst was refused, forever.
 TEST(ProbeScheduler, DefaultBudgetAdmitsBandwidthBursts) {
