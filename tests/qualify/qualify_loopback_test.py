@@ -115,7 +115,10 @@ def main():
         t1.join()
         t2.join()
         (ra, repa, _, _), (rb, repb, _, _) = out["a"], out["b"]
-        check(ra == 0 and rb == 0, "two overlapping qualifications both complete",
+        # Completion is the contract here (a verdict, not a timeout); a loaded CI host may make
+        # one pair of four look slow, which is a verdict too.
+        check(ra in (0, 1, 2) and rb in (0, 1, 2) and repa.get("state") == "done"
+              and repb.get("state") == "done", "two overlapping qualifications both complete",
               f"{ra} {rb}\n{json.dumps(repa)[:800]}\n{json.dumps(repb)[:800]}")
         check(repb.get("started", "") >= repa.get("finished", "~") and repb.get("queued_s", 0) > 1,
               "the second ran after the first (queued)",
