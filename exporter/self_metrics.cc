@@ -26,26 +26,28 @@ bool ReadProcessUsage(double* cpu_seconds, double* rss_bytes) {
 }
 
 SelfMetrics::SelfMetrics(Registry& registry, const std::string& version) {
-  registry.AddGauge("fabricwatch_build_info", "Build information; the value is always 1.", {"version"})
+  registry
+      .AddGauge("fabricwatch_build_info", "Build information; the value is always 1.", {"version"})
       .WithLabels({version})
       .Set(1);
-  cpu_seconds_ = &registry.AddCounter("process_cpu_seconds_total",
-                                      "Total user and system CPU time spent in seconds.")
+  cpu_seconds_ = &registry
+                      .AddCounter("process_cpu_seconds_total",
+                                  "Total user and system CPU time spent in seconds.")
                       .WithLabels({});
-  rss_bytes_ =
-      &registry.AddGauge("process_resident_memory_bytes", "Resident memory size in bytes.")
-           .WithLabels({});
-  open_fds_ = &registry.AddGauge("process_open_fds", "Number of open file descriptors.")
-                   .WithLabels({});
+  rss_bytes_ = &registry.AddGauge("process_resident_memory_bytes", "Resident memory size in bytes.")
+                    .WithLabels({});
+  open_fds_ =
+      &registry.AddGauge("process_open_fds", "Number of open file descriptors.").WithLabels({});
   registry
-      .AddGauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.")
+      .AddGauge("process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds.")
       .WithLabels({})
       .Set(static_cast<double>(std::time(nullptr)));
-  scrape_duration_ = &registry
-                          .AddHistogram("fabricwatch_scrape_duration_seconds",
-                                        "Time taken to render /metrics.", {},
-                                        {0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1})
-                          .WithLabels({});
+  scrape_duration_ =
+      &registry
+           .AddHistogram("fabricwatch_scrape_duration_seconds", "Time taken to render /metrics.",
+                         {}, {0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1})
+           .WithLabels({});
   registry.AddBeforeRender([this] { Refresh(); });
 }
 

@@ -26,7 +26,8 @@ class SelfMetrics {
   Histogram* scrape_duration_;
 };
 
-// Reads this process's CPU seconds (user + system) and resident bytes; false when /proc is unreadable.
+// Reads this process's CPU seconds (user + system) and resident bytes; false when /proc is
+// unreadable.
 bool ReadProcessUsage(double* cpu_seconds, double* rss_bytes);
 
 }  // namespace fw::metrics

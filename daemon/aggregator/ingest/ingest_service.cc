@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/aggregator/ingest/ingest_journal.h"
 #include "common/tls/grpc_credentials.h"
+#include "daemon/aggregator/ingest/ingest_journal.h"
 #include "daemon/aggregator/ingest/peer_identity.h"
 #include "fabricwatch.grpc.pb.h"
 
@@ -98,12 +98,11 @@ class Service final : public v1::Aggregator::CallbackService {
   Service(FleetState& fleet, IngestSink& sink, metrics::Registry& registry)
       : fleet_(fleet),
         sink_(sink),
-        sessions_gauge_(registry.AddGauge("fabricwatch_grpc_sessions", "Open agent streams.")
-                            .WithLabels({})),
-        protocol_errors_(registry
-                             .AddCounter("fabricwatch_ingest_protocol_errors_total",
-                                         "Agent streams ended for a protocol violation.",
-                                         {"reason"})) {}
+        sessions_gauge_(
+            registry.AddGauge("fabricwatch_grpc_sessions", "Open agent streams.").WithLabels({})),
+        protocol_errors_(registry.AddCounter("fabricwatch_ingest_protocol_errors_total",
+                                             "Agent streams ended for a protocol violation.",
+                                             {"reason"})) {}
 
   grpc::ServerBidiReactor<v1::AgentMessage, v1::AggregatorMessage>* Connect(
       grpc::CallbackServerContext* ctx) override {
