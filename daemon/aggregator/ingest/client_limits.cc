@@ -35,8 +35,8 @@ void AddClientLimitFlags(CLI::App& app, ClientLimits* l) {
       ->check(CLI::Range(1, 1 << 20));
   app.add_option_function<std::string>(
       "--node-retire-after", DurationSetter(&l->node_retire_after),
-      "forget a node, and remove its series, after this long without a session (default 1h; 0: "
-      "never)");
+      "forget a node, and remove its series, after this long without a session; 0: never "
+      "(default 1h)");
   app.add_option("--durable-acks", l->durable_acks,
                  "with --state-dir, acknowledge a batch only once its ingest record is on disk "
                  "(ingest.db); false acks at once")
