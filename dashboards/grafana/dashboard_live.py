@@ -94,13 +94,13 @@ class Fleet:
             shutil.rmtree(self.work, ignore_errors=True)
 
     def aggregator(self, binary, extra=()):
-        self.start("aggregator", [binary, "--grpc-listen", "127.0.0.1:0", "--http-listen",
+        self.start("aggregator", [binary, "--insecure", "--grpc-listen", "127.0.0.1:0", "--http-listen",
                                   "127.0.0.1:0", "--port-file",
                                   os.path.join(self.work, "aggregator.ports"), *extra])
         return self.wait_ports("aggregator")
 
     def agent(self, binary, testdata, grpc_port, node, address):
-        self.start(node, [binary, "--aggregator", f"127.0.0.1:{grpc_port}", "--node-name", node,
+        self.start(node, [binary, "--insecure", "--aggregator", f"127.0.0.1:{grpc_port}", "--node-name", node,
                           "--http-listen", "127.0.0.1:0", "--probe-address", address,
                           "--probe-port", "0", "--hwloc-xml", hwloc_xml(testdata),
                           "--sysfs-root", sysfs_root(testdata),

@@ -181,14 +181,14 @@ def main():
     procs = Procs(work)
     try:
         agg_ports = os.path.join(work, "aggregator.ports")
-        procs.start("aggregator", [args.aggregator, "--grpc-listen", "127.0.0.1:0",
+        procs.start("aggregator", [args.aggregator, "--insecure", "--grpc-listen", "127.0.0.1:0",
                                    "--http-listen", "127.0.0.1:0", "--state-dir", work,
                                    "--port-file", agg_ports])
         ports = wait("aggregator ports", lambda: os.path.getsize(agg_ports) and
                      json.load(open(agg_ports)), 20)
         agg_http = f"127.0.0.1:{ports['http_port']}"
         agent_ports = os.path.join(work, "agent.ports")
-        procs.start("agent", [args.agent, "--aggregator", f"127.0.0.1:{ports['grpc_port']}",
+        procs.start("agent", [args.agent, "--insecure", "--aggregator", f"127.0.0.1:{ports['grpc_port']}",
                               "--node-name", "node01", "--http-listen", "127.0.0.1:0",
                               "--probe-address", "127.0.0.1", "--probe-port", "0",
                               "--hwloc-xml", hwloc, "--sysfs-root", sysfs, "--profile", "dgx-h100",

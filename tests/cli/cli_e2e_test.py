@@ -149,14 +149,14 @@ def main():
         ports_file = os.path.join(work, "agg.ports")
         agg_log = open(os.path.join(work, "aggregator.log"), "w")
         procs.append(subprocess.Popen(
-            [AGG, "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
+            [AGG, "--insecure", "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
              "--fabric-map", fabric_map, "--port-file", ports_file], stdout=agg_log, stderr=subprocess.STDOUT))
         ports = wait_for(lambda: json.load(open(ports_file)), 30, "the aggregator's port file")
         api = f"127.0.0.1:{ports['http_port']}"
         for name, root, address in (("cli-a", sys_a, "127.0.0.1"), ("cli-b", sys_b, "127.0.0.2")):
             log = open(os.path.join(work, f"{name}.log"), "w")
             procs.append(subprocess.Popen(
-                [AGENT, "--aggregator", f"127.0.0.1:{ports['grpc_port']}", "--node-name", name,
+                [AGENT, "--insecure", "--aggregator", f"127.0.0.1:{ports['grpc_port']}", "--node-name", name,
                  "--http-listen", "127.0.0.1:0", "--probe-address", address,
                  "--probe-port", "0", "--hwloc-xml", HWLOC, "--sysfs-root", root],
                 stdout=log, stderr=subprocess.STDOUT))

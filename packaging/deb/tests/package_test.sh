@@ -24,6 +24,8 @@ cat "$tmp/debs"
 expected_agent="/etc/fabricwatch/agent.yaml
 /lib/systemd/system/fabricwatch-agent.service
 /usr/bin/fabricwatch-agent
+/usr/lib/fabricwatch-agent/libcrypto.so
+/usr/lib/fabricwatch-agent/libssl.so
 /usr/share/doc/fabricwatch-agent/changelog.gz
 /usr/share/doc/fabricwatch-agent/copyright
 /usr/share/lintian/overrides/fabricwatch-agent
@@ -31,6 +33,8 @@ expected_agent="/etc/fabricwatch/agent.yaml
 expected_aggregator="/etc/fabricwatch/aggregator.yaml
 /lib/systemd/system/fabricwatch-aggregator.service
 /usr/bin/fabricwatch-aggregator
+/usr/lib/fabricwatch-aggregator/libcrypto.so
+/usr/lib/fabricwatch-aggregator/libssl.so
 /usr/share/doc/fabricwatch-aggregator/changelog.gz
 /usr/share/doc/fabricwatch-aggregator/copyright
 /usr/share/lintian/overrides/fabricwatch-aggregator
