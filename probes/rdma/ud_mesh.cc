@@ -18,6 +18,19 @@ uint32_t GrhFlowLabel(const uint8_t* grh) {
   return static_cast<uint32_t>((grh[1] & 0xf) << 16 | grh[2] << 8 | grh[3]);
 }
 
+// A message sent from port p: the header every probe, ack and report carries.
+UdMessage MessageFrom(const UdPort& p, UdType type, uint64_t seq, uint32_t flow) {
+  UdMessage m;
+  m.type = type;
+  m.seq = seq;
+  m.flow = flow;
+  m.src_qpn = p.endpoint().qpn;
+  m.src_lid = p.endpoint().lid;
+  m.src_qkey = kProbeQkey;
+  m.src_gid = p.endpoint().gid;
+  return m;
+}
+
 }  // namespace
 
 void RdmaProbeResult::SetLocalDevice(std::string_view name) {
@@ -605,14 +618,7 @@ void UdMesh::OnProbe(size_t dev, size_t port, UdPort& p, int qp, const UdMessage
   free_pending_.pop_back();
   Pending& pe = pending_[pi];
   pe = Pending{true, t3, ah, m.src_qpn, m.seq, m.flow, dev, port, qp};
-  UdMessage ack;
-  ack.type = UdType::kAck;
-  ack.seq = m.seq;
-  ack.flow = m.flow;
-  ack.src_qpn = p.endpoint().qpn;
-  ack.src_lid = p.endpoint().lid;
-  ack.src_qkey = kProbeQkey;
-  ack.src_gid = p.endpoint().gid;
+  UdMessage ack = MessageFrom(p, UdType::kAck, m.seq, m.flow);
   WriteUdMessage(ack, p.SendBuffer(slot));
   Status st = p.PostSend(qp, slot, *ah, m.src_qpn, kProbeQkey,
                          MakeWrId(WrKind::kAck, p.epoch(), pi, static_cast<uint16_t>(slot)));
@@ -638,14 +644,7 @@ void UdMesh::OnAckSent(size_t dev, size_t port, UdPort& p, const WorkCompletion&
   const uint64_t t4 = Stamp(p, wc, now);
   const int64_t turnaround = SpanNs(p, pe.t3, t4);
   // The ack's slot carries the report: the turnaround on this NIC's clock.
-  UdMessage rep;
-  rep.type = UdType::kReport;
-  rep.seq = pe.seq;
-  rep.flow = pe.flow;
-  rep.src_qpn = p.endpoint().qpn;
-  rep.src_lid = p.endpoint().lid;
-  rep.src_qkey = kProbeQkey;
-  rep.src_gid = p.endpoint().gid;
+  UdMessage rep = MessageFrom(p, UdType::kReport, pe.seq, pe.flow);
   rep.ts_source = p.ts_source();
   rep.turnaround_ns = std::clamp<int64_t>(turnaround, 0, 10'000'000'000);
   WriteUdMessage(rep, p.SendBuffer(slot));
@@ -781,14 +780,7 @@ void UdMesh::SendDue(int64_t now) {
     o.port = f.port;
     o.epoch = p.epoch();
     o.wall = clock_.WallNanos();
-    UdMessage m;
-    m.type = UdType::kProbe;
-    m.seq = seq;
-    m.flow = o.wire_flow;
-    m.src_qpn = p.endpoint().qpn;
-    m.src_lid = p.endpoint().lid;
-    m.src_qkey = kProbeQkey;
-    m.src_gid = p.endpoint().gid;
+    const UdMessage m = MessageFrom(p, UdType::kProbe, seq, o.wire_flow);
     WriteUdMessage(m, p.SendBuffer(slot));
     o.t1 = clock_.MonotonicNanos();
     o.deadline = o.t1 + opts_.timeout_ns;

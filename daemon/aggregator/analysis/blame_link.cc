@@ -260,7 +260,7 @@ void Blamer::Ambiguous(const Verdict& v) {
   f.confidence = Confidence(v);
   const std::string element = key;
   for (LinkIndex l : v.group) ev_.link_elements[l] = {element, f.confidence};
-  // One of the group goes down and up: the group flaps (it used to stay link_down).
+  // One of the group goes down and up: the group flaps, not link_down, since it came back.
   Instants(v, element);
   Emit(element, std::move(f), true, level == Level::kLatency ? LatencyConfirm({&v}) : 0);
 }
