@@ -102,6 +102,8 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
 
     ++cur_.flows;
     if (bad) ++cur_.bad_flows;
+    cur_.loss_flows += o.lost > 0;
+    cur_.slow_flows += o.slow > 0;
     cur_.probes += w.probes;
     cur_.lost += w.lost;
     cur_.recent_probes += w.recent_probes;
@@ -166,6 +168,8 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     }
     agg.flows += cur_.flows;
     agg.bad_flows += cur_.bad_flows;
+    agg.loss_flows += cur_.loss_flows;
+    agg.slow_flows += cur_.slow_flows;
     agg.probes += cur_.probes;
     agg.lost += cur_.lost;
     agg.recent_probes += cur_.recent_probes;

@@ -65,6 +65,15 @@ struct AnalysisConfig {
   // standing, so most probes are slow.
   double self_queue_bandwidth_ratio = 0.5;
   double standing_queue_fraction = 0.6;
+  // Bandwidth evidence is confirmed before it fires: a pair needs this many low bursts (from
+  // different flows: the other direction, or another flow of the pair); a link's tomography
+  // needs `min_flows` distinct flows with a low burst. One low burst is often the host, not the
+  // path (a busy 2-core host measured 0.23 of the expected goodput on loopback).
+  int bandwidth_confirm_bursts = 2;
+  // A burst during which the prober's host CPU was at least this busy (the agent reports the
+  // busy fraction of all its CPUs over the burst) measures the host, not the path: it is not a
+  // bandwidth sample.
+  double bandwidth_cpu_busy_limit = 0.9;
 
   // --- Host noise guard
   // --------------------------------------------------------------------------- A host whose flows

@@ -41,7 +41,11 @@ struct PairAgg {
   bool mapped = false;
   PathSet paths;  // of the a→b direction, when mapped
   uint32_t flows = 0;
-  uint32_t bad_flows = 0;
+  uint32_t bad_flows = 0;  // bad in any signal
+  // Of those, per signal: a pair fires on the evidence of one signal, and its bad flows must be
+  // bad in that signal (a busy host's slow samples do not confirm a low burst).
+  uint32_t loss_flows = 0;  // with a lost probe
+  uint32_t slow_flows = 0;  // with a slow sample
   uint32_t probes = 0;
   uint32_t lost = 0;
   uint32_t recent_probes = 0;
@@ -49,8 +53,8 @@ struct PairAgg {
   uint32_t rtt = 0;
   uint32_t slow = 0;
   double ratio_sum = 0;
-  uint32_t bw = 0;
-  uint32_t bw_bad = 0;
+  uint32_t bw = 0;      // flows with a bandwidth sample (a burst) in the bandwidth window
+  uint32_t bw_bad = 0;  // ...whose burst was low
   double bw_ratio_sum = 0;
 };
 
