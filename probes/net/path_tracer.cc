@@ -1,0 +1,287 @@
+// PathTracer: raw sockets, the trace loop and its hand-off to the agent.
+#include "probes/net/path_tracer.h"
+
+#include <arpa/inet.h>
+#include <linux/filter.h>
+#include <linux/icmp.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <optional>
+
+#include "common/log.h"
+#include "probes/net/socket_util.h"
+
+namespace fw::net {
+namespace {
+
+constexpr size_t kMaxKeptTraces = 4096;
+
+int64_t MonoNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct InFlight {
+  HopAssembler hops;
+  uint8_t next_ttl = 1;  // the ttl to send next
+  uint8_t silent = 0;    // silent hops in a row
+  int64_t deadline_ns = 0;
+  bool answered_current = false;
+};
+
+}  // namespace
+
+class PathTracer::Loop {
+ public:
+  explicit Loop(PathTracerOptions o)
+      : options_(std::move(o)), scheduler_(options_.budget_fraction, options_.max_ttl) {}
+
+  Status Open() {
+    icmp_.Reset(socket(AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_ICMP));
+    if (!icmp_.valid()) return ErrnoStatus("socket(AF_INET, SOCK_RAW, IPPROTO_ICMP)", errno);
+    icmp_filter filter{};
+    filter.data = ~((1u << ICMP_TIME_EXCEEDED) | (1u << ICMP_DEST_UNREACH));
+    if (setsockopt(icmp_.get(), SOL_RAW, ICMP_FILTER, &filter, sizeof filter) != 0) {
+      return ErrnoStatus("setsockopt(ICMP_FILTER)", errno);
+    }
+    udp_.Reset(socket(AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP));
+    if (!udp_.valid()) return ErrnoStatus("socket(AF_INET, SOCK_RAW, IPPROTO_UDP)", errno);
+    // Send only: a raw UDP socket would otherwise get a copy of every UDP datagram the host
+    // receives.
+    sock_filter drop_all{BPF_RET | BPF_K, 0, 0, 0};
+    sock_fprog prog{1, &drop_all};
+    if (setsockopt(udp_.get(), SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) != 0) {
+      return ErrnoStatus("setsockopt(SO_ATTACH_FILTER)", errno);
+    }
+    if (!options_.bind_address_v4.empty()) {
+      StatusOr<SocketAddress> a = ParseAddress(options_.bind_address_v4, 0);
+      if (!a.ok()) return a.status();
+      if (bind(udp_.get(), a->get(), a->len) != 0) {
+        return ErrnoStatus("bind trace socket " + a->ToString(), errno);
+      }
+    }
+    wake_.Reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    if (!wake_.valid()) return ErrnoStatus("eventfd", errno);
+    return Status::Ok();
+  }
+
+  void Run() {
+    while (!stop_.load()) {
+      const int64_t now = MonoNs();
+      TakeInputs();
+      StartTraces(now);
+      Advance(now);
+      int timeout_ms = in_flight_.empty() ? 100 : 20;
+      pollfd fds[2] = {{icmp_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+      int n = poll(fds, 2, timeout_ms);
+      if (n < 0 && errno != EINTR) {
+        SPDLOG_ERROR("component=path_tracer msg=\"poll failed; tracer stops\" error={}",
+                     std::strerror(errno));
+        return;
+      }
+      if (n > 0 && (fds[1].revents & POLLIN)) {
+        uint64_t v;
+        if (read(wake_.get(), &v, sizeof v) < 0 && errno != EAGAIN) {
+          SPDLOG_WARN("component=path_tracer msg=\"eventfd read failed\" error={}",
+                      std::strerror(errno));
+        }
+      }
+      if (n > 0 && (fds[0].revents & POLLIN)) ReadAnswers();
+    }
+  }
+
+  void Wake() {
+    uint64_t one = 1;
+    if (write(wake_.get(), &one, sizeof one) < 0 && errno != EAGAIN) {
+      SPDLOG_WARN("component=path_tracer msg=\"eventfd write failed\" error={}",
+                  std::strerror(errno));
+    }
+  }
+
+  // Inputs from other threads.
+  std::mutex mu;
+  std::optional<std::vector<TraceFlow>> new_flows;  // GUARDED_BY(mu)
+  std::vector<std::pair<TraceFlow, bool>> changed;  // GUARDED_BY(mu)
+  uint64_t probe_packets = 0;                       // GUARDED_BY(mu)
+  std::deque<TracedPath> done;                      // GUARDED_BY(mu)
+  PathTracerStats stats;                            // GUARDED_BY(mu)
+  std::atomic<bool> stop_{false};
+
+ private:
+  void TakeInputs() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (new_flows) {
+      scheduler_.SetFlows(*new_flows);
+      new_flows.reset();
+    }
+    for (const auto& [f, suspect] : changed) scheduler_.Changed(f, suspect);
+    changed.clear();
+    scheduler_.AddProbePackets(probe_packets);
+    probe_packets = 0;
+    stats.budget_deferred = scheduler_.deferred();
+  }
+
+  void StartTraces(int64_t now) {
+    while (in_flight_.size() < options_.max_concurrent) {
+      std::optional<TraceFlow> f = scheduler_.Next();
+      if (!f) return;
+      in_flight_.push_back(InFlight{HopAssembler(std::move(*f), options_.max_ttl)});
+      InFlight& t = in_flight_.back();
+      std::lock_guard<std::mutex> lock(mu);
+      ++stats.traces_started;
+      SendHop(t, now);
+    }
+  }
+
+  // REQUIRES: mu held (stats).
+  void SendHop(InFlight& t, int64_t now) {
+    const TraceFlow& f = t.hops.flow();
+    uint8_t buf[64];
+    const size_t len = WriteTraceProbe(f.src_port, f.dst_port, t.next_ttl, buf);
+    int ttl = t.next_ttl;
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = htonl(f.peer_address);
+    t.deadline_ns = now + options_.hop_timeout_ns;
+    t.answered_current = false;
+    ++t.next_ttl;
+    if (len == 0 || setsockopt(udp_.get(), IPPROTO_IP, IP_TTL, &ttl, sizeof ttl) != 0 ||
+        sendto(udp_.get(), buf, len, 0, reinterpret_cast<sockaddr*>(&to), sizeof to) < 0) {
+      ++stats.send_errors;
+      if (stats.send_errors == 1 || stats.send_errors % 1000 == 0) {
+        SPDLOG_WARN(
+            "component=path_tracer msg=\"trace probe send failed\" peer={} ttl={} error={} "
+            "count={}",
+            LogQuote(f.peer), ttl, std::strerror(errno), stats.send_errors);
+      }
+      return;
+    }
+    ++stats.packets_sent;
+  }
+
+  void Advance(int64_t now) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (size_t i = 0; i < in_flight_.size();) {
+      InFlight& t = in_flight_[i];
+      bool finished = t.hops.ReachedPeer();
+      if (!finished && (t.answered_current || now >= t.deadline_ns)) {
+        t.silent = t.answered_current ? 0 : static_cast<uint8_t>(t.silent + 1);
+        finished = t.silent >= 2 || t.next_ttl > t.hops.max_ttl();
+        if (!finished) SendHop(t, now);
+      }
+      if (!finished) {
+        ++i;
+        continue;
+      }
+      ++stats.traces_done;
+      if (done.size() >= kMaxKeptTraces) {
+        done.pop_front();
+        ++stats.dropped_traces;
+      }
+      done.push_back(t.hops.Finish(now));
+      if (i + 1 != in_flight_.size()) in_flight_[i] = std::move(in_flight_.back());
+      in_flight_.pop_back();
+    }
+  }
+
+  void ReadAnswers() {
+    uint8_t buf[1500];
+    for (int budget = 0; budget < 256; ++budget) {
+      ssize_t n = recv(icmp_.get(), buf, sizeof buf, MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+          SPDLOG_WARN("component=path_tracer msg=\"ICMP read failed\" error={}",
+                      std::strerror(errno));
+        }
+        return;
+      }
+      IcmpAnswer a;
+      const TraceDrop d =
+          ParseIcmpAnswer(std::span<const uint8_t>(buf, static_cast<size_t>(n)), &a);
+      std::lock_guard<std::mutex> lock(mu);
+      if (d != TraceDrop::kNone) {
+        // Other ICMP traffic of the host lands here too; refusals are counted, not logged each.
+        ++stats.dropped[static_cast<size_t>(d)];
+        continue;
+      }
+      bool matched = false;
+      for (InFlight& t : in_flight_) {
+        // Only the hop in flight counts as its answer; an earlier hop's late answer still fills
+        // its slot.
+        if (t.hops.Add(a)) {
+          matched = true;
+          if (a.probe_ttl + 1 == t.next_ttl) t.answered_current = true;
+          break;
+        }
+      }
+      ++(matched ? stats.answers : stats.answers_unmatched);
+    }
+  }
+
+  PathTracerOptions options_;
+  TraceScheduler scheduler_;
+  std::vector<InFlight> in_flight_;
+  Fd icmp_, udp_, wake_;
+};
+
+StatusOr<std::unique_ptr<PathTracer>> PathTracer::Start(PathTracerOptions options) {
+  std::unique_ptr<PathTracer> t(new PathTracer());
+  t->loop_ = std::make_unique<Loop>(std::move(options));
+  Status s = t->loop_->Open();
+  if (!s.ok()) return s;
+  t->thread_ = std::thread([l = t->loop_.get()] { l->Run(); });
+  return t;
+}
+
+PathTracer::~PathTracer() { Stop(); }
+
+void PathTracer::Stop() {
+  if (!loop_ || loop_->stop_.exchange(true)) return;
+  loop_->Wake();
+  if (thread_.joinable()) thread_.join();
+}
+
+void PathTracer::SetFlows(std::vector<TraceFlow> flows) {
+  {
+    std::lock_guard<std::mutex> lock(loop_->mu);
+    loop_->new_flows = std::move(flows);
+  }
+  loop_->Wake();
+}
+
+void PathTracer::Changed(const TraceFlow& flow, bool suspect) {
+  {
+    std::lock_guard<std::mutex> lock(loop_->mu);
+    if (loop_->changed.size() < 65536) loop_->changed.emplace_back(flow, suspect);
+  }
+  loop_->Wake();
+}
+
+void PathTracer::AddProbePackets(uint64_t n) {
+  std::lock_guard<std::mutex> lock(loop_->mu);
+  loop_->probe_packets += n;
+}
+
+std::vector<TracedPath> PathTracer::TakeTraces() {
+  std::lock_guard<std::mutex> lock(loop_->mu);
+  std::vector<TracedPath> out(std::make_move_iterator(loop_->done.begin()),
+                              std::make_move_iterator(loop_->done.end()));
+  loop_->done.clear();
+  return out;
+}
+
+PathTracerStats PathTracer::Stats() const {
+  std::lock_guard<std::mutex> lock(loop_->mu);
+  return loop_->stats;
+}
+
+}  // namespace fw::net
