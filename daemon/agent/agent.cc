@@ -151,6 +151,7 @@ Status Agent::Start() {
   co.node = options_.node_name;
   // Gloo binds and announces this address; without --probe-address the node name must resolve.
   co.tcp_address = options_.probe_address.empty() ? options_.node_name : options_.probe_address;
+  co.test_delay = std::chrono::milliseconds(options_.collective_test_delay_ms);
   collective_ = std::make_unique<CollectiveRunner>(
       co, [this](v1::AgentMessage m) { uplink_->SendBestEffort(std::move(m)); }, registry_);
   uplink_->SetMessageHandler([this](const v1::AggregatorMessage& m) {

@@ -57,6 +57,8 @@ struct AgentOptions {
   // Test mode: send this many numbered ProbeBatches at `test_batch_rate` per second.
   int test_batches = 0;
   double test_batch_rate = 20;
+  // Test mode: this node's collective probes sleep this long before each iteration (a late rank).
+  int collective_test_delay_ms = 0;
 };
 
 class Agent {

@@ -110,6 +110,10 @@ int main(int argc, char** argv) {
       ->group("");
   app.add_option("--test-batch-rate", o.test_batch_rate, "test only: numbered batches per second")
       ->group("");
+  app.add_option("--collective-test-delay-ms", o.collective_test_delay_ms,
+                 "test only: sleep before each collective iteration (a late rank)")
+      ->check(CLI::Range(0, 10000))
+      ->group("");
   app.add_option("--rdma", o.rdma, "auto|off: RDMA UD probes on every usable port (docs/rdma.md)")
       ->check(CLI::IsMember({"auto", "off"}))
       ->capture_default_str();

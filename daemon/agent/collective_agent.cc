@@ -191,7 +191,12 @@ v1::CollectiveResult CollectiveRunner::Run(const v1::CollectiveJob& job) {
   op.iterations = static_cast<int>(std::clamp<uint32_t>(job.iterations(), 1, 1000));
   op.warmup = std::min(5, op.iterations);
   op.timeout = options_.op_timeout;
-  auto runs = collective::RunOperation(**comm, op);
+  collective::BeforeIteration before;
+  if (options_.test_delay.count() > 0) {
+    // Test-only straggler (--collective-test-delay-ms): this rank arrives late every iteration.
+    before = [d = options_.test_delay](int) { std::this_thread::sleep_for(d); };
+  }
+  auto runs = collective::RunOperation(**comm, op, before);
   if (!runs.ok()) {
     result.set_error(runs.status().ToString());
     return result;
@@ -199,6 +204,8 @@ v1::CollectiveResult CollectiveRunner::Run(const v1::CollectiveJob& job) {
   const collective::RankResult& r = runs->front();
   result.set_bus_bandwidth_bps(r.busbw_bytes_per_s * 8);
   result.set_latency_s(r.median_seconds);
+  result.set_rank(static_cast<uint32_t>(r.rank));
+  for (const collective::IterationSample& s : r.iterations) result.add_op_seconds(s.op_seconds);
   return result;
 }
 

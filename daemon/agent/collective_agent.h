@@ -59,6 +59,8 @@ struct CollectiveRunnerOptions {
   std::chrono::milliseconds op_timeout{10000};
   collective::NcclLibraryOptions nccl;
   size_t max_queued = 4;  // jobs beyond this are refused with a result saying so
+  // Tests only: sleep this long before each Gloo iteration, so this node is a late rank.
+  std::chrono::milliseconds test_delay{0};
 };
 
 class CollectiveRunner {

@@ -4,7 +4,7 @@
 namespace fw::agent {
 
 uint64_t OutboundBuffer::Push(fabricwatch::v1::ProbeBatch batch) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   uint64_t seq = next_seq_++;
   batch.set_seq(seq);
   size_t b = batch.ByteSizeLong();
@@ -19,7 +19,7 @@ uint64_t OutboundBuffer::Push(fabricwatch::v1::ProbeBatch batch) {
 }
 
 void OutboundBuffer::Ack(uint64_t seq) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (seq > acked_) acked_ = seq;
   while (!entries_.empty() && entries_.front().batch.seq() <= seq) {
     bytes_ -= entries_.front().bytes;
@@ -28,7 +28,7 @@ void OutboundBuffer::Ack(uint64_t seq) {
 }
 
 std::vector<fabricwatch::v1::ProbeBatch> OutboundBuffer::TakeUnsent(size_t max) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<fabricwatch::v1::ProbeBatch> out;
   for (const Entry& e : entries_) {
     if (out.size() >= max) break;
@@ -40,28 +40,28 @@ std::vector<fabricwatch::v1::ProbeBatch> OutboundBuffer::TakeUnsent(size_t max) 
 }
 
 void OutboundBuffer::RewindForResend() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   sent_through_ = acked_;
 }
 
 size_t OutboundBuffer::size() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return entries_.size();
 }
 size_t OutboundBuffer::bytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return bytes_;
 }
 uint64_t OutboundBuffer::dropped() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return dropped_;
 }
 uint64_t OutboundBuffer::acked() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return acked_;
 }
 uint64_t OutboundBuffer::next_seq() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return next_seq_;
 }
 

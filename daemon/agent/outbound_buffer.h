@@ -1,11 +1,12 @@
-// The agent's bounded outbound buffer: numbered batches kept until the aggregator acknowledges them.
+// The agent's bounded outbound buffer: numbered batches kept until the aggregator acknowledges
+// them.
 #pragma once
 
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <vector>
 
+#include "common/mutex.h"
 #include "fabricwatch.pb.h"
 
 namespace fw::agent {
@@ -40,13 +41,13 @@ class OutboundBuffer {
   };
   const size_t max_batches_;
   const size_t max_bytes_;
-  mutable std::mutex mu_;
-  std::deque<Entry> entries_;  // GUARDED_BY(mu_), ascending seq
-  size_t bytes_ = 0;           // GUARDED_BY(mu_)
-  uint64_t next_seq_ = 1;      // GUARDED_BY(mu_)
-  uint64_t sent_through_ = 0;  // GUARDED_BY(mu_): highest seq sent on this connection
-  uint64_t acked_ = 0;         // GUARDED_BY(mu_)
-  uint64_t dropped_ = 0;       // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::deque<Entry> entries_ FW_GUARDED_BY(mu_);  // ascending seq
+  size_t bytes_ FW_GUARDED_BY(mu_) = 0;
+  uint64_t next_seq_ FW_GUARDED_BY(mu_) = 1;
+  uint64_t sent_through_ FW_GUARDED_BY(mu_) = 0;  // highest seq sent on this connection
+  uint64_t acked_ FW_GUARDED_BY(mu_) = 0;
+  uint64_t dropped_ FW_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace fw::agent

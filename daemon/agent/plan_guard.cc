@@ -51,6 +51,8 @@ GuardedPlan GuardPlan(const v1::ProbePlan& plan, const PlanCeilings& c) {
   size_t usable = 0;
   double rate = 0;
   for (const v1::PlannedPeer& p : plan.peers()) {
+    // RDMA peers are the RDMA runner's (rdma_wire.cc UdTargetsFromPlan checks them there).
+    if (p.transport() == v1::TRANSPORT_RDMA_UD || p.transport() == v1::TRANSPORT_RDMA_RC) continue;
     if (std::optional<net::PlanSkip> why = net::CheckPeer(p.node(), p.address(), p.port())) {
       skip(*why, p);
       continue;

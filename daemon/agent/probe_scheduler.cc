@@ -140,11 +140,11 @@ Status ProbeScheduler::Start() {
 
 void ProbeScheduler::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return;
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (slow_.joinable()) slow_.join();
   if (udp_) udp_->Stop();
   if (batcher_.joinable()) batcher_.join();
@@ -152,9 +152,9 @@ void ProbeScheduler::Stop() {
 }
 
 void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
-  std::lock_guard apply(apply_mu_);
+  MutexLock apply(apply_mu_);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (plan.version() != 0 && plan.version() <= plan_version_) return;
   }
   const GuardedPlan g = GuardPlan(plan, options_.ceilings);
@@ -196,7 +196,7 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
   }
   uint64_t bandwidth_bytes = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     plan_version_ = plan.version();
     slow_targets_ = std::move(slow);
     if (plan.bandwidth_bytes() > 0) bandwidth_bytes_ = plan.bandwidth_bytes();
@@ -214,7 +214,7 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
   planned_peers_.Set(static_cast<double>(g.peers.size()));
   spdlog::info("msg=\"probe plan applied\" version={} peers={} udp_peers={} rate_hz={}",
                plan.version(), g.peers.size(), peers, g.udp_rate_hz);
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void ProbeScheduler::ReportGuard(uint64_t version, const GuardedPlan& g) {
@@ -269,10 +269,13 @@ void ProbeScheduler::BatchLoop() {
   auto period = std::chrono::duration<double>(options_.batch_interval_s);
   for (;;) {
     {
-      std::unique_lock lock(mu_);
+      const auto until = std::chrono::steady_clock::now() +
+                         std::chrono::duration_cast<std::chrono::nanoseconds>(period);
+      MutexLock lock(mu_);
       // Wake early when the queue fills up, so a batch never waits past max_batch_results.
-      cv_.wait_for(lock, period,
-                   [this] { return stopping_ || queue_.size() >= options_.max_batch_results; });
+      while (!stopping_ && queue_.size() < options_.max_batch_results &&
+             cv_.WaitUntil(mu_, until)) {
+      }
       if (stopping_ && queue_.size() == 0) return;
     }
     results.clear();
@@ -332,8 +335,10 @@ void ProbeScheduler::SlowLoop() {
     std::optional<net::TcpTarget> due_bw;
     uint64_t bw_bytes = 0;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stopping_; });
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+      MutexLock lock(mu_);
+      while (!stopping_ && cv_.WaitUntil(mu_, until)) {
+      }
       if (stopping_) return;
       int64_t now = clock_.MonotonicNanos();
       for (SlowTarget& t : slow_targets_) {

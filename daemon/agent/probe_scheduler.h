@@ -6,17 +6,16 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/agent/outbound_buffer.h"
 #include "daemon/agent/plan_guard.h"
@@ -81,7 +80,7 @@ class ProbeScheduler {
   void Publish(const net::ProbeResult& r);
   void RefreshStats();
   // Counts what GuardPlan left out or trimmed, and logs each cause at most once a minute.
-  void ReportGuard(uint64_t version, const GuardedPlan& g);
+  void ReportGuard(uint64_t version, const GuardedPlan& g) FW_REQUIRES(apply_mu_);
 
   ProbeSchedulerOptions options_;
   OutboundBuffer& buffer_;
@@ -92,16 +91,17 @@ class ProbeScheduler {
   std::unique_ptr<net::EchoResponder> responder_;
   std::unique_ptr<net::UdpProber> udp_;
 
-  std::mutex apply_mu_;  // held through ApplyPlan: version check, probers, version record
-  std::array<int64_t, net::kPlanSkipCount> skip_logged_ns_{};  // GUARDED_BY(apply_mu_)
-  std::array<int64_t, kPlanTrimCount> trim_logged_ns_{};       // GUARDED_BY(apply_mu_)
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;                 // GUARDED_BY(mu_)
-  uint64_t plan_version_ = 0;             // GUARDED_BY(mu_)
-  std::vector<SlowTarget> slow_targets_;  // GUARDED_BY(mu_)
-  uint64_t bandwidth_bytes_ = 4u << 20;   // GUARDED_BY(mu_)
-  double bandwidth_interval_s_ = 300;     // GUARDED_BY(mu_)
+  // Held through ApplyPlan: version check, probers, version record. Taken before mu_.
+  Mutex apply_mu_ FW_ACQUIRED_BEFORE(mu_);
+  std::array<int64_t, net::kPlanSkipCount> skip_logged_ns_ FW_GUARDED_BY(apply_mu_){};
+  std::array<int64_t, kPlanTrimCount> trim_logged_ns_ FW_GUARDED_BY(apply_mu_){};
+  Mutex mu_;
+  CondVar cv_;
+  bool stopping_ FW_GUARDED_BY(mu_) = false;
+  uint64_t plan_version_ FW_GUARDED_BY(mu_) = 0;
+  std::vector<SlowTarget> slow_targets_ FW_GUARDED_BY(mu_);
+  uint64_t bandwidth_bytes_ FW_GUARDED_BY(mu_) = 4u << 20;
+  double bandwidth_interval_s_ FW_GUARDED_BY(mu_) = 300;
   std::thread batcher_, slow_;
 
   // Metrics; handles resolved once.

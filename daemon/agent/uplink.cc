@@ -110,26 +110,26 @@ void Uplink::Start() {
 
 void Uplink::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
     if (active_context_ != nullptr) static_cast<grpc::ClientContext*>(active_context_)->TryCancel();
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 
 void Uplink::Notify() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     wake_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void Uplink::SendBestEffort(v1::AgentMessage msg) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     side_.push_back(std::move(msg));
     while (side_.size() > kMaxSideMessages) {
       side_.pop_front();
@@ -137,12 +137,16 @@ void Uplink::SendBestEffort(v1::AgentMessage msg) {
     }
     wake_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 bool Uplink::SleepInterruptible(double seconds) {
-  std::unique_lock lock(mu_);
-  cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return stopping_; });
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(seconds));
+  MutexLock lock(mu_);
+  while (!stopping_ && cv_.WaitUntil(mu_, deadline)) {
+  }
   return !stopping_;
 }
 
@@ -150,7 +154,7 @@ void Uplink::Run() {
   bool first = true;
   for (;;) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_) break;
     }
     if (!first) reconnects_.Inc();
@@ -158,7 +162,7 @@ void Uplink::Run() {
     RunSession();
     buffer_.RewindForResend();
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_) break;
     }
     double delay = backoff_.Next();
@@ -173,13 +177,13 @@ void Uplink::RunSession() {
   auto stub = v1::Aggregator::NewStub(channel);
   grpc::ClientContext ctx;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return;
     active_context_ = &ctx;
     stream_broken_ = false;
   }
   auto clear_context = [&] {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     active_context_ = nullptr;
   };
   std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::AggregatorMessage>> stream =
@@ -216,9 +220,9 @@ void Uplink::RunSession() {
         on_message_(in);
       }
     }
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stream_broken_ = true;
-    cv_.notify_all();
+    cv_.NotifyAll();
   });
 
   auto next_heartbeat = std::chrono::steady_clock::now();
@@ -227,8 +231,9 @@ void Uplink::RunSession() {
     std::deque<v1::AgentMessage> side;
     bool heartbeat_due = false;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait_until(lock, next_heartbeat, [this] { return stopping_ || wake_ || stream_broken_; });
+      MutexLock lock(mu_);
+      while (!stopping_ && !wake_ && !stream_broken_ && cv_.WaitUntil(mu_, next_heartbeat)) {
+      }
       if (stopping_ || stream_broken_) break;
       wake_ = false;
       side.swap(side_);
@@ -251,7 +256,7 @@ void Uplink::RunSession() {
         if (!ok) break;
       }
     } else {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       wake_ = true;  // retry once the first ack lands
     }
     for (auto& m : side) {
@@ -273,16 +278,17 @@ void Uplink::RunSession() {
     }
     if (!got_first_ack.load()) {
       // Avoid spinning while waiting for the first ack.
-      std::unique_lock lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(20),
-                   [this] { return stopping_ || stream_broken_; });
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+      MutexLock lock(mu_);
+      while (!stopping_ && !stream_broken_ && cv_.WaitUntil(mu_, until)) {
+      }
     }
   }
   // Cancel only when the reader may still be blocked (Stop() or a failed write). When the stream
   // ended by itself, Finish() then reports why (e.g. a keepalive timeout) instead of CANCELLED.
   bool reader_ended;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     reader_ended = stream_broken_;
   }
   if (!reader_ended) ctx.TryCancel();

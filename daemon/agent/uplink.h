@@ -6,17 +6,16 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 
 #include "common/backoff.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/tls/tls_config.h"
 #include "daemon/agent/outbound_buffer.h"
 #include "exporter/registry.h"
@@ -85,13 +84,13 @@ class Uplink {
   Backoff backoff_;
   std::thread thread_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;                           // GUARDED_BY(mu_)
-  bool wake_ = false;                               // GUARDED_BY(mu_)
-  bool stream_broken_ = false;                      // GUARDED_BY(mu_)
-  std::deque<fabricwatch::v1::AgentMessage> side_;  // GUARDED_BY(mu_)
-  void* active_context_ = nullptr;                  // GUARDED_BY(mu_): grpc::ClientContext*
+  Mutex mu_;
+  CondVar cv_;
+  bool stopping_ FW_GUARDED_BY(mu_) = false;
+  bool wake_ FW_GUARDED_BY(mu_) = false;
+  bool stream_broken_ FW_GUARDED_BY(mu_) = false;
+  std::deque<fabricwatch::v1::AgentMessage> side_ FW_GUARDED_BY(mu_);
+  void* active_context_ FW_GUARDED_BY(mu_) = nullptr;  // grpc::ClientContext*
   std::atomic<bool> connected_{false};
 
   metrics::Gauge& connected_gauge_;

@@ -91,9 +91,12 @@ Status Aggregator::Start() {
   }
   analyzer_ = std::make_unique<analysis::Analyzer>(clock_, map_, pairs_.get(), options_.analysis,
                                                    analysis::PathResolver{}, store_.get());
+  // After the findings store: qualification reports share its database (findings.db).
   qualify_ = std::make_unique<qualify::QualifyService>(fleet_, *analyzer_, *plans_, *names_, clock_,
-                                                       registry_);
-  auto http = http::Server::Start(options_.http_listen, 32, options_.web ? &*options_.web : nullptr);
+                                                       registry_, qualify::QualifyJobs::Options{},
+                                                       options_.state_dir);
+  auto http =
+      http::Server::Start(options_.http_listen, 32, options_.web ? &*options_.web : nullptr);
   if (!http.ok()) return http.status();
   http_ = std::move(*http);
   InstallApiHandlers(*http_, ApiSources{.registry = registry_,
@@ -107,6 +110,9 @@ Status Aggregator::Start() {
                                         .version = FW_VERSION});
   qualify_->InstallHttp(*http_);
 
+  // Set before the gRPC server starts: its threads call it from the first Hello on. Called on
+  // gRPC threads: only noted; the tick thread re-plans.
+  fleet_.SetMembershipListener([this] { plans_->NoteMembershipChange(); });
   GrpcServer::Options go;
   go.listen = options_.grpc_listen;
   go.tls = options_.tls;
@@ -116,8 +122,6 @@ Status Aggregator::Start() {
   auto grpc = GrpcServer::Start(go, fleet_, *this, registry_);
   if (!grpc.ok()) return grpc.status();
   grpc_ = std::move(*grpc);
-  // Called on gRPC threads: only noted; the tick thread re-plans.
-  fleet_.SetMembershipListener([this] { plans_->NoteMembershipChange(); });
   ticker_ = std::thread([this] { TickLoop(); });
   ready_ = true;
   spdlog::info("msg=\"aggregator started\" grpc_port={} http_port={} version={}", grpc_port(),
@@ -171,7 +175,7 @@ void Aggregator::TickLoop() {
 }
 
 void Aggregator::OnProbeBatch(const std::string& node, const v1::ProbeBatch& batch) {
-  const std::span<const ProbeResult> results = probe_ingest_.Decode(node, batch);
+  const std::span<const ReportedProbe> results = probe_ingest_.Decode(node, batch);
   pairs_->RecordBatch(results);
   qualify_->OnResults(results);
 }

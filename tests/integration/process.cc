@@ -7,8 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -54,17 +56,23 @@ void Process::Signal(int sig) {
 
 int Process::Wait(std::chrono::milliseconds timeout) {
   if (status_ != -1) return status_;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
+  if (pid_ <= 0) return -1;
+  // Polls at least once, so a zero timeout (running()) still reaps a child that has exited.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
     int st = 0;
-    pid_t r = waitpid(pid_, &st, WNOHANG);
+    const pid_t r = waitpid(pid_, &st, WNOHANG);
     if (r == pid_) {
       status_ = st;
       return st;
     }
+    if (r < 0 && errno != EINTR) {
+      std::fprintf(stderr, "waitpid(%d): %s\n", static_cast<int>(pid_), std::strerror(errno));
+      return -1;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return -1;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return -1;
 }
 
 int Process::Stop(std::chrono::milliseconds grace) {

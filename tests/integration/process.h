@@ -24,7 +24,10 @@ class Process {
   int Wait(std::chrono::milliseconds timeout);
   // SIGTERM, wait up to `grace`, then SIGKILL.
   int Stop(std::chrono::milliseconds grace = std::chrono::seconds(10));
+  // Whether the child has not exited yet; reaps it (and keeps its status) when it has.
   bool running();
+  // The child's wait status once reaped (see Wait), -1 while it runs.
+  int status() const { return status_; }
 
  private:
   pid_t pid_ = -1;

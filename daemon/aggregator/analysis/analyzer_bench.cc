@@ -21,11 +21,11 @@ FleetShape ShapeOf(const benchmark::State& state) {
 }
 
 // Feeds one second of results per source batch, as agents send them.
-void IngestSecond(SyntheticFleet& fleet, const std::vector<ProbeResult>& batch) {
+void IngestSecond(SyntheticFleet& fleet, const std::vector<ReportedProbe>& batch) {
   size_t begin = 0;
   for (size_t j = 1; j <= batch.size(); ++j) {
     if (j == batch.size() || batch[j].src_node != batch[begin].src_node) {
-      fleet.pairs().RecordBatch(std::span<const ProbeResult>(batch.data() + begin, j - begin));
+      fleet.pairs().RecordBatch(std::span<const ReportedProbe>(batch.data() + begin, j - begin));
       begin = j;
     }
   }
@@ -33,7 +33,7 @@ void IngestSecond(SyntheticFleet& fleet, const std::vector<ProbeResult>& batch) 
 
 void BM_AnalyzerTick(benchmark::State& state) {
   SyntheticFleet fleet(ShapeOf(state));
-  const std::vector<ProbeResult> second = fleet.GenerateSecond();
+  const std::vector<ReportedProbe> second = fleet.GenerateSecond();
   // Fill the 10 s window, with a fault so that localization has work to do.
   fleet.SetLinkFault("leaf1~spine1", LinkFault{0.05});
   for (int s = 0; s < 10; ++s) {
@@ -65,7 +65,7 @@ BENCHMARK(BM_AnalyzerTick)
 
 void BM_AnalyzerIngest(benchmark::State& state) {
   SyntheticFleet fleet(ShapeOf(state));
-  const std::vector<ProbeResult> second = fleet.GenerateSecond();
+  const std::vector<ReportedProbe> second = fleet.GenerateSecond();
   IngestSecond(fleet, second);  // creates the flows; steady state from here on
   for (auto _ : state) {
     fleet.clock().Advance(std::chrono::seconds(1));

@@ -27,7 +27,7 @@ FlowTable::FlowTable(std::shared_ptr<const FabricMap> map, PathResolver resolver
   store_.SetPathResolver(std::move(resolver));
 }
 
-void FlowTable::Ingest(std::span<const ProbeResult> results, int64_t now_ns) {
+void FlowTable::Ingest(std::span<const ReportedProbe> results, int64_t now_ns) {
   if (results.empty()) return;
   store_.RecordBatch(results, now_ns);
 }

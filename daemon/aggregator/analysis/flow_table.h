@@ -17,7 +17,7 @@
 
 #include "daemon/aggregator/ingest/pair_table.h"
 #include "daemon/aggregator/model/name_interner.h"
-#include "daemon/aggregator/model/probe_result.h"
+#include "daemon/aggregator/model/reported_probe.h"
 #include "daemon/aggregator/plan/fabric_map.h"
 
 namespace fw::analysis {
@@ -27,7 +27,7 @@ using aggregator::kNoNode;
 using aggregator::NodeId;
 using aggregator::PathClass;
 using aggregator::PathSet;
-using aggregator::ProbeResult;
+using aggregator::ReportedProbe;
 using aggregator::Transport;
 
 using aggregator::DeterministicPath;
@@ -80,7 +80,7 @@ class FlowTable {
 
   // Records results that arrived at `now_ns` into a table of its own. With a shared store, ingest
   // records into the store instead (PairTable::RecordBatch).
-  void Ingest(std::span<const ProbeResult> results, int64_t now_ns);
+  void Ingest(std::span<const ReportedProbe> results, int64_t now_ns);
 
   // Receives every pair and its flows with data in the window. Called under a shard lock: must
   // not call back into the table.

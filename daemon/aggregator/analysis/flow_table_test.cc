@@ -12,8 +12,8 @@ namespace {
 
 constexpr int64_t kSecond = 1'000'000'000;
 
-ProbeResult Named(std::string src, std::string dst, uint16_t port, bool lost = false) {
-  ProbeResult r;
+ReportedProbe Named(std::string src, std::string dst, uint16_t port, bool lost = false) {
+  ReportedProbe r;
   r.src_node = std::move(src);
   r.dst_node = std::move(dst);
   r.src_port = port;
@@ -23,8 +23,8 @@ ProbeResult Named(std::string src, std::string dst, uint16_t port, bool lost = f
   return r;
 }
 
-ProbeResult ById(NodeId src, NodeId dst, uint16_t port, bool lost = false) {
-  ProbeResult r = Named("", "", port, lost);
+ReportedProbe ById(NodeId src, NodeId dst, uint16_t port, bool lost = false) {
+  ReportedProbe r = Named("", "", port, lost);
   r.src_id = src;
   r.dst_id = dst;
   return r;
@@ -57,8 +57,8 @@ TEST(FlowTableTest, ResultsByIdAndByNameLandInTheSameFlows) {
   auto names = std::make_shared<aggregator::NameInterner>();
   FlowTable table(nullptr, {}, 10, names);
   const NodeId a = names->Intern("a"), b = names->Intern("b");
-  table.Ingest(std::vector<ProbeResult>{Named("a", "b", 40000)}, 5 * kSecond);
-  table.Ingest(std::vector<ProbeResult>{ById(a, b, 40000, true), ById(a, b, 40001)}, 5 * kSecond);
+  table.Ingest(std::vector<ReportedProbe>{Named("a", "b", 40000)}, 5 * kSecond);
+  table.Ingest(std::vector<ReportedProbe>{ById(a, b, 40000, true), ById(a, b, 40001)}, 5 * kSecond);
   EXPECT_EQ(table.PairCount(), 1u);
   EXPECT_EQ(table.FlowCount(), 2u);
   const Counts c = Scan(table, 6 * kSecond);
@@ -72,9 +72,9 @@ TEST(FlowTableTest, RepeatedBatchesLandInTheRightFlowsWhateverTheOrder) {
   auto names = std::make_shared<aggregator::NameInterner>();
   FlowTable table(nullptr, {}, 10, names);
   const NodeId a = names->Intern("a"), b = names->Intern("b"), c = names->Intern("c");
-  const std::vector<ProbeResult> first = {ById(a, b, 40000), ById(a, c, 40001)};
-  const std::vector<ProbeResult> other = {ById(a, c, 40001, true), ById(a, b, 40000),
-                                          ById(a, b, 40002), ById(a, c, 40001)};
+  const std::vector<ReportedProbe> first = {ById(a, b, 40000), ById(a, c, 40001)};
+  const std::vector<ReportedProbe> other = {ById(a, c, 40001, true), ById(a, b, 40000),
+                                            ById(a, b, 40002), ById(a, c, 40001)};
   table.Ingest(first, 1 * kSecond);
   table.Ingest(first, 2 * kSecond);
   table.Ingest(other, 3 * kSecond);
@@ -88,7 +88,7 @@ TEST(FlowTableTest, RepeatedBatchesLandInTheRightFlowsWhateverTheOrder) {
   // Everything expires; the same batch then recreates the pairs instead of using freed slots.
   EXPECT_EQ(table.DropIdle(700 * kSecond), 2u);
   EXPECT_EQ(table.PairCount(), 0u);
-  const std::vector<ProbeResult> c_only = {ById(a, c, 40001)};
+  const std::vector<ReportedProbe> c_only = {ById(a, c, 40001)};
   table.Ingest(c_only, 700 * kSecond);
   table.Ingest(first, 701 * kSecond);
   counts = Scan(table, 702 * kSecond);

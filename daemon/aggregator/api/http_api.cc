@@ -51,8 +51,7 @@ json InventoryJson(const v1::Inventory& inv, const NodeLocality& locality, bool 
 
 json NodesJson(const FleetState& fleet, const NodesQuery& q) {
   json out = json::array();
-  for (const NodeView& n : fleet.Nodes()) {
-    if (!q.name.empty() && n.name != q.name) continue;
+  for (const NodeView& n : fleet.Nodes(q.name)) {
     json endpoints = json::array();
     for (const auto& e : n.endpoints) {
       endpoints.push_back({{"transport", TransportName(e.transport())},

@@ -11,7 +11,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 void Add(PairTable& t, const char* src, const char* dst, int64_t rtt, bool lost) {
-  ProbeResult r;
+  ReportedProbe r;
   r.src_node = src;
   r.dst_node = dst;
   r.rtt_ns = rtt;

@@ -35,7 +35,7 @@ class PairsJsonTest : public ::testing::Test {
   PairsJsonTest() : table_(clock_, nullptr) {
     auto add = [&](const char* src, const char* dst, Transport t, int64_t rtt, bool lost,
                    double goodput = 0) {
-      ProbeResult r;
+      ReportedProbe r;
       r.src_node = src;
       r.dst_node = dst;
       r.transport = t;

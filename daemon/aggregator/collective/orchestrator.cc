@@ -7,6 +7,37 @@
 
 namespace fw::aggregator::collective {
 
+namespace {
+double MedianOf(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(mid), v.end());
+  if (v.size() % 2 == 1) return v[mid];
+  const double hi = v[mid];
+  return (*std::max_element(v.begin(), v.begin() + static_cast<long>(mid)) + hi) / 2;
+}
+constexpr size_t kMaxIterations = 1000;  // op_seconds kept per member
+}  // namespace
+
+Lateness ExitAlignedLateness(const std::vector<std::vector<double>>& op_seconds) {
+  Lateness out;
+  out.lateness_s.assign(op_seconds.size(), 0);
+  size_t n = op_seconds.empty() ? 0 : kMaxIterations;
+  for (const auto& v : op_seconds) n = std::min(n, v.size());
+  if (n == 0) return out;
+  std::vector<std::vector<double>> late(op_seconds.size());
+  std::vector<double> group(n);
+  for (size_t i = 0; i < n; ++i) {
+    double longest = 0;
+    for (const auto& v : op_seconds) longest = std::max(longest, v[i]);
+    group[i] = longest;
+    for (size_t m = 0; m < op_seconds.size(); ++m) late[m].push_back(longest - op_seconds[m][i]);
+  }
+  for (size_t m = 0; m < late.size(); ++m) out.lateness_s[m] = MedianOf(std::move(late[m]));
+  out.group_seconds = MedianOf(std::move(group));
+  return out;
+}
+
 CollectiveOrchestrator::CollectiveOrchestrator(OrchestratorConfig config)
     : config_(config),
       scheduler_(config.schedule, pauses_),
@@ -63,11 +94,9 @@ std::vector<KvDelivery> CollectiveOrchestrator::OnKvRequest(const std::string& n
   return kv_.Handle(node, key, std::move(value), now_ns);
 }
 
-std::vector<CollectiveSlowFinding> CollectiveOrchestrator::OnResult(const std::string& node,
-                                                                    const std::string& job_id,
-                                                                    double busbw_bps,
-                                                                    double latency_s,
-                                                                    const std::string& error) {
+std::vector<CollectiveSlowFinding> CollectiveOrchestrator::OnResult(
+    const std::string& node, const std::string& job_id, double busbw_bps, double latency_s,
+    const std::string& error, std::vector<double> op_seconds) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return {};
   ActiveJob& j = it->second;
@@ -77,6 +106,8 @@ std::vector<CollectiveSlowFinding> CollectiveOrchestrator::OnResult(const std::s
     return {};
   }
   j.busbw[node] = busbw_bps;
+  if (op_seconds.size() > kMaxIterations) op_seconds.resize(kMaxIterations);
+  j.op_seconds[node] = std::move(op_seconds);
   j.latency_s = std::max(j.latency_s, latency_s);
   if (!error.empty()) {
     j.failed = true;
@@ -107,13 +138,28 @@ std::vector<CollectiveSlowFinding> CollectiveOrchestrator::Complete(ActiveJob jo
     r.busbw_bytes_per_s = busbw;
     r.group_seconds = job.latency_s;
     r.failed = job.failed;
+    // Per-rank lateness in the run's member order (the suspect first, then its partner).
+    std::vector<std::vector<double>> times;
+    for (const std::string& m : job.spec.members) times.push_back(job.op_seconds[m]);
+    const Lateness late = ExitAlignedLateness(times);
+    if (late.group_seconds > 0) {
+      r.group_seconds = late.group_seconds;
+      r.lateness_s = late.lateness_s;
+    }
     b->second.search->OnResult(job.run_id, r);
     return Harvest(job.bisection);
   }
   if (job.failed) return {};
   counters_.busbw_bps_by_kind[job.spec.kind] = busbw;
   const GroupVerdict v = tracker_.OnRun(job.spec.group, job.spec.shape, busbw);
-  if (!v.slow) healthy_members_[job.spec.group] = job.spec.members;
+  // Known-good partners come from groups whose last run read healthy, not merely from groups that
+  // are not slow yet (a group on its way to slow holds the culprit).
+  const bool run_ok = v.expected <= 0 || v.measured >= (1 - config_.slow.shift) * v.expected;
+  if (!v.slow && run_ok) {
+    healthy_members_[job.spec.group] = job.spec.members;
+  } else {
+    healthy_members_.erase(job.spec.group);
+  }
   if (v.became_slow) {
     healthy_members_.erase(job.spec.group);
     StartBisection(job, v);
@@ -153,7 +199,8 @@ std::vector<CollectiveSlowFinding> CollectiveOrchestrator::Harvest(uint64_t id) 
   if (b == bisections_.end() || !b->second.search->done()) return {};
   std::vector<CollectiveSlowFinding> out;
   for (const Culprit& c : b->second.search->culprits()) {
-    out.push_back({c.Location(), c.cause, b->second.group, c.measured_busbw, c.expected_busbw});
+    out.push_back({c.Location(), c.kind == Culprit::Kind::kNode ? c.node : std::string(), c.cause,
+                   b->second.group, c.measured_busbw, c.expected_busbw});
     SPDLOG_WARN(
         "component=collective msg=\"collective_slow\" location=\"{}\" cause=\"{}\" "
         "group={} measured_bps={} expected_bps={}",

@@ -28,11 +28,23 @@ struct OrchestratorConfig {
 // A finding of kind collective_slow.
 struct CollectiveSlowFinding {
   std::string location;  // "node h5", "link leaf2-spine", "link leaf2-leaf3"
+  std::string node;      // the node, for a node culprit
   std::string cause;
   std::string group;  // the group that was slow
   double measured_bps = 0;
   double expected_bps = 0;
 };
+
+// Exit-aligned lateness (DESIGN.md principle 1: clocks of different hosts are never compared). A
+// collective ends at nearly the same moment on every rank, so in each iteration a member's arrival
+// offset is the group's longest operation time minus its own. Returns each member's median offset
+// (in `members` order; 0 for a member without times) and the median group time (longest operation
+// time per iteration). Iterations are those every member reported.
+struct Lateness {
+  std::vector<double> lateness_s;
+  double group_seconds = 0;
+};
+Lateness ExitAlignedLateness(const std::vector<std::vector<double>>& op_seconds);
 
 // One CollectiveJob for one member.
 struct OutboundJob {
@@ -64,19 +76,23 @@ class CollectiveOrchestrator {
   TickOutput Tick(const std::vector<CollectiveNode>& nodes, int64_t now_ns);
   std::vector<KvDelivery> OnKvRequest(const std::string& node, const std::string& key,
                                       std::string value, int64_t now_ns);
-  // A member's CollectiveResult (busbw in bit/s). Findings that the completed job produced.
+  // A member's CollectiveResult (busbw in bit/s; `op_seconds`: its measured iterations' operation
+  // times, for per-rank lateness). Findings that the completed job produced.
   std::vector<CollectiveSlowFinding> OnResult(const std::string& node, const std::string& job_id,
                                               double busbw_bps, double latency_s,
-                                              const std::string& error);
+                                              const std::string& error,
+                                              std::vector<double> op_seconds = {});
 
   const OrchestratorCounters& counters() const { return counters_; }
   size_t active_bisections() const { return bisections_.size(); }
+  size_t jobs_in_flight() const { return jobs_.size(); }
 
  private:
   struct ActiveJob {
     JobSpec spec;
     int64_t started_ns = 0;
-    std::map<std::string, double> busbw;  // by member
+    std::map<std::string, double> busbw;                    // by member
+    std::map<std::string, std::vector<double>> op_seconds;  // by member
     double latency_s = 0;
     bool failed = false;
     uint64_t bisection = 0;  // non-zero: a run of that bisection

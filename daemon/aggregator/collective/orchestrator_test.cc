@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "daemon/aggregator/collective/two_leaf_fleet_for_test.h"
@@ -117,6 +118,56 @@ TEST(CollectiveOrchestrator, RendezvousIsOpenOnlyToAJobsMembers) {
   EXPECT_TRUE(o.OnKvRequest(job.members[0], key, "addr", kS)[0].found);
   const std::string outsider = job.members[0] == "h7" ? "h6" : "h7";
   EXPECT_FALSE(o.OnKvRequest(outsider, key, "", kS)[0].found);
+}
+
+TEST(CollectiveOrchestrator, ExitAlignedLatenessNamesTheLateRank) {
+  // Rank 1 arrives 30 ms late each iteration: its own operation is short, the others' hold the
+  // wait.
+  const Lateness l =
+      ExitAlignedLateness({{0.035, 0.036, 0.034}, {0.005, 0.006, 0.004}, {0.034, 0.035, 0.036}});
+  ASSERT_EQ(l.lateness_s.size(), 3u);
+  EXPECT_NEAR(l.lateness_s[1], 0.030, 1e-9);
+  EXPECT_NEAR(l.lateness_s[0], 0.0, 1e-9);
+  EXPECT_NEAR(l.lateness_s[2], 0.001, 1e-9);
+  EXPECT_NEAR(l.group_seconds, 0.036, 1e-9);
+  // A member without times gets 0 and no iteration is usable.
+  EXPECT_EQ(ExitAlignedLateness({{0.1}, {}}).group_seconds, 0);
+}
+
+// Every member reports its own operation times: a late host's are short (it waits least), the
+// others' hold its delay, and every member's busbw reflects the group time.
+std::vector<CollectiveSlowFinding> AnswerWithTimes(CollectiveOrchestrator& o,
+                                                   const std::vector<OutboundJob>& jobs,
+                                                   const std::string& late_host) {
+  std::vector<CollectiveSlowFinding> findings;
+  std::map<std::string, JobSpec> by_id;
+  for (const OutboundJob& j : jobs) by_id[j.job.job_id] = j.job;
+  for (const auto& [id, spec] : by_id) {
+    const bool late =
+        std::find(spec.members.begin(), spec.members.end(), late_host) != spec.members.end();
+    const double group_s = late ? 0.040 : 0.010;
+    for (const std::string& m : spec.members) {
+      const double own = m == late_host ? 0.010 : group_s;
+      auto f = o.OnResult(m, id, 80e9 * 0.010 / group_s, own, "", std::vector<double>(10, own));
+      findings.insert(findings.end(), f.begin(), f.end());
+    }
+  }
+  return findings;
+}
+
+TEST(CollectiveOrchestrator, LateHostIsNamedFromWireTimes) {
+  CollectiveOrchestrator o(Config());
+  std::vector<CollectiveSlowFinding> findings;
+  for (int64_t t = 0; t < 200 && findings.empty(); ++t) {
+    auto out = o.Tick(Nodes(), t * kS);
+    // The fault starts after every group has a history of healthy runs.
+    auto f = AnswerWithTimes(o, out.jobs, t >= 40 ? "h6" : "");
+    findings.insert(findings.end(), f.begin(), f.end());
+  }
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].location, "node h6");
+  EXPECT_EQ(findings[0].node, "h6");
+  EXPECT_EQ(findings[0].cause, "late host");
 }
 
 }  // namespace

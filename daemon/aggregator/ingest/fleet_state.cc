@@ -134,7 +134,7 @@ FleetState::FleetState(const Clock& clock, metrics::Registry& registry, Options 
     results_by_transport_[t] = &results.WithLabels({TransportName(static_cast<v1::Transport>(t))});
   }
   registry.AddBeforeRender([this] {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     int64_t now = clock_.MonotonicNanos();
     for (auto& [name, n] : nodes_) {
       n.age_gauge->Set(static_cast<double>(now - n.last_seen_mono_ns) * 1e-9);
@@ -180,8 +180,14 @@ HelloResult FleetState::Admit(uint64_t conn_id, const v1::Hello& hello) {
   HelloResult r;
   uint64_t old_session = 0, new_session = hello.session_id();
   bool resumed = false;
+  // Built outside the lock; under it the node only takes the pointers.
+  auto inventory = std::make_shared<v1::Inventory>(hello.inventory());
+  TrimInventory(*inventory, options_.max_devices_per_node, hello.node(),
+                refused_.WithLabels({"inventory_devices"}));
+  auto endpoints = std::make_shared<const std::vector<v1::ProbeEndpoint>>(hello.endpoints().begin(),
+                                                                          hello.endpoints().end());
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (nodes_.find(hello.node()) == nodes_.end() && nodes_.size() >= options_.max_nodes) {
       r.admitted = false;
       refused_.WithLabels({"node_limit"}).Inc();
@@ -194,10 +200,8 @@ HelloResult FleetState::Admit(uint64_t conn_id, const v1::Hello& hello) {
       n.conn_id = conn_id;
       SetLiveLocked(n, true, n.view.up);
       n.view.version = hello.version();
-      n.view.inventory = hello.inventory();
-      TrimInventory(n.view.inventory, options_.max_devices_per_node, hello.node(),
-                    refused_.WithLabels({"inventory_devices"}));
-      n.view.endpoints.assign(hello.endpoints().begin(), hello.endpoints().end());
+      n.inventory = std::move(inventory);
+      n.endpoints = std::move(endpoints);
       NodeIngest& in = n.view.ingest;
       if (in.session_id != new_session) {
         // Another sequence space: a restarted agent (a new random session id), or a second agent
@@ -246,7 +250,7 @@ BatchVerdict FleetState::OnProbeBatch(const std::string& node, const v1::ProbeBa
 
 BatchVerdict FleetState::OnProbeBatch(const std::string& node, uint64_t conn_id,
                                       const v1::ProbeBatch& batch, uint64_t* ack) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto found = nodes_.find(node);
   if (conn_id != 0 && (found == nodes_.end() || found->second.conn_id != conn_id)) {
     // This stream lost the node to a newer session (or the node was retired): its sequence space
@@ -300,7 +304,7 @@ BatchVerdict FleetState::OnProbeBatch(const std::string& node, uint64_t conn_id,
 }
 
 void FleetState::OnHeartbeat(const std::string& node, int64_t sent_unix_ns) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   heartbeats_.Inc();
   Node& n = GetLocked(node);
   Touch(n);
@@ -315,17 +319,19 @@ void FleetState::OnHeartbeat(const std::string& node, int64_t sent_unix_ns) {
 void FleetState::OnCheckReport(const std::string& node, const v1::CheckReport& report) {
   // Parsed outside the lock; a report without a usable document keeps the last known locality.
   StatusOr<NodeLocality> locality = LocalityFromCheckJson(report.json());
-  std::lock_guard lock(mu_);
+  std::shared_ptr<const NodeLocality> shared;
+  if (locality.ok()) shared = std::make_shared<const NodeLocality>(std::move(*locality));
+  MutexLock lock(mu_);
   Node& n = GetLocked(node);
   Touch(n);
   static const char* kHealth[] = {"ok", "warning", "critical", "unknown"};
   int code = report.exit_code();
   n.view.health = kHealth[(code >= 0 && code <= 3) ? code : 3];
-  if (locality.ok()) n.view.locality = std::move(*locality);
+  if (shared) n.locality = std::move(shared);
 }
 
 void FleetState::OnCounterBatch(const std::string& node, const v1::CounterBatch&) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Touch(GetLocked(node));
 }
 
@@ -333,7 +339,7 @@ size_t FleetState::BoundCounterBatch(const std::string& node, v1::CounterBatch* 
   size_t dropped = 0;
   bool log = false;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = nodes_.find(node);
     if (it == nodes_.end()) return 0;
     auto& keys = it->second.port_keys;
@@ -368,7 +374,7 @@ size_t FleetState::BoundCounterBatch(const std::string& node, v1::CounterBatch* 
 
 void FleetState::OnDisconnect(const std::string& node, uint64_t conn_id) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = nodes_.find(node);
     if (it == nodes_.end() || it->second.conn_id != conn_id) return;  // a newer stream took over
     Node& n = it->second;
@@ -387,7 +393,7 @@ void FleetState::Sweep() {
   bool new_episode = false;
   double lag = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const int64_t now = clock_.MonotonicNanos();
     const double grace_max = std::max(0.0, options_.heartbeat_grace_max_s);
     live = live_count_;
@@ -483,7 +489,7 @@ std::vector<std::string> FleetState::RetireLocked(int64_t now) {
 }
 
 std::vector<IngestRecord> FleetState::TakeDirtyRecords() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<IngestRecord> out;
   out.reserve(dirty_.size());
   for (const std::string& name : dirty_) {
@@ -511,7 +517,7 @@ std::vector<IngestRecord> FleetState::TakeDirtyRecords() {
 }
 
 void FleetState::ImportRecords(const std::vector<IngestRecord>& records) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const IngestRecord& r : records) {
     if (r.retired) continue;
     NodeIngest& in = GetLocked(r.node).view.ingest;
@@ -528,33 +534,55 @@ void FleetState::ImportRecords(const std::vector<IngestRecord>& records) {
 }
 
 void FleetState::RequeueDirty(const std::vector<IngestRecord>& records) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const IngestRecord& r : records) MarkDirtyLocked(r.node);
 }
 
 size_t FleetState::size() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return nodes_.size();
 }
 
 double FleetState::ingest_lag_s() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return ingest_lag_s_;
 }
 
-std::vector<NodeView> FleetState::Nodes() const {
-  std::lock_guard lock(mu_);
+std::vector<NodeView> FleetState::Nodes(const std::string& only) const {
+  struct Shared {
+    std::shared_ptr<const v1::Inventory> inventory;
+    std::shared_ptr<const NodeLocality> locality;
+    std::shared_ptr<const std::vector<v1::ProbeEndpoint>> endpoints;
+  };
   std::vector<NodeView> out;
-  int64_t now = clock_.MonotonicNanos();
-  for (const auto& [name, n] : nodes_) {
-    out.push_back(n.view);
-    out.back().last_report_age_s = static_cast<double>(now - n.last_seen_mono_ns) * 1e-9;
+  std::vector<Shared> shared;
+  {
+    MutexLock lock(mu_);
+    const int64_t now = clock_.MonotonicNanos();
+    auto take = [&](const Node& n) FW_REQUIRES(mu_) {
+      out.push_back(n.view);
+      out.back().last_report_age_s = static_cast<double>(now - n.last_seen_mono_ns) * 1e-9;
+      shared.push_back({n.inventory, n.locality, n.endpoints});
+    };
+    if (!only.empty()) {
+      auto it = nodes_.find(only);
+      if (it != nodes_.end()) take(it->second);
+    } else {
+      out.reserve(nodes_.size());
+      shared.reserve(nodes_.size());
+      for (const auto& [name, n] : nodes_) take(n);
+    }
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (shared[i].inventory) out[i].inventory = *shared[i].inventory;
+    if (shared[i].locality) out[i].locality = *shared[i].locality;
+    if (shared[i].endpoints) out[i].endpoints = *shared[i].endpoints;
   }
   return out;
 }
 
 std::vector<std::string> FleetState::LiveNodes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::string> out;
   for (const auto& [name, n] : nodes_) {
     if (n.view.connected && n.view.up) out.push_back(name);
@@ -563,16 +591,21 @@ std::vector<std::string> FleetState::LiveNodes() const {
 }
 
 size_t FleetState::connected() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return live_count_;
 }
 
 void FleetState::NotifyMembership() {
-  if (listener_) listener_();
+  std::function<void()> listener;
+  {
+    MutexLock lock(mu_);
+    listener = listener_;
+  }
+  if (listener) listener();
 }
 
 std::string FleetState::ExportIngestJson() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [name, n] : nodes_) {
     const NodeIngest& in = n.view.ingest;
@@ -594,7 +627,7 @@ Status FleetState::ImportIngestJson(const std::string& text) {
   if (j.is_discarded() || !j.is_object()) {
     return Status::InvalidArgument("ingest state is not a JSON object");
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   try {
     for (const auto& [name, v] : j.items()) {
       Node& n = GetLocked(name);

@@ -8,12 +8,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/aggregator/ingest/node_locality.h"
 #include "exporter/registry.h"
@@ -144,7 +144,10 @@ class FleetState {
   // The ingest lag the last Sweep used, in seconds.
   double ingest_lag_s() const;
 
-  std::vector<NodeView> Nodes() const;
+  // Every node's view, or only the node named `only` when it is not empty. The inventory, locality
+  // and endpoints are shared immutable snapshots under the lock and copied into the views after
+  // it is released, so a status page never deep-copies the fleet while ingest waits.
+  std::vector<NodeView> Nodes(const std::string& only = {}) const;
   std::vector<std::string> LiveNodes() const;
   size_t connected() const;
 
@@ -156,7 +159,7 @@ class FleetState {
   // Changed records are tracked only once a journal asks for them (TrackDirty), so that without
   // one the set does not grow with every node name ever seen.
   void TrackDirty() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     track_dirty_ = true;
   }
   std::vector<IngestRecord> TakeDirtyRecords();
@@ -168,12 +171,21 @@ class FleetState {
   // too (docs/durability.md lists the reasons).
   metrics::Counter& Refused(const char* reason) { return refused_.WithLabels({reason}); }
 
-  // Called (outside the lock) whenever the set of live agents changes, e.g. to re-plan.
-  void SetMembershipListener(std::function<void()> listener) { listener_ = std::move(listener); }
+  // Called (outside the lock, on the thread that changed it) whenever the set of live agents
+  // changes, e.g. to re-plan. Set it before ingest starts; a later call replaces it safely.
+  void SetMembershipListener(std::function<void()> listener) {
+    MutexLock lock(mu_);
+    listener_ = std::move(listener);
+  }
 
  private:
   struct Node {
-    NodeView view;
+    NodeView view;  // inventory, locality and endpoints stay empty here: see the pointers below
+    // Replaced whole by a Hello or check report, never changed in place; Nodes() copies them
+    // outside the lock.
+    std::shared_ptr<const fabricwatch::v1::Inventory> inventory;
+    std::shared_ptr<const NodeLocality> locality;
+    std::shared_ptr<const std::vector<fabricwatch::v1::ProbeEndpoint>> endpoints;
     uint64_t conn_id = 0;
     int64_t last_seen_mono_ns = 0;
     double heartbeat_lag_s = 0;                            // how late the latest heartbeat was read
@@ -182,27 +194,27 @@ class FleetState {
     metrics::Gauge* up_gauge = nullptr;
     metrics::Gauge* age_gauge = nullptr;
   };
-  Node& GetLocked(const std::string& name);  // REQUIRES: mu_ held
-  void Touch(Node& n);                       // REQUIRES: mu_ held
-  // Keeps `live_count_` and the gauge in step when a node's liveness flips. REQUIRES: mu_ held.
-  void SetLiveLocked(Node& n, bool connected, bool up);
-  void NotifyMembership();
-  void MarkDirtyLocked(const std::string& name) {  // REQUIRES: mu_ held
+  Node& GetLocked(const std::string& name) FW_REQUIRES(mu_);
+  void Touch(Node& n) FW_REQUIRES(mu_);
+  // Keeps `live_count_` and the gauge in step when a node's liveness flips.
+  void SetLiveLocked(Node& n, bool connected, bool up) FW_REQUIRES(mu_);
+  void NotifyMembership() FW_EXCLUDES(mu_);
+  void MarkDirtyLocked(const std::string& name) FW_REQUIRES(mu_) {
     if (track_dirty_) dirty_.insert(name);
   }
   // Forgets nodes without a live stream silent for retire_after_s; returns their names.
-  std::vector<std::string> RetireLocked(int64_t now_mono_ns);  // REQUIRES: mu_ held
+  std::vector<std::string> RetireLocked(int64_t now_mono_ns) FW_REQUIRES(mu_);
 
   const Clock& clock_;
   Options options_;
-  mutable std::mutex mu_;
-  std::map<std::string, Node> nodes_;  // GUARDED_BY(mu_)
-  size_t live_count_ = 0;              // GUARDED_BY(mu_): nodes connected and up
-  double ingest_lag_s_ = 0;            // GUARDED_BY(mu_)
-  bool mass_deferring_ = false;        // GUARDED_BY(mu_): a mass timeout is being deferred
-  std::set<std::string> dirty_;        // GUARDED_BY(mu_): ingest records not yet journaled
-  bool track_dirty_ = false;           // GUARDED_BY(mu_)
-  std::function<void()> listener_;
+  mutable Mutex mu_;
+  std::map<std::string, Node> nodes_ FW_GUARDED_BY(mu_);
+  size_t live_count_ FW_GUARDED_BY(mu_) = 0;  // nodes connected and up
+  double ingest_lag_s_ FW_GUARDED_BY(mu_) = 0;
+  bool mass_deferring_ FW_GUARDED_BY(mu_) = false;  // a mass timeout is being deferred
+  std::set<std::string> dirty_ FW_GUARDED_BY(mu_);  // ingest records not yet journaled
+  bool track_dirty_ FW_GUARDED_BY(mu_) = false;
+  std::function<void()> listener_ FW_GUARDED_BY(mu_);  // copied out, called unlocked
 
   metrics::Gauge& agents_connected_;
   metrics::Family<metrics::Gauge>& agent_up_;

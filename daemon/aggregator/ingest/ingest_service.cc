@@ -7,13 +7,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/tls/grpc_credentials.h"
 #include "daemon/aggregator/ingest/ingest_journal.h"
 #include "daemon/aggregator/ingest/peer_identity.h"
@@ -59,9 +58,9 @@ class AgentSession final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::
     uint64_t supersede_conn = 0;  // another stream of the node to end (a takeover)
   };
   void Perform(Actions a);
-  void HandleMessage(Actions& a);                             // REQUIRES: mu_ held
-  void EnqueueLocked(v1::AggregatorMessage msg, Actions& a);  // REQUIRES: mu_ held
-  void FinishLocked(grpc::Status st, Actions& a);             // REQUIRES: mu_ held
+  void HandleMessage(Actions& a) FW_REQUIRES(mu_);
+  void EnqueueLocked(v1::AggregatorMessage msg, Actions& a) FW_REQUIRES(mu_);
+  void FinishLocked(grpc::Status st, Actions& a) FW_REQUIRES(mu_);
 
   // Resets the read arena and returns a fresh message on it for the next read.
   v1::AgentMessage* NextIn();
@@ -83,14 +82,15 @@ class AgentSession final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::
     return o;
   }()};
   v1::AgentMessage* in_ = nullptr;  // on arena_; owned by the single outstanding read
-  std::mutex mu_;
-  std::string node_;                         // GUARDED_BY(mu_), set by Hello
-  std::deque<v1::AggregatorMessage> queue_;  // GUARDED_BY(mu_); front is in flight when writing_
-  bool writing_ = false;                     // GUARDED_BY(mu_)
-  bool draining_ = false;                    // GUARDED_BY(mu_)
-  bool finished_ = false;                    // GUARDED_BY(mu_)
-  bool superseded_ = false;                  // GUARDED_BY(mu_)
-  std::optional<grpc::Status> finish_after_writes_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::string node_ FW_GUARDED_BY(mu_);  // set by Hello
+  // The front is in flight when writing_.
+  std::deque<v1::AggregatorMessage> queue_ FW_GUARDED_BY(mu_);
+  bool writing_ FW_GUARDED_BY(mu_) = false;
+  bool draining_ FW_GUARDED_BY(mu_) = false;
+  bool finished_ FW_GUARDED_BY(mu_) = false;
+  bool superseded_ FW_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> finish_after_writes_ FW_GUARDED_BY(mu_);
 };
 
 class Service final : public v1::Aggregator::CallbackService {
@@ -109,7 +109,7 @@ class Service final : public v1::Aggregator::CallbackService {
     auto s = std::make_shared<AgentSession>(this, next_conn_.fetch_add(1) + 1, ctx->peer(),
                                             IdentityOf(*ctx));
     AgentSession* raw = s.get();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     sessions_[raw] = std::move(s);
     sessions_gauge_.Set(static_cast<double>(sessions_.size()));
     return raw;
@@ -153,14 +153,14 @@ class Service final : public v1::Aggregator::CallbackService {
   void Unregister(AgentSession* s) {
     std::shared_ptr<AgentSession> last;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       auto it = sessions_.find(s);
       if (it != sessions_.end()) {
         last = std::move(it->second);
         sessions_.erase(it);
       }
       sessions_gauge_.Set(static_cast<double>(sessions_.size()));
-      cv_.notify_all();
+      cv_.NotifyAll();
     }
   }
 
@@ -169,15 +169,19 @@ class Service final : public v1::Aggregator::CallbackService {
   void ForEachSession(F f) {
     std::vector<std::shared_ptr<AgentSession>> copy;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       for (const auto& [raw, s] : sessions_) copy.push_back(s);
     }
     for (const auto& s : copy) f(s.get());
   }
 
   bool WaitAllDone(std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, timeout, [this] { return sessions_.empty(); });
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    MutexLock lock(mu_);
+    while (!sessions_.empty()) {
+      if (!cv_.WaitUntil(mu_, deadline)) return sessions_.empty();
+    }
+    return true;
   }
 
   void ProtocolError(const char* reason) { protocol_errors_.WithLabels({reason}).Inc(); }
@@ -186,7 +190,7 @@ class Service final : public v1::Aggregator::CallbackService {
   void SupersedeConn(uint64_t conn_id) {
     std::shared_ptr<AgentSession> old;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       for (const auto& [raw, s] : sessions_) {
         if (s->conn_id() == conn_id) old = s;
       }
@@ -198,10 +202,10 @@ class Service final : public v1::Aggregator::CallbackService {
   // then enqueues it; false without a journal: the caller enqueues it at once. Takes no session
   // lock, so a session may call it while holding its own.
   bool DeferAck(const std::shared_ptr<AgentSession>& s, uint64_t seq) {
-    std::lock_guard lock(commit_mu_);
+    MutexLock lock(commit_mu_);
     if (!journal_ || commit_stop_) return false;
     pending_acks_.emplace_back(s, seq);
-    commit_cv_.notify_one();
+    commit_cv_.NotifyOne();
     return true;
   }
 
@@ -235,11 +239,11 @@ class Service final : public v1::Aggregator::CallbackService {
   // Commits what is pending, releases those acks and stops the commit thread.
   void StopJournal() {
     {
-      std::lock_guard lock(commit_mu_);
+      MutexLock lock(commit_mu_);
       if (!committer_.joinable()) return;
       commit_stop_ = true;
     }
-    commit_cv_.notify_all();
+    commit_cv_.NotifyAll();
     committer_.join();
   }
 
@@ -250,9 +254,9 @@ class Service final : public v1::Aggregator::CallbackService {
 
  private:
   std::atomic<uint64_t> next_conn_{0};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<AgentSession*, std::shared_ptr<AgentSession>> sessions_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  std::map<AgentSession*, std::shared_ptr<AgentSession>> sessions_ FW_GUARDED_BY(mu_);
   metrics::Gauge& sessions_gauge_;
   metrics::Family<metrics::Counter>& protocol_errors_;
 
@@ -261,8 +265,8 @@ class Service final : public v1::Aggregator::CallbackService {
       std::vector<std::pair<std::shared_ptr<AgentSession>, uint64_t>> acks;
       bool stop;
       {
-        std::unique_lock lock(commit_mu_);
-        commit_cv_.wait(lock, [this] { return commit_stop_ || !pending_acks_.empty(); });
+        MutexLock lock(commit_mu_);
+        while (!commit_stop_ && pending_acks_.empty()) commit_cv_.Wait(commit_mu_);
         acks.swap(pending_acks_);
         stop = commit_stop_;
       }
@@ -287,10 +291,7 @@ class Service final : public v1::Aggregator::CallbackService {
             "error=\"{}\" records={} acks={}",
             st.message(), records.size(), acks.size());
         fleet_.RequeueDirty(records);
-        std::unique_lock lock(commit_mu_);
-        if (commit_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return commit_stop_; })) {
-          return;
-        }
+        if (WaitForCommitStop(std::chrono::steady_clock::now() + std::chrono::seconds(1))) return;
       }
       for (auto& [s, seq] : acks) {
         v1::AggregatorMessage m;
@@ -300,25 +301,32 @@ class Service final : public v1::Aggregator::CallbackService {
       // At most one commit per kCommitInterval: each fsync costs the same however many records
       // it carries, and acks that wait a few ms more cost agents nothing (they keep sending).
       if (!stop) {
-        std::unique_lock lock(commit_mu_);
-        commit_cv_.wait_until(lock, commit_start + kCommitInterval,
-                              [this] { return commit_stop_; });
+        WaitForCommitStop(commit_start + kCommitInterval);
       }
       if (stop) {
-        std::lock_guard lock(commit_mu_);
+        MutexLock lock(commit_mu_);
         if (pending_acks_.empty()) return;
       }
     }
   }
 
+  // Waits until StopJournal or `deadline`; whether it was stopped.
+  bool WaitForCommitStop(std::chrono::steady_clock::time_point deadline) FW_EXCLUDES(commit_mu_) {
+    MutexLock lock(commit_mu_);
+    while (!commit_stop_) {
+      if (!commit_cv_.WaitUntil(commit_mu_, deadline)) break;
+    }
+    return commit_stop_;
+  }
+
   static constexpr std::chrono::milliseconds kCommitInterval{10};
   std::shared_ptr<IngestJournal> journal_;
   std::thread committer_;
-  std::mutex commit_mu_;
-  std::condition_variable commit_cv_;
-  bool commit_stop_ = false;  // GUARDED_BY(commit_mu_)
-  std::vector<std::pair<std::shared_ptr<AgentSession>, uint64_t>>
-      pending_acks_;  // GUARDED_BY(commit_mu_)
+  Mutex commit_mu_;
+  CondVar commit_cv_;
+  bool commit_stop_ FW_GUARDED_BY(commit_mu_) = false;
+  std::vector<std::pair<std::shared_ptr<AgentSession>, uint64_t>> pending_acks_
+      FW_GUARDED_BY(commit_mu_);
   metrics::Histogram* commit_seconds_ = nullptr;
   metrics::Counter* commit_acks_ = nullptr;
   metrics::Counter* commits_ = nullptr;
@@ -348,7 +356,7 @@ void AgentSession::Perform(Actions a) {
 void AgentSession::OnReadDone(bool ok) {
   Actions a;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (finished_) return;
     if (!ok) {
       // The agent half-closed or the stream broke: flush what is queued, then finish.
@@ -479,7 +487,7 @@ void AgentSession::HandleMessage(Actions& a) {
 void AgentSession::Enqueue(v1::AggregatorMessage msg) {
   Actions a;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (finished_ || draining_ || finish_after_writes_) return;
     EnqueueLocked(std::move(msg), a);
   }
@@ -515,7 +523,7 @@ void AgentSession::EnqueueLocked(v1::AggregatorMessage msg, Actions& a) {
 void AgentSession::OnWriteDone(bool ok) {
   Actions a;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     writing_ = false;
     if (!queue_.empty()) queue_.pop_front();
     if (!ok) {
@@ -548,7 +556,7 @@ void AgentSession::FinishLocked(grpc::Status st, Actions& a) {
 void AgentSession::PushPlan(const std::function<bool(const std::string&)>& wanted) {
   std::string node;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     node = node_;
   }
   if (node.empty() || !wanted(node)) return;
@@ -562,7 +570,7 @@ void AgentSession::PushPlan(const std::function<bool(const std::string&)>& wante
 void AgentSession::Drain() {
   Actions a;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     draining_ = true;
     FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "aggregator shutting down"), a);
   }
@@ -572,7 +580,7 @@ void AgentSession::Drain() {
 void AgentSession::Supersede() {
   Actions a;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     superseded_ = true;
     FinishLocked(grpc::Status(grpc::StatusCode::ABORTED,
                               "a newer session for node \"" + node_ + "\" took over"),
@@ -584,7 +592,7 @@ void AgentSession::Supersede() {
 void AgentSession::OnCancel() {
   std::string node;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     node = node_;
   }
   if (!node.empty()) service_->fleet_.OnDisconnect(node, conn_id_);
@@ -593,7 +601,7 @@ void AgentSession::OnCancel() {
 void AgentSession::OnDone() {
   std::string node;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     node = node_;
   }
   if (!node.empty()) service_->fleet_.OnDisconnect(node, conn_id_);

@@ -161,15 +161,15 @@ bool PairTable::Record(const PairHandle& h, const ProbeSample& s, uint16_t src_p
   return true;
 }
 
-size_t PairTable::RecordBatch(std::span<const ProbeResult> results) {
+size_t PairTable::RecordBatch(std::span<const ReportedProbe> results) {
   if (results.empty()) return 0;
   return RecordBatch(results, clock_.MonotonicNanos());
 }
 
-size_t PairTable::RecordBatch(std::span<const ProbeResult> results, int64_t now_ns) {
+size_t PairTable::RecordBatch(std::span<const ReportedProbe> results, int64_t now_ns) {
   size_t recorded = 0;
   SourceRuns<Shard> runs(*names_, shards_);
-  for (const ProbeResult& r : results) {
+  for (const ReportedProbe& r : results) {
     if (static_cast<int>(r.transport) >= kTransportCount) {
       rejected_.fetch_add(1, std::memory_order_relaxed);
       continue;

@@ -22,7 +22,7 @@
 #include "common/clock.h"
 #include "daemon/aggregator/ingest/pair_windows.h"
 #include "daemon/aggregator/model/name_interner.h"
-#include "daemon/aggregator/model/probe_result.h"
+#include "daemon/aggregator/model/reported_probe.h"
 #include "daemon/aggregator/plan/fabric_map.h"
 
 namespace fw::aggregator {
@@ -146,13 +146,13 @@ class PairTable {
   bool Record(const PairHandle& h, const ProbeSample& s, uint16_t src_port, uint32_t flow_id,
               int64_t now_ns);
   // Resolves and records a batch with one clock read. Results may mix source nodes, and may name
-  // nodes by id (ids of names()) or by name (see ProbeResult). Returns how many were recorded; the
-  // others (unknown transport, table full) are counted in Rejected().
-  size_t RecordBatch(std::span<const ProbeResult> results);
+  // nodes by id (ids of names()) or by name (see ReportedProbe). Returns how many were recorded;
+  // the others (unknown transport, table full) are counted in Rejected().
+  size_t RecordBatch(std::span<const ReportedProbe> results);
   // The same, arrived at `now_ns` (aggregator monotonic time).
-  size_t RecordBatch(std::span<const ProbeResult> results, int64_t now_ns);
-  bool Record(const ProbeResult& r) {
-    return RecordBatch(std::span<const ProbeResult>(&r, 1)) == 1;
+  size_t RecordBatch(std::span<const ReportedProbe> results, int64_t now_ns);
+  bool Record(const ReportedProbe& r) {
+    return RecordBatch(std::span<const ReportedProbe>(&r, 1)) == 1;
   }
   // Results refused since construction (export as a counter).
   uint64_t Rejected() const { return rejected_.load(std::memory_order_relaxed); }

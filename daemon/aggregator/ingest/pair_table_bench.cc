@@ -1,6 +1,5 @@
 // Ingest throughput and memory per pair of PairTable under a simulated 1 Hz probe mesh.
 #include <benchmark/benchmark.h>
-
 #include <malloc.h>
 
 #include <cmath>
@@ -36,11 +35,11 @@ const std::vector<int64_t>& RttTable() {
 }
 
 // One agent's batch for one second: every peer, every flow.
-std::vector<ProbeResult> MakeBatch(int node, int nodes) {
-  std::vector<ProbeResult> batch;
+std::vector<ReportedProbe> MakeBatch(int node, int nodes) {
+  std::vector<ReportedProbe> batch;
   for (int p = 1; p <= kPeersPerNode; ++p) {
     for (int f = 0; f < kFlowsPerPeer; ++f) {
-      ProbeResult r;
+      ReportedProbe r;
       r.src_node = "node" + std::to_string(node);
       r.dst_node = "node" + std::to_string((node + p * 7) % nodes);
       r.src_port = static_cast<uint16_t>(40000 + f);
@@ -58,7 +57,7 @@ struct Fleet {
     for (int n = 0; n < nodes; ++n) batches.push_back(MakeBatch(n, nodes));
     if (!by_id) return;
     for (auto& batch : batches) {
-      for (ProbeResult& r : batch) {
+      for (ReportedProbe& r : batch) {
         r.src_id = table.names()->Intern(r.src_node);
         r.dst_id = table.names()->Intern(r.dst_node);
         r.src_node.clear();
@@ -71,7 +70,7 @@ struct Fleet {
     const auto& rtts = RttTable();
     size_t n = 0;
     for (auto& batch : batches) {
-      for (ProbeResult& r : batch) {
+      for (ReportedProbe& r : batch) {
         rng_state ^= rng_state << 13;
         rng_state ^= rng_state >> 7;
         rng_state ^= rng_state << 17;
@@ -86,7 +85,7 @@ struct Fleet {
   }
   FakeClock clock;
   PairTable table;
-  std::vector<std::vector<ProbeResult>> batches;
+  std::vector<std::vector<ReportedProbe>> batches;
 };
 
 // Batches of results with node names (args: nodes, 0) or with NodeIds as the gRPC ingest hands
@@ -155,7 +154,7 @@ void BM_SteadyStateBytesPerPairOneHz(benchmark::State& state) {
     {
       FakeClock clock;
       PairTable table(clock, nullptr);
-      std::vector<ProbeResult> batch(kPairs);
+      std::vector<ReportedProbe> batch(kPairs);
       std::vector<int64_t> base(kPairs);
       std::mt19937_64 rng(5);
       std::uniform_int_distribution<int64_t> base_ns(8'000, 30'000);
@@ -169,8 +168,8 @@ void BM_SteadyStateBytesPerPairOneHz(benchmark::State& state) {
       const auto& rtts = RttTable();
       for (int t = 0; t < 700; ++t) {
         for (int i = 0; i < kPairs; ++i) {
-          batch[i].rtt_ns = wide ? rtts[rng() & 0xffff]
-                                 : base[i] + static_cast<int64_t>(jitter(rng));
+          batch[i].rtt_ns =
+              wide ? rtts[rng() & 0xffff] : base[i] + static_cast<int64_t>(jitter(rng));
         }
         table.RecordBatch(batch);
         clock.Advance(std::chrono::seconds(1));

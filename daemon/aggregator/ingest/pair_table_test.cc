@@ -25,9 +25,9 @@ hosts:
   return std::make_shared<const FabricMap>(std::move(m).value());
 }
 
-ProbeResult Result(std::string src, std::string dst, uint16_t port, int64_t rtt,
-                   bool lost = false) {
-  ProbeResult r;
+ReportedProbe Result(std::string src, std::string dst, uint16_t port, int64_t rtt,
+                     bool lost = false) {
+  ReportedProbe r;
   r.src_node = std::move(src);
   r.dst_node = std::move(dst);
   r.src_port = port;
@@ -40,7 +40,7 @@ ProbeResult Result(std::string src, std::string dst, uint16_t port, int64_t rtt,
 TEST(PairTableTest, BatchCreatesPairsWithPathClassesAndFlows) {
   FakeClock clock;
   PairTable table(clock, SmallMap());
-  std::vector<ProbeResult> batch = {
+  std::vector<ReportedProbe> batch = {
       Result("a", "b", 40000, 20'000), Result("a", "c", 40001, 60'000),
       Result("a", "c", 40002, 61'000, true), Result("a", "x", 40003, 70'000)};
   table.RecordBatch(batch);
@@ -105,8 +105,9 @@ TEST(PairTableTest, DropIdleFreesPairsAndInvalidatesHandles) {
 TEST(PairTableTest, FullTableAndUnknownTransportsAreRejectedAndCounted) {
   FakeClock clock;
   PairTable table(clock, nullptr, /*max_pairs=*/2);
-  std::vector<ProbeResult> batch = {Result("a", "b", 1, 10'000), Result("a", "c", 1, 10'000),
-                                    Result("a", "made-up", 1, 10'000), Result("a", "b", 2, 10'000)};
+  std::vector<ReportedProbe> batch = {Result("a", "b", 1, 10'000), Result("a", "c", 1, 10'000),
+                                      Result("a", "made-up", 1, 10'000),
+                                      Result("a", "b", 2, 10'000)};
   batch.push_back(Result("a", "b", 3, 10'000));
   batch.back().transport = static_cast<Transport>(200);  // a bad value from a wire conversion
   EXPECT_EQ(table.RecordBatch(batch), 3u);
@@ -141,7 +142,7 @@ TEST(PairTableTest, ConcurrentBatchesFromManyAgentsLoseNothing) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&table, t] {
       for (int b = 0; b < kBatches; ++b) {
-        std::vector<ProbeResult> batch;
+        std::vector<ReportedProbe> batch;
         for (int i = 0; i < kPerBatch; ++i) {
           batch.push_back(Result("n" + std::to_string(t * 10 + b % 10), "d" + std::to_string(i % 7),
                                  static_cast<uint16_t>(i), 20'000));
@@ -164,11 +165,11 @@ TEST(PairTableTest, ConcurrentBatchesFromManyAgentsLoseNothing) {
 TEST(PairTableTest, RepeatedBatchesLandInTheRightPairsWhateverTheOrder) {
   FakeClock clock;
   PairTable table(clock, SmallMap());
-  const std::vector<ProbeResult> ab = {Result("a", "b", 40000, 20'000),
-                                       Result("a", "c", 40001, 60'000)};
-  const std::vector<ProbeResult> ba = {Result("a", "c", 40001, 61'000),
-                                       Result("a", "b", 40000, 21'000),
-                                       Result("a", "c", 40002, 62'000, true)};
+  const std::vector<ReportedProbe> ab = {Result("a", "b", 40000, 20'000),
+                                         Result("a", "c", 40001, 60'000)};
+  const std::vector<ReportedProbe> ba = {Result("a", "c", 40001, 61'000),
+                                         Result("a", "b", 40000, 21'000),
+                                         Result("a", "c", 40002, 62'000, true)};
   EXPECT_EQ(table.RecordBatch(ab), 2u);
   EXPECT_EQ(table.RecordBatch(ab), 2u);
   EXPECT_EQ(table.RecordBatch(ba), 3u);
@@ -199,12 +200,12 @@ TEST(PairTableTest, ResultsByIdLandWhereResultsByNameDo) {
   auto names = std::make_shared<NameInterner>();
   PairTable table(clock, SmallMap(), PairTable::kDefaultMaxPairs, names);
   EXPECT_EQ(table.names(), names);
-  ProbeResult by_name = Result("a", "c", 40001, 60'000);
-  ProbeResult by_id = Result("", "", 40001, 61'000);
+  ReportedProbe by_name = Result("a", "c", 40001, 60'000);
+  ReportedProbe by_id = Result("", "", 40001, 61'000);
   by_id.src_id = names->Intern("a");
   by_id.dst_id = names->Intern("c");
-  EXPECT_EQ(table.RecordBatch(std::vector<ProbeResult>{by_name}), 1u);
-  EXPECT_EQ(table.RecordBatch(std::vector<ProbeResult>{by_id, by_id}), 2u);
+  EXPECT_EQ(table.RecordBatch(std::vector<ReportedProbe>{by_name}), 1u);
+  EXPECT_EQ(table.RecordBatch(std::vector<ReportedProbe>{by_id, by_id}), 2u);
   EXPECT_EQ(table.PairCount(), 1u);
   int visited = 0;
   table.VisitPair("a", "c", Transport::kUdp, [&](const PairView& v) {

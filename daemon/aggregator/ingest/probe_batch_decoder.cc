@@ -16,7 +16,7 @@ constexpr std::array<std::string_view, kColumnErrorCount> kColumnErrorNames = {
     "none", "too_large", "name_table", "column_length", "index_out_of_range"};
 
 // The next output slot, growing `out` only when every existing element is in use.
-ProbeResult& Slot(std::vector<ProbeResult>& out, size_t& used) {
+ReportedProbe& Slot(std::vector<ReportedProbe>& out, size_t& used) {
   if (used == out.size()) out.emplace_back();
   return out[used++];
 }
@@ -119,7 +119,7 @@ std::optional<Transport> TransportFromWire(int wire) {
 namespace {
 
 // Names the nodes of result `x`: by name (`with_names`, ids kNoNode) or by id (names emptied).
-void SetNodes(ProbeResult& x, bool with_names, std::string_view node, NodeId node_id,
+void SetNodes(ReportedProbe& x, bool with_names, std::string_view node, NodeId node_id,
               std::string_view peer, NodeId peer_id) {
   if (with_names) {
     x.src_node.assign(node);
@@ -142,7 +142,7 @@ bool SameNameTable(const v1::ProbeColumns& c, const PeerNameCache& cache) {
 // The shared body of both DecodeProbeBatch forms. `resolve` answers kNoNode to refuse a peer.
 DecodeOutcome Decode(std::string_view node, NodeId node_id, const v1::ProbeBatch& batch,
                      const PeerResolver& resolve, bool with_names, PeerNameCache* cache,
-                     uint64_t epoch, std::vector<ProbeResult>& out) {
+                     uint64_t epoch, std::vector<ReportedProbe>& out) {
   DecodeOutcome o;
   size_t used = 0;
   for (const v1::ProbeResult& r : batch.results()) {
@@ -156,7 +156,7 @@ DecodeOutcome Decode(std::string_view node, NodeId node_id, const v1::ProbeBatch
       ++o.invalid_results;
       continue;
     }
-    ProbeResult& x = Slot(out, used);
+    ReportedProbe& x = Slot(out, used);
     SetNodes(x, with_names, node, node_id, r.peer(), peer);
     x.transport = *t;
     x.src_port = static_cast<uint16_t>(r.src_port());
@@ -222,7 +222,7 @@ DecodeOutcome Decode(std::string_view node, NodeId node_id, const v1::ProbeBatch
           ++o.invalid_results;
           continue;
         }
-        ProbeResult& x = Slot(out, used);
+        ReportedProbe& x = Slot(out, used);
         SetNodes(x, with_names, node, node_id, with_names ? name_of(peer) : std::string_view(), id);
         x.transport = *t;
         x.src_port = static_cast<uint16_t>(src_port);
@@ -244,7 +244,7 @@ DecodeOutcome Decode(std::string_view node, NodeId node_id, const v1::ProbeBatch
 }  // namespace
 
 DecodeOutcome DecodeProbeBatch(std::string_view node, const v1::ProbeBatch& batch,
-                               const PeerFilter& accept_peer, std::vector<ProbeResult>& out) {
+                               const PeerFilter& accept_peer, std::vector<ReportedProbe>& out) {
   // Any id but kNoNode accepts; the results carry names.
   const PeerResolver accept = [&](std::string_view peer) {
     return accept_peer(peer) ? NodeId{0} : kNoNode;
@@ -253,7 +253,7 @@ DecodeOutcome DecodeProbeBatch(std::string_view node, const v1::ProbeBatch& batc
 }
 
 DecodeOutcome DecodeProbeBatch(std::string_view node, NodeId node_id, const v1::ProbeBatch& batch,
-                               const PeerResolver& resolve, std::vector<ProbeResult>& out,
+                               const PeerResolver& resolve, std::vector<ReportedProbe>& out,
                                PeerNameCache* cache, uint64_t epoch) {
   return Decode(node, node_id, batch, resolve, /*with_names=*/false, cache, epoch, out);
 }

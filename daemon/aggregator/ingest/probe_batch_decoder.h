@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "daemon/aggregator/model/probe_result.h"
+#include "daemon/aggregator/model/reported_probe.h"
 #include "fabricwatch.pb.h"
 
 namespace fw::aggregator {
@@ -51,7 +51,7 @@ using PeerFilter = std::function<bool(std::string_view peer)>;
 // steady state.
 // Never crashes and never allocates in proportion to claimed (rather than present) sizes.
 DecodeOutcome DecodeProbeBatch(std::string_view node, const fabricwatch::v1::ProbeBatch& batch,
-                               const PeerFilter& accept_peer, std::vector<ProbeResult>& out);
+                               const PeerFilter& accept_peer, std::vector<ReportedProbe>& out);
 
 // Maps a peer name to its NodeId, or kNoNode to drop its results as invalid. Called at most once
 // per distinct name of a column block (not at all on a PeerNameCache hit), and once per entry of
@@ -77,7 +77,7 @@ struct PeerNameCache {
 // which nodes are known); a cache filled under another epoch is not used.
 DecodeOutcome DecodeProbeBatch(std::string_view node, NodeId node_id,
                                const fabricwatch::v1::ProbeBatch& batch,
-                               const PeerResolver& resolve, std::vector<ProbeResult>& out,
+                               const PeerResolver& resolve, std::vector<ReportedProbe>& out,
                                PeerNameCache* cache = nullptr, uint64_t epoch = 0);
 
 // Wire transport to ours; nullopt for UNSPECIFIED and unknown values.

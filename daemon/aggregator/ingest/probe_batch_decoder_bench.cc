@@ -63,7 +63,7 @@ std::string ColumnsWire() {
 // Parses into one reused message, as the aggregator's reactor does, then decodes.
 void Run(benchmark::State& state, const std::string& wire) {
   v1::ProbeBatch batch;
-  std::vector<ProbeResult> out;
+  std::vector<ReportedProbe> out;
   const PeerFilter any = [](std::string_view) { return true; };
   for (auto _ : state) {
     batch.ParseFromString(wire);

@@ -27,7 +27,7 @@ size_t Rows(const fabricwatch::v1::ProbeBatch& batch, const fw::aggregator::Deco
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fabricwatch::v1::ProbeBatch batch;
   if (!batch.ParseFromArray(data, static_cast<int>(size))) return 0;
-  static std::vector<fw::aggregator::ProbeResult> out;
+  static std::vector<fw::aggregator::ReportedProbe> out;
   // Refuse one name so the filter's branch is exercised too.
   const fw::aggregator::PeerFilter filter = [](std::string_view p) { return p != "refused"; };
   const auto o = fw::aggregator::DecodeProbeBatch("self", batch, filter, out);

@@ -71,7 +71,7 @@ v1::ProbeBatch RowBatch() {
   return b;
 }
 
-void ExpectSame(const ProbeResult& a, const ProbeResult& b) {
+void ExpectSame(const ReportedProbe& a, const ReportedProbe& b) {
   EXPECT_EQ(a.src_node, b.src_node);
   EXPECT_EQ(a.dst_node, b.dst_node);
   EXPECT_EQ(a.transport, b.transport);
@@ -85,7 +85,7 @@ void ExpectSame(const ProbeResult& a, const ProbeResult& b) {
 }
 
 TEST(ProbeBatchDecoderTest, ColumnsAndResultsDecodeToTheSameResults) {
-  std::vector<ProbeResult> from_cols, from_rows;
+  std::vector<ReportedProbe> from_cols, from_rows;
   const DecodeOutcome oc = DecodeProbeBatch("me", ColumnBatch(), kAnyPeer, from_cols);
   const DecodeOutcome orow = DecodeProbeBatch("me", RowBatch(), kAnyPeer, from_rows);
   ASSERT_EQ(oc.column_error, ColumnError::kNone);
@@ -103,7 +103,7 @@ TEST(ProbeBatchDecoderTest, ColumnsAndResultsDecodeToTheSameResults) {
 TEST(ProbeBatchDecoderTest, ABatchWithBothFormsYieldsResultsThenRows) {
   v1::ProbeBatch b = ColumnBatch();
   *b.mutable_results() = RowBatch().results();
-  std::vector<ProbeResult> out;
+  std::vector<ReportedProbe> out;
   const DecodeOutcome o = DecodeProbeBatch("me", b, kAnyPeer, out);
   EXPECT_EQ(o.appended, 6u);
   for (size_t i = 0; i < 3; ++i) ExpectSame(out[i], out[i + 3]);
@@ -114,7 +114,7 @@ TEST(ProbeBatchDecoderTest, EmptyOptionalColumnsMeanDefaults) {
   v1::ProbeColumns& c = *b.mutable_columns();
   c.add_peer(AddName(c, "node-a"));
   c.add_transport(v1::TRANSPORT_UDP);
-  std::vector<ProbeResult> out;
+  std::vector<ReportedProbe> out;
   const DecodeOutcome o = DecodeProbeBatch("me", b, kAnyPeer, out);
   ASSERT_EQ(o.appended, 1u);
   EXPECT_EQ(out[0].src_port, 0);
@@ -143,7 +143,7 @@ TEST(ProbeBatchDecoderTest, BadRowsAreDroppedOneByOneAndTheFilterRunsOncePerName
     ++asked;
     return p != "stranger";
   };
-  std::vector<ProbeResult> out;
+  std::vector<ReportedProbe> out;
   const DecodeOutcome o = DecodeProbeBatch("me", b, filter, out);
   EXPECT_EQ(o.column_error, ColumnError::kNone);
   EXPECT_EQ(o.appended, 2u);
@@ -166,7 +166,7 @@ TEST_P(MalformedColumnsTest, RefusedWholeWithItsReason) {
   v1::ProbeBatch b = ColumnBatch();
   *b.mutable_results() = RowBatch().results();  // rows in results[] still count
   GetParam().mutate(*b.mutable_columns());
-  std::vector<ProbeResult> out;
+  std::vector<ReportedProbe> out;
   const DecodeOutcome o = DecodeProbeBatch("me", b, kAnyPeer, out);
   EXPECT_EQ(o.column_error, GetParam().want) << ColumnErrorName(o.column_error);
   EXPECT_EQ(o.appended, 3u);
@@ -220,7 +220,7 @@ TEST(ProbeBatchDecoderTest, Utf8NamesAreAccepted) {
                      "n\xc3\xb6"
                      "de-\xe2\x82\xac"));  // "nöde-€"
   c.add_transport(v1::TRANSPORT_UDP);
-  std::vector<ProbeResult> out;
+  std::vector<ReportedProbe> out;
   const DecodeOutcome o = DecodeProbeBatch("me", b, kAnyPeer, out);
   EXPECT_EQ(o.column_error, ColumnError::kNone);
   ASSERT_EQ(o.appended, 1u);
@@ -230,9 +230,9 @@ TEST(ProbeBatchDecoderTest, Utf8NamesAreAccepted) {
 }
 
 TEST(ProbeBatchDecoderTest, OutputSlotsAreReusedAcrossBatches) {
-  std::vector<ProbeResult> out;
+  std::vector<ReportedProbe> out;
   DecodeProbeBatch("me", ColumnBatch(), kAnyPeer, out);
-  const ProbeResult* first = out.data();
+  const ReportedProbe* first = out.data();
   const size_t size = out.size();
   DecodeProbeBatch("me", ColumnBatch(), kAnyPeer, out);
   EXPECT_EQ(out.data(), first);
@@ -244,7 +244,7 @@ TEST(ProbeBatchDecoderTest, IdFormCarriesResolvedIdsInsteadOfNames) {
   NameInterner names;
   const NodeId me = names.Intern("me");
   const PeerResolver resolve = [&](std::string_view p) { return names.Intern(p); };
-  std::vector<ProbeResult> by_name, by_id;
+  std::vector<ReportedProbe> by_name, by_id;
   DecodeProbeBatch("me", ColumnBatch(), kAnyPeer, by_name);
   const DecodeOutcome o = DecodeProbeBatch("me", me, ColumnBatch(), resolve, by_id);
   ASSERT_EQ(o.appended, 3u);
@@ -257,7 +257,7 @@ TEST(ProbeBatchDecoderTest, IdFormCarriesResolvedIdsInsteadOfNames) {
     EXPECT_EQ(by_name[i].src_id, kNoNode);
   }
   // results[] entries resolve too.
-  std::vector<ProbeResult> rows;
+  std::vector<ReportedProbe> rows;
   ASSERT_EQ(DecodeProbeBatch("me", me, RowBatch(), resolve, rows).appended, 3u);
   EXPECT_EQ(rows[1].dst_id, by_id[1].dst_id);
 }
@@ -273,7 +273,7 @@ TEST(ProbeBatchDecoderTest, RepeatedNameTableIsResolvedOncePerEpoch) {
     return refuse_b && p == "node-b" ? kNoNode : names.Intern(p);
   };
   PeerNameCache cache;
-  std::vector<ProbeResult> out;
+  std::vector<ReportedProbe> out;
   EXPECT_EQ(DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 1).appended, 3u);
   EXPECT_EQ(asked, 2);  // node-a and node-b; the NIC name is never a peer
   EXPECT_EQ(DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 1).appended, 3u);
@@ -291,7 +291,7 @@ TEST(ProbeBatchDecoderTest, RepeatedNameTableIsResolvedOncePerEpoch) {
   v1::ProbeBatch b = ColumnBatch();
   b.mutable_columns()->set_name_lengths(0, 5);  // "node-" + "anode-b" + "mlx5_0"
   b.mutable_columns()->set_name_lengths(1, 7);
-  std::vector<ProbeResult> other;
+  std::vector<ReportedProbe> other;
   const DecodeOutcome o2 = DecodeProbeBatch("me", 0, b, resolve, other, &cache, 2);
   ASSERT_EQ(o2.appended, 3u);
   EXPECT_EQ(names.NameOf(other[0].dst_id), "node-");
@@ -315,7 +315,7 @@ TEST(ProbeBatchDecoderTest, CacheHitResolvesANameFirstUsedNow) {
     return names.Intern(p);
   };
   PeerNameCache cache;
-  std::vector<ProbeResult> out;
+  std::vector<ReportedProbe> out;
   DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 1);
   v1::ProbeBatch b = ColumnBatch();
   b.mutable_columns()->set_peer(2, 2);  // the third name, so far only a NIC column's
@@ -331,7 +331,7 @@ TEST(ProbeBatchDecoderTest, CacheHitStillChecksTheColumns) {
   NameInterner names;
   const PeerResolver resolve = [&](std::string_view p) { return names.Intern(p); };
   PeerNameCache cache;
-  std::vector<ProbeResult> out;
+  std::vector<ReportedProbe> out;
   DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 1);
   v1::ProbeBatch b = ColumnBatch();
   b.mutable_columns()->set_peer(2, 3);

@@ -27,8 +27,8 @@ ProbeIngest::ProbeIngest(std::shared_ptr<NameInterner> names, metrics::Registry&
         return handles;
       }()) {}
 
-std::span<const ProbeResult> ProbeIngest::Decode(const std::string& node,
-                                                 const fabricwatch::v1::ProbeBatch& batch) {
+std::span<const ReportedProbe> ProbeIngest::Decode(const std::string& node,
+                                                   const fabricwatch::v1::ProbeBatch& batch) {
   const auto known = std::atomic_load(&known_nodes_);
   const NodeId src = names_->Intern(node);
   // Any peer before the first plan, then only nodes that said Hello. Called once per distinct
@@ -40,7 +40,7 @@ std::span<const ProbeResult> ProbeIngest::Decode(const std::string& node,
   };
   // Decoded into a reused per-thread buffer: ingest allocates only when a batch is larger than
   // any this thread has seen.
-  thread_local std::vector<ProbeResult> results;
+  thread_local std::vector<ReportedProbe> results;
   DecodeOutcome o;
   {
     NameCacheShard& cache = name_caches_[src % kNameCacheShards];

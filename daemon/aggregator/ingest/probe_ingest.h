@@ -17,7 +17,7 @@
 #include "daemon/aggregator/ingest/fleet_state.h"
 #include "daemon/aggregator/ingest/probe_batch_decoder.h"
 #include "daemon/aggregator/model/name_interner.h"
-#include "daemon/aggregator/model/probe_result.h"
+#include "daemon/aggregator/model/reported_probe.h"
 #include "fabricwatch.pb.h"
 
 namespace fw::metrics {
@@ -34,8 +34,8 @@ class ProbeIngest {
 
   // Decodes `batch` from agent `node` into a per-thread buffer and returns its valid results, with
   // src_id and dst_id set. The span stays valid until this thread's next Decode().
-  std::span<const ProbeResult> Decode(const std::string& node,
-                                      const fabricwatch::v1::ProbeBatch& batch);
+  std::span<const ReportedProbe> Decode(const std::string& node,
+                                        const fabricwatch::v1::ProbeBatch& batch);
 
   // From now on, results are accepted only for peers among `nodes` (the agents that said Hello).
   // Before the first call every peer is accepted.

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "daemon/aggregator/model/name_interner.h"
-#include "daemon/aggregator/model/probe_result.h"
+#include "daemon/aggregator/model/reported_probe.h"
 
 namespace fw::aggregator {
 
@@ -34,7 +34,7 @@ class SourceRuns {
   SourceRuns& operator=(const SourceRuns&) = delete;
 
   // Moves to result `r`, locking its source's shard if it is another one.
-  void Enter(const ProbeResult& r) {
+  void Enter(const ReportedProbe& r) {
     const bool by_id = r.src_id != kNoNode;
     if (shard_ == nullptr || (by_id ? r.src_id != src_ : r.src_node != last_src_)) {
       EndRun();

@@ -1,7 +1,10 @@
 #include "daemon/aggregator/ingest/wire_convert.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace fw::aggregator {
 
@@ -48,6 +51,34 @@ std::vector<Finding> FindingsFromWire(const std::string& node, const v1::CheckRe
   return findings;
 }
 
+namespace {
+
+// An RDMA endpoint from Hello, checked the way the agent checks a planned one
+// (rdma_wire.cc EndpointFromProto): a bad one is left out of the plans, with a log line.
+std::optional<RdmaPort> RdmaPortFromWire(const std::string& node, const v1::RdmaEndpoint& e) {
+  const bool ib = e.link_layer() == "InfiniBand";
+  const char* why = nullptr;
+  if (!ib && e.link_layer() != "Ethernet") {
+    why = "unknown link layer";
+  } else if (e.port() < 1 || e.port() > 255 || e.gid_index() > 255 || e.lid() > 0xffff) {
+    why = "port, GID index or LID out of range";
+  } else if (e.gid().size() != 16 || e.qpn() == 0 || e.qpn() > 0xffffff) {
+    why = "GID not 16 bytes or QPN out of range";
+  } else if (e.device().empty() || e.device().size() > 64 || e.timestamps().size() > 32) {
+    why = "device or timestamp source name empty or too long";
+  } else if (ib ? e.lid() == 0 : e.gid() == std::string(16, '\0')) {
+    why = "no LID (InfiniBand) or no GID (RoCE)";
+  }
+  if (why != nullptr) {
+    spdlog::warn("msg=\"rdma endpoint refused\" node={} reason=\"{}\"", node, why);
+    return std::nullopt;
+  }
+  return RdmaPort{e.device(),    e.port(), e.link_layer(), e.lid(),       e.gid(),
+                  e.gid_index(), e.qpn(),  e.qkey(),       e.timestamps()};
+}
+
+}  // namespace
+
 std::vector<AgentInfo> LiveAgents(const std::vector<NodeView>& nodes) {
   std::vector<AgentInfo> live;
   for (const NodeView& n : nodes) {
@@ -55,6 +86,12 @@ std::vector<AgentInfo> LiveAgents(const std::vector<NodeView>& nodes) {
     AgentInfo a;
     a.node = n.name;
     for (const auto& e : n.endpoints) {
+      if (e.transport() == v1::TRANSPORT_RDMA_UD) {
+        if (std::optional<RdmaPort> port = RdmaPortFromWire(n.name, e.rdma())) {
+          a.rdma.push_back(std::move(*port));
+        }
+        continue;
+      }
       if (e.transport() != v1::TRANSPORT_UDP || e.address().empty() || e.port() > 65535) continue;
       a.endpoints.push_back({e.address(), static_cast<uint16_t>(e.port()), e.nic()});
     }

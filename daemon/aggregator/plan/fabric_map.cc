@@ -101,6 +101,21 @@ bool ValidAddress(const std::string& s) {
   return inet_pton(AF_INET, s.c_str(), buf) == 1 || inet_pton(AF_INET6, s.c_str(), buf) == 1;
 }
 
+// The canonical text of an IPv4 or IPv6 address ("::ffff:1.2.3.4" and "1.2.3.4" stay distinct);
+// nullopt when it is neither.
+std::optional<std::string> CanonicalAddress(std::string_view text) {
+  if (text.size() >= INET6_ADDRSTRLEN) return std::nullopt;
+  const std::string s(text);
+  unsigned char buf[16];
+  char out[INET6_ADDRSTRLEN];
+  for (int family : {AF_INET, AF_INET6}) {
+    if (inet_pton(family, s.c_str(), buf) == 1 && inet_ntop(family, buf, out, sizeof out)) {
+      return std::string(out);
+    }
+  }
+  return std::nullopt;
+}
+
 // Reads the string value of `key` in map entry `entry`, which `where` names ("switches[2]").
 StatusOr<std::string> ScalarField(const ErrorSink& err, const YAML::Node& entry,
                                   const std::string& where, const char* key) {
@@ -182,7 +197,7 @@ StatusOr<FabricMap> FabricMap::Parse(std::string_view yaml, std::string_view sou
       const YAML::Node e = switches[i];
       const std::string where = "switches[" + std::to_string(i) + "]";
       if (!e.IsMap()) return err.At(e, where + ": expected {name, tier}");
-      if (Status s = CheckKeys(err, e, where, {"name", "tier"}); !s.ok()) return s;
+      if (Status s = CheckKeys(err, e, where, {"name", "tier", "addresses"}); !s.ok()) return s;
       auto name = ScalarField(err, e, where, "name");
       if (!name.ok()) return name.status();
       auto tier_s = ScalarField(err, e, where, "tier");
@@ -201,7 +216,32 @@ StatusOr<FabricMap> FabricMap::Parse(std::string_view yaml, std::string_view sou
         return err.At(e, where + ": duplicate switch '" + *name + "' (first on line " +
                              std::to_string(map.switches_[map.switch_by_name_[*name]].line) + ")");
       }
-      map.switches_.push_back(Switch{*name, *tier, LineOf(e)});
+      Switch sw{*name, *tier, LineOf(e), {}};
+      if (const YAML::Node addrs = e["addresses"]) {
+        constexpr size_t kMaxAddresses = 1024;
+        if (!addrs.IsSequence() || addrs.size() > kMaxAddresses) {
+          return err.At(addrs, where + ": addresses: expected a list of at most " +
+                                   std::to_string(kMaxAddresses) + " IP addresses");
+        }
+        for (const YAML::Node& a : addrs) {
+          std::optional<std::string> canonical =
+              a.IsScalar() ? CanonicalAddress(a.Scalar()) : std::nullopt;
+          if (!canonical) {
+            return err.At(a,
+                          where + ": addresses: '" +
+                              Truncated(a.IsScalar() ? a.Scalar() : std::string("(not a value)")) +
+                              "' is not an IP address");
+          }
+          if (auto [it, fresh] = map.switch_by_address_.emplace(*canonical, index); !fresh) {
+            return err.At(
+                a, where + ": address " + *canonical + " is already " +
+                       (it->second == index ? std::string("listed")
+                                            : "switch " + map.switches_[it->second].name + "'s"));
+          }
+          sw.addresses.push_back(std::move(*canonical));
+        }
+      }
+      map.switches_.push_back(std::move(sw));
     }
     map.adjacency_.resize(map.switches_.size());
     map.nics_by_switch_.resize(map.switches_.size());
@@ -301,6 +341,30 @@ StatusOr<FabricMap> FabricMap::Parse(std::string_view yaml, std::string_view sou
                                    ": " + e.msg);
   }
   return map;
+}
+
+std::optional<SwitchIndex> FabricMap::SwitchAtAddress(std::string_view address) const {
+  if (switch_by_address_.empty()) return std::nullopt;
+  std::optional<std::string> canonical = CanonicalAddress(address);
+  if (!canonical) return std::nullopt;
+  auto it = switch_by_address_.find(*canonical);
+  if (it == switch_by_address_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<SwitchIndex> FabricMap::SwitchesOnPath(const PathSet& paths, size_t path) const {
+  std::vector<SwitchIndex> out;
+  if (!paths.core || path >= paths.core->paths.size() || paths.src_access >= links_.size()) {
+    return out;
+  }
+  SwitchIndex at = links_[paths.src_access].a;  // the source NIC's leaf
+  out.push_back(at);
+  for (LinkIndex l : paths.core->paths[path]) {
+    const Link& link = links_[l];
+    at = link.a == at ? link.b : link.a;
+    out.push_back(at);
+  }
+  return out;
 }
 
 std::optional<SwitchIndex> FabricMap::FindSwitch(std::string_view name) const {

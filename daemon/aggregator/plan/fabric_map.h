@@ -34,6 +34,8 @@ struct Switch {
   std::string name;
   SwitchTier tier = SwitchTier::kLeaf;
   int line = 0;  // 1-based line in the map file
+  // The addresses it answers from (ICMP time exceeded to path traces), in canonical text form.
+  std::vector<std::string> addresses;
 };
 
 // A link. Switch-to-switch links come from the map and have id "a~b" with a < b. Each host NIC also
@@ -141,6 +143,12 @@ class FabricMap {
   const std::vector<HostNic>& host_nics() const { return host_nics_; }
 
   std::optional<SwitchIndex> FindSwitch(std::string_view name) const;
+  // The switch that answers from `address` (any textual form inet_pton reads); nullopt for an
+  // address in no switch's `addresses` list.
+  std::optional<SwitchIndex> SwitchAtAddress(std::string_view address) const;
+  // The switches path `path` of `paths` crosses, in order from the source's leaf to the
+  // destination's leaf (one switch for an intra-leaf pair). Empty for an unknown pair or index.
+  std::vector<SwitchIndex> SwitchesOnPath(const PathSet& paths, size_t path) const;
   std::optional<LinkIndex> FindLink(std::string_view id) const;
   std::optional<HostNicIndex> FindHostNic(std::string_view node, std::string_view nic) const;
   // The NICs of a node in map order; empty when the node is not in the map.
@@ -170,6 +178,7 @@ class FabricMap {
   std::vector<Link> links_;  // switch links first, then one access link per host NIC
   std::vector<HostNic> host_nics_;
   std::unordered_map<std::string, SwitchIndex> switch_by_name_;
+  std::unordered_map<std::string, SwitchIndex> switch_by_address_;  // canonical address text
   std::unordered_map<std::string, LinkIndex> link_by_id_;
   std::unordered_map<std::string, std::vector<HostNicIndex>> nics_by_node_;
   std::vector<std::vector<HostNicIndex>> nics_by_switch_;

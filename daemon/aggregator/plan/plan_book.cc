@@ -32,6 +32,22 @@ v1::Transport ToWire(Transport t) {
   return v1::TRANSPORT_UNSPECIFIED;
 }
 
+// An RDMA UD peer's route: the local device in src_nic, the peer's port in dst_nic and `rdma`.
+void RdmaToWire(const RdmaRoute& r, v1::PlannedPeer& pp) {
+  pp.set_src_nic(r.src_device);
+  pp.set_dst_nic(r.dst.device);
+  v1::RdmaEndpoint* e = pp.mutable_rdma();
+  e->set_device(r.dst.device);
+  e->set_port(r.dst.port);
+  e->set_link_layer(r.dst.link_layer);
+  e->set_lid(r.dst.lid);
+  e->set_gid(r.dst.gid);
+  e->set_gid_index(r.dst.gid_index);
+  e->set_qpn(r.dst.qpn);
+  e->set_qkey(r.dst.qkey);
+  e->set_timestamps(r.dst.timestamps);
+}
+
 }  // namespace
 
 PlanBook::PlanBook(PlannerConfig config, std::shared_ptr<const FabricMap> map, const Clock& clock,
@@ -130,6 +146,7 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live) {
       for (uint32_t f = 0; f < peer.flows; ++f) pp->add_src_ports(f);
       pp->set_rate_pps(peer.rate_pps);
       pp->set_bandwidth(peer.bandwidth);
+      if (peer.rdma) RdmaToWire(*peer.rdma, *pp);
     }
     plan = {};
     // Deterministic serialization, so equal plans hash equal (the version is not set yet).

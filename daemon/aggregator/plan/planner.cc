@@ -9,6 +9,7 @@
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace fw::aggregator {
 namespace {
@@ -156,6 +157,9 @@ PlanSummary Planner::PlanEach(const std::vector<AgentInfo>& live, const PlanSink
   const FleetFactors cap = FleetCap(demand.intra, demand.other, out.notes);
   // Finishes a node's plan (cap, overlays) and hands it over.
   auto hand_over = [&](const std::string& node, Plan plan) {
+    if (auto self = agent_of.find(node); self != agent_of.end()) {
+      AddRdmaPeers(*self->second, agent_of, plan);
+    }
     Finish(node, plan, cap, out.notes);
     for (const PlanOverlay& o : overlays) {
       ApplyOverlay(
@@ -380,6 +384,60 @@ void Planner::PlanWithoutMap(const std::vector<const AgentInfo*>& agents,
   }
 }
 
+namespace {
+
+// The port of `dst` on the same rail as `src` (local port number `i` of the source): the one with
+// the same device name, else the i-th of those with the same link layer (IB and RoCE ports cannot
+// reach each other). Null when `dst` has none.
+const RdmaPort* RailPeer(const RdmaPort& src, size_t i, const std::vector<RdmaPort>& dst) {
+  std::vector<const RdmaPort*> same_layer;
+  for (const RdmaPort& d : dst) {
+    if (d.link_layer != src.link_layer) continue;
+    if (d.device == src.device) return &d;
+    same_layer.push_back(&d);
+  }
+  return same_layer.empty() ? nullptr : same_layer[i % same_layer.size()];
+}
+
+}  // namespace
+
+void Planner::AddRdmaPeers(const AgentInfo& src, const AgentIndex& agent_of, Plan& plan) const {
+  if (!config_.rdma_ud || src.rdma.empty()) return;
+  // The RDMA peers follow the latency plan: the same nodes, so the representatives and the
+  // intra-leaf mesh the planner chose for the fabric are probed over the NIC's RDMA path too.
+  std::unordered_set<std::string_view> done;
+  const size_t latency_peers = plan.peers.size();
+  for (size_t k = 0; k < latency_peers; ++k) {
+    if (plan.peers[k].transport == Transport::kRdmaUd ||
+        plan.peers[k].transport == Transport::kRdmaRc) {
+      continue;
+    }
+    auto it = agent_of.find(plan.peers[k].node);
+    if (it == agent_of.end() || it->second->rdma.empty() || !done.insert(it->first).second) {
+      continue;
+    }
+    const AgentInfo& dst = *it->second;
+    for (size_t i = 0; i < src.rdma.size(); ++i) {
+      const RdmaPort* to = RailPeer(src.rdma[i], i, dst.rdma);
+      if (to == nullptr) continue;
+      PlannedPeer p;
+      p.node = dst.node;
+      p.address = plan.peers[k].address;  // informational: RDMA targets are addressed by `rdma`
+      p.port = plan.peers[k].port;
+      p.flows = std::clamp<uint32_t>(plan.peers[k].flows, 1, std::max(1u, config_.rdma_max_flows));
+      p.transport = Transport::kRdmaUd;
+      p.path_class = plan.peers[k].path_class;
+      const double cap = p.path_class == PathClass::kIntraLeaf ? config_.rdma_intra_leaf_pps
+                                                               : config_.rdma_other_pps;
+      if (!(cap > 0) || !std::isfinite(cap)) continue;
+      p.rate_pps = cap / p.flows;
+      p.bandwidth = false;
+      p.rdma = std::make_shared<const RdmaRoute>(RdmaRoute{src.rdma[i].device, *to});
+      plan.peers.push_back(std::move(p));
+    }
+  }
+}
+
 Planner::FleetFactors Planner::FleetCap(double intra, double other,
                                         std::vector<std::string>& notes) const {
   const double cap = config_.fleet_results_per_s;
@@ -400,8 +458,14 @@ Planner::FleetFactors Planner::FleetCap(double intra, double other,
 
 void Planner::Finish(const std::string& node, Plan& plan, const FleetFactors& cap,
                      std::vector<std::string>& notes) const {
-  std::sort(plan.peers.begin(), plan.peers.end(), [](const PlannedPeer& a, const PlannedPeer& b) {
-    return std::tie(a.node, a.address, a.src_address) < std::tie(b.node, b.address, b.src_address);
+  // The RDMA peers of a node share its address: their transport and local device order them.
+  static const std::string kNoDevice;
+  auto device = [](const PlannedPeer& p) -> const std::string& {
+    return p.rdma ? p.rdma->src_device : kNoDevice;
+  };
+  std::sort(plan.peers.begin(), plan.peers.end(), [&](const PlannedPeer& a, const PlannedPeer& b) {
+    return std::tie(a.node, a.address, a.src_address, a.transport, device(a)) <
+           std::tie(b.node, b.address, b.src_address, b.transport, device(b));
   });
   for (PlannedPeer& p : plan.peers) {
     p.rate_pps *= p.path_class == PathClass::kIntraLeaf ? cap.intra : cap.other;
@@ -439,7 +503,8 @@ void Planner::Finish(const std::string& node, Plan& plan, const FleetFactors& ca
   // Bandwidth bursts: every peer once per interval, stretched until they fit their share.
   const double bw_allow = std::min(config_.budget_bytes_per_s * config_.bw_budget_share,
                                    config_.budget_bytes_per_s - latency_bytes);
-  const double bw_peers = static_cast<double>(plan.peers.size());
+  const double bw_peers = static_cast<double>(std::count_if(
+      plan.peers.begin(), plan.peers.end(), [](const PlannedPeer& p) { return p.bandwidth; }));
   double bw_rate = 0;
   if (bw_peers > 0 && (bw_allow <= 0 || burst <= 0)) {
     for (PlannedPeer& p : plan.peers) p.bandwidth = false;

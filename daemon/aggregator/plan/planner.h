@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "daemon/aggregator/model/probe_result.h"
+#include "daemon/aggregator/model/reported_probe.h"
 #include "daemon/aggregator/plan/fabric_map.h"
 #include "daemon/aggregator/plan/plan_overlay.h"
 
@@ -24,9 +24,30 @@ struct ProbeEndpoint {
   std::string nic;  // optional: the NIC that owns the address
 };
 
+// An RDMA port's UD probe endpoint from Hello (fabricwatch.v1.RdmaEndpoint), passed on to the
+// peers that probe it. Validated at ingest (wire_convert.cc); the planner only pairs ports.
+struct RdmaPort {
+  std::string device;      // mlx5_0: ports of the same name on two nodes are the same rail
+  uint32_t port = 0;       // 1..255
+  std::string link_layer;  // InfiniBand | Ethernet: only equal link layers are paired
+  uint32_t lid = 0;
+  std::string gid;  // 16 bytes
+  uint32_t gid_index = 0;
+  uint32_t qpn = 0;
+  uint32_t qkey = 0;
+  std::string timestamps;
+};
+
 struct AgentInfo {
   std::string node;
   std::vector<ProbeEndpoint> endpoints;
+  std::vector<RdmaPort> rdma = {};  // empty: no RDMA UD probes to or from this node
+};
+
+// A planned RDMA UD target: the local port to probe from and the peer's port.
+struct RdmaRoute {
+  std::string src_device;
+  RdmaPort dst;
 };
 
 struct PlannerConfig {
@@ -48,6 +69,15 @@ struct PlannerConfig {
   size_t sampled_peers = 16;        // ... and beyond it, this many peers per node
   Transport latency_transport = Transport::kUdp;
   uint16_t default_port = 9753;
+  // RDMA UD (docs/rdma.md): a node with RDMA ports probes the RDMA ports of the nodes its latency
+  // plan names, rail by rail, with up to rdma_max_flows flow labels. Each target (one peer port)
+  // gets at most this many probes/s over all its flows: pairs on one leaf are few and tell the
+  // most, pairs across leaves (or of unknown path) are many and share the spine links. The fleet
+  // cap and the node budget may lower them further, never raise them.
+  bool rdma_ud = true;
+  double rdma_intra_leaf_pps = 10.0;
+  double rdma_other_pps = 1.0;
+  uint32_t rdma_max_flows = 4;
 };
 
 struct PlannedPeer {
@@ -62,6 +92,7 @@ struct PlannedPeer {
   double rate_pps = 0;                         // per flow
   PathClass path_class = PathClass::kUnknown;  // what the map says about this NIC pair
   bool bandwidth = true;                       // also gets one bandwidth burst per bw_interval_s
+  std::shared_ptr<const RdmaRoute> rdma;       // Transport::kRdmaUd only
 };
 
 struct Budget {
@@ -152,6 +183,8 @@ class Planner {
   FleetFactors FleetCap(double intra, double other, std::vector<std::string>& notes) const;
   void Finish(const std::string& node, Plan& plan, const FleetFactors& cap,
               std::vector<std::string>& notes) const;
+  // Adds an RDMA UD peer per rail for every node `src`'s latency peers name, where both have RDMA.
+  void AddRdmaPeers(const AgentInfo& src, const AgentIndex& agent_of, Plan& plan) const;
 
   PlannerConfig config_;
   std::shared_ptr<const FabricMap> map_;

@@ -21,10 +21,10 @@ void Collection::Reset() {
   for (auto& [k, v] : pairs_) v = PairSamples{};
 }
 
-void QualifyInputs::OnResults(std::span<const aggregator::ProbeResult> results) {
+void QualifyInputs::OnResults(std::span<const aggregator::ReportedProbe> results) {
   if (collecting_.load(std::memory_order_acquire) == 0) return;
   std::shared_lock lock(mu_);
-  for (const aggregator::ProbeResult& r : results) {
+  for (const aggregator::ReportedProbe& r : results) {
     if (r.transport != aggregator::Transport::kUdp || r.src_id == aggregator::kNoNode) continue;
     auto it = by_pair_.find(Key(r.src_id, r.dst_id));
     if (it == by_pair_.end()) continue;

@@ -17,7 +17,7 @@
 #include "common/clock.h"
 #include "daemon/aggregator/model/log_histogram.h"
 #include "daemon/aggregator/model/name_interner.h"
-#include "daemon/aggregator/model/probe_result.h"
+#include "daemon/aggregator/model/reported_probe.h"
 
 namespace fw::qualify {
 
@@ -48,7 +48,7 @@ class QualifyInputs {
  public:
   explicit QualifyInputs(const Clock& clock) : clock_(clock) {}
 
-  void OnResults(std::span<const aggregator::ProbeResult> results);
+  void OnResults(std::span<const aggregator::ReportedProbe> results);
   void OnCheckReport(const std::string& node);
   // Seconds since `node`'s last check report, nullopt if none arrived since the start.
   std::optional<double> CheckReportAge(const std::string& node) const;

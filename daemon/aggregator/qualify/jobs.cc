@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "daemon/aggregator/qualify/qualify_store.h"
+#include "daemon/aggregator/qualify/report_json.h"
+
 namespace fw::qualify {
 namespace {
 
@@ -14,6 +17,26 @@ bool Overlaps(const std::set<std::string>& a, const std::set<std::string>& b) {
     if (b.contains(n)) return true;
   }
   return false;
+}
+
+// A report for `nodes` that no suite judged: every node unknown, with `why`; exit 3.
+QualifyReport NotQualified(const std::string& id, const std::vector<std::string>& nodes,
+                           const std::string& why) {
+  QualifyReport r;
+  r.id = id;
+  r.note = why;
+  for (const std::string& n : nodes)
+    r.nodes.push_back({n, Verdict::kUnknown, {"not qualified: " + why}});
+  r.exit_code = 3;
+  return r;
+}
+
+// Requests of one job share a run when they name the same set, suite and profile.
+std::string JobKey(const std::string& job, const std::string& suite, const std::string& profile,
+                   const std::set<std::string>& nodes) {
+  std::string k = job + '\n' + suite + '\n' + profile;
+  for (const std::string& n : nodes) k += '\n' + n;
+  return k;
 }
 
 bool ValidName(const std::string& n) {
@@ -29,7 +52,7 @@ bool ValidName(const std::string& n) {
 }  // namespace
 
 QualifyJobs::QualifyJobs(QualifyEnv& env, QualifyInputs& inputs, const Clock& clock,
-                         metrics::Registry& registry, Options options)
+                         metrics::Registry& registry, Options options, QualificationStore* store)
     : env_(env),
       inputs_(inputs),
       clock_(clock),
@@ -41,7 +64,8 @@ QualifyJobs::QualifyJobs(QualifyEnv& env, QualifyInputs& inputs, const Clock& cl
           {"node", "suite"})),
       refused_(registry.AddCounter("fabricwatch_qualify_refused_total",
                                    "Qualification requests refused before running, by reason.",
-                                   {"reason"})) {
+                                   {"reason"})),
+      store_(store) {
   for (const char* r : {"bad_request", "too_many_nodes", "busy", "stopping"}) {
     refused_.WithLabels({r});
   }
@@ -80,6 +104,10 @@ StatusOr<QualifyReport> QualifyJobs::Run(const QualifyJobRequest& request) {
                                      std::to_string(static_cast<int>(options_.max_timeout_s)) +
                                      "]");
   }
+  if (!request.job.empty() && (request.job.size() > 64 || !ValidName(request.job))) {
+    return Refuse("bad_request", "job '" + request.job.substr(0, 64) +
+                                     "' is not valid (at most 64 of A-Z a-z 0-9 - _ .)");
+  }
   auto profile = FindQualifyProfile(request.profile);
   if (!profile.ok()) return Refuse("bad_request", profile.status().message());
   auto suite = FindSuite(request.suite);
@@ -88,20 +116,35 @@ StatusOr<QualifyReport> QualifyJobs::Run(const QualifyJobRequest& request) {
   suite->measure_s *= options_.time_scale;
 
   const int64_t deadline = arrived + static_cast<int64_t>(request.timeout_s * 1e9);
+  const std::string key =
+      request.job.empty() ? std::string() : JobKey(request.job, suite->name, profile->name, set);
   std::string id;
   uint64_t ticket = 0;
   std::vector<std::string> waited_for;
   bool started = false;
+  auto outcome = std::make_shared<Outcome>();
   {
     std::unique_lock lock(mu_);
+    if (!key.empty()) {
+      if (auto joined = JoinableLocked(key, arrived)) {
+        spdlog::info("msg=\"qualification joined\" job={} id={} finished={}", request.job,
+                     joined->id, joined->done);
+        QualifyReport r = AwaitLocked(lock, joined, nodes, deadline);
+        r.job = request.job;
+        r.suite = suite->name;
+        r.profile = profile->name;
+        return r;
+      }
+    }
     if (in_flight_.size() >= options_.max_in_flight) {
       lock.unlock();
       return Refuse("busy", std::to_string(options_.max_in_flight) +
                                 " qualifications are already running or queued");
     }
     id = "q" + std::to_string(clock_.WallNanos() / 1'000'000) + "-" + std::to_string(++next_id_);
+    outcome->id = id;
     ticket = ++next_ticket_;
-    in_flight_.push_back({ticket, id, set, false});
+    in_flight_.push_back({ticket, id, set, false, key, outcome});
     // First come, first served among overlapping sets: wait while an earlier entry (running or
     // queued) shares a node.
     const auto blocked = [&] {
@@ -129,38 +172,72 @@ StatusOr<QualifyReport> QualifyJobs::Run(const QualifyJobRequest& request) {
   }
   QualifyReport report;
   if (started) {
-    spdlog::info("msg=\"qualification started\" id={} nodes={} suite={} profile={} timeout_s={}",
-                 id, nodes.size(), suite->name, profile->name, request.timeout_s);
+    spdlog::info(
+        "msg=\"qualification started\" id={} job={} nodes={} suite={} profile={} timeout_s={}", id,
+        request.job, nodes.size(), suite->name, profile->name, request.timeout_s);
     report = RunSuite(env_, inputs_, clock_, {id, nodes, *profile, *suite, deadline}, stop_);
   } else {
-    report.id = id;
-    report.suite = suite->name;
-    report.profile = profile->name;
+    report = NotQualified(id, nodes,
+                          stop_ ? "the aggregator is stopping"
+                                : "queued behind qualification " +
+                                      (waited_for.empty() ? std::string("?") : waited_for.front()) +
+                                      " of overlapping nodes for the whole timeout");
     report.state = stop_ ? "error" : "timeout";
-    report.note = stop_ ? "the aggregator is stopping"
-                        : "queued behind qualification " +
-                              (waited_for.empty() ? std::string("?") : waited_for.front()) +
-                              " of overlapping nodes for the whole timeout";
     report.started_wall_ns = report.finished_wall_ns = clock_.WallNanos();
-    for (const std::string& n : nodes) {
-      report.nodes.push_back({n, Verdict::kUnknown, {"not qualified: " + report.note}});
-    }
-    report.exit_code = 3;
   }
+  report.job = request.job;
+  report.suite = suite->name;
+  report.profile = profile->name;
   report.requested_wall_ns = arrived_wall;
   report.queued_s =
       std::max(0.0, static_cast<double>(report.started_wall_ns - arrived_wall) * 1e-9);
   {
     std::lock_guard lock(mu_);
     std::erase_if(in_flight_, [&](const Entry& e) { return e.ticket == ticket; });
+    outcome->report = report;
+    outcome->done = true;
+    outcome->finished_ns = clock_.MonotonicNanos();
+    if (!key.empty() && report.state == "done") finished_jobs_.emplace_back(key, outcome);
   }
   cv_.notify_all();
   Publish(report);
   spdlog::info(
-      "msg=\"qualification finished\" id={} state={} exit_code={} duration_s={:.2f} "
+      "msg=\"qualification finished\" id={} job={} state={} exit_code={} duration_s={:.2f} "
       "queued_s={:.2f}",
-      report.id, report.state, report.exit_code, report.duration_s, report.queued_s);
+      report.id, report.job, report.state, report.exit_code, report.duration_s, report.queued_s);
   return report;
+}
+
+std::shared_ptr<QualifyJobs::Outcome> QualifyJobs::JoinableLocked(const std::string& key,
+                                                                  int64_t now_ns) {
+  const auto reuse_ns = static_cast<int64_t>(options_.job_reuse_s * 1e9);
+  std::erase_if(finished_jobs_,
+                [&](const auto& f) { return now_ns - f.second->finished_ns > reuse_ns; });
+  for (const Entry& e : in_flight_) {
+    if (e.key == key) return e.outcome;
+  }
+  for (auto it = finished_jobs_.rbegin(); it != finished_jobs_.rend(); ++it) {
+    if (it->first == key) return it->second;
+  }
+  return nullptr;
+}
+
+QualifyReport QualifyJobs::AwaitLocked(std::unique_lock<std::mutex>& lock,
+                                       const std::shared_ptr<Outcome>& o,
+                                       const std::vector<std::string>& nodes, int64_t deadline) {
+  while (!o->done && !stop_) {
+    const int64_t now = clock_.MonotonicNanos();
+    if (now >= deadline) break;
+    cv_.wait_for(lock, std::chrono::nanoseconds(std::min<int64_t>(deadline - now, 200'000'000)));
+  }
+  if (o->done) return o->report;
+  QualifyReport r = NotQualified(
+      o->id, nodes,
+      stop_ ? "the aggregator is stopping"
+            : "qualification " + o->id + " of the same job had not finished within the timeout");
+  r.state = stop_ ? "error" : "timeout";
+  r.started_wall_ns = r.finished_wall_ns = clock_.WallNanos();
+  return r;
 }
 
 void QualifyJobs::RunAsync(QualifyJobRequest request,
@@ -194,9 +271,32 @@ void QualifyJobs::Publish(const QualifyReport& report) {
     if (!agents.at(i).known) continue;  // bounded cardinality: only real nodes get a series
     result_.WithLabels({names[i], report.suite}).Set(static_cast<double>(report.nodes[i].verdict));
   }
+  if (store_) {
+    // The store logs and counts its own errors; the report stays listed from memory.
+    (void)store_->Save(report);
+  }
   std::lock_guard lock(mu_);
   recent_.push_front(report);
   while (recent_.size() > options_.history) recent_.pop_back();
+}
+
+nlohmann::json QualifyJobs::Find(const ReportQuery& q) const {
+  if (store_ && store_->is_open()) {
+    auto stored = store_->Find(q);
+    if (stored.ok()) return std::move(*stored);
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const QualifyReport& r : Recent()) {
+    if (out.size() >= q.limit) break;
+    if (!q.id.empty() && r.id != q.id) continue;
+    if (!q.job.empty() && r.job != q.job) continue;
+    if (!q.node.empty() && std::none_of(r.nodes.begin(), r.nodes.end(),
+                                        [&](const NodeResult& n) { return n.node == q.node; })) {
+      continue;
+    }
+    out.push_back(ReportToJson(r));
+  }
+  return out;
 }
 
 std::vector<QualifyReport> QualifyJobs::Recent() const {

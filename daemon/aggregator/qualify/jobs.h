@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <thread>
@@ -27,6 +28,20 @@ struct QualifyJobRequest {
   std::string profile;    // empty: "generic"
   std::string suite;      // empty: "quick"
   double timeout_s = 30;  // queueing included
+  // The scheduler's job id (Slurm's $SLURM_JOB_ID), or empty. Requests of one job for the same
+  // set, suite and profile share one run: a Slurm prolog runs on every node of the job and each
+  // copy asks for the whole set (docs/slurm.md).
+  std::string job;
+};
+
+class QualificationStore;  // qualify_store.h
+
+// Which stored reports GET /api/v1/qualifications lists; empty fields match everything.
+struct ReportQuery {
+  std::string id;
+  std::string node;  // reports that judged this node
+  std::string job;
+  size_t limit = 50;
 };
 
 class QualifyJobs {
@@ -37,9 +52,13 @@ class QualifyJobs {
     size_t history = 50;        // reports kept for GET /api/v1/qualifications
     double max_timeout_s = 600;
     double time_scale = 1.0;  // multiplies the suites' ramp and measure times (tests)
+    // A finished report of a job is answered again, without a run, to a request of the same job,
+    // set, suite and profile for this long (a prolog that starts after the others finished).
+    double job_reuse_s = 120;
   };
+  // `store` (nullable: memory only) keeps every report in the findings history (SQLite).
   QualifyJobs(QualifyEnv& env, QualifyInputs& inputs, const Clock& clock,
-              metrics::Registry& registry, Options options);
+              metrics::Registry& registry, Options options, QualificationStore* store = nullptr);
   ~QualifyJobs();
 
   // Validates, waits for overlapping runs to finish (within the timeout), runs the suite and
@@ -48,14 +67,25 @@ class QualifyJobs {
   StatusOr<QualifyReport> Run(const QualifyJobRequest& request);
   // The same on a thread of its own; `done` runs on that thread (the gRPC reactor's path).
   void RunAsync(QualifyJobRequest request, std::function<void(StatusOr<QualifyReport>)> done);
-  // The recent reports, newest first.
+  // The recent reports, newest first (kept in memory since the start).
   std::vector<QualifyReport> Recent() const;
+  // The reports that match `q`, newest first, as JSON: from the findings history when there is
+  // one (so runs before a restart are listed too), else from memory.
+  nlohmann::json Find(const ReportQuery& q) const;
   // Ends running suites early (state "error") and joins the async threads. Idempotent.
   void Shutdown();
 
  private:
   Status Refuse(const char* reason, std::string message);
   void Publish(const QualifyReport& report);
+  // The run to join for `key`: a running or queued one, or a finished one young enough (nullptr
+  // when none). REQUIRES: mu_ held.
+  struct Outcome;
+  std::shared_ptr<Outcome> JoinableLocked(const std::string& key, int64_t now_ns);
+  // Waits, holding `lock`, for `o` to finish by `deadline` (monotonic); the report, or a timeout
+  // report for `nodes` when it did not finish in time.
+  QualifyReport AwaitLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Outcome>& o,
+                            const std::vector<std::string>& nodes, int64_t deadline);
 
   QualifyEnv& env_;
   QualifyInputs& inputs_;
@@ -63,6 +93,7 @@ class QualifyJobs {
   Options options_;
   metrics::Family<metrics::Gauge>& result_;
   metrics::Family<metrics::Counter>& refused_;
+  QualificationStore* store_;
   std::atomic<bool> stop_{false};
 
   mutable std::mutex mu_;
@@ -74,7 +105,17 @@ class QualifyJobs {
     std::string id;
     std::set<std::string> nodes;
     bool running = false;
+    std::string key;  // JobKey(): empty without a job
+    std::shared_ptr<Outcome> outcome;
   };
+  struct Outcome {
+    std::string id;
+    bool done = false;
+    int64_t finished_ns = 0;  // monotonic
+    QualifyReport report;
+  };
+  // Finished runs of jobs, for job_reuse_s, by key.
+  std::vector<std::pair<std::string, std::shared_ptr<Outcome>>> finished_jobs_;  // GUARDED_BY
   std::vector<Entry> in_flight_;      // GUARDED_BY(mu_), in arrival order
   std::deque<QualifyReport> recent_;  // GUARDED_BY(mu_), newest first
   struct Worker {

@@ -2,6 +2,7 @@
 // the jobs bound how many run at once, so the API keeps workers for everything else.
 #include "daemon/aggregator/qualify/qualify_http.h"
 
+#include <charconv>
 #include <nlohmann/json.hpp>
 
 #include "daemon/aggregator/qualify/report_json.h"
@@ -32,13 +33,22 @@ void InstallQualifyHandlers(http::Server& server, QualifyJobs& jobs) {
     r.Send(200, "application/json", ReportToJson(*report).dump());
   });
   server.Handle("/api/v1/qualifications", [&jobs](const http::Request& req, http::Response& r) {
-    const std::string id = req.Param("id");
-    json out = json::array();
-    for (const QualifyReport& rep : jobs.Recent()) {
-      if (!id.empty() && rep.id != id) continue;
-      out.push_back(ReportToJson(rep));
+    ReportQuery q;
+    q.id = req.Param("id");
+    q.node = req.Param("node");
+    q.job = req.Param("job");
+    const std::string limit = req.Param("limit");
+    if (!limit.empty()) {
+      size_t n = 0;
+      const auto [end, ec] = std::from_chars(limit.data(), limit.data() + limit.size(), n);
+      if (ec != std::errc() || end != limit.data() + limit.size() || n == 0 || n > 1000) {
+        r.Send(400, "application/json",
+               json{{"error", "limit must be a whole number from 1 to 1000"}}.dump());
+        return;
+      }
+      q.limit = n;
     }
-    r.Send(200, "application/json", out.dump());
+    r.Send(200, "application/json", jobs.Find(q).dump());
   });
 }
 

@@ -6,11 +6,9 @@
 
 namespace fw::qualify {
 
-// The quick suite (QualifyRequest has no suite field); timeout_s <= 0 means the default 30 s.
+// timeout_s <= 0 means the default 30 s; an empty suite the quick one.
 QualifyJobRequest FromProto(const fabricwatch::v1::QualifyRequest& request);
-// Node verdicts and reasons; a judged pair adds its reasons to both of its nodes as
-// "pair a->b (fail): ..." (QualifyReport has no pair list), and the exit code. A report that is
-// not done names its state in every node's reasons.
+// The whole report, as the HTTP API's JSON has it (docs/qualify.md).
 void ToProto(const QualifyReport& report, fabricwatch::v1::QualifyReport* out);
 
 }  // namespace fw::qualify

@@ -11,13 +11,15 @@ namespace fw::qualify {
 QualifyService::QualifyService(aggregator::FleetState& fleet, analysis::Analyzer& analyzer,
                                aggregator::PlanBook& plans, aggregator::NameInterner& names,
                                const Clock& clock, metrics::Registry& registry,
-                               QualifyJobs::Options options)
-    : fleet_(fleet),
-      analyzer_(analyzer),
-      plans_(plans),
-      names_(names),
-      inputs_(clock),
-      jobs_(std::make_unique<QualifyJobs>(*this, inputs_, clock, registry, options)) {}
+                               QualifyJobs::Options options, const std::string& state_dir)
+    : fleet_(fleet), analyzer_(analyzer), plans_(plans), names_(names), inputs_(clock) {
+  if (!state_dir.empty()) {
+    store_ = std::make_unique<QualificationStore>(state_dir);
+    // A closed store logs why; the reports then live in memory only.
+    if (!store_->Open().ok()) store_.reset();
+  }
+  jobs_ = std::make_unique<QualifyJobs>(*this, inputs_, clock, registry, options, store_.get());
+}
 
 QualifyService::~QualifyService() { Shutdown(); }
 

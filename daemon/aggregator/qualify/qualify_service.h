@@ -15,6 +15,7 @@
 #include "daemon/aggregator/plan/plan_book.h"
 #include "daemon/aggregator/qualify/inputs.h"
 #include "daemon/aggregator/qualify/jobs.h"
+#include "daemon/aggregator/qualify/qualify_store.h"
 #include "exporter/http_server.h"
 #include "fabricwatch.pb.h"
 
@@ -22,14 +23,16 @@ namespace fw::qualify {
 
 class QualifyService final : public QualifyEnv {
  public:
-  // Every reference must outlive this object.
+  // Every reference must outlive this object. With a `state_dir`, reports are kept in the
+  // findings history there (qualify_store.h); open the findings store first.
   QualifyService(aggregator::FleetState& fleet, analysis::Analyzer& analyzer,
                  aggregator::PlanBook& plans, aggregator::NameInterner& names, const Clock& clock,
-                 metrics::Registry& registry, QualifyJobs::Options options = {});
+                 metrics::Registry& registry, QualifyJobs::Options options = {},
+                 const std::string& state_dir = "");
   ~QualifyService() override;
 
   // Ingest threads.
-  void OnResults(std::span<const aggregator::ProbeResult> results) { inputs_.OnResults(results); }
+  void OnResults(std::span<const aggregator::ReportedProbe> results) { inputs_.OnResults(results); }
   void OnCheckReport(const std::string& node) { inputs_.OnCheckReport(node); }
 
   // POST /api/v1/qualify and GET /api/v1/qualifications.
@@ -53,6 +56,7 @@ class QualifyService final : public QualifyEnv {
   aggregator::PlanBook& plans_;
   aggregator::NameInterner& names_;
   QualifyInputs inputs_;
+  std::unique_ptr<QualificationStore> store_;  // null without a state directory
   std::unique_ptr<QualifyJobs> jobs_;
 };
 

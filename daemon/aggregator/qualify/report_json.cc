@@ -20,12 +20,13 @@ StatusOr<QualifyJobRequest> ParseQualifyRequest(std::string_view body) {
     if (!n.is_string()) return Status::InvalidArgument("\"nodes\" holds a non-string");
     r.nodes.push_back(n.get<std::string>());
   }
-  for (const char* key : {"profile", "suite"}) {
+  for (auto [key, field] :
+       {std::pair{"profile", &r.profile}, std::pair{"suite", &r.suite}, std::pair{"job", &r.job}}) {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) continue;
     if (!it->is_string())
       return Status::InvalidArgument(std::string("\"") + key + "\" must be a string");
-    (std::string(key) == "profile" ? r.profile : r.suite) = it->get<std::string>();
+    *field = it->get<std::string>();
   }
   auto t = j.find("timeout_s");
   if (t != j.end() && !t->is_null()) {
@@ -56,6 +57,7 @@ json ReportToJson(const QualifyReport& r) {
                      {"note", s.note}});
   }
   return {{"id", r.id},
+          {"job", r.job},
           {"suite", r.suite},
           {"profile", r.profile},
           {"state", r.state},

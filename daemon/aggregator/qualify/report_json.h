@@ -10,11 +10,11 @@
 
 namespace fw::qualify {
 
-// {"nodes": ["a", ...], "profile": "generic", "suite": "quick", "timeout_s": 30}; only "nodes" is
-// required. Bounded: at most 1 MiB of body. Errors say which field is wrong.
+// {"nodes": ["a", ...], "profile": "generic", "suite": "quick", "timeout_s": 30, "job": "1234"};
+// only "nodes" is required. Bounded: at most 1 MiB of body. Errors say which field is wrong.
 StatusOr<QualifyJobRequest> ParseQualifyRequest(std::string_view body);
 
-// {id, suite, profile, state, note, requested, started, finished, queued_s, duration_s,
+// {id, job, suite, profile, state, note, requested, started, finished, queued_s, duration_s,
 //  nodes: [{node, verdict, reasons}], pairs: [{src, dst, verdict, reasons}],
 //  steps: [{name, state, duration_s, note}], exit_code}
 nlohmann::json ReportToJson(const QualifyReport& report);

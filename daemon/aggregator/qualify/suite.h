@@ -53,6 +53,7 @@ struct StepResult {
 
 struct QualifyReport {
   std::string id;
+  std::string job;  // the scheduler's job id the request named (a Slurm prolog's), or empty
   std::string suite;
   std::string profile;
   std::string state = "done";  // done | timeout | error

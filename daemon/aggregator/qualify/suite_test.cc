@@ -64,7 +64,7 @@ class FakeFleet : public QualifyEnv {
     feeder_ = std::thread([this] {
       uint64_t seq = 0;
       while (feeding_) {
-        std::vector<aggregator::ProbeResult> batch;
+        std::vector<aggregator::ReportedProbe> batch;
         std::map<std::string, std::vector<std::string>> meshes;
         {
           std::lock_guard lock(mu_);
@@ -75,7 +75,7 @@ class FakeFleet : public QualifyEnv {
             for (const auto& b : nodes) {
               if (a == b) continue;
               for (int i = 0; i < 5; ++i) {
-                aggregator::ProbeResult r;
+                aggregator::ReportedProbe r;
                 r.src_id = IdOf(a);
                 r.dst_id = IdOf(b);
                 r.seq = ++seq;

@@ -116,8 +116,8 @@ void SyntheticFleet::ClearFaults() {
   host_noise_.clear();
 }
 
-std::vector<ProbeResult> SyntheticFleet::GenerateSecond() {
-  std::vector<ProbeResult> out;
+std::vector<ReportedProbe> SyntheticFleet::GenerateSecond() {
+  std::vector<ReportedProbe> out;
   out.reserve(flows_.size());
   std::uniform_real_distribution<double> uni(0.0, 1.0);
   std::normal_distribution<double> gauss(0.0, 1.0);
@@ -142,7 +142,7 @@ std::vector<ProbeResult> SyntheticFleet::GenerateSecond() {
     if (auto it = host_noise_.find(f.dst); it != host_noise_.end() && it->second.second.second) {
       rtt_factor *= 1.0 + (it->second.first - 1.0) * uni(rng_) * 2;
     }
-    ProbeResult r;
+    ReportedProbe r;
     r.src_node = f.src;
     r.dst_node = f.dst;
     r.transport = f.transport;
@@ -170,13 +170,13 @@ std::vector<ProbeResult> SyntheticFleet::GenerateSecond() {
 void SyntheticFleet::Run(int seconds) {
   for (int i = 0; i < seconds; ++i) {
     clock_.Advance(std::chrono::milliseconds(100));
-    const std::vector<ProbeResult> batch = GenerateSecond();
+    const std::vector<ReportedProbe> batch = GenerateSecond();
     results_ += batch.size();
     // Agents batch per source node; results of one node are contiguous in the plan.
     size_t begin = 0;
     for (size_t j = 1; j <= batch.size(); ++j) {
       if (j == batch.size() || batch[j].src_node != batch[begin].src_node) {
-        const std::span<const ProbeResult> part(batch.data() + begin, j - begin);
+        const std::span<const ReportedProbe> part(batch.data() + begin, j - begin);
         pairs_->RecordBatch(part);
         begin = j;
       }

@@ -55,7 +55,7 @@ class SyntheticFleet {
   // Simulates `seconds` seconds: each second's results are ingested, then the analyzer ticks.
   void Run(int seconds);
   // One second of results, grouped by source node (as agents batch them).
-  std::vector<ProbeResult> GenerateSecond();
+  std::vector<ReportedProbe> GenerateSecond();
 
   Analyzer& analyzer() { return *analyzer_; }
   aggregator::PairTable& pairs() { return *pairs_; }

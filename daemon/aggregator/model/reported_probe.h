@@ -1,5 +1,5 @@
-// The plain probe-result record the aggregator ingests; the gRPC layer converts wire messages to
-// it.
+// The plain record of one reported probe that the aggregator ingests; the gRPC layer converts wire
+// messages to it.
 #pragma once
 
 #include <cstdint>
@@ -27,12 +27,13 @@ std::string_view TransportName(Transport t);
 // The inverse of TransportName; nullopt for an unknown name.
 std::optional<Transport> ParseTransport(std::string_view name);
 
-// One probe outcome as reported by the agent on `src_node`.
+// One probe outcome as the agent on `src_node` reported it, with both ends named. Not the agent's
+// fw::net::ProbeResult (one prober's view: the peer only) nor the wire's v1::ProbeResult.
 // RTTs are measured on the prober's own monotonic clock; no field holds a cross-host timestamp.
 // The nodes are named either by id (ingest: src_id and dst_id set, the names may be empty) or by
 // name (src_id == kNoNode; tests, tools). Ids belong to the NameInterner that the PairTable and
 // the analyzer's FlowTable share, and a table given ids from another interner records garbage.
-struct ProbeResult {
+struct ReportedProbe {
   std::string src_node;
   std::string dst_node;
   NodeId src_id = kNoNode;

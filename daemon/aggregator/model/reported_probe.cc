@@ -1,5 +1,5 @@
 // Transport names for probe results.
-#include "daemon/aggregator/model/probe_result.h"
+#include "daemon/aggregator/model/reported_probe.h"
 
 #include <array>
 

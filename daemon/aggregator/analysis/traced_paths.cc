@@ -1,0 +1,148 @@
+// TracedPaths: traced hops -> the map's path index per flow.
+#include "daemon/aggregator/analysis/traced_paths.h"
+
+#include <algorithm>
+#include <mutex>
+
+namespace fw::analysis {
+
+using aggregator::FabricMap;
+using aggregator::NodeId;
+using aggregator::PathSet;
+using aggregator::SwitchIndex;
+
+const char* PathSourceName(PathSource s) {
+  switch (s) {
+    case PathSource::kCandidates:
+      return "candidates";
+    case PathSource::kMap:
+      return "map";
+    case PathSource::kTraced:
+      return "traced";
+  }
+  return "unknown";
+}
+
+TracedPaths::TracedPaths(std::shared_ptr<const FabricMap> map,
+                         std::shared_ptr<aggregator::NameInterner> names, size_t max_flows,
+                         int64_t max_age_s)
+    : map_(std::move(map)),
+      names_(names ? std::move(names) : std::make_shared<aggregator::NameInterner>()),
+      max_flows_(max_flows),
+      max_age_ns_(max_age_s * 1'000'000'000) {}
+
+TraceOutcome TracedPaths::Record(std::string_view src, std::string_view dst, uint16_t src_port,
+                                 std::span<const std::string> hops, int64_t now_ns) {
+  TraceOutcome out;
+  if (hops.size() > kMaxHops) {
+    std::unique_lock lock(mu_);
+    ++stats_.traces;
+    ++stats_.refused;
+    return out;
+  }
+  // Hop k as a switch of the map; nullopt for a silent hop or an address no switch lists.
+  std::vector<std::optional<SwitchIndex>> at(hops.size());
+  for (size_t k = 0; k < hops.size(); ++k) {
+    if (hops[k].empty()) continue;
+    if (map_) at[k] = map_->SwitchAtAddress(hops[k]);
+    if (!at[k]) out.unknown_hops.push_back(hops[k]);
+  }
+  std::sort(out.unknown_hops.begin(), out.unknown_hops.end());
+  out.unknown_hops.erase(std::unique(out.unknown_hops.begin(), out.unknown_hops.end()),
+                         out.unknown_hops.end());
+
+  PathSet paths;
+  if (map_) paths = map_->PathsBetweenNodes(src, dst);
+  if (paths.PathCount() > 0) {
+    int matches = 0;
+    for (size_t i = 0; i < paths.PathCount(); ++i) {
+      const std::vector<SwitchIndex> seq = map_->SwitchesOnPath(paths, i);
+      bool ok = true;
+      for (size_t k = 0; k < seq.size() && k < at.size() && ok; ++k) {
+        ok = !at[k] || *at[k] == seq[k];
+      }
+      // A known switch beyond the path's end contradicts it too.
+      for (size_t k = seq.size(); k < at.size() && ok; ++k) ok = !at[k];
+      if (!ok) continue;
+      if (++matches == 1) out.path = static_cast<int32_t>(i);
+    }
+    out.kind = matches == 1   ? TraceOutcome::kResolved
+               : matches == 0 ? TraceOutcome::kNoMatch
+                              : TraceOutcome::kAmbiguous;
+    if (out.kind != TraceOutcome::kResolved) out.path = -1;
+  }
+
+  const NodeId s = names_->Intern(src);
+  const NodeId d = names_->Intern(dst);
+  std::unique_lock lock(mu_);
+  ++stats_.traces;
+  switch (out.kind) {
+    case TraceOutcome::kResolved:
+      ++stats_.resolved;
+      break;
+    case TraceOutcome::kAmbiguous:
+      ++stats_.ambiguous;
+      break;
+    case TraceOutcome::kNoMatch:
+      ++stats_.no_match;
+      break;
+    case TraceOutcome::kUnmapped:
+      ++stats_.unmapped;
+      break;
+  }
+  std::vector<Entry>& flows = by_pair_[Key(s, d)];
+  auto it = std::find_if(flows.begin(), flows.end(),
+                         [&](const Entry& e) { return e.src_port == src_port; });
+  if (it == flows.end()) {
+    if (flows_ >= max_flows_) {
+      ++stats_.refused;
+      if (flows.empty()) by_pair_.erase(Key(s, d));
+      out.kind = TraceOutcome::kUnmapped;
+      out.path = -1;
+      return out;
+    }
+    ++flows_;
+    it = flows.insert(flows.end(), Entry{src_port});
+  } else if (it->path >= 0 && out.path >= 0 && it->path != out.path) {
+    ++stats_.moved;
+  }
+  // An unresolved trace also replaces a resolved one: the old path is no longer known to hold.
+  it->path = out.path;
+  it->at_ns = now_ns;
+  it->unknown_hops = out.unknown_hops;
+  return out;
+}
+
+std::optional<int32_t> TracedPaths::PathOf(NodeId src, NodeId dst, uint16_t src_port,
+                                           int64_t now_ns) const {
+  std::shared_lock lock(mu_);
+  auto p = by_pair_.find(Key(src, dst));
+  if (p == by_pair_.end()) return std::nullopt;
+  for (const Entry& e : p->second) {
+    if (e.src_port != src_port) continue;
+    if (e.path < 0 || now_ns - e.at_ns > max_age_ns_) return std::nullopt;
+    return e.path;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> TracedPaths::UnknownHopsOf(NodeId src, NodeId dst) const {
+  std::vector<std::string> out;
+  std::shared_lock lock(mu_);
+  auto p = by_pair_.find(Key(src, dst));
+  if (p == by_pair_.end()) return out;
+  for (const Entry& e : p->second)
+    out.insert(out.end(), e.unknown_hops.begin(), e.unknown_hops.end());
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+TracedPaths::Stats TracedPaths::stats() const {
+  std::shared_lock lock(mu_);
+  Stats s = stats_;
+  s.flows = flows_;
+  return s;
+}
+
+}  // namespace fw::analysis

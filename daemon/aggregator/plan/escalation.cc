@@ -1,0 +1,125 @@
+// Adaptive escalation within a fleet budget.
+#include "daemon/aggregator/plan/escalation.h"
+
+#include <algorithm>
+#include <set>
+
+namespace fw::aggregator {
+
+double EscalationBudget::PairCost(const EscalationPair& p) const {
+  // Both directions, every flow, from the base rate up to rate_factor times it.
+  return 2.0 * std::max<uint32_t>(1, p.flows) * base_rate_pps_ *
+         std::max(0.0, config_.rate_factor - 1);
+}
+
+bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>& suspects,
+                              double baseline_pps, double base_rate_pps) {
+  if (base_rate_pps > 0) base_rate_pps_ = base_rate_pps;
+  if (last_now_s_ >= 0 && now_s > last_now_s_) {
+    stats_.extra_probes += stats_.extra_pps * (now_s - last_now_s_);
+  }
+  last_now_s_ = now_s;
+  bool changed = false;
+
+  std::set<std::string> suspect_now;
+  for (const EscalationRequest& r : suspects) suspect_now.insert(r.element);
+  // End what is no longer suspect (confirmed, or dropped), and what ran its course.
+  for (auto it = active_.begin(); it != active_.end();) {
+    const bool still = suspect_now.count(it->first) > 0;
+    if (still && now_s < it->second.since_s + config_.max_duration_s) {
+      it->second.until_s =
+          std::min(now_s + config_.duration_s, it->second.since_s + config_.max_duration_s);
+    }
+    if (!still || now_s >= it->second.until_s) {
+      cooling_[it->first] = now_s + config_.cooldown_s;
+      it = active_.erase(it);
+      changed = true;
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = cooling_.begin(); it != cooling_.end();) {
+    it = now_s >= it->second ? cooling_.erase(it) : std::next(it);
+  }
+  Recount();
+
+  // Start new ones, highest priority first, while the budget lasts. A pair already escalated for
+  // another element costs nothing more.
+  const double budget =
+      std::max(config_.min_budget_pps, config_.budget_fraction * std::max(0.0, baseline_pps));
+  std::vector<const EscalationRequest*> order;
+  for (const EscalationRequest& r : suspects) {
+    if (!active_.count(r.element) && !cooling_.count(r.element) && !r.pairs.empty()) {
+      order.push_back(&r);
+    }
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const EscalationRequest* x, const EscalationRequest* y) {
+                     return x->priority > y->priority;
+                   });
+  std::set<std::pair<std::string, std::string>> taken;
+  for (const auto& [element, a] : active_) {
+    for (const EscalationPair& p : a.pairs) taken.insert(std::minmax(p.a, p.b));
+  }
+  for (const EscalationRequest* r : order) {
+    Active a;
+    a.since_s = now_s;
+    a.until_s = now_s + std::min(config_.duration_s, config_.max_duration_s);
+    for (const EscalationPair& p : r->pairs) {
+      if (a.pairs.size() >= config_.max_pairs_per_element) break;
+      if (p.a == p.b || taken.count(std::minmax(p.a, p.b))) continue;
+      const double cost = PairCost(p);
+      if (stats_.extra_pps + a.extra_pps + cost > budget) continue;
+      a.extra_pps += cost;
+      a.pairs.push_back(p);
+    }
+    if (a.pairs.empty()) {
+      ++stats_.refused_budget;
+      continue;
+    }
+    for (const EscalationPair& p : a.pairs) taken.insert(std::minmax(p.a, p.b));
+    ++stats_.started;
+    stats_.pairs_started += a.pairs.size();
+    stats_.extra_pps += a.extra_pps;
+    active_.emplace(r->element, std::move(a));
+    changed = true;
+  }
+  Recount();
+  return changed;
+}
+
+void EscalationBudget::Recount() {
+  stats_.active_elements = active_.size();
+  stats_.active_pairs = 0;
+  stats_.active_flows = 0;
+  stats_.extra_pps = 0;
+  for (const auto& [element, a] : active_) {
+    stats_.active_pairs += a.pairs.size();
+    for (const EscalationPair& p : a.pairs)
+      stats_.active_flows += 2 * std::max<uint32_t>(1, p.flows);
+    stats_.extra_pps += a.extra_pps;
+  }
+}
+
+std::vector<PlanOverlay> EscalationBudget::Overlays() const {
+  std::vector<PlanOverlay> out;
+  for (const auto& [element, a] : active_) {
+    for (const EscalationPair& p : a.pairs) {
+      const auto [lo, hi] = std::minmax(p.a, p.b);
+      PlanOverlay o;
+      o.id = "escalation:" + lo + "~" + hi;
+      o.nodes = {lo, hi};
+      o.rate_pps = config_.rate_factor * base_rate_pps_;
+      o.flows = 1;  // the planned flows stay; each gets the raised rate
+      out.push_back(std::move(o));
+    }
+  }
+  return out;
+}
+
+double EscalationBudget::EscalatedSince(const std::string& element) const {
+  auto it = active_.find(element);
+  return it == active_.end() ? -1 : it->second.since_s;
+}
+
+}  // namespace fw::aggregator

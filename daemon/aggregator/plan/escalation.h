@@ -1,0 +1,101 @@
+// Adaptive escalation: while an element is suspect, the node pairs whose flows cross it probe at
+// a raised rate for a while, so that the analyzer confirms or drops the suspicion from dense data
+// in seconds. A fleet budget bounds the extra probes at any moment; the escalated pairs reach the
+// agents as plan overlays (plan_overlay.h). Pure logic on injected times; docs/planner.md.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "daemon/aggregator/plan/plan_overlay.h"
+
+namespace fw::aggregator {
+
+struct EscalationConfig {
+  // An escalated pair's flows probe at this multiple of the base rate (both directions).
+  double rate_factor = 10;
+  // An escalation lasts this long, renewed while its element stays suspect, up to max_duration_s
+  // in all; then the element waits cooldown_s before it can be escalated again.
+  double duration_s = 10;
+  double max_duration_s = 30;
+  double cooldown_s = 60;
+  // The extra probes of all escalations together stay within this share of the fleet's planned
+  // probes per second (the target: escalation under 5 % of baseline probe traffic).
+  double budget_fraction = 0.03;
+  // ...and never less than this many extra probes per second (a small fleet still escalates one
+  // pair).
+  double min_budget_pps = 40;
+  // Pairs escalated per element at most: enough flows to separate the element from its
+  // neighbours, not every pair that crosses a spine.
+  size_t max_pairs_per_element = 8;
+};
+
+// A node pair whose flows cross a suspect element.
+struct EscalationPair {
+  std::string a;  // the two nodes; both directions are escalated
+  std::string b;
+  uint32_t flows = 1;  // planned flows per direction (the extra cost scales with it)
+};
+
+// One suspect element and the pairs that cross it, most telling first.
+struct EscalationRequest {
+  std::string element;  // the analyzer's element, e.g. "link:leaf1~spine2"
+  // Higher is served first when the budget is short (loss before latency, more bad flows first).
+  double priority = 0;
+  std::vector<EscalationPair> pairs;
+};
+
+struct EscalationStats {
+  uint64_t started = 0;         // elements escalated (each start, not each renewal)
+  uint64_t refused_budget = 0;  // element escalations refused (or cut short) by the budget
+  uint64_t pairs_started = 0;   // pairs escalated
+  size_t active_elements = 0;   // now
+  size_t active_pairs = 0;      // now
+  size_t active_flows = 0;      // now: escalated flows, both directions
+  double extra_pps = 0;         // now: probes per second above the base plan
+  double extra_probes = 0;      // since start: Σ extra_pps over time
+};
+
+// Not thread-safe: the aggregator's tick thread owns it.
+class EscalationBudget {
+ public:
+  explicit EscalationBudget(EscalationConfig config = {}) : config_(config) {}
+
+  // One tick at `now_s`: `suspects` are the elements suspect now. `baseline_pps` is the fleet's
+  // planned probes per second and `base_rate_pps` one flow's base rate. Starts escalations for new
+  // suspects within the budget, renews those whose element is still suspect, ends the others and
+  // the expired ones. True when the set of escalated pairs changed (the plans must follow).
+  bool Update(double now_s, const std::vector<EscalationRequest>& suspects, double baseline_pps,
+              double base_rate_pps);
+
+  // The overlays for the escalated pairs: one per pair, id "escalation:<a>~<b>", rate
+  // rate_factor x base rate on every flow of both directions.
+  std::vector<PlanOverlay> Overlays() const;
+
+  // Whether `element` is escalated now, and since when (seconds, Update's clock); -1 when not.
+  double EscalatedSince(const std::string& element) const;
+  const EscalationStats& stats() const { return stats_; }
+  const EscalationConfig& config() const { return config_; }
+
+ private:
+  struct Active {
+    double since_s = 0;
+    double until_s = 0;
+    double extra_pps = 0;
+    std::vector<EscalationPair> pairs;
+  };
+  double PairCost(const EscalationPair& p) const;
+  void Recount();
+
+  EscalationConfig config_;
+  double base_rate_pps_ = 1;
+  double last_now_s_ = -1;
+  std::map<std::string, Active> active_;   // by element
+  std::map<std::string, double> cooling_;  // element -> may escalate again at this time
+  EscalationStats stats_;
+};
+
+}  // namespace fw::aggregator

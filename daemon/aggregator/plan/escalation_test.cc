@@ -1,0 +1,126 @@
+// The escalation budget: suspects escalate within the fleet budget, highest priority first; an
+// escalation is renewed while its element stays suspect, ends when it does not, is capped in
+// length and followed by a cool-down; its overlays raise both directions of each pair.
+#include "daemon/aggregator/plan/escalation.h"
+
+#include <gtest/gtest.h>
+
+#include "daemon/aggregator/plan/planner.h"
+
+namespace fw::aggregator {
+namespace {
+
+EscalationRequest Suspect(const std::string& element, int pairs, double priority = 0,
+                          uint32_t flows = 1) {
+  EscalationRequest r;
+  r.element = element;
+  r.priority = priority;
+  for (int i = 0; i < pairs; ++i) {
+    r.pairs.push_back(
+        {element + "-a" + std::to_string(i), element + "-b" + std::to_string(i), flows});
+  }
+  return r;
+}
+
+TEST(EscalationBudgetTest, ExtraProbesStayWithinTheFleetBudget) {
+  EscalationConfig c;
+  c.rate_factor = 10;
+  c.budget_fraction = 0.03;
+  c.min_budget_pps = 0;
+  c.max_pairs_per_element = 100;
+  EscalationBudget book(c);
+  // 10,000 probes/s planned: 300 extra allowed. One pair costs 2 directions x 1 flow x 9 = 18.
+  std::vector<EscalationRequest> suspects = {Suspect("link:x", 40), Suspect("link:y", 40)};
+  EXPECT_TRUE(book.Update(0, suspects, 10'000, 1.0));
+  EXPECT_LE(book.stats().extra_pps, 300.0);
+  EXPECT_EQ(book.stats().active_pairs, 16u);  // 16 x 18 = 288; a 17th would pass 300
+  EXPECT_EQ(book.stats().active_flows, 32u);
+  EXPECT_EQ(book.stats().active_elements, 1u);  // y got nothing: the budget was spent on x
+  EXPECT_EQ(book.stats().refused_budget, 1u);
+  EXPECT_EQ(book.Overlays().size(), 16u);
+  // Over a minute of renewals (each capped at 30 s, then a cool-down) the budget holds at every
+  // tick.
+  for (int t = 1; t <= 60; ++t) {
+    book.Update(t, suspects, 10'000, 1.0);
+    EXPECT_LE(book.stats().extra_pps, 300.0) << "t=" << t;
+  }
+  EXPECT_LE(book.stats().extra_probes, 300.0 * 60);
+}
+
+TEST(EscalationBudgetTest, HigherPriorityIsServedFirstAndAPairCountsOnce) {
+  EscalationConfig c;
+  c.min_budget_pps = 0;
+  c.budget_fraction = 0.01;  // 1,000 planned: 10 extra... below one pair (18)
+  EscalationBudget tight(c);
+  EXPECT_FALSE(tight.Update(0, {Suspect("link:x", 1)}, 1'000, 1.0));
+  EXPECT_EQ(tight.stats().active_pairs, 0u);
+  EXPECT_EQ(tight.stats().refused_budget, 1u);
+
+  c.budget_fraction = 0.02;  // 20: exactly one pair
+  EscalationBudget book(c);
+  EXPECT_TRUE(
+      book.Update(0, {Suspect("link:latency", 1, 1), Suspect("link:loss", 1, 5)}, 1'000, 1.0));
+  EXPECT_GE(book.EscalatedSince("link:loss"), 0);
+  EXPECT_LT(book.EscalatedSince("link:latency"), 0);
+
+  // Two elements crossed by the same pair: the second one adds no traffic.
+  EscalationBudget shared(c);
+  EscalationRequest a = Suspect("link:a", 0), b = Suspect("link:b", 0);
+  a.pairs.push_back({"n1", "n2", 1});
+  b.pairs.push_back({"n2", "n1", 1});
+  shared.Update(0, {a, b}, 1'000, 1.0);
+  EXPECT_EQ(shared.stats().active_pairs, 1u);
+  EXPECT_DOUBLE_EQ(shared.stats().extra_pps, 18.0);
+}
+
+TEST(EscalationBudgetTest, RenewedWhileSuspectEndedWhenNotCappedAndCooledDown) {
+  EscalationConfig c;
+  c.duration_s = 10;
+  c.max_duration_s = 30;
+  c.cooldown_s = 60;
+  EscalationBudget book(c);
+  const std::vector<EscalationRequest> x = {Suspect("link:x", 2)};
+  EXPECT_TRUE(book.Update(0, x, 10'000, 1.0));
+  EXPECT_FALSE(book.Update(9, x, 10'000, 1.0));  // renewed to 19
+  EXPECT_FALSE(book.Update(18, x, 10'000, 1.0));
+  EXPECT_DOUBLE_EQ(book.EscalatedSince("link:x"), 0);
+  EXPECT_TRUE(book.Update(30, x, 10'000, 1.0));  // 30 s in all: ends though still suspect
+  EXPECT_LT(book.EscalatedSince("link:x"), 0);
+  EXPECT_FALSE(book.Update(60, x, 10'000, 1.0));  // cooling down until 90
+  EXPECT_TRUE(book.Update(90, x, 10'000, 1.0));
+  EXPECT_EQ(book.stats().started, 2u);
+  // No longer suspect (confirmed or dropped): ends at once.
+  EXPECT_TRUE(book.Update(92, {}, 10'000, 1.0));
+  EXPECT_EQ(book.stats().active_pairs, 0u);
+  EXPECT_DOUBLE_EQ(book.stats().extra_pps, 0);
+}
+
+TEST(EscalationBudgetTest, OverlaysRaiseBothDirectionsOfEachPair) {
+  EscalationBudget book;
+  EscalationRequest r = Suspect("link:x", 0);
+  r.pairs.push_back({"n2", "n1", 1});
+  book.Update(0, {r}, 10'000, 1.0);
+  PlannerConfig pc;
+  pc.full_mesh_max_nodes = 64;
+  Planner planner(pc, nullptr);
+  for (const PlanOverlay& o : book.Overlays()) planner.SetOverlay(o);
+  std::vector<AgentInfo> agents;
+  for (int i = 1; i <= 3; ++i) {
+    agents.push_back(
+        AgentInfo{"n" + std::to_string(i), {{"198.18.0." + std::to_string(i), 9753, ""}}});
+  }
+  const PlanSet plans = planner.PlanFor(agents);
+  auto rate = [&](const std::string& from, const std::string& to) {
+    for (const PlannedPeer& p : plans.plans.at(from).peers) {
+      if (p.node == to && p.transport == Transport::kUdp) return p.rate_pps;
+    }
+    return -1.0;
+  };
+  EXPECT_DOUBLE_EQ(rate("n1", "n2"), 10.0);
+  EXPECT_DOUBLE_EQ(rate("n2", "n1"), 10.0);
+  EXPECT_LT(rate("n1", "n3"), 10.0);
+  EXPECT_GT(rate("n1", "n3"), 0.0);
+}
+
+}  // namespace
+}  // namespace fw::aggregator
