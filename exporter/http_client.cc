@@ -9,24 +9,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "exporter/http_server.h"
 
 namespace fw::http {
 
 namespace {
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 bool WaitFor(int fd, short events, std::chrono::steady_clock::time_point deadline) {
   for (;;) {
@@ -63,15 +52,27 @@ bool Dechunk(const std::string& in, std::string* out) {
 
 }  // namespace
 
-StatusOr<ClientResponse> Fetch(const std::string& host_port, const std::string& method,
-                               const std::string& target, const std::string& body, int timeout_ms) {
+TcpSocket::~TcpSocket() {
+  if (fd_ >= 0) close(fd_);
+}
+
+TcpSocket& TcpSocket::operator=(TcpSocket&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    host_ = std::move(other.host_);
+  }
+  return *this;
+}
+
+StatusOr<TcpSocket> DialTcp(const std::string& host_port,
+                            std::chrono::steady_clock::time_point deadline) {
   std::string host;
   int port = 0;
   if (!SplitHostPort(host_port, &host, &port)) {
     return Status::InvalidArgument("address '" + host_port + "' is not HOST:PORT");
   }
   if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   addrinfo hints{};
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
@@ -79,20 +80,29 @@ StatusOr<ClientResponse> Fetch(const std::string& host_port, const std::string& 
   if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) {
     return Status::Unavailable("cannot resolve '" + host + "'");
   }
-  Fd fd(socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  int rc = fd.get() < 0 ? -1 : connect(fd.get(), res->ai_addr, res->ai_addrlen);
+  TcpSocket sock(socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), host);
+  const int rc = sock.fd() < 0 ? -1 : connect(sock.fd(), res->ai_addr, res->ai_addrlen);
+  const int connect_errno = errno;
   freeaddrinfo(res);
-  if (fd.get() < 0) return Status::Unavailable(std::string("socket: ") + strerror(errno));
-  if (rc != 0 && errno != EINPROGRESS) {
-    return Status::Unavailable("connect to " + host_port + ": " + strerror(errno));
+  if (sock.fd() < 0) return Status::Unavailable(std::string("socket: ") + strerror(connect_errno));
+  if (rc != 0 && connect_errno != EINPROGRESS) {
+    return Status::Unavailable("connect to " + host_port + ": " + strerror(connect_errno));
   }
-  if (!WaitFor(fd.get(), POLLOUT, deadline)) {
+  if (!WaitFor(sock.fd(), POLLOUT, deadline)) {
     return Status::Unavailable("connect to " + host_port + ": timed out");
   }
   int err = 0;
   socklen_t len = sizeof err;
-  getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+  getsockopt(sock.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
   if (err != 0) return Status::Unavailable("connect to " + host_port + ": " + strerror(err));
+  return sock;
+}
+
+StatusOr<ClientResponse> Fetch(const std::string& host_port, const std::string& method,
+                               const std::string& target, const std::string& body, int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  StatusOr<TcpSocket> sock = DialTcp(host_port, deadline);
+  if (!sock.ok()) return sock.status();
 
   std::string req = method + " " + target + " HTTP/1.1\r\nHost: " + host_port +
                     "\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) +
@@ -101,8 +111,8 @@ StatusOr<ClientResponse> Fetch(const std::string& host_port, const std::string& 
   req += "\r\n" + body;
   size_t sent = 0;
   while (sent < req.size()) {
-    if (!WaitFor(fd.get(), POLLOUT, deadline)) return Status::Unavailable("send timed out");
-    ssize_t n = send(fd.get(), req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
+    if (!WaitFor(sock->fd(), POLLOUT, deadline)) return Status::Unavailable("send timed out");
+    ssize_t n = send(sock->fd(), req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno != EAGAIN && errno != EINTR) {
       return Status::Unavailable(std::string("send: ") + strerror(errno));
     }
@@ -111,8 +121,8 @@ StatusOr<ClientResponse> Fetch(const std::string& host_port, const std::string& 
   std::string raw;
   char buf[65536];
   for (;;) {
-    if (!WaitFor(fd.get(), POLLIN, deadline)) return Status::Unavailable("response timed out");
-    ssize_t n = recv(fd.get(), buf, sizeof buf, 0);
+    if (!WaitFor(sock->fd(), POLLIN, deadline)) return Status::Unavailable("response timed out");
+    ssize_t n = recv(sock->fd(), buf, sizeof buf, 0);
     if (n == 0) break;
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) continue;

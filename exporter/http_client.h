@@ -1,7 +1,9 @@
 // A minimal blocking HTTP/1.1 client for the CLI and tests (GET/POST, chunked responses, timeouts).
 #pragma once
 
+#include <chrono>
 #include <string>
+#include <utility>
 
 #include "common/status.h"
 
@@ -12,6 +14,33 @@ struct ClientResponse {
   std::string content_type;
   std::string body;
 };
+
+// A TCP socket, closed when this is destroyed, and the host name it was dialed as.
+class TcpSocket {
+ public:
+  TcpSocket() = default;
+  TcpSocket(int fd, std::string host) : fd_(fd), host_(std::move(host)) {}
+  ~TcpSocket();
+  TcpSocket(TcpSocket&& other) noexcept : fd_(other.fd_), host_(std::move(other.host_)) {
+    other.fd_ = -1;
+  }
+  TcpSocket& operator=(TcpSocket&& other) noexcept;
+  TcpSocket(const TcpSocket&) = delete;
+  TcpSocket& operator=(const TcpSocket&) = delete;
+
+  int fd() const { return fd_; }
+  const std::string& host() const { return host_; }
+
+ private:
+  int fd_ = -1;
+  std::string host_;
+};
+
+// Resolves "host:port" (IPv4; an empty host or 0.0.0.0 dials 127.0.0.1) and connects before
+// `deadline`. The socket it returns is non-blocking. kInvalidArgument for a malformed address,
+// kUnavailable when the host does not resolve or the connection fails or times out.
+StatusOr<TcpSocket> DialTcp(const std::string& host_port,
+                            std::chrono::steady_clock::time_point deadline);
 
 // Sends one request to "host:port" (IPv4 literal or resolvable name) and reads the whole response.
 // Fails with kUnavailable when the server cannot be reached within `timeout_ms`.

@@ -1,19 +1,18 @@
-// Blocking OpenSSL client: a connected socket with send/receive timeouts, then SSL over it.
+// Blocking OpenSSL client: a socket dialed like http_client.cc, send/receive timeouts, then SSL.
 #include "exporter/web_client.h"
 
-#include <netdb.h>
+#include <fcntl.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <memory>
 
-#include "exporter/http_server.h"
 
 namespace fw::http {
 
@@ -26,13 +25,6 @@ std::string SslError(const char* what) {
   if (e != 0) ERR_error_string_n(e, buf, sizeof buf);
   return std::string(what) + ": " + buf;
 }
-
-struct FdCloser {
-  int fd = -1;
-  ~FdCloser() {
-    if (fd >= 0) close(fd);
-  }
-};
 
 }  // namespace
 
@@ -49,30 +41,16 @@ std::string BasicAuthorization(const std::string& user, const std::string& passw
 StatusOr<ClientResponse> FetchWeb(const std::string& host_port, const std::string& method,
                                   const std::string& target, const WebClientOptions& options,
                                   int timeout_ms) {
-  std::string host;
-  int port = 0;
-  if (!SplitHostPort(host_port, &host, &port)) {
-    return Status::InvalidArgument("address '" + host_port + "' is not HOST:PORT");
-  }
-  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) {
-    return Status::Unavailable("cannot resolve '" + host + "'");
-  }
-  FdCloser fd{socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0)};
-  if (fd.fd < 0) {
-    freeaddrinfo(res);
-    return Status::Unavailable(std::string("socket: ") + std::strerror(errno));
-  }
+  StatusOr<TcpSocket> sock =
+      DialTcp(host_port, std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms));
+  if (!sock.ok()) return sock.status();
+  // OpenSSL below reads and writes a blocking socket; the timeouts bound each call.
+  const int fd = sock->fd();
+  const std::string& host = sock->host();
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-  setsockopt(fd.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  int rc = connect(fd.fd, res->ai_addr, res->ai_addrlen);
-  freeaddrinfo(res);
-  if (rc != 0) return Status::Unavailable("connect to " + host_port + ": " + std::strerror(errno));
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 
   std::string req = method + " " + target + " HTTP/1.1\r\nHost: " + host_port +
                     "\r\nConnection: close\r\nContent-Length: 0\r\n";
@@ -84,10 +62,10 @@ StatusOr<ClientResponse> FetchWeb(const std::string& host_port, const std::strin
   char buf[16384];
 
   if (!options.tls) {
-    if (send(fd.fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+    if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
       return Status::Unavailable(std::string("send: ") + std::strerror(errno));
     }
-    for (ssize_t n; (n = recv(fd.fd, buf, sizeof buf, 0)) > 0;) {
+    for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) {
       raw.append(buf, static_cast<size_t>(n));
       if (raw.size() > (64u << 20)) return Status::ResourceExhausted("response over 64 MiB");
     }
@@ -121,7 +99,7 @@ StatusOr<ClientResponse> FetchWeb(const std::string& host_port, const std::strin
       X509_VERIFY_PARAM_set1_host(param, name.c_str(), 0);
     }
   }
-  SSL_set_fd(ssl.get(), fd.fd);
+  SSL_set_fd(ssl.get(), fd);
   if (SSL_connect(ssl.get()) != 1) {
     return Status::Unavailable(SslError(("TLS handshake with " + host_port).c_str()));
   }
