@@ -162,7 +162,7 @@ M& Family<M>::WithLabels(const std::vector<std::string>& values) {
     Die("metric " + name_ + ": expected " + std::to_string(label_names_.size()) +
         " label values, got " + std::to_string(values.size()));
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = series_.find(values);
   if (it == series_.end()) {
     Entry e;
@@ -187,14 +187,14 @@ M& Family<M>::WithLabels(const std::vector<std::string>& values) {
 
 template <typename M>
 void Family<M>::Remove(const std::vector<std::string>& values) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = series_.find(values);
   if (it != series_.end()) it->second.visible = false;
 }
 
 template <typename M>
 size_t Family<M>::size() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   size_t n = 0;
   for (const auto& [k, e] : series_) n += e.visible ? 1 : 0;
   return n;
@@ -203,7 +203,7 @@ size_t Family<M>::size() const {
 template <typename M>
 void Family<M>::Render(std::string& out, const std::function<void(std::string_view)>& sink) const {
   RenderHeader(out);
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   for (auto it = series_.begin(); it != series_.end(); ++it) {
     const Entry& entry = it->second;
     if (!entry.visible) continue;
@@ -243,10 +243,10 @@ void Family<M>::Render(std::string& out, const std::function<void(std::string_vi
       // The sink may block on a slow reader, so it runs without the lock: WithLabels() and other
       // scrapes go on meanwhile. `it` stays valid because std::map insertions keep iterators and
       // entries are never erased.
-      lock.unlock();
+      lock.Unlock();
       sink(out);
       out.clear();
-      lock.lock();
+      lock.Lock();
     }
   }
 }
@@ -269,7 +269,7 @@ void Registry::CheckNewName(const std::string& name, const std::vector<std::stri
 
 Family<Counter>& Registry::AddCounter(std::string name, std::string help,
                                       std::vector<std::string> label_names) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   CheckNewName(name, label_names);
   auto f = std::make_unique<Family<Counter>>(std::move(name), std::move(help),
                                              std::move(label_names), MetricType::kCounter);
@@ -280,7 +280,7 @@ Family<Counter>& Registry::AddCounter(std::string name, std::string help,
 
 Family<Gauge>& Registry::AddGauge(std::string name, std::string help,
                                   std::vector<std::string> label_names) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   CheckNewName(name, label_names);
   auto f = std::make_unique<Family<Gauge>>(std::move(name), std::move(help), std::move(label_names),
                                            MetricType::kGauge);
@@ -292,7 +292,7 @@ Family<Gauge>& Registry::AddGauge(std::string name, std::string help,
 Family<Histogram>& Registry::AddHistogram(std::string name, std::string help,
                                           std::vector<std::string> label_names,
                                           std::vector<double> bucket_bounds) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   CheckNewName(name, label_names);
   for (const auto& l : label_names) {
     if (l == "le") Die("metric " + name + ": histograms cannot use the label 'le'");
@@ -306,7 +306,7 @@ Family<Histogram>& Registry::AddHistogram(std::string name, std::string help,
 }
 
 void Registry::AddBeforeRender(std::function<void()> hook) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   hooks_.push_back(std::move(hook));
 }
 
@@ -314,7 +314,7 @@ void Registry::Render(const std::function<void(std::string_view)>& sink) const {
   std::vector<std::function<void()>> hooks;
   std::vector<const FamilyBase*> families;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     hooks = hooks_;
     for (const auto& f : families_) families.push_back(f.get());
   }

@@ -9,10 +9,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace fw::metrics {
 
@@ -110,10 +111,10 @@ class Family final : public FamilyBase {
     bool visible = true;
   };
   std::vector<double> bounds_;
-  mutable std::mutex mu_;
-  // GUARDED_BY(mu_). Entries are never erased (Remove() hides one): Render() keeps an iterator
-  // across unlocking while its sink writes.
-  std::map<std::vector<std::string>, Entry> series_;
+  mutable Mutex mu_;
+  // Entries are never erased (Remove() hides one): Render() keeps an iterator across unlocking
+  // while its sink writes.
+  std::map<std::vector<std::string>, Entry> series_ FW_GUARDED_BY(mu_);
 };
 
 class Registry {
@@ -144,11 +145,12 @@ class Registry {
   static constexpr size_t kChunkBytes = 64 * 1024;
 
  private:
-  void CheckNewName(const std::string& name, const std::vector<std::string>& label_names);
+  void CheckNewName(const std::string& name, const std::vector<std::string>& label_names)
+      FW_REQUIRES(mu_);
 
-  mutable std::mutex mu_;
-  std::vector<std::unique_ptr<FamilyBase>> families_;  // GUARDED_BY(mu_), registration order
-  std::vector<std::function<void()>> hooks_;           // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::vector<std::unique_ptr<FamilyBase>> families_ FW_GUARDED_BY(mu_);  // registration order
+  std::vector<std::function<void()>> hooks_ FW_GUARDED_BY(mu_);
 };
 
 // Text-format helpers, exposed for tests.

@@ -332,7 +332,7 @@ bool BasicAuth::Check(std::string_view authorization, std::string* user_out) {
   }
   const std::string key(reinterpret_cast<const char*>(digest), digest_len);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (verified_.count(key) != 0) return true;
   }
   auto it = users_.find(user);
@@ -343,7 +343,7 @@ bool BasicAuth::Check(std::string_view authorization, std::string* user_out) {
     return false;
   }
   if (!VerifyPassword(password, it->second)) return false;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (verified_.size() >= kMaxVerified) verified_.clear();
   verified_.insert(key);
   return true;

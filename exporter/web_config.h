@@ -16,11 +16,11 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_set>
 
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace fw::http {
@@ -83,8 +83,8 @@ class BasicAuth {
 
  private:
   std::map<std::string, std::string> users_;
-  std::mutex mu_;
-  std::unordered_set<std::string> verified_;  // GUARDED_BY(mu_): SHA-256(user \0 password)
+  Mutex mu_;
+  std::unordered_set<std::string> verified_ FW_GUARDED_BY(mu_);  // SHA-256(user \0 password)
   static constexpr size_t kMaxVerified = 1024;
 };
 

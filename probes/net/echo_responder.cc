@@ -12,13 +12,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "common/log.h"
+#include "common/mutex.h"
 #include "probes/net/token_bucket.h"
 
 namespace fw::net {
@@ -137,7 +137,7 @@ class EchoResponder::Loop {
   // Counts a failed socket call and logs it once per (call, errno).
   void SocketError(const char* call, int err) {
     Add(socket_errors_, 1);
-    std::lock_guard lock(error_mu_);
+    MutexLock lock(error_mu_);
     if (last_error_call_ == call && last_errno_ == err) return;
     last_error_call_ = call;
     last_errno_ = err;
@@ -147,9 +147,9 @@ class EchoResponder::Loop {
         call, std::strerror(err));
   }
   bool accept_paused_ = false;
-  std::mutex error_mu_;
-  const char* last_error_call_ = nullptr;  // GUARDED_BY(error_mu_)
-  int last_errno_ = 0;                     // GUARDED_BY(error_mu_)
+  Mutex error_mu_;
+  const char* last_error_call_ FW_GUARDED_BY(error_mu_) = nullptr;
+  int last_errno_ FW_GUARDED_BY(error_mu_) = 0;
   void Add(std::atomic<uint64_t>& c, uint64_t n) { c.fetch_add(n, kRelaxed); }
   // Takes one token from the global and the source bucket, or counts why not. Thread-safe.
   bool Admit(const sockaddr_storage& src);
@@ -171,28 +171,28 @@ class EchoResponder::Loop {
   Fd epoll_fd_, udp_fd_, listen_fd_, stop_fd_;
   std::atomic<bool> stopping_{false};
 
-  std::mutex admit_mu_;  // uncontended but for a UDP request racing a TCP one
-  TokenBucket global_;   // GUARDED_BY(admit_mu_)
-  std::unordered_map<SourceKey, TokenBucket, SourceKeyHash> sources_;  // GUARDED_BY(admit_mu_)
-  std::unordered_set<SourceKey, SourceKeyHash> allowed_;  // GUARDED_BY(admit_mu_); empty: everyone
+  Mutex admit_mu_;  // uncontended but for a UDP request racing a TCP one; before allowed_mu_
+  TokenBucket global_ FW_GUARDED_BY(admit_mu_);
+  std::unordered_map<SourceKey, TokenBucket, SourceKeyHash> sources_ FW_GUARDED_BY(admit_mu_);
+  std::unordered_set<SourceKey, SourceKeyHash> allowed_ FW_GUARDED_BY(admit_mu_);  // empty: all
 
  public:
   // Hands a new allow list to the thread (SetAllowedPeers). Thread-safe.
   void PostAllowed(std::unordered_set<SourceKey, SourceKeyHash> allowed) {
-    std::lock_guard lock(allowed_mu_);
+    MutexLock lock(allowed_mu_);
     pending_allowed_ = std::move(allowed);
     allowed_dirty_ = true;
   }
 
  private:
-  void TakeAllowed() {  // REQUIRES: admit_mu_
+  void TakeAllowed() FW_REQUIRES(admit_mu_) {
     if (!allowed_dirty_.load()) return;
-    std::lock_guard lock(allowed_mu_);
+    MutexLock lock(allowed_mu_);
     allowed_.swap(pending_allowed_);
     allowed_dirty_ = false;
   }
-  std::mutex allowed_mu_;
-  std::unordered_set<SourceKey, SourceKeyHash> pending_allowed_;  // GUARDED_BY(allowed_mu_)
+  Mutex allowed_mu_;
+  std::unordered_set<SourceKey, SourceKeyHash> pending_allowed_ FW_GUARDED_BY(allowed_mu_);
   std::atomic<bool> allowed_dirty_{false};
   std::unordered_map<int, std::unique_ptr<TcpConn>> conns_;
 
@@ -281,7 +281,7 @@ Status EchoResponder::Loop::Open(uint16_t* port_out) {
 
 bool EchoResponder::Loop::Admit(const sockaddr_storage& src) {
   SourceKey key = KeyOf(src);
-  std::lock_guard lock(admit_mu_);
+  MutexLock lock(admit_mu_);
   TakeAllowed();
   if (!allowed_.empty() && !allowed_.contains(key)) {
     Count(ResponderDrop::kNotInPlan);

@@ -33,7 +33,7 @@ void ProbeResult::SetPeer(std::string_view name) {
 ResultQueue::ResultQueue(size_t capacity) : ring_(std::max<size_t>(capacity, 1)) {}
 
 bool ResultQueue::TryPush(const ProbeResult& r) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (count_ == ring_.size()) {
     ++dropped_;
     return false;
@@ -44,7 +44,7 @@ bool ResultQueue::TryPush(const ProbeResult& r) {
 }
 
 size_t ResultQueue::PopBatch(std::vector<ProbeResult>& out, size_t max) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   size_t n = std::min(max, count_);
   for (size_t i = 0; i < n; ++i) {
     out.push_back(ring_[head_]);
@@ -55,12 +55,12 @@ size_t ResultQueue::PopBatch(std::vector<ProbeResult>& out, size_t max) {
 }
 
 size_t ResultQueue::size() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return count_;
 }
 
 uint64_t ResultQueue::dropped() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return dropped_;
 }
 

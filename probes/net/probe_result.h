@@ -5,9 +5,10 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <string_view>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace fw::net {
 
@@ -54,11 +55,11 @@ class ResultQueue {
   uint64_t dropped() const;
 
  private:
-  mutable std::mutex mu_;
-  std::vector<ProbeResult> ring_;  // GUARDED_BY(mu_), fixed size
-  size_t head_ = 0;                // GUARDED_BY(mu_)
-  size_t count_ = 0;               // GUARDED_BY(mu_)
-  uint64_t dropped_ = 0;           // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::vector<ProbeResult> ring_ FW_GUARDED_BY(mu_);  // fixed size
+  size_t head_ FW_GUARDED_BY(mu_) = 0;
+  size_t count_ FW_GUARDED_BY(mu_) = 0;
+  uint64_t dropped_ FW_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace fw::net

@@ -56,7 +56,7 @@ ProbeBudget::ProbeBudget(const Clock& clock, double packets_per_s, double bytes_
       bytes_(clock, bytes_per_s, bytes_per_s * burst_seconds) {}
 
 bool ProbeBudget::TryConsume(double packets, double bytes) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (packets_.Available() + 1e-9 < packets || bytes_.Available() + 1e-9 < bytes) {
     ++rejected_;
     return false;
@@ -67,13 +67,13 @@ bool ProbeBudget::TryConsume(double packets, double bytes) {
 }
 
 void ProbeBudget::Reconfigure(double packets_per_s, double bytes_per_s, double burst_seconds) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   packets_.Reconfigure(packets_per_s, packets_per_s * burst_seconds);
   bytes_.Reconfigure(bytes_per_s, bytes_per_s * burst_seconds);
 }
 
 uint64_t ProbeBudget::rejected() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return rejected_;
 }
 

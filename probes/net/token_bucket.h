@@ -2,9 +2,9 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 
 namespace fw::net {
 
@@ -50,10 +50,10 @@ class ProbeBudget {
   uint64_t rejected() const;
 
  private:
-  mutable std::mutex mu_;
-  TokenBucket packets_;    // GUARDED_BY(mu_)
-  TokenBucket bytes_;      // GUARDED_BY(mu_)
-  uint64_t rejected_ = 0;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  TokenBucket packets_ FW_GUARDED_BY(mu_);
+  TokenBucket bytes_ FW_GUARDED_BY(mu_);
+  uint64_t rejected_ FW_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace fw::net

@@ -12,10 +12,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
 
 #include "common/log.h"
+#include "common/mutex.h"
 #include "probes/net/socket_util.h"
 
 namespace fw::net {
@@ -93,7 +93,7 @@ class UdpProber::Loop {
   void RequestStop();
   UdpProberStats Snapshot() const;
   std::vector<uint16_t> Ports() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return ports_;
   }
 
@@ -129,12 +129,13 @@ class UdpProber::Loop {
   std::atomic<bool> stopping_{false};
 
   // Shared with SetPlan callers: the handoff of a new plan and its outcome.
-  mutable std::mutex mu_;
-  std::condition_variable applied_cv_;
-  std::optional<UdpProbePlan> pending_plan_;  // GUARDED_BY(mu_)
-  uint64_t submitted_ = 0, applied_ = 0;      // GUARDED_BY(mu_)
-  Status apply_status_;                       // GUARDED_BY(mu_)
-  std::vector<uint16_t> ports_;               // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar applied_cv_;
+  std::optional<UdpProbePlan> pending_plan_ FW_GUARDED_BY(mu_);
+  uint64_t submitted_ FW_GUARDED_BY(mu_) = 0;
+  uint64_t applied_ FW_GUARDED_BY(mu_) = 0;
+  Status apply_status_ FW_GUARDED_BY(mu_);
+  std::vector<uint16_t> ports_ FW_GUARDED_BY(mu_);
 
   // Thread-owned state.
   std::vector<Sock> sockets_;
@@ -205,13 +206,13 @@ void UdpProber::Loop::RequestStop() {
 }
 
 Status UdpProber::Loop::Submit(UdpProbePlan plan) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   uint64_t ticket = ++submitted_;
   pending_plan_ = std::move(plan);
-  lock.unlock();
+  lock.Unlock();
   Wake();
-  lock.lock();
-  applied_cv_.wait(lock, [&] { return applied_ >= ticket || stopping_.load(); });
+  lock.Lock();
+  while (applied_ < ticket && !stopping_.load()) applied_cv_.Wait(mu_);
   if (applied_ < ticket) return Status::FailedPrecondition("the UDP prober is stopping");
   return applied_ == ticket ? apply_status_ : Status::Ok();
 }
@@ -368,7 +369,7 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
   std::vector<uint16_t> ports;
   for (const Sock& s : sockets_) ports.push_back(s.port);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ports_ = std::move(ports);
   }
   plans_applied_.fetch_add(1, kRelaxed);
@@ -711,16 +712,16 @@ void UdpProber::Loop::Run() {
       std::optional<UdpProbePlan> plan;
       uint64_t ticket;
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         plan.swap(pending_plan_);
         ticket = submitted_;
       }
       if (plan) {
         Status s = Apply(*plan);
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         apply_status_ = s;
         applied_ = ticket;
-        applied_cv_.notify_all();
+        applied_cv_.NotifyAll();
       }
     }
     now = clock_.MonotonicNanos();
@@ -735,8 +736,8 @@ void UdpProber::Loop::Run() {
     }
     ExpireTimeouts(clock_.MonotonicNanos());
   }
-  std::lock_guard lock(mu_);
-  applied_cv_.notify_all();
+  MutexLock lock(mu_);
+  applied_cv_.NotifyAll();
 }
 
 UdpProberStats UdpProber::Loop::Snapshot() const {

@@ -41,7 +41,7 @@ RdmaRunner::~RdmaRunner() { Stop(); }
 Status RdmaRunner::Start() {
   auto mesh = UdMesh::Create(*verbs_, clock_, options_.mesh, collector_.get(), budget_);
   if (!mesh.ok()) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     state_.available = false;
     state_.detail = mesh.status().message();
     spdlog::info("msg=\"rdma: unavailable\" reason=\"{}\"", state_.detail);
@@ -51,7 +51,7 @@ Status RdmaRunner::Start() {
   stop_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (stop_fd_ < 0) return Status::Internal("eventfd failed");
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     state_.available = true;
     state_.endpoints = mesh_->Endpoints();
     state_.sources = mesh_->TimestampSources();
@@ -74,7 +74,7 @@ void RdmaRunner::Stop() {
 }
 
 void RdmaRunner::SetTargets(std::vector<UdTarget> targets) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   next_targets_ = std::move(targets);
   if (stop_fd_ >= 0) {
     const uint64_t one = 1;
@@ -83,7 +83,7 @@ void RdmaRunner::SetTargets(std::vector<UdTarget> targets) {
 }
 
 RdmaState RdmaRunner::state() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return state_;
 }
 
@@ -94,7 +94,7 @@ void RdmaRunner::Loop() {
   while (!stopping_.load()) {
     std::optional<std::vector<UdTarget>> targets;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       targets.swap(next_targets_);
     }
     if (targets) {
@@ -111,7 +111,7 @@ void RdmaRunner::Loop() {
       last_flush = now;
     }
     if (mesh_->endpoints_version() != 0) {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       if (state_.endpoints_version != mesh_->endpoints_version()) {
         state_.endpoints = mesh_->Endpoints();
         state_.sources = mesh_->TimestampSources();

@@ -6,13 +6,13 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "probes/net/token_bucket.h"
 #include "probes/rdma/ud_mesh.h"
@@ -67,9 +67,9 @@ class RdmaRunner {
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> dropped_{0};
-  mutable std::mutex mu_;
-  std::optional<std::vector<UdTarget>> next_targets_;  // GUARDED_BY(mu_)
-  RdmaState state_;                                    // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::optional<std::vector<UdTarget>> next_targets_ FW_GUARDED_BY(mu_);
+  RdmaState state_ FW_GUARDED_BY(mu_);
 };
 
 }  // namespace fw::rdma

@@ -117,7 +117,7 @@ Status NodeMetrics::Recheck() {
   }
   std::vector<counters::PortSample> ports;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     ports = latest_.ports;
   }
   auto inv = std::make_shared<NodeInventory>(
@@ -125,7 +125,7 @@ Status NodeMetrics::Recheck() {
                      ports, options_.check.sysfs_root));
   std::vector<Finding> findings = CheckInventory(*inv, *profile_);
   PublishInventory(*inv);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   latest_.inventory = std::move(inv);
   inventory_findings_ = std::move(findings);
   return Status::Ok();
@@ -258,7 +258,7 @@ Status NodeMetrics::SampleNow() {
   std::vector<Finding> port_findings;
   std::string node;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     latest_.ports = ports;
     latest_.seq = sampler_.stats().passes;
     latest_.wall_ns = clock_.WallNanos();
@@ -273,18 +273,18 @@ Status NodeMetrics::SampleNow() {
     status = Recheck();
     if (!status.ok()) {
       // Log once per distinct cause; the counter counts every failure.
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (latest_.last_error != status.ToString()) {
         spdlog::warn("component=node_metrics msg=\"node check failed\" error={}",
                      LogQuote(status.ToString()));
       }
       latest_.last_error = status.ToString();
     } else {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       latest_.last_error.clear();
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   latest_.findings = inventory_findings_;
   for (Finding& f : port_findings) latest_.findings.push_back(std::move(f));
   SortFindings(latest_.findings);
@@ -292,14 +292,14 @@ Status NodeMetrics::SampleNow() {
 }
 
 NodeSnapshot NodeMetrics::Latest() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return latest_;
 }
 
 Status NodeMetrics::Start() {
   Status first = SampleNow();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = false;
   }
   thread_ = std::thread([this] { Loop(); });
@@ -307,22 +307,24 @@ Status NodeMetrics::Start() {
 }
 
 void NodeMetrics::Loop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!stop_) {
-    cv_.wait_for(lock, options_.sample_interval, [this] { return stop_; });
+    const auto until = std::chrono::steady_clock::now() + options_.sample_interval;
+    while (!stop_ && cv_.WaitUntil(mu_, until)) {
+    }
     if (stop_) break;
-    lock.unlock();
+    lock.Unlock();
     (void)SampleNow();  // errors are logged and counted inside
-    lock.lock();
+    lock.Lock();
   }
 }
 
 void NodeMetrics::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 

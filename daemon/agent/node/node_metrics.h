@@ -3,15 +3,14 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/agent/node/check_command.h"
 #include "exporter/registry.h"
@@ -104,11 +103,11 @@ class NodeMetrics {
   uint64_t seen_rescans_ = ~uint64_t{0};
   std::vector<std::vector<std::string>> affinity_labels_, pcie_labels_;
 
-  mutable std::mutex mu_;
-  NodeSnapshot latest_;                      // GUARDED_BY(mu_)
-  std::vector<Finding> inventory_findings_;  // GUARDED_BY(mu_)
-  std::condition_variable cv_;
-  bool stop_ = false;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  NodeSnapshot latest_ FW_GUARDED_BY(mu_);
+  std::vector<Finding> inventory_findings_ FW_GUARDED_BY(mu_);
+  CondVar cv_;
+  bool stop_ FW_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -227,12 +227,12 @@ Analyzer::Analyzer(const Clock& clock, std::shared_ptr<const FabricMap> map,
 Analyzer::~Analyzer() = default;
 
 void Analyzer::OnPortSample(const PortSample& sample) {
-  std::lock_guard<std::mutex> lock(inputs_mu_);
+  MutexLock lock(inputs_mu_);
   ports_[{sample.node, sample.device, sample.port}] = {sample, clock_.MonotonicSeconds()};
 }
 
 void Analyzer::SetNodeFindings(const std::string& node, std::vector<Finding> findings) {
-  std::lock_guard<std::mutex> lock(inputs_mu_);
+  MutexLock lock(inputs_mu_);
   if (findings.empty()) {
     node_findings_.erase(node);
   } else {
@@ -288,7 +288,7 @@ void Analyzer::Tick() {
   Evaluation ev;
   ev.hosts.resize(flows_.NodeCount());
   {
-    std::lock_guard<std::mutex> lock(inputs_mu_);
+    MutexLock lock(inputs_mu_);
     for (const auto& [key, entry] : ports_) {
       if (now_s - entry.second <= config_.port_sample_max_age_s) ev.ports[key] = entry.first;
     }
@@ -305,7 +305,7 @@ void Analyzer::Tick() {
   const ElementTracker::Changes changes = tracker_.EndTick(now_s, wall_ns);
   ++tick_count_;
   Publish(changes, ev, now_s, wall_ns);
-  std::lock_guard<std::mutex> lock(views_mu_);
+  MutexLock lock(views_mu_);
   stats_.last_tick_seconds = (RealClock::Get().MonotonicNanos() - started) * 1e-9;
 }
 
@@ -430,7 +430,7 @@ void Analyzer::Publish(const ElementTracker::Changes& changes, const Evaluation&
     }
     store_errors = store_->error_count();
   }
-  std::lock_guard<std::mutex> lock(views_mu_);
+  MutexLock lock(views_mu_);
   links_view_ = std::move(links);
   active_view_ = std::move(active);
   for (const TrackedFinding& f : changes.material) {
@@ -454,7 +454,7 @@ void Analyzer::Publish(const ElementTracker::Changes& changes, const Evaluation&
 }
 
 std::vector<TrackedFinding> Analyzer::Findings(bool active_only) const {
-  std::lock_guard<std::mutex> lock(views_mu_);
+  MutexLock lock(views_mu_);
   std::vector<TrackedFinding> out = active_view_;
   std::stable_sort(out.begin(), out.end(), [](const TrackedFinding& a, const TrackedFinding& b) {
     const int sa = a.finding.severity == Severity::kCritical ? 0 : 1;
@@ -466,12 +466,12 @@ std::vector<TrackedFinding> Analyzer::Findings(bool active_only) const {
 }
 
 std::vector<LinkView> Analyzer::Links() const {
-  std::lock_guard<std::mutex> lock(views_mu_);
+  MutexLock lock(views_mu_);
   return links_view_;
 }
 
 TickStats Analyzer::stats() const {
-  std::lock_guard<std::mutex> lock(views_mu_);
+  MutexLock lock(views_mu_);
   return stats_;
 }
 

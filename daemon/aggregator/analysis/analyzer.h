@@ -9,13 +9,13 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "daemon/aggregator/analysis/config.h"
 #include "daemon/aggregator/analysis/element_tracker.h"
 #include "daemon/aggregator/analysis/flow_table.h"
@@ -116,16 +116,16 @@ class Analyzer {
   };
   std::array<ClassStats, 3> class_stats_{};
 
-  mutable std::mutex inputs_mu_;
-  std::map<std::tuple<std::string, std::string, int>, std::pair<PortSample, double>>
-      ports_;                                                  // GUARDED_BY(inputs_mu_)
-  std::map<std::string, std::vector<Finding>> node_findings_;  // GUARDED_BY(inputs_mu_)
+  mutable Mutex inputs_mu_;
+  std::map<std::tuple<std::string, std::string, int>, std::pair<PortSample, double>> ports_
+      FW_GUARDED_BY(inputs_mu_);
+  std::map<std::string, std::vector<Finding>> node_findings_ FW_GUARDED_BY(inputs_mu_);
 
-  mutable std::mutex views_mu_;
-  std::vector<LinkView> links_view_;         // GUARDED_BY(views_mu_)
-  std::vector<TrackedFinding> active_view_;  // GUARDED_BY(views_mu_)
-  std::deque<TrackedFinding> history_;       // GUARDED_BY(views_mu_), resolved, newest last
-  TickStats stats_;                          // GUARDED_BY(views_mu_)
+  mutable Mutex views_mu_;
+  std::vector<LinkView> links_view_ FW_GUARDED_BY(views_mu_);
+  std::vector<TrackedFinding> active_view_ FW_GUARDED_BY(views_mu_);
+  std::deque<TrackedFinding> history_ FW_GUARDED_BY(views_mu_);  // resolved, newest last
+  TickStats stats_ FW_GUARDED_BY(views_mu_);
   int64_t last_persist_s_ = 0;
 };
 

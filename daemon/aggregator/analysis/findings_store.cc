@@ -56,7 +56,7 @@ FindingsStore::FindingsStore(std::string state_dir, Options options)
     : dir_(std::move(state_dir)), path_(dir_ + "/findings.db"), options_(options) {}
 
 FindingsStore::~FindingsStore() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   CloseLocked();
 }
 
@@ -89,7 +89,7 @@ Status FindingsStore::Exec(const char* sql) {
 }
 
 Status FindingsStore::Open() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   // Checked before OpenLocked(), which would only log a schema error for a file that is not a
   // database; quick_check also finds damaged pages in one that opens.
   std::string corrupt;
@@ -134,7 +134,7 @@ std::string FindingsStore::CorruptionLocked() {
 }
 
 std::optional<QuarantinedFile> FindingsStore::quarantined() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return quarantined_;
 }
 
@@ -167,12 +167,12 @@ Status FindingsStore::OpenLocked() {
 }
 
 bool FindingsStore::is_open() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return db_ != nullptr;
 }
 
 Status FindingsStore::Save(const std::vector<TrackedFinding>& findings) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ++saves_;
   if (!db_) {
     if (saves_ % kReopenEverySaves != 0) {
@@ -239,7 +239,7 @@ Status FindingsStore::Save(const std::vector<TrackedFinding>& findings) {
 }
 
 StatusOr<std::vector<TrackedFinding>> FindingsStore::LoadAll(size_t history_limit) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!db_) return Status::Unavailable("findings store " + path_ + " is not open: " + last_error_);
   Statement stmt;
   if (sqlite3_prepare_v2(db_, kSelect, -1, &stmt.st, nullptr) != SQLITE_OK) {
@@ -277,12 +277,12 @@ StatusOr<std::vector<TrackedFinding>> FindingsStore::LoadAll(size_t history_limi
 }
 
 uint64_t FindingsStore::error_count() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return errors_;
 }
 
 std::string FindingsStore::last_error() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return last_error_;
 }
 

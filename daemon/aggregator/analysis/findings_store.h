@@ -3,11 +3,11 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/state_file.h"
 #include "common/status.h"
 #include "daemon/aggregator/analysis/tracked_finding.h"
@@ -50,24 +50,24 @@ class FindingsStore {
   const std::string& path() const { return path_; }
 
  private:
-  Status OpenLocked();
+  Status OpenLocked() FW_REQUIRES(mu_);
   // "" when the open database passes `PRAGMA quick_check`; else why it is corrupt. Errors that
-  // do not mean corruption (I/O, busy) return "" too: OpenLocked() reports them.
-  std::string CorruptionLocked();        // REQUIRES: mu_ held, db_ open
-  Status Fail(const std::string& what);  // REQUIRES: mu_ held
-  Status Exec(const char* sql);          // REQUIRES: mu_ held
-  void CloseLocked();
+  // do not mean corruption (I/O, busy) return "" too: OpenLocked() reports them. db_ is open.
+  std::string CorruptionLocked() FW_REQUIRES(mu_);
+  Status Fail(const std::string& what) FW_REQUIRES(mu_);
+  Status Exec(const char* sql) FW_REQUIRES(mu_);
+  void CloseLocked() FW_REQUIRES(mu_);
 
   std::string dir_;
   std::string path_;
   Options options_;
-  mutable std::mutex mu_;
-  sqlite3* db_ = nullptr;                       // GUARDED_BY(mu_)
-  uint64_t errors_ = 0;                         // GUARDED_BY(mu_)
-  std::string last_error_;                      // GUARDED_BY(mu_)
-  std::string last_logged_;                     // GUARDED_BY(mu_)
-  uint64_t saves_ = 0;                          // GUARDED_BY(mu_)
-  std::optional<QuarantinedFile> quarantined_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  sqlite3* db_ FW_GUARDED_BY(mu_) = nullptr;
+  uint64_t errors_ FW_GUARDED_BY(mu_) = 0;
+  std::string last_error_ FW_GUARDED_BY(mu_);
+  std::string last_logged_ FW_GUARDED_BY(mu_);
+  uint64_t saves_ FW_GUARDED_BY(mu_) = 0;
+  std::optional<QuarantinedFile> quarantined_ FW_GUARDED_BY(mu_);
 };
 
 }  // namespace fw::analysis

@@ -27,7 +27,7 @@ std::string PortMetrics::Key(const std::string& device, uint32_t port) {
 }
 
 void PortMetrics::Update(const std::string& node, const fabricwatch::v1::CounterBatch& batch) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto& ports = nodes_[node];
   std::map<std::string, bool> seen;
   for (const auto& p : batch.ports()) {
@@ -77,12 +77,12 @@ void PortMetrics::Update(const std::string& node, const fabricwatch::v1::Counter
 void PortMetrics::RemoveNode(const std::string& node) {
   fabricwatch::v1::CounterBatch empty;
   Update(node, empty);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   nodes_.erase(node);
 }
 
 std::map<std::string, PortMetrics::PortState> PortMetrics::PortsOf(const std::string& node) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::map<std::string, PortState> out;
   auto it = nodes_.find(node);
   if (it == nodes_.end()) return out;

@@ -2,10 +2,10 @@
 #pragma once
 
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "exporter/registry.h"
 #include "fabricwatch.pb.h"
 
@@ -46,8 +46,8 @@ class PortMetrics {
   metrics::Family<metrics::Gauge>& errors_;
   metrics::Family<metrics::Gauge>& congestion_;
   metrics::Counter& samples_;
-  mutable std::mutex mu_;
-  std::map<std::string, std::map<std::string, Series>> nodes_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, std::map<std::string, Series>> nodes_ FW_GUARDED_BY(mu_);
 };
 
 }  // namespace fw::aggregator

@@ -5,12 +5,12 @@
 #include <deque>
 #include <functional>
 #include <limits>
-#include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+
+#include "common/mutex.h"
 
 namespace fw::aggregator {
 
@@ -25,10 +25,10 @@ class NameInterner {
  public:
   uint32_t Intern(std::string_view name) {
     {
-      std::shared_lock lock(mu_);
+      ReaderLock lock(mu_);
       if (auto it = ids_.find(name); it != ids_.end()) return it->second;
     }
-    std::unique_lock lock(mu_);
+    WriterLock lock(mu_);
     if (auto it = ids_.find(name); it != ids_.end()) return it->second;
     const auto id = static_cast<uint32_t>(names_.size());
     names_.emplace_back(name);
@@ -37,19 +37,19 @@ class NameInterner {
   }
 
   std::optional<uint32_t> Find(std::string_view name) const {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(mu_);
     if (auto it = ids_.find(name); it != ids_.end()) return it->second;
     return std::nullopt;
   }
 
   size_t size() const {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(mu_);
     return names_.size();
   }
 
   // The name of `id`, or an empty view for an id never handed out.
   std::string_view NameOf(uint32_t id) const {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(mu_);
     return id < names_.size() ? std::string_view(names_[id]) : std::string_view();
   }
 
@@ -58,9 +58,9 @@ class NameInterner {
     using is_transparent = void;
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
-  mutable std::shared_mutex mu_;
-  std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> ids_;  // GUARDED_BY(mu_)
-  std::deque<std::string> names_;  // GUARDED_BY(mu_); a deque keeps elements in place
+  mutable SharedMutex mu_;
+  std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> ids_ FW_GUARDED_BY(mu_);
+  std::deque<std::string> names_ FW_GUARDED_BY(mu_);  // a deque keeps elements in place
 };
 
 }  // namespace fw::aggregator

@@ -1,16 +1,16 @@
 // Equal-cost shortest paths over the fabric map's switch graph, cached per switch pair.
 #include <algorithm>
 #include <deque>
-#include <mutex>
 #include <utility>
 
+#include "common/mutex.h"
 #include "daemon/aggregator/plan/fabric_map.h"
 
 namespace fw::aggregator {
 
 struct FabricMap::Cache {
-  std::mutex mu;
-  std::unordered_map<uint64_t, std::shared_ptr<const SwitchPaths>> paths;  // GUARDED_BY(mu)
+  Mutex mu;
+  std::unordered_map<uint64_t, std::shared_ptr<const SwitchPaths>> paths FW_GUARDED_BY(mu);
 };
 
 FabricMap::FabricMap() : cache_(std::make_unique<Cache>()) {}
@@ -94,7 +94,7 @@ std::shared_ptr<const SwitchPaths> FabricMap::SwitchPathsBetween(SwitchIndex a,
   if (a >= switches_.size() || b >= switches_.size()) return nullptr;
   auto key = [](SwitchIndex x, SwitchIndex y) { return (static_cast<uint64_t>(x) << 32) | y; };
   {
-    std::lock_guard<std::mutex> lock(cache_->mu);
+    MutexLock lock(cache_->mu);
     if (auto it = cache_->paths.find(key(a, b)); it != cache_->paths.end()) return it->second;
   }
   // One search from a answers every destination: fill in a→b and a→(every switch with hosts), as
@@ -106,7 +106,7 @@ std::shared_ptr<const SwitchPaths> FabricMap::SwitchPathsBetween(SwitchIndex a,
     if (x != b && !nics_by_switch_[x].empty())
       computed.emplace_back(key(a, x), EnumeratePaths(bfs, a, x));
   }
-  std::lock_guard<std::mutex> lock(cache_->mu);
+  MutexLock lock(cache_->mu);
   for (auto& [k, paths] : computed) cache_->paths.emplace(k, std::move(paths));  // keeps a racer's
   return cache_->paths.at(key(a, b));
 }
