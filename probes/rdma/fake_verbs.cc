@@ -103,7 +103,8 @@ bool LookupTransition(QpType type, QpState from, QpState to, Transition& t) {
 }  // namespace
 
 struct FakeFabric::State {
-  explicit State(const Clock& c, uint64_t seed) : clock(c), rng(seed) {}
+  explicit State(const Clock& c, uint64_t seed)
+      : clock(c), wall_minus_mono_ns(c.WallNanos() - c.MonotonicNanos()), rng(seed) {}
 
   struct Port {
     FakePortConfig cfg;
@@ -158,6 +159,10 @@ struct FakeFabric::State {
   };
 
   const Clock& clock;
+  // The NIC's wall clock runs at the monotonic clock's rate from one offset read at creation, as
+  // a NIC clock does between syncs. Reading the offset per completion would add the preemption
+  // between the two clock reads to each stamp, and spans between stamps could go negative.
+  const int64_t wall_minus_mono_ns;
   FakeClock* auto_clock = nullptr;
   mutable std::mutex mu;
   std::mt19937_64 rng;
@@ -210,8 +215,7 @@ struct FakeFabric::State {
                                           d.cfg.hca_core_clock_khz / 1'000'000) &
                     d.cfg.completion_timestamp_mask;
       if (cq.ts == CqTimestamps::kWallclock) {
-        c.wc.ts_wallclock =
-            static_cast<uint64_t>(stamped_at + (clock.WallNanos() - clock.MonotonicNanos()));
+        c.wc.ts_wallclock = static_cast<uint64_t>(stamped_at + wall_minus_mono_ns);
       }
     }
     c.visible_at = stamped_at + d.poll_delay_ns;
