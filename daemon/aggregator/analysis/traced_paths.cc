@@ -2,7 +2,6 @@
 #include "daemon/aggregator/analysis/traced_paths.h"
 
 #include <algorithm>
-#include <mutex>
 
 namespace fw::analysis {
 
@@ -35,7 +34,7 @@ TraceOutcome TracedPaths::Record(std::string_view src, std::string_view dst, uin
                                  std::span<const std::string> hops, int64_t now_ns) {
   TraceOutcome out;
   if (hops.size() > kMaxHops) {
-    std::unique_lock lock(mu_);
+    WriterLock lock(mu_);
     ++stats_.traces;
     ++stats_.refused;
     return out;
@@ -74,7 +73,7 @@ TraceOutcome TracedPaths::Record(std::string_view src, std::string_view dst, uin
 
   const NodeId s = names_->Intern(src);
   const NodeId d = names_->Intern(dst);
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   ++stats_.traces;
   switch (out.kind) {
     case TraceOutcome::kResolved:
@@ -102,7 +101,10 @@ TraceOutcome TracedPaths::Record(std::string_view src, std::string_view dst, uin
       return out;
     }
     ++flows_;
-    it = flows.insert(flows.end(), Entry{src_port});
+    flow_count_.store(flows_, std::memory_order_relaxed);
+    Entry fresh;
+    fresh.src_port = src_port;
+    it = flows.insert(flows.end(), std::move(fresh));
   } else if (it->path >= 0 && out.path >= 0 && it->path != out.path) {
     ++stats_.moved;
   }
@@ -115,7 +117,7 @@ TraceOutcome TracedPaths::Record(std::string_view src, std::string_view dst, uin
 
 std::optional<int32_t> TracedPaths::PathOf(NodeId src, NodeId dst, uint16_t src_port,
                                            int64_t now_ns) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   auto p = by_pair_.find(Key(src, dst));
   if (p == by_pair_.end()) return std::nullopt;
   for (const Entry& e : p->second) {
@@ -128,7 +130,7 @@ std::optional<int32_t> TracedPaths::PathOf(NodeId src, NodeId dst, uint16_t src_
 
 std::vector<std::string> TracedPaths::UnknownHopsOf(NodeId src, NodeId dst) const {
   std::vector<std::string> out;
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   auto p = by_pair_.find(Key(src, dst));
   if (p == by_pair_.end()) return out;
   for (const Entry& e : p->second)
@@ -139,7 +141,7 @@ std::vector<std::string> TracedPaths::UnknownHopsOf(NodeId src, NodeId dst) cons
 }
 
 TracedPaths::Stats TracedPaths::stats() const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   Stats s = stats_;
   s.flows = flows_;
   return s;

@@ -2,16 +2,17 @@
 // equal-cost paths: which path index of a pair's PathSet a flow takes, as its last trace said.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "daemon/aggregator/model/name_interner.h"
 #include "daemon/aggregator/plan/fabric_map.h"
 
@@ -54,9 +55,12 @@ class TracedPaths {
   TraceOutcome Record(std::string_view src, std::string_view dst, uint16_t src_port,
                       std::span<const std::string> hops, int64_t now_ns);
 
-  // The path index the flow's last trace gave, if resolved and no older than max_age.
+  // The path index the flow's last trace gave, if resolved and no older than max_age. `src` and
+  // `dst` are ids of the interner this was built with (the pair table's).
   std::optional<int32_t> PathOf(aggregator::NodeId src, aggregator::NodeId dst, uint16_t src_port,
                                 int64_t now_ns) const;
+  // No trace recorded yet: lets the analyzer skip the lookups (no lock).
+  bool empty() const { return flow_count_.load(std::memory_order_relaxed) == 0; }
 
   // The unknown hop addresses seen on traces of flows between these nodes (sorted, unique).
   std::vector<std::string> UnknownHopsOf(aggregator::NodeId src, aggregator::NodeId dst) const;
@@ -88,10 +92,11 @@ class TracedPaths {
   std::shared_ptr<aggregator::NameInterner> names_;
   const size_t max_flows_;
   const int64_t max_age_ns_;
-  mutable std::shared_mutex mu_;
-  std::unordered_map<uint64_t, std::vector<Entry>> by_pair_;  // GUARDED_BY(mu_)
-  size_t flows_ = 0;                                          // GUARDED_BY(mu_)
-  Stats stats_;                                               // GUARDED_BY(mu_)
+  mutable SharedMutex mu_;
+  std::unordered_map<uint64_t, std::vector<Entry>> by_pair_ FW_GUARDED_BY(mu_);
+  size_t flows_ FW_GUARDED_BY(mu_) = 0;
+  Stats stats_ FW_GUARDED_BY(mu_);
+  std::atomic<size_t> flow_count_{0};  // flows_, for empty()
 };
 
 }  // namespace fw::analysis

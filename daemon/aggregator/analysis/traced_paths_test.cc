@@ -82,6 +82,32 @@ hosts:
   - {node: a, nic: eth0, address: 198.18.1.2, switch: leaf1}
 )");
   EXPECT_FALSE(not_list.ok());
+  auto twice = FabricMap::Parse(R"(switches:
+  - {name: leaf1, tier: leaf, addresses: [10.0.0.1, "10.0.0.1"]}
+hosts:
+  - {node: a, nic: eth0, address: 198.18.1.2, switch: leaf1}
+)");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_THAT(twice.status().ToString(), HasSubstr("already listed"));
+  auto nested = FabricMap::Parse(R"(switches:
+  - {name: leaf1, tier: leaf, addresses: [[10.0.0.1]]}
+hosts:
+  - {node: a, nic: eth0, address: 198.18.1.2, switch: leaf1}
+)");
+  ASSERT_FALSE(nested.ok());
+  EXPECT_THAT(nested.status().ToString(), HasSubstr("(not a value)"));
+}
+
+TEST(SwitchAddresses, AnyTextualFormOfAnIpv6AddressFindsItsSwitch) {
+  auto m = FabricMap::Parse(R"(switches:
+  - {name: leaf1, tier: leaf, addresses: ["2001:DB8:0:0::1"]}
+hosts:
+  - {node: a, nic: eth0, address: 198.18.1.2, switch: leaf1}
+)");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->switches()[0].addresses.front(), "2001:db8::1");
+  EXPECT_EQ(m->SwitchAtAddress("2001:db8::0:1"), 0u);
+  EXPECT_FALSE(m->SwitchAtAddress("2001:db8::2"));
 }
 
 TEST(TracedPaths, MapsHopsToTheFlowsOwnPath) {

@@ -15,7 +15,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (fw::aggregator::HostNicIndex d = 0; d < n && d < 8; ++d) {
       const auto set = map->Paths(s, d);
       (void)set.FullPaths();
+      for (size_t i = 0; i < set.PathCount() && i < 4; ++i) (void)map->SwitchesOnPath(set, i);
     }
   }
+  // Switch addresses: each listed one finds its switch; the input itself is looked up as text.
+  for (const auto& sw : map->switches()) {
+    for (const auto& a : sw.addresses) (void)map->SwitchAtAddress(a);
+  }
+  (void)map->SwitchAtAddress(text.substr(0, 64));
   return 0;
 }
