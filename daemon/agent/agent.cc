@@ -1,12 +1,12 @@
 // Agent composition.
 #include "daemon/agent/agent.h"
 
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <iterator>
 #include <random>
-#include <spdlog/spdlog.h>
 
 #include "daemon/agent/node_report.h"
 #include "probes/rdma/rdma_wire.h"
@@ -17,6 +17,13 @@ namespace fw::agent {
 namespace v1 = fabricwatch::v1;
 
 namespace {
+// HTTP workers. The agent serves one scraper (two for a Prometheus HA pair) and its own watchdog
+// check, each request a few milliseconds; civetweb holds a worker per connection only while a
+// request is read or answered and for its 500 ms keep-alive wait, and queues the connections that
+// arrive meanwhile. Two workers keep one slow client from stalling the rest; each idle one more is
+// a thread and its stack (scripts/perf/agent_profile, docs/performance.md).
+constexpr int kHttpWorkers = 2;
+
 std::string Hostname() {
   char buf[256] = {};
   if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
@@ -87,13 +94,13 @@ Status Agent::Start() {
     // The agent still samples counters, probes and reports without an inventory; say so once.
     spdlog::warn("msg=\"node check failed\" error=\"{}\"", d.message());
   }
-  auto http = http::Server::Start(options_.http_listen, 8, options_.web ? &*options_.web : nullptr);
+  auto http = http::Server::Start(options_.http_listen, kHttpWorkers,
+                                  options_.web ? &*options_.web : nullptr);
   if (!http.ok()) return http.status();
   http_ = std::move(*http);
   http_->HandleMetrics(registry_, [this](double s) { self_.ObserveScrape(s); });
-  http_->Handle("/healthz", [](const http::Request&, http::Response& r) {
-    r.Send(200, "text/plain", "ok\n");
-  });
+  http_->Handle("/healthz",
+                [](const http::Request&, http::Response& r) { r.Send(200, "text/plain", "ok\n"); });
 
   if (options_.probes) {
     ProbeSchedulerOptions po;
@@ -125,9 +132,12 @@ Status Agent::Start() {
       }
       po.key = key;
     }
-    probes_ = std::make_unique<ProbeScheduler>(po, buffer_, [this] {
-      if (uplink_) uplink_->Notify();
-    }, registry_);
+    probes_ = std::make_unique<ProbeScheduler>(
+        po, buffer_,
+        [this] {
+          if (uplink_) uplink_->Notify();
+        },
+        registry_);
     Status ps = probes_->Start();
     if (!ps.ok()) return ps;
   }
@@ -142,7 +152,8 @@ Status Agent::Start() {
         if (probes_) probes_->ApplyPlan(plan);
         if (rdma_) rdma_->SetTargets(rdma::UdTargetsFromPlan(plan, nullptr));
       },
-      registry_, [this] {
+      registry_,
+      [this] {
         std::lock_guard lock(report_mu_);
         report_now_ = true;
         report_cv_.notify_all();
@@ -169,14 +180,15 @@ Status Agent::Start() {
                     "1 when RDMA UD probes run on this node, 0 when RDMA is unavailable or off.")
           .WithLabels({});
   if (options_.rdma != "off") {
-    rdma_ = std::make_unique<rdma::RdmaRunner>(
-        rdma::MakeIbverbs(options_.sysfs_root), RealClock::Get(), rdma::RdmaRunnerOptions{},
-        [this](std::vector<rdma::RdmaProbeResult>&& batch) {
-          v1::ProbeBatch b;
-          for (const rdma::RdmaProbeResult& r : batch) rdma::ResultToProto(r, b.add_results());
-          buffer_.Push(std::move(b));
-          uplink_->Notify();
-        });
+    rdma_ = std::make_unique<rdma::RdmaRunner>(rdma::MakeIbverbs(options_.sysfs_root),
+                                               RealClock::Get(), rdma::RdmaRunnerOptions{},
+                                               [this](std::vector<rdma::RdmaProbeResult>&& batch) {
+                                                 v1::ProbeBatch b;
+                                                 for (const rdma::RdmaProbeResult& r : batch)
+                                                   rdma::ResultToProto(r, b.add_results());
+                                                 buffer_.Push(std::move(b));
+                                                 uplink_->Notify();
+                                               });
     (void)rdma_->Start();  // a failure is the unavailable state, logged by the runner
     spdlog::info("msg=\"rdma: {}\"", rdma::InventoryLine(rdma_->state()));
   }
