@@ -36,7 +36,7 @@ double SlowThreshold(const AnalysisConfig& c, double median_s, double mad_s) {
 // Walks the flow table once per tick, filling the evaluation and the tomography.
 class Analyzer::ScanVisitor final : public FlowTable::Visitor {
  public:
-  ScanVisitor(Analyzer& a, Evaluation& ev) : a_(a), ev_(ev) {}
+  ScanVisitor(Analyzer& a, Evaluation& ev, int64_t now_ns) : a_(a), ev_(ev), now_ns_(now_ns) {}
 
   void BeginPair(const PairRef& pair) override {
     cur_ = PairAgg{};
@@ -122,6 +122,20 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     o.dst_access = pair.paths.dst_access;
     o.core = pair.paths.core.get();
     o.path = flow.path;
+    o.path_source = flow.path >= 0 || !o.core || o.core->paths.size() <= 1
+                        ? PathSource::kMap
+                        : PathSource::kCandidates;
+    // A traced path is the flow's own: it wins over the map's convention. Only UDP flows: the
+    // trace probes share their 5-tuple, and other transports hash differently.
+    if (a_.traced_ && o.core && o.core->paths.size() > 1 && pair.transport == Transport::kUdp &&
+        !a_.traced_->empty()) {
+      const std::optional<int32_t> traced =
+          a_.traced_->PathOf(pair.src, pair.dst, flow.src_port, now_ns_);
+      if (traced && static_cast<size_t>(*traced) < o.core->paths.size()) {
+        o.path = *traced;
+        o.path_source = PathSource::kTraced;
+      }
+    }
     if (bad) {
       ev_.deferred.push_back(o);
     } else {
@@ -192,6 +206,7 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
   PairAgg cur_;
   std::array<uint32_t, kSignalCount> cur_guard_by_{};
   bool has_data_ = false;
+  const int64_t now_ns_;
 };
 
 Analyzer::Analyzer(const Clock& clock, std::shared_ptr<const FabricMap> map,
@@ -203,6 +218,7 @@ Analyzer::Analyzer(const Clock& clock, std::shared_ptr<const FabricMap> map,
       config_(config),
       store_(store),
       flows_(*pairs, std::move(resolver), config.bandwidth_window_s),
+      traced_(map_ ? std::make_unique<TracedPaths>(map_, pairs->names()) : nullptr),
       tomography_(map_),
       tracker_(config) {
   if (store_) {
@@ -295,7 +311,7 @@ void Analyzer::Tick() {
     ev.node_findings = node_findings_;
   }
   tomography_.Reset();
-  ScanVisitor visitor(*this, ev);
+  ScanVisitor visitor(*this, ev, now_ns);
   flows_.Scan(now_ns, visitor);
   Evaluate(ev, now_s);
 

@@ -20,6 +20,7 @@
 #include "daemon/aggregator/analysis/element_tracker.h"
 #include "daemon/aggregator/analysis/flow_table.h"
 #include "daemon/aggregator/analysis/tomography.h"
+#include "daemon/aggregator/analysis/traced_paths.h"
 #include "daemon/aggregator/analysis/tracked_finding.h"
 #include "daemon/aggregator/ingest/pair_table.h"
 #include "daemon/aggregator/model/port_sample.h"
@@ -83,6 +84,12 @@ class Analyzer {
   TickStats stats() const;
   bool has_map() const { return map_ != nullptr; }
   const AnalysisConfig& config() const { return config_; }
+  // The paths agents traced for their flows; null without a map. Ingest records traces into it
+  // (thread-safe). Each tick a UDP flow is judged on its fresh traced path first, then on the
+  // path `resolver` gave it (the map's, under deterministic routing), else on all its equal-cost
+  // candidates; link findings count which (evidence paths_traced, paths_map, paths_candidates).
+  TracedPaths* traced_paths() { return traced_.get(); }
+  const TracedPaths* traced_paths() const { return traced_.get(); }
   FlowTable& flows() { return flows_; }
   const FlowTable& flows() const { return flows_; }
 
@@ -102,6 +109,7 @@ class Analyzer {
   AnalysisConfig config_;
   FindingsStore* store_;
   FlowTable flows_;
+  std::unique_ptr<TracedPaths> traced_;  // null without a map
   Tomography tomography_;
   ElementTracker tracker_;
   int64_t tick_count_ = 0;

@@ -213,8 +213,8 @@ void Blamer::FarEndFinding(const std::vector<aggregator::SwitchIndex>& far,
                           : " look bad, each switch's links alike") +
               Fmt(": one of these %.0f switches (or all of them) is ", far.size()) +
               (congestion ? "congested" : "at fault") +
-              "; ECMP hides which one: check their buffers and counters, or give the map "
-              "deterministic routing.";
+              "; ECMP hides which one: check their buffers and counters, or list the switches' "
+              "addresses in the map so that traced paths tell them apart.";
   f.confidence = conf / far.size();
   const std::string element = "switches:" + names;
   for (const Verdict* v : list) {
@@ -256,7 +256,8 @@ void Blamer::Ambiguous(const Verdict& v) {
   }
   f.summary = Fmt("One of %.0f links that carry the same flows (", v.group.size()) + ids + ") " +
               Describe(v, f) +
-              "; ECMP hides which one: check each, or give the map deterministic routing.";
+              "; ECMP hides which one: check each, or list the switches' addresses in the map so "
+              "that traced paths tell them apart.";
   f.confidence = Confidence(v);
   const std::string element = key;
   for (LinkIndex l : v.group) ev_.link_elements[l] = {element, f.confidence};
@@ -284,6 +285,7 @@ void Blamer::SwitchFinding(aggregator::SwitchIndex sw, const std::vector<const V
                             : "look bad; suspect the switch itself (line card, fabric, power) "
                               "before its links.");
   f.confidence = conf;
+  PathSources(list, f);
   const std::string element = "switch:" + name;
   for (const Verdict* v : list) {
     for (LinkIndex l : v->group) ev_.link_elements[l] = {element, conf};

@@ -113,7 +113,28 @@ class Blamer {
       f.evidence["bandwidth_bad_samples"] = b->bad;
     }
     if (v.group.size() > 1) f.evidence["candidates"] = static_cast<double>(v.group.size());
+    PathSources({&v}, f);
     return out;
+  }
+
+  // How the paths of the bad flows a verdict explains were known: traced by their agents, the
+  // map's (deterministic routing), or only their equal-cost candidates.
+  void PathSources(const std::vector<const Verdict*>& list, Finding& f) const {
+    std::array<double, kPathSourceCount> count{};
+    std::set<uint32_t> seen;
+    for (const Verdict* v : list) {
+      for (const LinkBlame* b : v->sig) {
+        if (!b) continue;
+        for (uint32_t i : b->explained) {
+          if (seen.insert(i).second) {
+            ++count[static_cast<int>(ctx_.tomography.bad_flows()[i].path_source)];
+          }
+        }
+      }
+    }
+    for (int s = 0; s < kPathSourceCount; ++s) {
+      f.evidence[std::string("paths_") + PathSourceName(static_cast<PathSource>(s))] = count[s];
+    }
   }
 
   // Port-counter signals of a node's NIC ports: (ports sampled, ports showing congestion).

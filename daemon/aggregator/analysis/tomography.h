@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "daemon/aggregator/analysis/flow_table.h"
+#include "daemon/aggregator/analysis/traced_paths.h"
 #include "daemon/aggregator/plan/fabric_map.h"
 
 namespace fw::analysis {
@@ -35,6 +36,7 @@ struct FlowObs {
   float ratio_sum = 0;  // Σ RTT/baseline over `rtt` samples
   float bw_ratio = -1;  // goodput / class median; < 0 when the flow has no bandwidth sample
   bool bw_bad = false;
+  PathSource path_source = PathSource::kCandidates;  // how `path` was known
 };
 
 enum class Signal : uint8_t { kLoss = 0, kLatency, kBandwidth };

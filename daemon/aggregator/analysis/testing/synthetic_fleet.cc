@@ -19,9 +19,17 @@ std::string SyntheticFleet::HostName(int leaf, int host) {
 std::string SyntheticFleet::MapYaml(const FleetShape& s) {
   std::string y = std::string("routing: ") + (s.deterministic ? "deterministic" : "ecmp") + "\n";
   y += "switches:\n";
-  for (int l = 0; l < s.leaves; ++l) y += "  - {name: leaf" + std::to_string(l) + ", tier: leaf}\n";
+  // Switch i of a tier answers from 198.19.<tier * 64 + i / 250>.<1 + i % 250>.
+  auto addresses = [&](int tier, int i) {
+    if (!s.switch_addresses) return std::string();
+    return ", addresses: [198.19." + std::to_string(tier * 64 + i / 250) + "." +
+           std::to_string(1 + i % 250) + "]";
+  };
+  for (int l = 0; l < s.leaves; ++l) {
+    y += "  - {name: leaf" + std::to_string(l) + ", tier: leaf" + addresses(0, l) + "}\n";
+  }
   for (int p = 0; p < s.spines; ++p) {
-    y += "  - {name: spine" + std::to_string(p) + ", tier: spine}\n";
+    y += "  - {name: spine" + std::to_string(p) + ", tier: spine" + addresses(1, p) + "}\n";
   }
   y += "links:\n";
   for (int l = 0; l < s.leaves; ++l) {
@@ -54,7 +62,6 @@ SyntheticFleet::SyntheticFleet(FleetShape shape, AnalysisConfig config, Findings
 }
 
 void SyntheticFleet::Plan() {
-  const FabricMap& m = *truth_;
   auto add = [&](int la, int ha, int lb, int hb, uint32_t flow_id, Transport t, double bw_phase) {
     PlannedFlow f;
     f.src = HostName(la, ha);
@@ -62,15 +69,7 @@ void SyntheticFleet::Plan() {
     f.transport = t;
     f.flow_id = flow_id;
     f.src_port = static_cast<uint16_t>(40000 + flow_id);
-    const auto s = m.FindHostNic(f.src, "mlx5_0");
-    const auto d = m.FindHostNic(f.dst, "mlx5_0");
-    const aggregator::PathSet ps = m.Paths(*s, *d);
-    const auto full = ps.FullPaths();
-    size_t index = flow_id % full.size();
-    if (!shape_.deterministic) {
-      index = std::hash<std::string>{}(f.src + f.dst + std::to_string(f.src_port)) % full.size();
-    }
-    f.path = full[index];
+    f.path = RouteOf(f);
     f.base_rtt_s = kHostRttS + kHopRttS * static_cast<double>(f.path.size());
     f.bw_phase_s = bw_phase;
     flows_.push_back(std::move(f));
@@ -97,6 +96,49 @@ void SyntheticFleet::Plan() {
         }
       }
     }
+  }
+}
+
+std::vector<aggregator::LinkIndex> SyntheticFleet::RouteOf(const PlannedFlow& f) const {
+  const FabricMap& m = *truth_;
+  const auto s = m.FindHostNic(f.src, "mlx5_0");
+  const auto d = m.FindHostNic(f.dst, "mlx5_0");
+  const auto full = m.Paths(*s, *d).FullPaths();
+  size_t index = f.flow_id % full.size();
+  if (!shape_.deterministic) {
+    std::string key = f.src + f.dst + std::to_string(f.src_port);
+    if (route_salt_ != 0) key += "/" + std::to_string(route_salt_);
+    index = std::hash<std::string>{}(key) % full.size();
+  }
+  return full[index];
+}
+
+void SyntheticFleet::Reroute(uint64_t salt) {
+  route_salt_ = salt;
+  for (PlannedFlow& f : flows_) f.path = RouteOf(f);
+}
+
+void SyntheticFleet::TraceFlows(const std::set<std::string>& silent) {
+  TracedPaths* traced = analyzer_->traced_paths();
+  if (!traced) return;
+  const FabricMap& m = *truth_;
+  const int64_t now_ns = clock_.MonotonicNanos();
+  for (const PlannedFlow& f : flows_) {
+    if (f.transport != Transport::kUdp || f.path.empty()) continue;
+    // Hop k is the k-th switch: the source's leaf, then the far end of each core link.
+    std::vector<std::string> hops;
+    aggregator::SwitchIndex at = m.links()[f.path.front()].a;
+    auto answer = [&](aggregator::SwitchIndex sw) {
+      const aggregator::Switch& s = m.switches()[sw];
+      hops.push_back(silent.count(s.name) || s.addresses.empty() ? "" : s.addresses.front());
+    };
+    answer(at);
+    for (size_t i = 1; i + 1 < f.path.size(); ++i) {
+      const aggregator::Link& l = m.links()[f.path[i]];
+      at = l.a == at ? l.b : l.a;
+      answer(at);
+    }
+    traced->Record(f.src, f.dst, f.src_port, hops, now_ns);
   }
 }
 

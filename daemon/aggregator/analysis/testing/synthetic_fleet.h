@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ struct FleetShape {
   double bw_every_s = 0;  // bandwidth burst per inter-leaf pair every this many seconds
   double background_loss = 1e-5;
   uint64_t seed = 1;
+  // The map lists each switch's address (leafN 198.19.0.N+1, spineN 198.19.64.N+1), so that
+  // TraceFlows() can tell the analyzer each flow's path.
+  bool switch_addresses = false;
 };
 
 struct LinkFault {
@@ -51,6 +55,12 @@ class SyntheticFleet {
   // Extra RTT factor on probes the host sends (as prober) and/or answers (as target).
   void SetHostNoise(const std::string& node, double factor, bool as_prober, bool as_target);
   void ClearFaults();
+  // Every UDP flow's path as an agent's trace reports it (the switches' addresses hop by hop),
+  // recorded in the analyzer's TracedPaths. Switches named in `silent` do not answer TTL expiry.
+  // Needs switch_addresses and a map.
+  void TraceFlows(const std::set<std::string>& silent = {});
+  // The fabric rehashes: under ECMP each flow takes the path a hash salted with `salt` picks.
+  void Reroute(uint64_t salt);
 
   // Simulates `seconds` seconds: each second's results are ingested, then the analyzer ticks.
   void Run(int seconds);
@@ -77,6 +87,7 @@ class SyntheticFleet {
     double bw_phase_s = -1;  // bandwidth flow: offset of its bursts
   };
   void Plan();
+  std::vector<aggregator::LinkIndex> RouteOf(const PlannedFlow& f) const;
 
   FleetShape shape_;
   FakeClock clock_;
@@ -91,6 +102,7 @@ class SyntheticFleet {
   uint64_t seq_ = 0;
   uint64_t results_ = 0;
   int64_t second_ = 0;
+  uint64_t route_salt_ = 0;
 };
 
 }  // namespace fw::analysis::testing

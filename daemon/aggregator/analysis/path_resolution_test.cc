@@ -1,0 +1,125 @@
+// How the analyzer knows a flow's path: the traced path where an agent traced the flow, the map
+// where routing is deterministic, the equal-cost candidates otherwise; and the finding's evidence
+// says which (paths_traced, paths_map, paths_candidates). A synthetic ECMP fleet whose routing hash
+// the analyzer cannot see.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "daemon/aggregator/analysis/testing/synthetic_fleet.h"
+
+namespace fw::analysis::testing {
+namespace {
+
+constexpr int kWarmup = 90;  // baselines need ~60 s of data
+
+FleetShape Ecmp() {
+  FleetShape s;
+  s.spines = 4;
+  s.leaves = 8;
+  s.hosts_per_leaf = 6;
+  s.inter_flows = 32;
+  s.deterministic = false;
+  s.switch_addresses = true;
+  return s;
+}
+
+std::string Describe(const std::vector<TrackedFinding>& fs) {
+  std::string out;
+  for (const auto& f : fs) out += f.finding.kind + "@" + f.finding.location.id + " ";
+  return out;
+}
+
+// Warms the fleet up, puts 5 % loss on leaf2~spine1 for 30 s and returns the active findings.
+std::vector<TrackedFinding> AfterLossOnLeaf2Spine1(SyntheticFleet& fleet) {
+  fleet.Run(kWarmup);
+  fleet.SetLinkFault("leaf2~spine1", LinkFault{0.05});
+  fleet.Run(30);
+  return fleet.Active();
+}
+
+double EvidenceOf(const TrackedFinding& f, const std::string& key) {
+  auto it = f.finding.evidence.find(key);
+  return it == f.finding.evidence.end() ? -1 : it->second;
+}
+
+TEST(PathResolution, UntracedEcmpNamesTheCandidateGroupAndSaysSo) {
+  SyntheticFleet fleet(Ecmp());
+  const auto active = AfterLossOnLeaf2Spine1(fleet);
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.location.id, "leaf2");  // the group, at its common switch
+  EXPECT_GT(EvidenceOf(active[0], "paths_candidates"), 0);
+  EXPECT_EQ(EvidenceOf(active[0], "paths_traced"), 0);
+}
+
+TEST(PathResolution, TracedFlowsNameTheExactLink) {
+  SyntheticFleet fleet(Ecmp());
+  fleet.TraceFlows();
+  const auto active = AfterLossOnLeaf2Spine1(fleet);
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.kind, "link_degraded");
+  EXPECT_EQ(active[0].finding.location.type, "link");
+  EXPECT_EQ(active[0].finding.location.id, "leaf2~spine1");
+  EXPECT_GE(EvidenceOf(active[0], "paths_traced"), 3);
+  EXPECT_EQ(EvidenceOf(active[0], "paths_candidates"), 0);
+  const TracedPaths::Stats st = fleet.analyzer().traced_paths()->stats();
+  EXPECT_EQ(st.resolved, st.traces);
+  EXPECT_EQ(st.flows, fleet.flow_count());
+}
+
+TEST(PathResolution, TracedFlowsNameTheCongestedSpine) {
+  SyntheticFleet fleet(Ecmp());
+  fleet.TraceFlows();
+  fleet.Run(kWarmup);
+  for (int l = 0; l < 8; ++l) {
+    fleet.SetLinkFault("leaf" + std::to_string(l) + "~spine2", LinkFault{0, 4});
+  }
+  fleet.Run(60);
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.kind, "congestion");
+  EXPECT_EQ(active[0].finding.location.type, "switch");
+  EXPECT_EQ(active[0].finding.location.id, "spine2");
+}
+
+// Flows whose spine does not answer TTL expiry stay on their candidates, and the finding says so;
+// the traced ones still narrow the blame.
+TEST(PathResolution, SilentSpinesLeaveFlowsOnTheirCandidates) {
+  SyntheticFleet fleet(Ecmp());
+  fleet.TraceFlows({"spine0", "spine1", "spine2", "spine3"});
+  const TracedPaths::Stats st = fleet.analyzer().traced_paths()->stats();
+  EXPECT_GT(st.ambiguous, 0u);
+  EXPECT_EQ(st.resolved + st.ambiguous, st.traces);
+  const auto active = AfterLossOnLeaf2Spine1(fleet);
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.location.id, "leaf2");
+  EXPECT_GT(EvidenceOf(active[0], "paths_candidates"), 0);
+}
+
+TEST(PathResolution, DeterministicMapIsSaidToBeTheMap) {
+  FleetShape shape = Ecmp();
+  shape.deterministic = true;
+  SyntheticFleet fleet(shape);
+  const auto active = AfterLossOnLeaf2Spine1(fleet);
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.location.id, "leaf2~spine1");
+  EXPECT_GE(EvidenceOf(active[0], "paths_map"), 3);
+  EXPECT_EQ(EvidenceOf(active[0], "paths_traced"), 0);
+}
+
+// A path moves (the fabric rehashes after a failure): the flow's new trace replaces the old one,
+// and the blame follows the new path at the next tick.
+TEST(PathResolution, ARetracedFlowIsJudgedOnItsNewPath) {
+  SyntheticFleet fleet(Ecmp());
+  fleet.TraceFlows();
+  fleet.Reroute(7);  // every flow gets another path, and the agents trace again
+  fleet.TraceFlows();
+  EXPECT_GT(fleet.analyzer().traced_paths()->stats().moved, 0u);
+  const auto active = AfterLossOnLeaf2Spine1(fleet);
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.location.id, "leaf2~spine1");
+}
+
+}  // namespace
+}  // namespace fw::analysis::testing
