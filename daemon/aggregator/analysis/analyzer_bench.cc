@@ -31,8 +31,16 @@ void IngestSecond(SyntheticFleet& fleet, const std::vector<ReportedProbe>& batch
   }
 }
 
-void BM_AnalyzerTick(benchmark::State& state) {
-  SyntheticFleet fleet(ShapeOf(state));
+// `traced`: ECMP routing the analyzer cannot see, with every UDP flow's path traced, so that each
+// flow's path is looked up in TracedPaths at every tick.
+void AnalyzerTick(benchmark::State& state, bool traced) {
+  FleetShape shape = ShapeOf(state);
+  if (traced) {
+    shape.deterministic = false;
+    shape.switch_addresses = true;
+  }
+  SyntheticFleet fleet(shape);
+  if (traced) fleet.TraceFlows();
   const std::vector<ReportedProbe> second = fleet.GenerateSecond();
   // Fill the 10 s window, with a fault so that localization has work to do.
   fleet.SetLinkFault("leaf1~spine1", LinkFault{0.05});
@@ -56,6 +64,13 @@ void BM_AnalyzerTick(benchmark::State& state) {
       static_cast<double>(st.flows),
       benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
+
+void BM_AnalyzerTick(benchmark::State& state) { AnalyzerTick(state, false); }
+void BM_AnalyzerTickTraced(benchmark::State& state) { AnalyzerTick(state, true); }
+BENCHMARK(BM_AnalyzerTickTraced)
+    ->Args({63, 32, 16, 4})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
 BENCHMARK(BM_AnalyzerTick)
     ->Args({8, 6, 4, 32})
     ->Args({63, 32, 16, 4})
