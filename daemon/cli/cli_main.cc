@@ -62,6 +62,8 @@ int main(int argc, char** argv) {
   qualify->add_flag("--full", q_full, "the long suite (more probes per pair)")->excludes(quick);
   qualify->add_option("--verdict-for", qa.verdict_for,
                       "exit with this node's verdict only (for a Slurm prolog on each node)");
+  qualify->add_option("--job", qa.job,
+                      "the scheduler's job id: requests of one job for the same set share a run");
   qualify->add_option("--max-nodes", q_max_nodes, "refuse a set larger than this")
       ->check(CLI::Range(size_t{1}, size_t{65536}))
       ->capture_default_str();

@@ -109,6 +109,7 @@ StatusOr<std::vector<std::string>> ResolveQualifyNodes(const std::string& nodes_
 json QualifyRequestJson(const QualifyArgs& a) {
   json j = {{"nodes", a.nodes}, {"timeout_s", a.timeout_s}, {"suite", a.suite}};
   if (!a.profile.empty()) j["profile"] = a.profile;
+  if (!a.job.empty()) j["job"] = a.job;
   return j;
 }
 

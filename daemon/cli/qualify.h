@@ -21,6 +21,9 @@ struct QualifyArgs {
   // Non-empty: the exit code is this node's own (a Slurm prolog on each node of a job asks for
   // the whole job's set and fails only on its own node, so Slurm drains that node).
   std::string verdict_for;
+  // The scheduler's job id: the aggregator answers every request of one job for the same set
+  // with one run (each node's prolog asks for the whole set).
+  std::string job;
 };
 
 // The node set from --nodes (a hostlist) and/or --nodes-file (read up to the hostlist's input

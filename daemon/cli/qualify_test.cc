@@ -121,9 +121,21 @@ TEST_F(QualifyHttp, PostsTheSetAndExitsWithTheReportsVerdict) {
   EXPECT_EQ(got["suite"], "quick");
   EXPECT_EQ(got["timeout_s"], 7.0);
   EXPECT_EQ(got["profile"], "generic");
+  EXPECT_FALSE(got.contains("job"));
   json printed = json::parse(out_.str());
   EXPECT_EQ(printed["exit_code"], 2);
   EXPECT_EQ(printed["nodes"][1]["node"], "b");
+}
+
+TEST(QualifyRequest, FullSuiteAndJobGoIntoTheBody) {
+  QualifyArgs a;
+  a.nodes = {"a"};
+  a.suite = "full";
+  a.job = "4711";
+  const json j = QualifyRequestJson(a);
+  EXPECT_EQ(j["suite"], "full");
+  EXPECT_EQ(j["job"], "4711");
+  EXPECT_FALSE(j.contains("profile"));
 }
 
 TEST_F(QualifyHttp, RefusalIsThreeWithTheAggregatorsReason) {

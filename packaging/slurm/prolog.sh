@@ -43,6 +43,8 @@ fi
 say "pause collective probes on $node: not available in this version (no-op)"
 
 set -- qualify --quick --nodes "$SLURM_JOB_NODELIST" --timeout "$timeout" --verdict-for "$node"
+# Every node's prolog of one job asks for the same set: with the job id they share one run.
+if [ -n "${SLURM_JOB_ID:-}" ]; then set -- "$@" --job "$SLURM_JOB_ID"; fi
 if [ -n "${FABRICWATCH_PROLOG_PROFILE:-}" ]; then set -- "$@" --profile "$FABRICWATCH_PROLOG_PROFILE"; fi
 errf=$(mktemp "${TMPDIR:-/tmp}/fabricwatch-prolog.XXXXXX") || { say "mktemp failed"; exit 0; }
 out=$("$cli" "$@" 2>"$errf")
