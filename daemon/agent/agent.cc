@@ -154,9 +154,9 @@ Status Agent::Start() {
       },
       registry_,
       [this] {
-        std::lock_guard lock(report_mu_);
+        MutexLock lock(report_mu_);
         report_now_ = true;
-        report_cv_.notify_all();
+        report_cv_.NotifyAll();
       });
   CollectiveRunnerOptions co;
   co.node = options_.node_name;
@@ -234,13 +234,15 @@ void Agent::ReportLoop() {
   auto last_report = std::chrono::steady_clock::now();
   auto period = std::chrono::milliseconds(
       static_cast<int64_t>(std::max(0.05, options_.sample_interval_s) * 1000));
-  std::unique_lock lock(report_mu_);
+  MutexLock lock(report_mu_);
   while (!stopping_) {
-    report_cv_.wait_for(lock, period, [this] { return stopping_.load() || report_now_; });
+    const auto until = std::chrono::steady_clock::now() + period;
+    while (!stopping_ && !report_now_ && report_cv_.WaitUntil(report_mu_, until)) {
+    }
     if (stopping_) break;
     bool forced = report_now_;
     report_now_ = false;
-    lock.unlock();
+    lock.Unlock();
     NodeSnapshot snap = node_->Latest();
     if (snap.seq != last_seq && !snap.ports.empty()) {
       last_seq = snap.seq;
@@ -256,15 +258,15 @@ void Agent::ReportLoop() {
       last_report = now;
       SendCheckReport();
     }
-    lock.lock();
+    lock.Lock();
   }
 }
 
 void Agent::Stop() {
   if (stopping_.exchange(true)) return;
   {
-    std::lock_guard lock(report_mu_);
-    report_cv_.notify_all();
+    MutexLock lock(report_mu_);
+    report_cv_.NotifyAll();
   }
   if (report_thread_.joinable()) report_thread_.join();
   if (test_thread_.joinable()) test_thread_.join();

@@ -3,13 +3,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/agent/collective_agent.h"
 #include "daemon/agent/outbound_buffer.h"
@@ -99,9 +98,9 @@ class Agent {
   std::atomic<bool> stopping_{false};
   std::thread test_thread_;
   std::thread report_thread_;
-  std::mutex report_mu_;
-  std::condition_variable report_cv_;
-  bool report_now_ = false;  // GUARDED_BY(report_mu_)
+  Mutex report_mu_;
+  CondVar report_cv_;
+  bool report_now_ FW_GUARDED_BY(report_mu_) = false;
 };
 
 }  // namespace fw::agent

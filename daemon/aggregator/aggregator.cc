@@ -131,11 +131,11 @@ Status Aggregator::Start() {
 
 void Aggregator::Stop() {
   {
-    std::lock_guard lock(tick_mu_);
+    MutexLock lock(tick_mu_);
     if (stopping_) return;
     stopping_ = true;
   }
-  tick_cv_.notify_all();
+  tick_cv_.NotifyAll();
   ready_ = false;
   if (qualify_) qualify_->Shutdown();  // running suites end before the servers stop
   if (ticker_.joinable()) ticker_.join();
@@ -147,11 +147,11 @@ void Aggregator::Stop() {
 }
 
 void Aggregator::TickLoop() {
-  std::unique_lock lock(tick_mu_);
+  MutexLock lock(tick_mu_);
   while (!stopping_) {
-    tick_cv_.wait_for(lock, std::chrono::duration<double>(options_.tick_s));
+    tick_cv_.WaitFor(tick_mu_, std::chrono::duration<double>(options_.tick_s));
     if (stopping_) break;
-    lock.unlock();
+    lock.Unlock();
     fleet_.Sweep();
     int64_t now = clock_.MonotonicNanos();
     const bool replanned = plans_->MaybeReplan(now, [this] {
@@ -170,7 +170,7 @@ void Aggregator::TickLoop() {
     }
     views_.Update(now, *pairs_, *analyzer_);
     views_.TickDone(static_cast<double>(clock_.MonotonicNanos() - now) * 1e-9);
-    lock.lock();
+    lock.Lock();
   }
 }
 

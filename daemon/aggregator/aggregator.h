@@ -3,15 +3,14 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/state_file.h"
 #include "common/status.h"
 #include "daemon/aggregator/analysis/analyzer.h"
@@ -108,9 +107,9 @@ class Aggregator final : public IngestSink {
 
   static constexpr int64_t kDropIdlePeriodNs = 10'000'000'000;
   int64_t last_drop_idle_ns_ = 0;  // tick thread only
-  std::mutex tick_mu_;
-  std::condition_variable tick_cv_;
-  bool stopping_ = false;  // GUARDED_BY(tick_mu_)
+  Mutex tick_mu_;
+  CondVar tick_cv_;
+  bool stopping_ FW_GUARDED_BY(tick_mu_) = false;
   std::thread ticker_;
   // One series per state file (findings.db, ingest_state.json, plan_epoch), created at 0.
   metrics::Family<metrics::Counter>& quarantined_total_;

@@ -81,7 +81,7 @@ std::optional<PairHandle> PairTable::Resolve(std::string_view src, std::string_v
   const NodeId s = Intern(src);
   const NodeId d = Intern(dst);
   Shard& shard = shards_[ShardOf(s)];
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(shard.mu);
   const uint32_t index = FindOrCreateLocked(shard, s, d, t);
   if (index == kNoIndex) return std::nullopt;
   return PairHandle{static_cast<uint32_t>(ShardOf(s)), index, shard.pairs[index].generation};
@@ -153,7 +153,7 @@ bool PairTable::Record(const PairHandle& h, const ProbeSample& s, uint16_t src_p
                        uint32_t flow_id, int64_t now_ns) {
   if (h.shard >= kShards) return false;
   Shard& shard = shards_[h.shard];
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(shard.mu);
   if (h.index >= shard.pairs.size()) return false;
   Pair& p = shard.pairs[h.index];
   if (!p.live || p.generation != h.generation) return false;
@@ -176,6 +176,7 @@ size_t PairTable::RecordBatch(std::span<const ReportedProbe> results, int64_t no
     }
     runs.Enter(r);
     Shard& shard = runs.shard();
+    shard.mu.AssertHeld();  // SourceRuns holds it from Enter() until the source changes
     Pair* p = nullptr;
     FlowSeen* f = nullptr;
     const RecentPair* c = runs.Cached();
@@ -218,7 +219,7 @@ void PairTable::VisitLocked(const Pair& p, const std::function<void(const PairVi
 
 void PairTable::ForEachPair(const std::function<void(const PairView&)>& fn) const {
   for (const Shard& shard : shards_) {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(shard.mu);
     for (const Pair& p : shard.pairs) {
       if (p.live) VisitLocked(p, fn);
     }
@@ -230,7 +231,7 @@ void PairTable::ForEachPairFrom(std::string_view src,
   const std::optional<NodeId> id = Find(src);
   if (!id) return;
   const Shard& shard = shards_[ShardOf(*id)];
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(shard.mu);
   auto it = shard.by_source.find(*id);
   if (it == shard.by_source.end()) return;
   for (uint32_t index : it->second) VisitLocked(shard.pairs[index], fn);
@@ -242,7 +243,7 @@ bool PairTable::VisitPair(std::string_view src, std::string_view dst, Transport 
   const std::optional<NodeId> d = Find(dst);
   if (!s || !d) return false;
   const Shard& shard = shards_[ShardOf(*s)];
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(shard.mu);
   const auto it = shard.by_key.find(Key(*s, *d, t));
   if (it == shard.by_key.end()) return false;
   VisitLocked(shard.pairs[it->second], fn);
@@ -251,7 +252,7 @@ bool PairTable::VisitPair(std::string_view src, std::string_view dst, Transport 
 
 void PairTable::ForEachPairFlows(const std::function<void(const PairFlows&)>& fn) {
   for (Shard& shard : shards_) {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(shard.mu);
     for (Pair& p : shard.pairs) {
       if (p.live) fn(PairFlows{p.src, p.dst, p.transport, p.paths, p.baseline, p.flows});
     }
@@ -260,7 +261,7 @@ void PairTable::ForEachPairFlows(const std::function<void(const PairFlows&)>& fn
 
 void PairTable::ForEachPairFlowsFrom(NodeId src, const std::function<void(const PairFlows&)>& fn) {
   Shard& shard = shards_[ShardOf(src)];
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(shard.mu);
   auto it = shard.by_source.find(src);
   if (it == shard.by_source.end()) return;
   for (uint32_t index : it->second) {
@@ -272,7 +273,7 @@ void PairTable::ForEachPairFlowsFrom(NodeId src, const std::function<void(const 
 std::vector<std::string> PairTable::SourceNodes() const {
   std::vector<NodeId> ids;
   for (const Shard& shard : shards_) {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(shard.mu);
     for (const auto& [id, list] : shard.by_source) {
       if (!list.empty()) ids.push_back(id);
     }
@@ -288,7 +289,7 @@ size_t PairTable::DropIdle(int64_t now_ns, int64_t idle_seconds) {
   const int64_t now_s = now_ns / 1'000'000'000;
   size_t dropped = 0;
   for (Shard& shard : shards_) {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(shard.mu);
     for (uint32_t i = 0; i < shard.pairs.size(); ++i) {
       Pair& p = shard.pairs[i];
       if (!p.live || now_s - p.windows.LastRecordSecond() < idle_seconds) continue;
@@ -313,7 +314,7 @@ size_t PairTable::DropIdle(int64_t now_ns, int64_t idle_seconds) {
 size_t PairTable::PairCount() const {
   size_t n = 0;
   for (const Shard& shard : shards_) {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(shard.mu);
     n += shard.by_key.size();
   }
   return n;
@@ -322,7 +323,7 @@ size_t PairTable::PairCount() const {
 size_t PairTable::FlowCount() const {
   size_t n = 0;
   for (const Shard& shard : shards_) {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(shard.mu);
     for (const Pair& p : shard.pairs) n += p.live ? p.flows.size() : 0;
   }
   return n;
@@ -331,7 +332,7 @@ size_t PairTable::FlowCount() const {
 size_t PairTable::PairBytes() const {
   size_t bytes = 0;
   for (const Shard& shard : shards_) {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(shard.mu);
     for (const Pair& p : shard.pairs) bytes += sizeof(Pair) + p.windows.HeapBytes();
   }
   return bytes;
@@ -340,7 +341,7 @@ size_t PairTable::PairBytes() const {
 size_t PairTable::FlowBytes() const {
   size_t bytes = 0;
   for (const Shard& shard : shards_) {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(shard.mu);
     for (const Pair& p : shard.pairs) bytes += p.flows.capacity() * sizeof(FlowSeen);
   }
   return bytes;

@@ -10,9 +10,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,6 +18,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "daemon/aggregator/ingest/pair_windows.h"
 #include "daemon/aggregator/model/name_interner.h"
 #include "daemon/aggregator/model/reported_probe.h"
@@ -211,12 +210,12 @@ class PairTable {
     uint32_t flow = 0;
   };
   struct Shard {
-    mutable std::mutex mu;
-    std::unordered_map<NodeId, std::vector<RecentPair>> recent;   // GUARDED_BY(mu); by source
-    std::unordered_map<uint64_t, uint32_t> by_key;                // GUARDED_BY(mu)
-    std::unordered_map<NodeId, std::vector<uint32_t>> by_source;  // GUARDED_BY(mu)
-    std::deque<Pair> pairs;                                       // GUARDED_BY(mu); stable
-    std::vector<uint32_t> free;                                   // GUARDED_BY(mu)
+    mutable Mutex mu;
+    std::unordered_map<NodeId, std::vector<RecentPair>> recent FW_GUARDED_BY(mu);  // by source
+    std::unordered_map<uint64_t, uint32_t> by_key FW_GUARDED_BY(mu);
+    std::unordered_map<NodeId, std::vector<uint32_t>> by_source FW_GUARDED_BY(mu);
+    std::deque<Pair> pairs FW_GUARDED_BY(mu);  // stable
+    std::vector<uint32_t> free FW_GUARDED_BY(mu);
   };
 
   static uint64_t Key(NodeId src, NodeId dst, Transport t) {
@@ -227,8 +226,9 @@ class PairTable {
   NodeId Intern(std::string_view name);
   std::optional<NodeId> Find(std::string_view name) const;
   std::string_view NameOf(NodeId id) const;
-  // REQUIRES: shard.mu held. kNoIndex when the table is full.
-  uint32_t FindOrCreateLocked(Shard& shard, NodeId src, NodeId dst, Transport t);
+  // kNoIndex when the table is full.
+  uint32_t FindOrCreateLocked(Shard& shard, NodeId src, NodeId dst, Transport t)
+      FW_REQUIRES(shard.mu);
   // REQUIRES: the pair's shard lock held. The index of the flow in p.flows, created if new (the
   // flow seen longest ago makes room when the pair is full).
   uint32_t FlowOfLocked(Pair& p, uint16_t src_port, uint32_t flow_id);

@@ -44,7 +44,7 @@ std::span<const ReportedProbe> ProbeIngest::Decode(const std::string& node,
   DecodeOutcome o;
   {
     NameCacheShard& cache = name_caches_[src % kNameCacheShards];
-    std::lock_guard lock(cache.mu);
+    MutexLock lock(cache.mu);
     o = DecodeProbeBatch(node, src, batch, resolve, results, &cache.by_source[src],
                          known ? known->epoch : 0);
   }
@@ -53,7 +53,7 @@ std::span<const ReportedProbe> ProbeIngest::Decode(const std::string& node,
     bad_columns_[static_cast<size_t>(o.column_error)]->Inc();
     // One line per node and reason: a broken agent repeats its fault every second.
     const bool first = [&] {
-      std::lock_guard lock(bad_columns_mu_);
+      MutexLock lock(bad_columns_mu_);
       if (bad_columns_logged_.size() >= 10'000) return false;  // bounded; the counter goes on
       return bad_columns_logged_.emplace(node, o.column_error).second;
     }();

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <span>
 #include <string>
@@ -14,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "daemon/aggregator/ingest/fleet_state.h"
 #include "daemon/aggregator/ingest/probe_batch_decoder.h"
 #include "daemon/aggregator/model/name_interner.h"
@@ -58,16 +58,17 @@ class ProbeIngest {
   // Per source node, its last batch's name table and what each name resolved to (see
   // PeerNameCache). Sharded by source id; a batch holds its shard's lock while it decodes.
   struct NameCacheShard {
-    std::mutex mu;
-    std::unordered_map<NodeId, PeerNameCache> by_source;  // GUARDED_BY(mu)
+    Mutex mu;
+    std::unordered_map<NodeId, PeerNameCache> by_source FW_GUARDED_BY(mu);
   };
   static constexpr size_t kNameCacheShards = 16;
   std::array<NameCacheShard, kNameCacheShards> name_caches_;
   metrics::Counter& bad_results_;
   // Indexed by ColumnError; [kNone] stays null.
   std::array<metrics::Counter*, kColumnErrorCount> bad_columns_;
-  std::mutex bad_columns_mu_;
-  std::set<std::pair<std::string, ColumnError>> bad_columns_logged_;  // GUARDED_BY(bad_columns_mu_)
+  Mutex bad_columns_mu_;
+  std::set<std::pair<std::string, ColumnError>> bad_columns_logged_
+      FW_GUARDED_BY(bad_columns_mu_);
 };
 
 }  // namespace fw::aggregator

@@ -4,24 +4,26 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <mutex>
 #include <span>
 #include <string_view>
 #include <vector>
 
+#include "common/mutex.h"
 #include "daemon/aggregator/model/name_interner.h"
 #include "daemon/aggregator/model/reported_probe.h"
 
 namespace fw::aggregator {
 
-// `Shard` has `std::mutex mu` and `recent`, a map from source NodeId to a std::vector of entries:
+// `Shard` has `fw::Mutex mu` and `recent`, a map from source NodeId to a std::vector of entries:
 // entry k says where result k of the source's previous batch went. Agents send the same rows in
 // the same order every second, so checking entry k usually replaces a hash lookup.
 //
-// Across one batch this holds one shard lock at a time (REQUIRES: `recent` is guarded by `mu`),
+// Across one batch this holds one shard lock at a time (`recent` is guarded by `mu`),
 // gives each result's nodes as ids (interning the names of a result that carries only names),
 // and counts the position k in the current source's run. When a run ends, the source's list is
-// cut to the run's length. Lives on the stack of one ingest call.
+// cut to the run's length. Lives on the stack of one ingest call. The lock is held across calls,
+// which Clang's analysis cannot follow: after Enter() the caller states it with
+// `shard().mu.AssertHeld()`.
 template <typename Shard>
 class SourceRuns {
  public:
@@ -29,12 +31,15 @@ class SourceRuns {
   static constexpr size_t kMaxRecentPerSource = 4096;  // results of one batch worth remembering
 
   SourceRuns(NameInterner& names, std::span<Shard> shards) : names_(names), shards_(shards) {}
-  ~SourceRuns() { EndRun(); }
+  ~SourceRuns() FW_NO_THREAD_SAFETY_ANALYSIS {  // releases the lock Enter() took
+    EndRun();
+    if (shard_ != nullptr) shard_->mu.Unlock();
+  }
   SourceRuns(const SourceRuns&) = delete;
   SourceRuns& operator=(const SourceRuns&) = delete;
 
   // Moves to result `r`, locking its source's shard if it is another one.
-  void Enter(const ReportedProbe& r) {
+  void Enter(const ReportedProbe& r) FW_NO_THREAD_SAFETY_ANALYSIS {  // keeps a lock: see above
     const bool by_id = r.src_id != kNoNode;
     if (shard_ == nullptr || (by_id ? r.src_id != src_ : r.src_node != last_src_)) {
       EndRun();
@@ -42,7 +47,8 @@ class SourceRuns {
       last_src_ = r.src_node;
       Shard& s = shards_[src_ % shards_.size()];
       if (&s != shard_) {
-        lock_ = std::unique_lock<std::mutex>(s.mu);
+        if (shard_ != nullptr) shard_->mu.Unlock();
+        s.mu.Lock();
         shard_ = &s;
       }
       recent_ = &s.recent[src_];
@@ -71,8 +77,7 @@ class SourceRuns {
 
   NameInterner& names_;
   std::span<Shard> shards_;
-  Shard* shard_ = nullptr;
-  std::unique_lock<std::mutex> lock_;
+  Shard* shard_ = nullptr;  // its `mu` is held
   std::vector<Entry>* recent_ = nullptr;
   std::string_view last_src_;
   NodeId src_ = kNoNode;

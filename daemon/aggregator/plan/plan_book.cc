@@ -72,13 +72,13 @@ PlanBook::PlanBook(PlannerConfig config, std::shared_ptr<const FabricMap> map, c
 Status PlanBook::Start(const std::string& state_dir) {
   auto versions = PlanVersions::Start(state_dir, clock_.WallNanos());
   if (!versions.ok()) return versions.status();
-  std::lock_guard lock(plan_mu_);
+  MutexLock lock(plan_mu_);
   versions_.emplace(std::move(*versions));
   return Status::Ok();
 }
 
 std::optional<QuarantinedFile> PlanBook::quarantined() const {
-  std::lock_guard lock(plan_mu_);
+  MutexLock lock(plan_mu_);
   return versions_ ? versions_->quarantined() : std::nullopt;
 }
 
@@ -120,7 +120,7 @@ bool PlanBook::MaybeReplan(int64_t now,
 void PlanBook::Replan(const std::vector<AgentInfo>& live) {
   uint64_t version = 0;
   {
-    std::lock_guard lock(plan_mu_);
+    MutexLock lock(plan_mu_);
     // Unique across restarts: agents ignore a plan whose version is not newer than theirs.
     version = plan_version_ = versions_->Next(clock_.WallNanos());
   }
@@ -159,7 +159,7 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live) {
     }
     const uint64_t hash = std::hash<std::string>{}(bytes);
     {
-      std::lock_guard lock(plan_mu_);
+      MutexLock lock(plan_mu_);
       auto old = plans_.find(node);
       if (old != plans_.end() && old->second.content_hash == hash) {
         old->second.replan = version;  // same version, nothing to send
@@ -178,7 +178,7 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live) {
     versioned.append(bytes);
     auto stored = std::make_shared<const std::string>(std::move(versioned));
     {
-      std::lock_guard lock(plan_mu_);
+      MutexLock lock(plan_mu_);
       StoredPlan& slot = plans_[node];
       slot.content_hash = hash;
       slot.bytes = std::move(stored);
@@ -189,7 +189,7 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live) {
   for (const std::string& note : summary.notes) spdlog::warn("msg=\"planner\" note=\"{}\"", note);
   {
     // Nodes the new plan set does not name (gone, or down) lose their plans.
-    std::lock_guard lock(plan_mu_);
+    MutexLock lock(plan_mu_);
     std::erase_if(plans_, [&](const auto& kv) { return kv.second.replan != version; });
   }
   replans_.Inc();
@@ -220,7 +220,7 @@ void PlanBook::PushPending(const Push& push) {
 std::optional<v1::ProbePlan> PlanBook::PlanFor(const std::string& node) const {
   std::shared_ptr<const std::string> bytes;
   {
-    std::lock_guard lock(plan_mu_);
+    MutexLock lock(plan_mu_);
     auto it = plans_.find(node);
     if (it == plans_.end()) return std::nullopt;
     bytes = it->second.bytes;

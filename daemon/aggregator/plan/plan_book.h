@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/aggregator/plan/fabric_map.h"
 #include "daemon/aggregator/plan/plan_versions.h"
@@ -93,10 +93,10 @@ class PlanBook {
     std::shared_ptr<const std::string> bytes;  // a serialized v1::ProbePlan, version included
     uint64_t replan = 0;                       // the plan_version_ of the last re-plan to keep it
   };
-  mutable std::mutex plan_mu_;
-  std::unordered_map<std::string, StoredPlan> plans_;  // GUARDED_BY(plan_mu_)
-  uint64_t plan_version_ = 0;                          // GUARDED_BY(plan_mu_)
-  std::optional<PlanVersions> versions_;               // set by Start(); Next() under plan_mu_
+  mutable Mutex plan_mu_;
+  std::unordered_map<std::string, StoredPlan> plans_ FW_GUARDED_BY(plan_mu_);
+  uint64_t plan_version_ FW_GUARDED_BY(plan_mu_) = 0;
+  std::optional<PlanVersions> versions_ FW_GUARDED_BY(plan_mu_);  // set by Start()
   metrics::Gauge& replan_seconds_;
   metrics::Counter& replans_;
   metrics::Counter& plans_sent_;

@@ -105,13 +105,13 @@ Planner::LeafPairShape Planner::ShapeOf(const MapView& view, SwitchIndex l1, Swi
 }
 
 void Planner::SetOverlay(PlanOverlay overlay) {
-  std::lock_guard lock(overlay_mu_);
+  MutexLock lock(overlay_mu_);
   std::erase_if(overlays_, [&](const PlanOverlay& o) { return o.id == overlay.id; });
   overlays_.push_back(std::move(overlay));
 }
 
 void Planner::ClearOverlay(const std::string& id) {
-  std::lock_guard lock(overlay_mu_);
+  MutexLock lock(overlay_mu_);
   std::erase_if(overlays_, [&](const PlanOverlay& o) { return o.id == id; });
 }
 
@@ -129,7 +129,7 @@ struct Planner::FleetDemand {
 PlanSummary Planner::PlanEach(const std::vector<AgentInfo>& live, const PlanSink& sink) const {
   PlanSummary out;
   const std::vector<PlanOverlay> overlays = [&] {
-    std::lock_guard lock(overlay_mu_);
+    MutexLock lock(overlay_mu_);
     return overlays_;
   }();
   // One agent per node; a duplicate (a reconnect racing its old session) keeps the first.

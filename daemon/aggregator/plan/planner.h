@@ -5,12 +5,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "daemon/aggregator/model/reported_probe.h"
 #include "daemon/aggregator/plan/fabric_map.h"
 #include "daemon/aggregator/plan/plan_overlay.h"
@@ -188,8 +188,8 @@ class Planner {
 
   PlannerConfig config_;
   std::shared_ptr<const FabricMap> map_;
-  mutable std::mutex overlay_mu_;
-  std::vector<PlanOverlay> overlays_;  // GUARDED_BY(overlay_mu_)
+  mutable Mutex overlay_mu_;
+  std::vector<PlanOverlay> overlays_ FW_GUARDED_BY(overlay_mu_);
 };
 
 }  // namespace fw::aggregator
