@@ -30,13 +30,24 @@ void ProbeResult::SetPeer(std::string_view name) {
   peer[n] = '\0';
 }
 
-ResultQueue::ResultQueue(size_t capacity) : ring_(std::max<size_t>(capacity, 1)) {}
+// The ring's whole capacity is reserved up front (address space only: untouched pages cost no
+// RSS) and its used part grows by doubling while the backlog outgrows it. An agent keeps a
+// 65,536-entry queue for uplink stalls (about 9 MiB) but holds a few hundred results in steady
+// state; the resident part is what the backlog ever reached.
+ResultQueue::ResultQueue(size_t capacity) { ring_.reserve(std::max<size_t>(capacity, 1)); }
 
 bool ResultQueue::TryPush(const ProbeResult& r) {
   MutexLock lock(mu_);
   if (count_ == ring_.size()) {
-    ++dropped_;
-    return false;
+    if (ring_.size() == ring_.capacity()) {
+      ++dropped_;
+      return false;
+    }
+    // Full at the current size: put the oldest first, then grow within the reservation (no
+    // reallocation, so the ring's storage never moves).
+    std::rotate(ring_.begin(), ring_.begin() + static_cast<std::ptrdiff_t>(head_), ring_.end());
+    head_ = 0;
+    ring_.resize(std::min(ring_.capacity(), std::max<size_t>(64, 2 * ring_.size())));
   }
   ring_[(head_ + count_) % ring_.size()] = r;
   ++count_;

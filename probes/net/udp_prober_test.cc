@@ -17,6 +17,32 @@ using namespace std::chrono_literals;
 using testing::Eventually;
 using testing::StartResponder;
 
+// The queue grows within its capacity as the backlog does, keeps order across that growth while
+// the ring has wrapped, and drops (counting) past the capacity.
+TEST(ResultQueueTest, GrowsWithTheBacklogKeepsOrderAndDropsPastCapacity) {
+  ResultQueue q(1000);
+  uint64_t next = 0;
+  auto push = [&](int n) {
+    int accepted = 0;
+    for (int i = 0; i < n; ++i) {
+      ProbeResult r;
+      r.seq = next++;
+      accepted += q.TryPush(r) ? 1 : 0;
+    }
+    return accepted;
+  };
+  EXPECT_EQ(push(300), 300);
+  std::vector<ProbeResult> out;
+  EXPECT_EQ(q.PopBatch(out, 100), 100u);
+  EXPECT_EQ(push(900), 800);
+  EXPECT_EQ(q.size(), 1000u);
+  EXPECT_EQ(q.dropped(), 100u);
+  out.clear();
+  EXPECT_EQ(q.PopBatch(out, 5000), 1000u);
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i].seq, 100 + i) << i;
+  EXPECT_EQ(push(1), 1);
+}
+
 std::unique_ptr<UdpProber> StartProber(ResultQueue& q, UdpProberOptions o = {},
                                        ProbeBudget* budget = nullptr) {
   auto p = UdpProber::Start(std::move(o), RealClock::Get(), q, budget);
