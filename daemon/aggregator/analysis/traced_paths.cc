@@ -3,7 +3,21 @@
 
 #include <algorithm>
 
+#include "common/log.h"
+
 namespace fw::analysis {
+namespace {
+
+// A refused trace is counted always and logged at the first refusal and every 1,000th after, so
+// that a misbehaving agent cannot flood the log.
+void LogRefusal(uint64_t refused, std::string_view why, std::string_view src,
+                std::string_view dst) {
+  if (refused % 1000 != 1) return;
+  spdlog::warn("component=analysis msg=\"path trace refused\" reason={} src={} dst={} refused={}",
+               why, LogQuote(std::string(src)), LogQuote(std::string(dst)), refused);
+}
+
+}  // namespace
 
 using aggregator::FabricMap;
 using aggregator::NodeId;
@@ -36,7 +50,7 @@ TraceOutcome TracedPaths::Record(std::string_view src, std::string_view dst, uin
   if (hops.size() > kMaxHops) {
     WriterLock lock(mu_);
     ++stats_.traces;
-    ++stats_.refused;
+    LogRefusal(++stats_.refused, "too_many_hops", src, dst);
     return out;
   }
   // Hop k as a switch of the map; nullopt for a silent hop or an address no switch lists.
@@ -94,7 +108,7 @@ TraceOutcome TracedPaths::Record(std::string_view src, std::string_view dst, uin
                          [&](const Entry& e) { return e.src_port == src_port; });
   if (it == flows.end()) {
     if (flows_ >= max_flows_) {
-      ++stats_.refused;
+      LogRefusal(++stats_.refused, "table_full", src, dst);
       if (flows.empty()) by_pair_.erase(Key(s, d));
       out.kind = TraceOutcome::kUnmapped;
       out.path = -1;
