@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "tests/sim/agent_pool.h"
 #include "tests/sim/batch_builder.h"
 #include "tests/sim/link_model.h"
@@ -67,10 +68,10 @@ class FindingsPoller {
   ~FindingsPoller() { Stop(); }
   void Stop() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stop_ = true;
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
     if (thread_.joinable()) thread_.join();
   }
   // One last poll, then the result. REQUIRES: Stop() was called.
@@ -82,12 +83,16 @@ class FindingsPoller {
 
  private:
   void Run() {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     while (!stop_) {
-      lock.unlock();
+      lock.Unlock();
       PollOnce();
-      lock.lock();
-      cv_.wait_for(lock, std::chrono::duration<double>(period_s_), [this] { return stop_; });
+      lock.Lock();
+      const auto period = std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::duration<double>(period_s_));
+      const auto until = std::chrono::steady_clock::now() + period;
+      while (!stop_ && cv_.WaitUntil(mu_, until)) {
+      }
     }
   }
   void PollOnce() {
@@ -114,9 +119,9 @@ class FindingsPoller {
   std::string endpoint_ = "not polled";
   int polls_ = 0;
   int malformed_ = 0;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  bool stop_ FW_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 
