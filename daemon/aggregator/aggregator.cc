@@ -177,6 +177,7 @@ void Aggregator::TickLoop() {
 void Aggregator::OnProbeBatch(const std::string& node, const v1::ProbeBatch& batch) {
   const std::span<const ReportedProbe> results = probe_ingest_.Decode(node, batch);
   pairs_->RecordBatch(results);
+  analyzer_->OnHostDelays(results);
   qualify_->OnResults(results);
 }
 

@@ -247,6 +247,21 @@ void Analyzer::OnPortSample(const PortSample& sample) {
   ports_[{sample.node, sample.device, sample.port}] = {sample, clock_.MonotonicSeconds()};
 }
 
+void Analyzer::OnHostDelays(std::span<const aggregator::ReportedProbe> results) {
+  const int64_t now_ns = clock_.MonotonicNanos();
+  if (results.empty() || results.front().src_id != kNoNode) {
+    host_delays_.Record(results, now_ns);
+    return;
+  }
+  // Results named by name (tests, tools): ids from the interner the pair table shares.
+  std::vector<aggregator::ReportedProbe> named(results.begin(), results.end());
+  for (aggregator::ReportedProbe& r : named) {
+    r.src_id = flows_.FindNode(r.src_node).value_or(kNoNode);
+    r.dst_id = flows_.FindNode(r.dst_node).value_or(kNoNode);
+  }
+  host_delays_.Record(named, now_ns);
+}
+
 void Analyzer::SetNodeFindings(const std::string& node, std::vector<Finding> findings) {
   MutexLock lock(inputs_mu_);
   if (findings.empty()) {
@@ -310,6 +325,13 @@ void Analyzer::Tick() {
     }
     ev.node_findings = node_findings_;
   }
+  HostDelayLimits delay_limits;
+  delay_limits.window_s = FlowTable::kSlots;
+  delay_limits.min_samples =
+      static_cast<uint32_t>(std::max(1, config_.rdma_host_delay_min_samples));
+  delay_limits.floor_ns = config_.rdma_host_delay_floor_s * 1e9;
+  delay_limits.fleet_ratio = config_.rdma_host_delay_fleet_ratio;
+  ev.host_delays = host_delays_.Judge(now_ns, delay_limits);
   tomography_.Reset();
   ScanVisitor visitor(*this, ev, now_ns);
   flows_.Scan(now_ns, visitor);

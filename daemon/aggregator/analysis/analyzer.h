@@ -19,6 +19,7 @@
 #include "daemon/aggregator/analysis/config.h"
 #include "daemon/aggregator/analysis/element_tracker.h"
 #include "daemon/aggregator/analysis/flow_table.h"
+#include "daemon/aggregator/analysis/host_delay.h"
 #include "daemon/aggregator/analysis/tomography.h"
 #include "daemon/aggregator/analysis/traced_paths.h"
 #include "daemon/aggregator/analysis/tracked_finding.h"
@@ -72,6 +73,9 @@ class Analyzer {
   Analyzer& operator=(const Analyzer&) = delete;
 
   void OnPortSample(const PortSample& sample);
+  // The host delays of rdma_ud results (host_delay.h), from the ingest threads beside
+  // PairTable::RecordBatch, which records their network RTTs. Results must carry node ids.
+  void OnHostDelays(std::span<const aggregator::ReportedProbe> results);
   // Replaces the node-hardware findings an agent reported (check reports); each becomes a tracked
   // finding while it is reported.
   void SetNodeFindings(const std::string& node, std::vector<Finding> findings);
@@ -112,6 +116,7 @@ class Analyzer {
   std::unique_ptr<TracedPaths> traced_;  // null without a map
   Tomography tomography_;
   ElementTracker tracker_;
+  HostDelays host_delays_;
   int64_t tick_count_ = 0;
 
   // Fleet background per path class (last tick), used by this tick's judgements.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <set>
 
 #include "daemon/aggregator/analysis/evaluation.h"
@@ -45,6 +46,7 @@ class Blamer {
     if (ctx_.map) LinkLevel();
     PairLevel();
     NodeFindingLevel();
+    HostDelayLevel();
   }
 
   // The levels, in Run()'s order.
@@ -52,6 +54,8 @@ class Blamer {
   void LinkLevel();
   void PairLevel();
   void NodeFindingLevel();
+  // Last: a host or NIC that an earlier level named this tick gets the delays as more evidence.
+  void HostDelayLevel();
 
  private:
   Level LevelOf(const Verdict& v) const {
@@ -211,6 +215,9 @@ class Blamer {
     }
     return worst >= c_.severe_latency_inflation ? 0 : c_.latency_confirm_ticks;
   }
+
+  // Emits `f` for `key`, or adds its evidence to an observation of `key` emitted this tick.
+  void Merge(const std::string& key, Finding f);
 
   void Emit(std::string key, Finding f, bool can_flap, int confirm_ticks = 0) {
     ev_.observations.emplace_back(std::move(key),

@@ -87,6 +87,17 @@ struct AnalysisConfig {
   // the NIC port, whose queueing delay the switch's buffer bounds to tens of microseconds.
   double host_delay_inflation = 8.0;
 
+  // --- RDMA host delays (docs/rdma.md) ----------------------------------------------------------
+  // The host delays split off an rdma_ud RTT (the prober's posting and polling, the responder's
+  // turnaround), per node, device and role: a median of at least rdma_host_delay_floor_s and
+  // rdma_host_delay_fleet_ratio times the fleet's median over the short window names the host
+  // (host_network) or, when its other RDMA devices are quick, that device (nic_degraded). A
+  // polling host turns a probe around in microseconds; a millisecond is a host that is not
+  // getting to its completions (CPU contention, interrupts, a driver stall).
+  double rdma_host_delay_floor_s = 1e-3;
+  double rdma_host_delay_fleet_ratio = 5.0;
+  int rdma_host_delay_min_samples = 5;
+
   // --- Roll-ups
   // ----------------------------------------------------------------------------------- A switch is
   // blamed when at least this fraction of its switch-to-switch links (and at least 2) are blamed.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "daemon/aggregator/analysis/analyzer.h"
+#include "daemon/aggregator/analysis/host_delay.h"
 
 namespace fw::analysis {
 
@@ -75,6 +76,7 @@ struct Analyzer::Evaluation {
   size_t baselines_ready = 0;
   std::map<std::tuple<std::string, std::string, int>, PortSample> ports;  // fresh samples only
   std::map<std::string, std::vector<Finding>> node_findings;
+  std::vector<HostDelayVerdict> host_delays;  // rdma_ud host delays, judged (host_delay.h)
 
   // Outputs.
   std::vector<std::pair<std::string, Observation>> observations;

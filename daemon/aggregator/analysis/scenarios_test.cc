@@ -2,6 +2,7 @@
 // right finding kind on exactly the right element, and a healthy fleet must give none.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 
 #include "daemon/aggregator/analysis/testing/synthetic_fleet.h"
@@ -524,6 +525,84 @@ TEST(Scenarios, EcmpWithoutPathKnowledgeNamesTheCandidateGroup) {
   EXPECT_EQ(active[0].finding.location.type, "switch");
   EXPECT_EQ(active[0].finding.location.id, "leaf2");
   EXPECT_NE(active[0].finding.summary.find("leaf2~spine1"), std::string::npos);
+}
+
+// RDMA UD: every latency probe sent as rdma_ud, with rtt_ns the network RTT and the hosts' delays
+// beside it (docs/rdma.md). The network RTT and loss localize links as UDP's do; a host slow to
+// poll or answer is host_network, not a link.
+struct HostDelay {
+  int64_t prober_ns = 12'000;  // a host that polls: microseconds
+  int64_t responder_ns = 9'000;
+};
+
+void SendAsRdma(SyntheticFleet& fleet, std::map<std::string, HostDelay>& slow) {
+  fleet.SetRewrite([&slow](std::vector<ReportedProbe>& batch) {
+    for (ReportedProbe& r : batch) {
+      if (r.transport != Transport::kUdp) continue;
+      r.transport = Transport::kRdmaUd;
+      auto src = slow.find(r.src_node), dst = slow.find(r.dst_node);
+      r.prober_host_ns = (src == slow.end() ? HostDelay{} : src->second).prober_ns;
+      r.responder_host_ns = (dst == slow.end() ? HostDelay{} : dst->second).responder_ns;
+      r.src_nic = r.dst_nic = "mlx5_0";
+    }
+  });
+}
+
+TEST(RdmaScenarios, HealthyRdmaFleetGivesNoFindings) {
+  SyntheticFleet fleet(NamespaceFabricShape());
+  std::map<std::string, HostDelay> slow;
+  SendAsRdma(fleet, slow);
+  fleet.Run(kWarmup + 60);
+  EXPECT_TRUE(fleet.Active().empty()) << Describe(fleet.Active());
+  EXPECT_GT(fleet.analyzer().stats().baselines_ready, 0u);
+}
+
+TEST(RdmaScenarios, LinkLossOnRdmaProbesBlamesThatLink) {
+  SyntheticFleet fleet(NamespaceFabricShape());
+  std::map<std::string, HostDelay> slow;
+  SendAsRdma(fleet, slow);
+  fleet.Run(kWarmup);
+  fleet.SetLinkFault("leaf1~spine1", LinkFault{0.05});
+  ASSERT_GT(TimeToDetect(fleet, "link_degraded", "leaf1~spine1", 30), 0)
+      << Describe(fleet.Active());
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+}
+
+TEST(RdmaScenarios, SlowHostIsHostNetworkNotALink) {
+  SyntheticFleet fleet(NamespaceFabricShape());
+  std::map<std::string, HostDelay> slow;
+  SendAsRdma(fleet, slow);
+  fleet.Run(kWarmup);
+  const std::string busy = SyntheticFleet::HostName(1, 0);
+  // The host takes milliseconds to poll and to answer; the network RTT stays as it was.
+  slow[busy] = HostDelay{4'000'000, 3'000'000};
+  fleet.Run(20);
+  const auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  const Finding& f = active[0].finding;
+  EXPECT_EQ(f.kind, "host_network");
+  EXPECT_EQ(f.location.id, busy);
+  EXPECT_NEAR(f.evidence.at("prober_host_delay_ms"), 4.0, 1e-9);
+  EXPECT_NEAR(f.evidence.at("responder_host_delay_ms"), 3.0, 1e-9);
+  EXPECT_NEAR(f.evidence.at("fleet_prober_host_delay_ms"), 0.012, 1e-9);
+  EXPECT_NE(f.summary.find("not the fabric"), std::string::npos) << f.summary;
+  for (const LinkView& l : fleet.analyzer().Links()) EXPECT_EQ(l.state, "ok") << l.id;
+  // Quick again: the finding resolves after the recovery time.
+  slow.clear();
+  fleet.Run(45);
+  EXPECT_TRUE(fleet.Active().empty()) << Describe(fleet.Active());
+}
+
+TEST(RdmaScenarios, HostDelayUnderTheFloorIsNoFinding) {
+  SyntheticFleet fleet(NamespaceFabricShape());
+  std::map<std::string, HostDelay> slow;
+  SendAsRdma(fleet, slow);
+  fleet.Run(kWarmup);
+  // 50x the fleet's, but 0.6 ms: a host that is merely slower than the others.
+  slow[SyntheticFleet::HostName(2, 1)] = HostDelay{600'000, 450'000};
+  fleet.Run(20);
+  EXPECT_TRUE(fleet.Active().empty()) << Describe(fleet.Active());
 }
 
 }  // namespace

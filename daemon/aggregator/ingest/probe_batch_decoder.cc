@@ -134,6 +134,30 @@ void SetNodes(ReportedProbe& x, bool with_names, std::string_view node, NodeId n
   }
 }
 
+// An RDMA device name (mlx5_0), as Hello's endpoints allow (wire_convert.cc).
+constexpr size_t kMaxNicNameBytes = 64;
+
+// Slots are reused: a row without the RDMA split must not keep an earlier row's.
+void ClearHostSplit(ReportedProbe& x) {
+  x.prober_host_ns = 0;
+  x.responder_host_ns = 0;
+  x.src_nic.clear();
+  x.dst_nic.clear();
+}
+
+// The host delays of an rdma_ud result and its device names. The agent never exports a negative
+// delay; one that arrives anyway, or a name that is too long or not clean UTF-8 (it ends up in a
+// finding's location), is dropped alone: the RTT still counts.
+void SetHostSplit(ReportedProbe& x, const v1::ProbeResult& r) {
+  ClearHostSplit(x);
+  if (x.transport != Transport::kRdmaUd) return;
+  x.prober_host_ns = std::max<int64_t>(r.prober_host_ns(), 0);
+  x.responder_host_ns = std::max<int64_t>(r.responder_host_ns(), 0);
+  auto clean = [](const std::string& s) { return s.size() <= kMaxNicNameBytes && IsCleanUtf8(s); };
+  if (clean(r.src_nic())) x.src_nic = r.src_nic();
+  if (clean(r.dst_nic())) x.dst_nic = r.dst_nic();
+}
+
 bool SameNameTable(const v1::ProbeColumns& c, const PeerNameCache& cache) {
   return c.names() == cache.names && std::equal(c.name_lengths().begin(), c.name_lengths().end(),
                                                 cache.lengths.begin(), cache.lengths.end());
@@ -166,6 +190,7 @@ DecodeOutcome Decode(std::string_view node, NodeId node_id, const v1::ProbeBatch
     x.rtt_ns = CleanRtt(r.rtt_ns());
     x.bytes = r.bytes();
     x.goodput_bps = CleanGoodput(r.goodput_bps());
+    SetHostSplit(x, r);
   }
 
   if (batch.has_columns()) {
@@ -232,6 +257,7 @@ DecodeOutcome Decode(std::string_view node, NodeId node_id, const v1::ProbeBatch
         x.rtt_ns = c.rtt_ns().empty() ? 0 : CleanRtt(c.rtt_ns(row));
         x.bytes = c.bytes().empty() ? 0 : c.bytes(row);
         x.goodput_bps = c.goodput_bps().empty() ? 0.0 : CleanGoodput(c.goodput_bps(row));
+        ClearHostSplit(x);
       }
     } else if (cache) {
       cache->valid = false;

@@ -340,5 +340,45 @@ TEST(ProbeBatchDecoderTest, CacheHitStillChecksTheColumns) {
   EXPECT_EQ(o.appended, 0u);
 }
 
+// rdma_ud results carry the host delays split off their network RTT (docs/rdma.md).
+TEST(ProbeBatchDecoderTest, RdmaResultsCarryTheHostSplitAndReusedSlotsDoNot) {
+  v1::ProbeBatch b;
+  v1::ProbeResult* r = b.add_results();
+  r->set_peer("node-a");
+  r->set_transport(v1::TRANSPORT_RDMA_UD);
+  r->set_rtt_ns(4'000);
+  r->set_prober_host_ns(12'000);
+  r->set_responder_host_ns(9'000);
+  r->set_src_nic("mlx5_0");
+  r->set_dst_nic("mlx5_1");
+  v1::ProbeResult* bad = b.add_results();
+  *bad = *r;
+  bad->set_prober_host_ns(-5);               // never exported: dropped, the RTT kept
+  bad->set_dst_nic(std::string(65, 'x'));    // longer than any device name
+  bad->set_src_nic(std::string("ml\x01x"));  // a control character
+  v1::ProbeResult* udp = b.add_results();
+  *udp = *r;
+  udp->set_transport(v1::TRANSPORT_UDP);  // the split means nothing elsewhere
+  std::vector<ReportedProbe> out;
+  ASSERT_EQ(DecodeProbeBatch("me", b, kAnyPeer, out).appended, 3u);
+  EXPECT_EQ(out[0].rtt_ns, 4'000);
+  EXPECT_EQ(out[0].prober_host_ns, 12'000);
+  EXPECT_EQ(out[0].responder_host_ns, 9'000);
+  EXPECT_EQ(out[0].src_nic, "mlx5_0");
+  EXPECT_EQ(out[0].dst_nic, "mlx5_1");
+  EXPECT_EQ(out[1].rtt_ns, 4'000);
+  EXPECT_EQ(out[1].prober_host_ns, 0);
+  EXPECT_EQ(out[1].responder_host_ns, 9'000);
+  EXPECT_EQ(out[1].src_nic, "");
+  EXPECT_EQ(out[1].dst_nic, "");
+  EXPECT_EQ(out[2].prober_host_ns, 0);
+  EXPECT_EQ(out[2].src_nic, "");
+  // The same slots, now rows of a columnar batch: nothing of the split survives.
+  DecodeProbeBatch("me", ColumnBatch(), kAnyPeer, out);
+  EXPECT_EQ(out[0].prober_host_ns, 0);
+  EXPECT_EQ(out[0].responder_host_ns, 0);
+  EXPECT_EQ(out[0].dst_nic, "");
+}
+
 }  // namespace
 }  // namespace fw::aggregator

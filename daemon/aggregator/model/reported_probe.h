@@ -46,6 +46,12 @@ struct ReportedProbe {
   int64_t rtt_ns = 0;        // round trip (latency transports) or burst duration (tcp_bw)
   uint64_t bytes = 0;        // bytes moved by the probe
   double goodput_bps = 0.0;  // tcp_bw only: bits per second; 0 elsewhere
+  // rdma_ud only (docs/rdma.md): rtt_ns is then the network RTT, and the hosts' own delays are
+  // split off: the prober's posting and polling, the responder's turnaround. 0: not measured.
+  int64_t prober_host_ns = 0;
+  int64_t responder_host_ns = 0;
+  std::string src_nic;  // the RDMA devices at either end, when the agent named them
+  std::string dst_nic;
 };
 
 }  // namespace fw::aggregator

@@ -212,7 +212,8 @@ std::vector<ReportedProbe> SyntheticFleet::GenerateSecond() {
 void SyntheticFleet::Run(int seconds) {
   for (int i = 0; i < seconds; ++i) {
     clock_.Advance(std::chrono::milliseconds(100));
-    const std::vector<ReportedProbe> batch = GenerateSecond();
+    std::vector<ReportedProbe> batch = GenerateSecond();
+    if (rewrite_) rewrite_(batch);
     results_ += batch.size();
     // Agents batch per source node; results of one node are contiguous in the plan.
     size_t begin = 0;
@@ -220,6 +221,7 @@ void SyntheticFleet::Run(int seconds) {
       if (j == batch.size() || batch[j].src_node != batch[begin].src_node) {
         const std::span<const ReportedProbe> part(batch.data() + begin, j - begin);
         pairs_->RecordBatch(part);
+        analyzer_->OnHostDelays(part);
         begin = j;
       }
     }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -74,6 +75,11 @@ class SyntheticFleet {
   size_t flow_count() const { return flows_.size(); }
   uint64_t results() const { return results_; }
   std::vector<TrackedFinding> Active() const { return analyzer_->Findings(true); }
+  // Rewrites each second's results before Run() ingests them (another transport, the host delays
+  // an RDMA agent reports); empty: none.
+  void SetRewrite(std::function<void(std::vector<ReportedProbe>&)> rewrite) {
+    rewrite_ = std::move(rewrite);
+  }
 
  private:
   struct PlannedFlow {
@@ -101,6 +107,7 @@ class SyntheticFleet {
   std::mt19937_64 rng_;
   uint64_t seq_ = 0;
   uint64_t results_ = 0;
+  std::function<void(std::vector<ReportedProbe>&)> rewrite_;
   int64_t second_ = 0;
   uint64_t route_salt_ = 0;
 };
