@@ -12,7 +12,9 @@
 #include <mutex>
 #include <thread>
 
+#include "common/testing/temp_dir.h"
 #include "daemon/aggregator/qualify/jobs.h"
+#include "daemon/aggregator/qualify/qualify_store.h"
 #include "exporter/registry.h"
 
 namespace fw::qualify {
@@ -118,6 +120,18 @@ class SuiteTest : public ::testing::Test {
       inputs_.OnCheckReport(out.back());
     }
     return out;
+  }
+
+  // Runs `a`, and `b` 50 ms later, on two threads at once; both results.
+  static std::pair<StatusOr<QualifyReport>, StatusOr<QualifyReport>> RunBoth(
+      QualifyJobs& jobs, const QualifyJobRequest& a, const QualifyJobRequest& b) {
+    StatusOr<QualifyReport> ra = Status::Internal("unset"), rb = Status::Internal("unset");
+    std::thread ta([&] { ra = jobs.Run(a); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::thread tb([&] { rb = jobs.Run(b); });
+    ta.join();
+    tb.join();
+    return {std::move(ra), std::move(rb)};
   }
 
   QualifyReport Run(const std::vector<std::string>& nodes, double timeout_s = 10) {
@@ -239,14 +253,9 @@ TEST_F(SuiteTest, OverlappingRunsQueueAndDisjointRunsDoNot) {
   QualifyJobs::Options o;
   o.time_scale = 0.1;  // quick: ramp <= 0.4 s, measure 0.5 s
   QualifyJobs jobs(fleet_, inputs_, RealClock::Get(), registry, o);
-  const QualifyJobRequest a{{"gpu1", "gpu2", "gpu3"}, "", "quick", 20};
-  const QualifyJobRequest b{{"gpu3", "gpu4"}, "", "quick", 20};
-  StatusOr<QualifyReport> ra = Status::Internal("unset"), rb = Status::Internal("unset");
-  std::thread ta([&] { ra = jobs.Run(a); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  std::thread tb([&] { rb = jobs.Run(b); });
-  ta.join();
-  tb.join();
+  const QualifyJobRequest a{{"gpu1", "gpu2", "gpu3"}, "", "quick", 20, ""};
+  const QualifyJobRequest b{{"gpu3", "gpu4"}, "", "quick", 20, ""};
+  auto [ra, rb] = RunBoth(jobs, a, b);
   ASSERT_TRUE(ra.ok() && rb.ok());
   EXPECT_EQ(ra->exit_code, 0);
   EXPECT_EQ(rb->exit_code, 0);
@@ -256,10 +265,10 @@ TEST_F(SuiteTest, OverlappingRunsQueueAndDisjointRunsDoNot) {
   EXPECT_EQ(jobs.Recent().size(), 2u);
   EXPECT_EQ(jobs.Recent().front().id, rb->id);
   // Refusals.
-  EXPECT_FALSE(jobs.Run({{}, "", "", 5}).ok());
-  EXPECT_THAT(jobs.Run({{"a"}, "nope", "", 5}).status().message(), HasSubstr("known: generic"));
-  EXPECT_THAT(jobs.Run({{"a b"}, "", "", 5}).status().message(), HasSubstr("not valid"));
-  EXPECT_FALSE(jobs.Run({{"a"}, "", "slow", 5}).ok());
+  EXPECT_FALSE(jobs.Run({{}, "", "", 5, ""}).ok());
+  EXPECT_THAT(jobs.Run({{"a"}, "nope", "", 5, ""}).status().message(), HasSubstr("known: generic"));
+  EXPECT_THAT(jobs.Run({{"a b"}, "", "", 5, ""}).status().message(), HasSubstr("not valid"));
+  EXPECT_FALSE(jobs.Run({{"a"}, "", "slow", 5, ""}).ok());
   const std::string text = registry.RenderToString();
   EXPECT_THAT(text, HasSubstr("fabricwatch_qualification_result{node=\"gpu3\",suite=\"quick\"} 0"));
   EXPECT_THAT(text, HasSubstr("fabricwatch_qualify_refused_total{reason=\"bad_request\"} 4"));
@@ -272,13 +281,80 @@ TEST_F(SuiteTest, DisjointRunsOverlapInTime) {
   o.time_scale = 0.1;
   QualifyJobs jobs(fleet_, inputs_, RealClock::Get(), registry, o);
   StatusOr<QualifyReport> ra = Status::Internal("unset"), rb = Status::Internal("unset");
-  std::thread ta([&] { ra = jobs.Run({{"gpu1", "gpu2"}, "", "", 20}); });
-  std::thread tb([&] { rb = jobs.Run({{"gpu3", "gpu4"}, "", "", 20}); });
+  std::thread ta([&] { ra = jobs.Run({{"gpu1", "gpu2"}, "", "", 20, ""}); });
+  std::thread tb([&] { rb = jobs.Run({{"gpu3", "gpu4"}, "", "", 20, ""}); });
   ta.join();
   tb.join();
   ASSERT_TRUE(ra.ok() && rb.ok());
   EXPECT_LT(rb->started_wall_ns, ra->finished_wall_ns);
   EXPECT_LT(ra->started_wall_ns, rb->finished_wall_ns);
+}
+
+// Every node's Slurm prolog asks for the whole set under one job id: one run answers them all,
+// also a request that comes after it finished; another job or set runs on its own.
+TEST_F(SuiteTest, RequestsOfOneJobShareOneRun) {
+  auto nodes = Nodes(3);
+  metrics::Registry registry;
+  QualifyJobs::Options o;
+  o.time_scale = 0.1;
+  QualifyJobs jobs(fleet_, inputs_, RealClock::Get(), registry, o);
+  QualifyJobRequest req{nodes, "", "quick", 20, "4711"};
+  auto [ra, rb] = RunBoth(jobs, req, req);
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  EXPECT_EQ(ra->id, rb->id);
+  EXPECT_EQ(rb->job, "4711");
+  EXPECT_EQ(fleet_.meshes_started.load(), 1);
+  auto late = jobs.Run(req);
+  ASSERT_TRUE(late.ok());
+  EXPECT_EQ(late->id, ra->id);
+  req.job = "4712";
+  auto other = jobs.Run(req);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(other->id, ra->id);
+  EXPECT_EQ(jobs.Recent().size(), 2u);
+  EXPECT_FALSE(jobs.Run({nodes, "", "", 5, "bad job"}).ok());
+}
+
+ReportQuery ByNode(std::string node) {
+  ReportQuery q;
+  q.node = std::move(node);
+  return q;
+}
+
+ReportQuery ByJob(std::string job) {
+  ReportQuery q;
+  q.job = std::move(job);
+  return q;
+}
+
+// Reports go into the findings history: a new QualifyJobs over the same state directory (an
+// aggregator restart) still lists them, by node and by job.
+TEST_F(SuiteTest, ReportsSurviveARestartThroughTheHistory) {
+  auto nodes = Nodes(3);
+  ::fw::testing::TempDir dir;
+  std::string id;
+  {
+    metrics::Registry registry;
+    QualificationStore store(dir.path());
+    ASSERT_TRUE(store.Open().ok());
+    QualifyJobs::Options o;
+    o.time_scale = 0.1;
+    QualifyJobs jobs(fleet_, inputs_, RealClock::Get(), registry, o, &store);
+    auto r = jobs.Run({nodes, "", "", 20, "77"});
+    ASSERT_TRUE(r.ok());
+    id = r->id;
+  }
+  metrics::Registry registry;
+  QualificationStore store(dir.path());
+  ASSERT_TRUE(store.Open().ok());
+  QualifyJobs jobs(fleet_, inputs_, RealClock::Get(), registry, {}, &store);
+  EXPECT_TRUE(jobs.Recent().empty());
+  const nlohmann::json listed = jobs.Find(ByNode("gpu2"));
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0]["id"], id);
+  EXPECT_EQ(listed[0]["job"], "77");
+  EXPECT_EQ(listed[0]["state"], "done");
+  EXPECT_EQ(jobs.Find(ByJob("78")).size(), 0u);
 }
 
 }  // namespace
