@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Measures the issue-14 target (not a ctest): `fabricwatch qualify --quick` of 8 healthy hosts on
+the namespace fabric (1 spine, 2 leaves x 4 hosts) should take <= 20 s wall. Runs the qualification
+RUNS times (default 3) and prints the wall time, the exit code and each step's duration.
+Run as root after a build: FW_BUILD_DIR=build python3 tests/qualify/measure_qualify_fabric.py
+"""
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_DIR = os.environ.get("FW_SOURCE_DIR") or os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "fabric_e2e"))
+import fwe2e  # noqa: E402
+
+
+def main():
+    if os.geteuid() != 0:
+        print("needs root (network namespaces)", file=sys.stderr)
+        return 77
+    runs = int(os.environ.get("RUNS", "3"))
+    suite = os.environ.get("SUITE", "quick")
+    fwe2e.SYSFS_ROOT = os.environ.get("FW_EMPTY_SYSFS") or __import__("tempfile").mkdtemp(
+        prefix="fw-q-sys.")
+    cli = fwe2e.binary("FW_CLI_BIN", "daemon/cli/fabricwatch")
+    worst = 0
+    with fwe2e.DaemonFabric(spines=1, leaves=2, hosts_per_leaf=4) as run:
+        run.wait_connected()
+        hosts = sorted(run.fab.hosts)
+        api = f"{fwe2e.fabric.MGMT_GATEWAY}:{fwe2e.HTTP_PORT}"
+        for i in range(runs):
+            with open("/proc/loadavg") as f:
+                load = f.read().split()[0]
+            t0 = time.monotonic()
+            p = run.fab.exec("mgmt", [cli, "--api", api, "--format", "json", "qualify",
+                                      f"--{suite}", "--nodes", ",".join(hosts), "--timeout", "60"],
+                             timeout=90)
+            took = time.monotonic() - t0
+            rep = json.loads(p.stdout) if p.stdout.strip() else {}
+            steps = ", ".join(f"{s['name']} {s['duration_s']} s" for s in rep.get("steps", [])
+                              if s.get("state") != "skipped")
+            verdicts = {n["node"]: n["verdict"] for n in rep.get("nodes", [])}
+            print(f"run {i + 1}: {len(hosts)} hosts {suite}: exit {p.returncode}, wall {took:.1f} s "
+                  f"(load {load}); {steps}; {verdicts}")
+            if p.returncode != 0:
+                print(json.dumps(rep)[:1500] + p.stderr[-500:])
+            worst = max(worst, took)
+    print(f"worst wall {worst:.1f} s (target <= 20 s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
