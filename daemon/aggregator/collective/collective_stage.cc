@@ -1,0 +1,237 @@
+// The collective stage in the aggregator: locking, wire conversion, metrics, pause/resume API.
+#include "daemon/aggregator/collective/collective_stage.h"
+
+#include <spdlog/spdlog.h>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/aggregator/collective/pause_request.h"
+
+namespace fw::aggregator::collective {
+
+namespace v1 = fabricwatch::v1;
+using nlohmann::json;
+
+namespace {
+
+void AddJobs(const std::vector<OutboundJob>& jobs, Outbound& out) {
+  for (const OutboundJob& j : jobs) {
+    v1::AggregatorMessage m;
+    v1::CollectiveJob* cj = m.mutable_collective_job();
+    cj->set_job_id(j.job.job_id);
+    cj->set_backend(j.job.backend);
+    for (const std::string& member : j.job.members) cj->add_members(member);
+    cj->set_bytes(j.job.bytes);
+    cj->set_iterations(j.job.iterations);
+    out.emplace_back(j.node, std::move(m));
+  }
+}
+
+void AddReplies(std::vector<KvDelivery> replies, Outbound& out) {
+  for (KvDelivery& d : replies) {
+    v1::AggregatorMessage m;
+    v1::KvReply* r = m.mutable_kv_reply();
+    r->set_key(std::move(d.key));
+    r->set_value(std::move(d.value));
+    r->set_found(d.found);
+    out.emplace_back(std::move(d.node), std::move(m));
+  }
+}
+
+json FindingJson(const CollectiveSlowFinding& f) {
+  return {{"kind", "collective_slow"},
+          {"location", f.location},
+          {"node", f.node},
+          {"cause", f.cause},
+          {"group", f.group},
+          {"measured_busbw_bps", f.measured_bps},
+          {"expected_busbw_bps", f.expected_bps}};
+}
+
+}  // namespace
+
+std::vector<CollectiveNode> CollectiveNodesOf(const std::vector<NodeView>& nodes,
+                                              const FabricMap* map) {
+  std::vector<CollectiveNode> out;
+  for (const NodeView& n : nodes) {
+    if (!n.connected || !n.up) continue;
+    CollectiveNode c;
+    c.name = n.name;
+    c.gpus = n.inventory.gpus_size();
+    if (map) {
+      const std::vector<HostNicIndex>& nics = map->NicsOfNode(n.name);
+      if (!nics.empty()) {
+        const SwitchIndex leaf = map->host_nics()[nics.front()].leaf;
+        if (leaf != kNoIndex) c.leaf = map->switches()[leaf].name;
+      }
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+CollectiveStage::CollectiveStage(OrchestratorConfig config, metrics::Registry& registry,
+                                 std::function<void(Outbound)> send)
+    : schedule_on_(config.schedule.interval_ns > 0),
+      send_(std::move(send)),
+      orchestrator_(config),
+      pauses_(&orchestrator_.pauses()),
+      busbw_(
+          registry.AddGauge("fabricwatch_collective_busbw_gbps",
+                            "Bus bandwidth (nccl-tests definition, Gbit/s) of the last completed "
+                            "collective probe group of each kind: its slowest member's.",
+                            {"group_kind"})),
+      runs_(registry
+                .AddCounter("fabricwatch_collective_group_runs_total",
+                            "Collective probe jobs completed (each member answered, or the job "
+                            "failed or timed out), bisection runs included.")
+                .WithLabels({})),
+      failures_(registry
+                    .AddCounter("fabricwatch_collective_group_failures_total",
+                                "Collective probe jobs that failed: a member's error or the job's "
+                                "timeout.")
+                    .WithLabels({})),
+      bisections_(registry
+                      .AddCounter("fabricwatch_collective_bisections_total",
+                                  "Bisections started on a group that turned slow.")
+                      .WithLabels({})),
+      findings_total_(registry
+                          .AddCounter("fabricwatch_collective_findings_total",
+                                      "collective_slow findings produced by bisections.")
+                          .WithLabels({})),
+      paused_(registry
+                  .AddGauge("fabricwatch_collective_paused_nodes",
+                            "Nodes whose collective probes are paused (POST "
+                            "/api/v1/collectives/pause).")
+                  .WithLabels({})),
+      in_flight_(registry
+                     .AddGauge("fabricwatch_collective_jobs_in_flight",
+                               "Collective probe jobs started and not yet complete.")
+                     .WithLabels({})),
+      refused_(registry.AddCounter("fabricwatch_collective_pause_refused_total",
+                                   "Pause or resume requests refused (bad_request: the body is "
+                                   "not {\"nodes\": [...]}; method: not a POST).",
+                                   {"reason"})) {
+  refused_.WithLabels({"bad_request"});
+  refused_.WithLabels({"method"});
+}
+
+void CollectiveStage::Tick(const std::function<std::vector<CollectiveNode>()>& nodes,
+                           int64_t now_ns) {
+  Outbound out;
+  {
+    MutexLock lock(mu_);
+    if (schedule_on_ && (nodes_at_ns_ < 0 || now_ns - nodes_at_ns_ >= kNodesRefreshNs)) {
+      nodes_ = nodes();
+      nodes_at_ns_ = now_ns;
+    }
+    CollectiveOrchestrator::TickOutput t =
+        orchestrator_.Tick(schedule_on_ ? nodes_ : std::vector<CollectiveNode>{}, now_ns);
+    AddJobs(t.jobs, out);
+    AddReplies(std::move(t.kv), out);
+    Keep(std::move(t.findings));
+    Export();
+  }
+  if (!out.empty()) send_(std::move(out));
+}
+
+void CollectiveStage::OnKvRequest(const std::string& node, const v1::KvRequest& request,
+                                  int64_t now_ns) {
+  Outbound out;
+  {
+    MutexLock lock(mu_);
+    AddReplies(orchestrator_.OnKvRequest(node, request.key(), request.value(), now_ns), out);
+  }
+  if (!out.empty()) send_(std::move(out));
+}
+
+void CollectiveStage::OnResult(const std::string& node, const v1::CollectiveResult& result) {
+  std::vector<double> op_seconds(result.op_seconds().begin(), result.op_seconds().end());
+  MutexLock lock(mu_);
+  Keep(orchestrator_.OnResult(node, result.job_id(), result.bus_bandwidth_bps(), result.latency_s(),
+                              result.error(), std::move(op_seconds)));
+  Export();
+}
+
+void CollectiveStage::Keep(std::vector<CollectiveSlowFinding> findings) {
+  for (CollectiveSlowFinding& f : findings) {
+    findings_.push_back(std::move(f));
+    if (findings_.size() > kKeptFindings) findings_.pop_front();
+  }
+}
+
+void CollectiveStage::Export() {
+  const OrchestratorCounters& c = orchestrator_.counters();
+  runs_.Set(static_cast<double>(c.runs));
+  failures_.Set(static_cast<double>(c.failures));
+  bisections_.Set(static_cast<double>(c.bisections));
+  findings_total_.Set(static_cast<double>(c.findings));
+  for (const auto& [kind, bps] : c.busbw_bps_by_kind) busbw_.WithLabels({kind}).Set(bps / 1e9);
+  in_flight_.Set(static_cast<double>(orchestrator_.jobs_in_flight()));
+  paused_.Set(static_cast<double>(pauses_->list().size()));
+}
+
+std::vector<CollectiveSlowFinding> CollectiveStage::recent_findings() const {
+  MutexLock lock(mu_);
+  return {findings_.begin(), findings_.end()};
+}
+
+void CollectiveStage::PauseOrResume(bool pause, const http::Request& req, http::Response& r) {
+  const char* verb = pause ? "pause" : "resume";
+  if (req.method != "POST") {
+    refused_.WithLabels({"method"}).Inc();
+    spdlog::warn("component=collective msg=\"{} refused: not a POST\" method={}", verb, req.method);
+    r.AddHeader("Allow", "POST");
+    r.Send(405, "application/json", json{{"error", "POST {\"nodes\": [...]}"}}.dump());
+    return;
+  }
+  auto nodes = ParsePauseRequest(req.body);
+  if (!nodes.ok()) {
+    refused_.WithLabels({"bad_request"}).Inc();
+    spdlog::warn("component=collective msg=\"{} refused\" error=\"{}\"", verb,
+                 nodes.status().message());
+    r.Send(400, "application/json", json{{"error", nodes.status().message()}}.dump());
+    return;
+  }
+  json changed = json::array();
+  for (const std::string& n : *nodes) {
+    if (pause ? pauses_->Pause(n) : pauses_->Resume(n)) changed.push_back(n);
+  }
+  const std::vector<std::string> paused = pauses_->list();
+  paused_.Set(static_cast<double>(paused.size()));
+  spdlog::info("component=collective msg=\"collective probes {}\" nodes={} changed={} paused={}",
+               pause ? "paused" : "resumed", nodes->size(), changed.size(), paused.size());
+  r.Send(200, "application/json", json{{"changed", changed}, {"paused", paused}}.dump());
+}
+
+void CollectiveStage::InstallHttp(http::Server& server) {
+  const http::HandlerOptions write{.requires_auth = true};
+  server.Handle(
+      "/api/v1/collectives/pause",
+      [this](const http::Request& req, http::Response& r) { PauseOrResume(true, req, r); }, write);
+  server.Handle(
+      "/api/v1/collectives/resume",
+      [this](const http::Request& req, http::Response& r) { PauseOrResume(false, req, r); }, write);
+  server.Handle("/api/v1/collectives", [this](const http::Request&, http::Response& r) {
+    json out;
+    out["paused"] = pauses_->list();
+    json findings = json::array();
+    {
+      MutexLock lock(mu_);
+      const OrchestratorCounters& c = orchestrator_.counters();
+      out["runs"] = c.runs;
+      out["failures"] = c.failures;
+      out["bisections"] = c.bisections;
+      out["jobs_in_flight"] = orchestrator_.jobs_in_flight();
+      out["active_bisections"] = orchestrator_.active_bisections();
+      json busbw = json::object();
+      for (const auto& [kind, bps] : c.busbw_bps_by_kind) busbw[kind] = bps / 1e9;
+      out["busbw_gbps"] = std::move(busbw);
+      for (const CollectiveSlowFinding& f : findings_) findings.push_back(FindingJson(f));
+    }
+    out["findings"] = std::move(findings);
+    r.Send(200, "application/json", out.dump());
+  });
+}
+
+}  // namespace fw::aggregator::collective

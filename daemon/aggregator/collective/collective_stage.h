@@ -1,0 +1,82 @@
+// The collective stage as the aggregator runs it: the orchestrator behind one lock, the wire
+// messages at its edge (CollectiveJob/KvReply out, CollectiveResult/KvRequest in), its metrics,
+// and the pause/resume API a scheduler's prolog and epilog call. gRPC-free: messages leave through
+// the `send` callback the aggregator gives it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/mutex.h"
+#include "daemon/aggregator/collective/orchestrator.h"
+#include "daemon/aggregator/ingest/fleet_state.h"
+#include "daemon/aggregator/plan/fabric_map.h"
+#include "exporter/http_server.h"
+#include "exporter/registry.h"
+#include "fabricwatch.pb.h"
+
+namespace fw::aggregator::collective {
+
+// Messages for nodes' streams, in order.
+using Outbound = std::vector<std::pair<std::string, fabricwatch::v1::AggregatorMessage>>;
+
+// The nodes collective jobs may use: connected and up, each placed on its first NIC's leaf when the
+// fabric map names it (no map: no leaf, so no group across nodes), with its inventory's GPUs.
+std::vector<CollectiveNode> CollectiveNodesOf(const std::vector<NodeView>& nodes,
+                                              const FabricMap* map);
+
+class CollectiveStage {
+ public:
+  // `send` hands messages to the nodes' streams, best effort (a node without a stream misses them
+  // and its job times out). It is called without the stage's lock held, on the calling thread.
+  // A schedule interval of 0 or less starts no jobs (rendezvous and results are still served).
+  CollectiveStage(OrchestratorConfig config, metrics::Registry& registry,
+                  std::function<void(Outbound)> send);
+
+  // The tick thread. `nodes` is called at most every kNodesRefreshNs (copying the fleet is not
+  // free at 16,000 nodes, and the schedule only reads it once per interval).
+  void Tick(const std::function<std::vector<CollectiveNode>()>& nodes, int64_t now_ns);
+  // Ingest threads; never block beyond the stage's lock.
+  void OnKvRequest(const std::string& node, const fabricwatch::v1::KvRequest& request,
+                   int64_t now_ns);
+  void OnResult(const std::string& node, const fabricwatch::v1::CollectiveResult& result);
+
+  // POST /api/v1/collectives/pause and /resume ({"nodes": [...]}; guarded by the web config's
+  // users), GET /api/v1/collectives (paused nodes, counters, recent collective_slow findings).
+  void InstallHttp(http::Server& server);
+
+  PauseSet& pauses() { return *pauses_; }
+  std::vector<CollectiveSlowFinding> recent_findings() const;
+
+  static constexpr int64_t kNodesRefreshNs = 10'000'000'000;
+  static constexpr size_t kKeptFindings = 64;
+
+ private:
+  void Keep(std::vector<CollectiveSlowFinding> findings) FW_REQUIRES(mu_);
+  void Export() FW_REQUIRES(mu_);
+  void PauseOrResume(bool pause, const http::Request& req, http::Response& r);
+
+  const bool schedule_on_;
+  const std::function<void(Outbound)> send_;
+  mutable Mutex mu_;
+  CollectiveOrchestrator orchestrator_ FW_GUARDED_BY(mu_);
+  PauseSet* const pauses_;  // the orchestrator's; thread-safe itself
+  std::vector<CollectiveNode> nodes_ FW_GUARDED_BY(mu_);
+  int64_t nodes_at_ns_ FW_GUARDED_BY(mu_) = -1;
+  std::deque<CollectiveSlowFinding> findings_ FW_GUARDED_BY(mu_);
+
+  metrics::Family<metrics::Gauge>& busbw_;
+  metrics::Counter& runs_;
+  metrics::Counter& failures_;
+  metrics::Counter& bisections_;
+  metrics::Counter& findings_total_;
+  metrics::Gauge& paused_;
+  metrics::Gauge& in_flight_;
+  metrics::Family<metrics::Counter>& refused_;
+};
+
+}  // namespace fw::aggregator::collective
