@@ -3,6 +3,7 @@
 #   cmake -DROOT=<source dir>/daemon/aggregator -P layering_check.cmake
 # Every stage is also its own library that links only the stages below it, so most violations
 # would fail to link too; this names the file and the line, and also catches header-only uses.
+# Headers below api/ include nothing of exporter/ (metrics are registered in the .cc files).
 # Tests, benchmarks and fuzz targets may include what they need.
 cmake_minimum_required(VERSION 3.20)
 if(NOT ROOT)
@@ -35,6 +36,10 @@ foreach(stage model plan ingest analysis api)
         endif()
       elseif(line MATCHES "^#include \"daemon/aggregator/[a-z_]+\\.h\"")
         list(APPEND failures "${src}: ${line} (stages do not include the composition)")
+      endif()
+      # State does not include exposition: below api/, only a .cc may register metrics.
+      if(line MATCHES "^#include \"exporter/" AND src MATCHES "\\.h$" AND NOT stage STREQUAL "api")
+        list(APPEND failures "${src}: ${line} (${stage}/ headers do not include exporter/)")
       endif()
       # HTTP is the api stage's alone.
       if(line MATCHES "exporter/http_(server|client)\\.h" AND NOT stage STREQUAL "api")

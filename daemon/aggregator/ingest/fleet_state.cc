@@ -7,6 +7,8 @@
 #include <array>
 #include <nlohmann/json.hpp>
 
+#include "exporter/registry.h"
+
 namespace fw::aggregator {
 
 namespace v1 = fabricwatch::v1;
@@ -141,6 +143,8 @@ FleetState::FleetState(const Clock& clock, metrics::Registry& registry, Options 
     }
   });
 }
+
+metrics::Counter& FleetState::Refused(const char* reason) { return refused_.WithLabels({reason}); }
 
 FleetState::Node& FleetState::GetLocked(const std::string& name) {
   auto it = nodes_.find(name);

@@ -16,8 +16,17 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/aggregator/ingest/node_locality.h"
-#include "exporter/registry.h"
 #include "fabricwatch.pb.h"
+
+// State does not include exposition: the metric types stay opaque here and the families are
+// registered in fleet_state.cc.
+namespace fw::metrics {
+class Counter;
+class Gauge;
+class Registry;
+template <typename M>
+class Family;
+}  // namespace fw::metrics
 
 namespace fw::aggregator {
 
@@ -169,7 +178,7 @@ class FleetState {
   size_t size() const;
   // fabricwatch_ingest_refused_total{reason}: everything a bound refused, for the ingest service
   // too (docs/durability.md lists the reasons).
-  metrics::Counter& Refused(const char* reason) { return refused_.WithLabels({reason}); }
+  metrics::Counter& Refused(const char* reason);
 
   // Called (outside the lock, on the thread that changed it) whenever the set of live agents
   // changes, e.g. to re-plan. Set it before ingest starts; a later call replaces it safely.

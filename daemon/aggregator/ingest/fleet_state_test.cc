@@ -5,6 +5,8 @@
 
 #include <cstdio>
 
+#include "exporter/registry.h"
+
 namespace fw::aggregator {
 namespace {
 

@@ -16,6 +16,7 @@
 #include "common/tls/grpc_credentials.h"
 #include "daemon/aggregator/ingest/ingest_journal.h"
 #include "daemon/aggregator/ingest/peer_identity.h"
+#include "exporter/registry.h"
 #include "fabricwatch.grpc.pb.h"
 
 namespace fw::aggregator {

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "daemon/aggregator/ingest/fleet_state.h"
+#include "exporter/registry.h"
 
 namespace fw::aggregator {
 namespace {
