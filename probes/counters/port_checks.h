@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "common/finding.h"
 #include "probes/counters/sampler.h"
-#include "probes/topology/finding.h"
 
 namespace fw::counters {
 

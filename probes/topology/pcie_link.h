@@ -6,8 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/finding.h"
 #include "common/status.h"
-#include "probes/topology/finding.h"
 #include "probes/topology/topology.h"
 
 namespace fw::topology {

@@ -10,9 +10,9 @@
 #include <string_view>
 #include <vector>
 
+#include "common/finding.h"
 #include "common/status.h"
 #include "probes/topology/affinity.h"
-#include "probes/topology/finding.h"
 #include "probes/topology/pcie_link.h"
 #include "probes/topology/topology.h"
 

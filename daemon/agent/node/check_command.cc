@@ -12,9 +12,9 @@
 #include <sstream>
 #include <thread>
 
+#include "common/finding_json.h"
 #include "probes/counters/ethtool_stats.h"
 #include "probes/counters/sysfs_value.h"
-#include "probes/topology/finding_json.h"
 #include "probes/topology/hwloc_discovery.h"
 
 namespace fw::agent {

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/finding.h"
 #include "common/status.h"
 #include "probes/counters/port_checks.h"
 #include "probes/counters/sampler.h"
 #include "probes/topology/affinity.h"
-#include "probes/topology/finding.h"
 #include "probes/topology/pcie_link.h"
 #include "probes/topology/profile.h"
 #include "probes/topology/topology.h"

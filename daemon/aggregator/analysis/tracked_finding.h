@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "probes/topology/finding.h"
+#include "common/finding.h"
 
 namespace fw::analysis {
 

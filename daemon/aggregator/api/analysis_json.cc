@@ -2,7 +2,7 @@
 #include "daemon/aggregator/api/analysis_json.h"
 
 #include "common/clock.h"
-#include "probes/topology/finding_json.h"
+#include "common/finding_json.h"
 
 namespace fw::analysis {
 

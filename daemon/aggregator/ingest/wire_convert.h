@@ -5,11 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "common/finding.h"
 #include "daemon/aggregator/ingest/fleet_state.h"
 #include "daemon/aggregator/model/port_sample.h"
 #include "daemon/aggregator/plan/planner.h"
 #include "fabricwatch.pb.h"
-#include "probes/topology/finding.h"
 
 namespace fw::aggregator {
 

@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "probes/topology/finding.h"
+#include "common/finding.h"
 
 namespace fw {
 

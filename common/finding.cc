@@ -1,5 +1,5 @@
 // Finding helpers: severity names, verdicts and stable ordering.
-#include "probes/topology/finding.h"
+#include "common/finding.h"
 
 #include <algorithm>
 #include <tuple>

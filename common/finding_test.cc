@@ -1,9 +1,9 @@
 // Finding verdicts, ordering and JSON form.
-#include "probes/topology/finding.h"
+#include "common/finding.h"
 
 #include <gtest/gtest.h>
 
-#include "probes/topology/finding_json.h"
+#include "common/finding_json.h"
 
 namespace fw {
 namespace {

@@ -1,5 +1,5 @@
 // Renders a Finding as JSON.
-#include "probes/topology/finding_json.h"
+#include "common/finding_json.h"
 
 namespace fw {
 
