@@ -17,12 +17,12 @@ namespace fw::agent {
 namespace v1 = fabricwatch::v1;
 
 namespace {
-// HTTP workers. The agent serves one scraper (two for a Prometheus HA pair) and its own watchdog
-// check, each request a few milliseconds; civetweb holds a worker per connection only while a
-// request is read or answered and for its 500 ms keep-alive wait, and queues the connections that
-// arrive meanwhile. Two workers keep one slow client from stalling the rest; each idle one more is
-// a thread and its stack (scripts/perf/agent_profile, docs/performance.md).
-constexpr int kHttpWorkers = 2;
+// HTTP workers. civetweb keeps a connection on one worker until it ends, and a client that sends
+// its request slowly, or never, holds that worker for up to http::Server::kRequestTimeoutMs (5 s).
+// Eight workers let a few such clients (a port scanner, half-open connections) leave the scraper
+// and the watchdog's /healthz served; BadInputTest holds five on the agent's port. Idle workers
+// cost a thread each and no CPU (docs/performance.md).
+constexpr int kHttpWorkers = 8;
 
 std::string Hostname() {
   char buf[256] = {};
