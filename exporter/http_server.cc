@@ -14,7 +14,8 @@
 #include <mutex>
 #include <vector>
 
-#include "exporter/web_client.h"
+#include "common/http/host_port.h"
+#include "common/http/web_client.h"
 
 namespace fw::http {
 
@@ -85,20 +86,6 @@ Status LoadCivetwebTlsShims() {
 std::atomic<uint64_t>& TlsHandshakeFailures(std::string_view listener) {
   static std::atomic<uint64_t> grpc{0}, http{0};
   return listener == "grpc" ? grpc : http;
-}
-
-bool SplitHostPort(const std::string& s, std::string* host, int* port) {
-  auto colon = s.rfind(':');
-  if (colon == std::string::npos || colon + 1 >= s.size()) return false;
-  *host = s.substr(0, colon);
-  int p = 0;
-  for (size_t i = colon + 1; i < s.size(); ++i) {
-    if (s[i] < '0' || s[i] > '9') return false;
-    p = p * 10 + (s[i] - '0');
-    if (p > 65535) return false;
-  }
-  *port = p;
-  return true;
 }
 
 std::string Request::Param(std::string_view name, std::string fallback) const {

@@ -126,7 +126,4 @@ class Server {
 // fabricwatch_tls_handshake_failures_total{listener}. Any other name returns the "http" count.
 std::atomic<uint64_t>& TlsHandshakeFailures(std::string_view listener);
 
-// Splits "host:port"; false when malformed or the port is out of range.
-bool SplitHostPort(const std::string& s, std::string* host, int* port);
-
 }  // namespace fw::http

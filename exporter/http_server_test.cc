@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "exporter/http_client.h"
+#include "common/http/http_client.h"
 
 namespace fw::http {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "common/testing/temp_dir.h"
 #include "exporter/http_server.h"
-#include "exporter/web_client.h"
+#include "common/http/web_client.h"
 
 namespace fw::http {
 namespace {

@@ -12,7 +12,7 @@
 #include "daemon/agent/check_main.h"
 #include "probes/rdma/rdma_selftest.h"
 #include "probes/rdma/verbs_ibv.h"
-#include "exporter/http_client.h"
+#include "common/http/http_client.h"
 
 int main(int argc, char** argv) {
   fw::agent::AgentOptions o;

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/agent/node/check_command.h"
-#include "exporter/http_client.h"
+#include "common/http/http_client.h"
 
 extern char** environ;
 

@@ -9,7 +9,7 @@
 #include "common/sd_notify.h"
 #include "common/tls/tls_config.h"
 #include "daemon/aggregator/aggregator.h"
-#include "exporter/http_client.h"
+#include "common/http/http_client.h"
 
 int main(int argc, char** argv) {
   fw::aggregator::AggregatorOptions o;

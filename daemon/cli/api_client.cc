@@ -1,7 +1,7 @@
 // Address resolution and JSON fetches for the CLI.
 #include "daemon/cli/api_client.h"
 
-#include "exporter/http_client.h"
+#include "common/http/http_client.h"
 
 namespace fw::cli {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "daemon/cli/hostlist.h"
 #include "daemon/cli/text_table.h"
-#include "exporter/http_client.h"
+#include "common/http/http_client.h"
 
 namespace fw::cli {
 namespace {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "exporter/http_client.h"
+#include "common/http/http_client.h"
 #include "tests/integration/process.h"
 
 namespace fw::testing {

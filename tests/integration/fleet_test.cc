@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "exporter/http_client.h"
+#include "common/http/http_client.h"
 
 namespace fw::testing {
 namespace {

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "exporter/http_client.h"
+#include "common/http/http_client.h"
 #include "tests/integration/fleet.h"
 
 namespace fw::testing {

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "exporter/http_client.h"
+#include "common/http/http_client.h"
 
 namespace fw::sim {
 

@@ -13,7 +13,7 @@
 
 #include "common/tls/grpc_credentials.h"
 #include "common/tls/tls_config.h"
-#include "exporter/http_client.h"
+#include "common/http/http_client.h"
 #include "fabricwatch.grpc.pb.h"
 #include "tests/integration/process.h"
 

@@ -1,5 +1,5 @@
 // Blocking OpenSSL client: a socket dialed like http_client.cc, send/receive timeouts, then SSL.
-#include "exporter/web_client.h"
+#include "common/http/web_client.h"
 
 #include <fcntl.h>
 #include <openssl/err.h>

@@ -1,5 +1,5 @@
 // Blocking HTTP client over a plain TCP socket with poll-based timeouts.
-#include "exporter/http_client.h"
+#include "common/http/http_client.h"
 
 #include <netdb.h>
 #include <poll.h>
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <utility>
 
-#include "exporter/http_server.h"
+#include "common/http/host_port.h"
 
 namespace fw::http {
 

@@ -1,13 +1,13 @@
 // An HTTP client for the web config's features: TLS (server verified against a CA, optional
 // client certificate) and extra request headers such as basic auth. Used by the daemons' own
-// health self-check when their HTTP server runs TLS, and by tests; the CLI keeps http_client.h.
+// health self-check when their HTTP server runs TLS, by the CLI and by tests.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "common/status.h"
-#include "exporter/http_client.h"
+#include "common/http/http_client.h"
 
 namespace fw::http {
 
