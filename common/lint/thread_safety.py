@@ -11,13 +11,13 @@ Usage: thread_safety.py --build BUILD_DIR [--jobs N] [--clang clang++] [--list]
 """
 import argparse
 import concurrent.futures
-import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
 import time
+
+import compile_db
 
 MARKER = '#include "common/mutex.h"'
 
@@ -38,24 +38,10 @@ def uses_mutex(path):
 
 
 def clang_args(entry, clang):
-    args = entry.get("arguments") or shlex.split(entry["command"])
-    out = [clang]
-    skip = False
-    for a in args[1:]:
-        if skip:
-            skip = False
-            continue
-        if a in ("-o", "-c", "-MF", "-MT", "-MQ"):
-            skip = True  # drops the flag and its value; the source is added again below
-            continue
-        if a in ("-MD", "-MMD") or a == entry["file"]:
-            continue
-        if a.startswith("-fsanitize") or a.startswith("-fno-sanitize"):
-            continue
-        out.append(a)
-    out += ["-fsyntax-only", "-Wno-everything", "-Wthread-safety", "-Werror=thread-safety",
-            entry["file"]]
-    return out
+    flags = [a for a in compile_db.compile_args(entry)[1:]
+             if not a.startswith("-fsanitize") and not a.startswith("-fno-sanitize")]
+    return [clang] + flags + ["-fsyntax-only", "-Wno-everything", "-Wthread-safety",
+                              "-Werror=thread-safety", entry["file"]]
 
 
 def main():
@@ -70,12 +56,10 @@ def main():
     if clang is None:
         print(f"thread_safety: {opts.clang} not found; skipped")
         return 77
-    db_path = os.path.join(opts.build, "compile_commands.json")
     try:
-        with open(db_path, encoding="utf-8") as f:
-            db = json.load(f)
+        db = compile_db.load(opts.build)
     except (OSError, ValueError) as e:
-        print(f"thread_safety: cannot read {db_path}: {e}")
+        print(f"thread_safety: {e}")
         return 1
     build_dir = os.path.abspath(opts.build) + os.sep
     seen = set()
