@@ -10,9 +10,9 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <thread>
 
+#include "common/mutex.h"
 #include "common/testing/temp_dir.h"
 #include "daemon/aggregator/qualify/jobs.h"
 #include "daemon/aggregator/qualify/qualify_http.h"
@@ -53,13 +53,13 @@ class FakeFleet : public QualifyEnv {
   }
   std::vector<analysis::TrackedFinding> ActiveFindings() const override { return findings; }
   aggregator::NodeId IdOf(const std::string& node) override {
-    std::lock_guard lock(ids_mu_);
+    MutexLock lock(ids_mu_);
     auto [it, added] = ids_.emplace(node, static_cast<aggregator::NodeId>(ids_.size() + 1));
     return it->second;
   }
   void SetMesh(const std::string& id, const std::vector<std::string>& nodes,
                const SuiteSpec&) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (nodes.empty()) {
       meshes_.erase(id);
       return;
@@ -74,7 +74,7 @@ class FakeFleet : public QualifyEnv {
         std::vector<aggregator::ReportedProbe> batch;
         std::map<std::string, std::vector<std::string>> meshes;
         {
-          std::lock_guard lock(mu_);
+          MutexLock lock(mu_);
           meshes = meshes_;
         }
         for (const auto& [id, nodes] : meshes) {
@@ -106,9 +106,9 @@ class FakeFleet : public QualifyEnv {
     if (feeder_.joinable()) feeder_.join();
   }
   QualifyInputs& inputs_;
-  std::mutex mu_, ids_mu_;
-  std::map<std::string, aggregator::NodeId> ids_;           // GUARDED_BY(mu_)
-  std::map<std::string, std::vector<std::string>> meshes_;  // GUARDED_BY(mu_)
+  Mutex mu_, ids_mu_;
+  std::map<std::string, aggregator::NodeId> ids_ FW_GUARDED_BY(ids_mu_);
+  std::map<std::string, std::vector<std::string>> meshes_ FW_GUARDED_BY(mu_);
   std::atomic<bool> feeding_{false};
   std::thread feeder_;
 };
