@@ -98,17 +98,27 @@ StatusOr<TcpSocket> DialTcp(const std::string& host_port,
   return sock;
 }
 
-StatusOr<ClientResponse> Fetch(const std::string& host_port, const std::string& method,
-                               const std::string& target, const std::string& body, int timeout_ms) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  StatusOr<TcpSocket> sock = DialTcp(host_port, deadline);
-  if (!sock.ok()) return sock.status();
-
+std::string FormatRequest(const std::string& host_port, const std::string& method,
+                          const std::string& target, const std::string& body,
+                          const std::vector<std::string>& headers) {
   std::string req = method + " " + target + " HTTP/1.1\r\nHost: " + host_port +
                     "\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) +
                     "\r\n";
   if (!body.empty()) req += "Content-Type: application/json\r\n";
-  req += "\r\n" + body;
+  for (const std::string& h : headers) {
+    if (h.find_first_of("\r\n") == std::string::npos) req += h + "\r\n";
+  }
+  return req + "\r\n" + body;
+}
+
+StatusOr<ClientResponse> Fetch(const std::string& host_port, const std::string& method,
+                               const std::string& target, const std::string& body, int timeout_ms,
+                               const std::vector<std::string>& headers) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  StatusOr<TcpSocket> sock = DialTcp(host_port, deadline);
+  if (!sock.ok()) return sock.status();
+
+  const std::string req = FormatRequest(host_port, method, target, body, headers);
   size_t sent = 0;
   while (sent < req.size()) {
     if (!WaitFor(sock->fd(), POLLOUT, deadline)) return Status::Unavailable("send timed out");

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -43,10 +44,18 @@ StatusOr<TcpSocket> DialTcp(const std::string& host_port,
                             std::chrono::steady_clock::time_point deadline);
 
 // Sends one request to "host:port" (IPv4 literal or resolvable name) and reads the whole response.
-// Fails with kUnavailable when the server cannot be reached within `timeout_ms`.
+// `headers` are extra "Name: value" lines; one holding CR or LF is dropped (it would inject
+// headers). Fails with kUnavailable when the server cannot be reached within `timeout_ms`.
 StatusOr<ClientResponse> Fetch(const std::string& host_port, const std::string& method,
                                const std::string& target, const std::string& body = "",
-                               int timeout_ms = 5000);
+                               int timeout_ms = 5000,
+                               const std::vector<std::string>& headers = {});
+
+// The request line and headers (Host, Connection: close, Content-Length, Content-Type for a
+// body, then `headers` without any holding CR or LF), the blank line and the body.
+std::string FormatRequest(const std::string& host_port, const std::string& method,
+                          const std::string& target, const std::string& body,
+                          const std::vector<std::string>& headers);
 
 // Parses a whole HTTP/1.x response (status, Content-Type, body; chunked bodies decoded). `from`
 // names the server in errors.

@@ -8,11 +8,8 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <memory>
-
 
 namespace fw::http {
 
@@ -40,7 +37,8 @@ std::string BasicAuthorization(const std::string& user, const std::string& passw
 
 StatusOr<ClientResponse> FetchWeb(const std::string& host_port, const std::string& method,
                                   const std::string& target, const WebClientOptions& options,
-                                  int timeout_ms) {
+                                  int timeout_ms, const std::string& body) {
+  if (!options.tls) return Fetch(host_port, method, target, body, timeout_ms, options.headers);
   StatusOr<TcpSocket> sock =
       DialTcp(host_port, std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms));
   if (!sock.ok()) return sock.status();
@@ -52,25 +50,9 @@ StatusOr<ClientResponse> FetchWeb(const std::string& host_port, const std::strin
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 
-  std::string req = method + " " + target + " HTTP/1.1\r\nHost: " + host_port +
-                    "\r\nConnection: close\r\nContent-Length: 0\r\n";
-  for (const auto& h : options.headers) {
-    if (h.find_first_of("\r\n") == std::string::npos) req += h + "\r\n";
-  }
-  req += "\r\n";
+  const std::string req = FormatRequest(host_port, method, target, body, options.headers);
   std::string raw;
   char buf[16384];
-
-  if (!options.tls) {
-    if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
-      return Status::Unavailable(std::string("send: ") + std::strerror(errno));
-    }
-    for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) {
-      raw.append(buf, static_cast<size_t>(n));
-      if (raw.size() > (64u << 20)) return Status::ResourceExhausted("response over 64 MiB");
-    }
-    return ParseResponse(raw, host_port);
-  }
 
   std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_client_method()),
                                                         &SSL_CTX_free);
@@ -79,6 +61,11 @@ StatusOr<ClientResponse> FetchWeb(const std::string& host_port, const std::strin
   if (!options.ca_file.empty()) {
     if (SSL_CTX_load_verify_locations(ctx.get(), options.ca_file.c_str(), nullptr) != 1) {
       return Status::InvalidArgument(SslError(("CA file " + options.ca_file).c_str()));
+    }
+    SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+  } else if (options.verify_with_system_ca) {
+    if (SSL_CTX_set_default_verify_paths(ctx.get()) != 1) {
+      return Status::InvalidArgument(SslError("the system's CA certificates"));
     }
     SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
   }
@@ -91,7 +78,7 @@ StatusOr<ClientResponse> FetchWeb(const std::string& host_port, const std::strin
   if (!ssl) return Status::Internal(SslError("SSL_new"));
   const std::string name = options.server_name.empty() ? host : options.server_name;
   SSL_set_tlsext_host_name(ssl.get(), name.c_str());
-  if (!options.ca_file.empty()) {
+  if (!options.ca_file.empty() || options.verify_with_system_ca) {
     X509_VERIFY_PARAM* param = SSL_get0_param(ssl.get());
     // An IP literal is checked against IP SANs, a name against DNS SANs.
     if (X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str()) != 1) {

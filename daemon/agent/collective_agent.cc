@@ -15,18 +15,20 @@ namespace v1 = fabricwatch::v1;
 StatusOr<v1::KvReply> UplinkKvStore::Request(std::string_view key, std::string value,
                                              std::chrono::milliseconds timeout) {
   if (Status s = collective::ValidateKvEntry(key, value.size()); !s.ok()) return s;
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   if (cancelled_) return Status::Unavailable("kv: agent stopping");
   arrived_.erase(std::string(key));  // a late answer to an earlier request is not this one's
   ++waiting_[std::string(key)];
   v1::AgentMessage m;
   m.mutable_kv_request()->set_key(std::string(key));
   m.mutable_kv_request()->set_value(std::move(value));
-  lock.unlock();
+  lock.Unlock();
   send_(std::move(m));
-  lock.lock();
-  const bool got = cv_.wait_for(lock, timeout,
-                                [&] { return cancelled_ || arrived_.find(key) != arrived_.end(); });
+  lock.Lock();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!cancelled_ && arrived_.find(key) == arrived_.end() && cv_.WaitUntil(mu_, deadline)) {
+  }
+  const bool got = arrived_.find(key) != arrived_.end();
   auto w = waiting_.find(key);
   if (--w->second == 0) waiting_.erase(w);
   if (cancelled_) return Status::Unavailable("kv: agent stopping");
@@ -63,19 +65,19 @@ StatusOr<std::string> UplinkKvStore::Get(std::string_view key, std::chrono::mill
 
 void UplinkKvStore::OnReply(const v1::KvReply& reply) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!waiting_.contains(reply.key())) return;
     arrived_[reply.key()] = reply;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void UplinkKvStore::Cancel() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     cancelled_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 CollectiveRunner::CollectiveRunner(CollectiveRunnerOptions options, AgentSendFn send,
@@ -104,25 +106,25 @@ void CollectiveRunner::Start() {
 
 void CollectiveRunner::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   kv_.Cancel();
   if (thread_.joinable()) thread_.join();
 }
 
 std::string CollectiveRunner::nccl_status() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return nccl_status_;
 }
 
 void CollectiveRunner::OnJob(const v1::CollectiveJob& job) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!stopping_ && queue_.size() < options_.max_queued) {
       queue_.push_back(job);
-      cv_.notify_all();
+      cv_.NotifyAll();
       return;
     }
   }
@@ -139,8 +141,8 @@ void CollectiveRunner::Loop() {
   for (;;) {
     v1::CollectiveJob job;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(mu_);
+      while (!stopping_ && queue_.empty()) cv_.Wait(mu_);
       if (stopping_) return;
       job = std::move(queue_.front());
       queue_.pop_front();
@@ -214,7 +216,7 @@ void CollectiveRunner::RunNccl(const v1::CollectiveJob& job, int rank,
   if (nccl_ == nullptr) {
     const collective::NcclAvailability a = collective::LoadAndCheckNccl(options_.nccl, &nccl_);
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       nccl_status_ = a.ToString();
     }
     nccl_state_.WithLabels({std::string(collective::NcclStateName(a.state))}).Set(1);

@@ -4,15 +4,14 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "common/mutex.h"
 #include "exporter/registry.h"
 #include "fabricwatch.pb.h"
 #include "probes/collective/kv_store.h"
@@ -44,11 +43,11 @@ class UplinkKvStore final : public collective::KvStore {
                                              std::chrono::milliseconds timeout);
   AgentSendFn send_;
   const std::chrono::milliseconds set_timeout_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, int, std::less<>> waiting_;                       // GUARDED_BY(mu_)
-  std::map<std::string, fabricwatch::v1::KvReply, std::less<>> arrived_;  // GUARDED_BY(mu_)
-  bool cancelled_ = false;                                                // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  std::map<std::string, int, std::less<>> waiting_ FW_GUARDED_BY(mu_);
+  std::map<std::string, fabricwatch::v1::KvReply, std::less<>> arrived_ FW_GUARDED_BY(mu_);
+  bool cancelled_ FW_GUARDED_BY(mu_) = false;
 };
 
 struct CollectiveRunnerOptions {
@@ -87,11 +86,11 @@ class CollectiveRunner {
   UplinkKvStore kv_;
   collective::NcclCounters nccl_counters_;
   std::unique_ptr<collective::NcclLibrary> nccl_;  // runner thread only
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<fabricwatch::v1::CollectiveJob> queue_;  // GUARDED_BY(mu_)
-  bool stopping_ = false;                             // GUARDED_BY(mu_)
-  std::string nccl_status_;                           // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<fabricwatch::v1::CollectiveJob> queue_ FW_GUARDED_BY(mu_);
+  bool stopping_ FW_GUARDED_BY(mu_) = false;
+  std::string nccl_status_ FW_GUARDED_BY(mu_);
   std::thread thread_;
   metrics::Family<metrics::Counter>& runs_;  // {backend, outcome}
   metrics::Family<metrics::Gauge>& nccl_state_;

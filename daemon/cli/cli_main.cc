@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
       "Exit codes: 0 ok, 1 warning, 2 critical, 3 unknown/error (unreachable API, HTTP error, "
       "bad JSON, unknown node)."};
   app.add_option("--api", api,
-                 "the aggregator's HTTP API, HOST:PORT (default: $FABRICWATCH_API, else " +
+                 "the aggregator's HTTP API, HOST:PORT or https://HOST:PORT (default: "
+                 "$FABRICWATCH_API, else " +
                      std::string(kDefaultApi) + ")");
   app.add_option("--aggregator", aggregator,
                  "deprecated alias of --api (the agent's --aggregator is gRPC)");
@@ -29,6 +30,18 @@ int main(int argc, char** argv) {
   app.add_option("--timeout-ms", o.timeout_ms, "HTTP timeout per request")
       ->check(CLI::Range(1, 600000))
       ->capture_default_str();
+  std::string user, password_file, tls_ca, tls_cert, tls_key;
+  app.add_option("--user", user,
+                 "HTTP basic-auth user for an aggregator whose web config has users (qualify "
+                 "needs it there); the password from --password-file or $" +
+                     std::string(kPasswordEnv));
+  app.add_option("--password-file", password_file,
+                 "file whose first line is the --user password (never give it as an argument)");
+  app.add_option("--tls-ca", tls_ca,
+                 "CA file that verifies an https:// API (default: the system's CA certificates)");
+  app.add_option("--tls-cert", tls_cert,
+                 "client certificate for an https:// API that asks for one (with --tls-key)");
+  app.add_option("--tls-key", tls_key, "the --tls-cert private key");
   app.require_subcommand(1);
   auto* status = app.add_subcommand("status", "fleet summary and overall verdict");
   auto* nodes = app.add_subcommand("nodes", "agents, their health and inventory");
@@ -82,7 +95,18 @@ int main(int argc, char** argv) {
     std::cerr << "fabricwatch: " << address.status().message() << "\n";
     return kUnknown;
   }
-  o.api = *address;
+  o.api = address->address;
+  if (fw::Status st = ConfigureTls(*address, tls_ca, tls_cert, tls_key, &o); !st.ok()) {
+    std::cerr << "fabricwatch: " << st.message() << "\n";
+    return kUnknown;
+  }
+  auto auth = BasicAuthHeader(user, password_file, std::getenv(kPasswordEnv));
+  if (!auth.ok()) {
+    std::cerr << "fabricwatch: " << auth.status().message() << "\n";
+    return kUnknown;
+  }
+  if (!auth->empty()) o.web.headers.push_back(std::move(*auth));
+  if (const std::string w = PlainCredentialsWarning(o); !w.empty()) std::cerr << w << "\n";
 
   try {
     if (*status) return RunStatus(o, std::cout, std::cerr);

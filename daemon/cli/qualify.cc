@@ -7,6 +7,7 @@
 #include <fstream>
 #include <unordered_set>
 
+#include "daemon/cli/api_client.h"
 #include "daemon/cli/hostlist.h"
 #include "daemon/cli/text_table.h"
 #include "common/http/http_client.h"
@@ -182,7 +183,7 @@ void PrintQualifyReport(const json& report, std::ostream& out) {
 
 int RunQualify(const Options& o, const QualifyArgs& a, std::ostream& out, std::ostream& err) {
   const int wait_ms = static_cast<int>(std::min(600.0, a.timeout_s + kReplyMargin_s) * 1000);
-  auto r = http::Fetch(o.api, "POST", "/api/v1/qualify", QualifyRequestJson(a).dump(), wait_ms);
+  auto r = ApiFetch(o, "POST", "/api/v1/qualify", QualifyRequestJson(a).dump(), wait_ms);
   if (!r.ok()) {
     err << "fabricwatch: could not qualify: no report from the aggregator at " << o.api << ": "
         << r.status().message() << "\n";
@@ -191,17 +192,18 @@ int RunQualify(const Options& o, const QualifyArgs& a, std::ostream& out, std::o
   json report = json::parse(r->body, nullptr, /*allow_exceptions=*/false);
   if (r->status != 200) {
     std::string why = report.is_object() ? Text(report, "error", r->body) : r->body;
-    if (r->status == 404)
-      why += " (is " + o.api +
-             " the aggregator's HTTP port, of a version "
-             "that qualifies?)";
+    if (r->status == 404) {
+      why += " (is " + o.api + " the aggregator's HTTP port, of a version that qualifies?)";
+    } else {
+      why += HttpStatusHint(o, r->status);
+    }
     err << "fabricwatch: could not qualify: POST /api/v1/qualify answered HTTP " << r->status
         << ": " << why.substr(0, 500) << "\n";
     return 3;
   }
   if (!report.is_object()) {
-    err << "fabricwatch: could not qualify: http://" << o.api
-        << "/api/v1/qualify did not answer a JSON report\n";
+    err << "fabricwatch: could not qualify: " << ApiUrl(o, "/api/v1/qualify")
+        << " did not answer a JSON report\n";
     return 3;
   }
   int code = QualifyReportVerdict(report);

@@ -1,11 +1,12 @@
 // `fabricwatch qualify`: exit codes from reports, the request it sends, its text, and the answers
-// of a real HTTP server (a report, an error, a hang) on loopback.
+// of a real HTTP server (a report, an error, a hang, basic auth, https) on loopback.
 #include "daemon/cli/qualify.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -164,6 +165,97 @@ TEST_F(QualifyHttp, AggregatorThatNeverAnswersIsThreeAfterTimeoutPlusMargin) {
   EXPECT_GE(waited, 5.5);
   EXPECT_LT(waited, 7.4);
   EXPECT_THAT(err_.str(), HasSubstr("no report from the aggregator"));
+}
+
+// An aggregator whose web config has users: POST /api/v1/qualify is a write (requires_auth), so
+// the CLI must send --user's credentials; over https it verifies the server with --tls-ca.
+class QualifyAuth : public ::testing::Test {
+ protected:
+  // SHA-256-crypt of "correct horse" (openssl passwd -5 -salt fwtestsalt).
+  static constexpr const char* kHash = "$5$fwtestsalt$PiwAEY5vHgAJc2MTOh1lcxjLubLfiKihC5CwF6d3dH5";
+
+  void Start(bool tls) {
+    http::WebConfig w;
+    w.users["ops"] = kHash;
+    if (tls) {
+      const std::string s = FW_CERTS_SCRIPT, d = dir_.path();
+      const std::string cmd =
+          "(" + s + " ca " + d + " && " + s + " server " + d + " localhost 127.0.0.1) >/dev/null";
+      ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+      w.tls = true;
+      w.tls_config.cert_file = d + "/localhost.crt";
+      w.tls_config.key_file = d + "/localhost.key";
+    }
+    auto s = http::Server::Start("127.0.0.1:0", 4, &w);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    server_ = std::move(*s);
+    server_->Handle(
+        "/api/v1/qualify",
+        [](const http::Request&, http::Response& resp) {
+          resp.Send(200, "application/json", Report("done", {{"a", "pass"}}).dump());
+        },
+        http::HandlerOptions{.requires_auth = true});
+    server_->Handle("/api/v1/nodes", [](const http::Request&, http::Response& resp) {
+      resp.Send(200, "application/json", R"([{"name":"a","connected":true}])");
+    });
+    o_.api = "127.0.0.1:" + std::to_string(server_->port());
+    ASSERT_TRUE(ConfigureTls({o_.api, tls}, tls ? dir_.path() + "/ca.crt" : "", "", "", &o_).ok());
+  }
+  void Login(const char* password) {
+    auto h = BasicAuthHeader("ops", "", password);
+    ASSERT_TRUE(h.ok());
+    o_.web.headers = {*h};
+  }
+  int Run() {
+    out_.str("");
+    err_.str("");
+    QualifyArgs a;
+    a.nodes = {"a"};
+    return RunQualify(o_, a, out_, err_);
+  }
+
+  fw::testing::TempDir dir_{"fw-cli-tls"};
+  std::unique_ptr<http::Server> server_;
+  Options o_;
+  std::ostringstream out_, err_;
+};
+
+TEST_F(QualifyAuth, WithoutCredentialsIsThreeAndSaysWhatIsMissing) {
+  Start(false);
+  EXPECT_EQ(Run(), 3);
+  EXPECT_THAT(err_.str(), HasSubstr("answered HTTP 401"));
+  EXPECT_THAT(err_.str(),
+              HasSubstr("--user NAME with --password-file FILE or $FABRICWATCH_PASSWORD"));
+  Login("wrong");
+  EXPECT_EQ(Run(), 3);
+  EXPECT_THAT(err_.str(), HasSubstr("the user or password was not accepted"));
+  Login("correct horse");
+  EXPECT_EQ(Run(), 0) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("QUALIFY PASS"));
+}
+
+TEST_F(QualifyAuth, OverHttpsVerifiedByTheCaWithCredentials) {
+  Start(true);
+  Login("correct horse");
+  EXPECT_EQ(Run(), 0) << err_.str();
+  // Read verbs go over https too (without needing the credentials).
+  std::ostringstream out, err;
+  Options reader = o_;
+  reader.web.headers.clear();
+  EXPECT_EQ(RunNodes(reader, out, err), 0) << err.str();
+  EXPECT_THAT(out.str(), HasSubstr("a     yes"));
+  // Plain HTTP to the TLS port, or a CA that did not sign the server's certificate: exit 3.
+  QualifyArgs a;
+  a.nodes = {"a"};
+  Options plain = o_;
+  plain.web = {};
+  EXPECT_EQ(RunQualify(plain, a, out, err), 3);
+  Options system_ca = o_;
+  ASSERT_TRUE(ConfigureTls({o_.api, true}, "", "", "", &system_ca).ok());
+  system_ca.web.headers = o_.web.headers;
+  std::ostringstream err2;
+  EXPECT_EQ(RunQualify(system_ca, a, out, err2), 3);
+  EXPECT_THAT(err2.str(), HasSubstr("TLS handshake"));
 }
 
 TEST(QualifyUnreachable, NoAggregatorIsThree) {

@@ -51,7 +51,7 @@ bool Connected(const json& n) {
 
 // Fetches or prints why not; nullopt means "exit 3".
 std::optional<json> Fetch(const Options& o, const std::string& target, std::ostream& err) {
-  auto j = FetchJson(o.api, target, o.timeout_ms);
+  auto j = FetchJson(o, target);
   if (!j.ok()) {
     err << "fabricwatch: " << j.status().message() << "\n";
     return std::nullopt;

@@ -6,13 +6,9 @@
 #include <ostream>
 #include <string>
 
-namespace fw::cli {
+#include "daemon/cli/api_client.h"
 
-struct Options {
-  std::string api;              // HOST:PORT of the aggregator's HTTP API
-  std::string format = "text";  // text | json
-  int timeout_ms = 5000;
-};
+namespace fw::cli {
 
 // Errors (unreachable API, HTTP error, bad JSON, unknown node) go to `err` with the reason, and
 // the verb returns 3.

@@ -12,7 +12,11 @@
 #       could not qualify (aggregator unreachable, timeout): 0 unless FABRICWATCH_PROLOG_STRICT=1.
 #
 # Environment (all optional):
-#   FABRICWATCH_API            the aggregator's HTTP API, HOST:PORT (default 127.0.0.1:9751)
+#   FABRICWATCH_API            the aggregator's HTTP API, HOST:PORT or https://HOST:PORT
+#                              (default 127.0.0.1:9751)
+#   FABRICWATCH_PROLOG_USER    basic-auth user, for an aggregator whose web config has users
+#   FABRICWATCH_PROLOG_PASSWORD_FILE  its password's file (else the CLI reads FABRICWATCH_PASSWORD)
+#   FABRICWATCH_PROLOG_TLS_CA  the CA that verifies an https:// aggregator
 #   FABRICWATCH_PROLOG_TIMEOUT seconds for the whole qualification (default 25); keep it below
 #                              slurm.conf's PrologEpilogTimeout
 #   FABRICWATCH_PROLOG_PROFILE the threshold profile (default: the aggregator's)
@@ -46,6 +50,11 @@ set -- qualify --quick --nodes "$SLURM_JOB_NODELIST" --timeout "$timeout" --verd
 # Every node's prolog of one job asks for the same set: with the job id they share one run.
 if [ -n "${SLURM_JOB_ID:-}" ]; then set -- "$@" --job "$SLURM_JOB_ID"; fi
 if [ -n "${FABRICWATCH_PROLOG_PROFILE:-}" ]; then set -- "$@" --profile "$FABRICWATCH_PROLOG_PROFILE"; fi
+if [ -n "${FABRICWATCH_PROLOG_USER:-}" ]; then set -- "$@" --user "$FABRICWATCH_PROLOG_USER"; fi
+if [ -n "${FABRICWATCH_PROLOG_PASSWORD_FILE:-}" ]; then
+  set -- "$@" --password-file "$FABRICWATCH_PROLOG_PASSWORD_FILE"
+fi
+if [ -n "${FABRICWATCH_PROLOG_TLS_CA:-}" ]; then set -- "$@" --tls-ca "$FABRICWATCH_PROLOG_TLS_CA"; fi
 errf=$(mktemp "${TMPDIR:-/tmp}/fabricwatch-prolog.XXXXXX") || { say "mktemp failed"; exit 0; }
 out=$("$cli" "$@" 2>"$errf")
 rc=$?

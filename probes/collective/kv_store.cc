@@ -22,7 +22,7 @@ Status ValidateKvEntry(std::string_view key, size_t value_bytes) {
 Status InMemoryKvStore::Set(std::string_view key, std::string value) {
   if (Status s = ValidateKvEntry(key, value.size()); !s.ok()) return s;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = entries_.find(key);
     if (it != entries_.end()) {
       it->second = std::move(value);
@@ -34,19 +34,19 @@ Status InMemoryKvStore::Set(std::string_view key, std::string value) {
       entries_.emplace(std::string(key), std::move(value));
     }
   }
-  changed_.notify_all();
+  changed_.NotifyAll();
   return Status::Ok();
 }
 
 StatusOr<std::string> InMemoryKvStore::Get(std::string_view key,
                                            std::chrono::milliseconds timeout) {
   if (Status s = ValidateKvEntry(key, 0); !s.ok()) return s;
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     auto it = entries_.find(key);
     if (it != entries_.end()) return it->second;
-    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
+    if (!changed_.WaitUntil(mu_, deadline)) {
       it = entries_.find(key);
       if (it != entries_.end()) return it->second;
       return Status::Unavailable("kv: timed out after " + std::to_string(timeout.count()) +
@@ -56,7 +56,7 @@ StatusOr<std::string> InMemoryKvStore::Get(std::string_view key,
 }
 
 size_t InMemoryKvStore::ErasePrefix(std::string_view prefix) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   size_t erased = 0;
   for (auto it = entries_.lower_bound(prefix);
        it != entries_.end() && std::string_view(it->first).starts_with(prefix);) {
@@ -67,7 +67,7 @@ size_t InMemoryKvStore::ErasePrefix(std::string_view prefix) {
 }
 
 size_t InMemoryKvStore::size() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return entries_.size();
 }
 

@@ -3,13 +3,12 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace fw::collective {
@@ -47,9 +46,9 @@ class InMemoryKvStore final : public KvStore {
 
  private:
   const size_t max_keys_;
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
-  std::map<std::string, std::string, std::less<>> entries_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar changed_;
+  std::map<std::string, std::string, std::less<>> entries_ FW_GUARDED_BY(mu_);
 };
 
 }  // namespace fw::collective

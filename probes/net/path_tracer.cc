@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "common/log.h"
+#include "common/mutex.h"
 #include "probes/net/socket_util.h"
 
 namespace fw::net {
@@ -108,17 +109,17 @@ class PathTracer::Loop {
   }
 
   // Inputs from other threads.
-  std::mutex mu;
-  std::optional<std::vector<TraceFlow>> new_flows;  // GUARDED_BY(mu)
-  std::vector<std::pair<TraceFlow, bool>> changed;  // GUARDED_BY(mu)
-  uint64_t probe_packets = 0;                       // GUARDED_BY(mu)
-  std::deque<TracedPath> done;                      // GUARDED_BY(mu)
-  PathTracerStats stats;                            // GUARDED_BY(mu)
+  Mutex mu;
+  std::optional<std::vector<TraceFlow>> new_flows FW_GUARDED_BY(mu);
+  std::vector<std::pair<TraceFlow, bool>> changed FW_GUARDED_BY(mu);
+  uint64_t probe_packets FW_GUARDED_BY(mu) = 0;
+  std::deque<TracedPath> done FW_GUARDED_BY(mu);
+  PathTracerStats stats FW_GUARDED_BY(mu);
   std::atomic<bool> stop_{false};
 
  private:
   void TakeInputs() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (new_flows) {
       scheduler_.SetFlows(*new_flows);
       new_flows.reset();
@@ -136,14 +137,13 @@ class PathTracer::Loop {
       if (!f) return;
       in_flight_.push_back(InFlight{HopAssembler(std::move(*f), options_.max_ttl)});
       InFlight& t = in_flight_.back();
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       ++stats.traces_started;
       SendHop(t, now);
     }
   }
 
-  // REQUIRES: mu held (stats).
-  void SendHop(InFlight& t, int64_t now) {
+  void SendHop(InFlight& t, int64_t now) FW_REQUIRES(mu) {
     const TraceFlow& f = t.hops.flow();
     uint8_t buf[64];
     const size_t len = WriteTraceProbe(f.src_port, f.dst_port, t.next_ttl, buf);
@@ -169,7 +169,7 @@ class PathTracer::Loop {
   }
 
   void Advance(int64_t now) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     for (size_t i = 0; i < in_flight_.size();) {
       InFlight& t = in_flight_[i];
       bool finished = t.hops.ReachedPeer();
@@ -207,7 +207,7 @@ class PathTracer::Loop {
       IcmpAnswer a;
       const TraceDrop d =
           ParseIcmpAnswer(std::span<const uint8_t>(buf, static_cast<size_t>(n)), &a);
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       if (d != TraceDrop::kNone) {
         // Other ICMP traffic of the host lands here too; refusals are counted, not logged each.
         ++stats.dropped[static_cast<size_t>(d)];
@@ -252,7 +252,7 @@ void PathTracer::Stop() {
 
 void PathTracer::SetFlows(std::vector<TraceFlow> flows) {
   {
-    std::lock_guard<std::mutex> lock(loop_->mu);
+    MutexLock lock(loop_->mu);
     loop_->new_flows = std::move(flows);
   }
   loop_->Wake();
@@ -260,19 +260,19 @@ void PathTracer::SetFlows(std::vector<TraceFlow> flows) {
 
 void PathTracer::Changed(const TraceFlow& flow, bool suspect) {
   {
-    std::lock_guard<std::mutex> lock(loop_->mu);
+    MutexLock lock(loop_->mu);
     if (loop_->changed.size() < 65536) loop_->changed.emplace_back(flow, suspect);
   }
   loop_->Wake();
 }
 
 void PathTracer::AddProbePackets(uint64_t n) {
-  std::lock_guard<std::mutex> lock(loop_->mu);
+  MutexLock lock(loop_->mu);
   loop_->probe_packets += n;
 }
 
 std::vector<TracedPath> PathTracer::TakeTraces() {
-  std::lock_guard<std::mutex> lock(loop_->mu);
+  MutexLock lock(loop_->mu);
   std::vector<TracedPath> out(std::make_move_iterator(loop_->done.begin()),
                               std::make_move_iterator(loop_->done.end()));
   loop_->done.clear();
@@ -280,7 +280,7 @@ std::vector<TracedPath> PathTracer::TakeTraces() {
 }
 
 PathTracerStats PathTracer::Stats() const {
-  std::lock_guard<std::mutex> lock(loop_->mu);
+  MutexLock lock(loop_->mu);
   return loop_->stats;
 }
 

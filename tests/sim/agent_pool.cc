@@ -6,10 +6,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
-#include <mutex>
 
+#include "common/mutex.h"
 #include "common/tls/grpc_credentials.h"
 #include "fabricwatch.grpc.pb.h"
 #include "tests/sim/batch_builder.h"
@@ -64,8 +63,8 @@ class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Aggr
     bool writes_done = false;
     bool remove_hold = false;
   };
-  Next PickLocked();                                                     // REQUIRES: mu_ held
-  uint64_t UnackedLocked() const { return next_seq_ - 1 - acked_seq_; }  // REQUIRES: mu_ held
+  Next PickLocked() FW_REQUIRES(mu_);
+  uint64_t UnackedLocked() const FW_REQUIRES(mu_) { return next_seq_ - 1 - acked_seq_; }
   void Perform(const Next& n);
 
   PoolImpl* pool_;
@@ -73,27 +72,27 @@ class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Aggr
   v1::AgentMessage hello_, batch_, heartbeat_, counters_;
   v1::AggregatorMessage in_;  // owned by the single outstanding read
 
-  std::mutex mu_;
-  Slot in_flight_ = Slot::kNone;    // GUARDED_BY(mu_)
-  bool batch_ready_ = false;        // GUARDED_BY(mu_): filled, waiting for the write slot
-  bool batch_busy_ = false;         // GUARDED_BY(mu_): ready or in flight; the generator keeps off
-  bool hb_ready_ = false;           // GUARDED_BY(mu_)
-  bool hb_busy_ = false;            // GUARDED_BY(mu_)
-  bool counters_pending_ = false;   // GUARDED_BY(mu_): the one CounterBatch is still to be written
-  bool ready_ = false;              // GUARDED_BY(mu_): Hello acknowledged
-  bool over_ = false;               // GUARDED_BY(mu_): no more writes possible
-  bool closing_ = false;            // GUARDED_BY(mu_)
-  bool writes_done_ = false;        // GUARDED_BY(mu_): StartWritesDone was issued
-  bool hold_released_ = false;      // GUARDED_BY(mu_)
-  bool loop_toggle_ = false;        // GUARDED_BY(mu_)
-  uint64_t next_seq_ = 1;           // GUARDED_BY(mu_)
-  uint64_t acked_seq_ = 0;          // GUARDED_BY(mu_)
-  uint64_t results_cum_ = 0;        // GUARDED_BY(mu_): results in every batch filled so far
-  uint64_t results_acked_cum_ = 0;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  Slot in_flight_ FW_GUARDED_BY(mu_) = Slot::kNone;
+  bool batch_ready_ FW_GUARDED_BY(mu_) = false;  // filled, waiting for the write slot
+  bool batch_busy_ FW_GUARDED_BY(mu_) = false;   // ready or in flight; the generator keeps off
+  bool hb_ready_ FW_GUARDED_BY(mu_) = false;
+  bool hb_busy_ FW_GUARDED_BY(mu_) = false;
+  bool counters_pending_ FW_GUARDED_BY(mu_) = false;  // the one CounterBatch is still to be written
+  bool ready_ FW_GUARDED_BY(mu_) = false;             // Hello acknowledged
+  bool over_ FW_GUARDED_BY(mu_) = false;              // no more writes possible
+  bool closing_ FW_GUARDED_BY(mu_) = false;
+  bool writes_done_ FW_GUARDED_BY(mu_) = false;  // StartWritesDone was issued
+  bool hold_released_ FW_GUARDED_BY(mu_) = false;
+  bool loop_toggle_ FW_GUARDED_BY(mu_) = false;
+  uint64_t next_seq_ FW_GUARDED_BY(mu_) = 1;
+  uint64_t acked_seq_ FW_GUARDED_BY(mu_) = 0;
+  uint64_t results_cum_ FW_GUARDED_BY(mu_) = 0;  // results in every batch filled so far
+  uint64_t results_acked_cum_ FW_GUARDED_BY(mu_) = 0;
   // Cumulative result count at each of the last kRing sequence numbers, to credit acks.
   static constexpr size_t kRing = 256;
-  uint64_t cum_at_seq_[kRing] = {};  // GUARDED_BY(mu_)
-  uint32_t pending_results_ = 0;     // GUARDED_BY(mu_): results in the batch in flight
+  uint64_t cum_at_seq_[kRing] FW_GUARDED_BY(mu_) = {};
+  uint32_t pending_results_ FW_GUARDED_BY(mu_) = 0;  // results in the batch in flight
 };
 
 class PoolImpl final : public AgentPool {
@@ -129,9 +128,10 @@ class PoolImpl final : public AgentPool {
   }
 
   uint64_t WaitReady(double timeout_s) override {
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
-                 [this] { return ready_.load() + failed_.load() >= streams_.load(); });
+    MutexLock lock(mu_);
+    const auto deadline = std::chrono::steady_clock::now() + Seconds(timeout_s);
+    while (ready_.load() + failed_.load() < streams_.load() && cv_.WaitUntil(mu_, deadline)) {
+    }
     return ready_.load();
   }
 
@@ -168,18 +168,16 @@ class PoolImpl final : public AgentPool {
     closed_loop_.store(false);
     shutting_down_.store(true);
     for (auto& a : agents_) a->Close();
-    std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
-                      [this] { return done_ >= streams_.load(); })) {
+    MutexLock lock(mu_);
+    if (!AwaitDoneLocked(Seconds(timeout_s))) {
       spdlog::warn("msg=\"streams still open after shutdown grace; cancelling\" open={}",
                    streams_.load() - done_);
-      lock.unlock();
+      lock.Unlock();
       for (auto& a : agents_) a->Cancel();
-      lock.lock();
+      lock.Lock();
       // gRPC runs OnDone for a cancelled call once its holds are gone; waiting longer than this
       // means a reactor leaked its hold, and destroying it would be a use-after-free.
-      if (!cv_.wait_for(lock, std::chrono::seconds(30),
-                        [this] { return done_ >= streams_.load(); })) {
+      if (!AwaitDoneLocked(std::chrono::seconds(30))) {
         spdlog::critical("msg=\"streams never finished after cancel (leaked hold)\" open={}",
                          streams_.load() - done_);
         std::abort();
@@ -194,13 +192,13 @@ class PoolImpl final : public AgentPool {
   }
   void OnDone(bool clean) {
     if (!clean && !shutting_down_.load()) failed_.fetch_add(1);
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ++done_;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   void Notify() {
-    std::lock_guard lock(mu_);
-    cv_.notify_all();
+    MutexLock lock(mu_);
+    cv_.NotifyAll();
   }
   bool closed_loop() const { return closed_loop_.load(std::memory_order_relaxed); }
   uint64_t max_unacked() const { return static_cast<uint64_t>(options_.max_unacked_batches); }
@@ -214,15 +212,28 @@ class PoolImpl final : public AgentPool {
   std::vector<std::unique_ptr<SimAgent>> agents_;
   std::atomic<uint64_t> streams_{0}, ready_{0}, failed_{0};
   std::atomic<bool> closed_loop_{false}, shutting_down_{false}, shut_down_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t done_ = 0;  // GUARDED_BY(mu_)
+  static std::chrono::steady_clock::duration Seconds(double s) {
+    return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(s));
+  }
+  // Waits until every stream has ended or `timeout` passed; true when all ended.
+  bool AwaitDoneLocked(std::chrono::steady_clock::duration timeout) FW_REQUIRES(mu_) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (done_ < streams_.load()) {
+      if (!cv_.WaitUntil(mu_, deadline)) return done_ >= streams_.load();
+    }
+    return true;
+  }
+
+  Mutex mu_;
+  CondVar cv_;
+  uint64_t done_ FW_GUARDED_BY(mu_) = 0;
 };
 
 void SimAgent::Start(v1::Aggregator::Stub* stub) {
   stub->async()->Connect(&ctx_, this);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     in_flight_ = Slot::kHello;
   }
   StartWrite(&hello_);
@@ -294,7 +305,7 @@ void SimAgent::Perform(const Next& n) {
 bool SimAgent::SendBatch(const AgentPool::FillFn& fill) {
   uint64_t seq;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!ready_ || over_ || closing_) return false;
     if (batch_busy_ || UnackedLocked() >= pool_->max_unacked()) {
       // The aggregator (or this process) is behind: a real agent would buffer this batch.
@@ -310,7 +321,7 @@ bool SimAgent::SendBatch(const AgentPool::FillFn& fill) {
   b->set_seq(seq);
   Next n;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     results_cum_ += static_cast<uint64_t>(ResultCount(*b));
     cum_at_seq_[seq % kRing] = results_cum_;
     pending_results_ = static_cast<uint32_t>(ResultCount(*b));
@@ -324,7 +335,7 @@ bool SimAgent::SendBatch(const AgentPool::FillFn& fill) {
 bool SimAgent::SendHeartbeat(int64_t sent_unix_ns) {
   Next n;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!ready_ || over_ || closing_ || hb_busy_) return false;
     heartbeat_.mutable_heartbeat()->set_sent_unix_ns(sent_unix_ns);
     hb_busy_ = hb_ready_ = true;
@@ -337,7 +348,7 @@ bool SimAgent::SendHeartbeat(int64_t sent_unix_ns) {
 void SimAgent::Kick() {
   Next n;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     n = PickLocked();
   }
   Perform(n);
@@ -347,7 +358,7 @@ void SimAgent::Close() {
   Next n;
   bool cancel = false;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     closing_ = true;
     if (!ready_ && !over_) {
       // Never acknowledged: nothing to flush, and the outstanding read would wait forever.
@@ -362,7 +373,7 @@ void SimAgent::Close() {
 void SimAgent::OnWriteDone(bool ok) {
   Next n;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     Slot done = in_flight_;
     in_flight_ = Slot::kNone;
     if (done == Slot::kBatch) {
@@ -386,7 +397,7 @@ void SimAgent::OnWritesDoneDone(bool) {
   // read fails), which may already have happened while this operation was in flight.
   Next n;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     in_flight_ = Slot::kNone;
     n = PickLocked();
   }
@@ -397,7 +408,7 @@ void SimAgent::OnReadDone(bool ok) {
   if (!ok) {
     Next n;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       over_ = true;
       n = PickLocked();
     }
@@ -409,7 +420,7 @@ void SimAgent::OnReadDone(bool ok) {
   if (in_.has_ack()) {
     pool_->acks_.fetch_add(1, std::memory_order_relaxed);
     uint64_t seq = in_.ack().seq();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!ready_) {
       // The resume point: a new session id starts at 0, but honour whatever the aggregator holds.
       ready_ = became_ready = true;

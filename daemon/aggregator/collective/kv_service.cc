@@ -18,14 +18,14 @@ std::string_view KvService::GroupOf(std::string_view key) {
 
 void KvService::OpenGroup(const std::string& group_id, const std::vector<std::string>& members,
                           int64_t expires_ns) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Group& g = groups_[group_id];
   g.members = {members.begin(), members.end()};
   g.expires_ns = expires_ns;
 }
 
 std::vector<KvDelivery> KvService::CloseGroup(const std::string& group_id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return CloseLocked(group_id);
 }
 
@@ -49,7 +49,7 @@ std::vector<KvDelivery> KvService::Handle(const std::string& node, const std::st
                                           std::string value, int64_t now_ns) {
   std::vector<KvDelivery> out;
   const bool is_set = !value.empty();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const std::string_view group = GroupOf(key);
   if (group.empty() || !fw::collective::ValidateKvEntry(key, value.size()).ok()) {
     ++counters_.refused_bad_key;
@@ -100,7 +100,7 @@ std::vector<KvDelivery> KvService::Handle(const std::string& node, const std::st
 
 std::vector<KvDelivery> KvService::Expire(int64_t now_ns) {
   std::vector<KvDelivery> out;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (it->second.deadline_ns <= now_ns) {
       ++counters_.timeouts;
@@ -122,17 +122,17 @@ std::vector<KvDelivery> KvService::Expire(int64_t now_ns) {
 }
 
 KvService::Counters KvService::counters() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return counters_;
 }
 
 size_t KvService::keys() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return entries_.size();
 }
 
 size_t KvService::waiters() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return waiters_.size();
 }
 

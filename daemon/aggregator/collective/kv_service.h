@@ -5,11 +5,12 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace fw::aggregator::collective {
 
@@ -66,14 +67,14 @@ class KvService {
   };
   // "collective/<group>/..." -> "<group>"; empty when the key has no such prefix.
   static std::string_view GroupOf(std::string_view key);
-  std::vector<KvDelivery> CloseLocked(const std::string& group_id);
+  std::vector<KvDelivery> CloseLocked(const std::string& group_id) FW_REQUIRES(mu_);
 
   const KvServiceOptions options_;
-  mutable std::mutex mu_;
-  std::map<std::string, Group, std::less<>> groups_;         // GUARDED_BY(mu_)
-  std::map<std::string, std::string, std::less<>> entries_;  // GUARDED_BY(mu_)
-  std::multimap<std::string, Waiter, std::less<>> waiters_;  // by key; GUARDED_BY(mu_)
-  Counters counters_;                                        // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, Group, std::less<>> groups_ FW_GUARDED_BY(mu_);
+  std::map<std::string, std::string, std::less<>> entries_ FW_GUARDED_BY(mu_);
+  std::multimap<std::string, Waiter, std::less<>> waiters_ FW_GUARDED_BY(mu_);  // by key
+  Counters counters_ FW_GUARDED_BY(mu_);
 };
 
 }  // namespace fw::aggregator::collective

@@ -6,22 +6,22 @@
 namespace fw::aggregator::collective {
 
 bool PauseSet::Pause(const std::string& node) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return paused_.insert(node).second;
 }
 
 bool PauseSet::Resume(const std::string& node) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return paused_.erase(node) > 0;
 }
 
 bool PauseSet::paused(const std::string& node) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return paused_.contains(node);
 }
 
 std::vector<std::string> PauseSet::list() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return {paused_.begin(), paused_.end()};
 }
 

@@ -5,10 +5,11 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace fw::aggregator::collective {
 
@@ -51,8 +52,8 @@ class PauseSet {
   std::vector<std::string> list() const;
 
  private:
-  mutable std::mutex mu_;
-  std::set<std::string> paused_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::set<std::string> paused_ FW_GUARDED_BY(mu_);
 };
 
 // The tick thread owns it.

@@ -12,24 +12,24 @@ uint64_t Key(aggregator::NodeId a, aggregator::NodeId b) {
 
 std::map<std::pair<aggregator::NodeId, aggregator::NodeId>, PairSamples> Collection::Snapshot()
     const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return pairs_;
 }
 
 void Collection::Reset() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (auto& [k, v] : pairs_) v = PairSamples{};
 }
 
 void QualifyInputs::OnResults(std::span<const aggregator::ReportedProbe> results) {
   if (collecting_.load(std::memory_order_acquire) == 0) return;
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   for (const aggregator::ReportedProbe& r : results) {
     if (r.transport != aggregator::Transport::kUdp || r.src_id == aggregator::kNoNode) continue;
     auto it = by_pair_.find(Key(r.src_id, r.dst_id));
     if (it == by_pair_.end()) continue;
     Collection* c = it->second.get();
-    std::lock_guard cl(c->mu_);
+    MutexLock cl(c->mu_);
     PairSamples& s = c->pairs_[{r.src_id, r.dst_id}];
     ++s.probes;
     if (r.lost) {
@@ -41,13 +41,13 @@ void QualifyInputs::OnResults(std::span<const aggregator::ReportedProbe> results
 }
 
 void QualifyInputs::OnCheckReport(const std::string& node) {
-  std::lock_guard lock(checks_mu_);
+  MutexLock lock(checks_mu_);
   // Bounded by the agents that connect (an agent reports only for its own node).
   check_report_ns_[node] = clock_.MonotonicNanos();
 }
 
 std::optional<double> QualifyInputs::CheckReportAge(const std::string& node) const {
-  std::lock_guard lock(checks_mu_);
+  MutexLock lock(checks_mu_);
   auto it = check_report_ns_.find(node);
   if (it == check_report_ns_.end()) return std::nullopt;
   return static_cast<double>(clock_.MonotonicNanos() - it->second) * 1e-9;
@@ -56,14 +56,14 @@ std::optional<double> QualifyInputs::CheckReportAge(const std::string& node) con
 std::shared_ptr<Collection> QualifyInputs::Collect(const std::vector<aggregator::NodeId>& nodes) {
   auto c = std::make_shared<Collection>();
   {
-    std::lock_guard cl(c->mu_);
+    MutexLock cl(c->mu_);
     for (aggregator::NodeId a : nodes) {
       for (aggregator::NodeId b : nodes) {
         if (a != b) c->pairs_[{a, b}];
       }
     }
   }
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   collections_.push_back(c);
   for (aggregator::NodeId a : nodes) {
     for (aggregator::NodeId b : nodes) {
@@ -75,7 +75,7 @@ std::shared_ptr<Collection> QualifyInputs::Collect(const std::vector<aggregator:
 }
 
 void QualifyInputs::Release(const std::shared_ptr<Collection>& c) {
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   std::erase(collections_, c);
   std::erase_if(by_pair_, [&](const auto& kv) { return kv.second == c; });
   collecting_.store(static_cast<int>(collections_.size()), std::memory_order_release);

@@ -6,15 +6,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "daemon/aggregator/model/log_histogram.h"
 #include "daemon/aggregator/model/name_interner.h"
 #include "daemon/aggregator/model/reported_probe.h"
@@ -38,8 +37,9 @@ class Collection {
 
  private:
   friend class QualifyInputs;
-  mutable std::mutex mu_;
-  std::map<std::pair<aggregator::NodeId, aggregator::NodeId>, PairSamples> pairs_;  // GUARDED_BY
+  mutable Mutex mu_;
+  std::map<std::pair<aggregator::NodeId, aggregator::NodeId>, PairSamples> pairs_
+      FW_GUARDED_BY(mu_);
 };
 
 // Thread-safe. Ingest calls OnResults for every decoded batch; with no suite collecting that costs
@@ -61,12 +61,12 @@ class QualifyInputs {
  private:
   const Clock& clock_;
   std::atomic<int> collecting_{0};
-  mutable std::shared_mutex mu_;
+  mutable SharedMutex mu_;
   // Live collections and, for each (src, dst) they watch, the collection to record into.
-  std::vector<std::shared_ptr<Collection>> collections_;               // GUARDED_BY(mu_)
-  std::unordered_map<uint64_t, std::shared_ptr<Collection>> by_pair_;  // GUARDED_BY(mu_)
-  mutable std::mutex checks_mu_;
-  std::unordered_map<std::string, int64_t> check_report_ns_;  // GUARDED_BY(checks_mu_), monotonic
+  std::vector<std::shared_ptr<Collection>> collections_ FW_GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, std::shared_ptr<Collection>> by_pair_ FW_GUARDED_BY(mu_);
+  mutable Mutex checks_mu_;
+  std::unordered_map<std::string, int64_t> check_report_ns_ FW_GUARDED_BY(checks_mu_);  // monotonic
 };
 
 }  // namespace fw::qualify

@@ -124,12 +124,12 @@ StatusOr<QualifyReport> QualifyJobs::Run(const QualifyJobRequest& request) {
   bool started = false;
   auto outcome = std::make_shared<Outcome>();
   {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     if (!key.empty()) {
       if (auto joined = JoinableLocked(key, arrived)) {
         spdlog::info("msg=\"qualification joined\" job={} id={} finished={}", request.job,
                      joined->id, joined->done);
-        QualifyReport r = AwaitLocked(lock, joined, nodes, deadline);
+        QualifyReport r = AwaitLocked(joined, nodes, deadline);
         r.job = request.job;
         r.suite = suite->name;
         r.profile = profile->name;
@@ -137,7 +137,7 @@ StatusOr<QualifyReport> QualifyJobs::Run(const QualifyJobRequest& request) {
       }
     }
     if (in_flight_.size() >= options_.max_in_flight) {
-      lock.unlock();
+      lock.Unlock();
       return Refuse("busy", std::to_string(options_.max_in_flight) +
                                 " qualifications are already running or queued");
     }
@@ -147,25 +147,18 @@ StatusOr<QualifyReport> QualifyJobs::Run(const QualifyJobRequest& request) {
     in_flight_.push_back({ticket, id, set, false, key, outcome});
     // First come, first served among overlapping sets: wait while an earlier entry (running or
     // queued) shares a node.
-    const auto blocked = [&] {
-      for (const Entry& e : in_flight_) {
-        if (e.ticket == ticket) return false;
-        if (Overlaps(e.nodes, set)) return true;
-      }
-      return false;
-    };
     for (const Entry& e : in_flight_) {
       if (e.ticket != ticket && Overlaps(e.nodes, set)) waited_for.push_back(e.id);
     }
     if (!waited_for.empty()) {
       spdlog::info("msg=\"qualification queued\" id={} behind={}", id, waited_for.front());
     }
-    while (!stop_ && blocked()) {
+    while (!stop_ && BlockedLocked(ticket, set)) {
       const int64_t now = clock_.MonotonicNanos();
       if (now >= deadline) break;
-      cv_.wait_for(lock, std::chrono::nanoseconds(std::min<int64_t>(deadline - now, 200'000'000)));
+      cv_.WaitFor(mu_, std::chrono::nanoseconds(std::min<int64_t>(deadline - now, 200'000'000)));
     }
-    started = !stop_ && !blocked();
+    started = !stop_ && !BlockedLocked(ticket, set);
     for (Entry& e : in_flight_) {
       if (e.ticket == ticket) e.running = started;
     }
@@ -192,14 +185,14 @@ StatusOr<QualifyReport> QualifyJobs::Run(const QualifyJobRequest& request) {
   report.queued_s =
       std::max(0.0, static_cast<double>(report.started_wall_ns - arrived_wall) * 1e-9);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     std::erase_if(in_flight_, [&](const Entry& e) { return e.ticket == ticket; });
     outcome->report = report;
     outcome->done = true;
     outcome->finished_ns = clock_.MonotonicNanos();
     if (!key.empty() && report.state == "done") finished_jobs_.emplace_back(key, outcome);
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   Publish(report);
   spdlog::info(
       "msg=\"qualification finished\" id={} job={} state={} exit_code={} duration_s={:.2f} "
@@ -222,13 +215,20 @@ std::shared_ptr<QualifyJobs::Outcome> QualifyJobs::JoinableLocked(const std::str
   return nullptr;
 }
 
-QualifyReport QualifyJobs::AwaitLocked(std::unique_lock<std::mutex>& lock,
-                                       const std::shared_ptr<Outcome>& o,
+bool QualifyJobs::BlockedLocked(uint64_t ticket, const std::set<std::string>& set) const {
+  for (const Entry& e : in_flight_) {
+    if (e.ticket == ticket) return false;
+    if (Overlaps(e.nodes, set)) return true;
+  }
+  return false;
+}
+
+QualifyReport QualifyJobs::AwaitLocked(const std::shared_ptr<Outcome>& o,
                                        const std::vector<std::string>& nodes, int64_t deadline) {
   while (!o->done && !stop_) {
     const int64_t now = clock_.MonotonicNanos();
     if (now >= deadline) break;
-    cv_.wait_for(lock, std::chrono::nanoseconds(std::min<int64_t>(deadline - now, 200'000'000)));
+    cv_.WaitFor(mu_, std::chrono::nanoseconds(std::min<int64_t>(deadline - now, 200'000'000)));
   }
   if (o->done) return o->report;
   QualifyReport r = NotQualified(
@@ -242,7 +242,7 @@ QualifyReport QualifyJobs::AwaitLocked(std::unique_lock<std::mutex>& lock,
 
 void QualifyJobs::RunAsync(QualifyJobRequest request,
                            std::function<void(StatusOr<QualifyReport>)> done) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (stop_) {
     done(Status::Unavailable("the aggregator is stopping"));
     return;
@@ -275,7 +275,7 @@ void QualifyJobs::Publish(const QualifyReport& report) {
     // The store logs and counts its own errors; the report stays listed from memory.
     (void)store_->Save(report);
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   recent_.push_front(report);
   while (recent_.size() > options_.history) recent_.pop_back();
 }
@@ -300,16 +300,16 @@ nlohmann::json QualifyJobs::Find(const ReportQuery& q) const {
 }
 
 std::vector<QualifyReport> QualifyJobs::Recent() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return {recent_.begin(), recent_.end()};
 }
 
 void QualifyJobs::Shutdown() {
   stop_ = true;
-  cv_.notify_all();
+  cv_.NotifyAll();
   std::vector<Worker> workers;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     workers.swap(workers_);
   }
   for (Worker& w : workers) {

@@ -3,12 +3,10 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -16,6 +14,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/aggregator/qualify/inputs.h"
 #include "daemon/aggregator/qualify/suite.h"
@@ -79,13 +78,16 @@ class QualifyJobs {
   Status Refuse(const char* reason, std::string message);
   void Publish(const QualifyReport& report);
   // The run to join for `key`: a running or queued one, or a finished one young enough (nullptr
-  // when none). REQUIRES: mu_ held.
+  // when none).
   struct Outcome;
-  std::shared_ptr<Outcome> JoinableLocked(const std::string& key, int64_t now_ns);
-  // Waits, holding `lock`, for `o` to finish by `deadline` (monotonic); the report, or a timeout
-  // report for `nodes` when it did not finish in time.
-  QualifyReport AwaitLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Outcome>& o,
-                            const std::vector<std::string>& nodes, int64_t deadline);
+  std::shared_ptr<Outcome> JoinableLocked(const std::string& key, int64_t now_ns) FW_REQUIRES(mu_);
+  // Waits (releasing mu_ while blocked) for `o` to finish by `deadline` (monotonic); the report,
+  // or a timeout report for `nodes` when it did not finish in time.
+  QualifyReport AwaitLocked(const std::shared_ptr<Outcome>& o,
+                            const std::vector<std::string>& nodes, int64_t deadline)
+      FW_REQUIRES(mu_);
+  // True while an entry that arrived before `ticket` (running or queued) shares a node with `set`.
+  bool BlockedLocked(uint64_t ticket, const std::set<std::string>& set) const FW_REQUIRES(mu_);
 
   QualifyEnv& env_;
   QualifyInputs& inputs_;
@@ -96,10 +98,10 @@ class QualifyJobs {
   QualificationStore* store_;
   std::atomic<bool> stop_{false};
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t next_id_ = 0;      // GUARDED_BY(mu_)
-  uint64_t next_ticket_ = 0;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  uint64_t next_id_ FW_GUARDED_BY(mu_) = 0;
+  uint64_t next_ticket_ FW_GUARDED_BY(mu_) = 0;
   struct Entry {
     uint64_t ticket;
     std::string id;
@@ -108,21 +110,21 @@ class QualifyJobs {
     std::string key;  // JobKey(): empty without a job
     std::shared_ptr<Outcome> outcome;
   };
-  struct Outcome {
+  struct Outcome {  // its fields after construction: under mu_
     std::string id;
     bool done = false;
     int64_t finished_ns = 0;  // monotonic
     QualifyReport report;
   };
   // Finished runs of jobs, for job_reuse_s, by key.
-  std::vector<std::pair<std::string, std::shared_ptr<Outcome>>> finished_jobs_;  // GUARDED_BY
-  std::vector<Entry> in_flight_;      // GUARDED_BY(mu_), in arrival order
-  std::deque<QualifyReport> recent_;  // GUARDED_BY(mu_), newest first
+  std::vector<std::pair<std::string, std::shared_ptr<Outcome>>> finished_jobs_ FW_GUARDED_BY(mu_);
+  std::vector<Entry> in_flight_ FW_GUARDED_BY(mu_);      // in arrival order
+  std::deque<QualifyReport> recent_ FW_GUARDED_BY(mu_);  // newest first
   struct Worker {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> finished;
   };
-  std::vector<Worker> workers_;  // GUARDED_BY(mu_)
+  std::vector<Worker> workers_ FW_GUARDED_BY(mu_);
 };
 
 }  // namespace fw::qualify

@@ -12,7 +12,7 @@ namespace fw::qualify {
 using nlohmann::json;
 
 void InstallQualifyHandlers(http::Server& server, QualifyJobs& jobs) {
-  server.Handle("/api/v1/qualify", [&jobs](const http::Request& req, http::Response& r) {
+  auto qualify = [&jobs](const http::Request& req, http::Response& r) {
     if (req.method != "POST") {
       r.AddHeader("Allow", "POST");
       r.Send(405, "application/json",
@@ -31,7 +31,9 @@ void InstallQualifyHandlers(http::Server& server, QualifyJobs& jobs) {
       return;
     }
     r.Send(200, "application/json", ReportToJson(*report).dump());
-  });
+  };
+  // A qualification sends probes across the fabric and holds a job slot: a write.
+  server.Handle("/api/v1/qualify", qualify, http::HandlerOptions{.requires_auth = true});
   server.Handle("/api/v1/qualifications", [&jobs](const http::Request& req, http::Response& r) {
     ReportQuery q;
     q.id = req.Param("id");

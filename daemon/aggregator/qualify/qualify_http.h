@@ -1,5 +1,6 @@
-// The qualification endpoints: POST /api/v1/qualify (runs one, answers its report) and
-// GET /api/v1/qualifications (the recent reports).
+// The qualification endpoints: POST /api/v1/qualify (runs one, answers its report; requires
+// authentication when the web config has users) and GET /api/v1/qualifications (the recent
+// reports).
 #pragma once
 
 #include "daemon/aggregator/qualify/jobs.h"

@@ -4,10 +4,10 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/aggregator/qualify/jobs.h"
 #include "daemon/aggregator/qualify/suite.h"
@@ -46,16 +46,16 @@ class QualificationStore {
   const std::string& path() const { return path_; }
 
  private:
-  Status Fail(const std::string& what) const;  // REQUIRES: mu_ held
-  Status Exec(const char* sql) const;          // REQUIRES: mu_ held
+  Status Fail(const std::string& what) const FW_REQUIRES(mu_);
+  Status Exec(const char* sql) const FW_REQUIRES(mu_);
 
   std::string dir_;
   std::string path_;
   Options options_;
-  mutable std::mutex mu_;
-  sqlite3* db_ = nullptr;            // GUARDED_BY(mu_)
-  mutable uint64_t errors_ = 0;      // GUARDED_BY(mu_)
-  mutable std::string last_logged_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  sqlite3* db_ FW_GUARDED_BY(mu_) = nullptr;
+  mutable uint64_t errors_ FW_GUARDED_BY(mu_) = 0;
+  mutable std::string last_logged_ FW_GUARDED_BY(mu_);
 };
 
 }  // namespace fw::qualify

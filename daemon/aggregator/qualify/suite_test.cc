@@ -9,13 +9,18 @@
 #include <chrono>
 #include <functional>
 #include <map>
-#include <mutex>
+#include <memory>
 #include <thread>
 
+#include "common/mutex.h"
 #include "common/testing/temp_dir.h"
 #include "daemon/aggregator/qualify/jobs.h"
+#include "daemon/aggregator/qualify/qualify_http.h"
 #include "daemon/aggregator/qualify/qualify_store.h"
+#include "common/http/http_client.h"
+#include "exporter/http_server.h"
 #include "exporter/registry.h"
+#include "common/http/web_client.h"
 
 namespace fw::qualify {
 namespace {
@@ -48,13 +53,13 @@ class FakeFleet : public QualifyEnv {
   }
   std::vector<analysis::TrackedFinding> ActiveFindings() const override { return findings; }
   aggregator::NodeId IdOf(const std::string& node) override {
-    std::lock_guard lock(ids_mu_);
+    MutexLock lock(ids_mu_);
     auto [it, added] = ids_.emplace(node, static_cast<aggregator::NodeId>(ids_.size() + 1));
     return it->second;
   }
   void SetMesh(const std::string& id, const std::vector<std::string>& nodes,
                const SuiteSpec&) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (nodes.empty()) {
       meshes_.erase(id);
       return;
@@ -69,7 +74,7 @@ class FakeFleet : public QualifyEnv {
         std::vector<aggregator::ReportedProbe> batch;
         std::map<std::string, std::vector<std::string>> meshes;
         {
-          std::lock_guard lock(mu_);
+          MutexLock lock(mu_);
           meshes = meshes_;
         }
         for (const auto& [id, nodes] : meshes) {
@@ -101,9 +106,9 @@ class FakeFleet : public QualifyEnv {
     if (feeder_.joinable()) feeder_.join();
   }
   QualifyInputs& inputs_;
-  std::mutex mu_, ids_mu_;
-  std::map<std::string, aggregator::NodeId> ids_;           // GUARDED_BY(mu_)
-  std::map<std::string, std::vector<std::string>> meshes_;  // GUARDED_BY(mu_)
+  Mutex mu_, ids_mu_;
+  std::map<std::string, aggregator::NodeId> ids_ FW_GUARDED_BY(ids_mu_);
+  std::map<std::string, std::vector<std::string>> meshes_ FW_GUARDED_BY(mu_);
   std::atomic<bool> feeding_{false};
   std::thread feeder_;
 };
@@ -142,6 +147,13 @@ class SuiteTest : public ::testing::Test {
     req.suite = {"test", 50, 2, 1.0, 0.9, 0.4};
     req.deadline_ns = RealClock::Get().MonotonicNanos() + static_cast<int64_t>(timeout_s * 1e9);
     return RunSuite(fleet_, inputs_, RealClock::Get(), req, stop_);
+  }
+
+  // Jobs whose suites run at a tenth of their times (quick: ramp <= 0.4 s, measure 0.5 s).
+  std::unique_ptr<QualifyJobs> FastJobs(metrics::Registry& registry) {
+    QualifyJobs::Options o;
+    o.time_scale = 0.1;
+    return std::make_unique<QualifyJobs>(fleet_, inputs_, RealClock::Get(), registry, o);
   }
 
   const NodeResult& Node(const QualifyReport& r, const std::string& n) {
@@ -277,12 +289,10 @@ TEST_F(SuiteTest, OverlappingRunsQueueAndDisjointRunsDoNot) {
 TEST_F(SuiteTest, DisjointRunsOverlapInTime) {
   auto nodes = Nodes(4);
   metrics::Registry registry;
-  QualifyJobs::Options o;
-  o.time_scale = 0.1;
-  QualifyJobs jobs(fleet_, inputs_, RealClock::Get(), registry, o);
+  auto jobs = FastJobs(registry);
   StatusOr<QualifyReport> ra = Status::Internal("unset"), rb = Status::Internal("unset");
-  std::thread ta([&] { ra = jobs.Run({{"gpu1", "gpu2"}, "", "", 20, ""}); });
-  std::thread tb([&] { rb = jobs.Run({{"gpu3", "gpu4"}, "", "", 20, ""}); });
+  std::thread ta([&] { ra = jobs->Run({{"gpu1", "gpu2"}, "", "", 20, ""}); });
+  std::thread tb([&] { rb = jobs->Run({{"gpu3", "gpu4"}, "", "", 20, ""}); });
   ta.join();
   tb.join();
   ASSERT_TRUE(ra.ok() && rb.ok());
@@ -355,6 +365,44 @@ TEST_F(SuiteTest, ReportsSurviveARestartThroughTheHistory) {
   EXPECT_EQ(listed[0]["job"], "77");
   EXPECT_EQ(listed[0]["state"], "done");
   EXPECT_EQ(jobs.Find(ByJob("78")).size(), 0u);
+}
+
+// POST /api/v1/qualify probes the fabric: with users in the web config it needs their
+// credentials (401 and counted without them); the report list stays readable.
+TEST_F(SuiteTest, QualifyEndpointRequiresAuthenticationWhenTheWebConfigHasUsers) {
+  auto nodes = Nodes(2);
+  metrics::Registry registry;
+  auto jobs = FastJobs(registry);
+  http::WebConfig web;
+  // SHA-256-crypt of "correct horse" (openssl passwd -5 -salt fwtestsalt).
+  web.users["ops"] = "$5$fwtestsalt$PiwAEY5vHgAJc2MTOh1lcxjLubLfiKihC5CwF6d3dH5";
+  auto server = http::Server::Start("127.0.0.1:0", 4, &web);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  (*server)->HandleMetrics(registry);
+  InstallQualifyHandlers(**server, *jobs);
+  const std::string addr = "127.0.0.1:" + std::to_string((*server)->port());
+  const std::string body = R"({"nodes":["gpu1","gpu2"],"timeout_s":20})";
+
+  auto anonymous = http::Fetch(addr, "POST", "/api/v1/qualify", body);
+  ASSERT_TRUE(anonymous.ok());
+  EXPECT_EQ(anonymous->status, 401);
+  http::WebClientOptions wrong;
+  wrong.headers = {"Authorization: " + http::BasicAuthorization("ops", "wrong")};
+  EXPECT_EQ(http::FetchWeb(addr, "POST", "/api/v1/qualify", wrong, 5000, body)->status, 401);
+  EXPECT_EQ(fleet_.meshes_started.load(), 0);  // nothing was probed for them
+
+  http::WebClientOptions ops;
+  ops.headers = {"Authorization: " + http::BasicAuthorization("ops", "correct horse")};
+  auto ran = http::FetchWeb(addr, "POST", "/api/v1/qualify", ops, 20000, body);
+  ASSERT_TRUE(ran.ok()) << ran.status().message();
+  EXPECT_EQ(ran->status, 200) << ran->body;
+  EXPECT_EQ(nlohmann::json::parse(ran->body)["state"], "done");
+  auto listed = http::Fetch(addr, "GET", "/api/v1/qualifications");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->status, 200);
+  EXPECT_EQ(nlohmann::json::parse(listed->body).size(), 1u);
+  EXPECT_THAT(registry.RenderToString(),
+              HasSubstr("fabricwatch_http_rejected_requests_total{code=\"401\"} 2"));
 }
 
 }  // namespace
