@@ -48,8 +48,7 @@ StatusOr<TcpSocket> DialTcp(const std::string& host_port,
 // headers). Fails with kUnavailable when the server cannot be reached within `timeout_ms`.
 StatusOr<ClientResponse> Fetch(const std::string& host_port, const std::string& method,
                                const std::string& target, const std::string& body = "",
-                               int timeout_ms = 5000,
-                               const std::vector<std::string>& headers = {});
+                               int timeout_ms = 5000, const std::vector<std::string>& headers = {});
 
 // The request line and headers (Host, Connection: close, Content-Length, Content-Type for a
 // body, then `headers` without any holding CR or LF), the blank line and the body.

@@ -121,6 +121,7 @@ Status Agent::Start() {
     po.ceilings.max_targets = static_cast<size_t>(options_.plan_max_targets);
     po.ceilings.max_pps = options_.plan_max_pps;
     po.ceilings.max_bytes_per_s = options_.plan_max_bytes_per_s;
+    po.responder_allow_any = options_.responder_allow_any;
     if (!options_.probe_address.empty()) po.listen_address = options_.probe_address;
     if (!options_.probe_key_file.empty()) {
       std::ifstream in(options_.probe_key_file);

@@ -36,6 +36,8 @@ struct AgentOptions {
   double plan_max_pps = 10'000;
   double plan_max_bytes_per_s = 125e6;
   bool probes = true;             // false: no responder and no probing (inventory/counters only)
+  // true: the responder ignores the plan's allowed_probers and answers everyone (docs/probes.md).
+  bool responder_allow_any = false;
   std::string rdma = "auto";      // "off": no RDMA probes; "auto": every usable port (docs/rdma.md)
   std::string http_listen = "0.0.0.0:9752";
   std::string sysfs_root = "/sys";

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   binding.Bind("plan-max-targets", &o.plan_max_targets);
   binding.Bind("plan-max-pps", &o.plan_max_pps);
   binding.Bind("plan-max-bytes-per-s", &o.plan_max_bytes_per_s);
+  binding.Bind("responder-allow-any", &o.responder_allow_any);
   binding.Bind("heartbeat-interval", &heartbeat);
   binding.Bind("sample-interval", &sample);
   binding.Bind("xmit-wait-tick-bytes", &o.xmit_wait_tick_bytes);
@@ -84,6 +85,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1e3, 1e12));
   app.add_option("--probes", o.probes, "run the echo responder and probe peers (true|false)")
       ->capture_default_str();
+  app.add_option("--responder-allow-any", o.responder_allow_any,
+                 "answer every prober, not only the nodes whose plans name this one (true|false; "
+                 "for fabrics that rewrite probe source addresses, e.g. NAT)")
+      ->default_str("false");
   app.add_option("--http-listen", o.http_listen, "HTTP /metrics listen address")
       ->capture_default_str();
   app.add_option("--sysfs-root", o.sysfs_root, "sysfs root")->capture_default_str();

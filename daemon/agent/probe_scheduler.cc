@@ -126,6 +126,11 @@ Status ProbeScheduler::Start() {
   if (!responder.ok()) return responder.status();
   responder_ = std::move(*responder);
   net::UdpProberOptions uo;
+  // Probes leave from the probe address (when it is one), so that the peers' allow lists, which
+  // hold it, admit them whichever interface the route to a peer takes.
+  if (const std::string& src = ProbeSource(); !src.empty()) {
+    (src.find(':') == std::string::npos ? uo.bind_address_v4 : uo.bind_address_v6) = src;
+  }
   uo.key = options_.key;
   uo.src_port_base = static_cast<uint16_t>(options_.source_port_base);
   uo.busy_poll.max_window_ns = options_.busy_poll_ns;
@@ -194,6 +199,7 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
                  LogQuote(st.message()));
     return;
   }
+  ApplyAllowedProbers(plan);
   uint64_t bandwidth_bytes = 0;
   {
     MutexLock lock(mu_);
@@ -215,6 +221,32 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
   spdlog::info("msg=\"probe plan applied\" version={} peers={} udp_peers={} rate_hz={}",
                plan.version(), g.peers.size(), peers, g.udp_rate_hz);
   cv_.NotifyAll();
+}
+
+const std::string& ProbeScheduler::ProbeSource() const {
+  static const std::string kAny;
+  const std::string& a = options_.listen_address;
+  return a.empty() || a == "0.0.0.0" || a == "::" ? kAny : a;
+}
+
+void ProbeScheduler::ApplyAllowedProbers(const v1::ProbePlan& plan) {
+  if (!responder_) return;
+  std::vector<std::string> allowed;
+  if (!options_.responder_allow_any) {
+    allowed.reserve(static_cast<size_t>(plan.allowed_probers_size()));
+    GuardedPlan bad;
+    const size_t kAddress = static_cast<size_t>(net::PlanSkip::kAddress);
+    for (const std::string& a : plan.allowed_probers()) {
+      if (net::ParseAddress(a, 0).ok()) {
+        allowed.push_back(a);
+      } else if (bad.skipped[kAddress]++ == 0) {
+        bad.example[kAddress] = "allowed prober " + a.substr(0, 64);
+      }
+    }
+    ReportGuard(plan.version(), bad);
+  }
+  // Cannot fail: every address parsed above.
+  (void)responder_->SetAllowedPeers(allowed, options_.allowed_probers_grace);
 }
 
 void ProbeScheduler::ReportGuard(uint64_t version, const GuardedPlan& g) {
@@ -343,12 +375,12 @@ void ProbeScheduler::SlowLoop() {
       int64_t now = clock_.MonotonicNanos();
       for (SlowTarget& t : slow_targets_) {
         if (now >= t.next_connect_ns) {
-          due_connect.push_back({t.node, t.address, t.port});
+          due_connect.push_back({t.node, t.address, t.port, ProbeSource()});
           t.next_connect_ns = now + static_cast<int64_t>(options_.tcp_connect_interval_s * 1e9);
         }
         // At most one burst at a time: bursts to different peers must not overlap.
         if (!due_bw && t.bandwidth && now >= t.next_bandwidth_ns) {
-          due_bw = net::TcpTarget{t.node, t.address, t.port};
+          due_bw = net::TcpTarget{t.node, t.address, t.port, ProbeSource()};
           t.next_bandwidth_ns = now + static_cast<int64_t>(bandwidth_interval_s_ * 1e9);
         }
       }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -29,12 +30,13 @@
 namespace fw::agent {
 
 struct ProbeSchedulerOptions {
-  std::string listen_address = "0.0.0.0";  // the responder's bind address
-  int port = 9753;                         // UDP and TCP echo port
-  std::optional<std::string> key;          // shared probe key (HMAC); none: open
-  double batch_interval_s = 1.0;           // a ProbeBatch at least this often...
-  size_t max_batch_results = 4096;         // ... or sooner when this many results wait
-  double tcp_connect_interval_s = 10.0;    // one connect probe per peer this often
+  // The responder's bind address; when it names one address, probes are also sent from it.
+  std::string listen_address = "0.0.0.0";
+  int port = 9753;                       // UDP and TCP echo port
+  std::optional<std::string> key;        // shared probe key (HMAC); none: open
+  double batch_interval_s = 1.0;         // a ProbeBatch at least this often...
+  size_t max_batch_results = 4096;       // ... or sooner when this many results wait
+  double tcp_connect_interval_s = 10.0;  // one connect probe per peer this often
   size_t result_queue_capacity = 65536;
   bool bandwidth_probes = true;
   // Flow j of every peer uses source port base + j (0: the kernel picks ephemeral ports). A fixed
@@ -46,6 +48,13 @@ struct ProbeSchedulerOptions {
   // What any plan may ask of this node (--plan-max-targets, --plan-max-pps,
   // --plan-max-bytes-per-s); a plan past them is trimmed and counted (plan_guard.h).
   PlanCeilings ceilings;
+  // The responder answers only the plan's allowed_probers (docs/probes.md "Who may probe us");
+  // true (--responder-allow-any) answers everyone, for fabrics that rewrite probe source
+  // addresses (NAT).
+  bool responder_allow_any = false;
+  // How long a replaced allow list stays admitted: the aggregator pushes a re-plan's plans over a
+  // few ticks, so a peer may still probe by its previous plan for that long.
+  std::chrono::nanoseconds allowed_probers_grace = std::chrono::seconds(30);
 };
 
 class ProbeScheduler {
@@ -63,7 +72,10 @@ class ProbeScheduler {
   // cannot be probed are skipped and the plan is held to the ceilings (GuardPlan); the rest
   // applies and its version is recorded. A plan the UDP prober refuses as a whole (it cannot,
   // after GuardPlan, unless stopping) keeps the running plan and leaves the version unrecorded,
-  // so the same version sent again is tried again. Calls are serialized.
+  // so the same version sent again is tried again. The responder then answers the plan's
+  // allowed_probers (everyone when the list is empty), and the previous list for
+  // options.allowed_probers_grace more; an address that is not a numeric IP is skipped and counted
+  // as a plan entry (reason "address"). Calls are serialized.
   void ApplyPlan(const fabricwatch::v1::ProbePlan& plan);
   uint16_t responder_port() const { return responder_ ? responder_->port() : 0; }
 
@@ -79,6 +91,10 @@ class ProbeScheduler {
   void SlowLoop();
   void Publish(const net::ProbeResult& r);
   void RefreshStats();
+  // The local address probes leave from: listen_address when it names one, else "" (by route).
+  const std::string& ProbeSource() const;
+  // Hands the plan's allowed_probers to the responder (see ApplyPlan).
+  void ApplyAllowedProbers(const fabricwatch::v1::ProbePlan& plan) FW_REQUIRES(apply_mu_);
   // Counts what GuardPlan left out or trimmed, and logs each cause at most once a minute.
   void ReportGuard(uint64_t version, const GuardedPlan& g) FW_REQUIRES(apply_mu_);
 

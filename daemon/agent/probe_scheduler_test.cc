@@ -163,5 +163,93 @@ TEST(ProbeScheduler, AVersionIsRecordedOnlyOnceItsPlanApplied) {
   EXPECT_EQ(MetricValue(text, R"(fabricwatch_probe_plan_trimmed_total{limit="pps"})"), 0) << text;
 }
 
+// Issue 12: the responder answers only the nodes whose plans name this one (the aggregator's
+// ProbePlan.allowed_probers); here the scheduler probes its own responder from 127.0.0.1.
+TEST(ProbeScheduler, TheResponderAnswersOnlyThePlansAllowedProbers) {
+  OutboundBuffer buffer(1000, 64 << 20);
+  metrics::Registry registry;
+  ProbeSchedulerOptions o = LoopbackOptions();
+  o.allowed_probers_grace = std::chrono::nanoseconds(0);
+  ProbeScheduler scheduler(
+      o, buffer, [] {}, registry);
+  ASSERT_TRUE(scheduler.Start().ok());
+  auto dropped = [&] {
+    return MetricValue(registry.RenderToString(),
+                       R"(fabricwatch_responder_dropped_total{reason="not_in_plan"})");
+  };
+  // Not listed (and one address that is not an IP, skipped and counted): refused.
+  v1::ProbePlan plan;
+  plan.set_version(1);
+  AddUdpPeer(plan, "self", "127.0.0.1", scheduler.responder_port());
+  plan.add_allowed_probers("127.0.0.2");
+  plan.add_allowed_probers("gpu7.example");
+  scheduler.ApplyPlan(plan);
+  for (int i = 0; i < 50 && dropped() < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GE(dropped(), 3);
+  // Probes answered before the list took effect (within one responder loop turn) are batched
+  // by now; none after.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  (void)UdpPeersProbed(buffer);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_TRUE(UdpPeersProbed(buffer).empty());
+  EXPECT_EQ(MetricValue(registry.RenderToString(),
+                        R"(fabricwatch_probe_plan_entries_skipped_total{reason="address"})"),
+            1);
+
+  // Listed: answered.
+  plan.set_version(2);
+  plan.clear_allowed_probers();
+  plan.add_allowed_probers("127.0.0.1");
+  scheduler.ApplyPlan(plan);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  (void)UdpPeersProbed(buffer);  // probes sent before the switch may still come back lost
+  const double refused = dropped();
+  std::set<std::string> peers;
+  for (int i = 0; i < 50 && peers.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    peers = UdpPeersProbed(buffer);
+  }
+  EXPECT_EQ(peers, (std::set<std::string>{"self"}));
+  EXPECT_EQ(dropped(), refused);
+
+  // An empty list (an aggregator before the field) answers everyone.
+  plan.set_version(3);
+  plan.clear_allowed_probers();
+  scheduler.ApplyPlan(plan);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(dropped(), refused);
+  scheduler.Stop();
+}
+
+// --responder-allow-any: the list is ignored (probes leaving from an unlisted address).
+TEST(ProbeScheduler, AllowAnyIgnoresTheList) {
+  OutboundBuffer buffer(1000, 64 << 20);
+  metrics::Registry registry;
+  ProbeSchedulerOptions o = LoopbackOptions();
+  o.allowed_probers_grace = std::chrono::nanoseconds(0);
+  o.responder_allow_any = true;
+  ProbeScheduler scheduler(
+      o, buffer, [] {}, registry);
+  ASSERT_TRUE(scheduler.Start().ok());
+  v1::ProbePlan plan;
+  plan.set_version(1);
+  AddUdpPeer(plan, "self", "127.0.0.1", scheduler.responder_port());
+  plan.add_allowed_probers("127.0.0.2");
+  scheduler.ApplyPlan(plan);
+  std::set<std::string> peers;
+  for (int i = 0; i < 50 && peers.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    peers = UdpPeersProbed(buffer);
+  }
+  const std::string text = registry.RenderToString();
+  scheduler.Stop();
+  EXPECT_EQ(peers, (std::set<std::string>{"self"}));
+  // No series at all: nothing was ever refused.
+  EXPECT_LE(MetricValue(text, R"(fabricwatch_responder_dropped_total{reason="not_in_plan"})"), 0)
+      << text;
+}
+
 }  // namespace
 }  // namespace fw::agent

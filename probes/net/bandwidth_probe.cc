@@ -67,6 +67,9 @@ StatusOr<ProbeResult> BandwidthProbe::Run(const TcpTarget& target,
 
   Fd fd(socket(dst->family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return ErrnoStatus(who + ": socket", errno);
+  if (Status b = BindSource(fd.get(), dst->family(), target.source); !b.ok()) {
+    return Status(b.code(), who + ": " + b.message());
+  }
   if (connect(fd.get(), dst->get(), dst->len) != 0 && errno != EINPROGRESS) {
     return ErrnoStatus(who + ": connect " + dst->ToString(), errno);
   }

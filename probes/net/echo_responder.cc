@@ -90,6 +90,8 @@ std::string_view ResponderDropName(ResponderDrop d) {
       return "tcp_reset";
     case ResponderDrop::kSendFailed:
       return "send_failed";
+    case ResponderDrop::kNotInPlan:
+      return "not_in_plan";
     case ResponderDrop::kCount:
       return "unknown";
     default:
@@ -175,12 +177,16 @@ class EchoResponder::Loop {
   TokenBucket global_ FW_GUARDED_BY(admit_mu_);
   std::unordered_map<SourceKey, TokenBucket, SourceKeyHash> sources_ FW_GUARDED_BY(admit_mu_);
   std::unordered_set<SourceKey, SourceKeyHash> allowed_ FW_GUARDED_BY(admit_mu_);  // empty: all
+  // The list allowed_ replaced, still admitted until previous_until_ns_ (monotonic).
+  std::unordered_set<SourceKey, SourceKeyHash> previous_ FW_GUARDED_BY(admit_mu_);
+  int64_t previous_until_ns_ FW_GUARDED_BY(admit_mu_) = 0;
 
  public:
   // Hands a new allow list to the thread (SetAllowedPeers). Thread-safe.
-  void PostAllowed(std::unordered_set<SourceKey, SourceKeyHash> allowed) {
+  void PostAllowed(std::unordered_set<SourceKey, SourceKeyHash> allowed, int64_t keep_previous_ns) {
     MutexLock lock(allowed_mu_);
     pending_allowed_ = std::move(allowed);
+    pending_keep_until_ns_ = clock_.MonotonicNanos() + keep_previous_ns;
     allowed_dirty_ = true;
   }
 
@@ -188,11 +194,15 @@ class EchoResponder::Loop {
   void TakeAllowed() FW_REQUIRES(admit_mu_) {
     if (!allowed_dirty_.load()) return;
     MutexLock lock(allowed_mu_);
-    allowed_.swap(pending_allowed_);
+    previous_ = std::move(allowed_);
+    previous_until_ns_ = pending_keep_until_ns_;
+    allowed_ = std::move(pending_allowed_);
+    pending_allowed_.clear();
     allowed_dirty_ = false;
   }
   Mutex allowed_mu_;
   std::unordered_set<SourceKey, SourceKeyHash> pending_allowed_ FW_GUARDED_BY(allowed_mu_);
+  int64_t pending_keep_until_ns_ FW_GUARDED_BY(allowed_mu_) = 0;
   std::atomic<bool> allowed_dirty_{false};
   std::unordered_map<int, std::unique_ptr<TcpConn>> conns_;
 
@@ -283,7 +293,9 @@ bool EchoResponder::Loop::Admit(const sockaddr_storage& src) {
   SourceKey key = KeyOf(src);
   MutexLock lock(admit_mu_);
   TakeAllowed();
-  if (!allowed_.empty() && !allowed_.contains(key)) {
+  if (!allowed_.empty() && !allowed_.contains(key) &&
+      !(clock_.MonotonicNanos() < previous_until_ns_ &&
+        (previous_.empty() || previous_.contains(key)))) {
     Count(ResponderDrop::kNotInPlan);
     return false;
   }
@@ -617,14 +629,15 @@ void EchoResponder::Stop() {
 
 ResponderStats EchoResponder::Stats() const { return loop_->Snapshot(); }
 
-Status EchoResponder::SetAllowedPeers(const std::vector<std::string>& addresses) {
+Status EchoResponder::SetAllowedPeers(const std::vector<std::string>& addresses,
+                                      std::chrono::nanoseconds keep_previous) {
   std::unordered_set<SourceKey, SourceKeyHash> allowed;
   for (const std::string& a : addresses) {
     StatusOr<SocketAddress> parsed = ParseAddress(a, 0);
     if (!parsed.ok()) return Status::InvalidArgument("allowed peer: " + parsed.status().message());
     allowed.insert(KeyOf(parsed->storage));
   }
-  loop_->PostAllowed(std::move(allowed));
+  loop_->PostAllowed(std::move(allowed), keep_previous.count());
   return Status::Ok();
 }
 

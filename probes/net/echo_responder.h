@@ -4,6 +4,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -85,9 +86,13 @@ class EchoResponder {
   void Stop();
   uint16_t port() const { return port_; }
   ResponderStats Stats() const;  // thread-safe snapshot
-  // Answers only these source addresses from now on (numeric IPs, the peers of the current
-  // plan); an empty list answers everyone. Thread-safe; takes effect within one loop turn.
-  Status SetAllowedPeers(const std::vector<std::string>& addresses);
+  // Answers only these source addresses from now on (numeric IPs: the nodes whose plans name this
+  // one); an empty list answers everyone. The list it replaces stays admitted for
+  // `keep_previous` more (peers still probing by their previous plan while the new ones travel).
+  // Others are dropped and counted as not_in_plan. Thread-safe; takes effect within one loop turn.
+  // kInvalidArgument for an address that is not a numeric IP (nothing changes then).
+  Status SetAllowedPeers(const std::vector<std::string>& addresses,
+                         std::chrono::nanoseconds keep_previous = std::chrono::nanoseconds(0));
 
  private:
   class Loop;

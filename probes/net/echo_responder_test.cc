@@ -119,6 +119,8 @@ TEST(EchoResponderTest, MalformedDatagramsAreCountedByCause) {
   EXPECT_FALSE(RecvWithin(c.get(), 50ms));
   EXPECT_EQ(ResponderDropName(ResponderDrop::kBadVersion), "bad_version");
   EXPECT_EQ(ResponderDropName(ResponderDrop::kRateLimitedSource), "rate_limited_source");
+  // It fell through to the prober's names, so the agent exported it under another reason.
+  EXPECT_EQ(ResponderDropName(ResponderDrop::kNotInPlan), "not_in_plan");
 }
 
 TEST(EchoResponderTest, WithAKeyAnswersOnlyAuthenticatedProbes) {

@@ -119,6 +119,15 @@ StatusOr<SocketAddress> LocalAddress(int fd) {
   return a;
 }
 
+Status BindSource(int fd, int family, std::string_view source) {
+  if (source.empty()) return Status::Ok();
+  StatusOr<SocketAddress> a = ParseAddress(source, 0);
+  if (!a.ok()) return a.status();
+  if (a->family() != family) return Status::Ok();
+  if (bind(fd, a->get(), a->len) != 0) return ErrnoStatus("bind source " + a->ToString(), errno);
+  return Status::Ok();
+}
+
 Status SetNonBlocking(int fd) {
   int flags = fcntl(fd, F_GETFL, 0);
   if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {

@@ -60,4 +60,9 @@ StatusOr<SocketAddress> LocalAddress(int fd);
 
 Status SetNonBlocking(int fd);
 
+// Binds `fd` (of `family`) to the numeric address `source` and an ephemeral port, so that what it
+// sends leaves from that address; an empty `source`, or one of the other family, leaves the
+// choice to the kernel's route.
+Status BindSource(int fd, int family, std::string_view source);
+
 }  // namespace fw::net

@@ -44,6 +44,11 @@ std::vector<StatusOr<ProbeResult>> TcpConnectProber::ProbeAll(std::span<const Tc
       out[i] = ErrnoStatus("tcp probe socket", errno);
       continue;
     }
+    if (Status b = BindSource(a.fd.get(), dst->family(), t.source); !b.ok()) {
+      out[i] = Status(b.code(), "tcp probe to " + t.name + ": " + b.message());
+      a.fd.Reset(-1);
+      continue;
+    }
     a.result.SetPeer(t.name);
     a.result.transport = Transport::kTcpConnect;
     a.result.dst_port = t.port;

@@ -18,6 +18,7 @@ struct TcpTarget {
   std::string name;     // peer node name (max 63 chars)
   std::string address;  // numeric IPv4 or IPv6
   uint16_t port = 9753;
+  std::string source;  // numeric local address to connect from (BindSource); empty: by route
 };
 
 // Measures the time from connect() to the completed handshake on the injected clock (one

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "daemon/aggregator/plan/prober_index.h"
 #include "exporter/registry.h"
 
 namespace fw::aggregator {
@@ -46,6 +47,18 @@ void RdmaToWire(const RdmaRoute& r, v1::PlannedPeer& pp) {
   e->set_qpn(r.dst.qpn);
   e->set_qkey(r.dst.qkey);
   e->set_timestamps(r.dst.timestamps);
+}
+
+// Deterministic serialization, so equal messages hash equal.
+std::string Deterministic(const v1::ProbePlan& p) {
+  std::string out;
+  {
+    google::protobuf::io::StringOutputStream sos(&out);
+    google::protobuf::io::CodedOutputStream cos(&sos);
+    cos.SetSerializationDeterministic(true);
+    p.SerializeToCodedStream(&cos);
+  }
+  return out;
 }
 
 }  // namespace
@@ -124,12 +137,16 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live) {
     // Unique across restarts: agents ignore a plan whose version is not newer than theirs.
     version = plan_version_ = versions_->Next(clock_.WallNanos());
   }
-  // Each plan is encoded as the planner finishes it and replaces the node's entry in place, so the
+  // Each plan is encoded as the planner finishes it and replaces the node's body in place, so the
   // re-plan holds one leaf's plans at a time rather than the fleet's (1.5 million peers, ~300 MB,
-  // at 16,000 agents on 16 spines). Readers see every node's old plan or its new one, never none.
-  std::vector<std::string> changed;
+  // at 16,000 agents on 16 spines). A changed body is published (with a new version) only in the
+  // second pass below, once the allow lists are known; meanwhile readers get the node's old
+  // version number (which its agent already has or will replace), never a missing plan.
+  ProberIndex probers(live);
+  std::unordered_set<std::string> body_changed;
   std::string bytes;
   const auto summary = planner_.PlanEach(live, [&](const std::string& node, Plan&& plan) {
+    probers.AddPlan(node, plan.peers);
     v1::ProbePlan p;
     p.mutable_budget()->set_packets_per_s(plan.budget.pps);
     p.mutable_budget()->set_bytes_per_s(plan.budget.bytes_per_s);
@@ -149,43 +166,36 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live) {
       if (peer.rdma) RdmaToWire(*peer.rdma, *pp);
     }
     plan = {};
-    // Deterministic serialization, so equal plans hash equal (the version is not set yet).
-    bytes.clear();
-    {
-      google::protobuf::io::StringOutputStream sos(&bytes);
-      google::protobuf::io::CodedOutputStream cos(&sos);
-      cos.SetSerializationDeterministic(true);
-      p.SerializeToCodedStream(&cos);
-    }
+    bytes = Deterministic(p);
     const uint64_t hash = std::hash<std::string>{}(bytes);
-    {
-      MutexLock lock(plan_mu_);
-      auto old = plans_.find(node);
-      if (old != plans_.end() && old->second.content_hash == hash) {
-        old->second.replan = version;  // same version, nothing to send
-        return;
-      }
-    }
-    // Field 1 is serialized first, so the versioned plan is its tag and varint followed by the
-    // bytes already encoded (ProbePlan has no maps: deterministic output is the plain output).
-    std::string versioned;
-    {
-      google::protobuf::io::StringOutputStream sos(&versioned);
-      google::protobuf::io::CodedOutputStream cos(&sos);
-      cos.WriteTag(v1::ProbePlan::kVersionFieldNumber << 3);
-      cos.WriteVarint64(version);
-    }
-    versioned.append(bytes);
-    auto stored = std::make_shared<const std::string>(std::move(versioned));
-    {
-      MutexLock lock(plan_mu_);
-      StoredPlan& slot = plans_[node];
-      slot.content_hash = hash;
-      slot.bytes = std::move(stored);
-      slot.replan = version;
-    }
-    changed.push_back(node);
+    MutexLock lock(plan_mu_);
+    StoredPlan& slot = plans_[node];
+    slot.replan = version;
+    if (slot.body && slot.content_hash == hash) return;
+    slot.content_hash = hash;
+    slot.body = std::make_shared<const std::string>(std::move(bytes));
+    body_changed.insert(node);
   });
+  // Second pass: each node's allow list; a node whose body or list changed gets this version.
+  std::vector<std::string> changed;
+  for (const AgentInfo& a : live) {
+    v1::ProbePlan list;
+    for (std::string& addr : probers.AllowedFor(a.node)) list.add_allowed_probers(std::move(addr));
+    std::string allowed = Deterministic(list);
+    const uint64_t hash = std::hash<std::string>{}(allowed);
+    MutexLock lock(plan_mu_);
+    auto it = plans_.find(a.node);
+    if (it == plans_.end() || it->second.replan != version) continue;
+    StoredPlan& slot = it->second;
+    if (slot.version != 0 && !body_changed.contains(a.node) && slot.allowed &&
+        slot.allowed_hash == hash) {
+      continue;
+    }
+    slot.allowed_hash = hash;
+    slot.allowed = std::make_shared<const std::string>(std::move(allowed));
+    slot.version = version;
+    changed.push_back(a.node);
+  }
   for (const std::string& note : summary.notes) spdlog::warn("msg=\"planner\" note=\"{}\"", note);
   {
     // Nodes the new plan set does not name (gone, or down) lose their plans.
@@ -218,15 +228,20 @@ void PlanBook::PushPending(const Push& push) {
 }
 
 std::optional<v1::ProbePlan> PlanBook::PlanFor(const std::string& node) const {
-  std::shared_ptr<const std::string> bytes;
+  std::shared_ptr<const std::string> body, allowed;
+  uint64_t version = 0;
   {
     MutexLock lock(plan_mu_);
     auto it = plans_.find(node);
-    if (it == plans_.end()) return std::nullopt;
-    bytes = it->second.bytes;
+    if (it == plans_.end() || it->second.version == 0) return std::nullopt;
+    body = it->second.body;
+    allowed = it->second.allowed;
+    version = it->second.version;
   }
   v1::ProbePlan plan;
-  if (!plan.ParseFromString(*bytes)) return std::nullopt;  // cannot happen: we serialized it
+  // Cannot fail: we serialized both. Parsing the list merges its repeated field into the plan.
+  if (!plan.ParseFromString(*body) || !plan.MergeFromString(*allowed)) return std::nullopt;
+  plan.set_version(version);
   return plan;
 }
 

@@ -64,7 +64,8 @@ class PlanBook {
   std::optional<fabricwatch::v1::ProbePlan> PlanFor(const std::string& node) const;
 
  private:
-  // Recomputes every agent's plan and keeps the changed ones for PushPending().
+  // Recomputes every agent's plan and its responder's allow list (the addresses of the nodes
+  // whose plans name it, prober_index.h), and keeps the changed ones for PushPending().
   void Replan(const std::vector<AgentInfo>& live);
 
   const Clock& clock_;
@@ -86,12 +87,15 @@ class PlanBook {
   int64_t replan_spacing_ns_ = 1'000'000'000;
   std::unordered_set<std::string> pending_pushes_;  // tick thread only
   // One agent's current plan, kept serialized: 16,000 plans of ~100 peers cost ~100 MB this way
-  // and several times that as message objects. `content_hash` covers everything but the version,
-  // so a re-plan that leaves a node's plan as it was neither bumps its version nor sends it.
+  // and several times that as message objects. A re-plan that leaves a node's plan and its allow
+  // list as they were neither bumps its version nor sends it.
   struct StoredPlan {
-    uint64_t content_hash = 0;
-    std::shared_ptr<const std::string> bytes;  // a serialized v1::ProbePlan, version included
-    uint64_t replan = 0;                       // the plan_version_ of the last re-plan to keep it
+    uint64_t content_hash = 0;                   // of `body`
+    std::shared_ptr<const std::string> body;     // a serialized v1::ProbePlan: no version, no list
+    uint64_t allowed_hash = 0;                   // of `allowed`
+    std::shared_ptr<const std::string> allowed;  // ProbePlan.allowed_probers, serialized
+    uint64_t version = 0;  // the plan as body + allowed; 0 until the first re-plan finished it
+    uint64_t replan = 0;   // the plan_version_ of the last re-plan to keep it
   };
   mutable Mutex plan_mu_;
   std::unordered_map<std::string, StoredPlan> plans_ FW_GUARDED_BY(plan_mu_);

@@ -1,0 +1,68 @@
+// The plans as agents get them: each carries its responder's allow list (the addresses of the
+// nodes whose plans name it), and a list that changes alone still gives the plan a new version.
+#include "daemon/aggregator/plan/plan_book.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <set>
+
+#include "common/testing/temp_dir.h"
+#include "exporter/registry.h"
+
+namespace fw::aggregator {
+namespace {
+
+AgentInfo Agent(const std::string& name, const std::string& address) {
+  AgentInfo a;
+  a.node = name;
+  a.endpoints.push_back({address, 9753, ""});
+  return a;
+}
+
+class PlanBookTest : public ::testing::Test {
+ protected:
+  PlanBookTest() : book_(PlannerConfig{}, nullptr, clock_, registry_) {
+    EXPECT_TRUE(book_.Start(dir_.path()).ok());
+  }
+  // A membership change, then a re-plan once the fleet has settled.
+  void Replan(const std::vector<AgentInfo>& live) {
+    book_.NoteMembershipChange();
+    clock_.Advance(std::chrono::seconds(60));
+    ASSERT_TRUE(book_.MaybeReplan(clock_.MonotonicNanos(), [&] { return live; }));
+  }
+  std::set<std::string> Allowed(const std::string& node) {
+    auto plan = book_.PlanFor(node);
+    EXPECT_TRUE(plan.has_value()) << node;
+    if (!plan) return {};
+    return {plan->allowed_probers().begin(), plan->allowed_probers().end()};
+  }
+
+  fw::testing::TempDir dir_{"fw-planbook"};
+  FakeClock clock_;
+  metrics::Registry registry_;
+  PlanBook book_;
+};
+
+TEST_F(PlanBookTest, EachPlanCarriesTheAddressesOfItsProbers) {
+  // A full mesh of three (no fabric map): everyone probes everyone else.
+  Replan({Agent("a", "10.0.0.1"), Agent("b", "10.0.0.2"), Agent("c", "10.0.0.3")});
+  EXPECT_EQ(Allowed("a"), (std::set<std::string>{"10.0.0.2", "10.0.0.3"}));
+  EXPECT_EQ(Allowed("c"), (std::set<std::string>{"10.0.0.1", "10.0.0.2"}));
+  const uint64_t v1 = book_.PlanFor("a")->version();
+  EXPECT_GT(v1, 0u);
+  EXPECT_FALSE(book_.PlanFor("unknown").has_value());
+
+  // The same fleet again: nothing changed, no new version.
+  Replan({Agent("a", "10.0.0.1"), Agent("b", "10.0.0.2"), Agent("c", "10.0.0.3")});
+  EXPECT_EQ(book_.PlanFor("a")->version(), v1);
+
+  // b moves to another address: a's peers are the same nodes, but its list changed, so a's plan
+  // gets a new version (an agent ignores a plan whose version is not newer than its own).
+  Replan({Agent("a", "10.0.0.1"), Agent("b", "10.0.9.2"), Agent("c", "10.0.0.3")});
+  EXPECT_EQ(Allowed("a"), (std::set<std::string>{"10.0.9.2", "10.0.0.3"}));
+  EXPECT_GT(book_.PlanFor("a")->version(), v1);
+}
+
+}  // namespace
+}  // namespace fw::aggregator

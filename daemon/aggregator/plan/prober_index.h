@@ -1,0 +1,38 @@
+// Who may probe whom: the inverse of a plan set. Plans are not symmetric (representatives per
+// ordered leaf pair, sampled peers hashed per node), so a node is probed by nodes its own plan does
+// not name; each node's responder is told the addresses of the nodes whose plans name it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/aggregator/plan/planner.h"
+
+namespace fw::aggregator {
+
+// Built for one re-plan: construct with the live agents, AddPlan() every plan as the planner
+// produces it, then ask AllowedFor(). Not thread-safe. Holds 4 bytes per planned (prober,
+// target) pair plus each agent's addresses.
+class ProberIndex {
+ public:
+  explicit ProberIndex(const std::vector<AgentInfo>& live);
+
+  // `prober`'s plan: every peer it names gets `prober` as one of its probers, and the local
+  // addresses the plan probes from (PlannedPeer::src_address) join the prober's addresses.
+  void AddPlan(const std::string& prober, const std::vector<PlannedPeer>& peers);
+
+  // The addresses `node`'s responder should answer: every probe endpoint address of every node
+  // whose plan names it, sorted, without repeats. Empty (the responder answers everyone) when
+  // nobody probes it, when `node` is unknown, or when one of its probers has no address (its
+  // probes could come from anywhere, and refusing them would look like loss).
+  std::vector<std::string> AllowedFor(const std::string& node) const;
+
+ private:
+  std::unordered_map<std::string, uint32_t> index_;
+  std::vector<std::vector<std::string>> addresses_;  // by node index
+  std::vector<std::vector<uint32_t>> probers_;       // by target index: prober indices, repeats
+};
+
+}  // namespace fw::aggregator
