@@ -171,6 +171,8 @@ void Aggregator::TickLoop() {
     analyzer_->Tick();
     collective_->Tick([this] { return collective::CollectiveNodesOf(fleet_.Nodes(), map_.get()); },
                       now);
+    // Tracked from the analyzer's next tick on, so /api/v1/findings and the status page show them.
+    analyzer_->SetSourceFindings("collective", collective_->ActiveFindings(now));
     if (now - last_drop_idle_ns_ >= kDropIdlePeriodNs) {
       last_drop_idle_ns_ = now;
       pairs_->DropIdle(now);
