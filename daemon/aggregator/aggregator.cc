@@ -95,6 +95,10 @@ Status Aggregator::Start() {
   qualify_ = std::make_unique<qualify::QualifyService>(fleet_, *analyzer_, *plans_, *names_, clock_,
                                                        registry_, qualify::QualifyJobs::Options{},
                                                        options_.state_dir);
+  // Messages leave on the tick thread and on gRPC threads, both started after grpc_ is set.
+  collective_ = std::make_unique<collective::CollectiveStage>(
+      options_.collective, registry_,
+      [this](collective::Outbound out) { grpc_->Send(std::move(out)); });
   auto http =
       http::Server::Start(options_.http_listen, 32, options_.web ? &*options_.web : nullptr);
   if (!http.ok()) return http.status();
@@ -109,6 +113,7 @@ Status Aggregator::Start() {
                                         .clock = clock_,
                                         .version = FW_VERSION});
   qualify_->InstallHttp(*http_);
+  collective_->InstallHttp(*http_);
 
   // Set before the gRPC server starts: its threads call it from the first Hello on. Called on
   // gRPC threads: only noted; the tick thread re-plans.
@@ -164,6 +169,10 @@ void Aggregator::TickLoop() {
       if (grpc_) grpc_->PushPlans(wanted);
     });
     analyzer_->Tick();
+    collective_->Tick([this] { return collective::CollectiveNodesOf(fleet_.Nodes(), map_.get()); },
+                      now);
+    // Tracked from the analyzer's next tick on, so /api/v1/findings and the status page show them.
+    analyzer_->SetSourceFindings("collective", collective_->ActiveFindings(now));
     if (now - last_drop_idle_ns_ >= kDropIdlePeriodNs) {
       last_drop_idle_ns_ = now;
       pairs_->DropIdle(now);
@@ -198,6 +207,15 @@ std::optional<v1::ProbePlan> Aggregator::PlanFor(const std::string& node) {
 void Aggregator::Qualify(const v1::QualifyRequest& request,
                          std::function<void(Status, const v1::QualifyReport&)> done) {
   qualify_->QualifyRpc(request, std::move(done));
+}
+
+// Only once Start() has set grpc_ (ready_): a message before that has no job to belong to.
+void Aggregator::OnKvRequest(const std::string& node, const v1::KvRequest& request) {
+  if (ready_) collective_->OnKvRequest(node, request, clock_.MonotonicNanos());
+}
+
+void Aggregator::OnCollectiveResult(const std::string& node, const v1::CollectiveResult& result) {
+  if (ready_) collective_->OnResult(node, result);
 }
 
 }  // namespace fw::aggregator

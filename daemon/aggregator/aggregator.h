@@ -17,6 +17,7 @@
 #include "daemon/aggregator/analysis/findings_store.h"
 #include "daemon/aggregator/api/port_metrics.h"
 #include "daemon/aggregator/api/tick_views.h"
+#include "daemon/aggregator/collective/collective_stage.h"
 #include "daemon/aggregator/ingest/client_limits.h"
 #include "daemon/aggregator/ingest/fleet_state.h"
 #include "daemon/aggregator/ingest/ingest_service.h"
@@ -49,6 +50,7 @@ struct AggregatorOptions {
   ClientLimits limits;  // bounds on client state (docs/durability.md)
   PlannerConfig planner;
   analysis::AnalysisConfig analysis;
+  collective::OrchestratorConfig collective;  // docs/collectives.md
 };
 
 class Aggregator final : public IngestSink {
@@ -78,6 +80,9 @@ class Aggregator final : public IngestSink {
   std::optional<fabricwatch::v1::ProbePlan> PlanFor(const std::string& node) override;
   void Qualify(const fabricwatch::v1::QualifyRequest& request,
                std::function<void(Status, const fabricwatch::v1::QualifyReport&)> done) override;
+  void OnKvRequest(const std::string& node, const fabricwatch::v1::KvRequest& request) override;
+  void OnCollectiveResult(const std::string& node,
+                          const fabricwatch::v1::CollectiveResult& result) override;
 
  private:
   // The tick thread: every tick_s, each stage's periodic work in data-flow order.
@@ -101,6 +106,8 @@ class Aggregator final : public IngestSink {
   std::unique_ptr<analysis::Analyzer> analyzer_;
   // Qualification (qualify/); declared after the stages it reads, so it goes first.
   std::unique_ptr<qualify::QualifyService> qualify_;
+  // Collective probes (collective/); before grpc_, so the sessions that feed it end first.
+  std::unique_ptr<collective::CollectiveStage> collective_;
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<http::Server> http_;
   std::atomic<bool> ready_{false};

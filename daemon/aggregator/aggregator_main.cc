@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   fw::Seconds hb_grace{o.heartbeat_grace_max_s};
   fw::Seconds bw_interval{static_cast<double>(o.planner.bw_interval_s)};
   fw::Seconds latency_floor{o.analysis.latency_floor_s};
+  fw::Seconds collective_interval{static_cast<double>(o.collective.schedule.interval_ns) * 1e-9};
   std::string log_level = "info";
   std::string config;
 
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
   binding.Bind("log-level", &log_level);
   binding.Bind("bandwidth-interval", &bw_interval);
   binding.Bind("latency-floor", &latency_floor);
+  binding.Bind("collective-interval", &collective_interval);
   fw::tls::TlsFiles tls_files;
   std::string web_config;
   fw::tls::BindTlsConfig(binding, &tls_files);
@@ -40,8 +42,9 @@ int main(int argc, char** argv) {
   if (!fw::LoadConfigFromArgs(binding, argc, argv, "fabricwatch-aggregator")) return 3;
   auto duration = fw::DurationSetter;
 
-  CLI::App app{"fabricwatch-aggregator: collects every agent's stream, localizes fabric problems, "
-               "and serves metrics and a JSON API."};
+  CLI::App app{
+      "fabricwatch-aggregator: collects every agent's stream, localizes fabric problems, "
+      "and serves metrics and a JSON API."};
   app.add_option("--config", config, "YAML file whose keys are these flags' names");
   app.add_option("--grpc-listen", o.grpc_listen, "gRPC listen address")->capture_default_str();
   app.add_option("--http-listen", o.http_listen, "HTTP listen address")->capture_default_str();
@@ -61,6 +64,9 @@ int main(int argc, char** argv) {
                                        "a probe counts as slow only if this much above its "
                                        "baseline; set it above the hosts' scheduling jitter "
                                        "(default 20us)");
+  app.add_option_function<std::string>("--collective-interval", duration(&collective_interval),
+                                       "each collective probe group runs once per this period; "
+                                       "0 starts none (default 300s)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
   fw::tls::AddTlsFlags(app, &tls_files, "the aggregator (it must name the host agents dial)");
   app.add_option("--web-config,--web-config-file", web_config,
@@ -81,6 +87,8 @@ int main(int argc, char** argv) {
   o.heartbeat_timeout_s = hb_timeout.value;
   o.heartbeat_grace_max_s = hb_grace.value;
   o.analysis.latency_floor_s = latency_floor.value;
+  o.collective.schedule.interval_ns =
+      static_cast<int64_t>(std::clamp(collective_interval.value, 0.0, 86400.0) * 1e9);
   o.planner.bw_interval_s = static_cast<uint32_t>(std::clamp(bw_interval.value, 1.0, 86400.0));
 
   fw::InitLogging("aggregator", log_level);
@@ -120,9 +128,8 @@ int main(int argc, char** argv) {
   // the HTTP workers that Prometheus and the probes' peers depend on still serve.
   const std::string status = "serving: gRPC port " + std::to_string(agg.grpc_port()) +
                              ", HTTP port " + std::to_string(agg.http_port());
-  int sig = fw::RunAsNotifyService(status, [&](int timeout_ms) {
-    return agg.HttpHealthy(timeout_ms);
-  });
+  int sig =
+      fw::RunAsNotifyService(status, [&](int timeout_ms) { return agg.HttpHealthy(timeout_ms); });
   spdlog::info("msg=\"shutting down\" signal={}", sig);
   agg.Stop();
   return 0;

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "daemon/cli/api_client.h"
+#include "daemon/cli/collectives.h"
 #include "daemon/cli/qualify.h"
 #include "daemon/cli/verbs.h"
 #include "daemon/cli/verdict.h"
@@ -80,7 +81,22 @@ int main(int argc, char** argv) {
   qualify->add_option("--max-nodes", q_max_nodes, "refuse a set larger than this")
       ->check(CLI::Range(size_t{1}, size_t{65536}))
       ->capture_default_str();
-  for (auto* sub : {status, nodes, findings, links, pairs, topo, qualify}) sub->fallthrough();
+  std::string c_nodes;
+  auto* collectives = app.add_subcommand(
+      "collectives",
+      "pause or resume collective probes on nodes (a scheduler's prolog and epilog)");
+  collectives->require_subcommand(1);
+  auto* c_pause = collectives->add_subcommand(
+      "pause", "start no new collective probe group with these nodes until they are resumed");
+  auto* c_resume = collectives->add_subcommand("resume", "let collective probes use these nodes");
+  for (auto* sub : {c_pause, c_resume}) {
+    sub->add_option("--nodes", c_nodes, "comma list or Slurm hostlist, e.g. gpu[001-016,020]")
+        ->required();
+    sub->fallthrough();
+  }
+  for (auto* sub : {status, nodes, findings, links, pairs, topo, qualify, collectives}) {
+    sub->fallthrough();
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -115,6 +131,14 @@ int main(int argc, char** argv) {
     if (*links) return RunLinks(o, std::cout, std::cerr);
     if (*pairs) return RunPairs(o, src, dst, std::cout, std::cerr);
     if (*topo) return RunTopo(o, topo_node, std::cout, std::cerr);
+    if (*collectives) {
+      auto set = ResolveQualifyNodes(c_nodes, "", kMaxCollectiveNodes);
+      if (!set.ok()) {
+        std::cerr << "fabricwatch: bad --nodes: " << set.status().message() << "\n";
+        return kUnknown;
+      }
+      return RunCollectivesPause(o, c_pause->parsed(), *set, std::cout, std::cerr);
+    }
     if (*qualify) {
       auto set = ResolveQualifyNodes(q_nodes, q_nodes_file, q_max_nodes);
       if (!set.ok()) {

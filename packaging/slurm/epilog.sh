@@ -1,17 +1,24 @@
 #!/bin/sh
-# fabricwatch Slurm epilog: undo what the prolog paused once the job has ended.
+# fabricwatch Slurm epilog: resume the collective probes the prolog paused, once the job has ended.
 #
 # slurm.conf:   Epilog=/usr/share/fabricwatch/slurm/epilog.sh   (see docs/slurm.md)
 #
-# The prolog pauses collective probes on the job's nodes; resuming them needs the aggregator's
-# collective jobs (POST /api/v1/nodes/{node}/resume), which this version lacks, so this says so and
-# exits 0: an epilog failure would drain the node, and nothing here is worth that.
+# Always exits 0: an epilog failure would drain the node, and a probe left paused is not worth
+# that (the reason goes to stderr and syslog; `fabricwatch collectives resume --nodes` undoes it).
+#
+# Environment (all optional): FABRICWATCH_API (HOST:PORT, default 127.0.0.1:9751) and
+# FABRICWATCH_CLI (default: fabricwatch in PATH).
 set -u
-# Slurm runs prologs with no search path (prolog_epilog.html); give one.
+# Slurm runs epilogs with no search path (prolog_epilog.html); give one.
 PATH=/usr/local/bin:/usr/bin:/bin${PATH:+:$PATH}
 export PATH
+cli=${FABRICWATCH_CLI:-fabricwatch}
 node=${SLURMD_NODENAME:-$(hostname -s)}
-msg="fabricwatch-epilog: resume collective probes on $node (job ${SLURM_JOB_ID:-?}): not available in this version (no-op)"
+if out=$("$cli" collectives resume --nodes "$node" 2>&1); then
+  msg="fabricwatch-epilog: job ${SLURM_JOB_ID:-?}: collective probes resumed on $node"
+else
+  msg="fabricwatch-epilog: job ${SLURM_JOB_ID:-?}: could not resume collective probes on $node: $out"
+fi
 echo "$msg" >&2
 if command -v logger >/dev/null 2>&1; then logger -t fabricwatch-epilog -- "$msg" 2>/dev/null || true; fi
 exit 0

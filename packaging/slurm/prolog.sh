@@ -3,7 +3,8 @@
 #
 # slurm.conf:   Prolog=/usr/share/fabricwatch/slurm/prolog.sh   (see docs/slurm.md)
 #
-# Slurm runs the prolog on every node of the job. Each copy asks the aggregator to qualify the
+# Slurm runs the prolog on every node of the job. Each copy first pauses collective probes on its
+# own node (the epilog resumes them), then asks the aggregator to qualify the
 # whole $SLURM_JOB_NODELIST (the aggregator runs one suite for identical concurrent requests and
 # queues overlapping ones) and exits with ITS OWN node's verdict, so that Slurm drains exactly the
 # node that failed. The reason goes to stderr and syslog; this script never calls scontrol.
@@ -37,14 +38,18 @@ say() {
   if command -v logger >/dev/null 2>&1; then logger -t "$tag" -- "$*" 2>/dev/null || true; fi
 }
 
+# Collective probes would compete with the job for this node's NICs and GPUs: pause them until the
+# epilog resumes them (POST /api/v1/collectives/pause). A failure is logged, never fatal.
+if pout=$("$cli" collectives pause --nodes "$node" 2>&1); then
+  say "job ${SLURM_JOB_ID:-?}: collective probes paused on $node"
+else
+  say "job ${SLURM_JOB_ID:-?}: could not pause collective probes on $node: $pout"
+fi
+
 if [ -z "${SLURM_JOB_NODELIST:-}" ]; then
   say "SLURM_JOB_NODELIST is not set: nothing to qualify (job ${SLURM_JOB_ID:-?})"
   exit 0
 fi
-
-# Collective probes would compete with the job for the same NICs. Pausing them needs the
-# aggregator's collective jobs (POST /api/v1/nodes/{node}/pause), which this version lacks.
-say "pause collective probes on $node: not available in this version (no-op)"
 
 set -- qualify --quick --nodes "$SLURM_JOB_NODELIST" --timeout "$timeout" --verdict-for "$node"
 # Every node's prolog of one job asks for the same set: with the job id they share one run.

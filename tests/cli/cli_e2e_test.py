@@ -23,18 +23,16 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from loopback import Checks, wait_for  # noqa: E402
+
 CLI, AGG, AGENT, TESTDATA = sys.argv[1:5]
 HWLOC = os.path.join(TESTDATA, "hwloc", "psmgmt-topo.jrc0386.xml")
 IB_SYSFS = os.path.join(TESTDATA, "sysfs", "gpud-h100")
 DOWNTRAINED_GPU = "0000:44:00.0"  # GPU1 in psmgmt-topo.jrc0386.xml
 
-failures = []
-
-
-def check(cond, what, detail=""):
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}\n{detail}", flush=True)
+check = Checks()
+failures = check.failures
 
 
 def free_port():
@@ -43,19 +41,6 @@ def free_port():
     port = s.getsockname()[1]
     s.close()
     return port
-
-
-def wait_for(pred, timeout_s, what):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            value = pred()
-            if value:
-                return value
-        except (OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"FAIL: timed out after {timeout_s} s waiting for {what}")
 
 
 def cli(*args, env=None, timeout=20):

@@ -23,30 +23,14 @@ import threading
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from loopback import Checks, stop, wait_for  # noqa: E402
+
 CLI, AGG, AGENT, TESTDATA, PROLOG = sys.argv[1:6]
 HWLOC = os.path.join(TESTDATA, "hwloc", "psmgmt-topo.jrc0386.xml")
 NODES = [f"lq{i}" for i in range(1, 7)]
-failures = []
-
-
-def check(cond, what, detail=""):
-    print(("ok:   " if cond else "FAIL: ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-        print(str(detail)[:3000], flush=True)
-
-
-def wait_for(pred, timeout_s, what):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            v = pred()
-            if v:
-                return v
-        except (OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"FAIL: timed out after {timeout_s} s waiting for {what}")
+check = Checks()
+failures = check.failures
 
 
 def qualify(api, *args, timeout=60):
@@ -172,14 +156,7 @@ def main():
         rc, rep, err, took = qualify(api, "--nodes", nodes_arg, "--timeout", "5")
         check(rc == 3 and "could not qualify" in err, "aggregator unreachable: exit 3", err)
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs.values():
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs.values())
         if failures:
             for name in ["agg.log"]:
                 path = os.path.join(work, name)

@@ -262,13 +262,26 @@ void Analyzer::OnHostDelays(std::span<const aggregator::ReportedProbe> results) 
   host_delays_.Record(named, now_ns);
 }
 
+namespace {
+// An empty list removes the key, so the maps hold only keys with findings.
+void Replace(std::map<std::string, std::vector<Finding>>& by_key, const std::string& key,
+             std::vector<Finding> findings) {
+  if (findings.empty()) {
+    by_key.erase(key);
+  } else {
+    by_key[key] = std::move(findings);
+  }
+}
+}  // namespace
+
 void Analyzer::SetNodeFindings(const std::string& node, std::vector<Finding> findings) {
   MutexLock lock(inputs_mu_);
-  if (findings.empty()) {
-    node_findings_.erase(node);
-  } else {
-    node_findings_[node] = std::move(findings);
-  }
+  Replace(node_findings_, node, std::move(findings));
+}
+
+void Analyzer::SetSourceFindings(const std::string& source, std::vector<Finding> findings) {
+  MutexLock lock(inputs_mu_);
+  Replace(source_findings_, source, std::move(findings));
 }
 
 void Analyzer::RefreshBaselines(int64_t now_ns) {
@@ -324,6 +337,7 @@ void Analyzer::Tick() {
       if (now_s - entry.second <= config_.port_sample_max_age_s) ev.ports[key] = entry.first;
     }
     ev.node_findings = node_findings_;
+    ev.source_findings = source_findings_;
   }
   HostDelayLimits delay_limits;
   delay_limits.window_s = FlowTable::kSlots;

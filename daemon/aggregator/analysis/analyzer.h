@@ -79,6 +79,9 @@ class Analyzer {
   // Replaces the node-hardware findings an agent reported (check reports); each becomes a tracked
   // finding while it is reported.
   void SetNodeFindings(const std::string& node, std::vector<Finding> findings);
+  // Replaces the findings another aggregator stage holds active under `source` (the collective
+  // probes: "collective"); each becomes a tracked finding while it is set.
+  void SetSourceFindings(const std::string& source, std::vector<Finding> findings);
 
   // One evaluation. Call every tick (default 1 s).
   void Tick();
@@ -133,6 +136,7 @@ class Analyzer {
   std::map<std::tuple<std::string, std::string, int>, std::pair<PortSample, double>> ports_
       FW_GUARDED_BY(inputs_mu_);
   std::map<std::string, std::vector<Finding>> node_findings_ FW_GUARDED_BY(inputs_mu_);
+  std::map<std::string, std::vector<Finding>> source_findings_ FW_GUARDED_BY(inputs_mu_);
 
   mutable Mutex views_mu_;
   std::vector<LinkView> links_view_ FW_GUARDED_BY(views_mu_);

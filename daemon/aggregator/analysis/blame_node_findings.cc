@@ -1,4 +1,5 @@
-// Node-finding level: the agents' own check findings (node hardware) are passed on as observations.
+// Node-finding level: the agents' own check findings (node hardware) and the findings other
+// aggregator stages hold (collective probes) are passed on as observations.
 #include "daemon/aggregator/analysis/blamer.h"
 
 namespace fw::analysis::blame {
@@ -8,6 +9,9 @@ void Blamer::NodeFindingLevel() {
     for (const Finding& f : list) {
       Emit("check:" + node + "/" + f.kind + "/" + f.location.id, f, false);
     }
+  }
+  for (const auto& [source, list] : ev_.source_findings) {
+    for (const Finding& f : list) Emit(source + ":" + f.kind + "/" + f.location.id, f, false);
   }
 }
 

@@ -76,6 +76,7 @@ struct Analyzer::Evaluation {
   size_t baselines_ready = 0;
   std::map<std::tuple<std::string, std::string, int>, PortSample> ports;  // fresh samples only
   std::map<std::string, std::vector<Finding>> node_findings;
+  std::map<std::string, std::vector<Finding>> source_findings;  // other stages', by source
   std::vector<HostDelayVerdict> host_delays;  // rdma_ud host delays, judged (host_delay.h)
 
   // Outputs.

@@ -152,6 +152,37 @@ TEST(FindingsStore, AnalyzerRestartReloadsActiveAndHistory) {
   EXPECT_FALSE(all[0].active);
 }
 
+// Another stage's findings (collective probes) are tracked like the analyzer's own: active while
+// set, persisted, resolved once cleared.
+TEST(FindingsStore, SourceFindingsAreTrackedStoredAndResolved) {
+  TempDir dir;
+  FindingsStore store(dir.path());
+  ASSERT_TRUE(store.Open().ok());
+  testing::SyntheticFleet fleet(testing::FleetShape{}, AnalysisConfig{}, &store);
+  fleet.Run(5);
+  Finding f;
+  f.kind = "collective_slow";
+  f.location = FindingLocation{"node", "l1h0", "l1h0", "", 0};
+  f.summary = "collective group rail/0 is slow";
+  fleet.analyzer().SetSourceFindings("collective", {f});
+  fleet.Run(5);  // past the tracker's confirmation (confirm_ticks, 3)
+  auto active = fleet.Active();
+  ASSERT_EQ(active.size(), 1u);
+  EXPECT_EQ(active[0].finding.kind, "collective_slow");
+  EXPECT_EQ(active[0].finding.location.node, "l1h0");
+  auto loaded = store.LoadAll(100);
+  ASSERT_TRUE(loaded.ok());
+  ASSERT_EQ(loaded->size(), 1u);
+  EXPECT_EQ((*loaded)[0].finding.kind, "collective_slow");
+
+  fleet.analyzer().SetSourceFindings("collective", {});
+  fleet.Run(60);
+  EXPECT_TRUE(fleet.Active().empty());
+  auto all = fleet.analyzer().Findings(false);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_FALSE(all[0].active);
+}
+
 // Every file in `dir` whose name starts with `prefix`.
 std::vector<std::string> FilesStartingWith(const std::string& dir, const std::string& prefix) {
   std::vector<std::string> out;

@@ -3,7 +3,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "daemon/aggregator/collective/pause_request.h"
 
@@ -48,6 +50,29 @@ json FindingJson(const CollectiveSlowFinding& f) {
           {"expected_busbw_bps", f.expected_bps}};
 }
 
+// The analysis form: located at the culprit node, or at the link ("link leaf2-spine").
+Finding AnalysisFinding(const CollectiveSlowFinding& f) {
+  Finding out;
+  out.kind = "collective_slow";
+  out.severity = Severity::kWarning;
+  if (!f.node.empty()) {
+    out.location = FindingLocation{"node", f.node, f.node, "", 0};
+  } else {
+    constexpr std::string_view kLink = "link ";
+    const bool link = f.location.starts_with(kLink);
+    out.location.type = link ? "link" : "group";
+    out.location.id = link ? f.location.substr(kLink.size()) : f.location;
+  }
+  const double measured = f.measured_bps / 1e9, expected = f.expected_bps / 1e9;
+  out.summary = fmt::format(
+      "collective group {} is slow: bus bandwidth {:.1f} Gbit/s against {:.1f} expected; "
+      "bisection ends at {} ({})",
+      f.group, measured, expected, f.location, f.cause);
+  out.evidence = {{"busbw_gbps", measured}, {"expected_busbw_gbps", expected}};
+  if (expected > 0) out.evidence["busbw_ratio"] = measured / expected;
+  return out;
+}
+
 }  // namespace
 
 std::vector<CollectiveNode> CollectiveNodesOf(const std::vector<NodeView>& nodes,
@@ -73,6 +98,7 @@ std::vector<CollectiveNode> CollectiveNodesOf(const std::vector<NodeView>& nodes
 CollectiveStage::CollectiveStage(OrchestratorConfig config, metrics::Registry& registry,
                                  std::function<void(Outbound)> send)
     : schedule_on_(config.schedule.interval_ns > 0),
+      hold_ns_(std::max(kMinHoldNs, kHoldIntervals * config.schedule.interval_ns)),
       send_(std::move(send)),
       orchestrator_(config),
       pauses_(&orchestrator_.pauses()),
@@ -121,6 +147,8 @@ void CollectiveStage::Tick(const std::function<std::vector<CollectiveNode>()>& n
   Outbound out;
   {
     MutexLock lock(mu_);
+    last_tick_ns_ = now_ns;
+    std::erase_if(active_, [&](const auto& e) { return now_ns - e.second.second >= hold_ns_; });
     if (schedule_on_ && (nodes_at_ns_ < 0 || now_ns - nodes_at_ns_ >= kNodesRefreshNs)) {
       nodes_ = nodes();
       nodes_at_ns_ = now_ns;
@@ -155,6 +183,7 @@ void CollectiveStage::OnResult(const std::string& node, const v1::CollectiveResu
 
 void CollectiveStage::Keep(std::vector<CollectiveSlowFinding> findings) {
   for (CollectiveSlowFinding& f : findings) {
+    active_[f.location] = {f, last_tick_ns_};
     findings_.push_back(std::move(f));
     if (findings_.size() > kKeptFindings) findings_.pop_front();
   }
@@ -169,6 +198,15 @@ void CollectiveStage::Export() {
   for (const auto& [kind, bps] : c.busbw_bps_by_kind) busbw_.WithLabels({kind}).Set(bps / 1e9);
   in_flight_.Set(static_cast<double>(orchestrator_.jobs_in_flight()));
   paused_.Set(static_cast<double>(pauses_->list().size()));
+}
+
+std::vector<Finding> CollectiveStage::ActiveFindings(int64_t now_ns) const {
+  std::vector<Finding> out;
+  MutexLock lock(mu_);
+  for (const auto& [location, kept] : active_) {
+    if (now_ns - kept.second < hold_ns_) out.push_back(AnalysisFinding(kept.first));
+  }
+  return out;
 }
 
 std::vector<CollectiveSlowFinding> CollectiveStage::recent_findings() const {

@@ -7,10 +7,12 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/finding.h"
 #include "common/mutex.h"
 #include "daemon/aggregator/collective/orchestrator.h"
 #include "daemon/aggregator/ingest/fleet_state.h"
@@ -51,9 +53,17 @@ class CollectiveStage {
 
   PauseSet& pauses() { return *pauses_; }
   std::vector<CollectiveSlowFinding> recent_findings() const;
+  // The collective_slow findings as the analyzer tracks them (Analyzer::SetSourceFindings), one per
+  // location: a location stays active for hold_ns() after the newest bisection that ended there.
+  std::vector<Finding> ActiveFindings(int64_t now_ns) const;
+  // kHoldIntervals schedule intervals, at least kMinHoldNs: a slow group is re-tested, and a
+  // persisting fault found again, within that time.
+  int64_t hold_ns() const { return hold_ns_; }
 
   static constexpr int64_t kNodesRefreshNs = 10'000'000'000;
   static constexpr size_t kKeptFindings = 64;
+  static constexpr int64_t kHoldIntervals = 3;
+  static constexpr int64_t kMinHoldNs = 600'000'000'000;
 
  private:
   void Keep(std::vector<CollectiveSlowFinding> findings) FW_REQUIRES(mu_);
@@ -61,6 +71,7 @@ class CollectiveStage {
   void PauseOrResume(bool pause, const http::Request& req, http::Response& r);
 
   const bool schedule_on_;
+  const int64_t hold_ns_;
   const std::function<void(Outbound)> send_;
   mutable Mutex mu_;
   CollectiveOrchestrator orchestrator_ FW_GUARDED_BY(mu_);
@@ -68,6 +79,10 @@ class CollectiveStage {
   std::vector<CollectiveNode> nodes_ FW_GUARDED_BY(mu_);
   int64_t nodes_at_ns_ FW_GUARDED_BY(mu_) = -1;
   std::deque<CollectiveSlowFinding> findings_ FW_GUARDED_BY(mu_);
+  // Location -> the newest finding there and when (the tick clock; a result's findings take the
+  // last tick's time).
+  std::map<std::string, std::pair<CollectiveSlowFinding, int64_t>> active_ FW_GUARDED_BY(mu_);
+  int64_t last_tick_ns_ FW_GUARDED_BY(mu_) = 0;
 
   metrics::Family<metrics::Gauge>& busbw_;
   metrics::Counter& runs_;

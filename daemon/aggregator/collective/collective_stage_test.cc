@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -99,6 +100,47 @@ TEST(CollectiveStage, PausedNodeGetsNoNewJob) {
   nodes.clear();
   for (const auto& [id, members] : f.TakeJobs()) nodes.insert(members.begin(), members.end());
   EXPECT_EQ(nodes, (std::set<std::string>{"h1", "h5"}));
+}
+
+// Answers every job sent since the last call: each member reports the slowest member's rate.
+void AnswerJobs(Fixture& f, const std::map<std::string, double>& slow) {
+  for (const auto& [id, members] : f.TakeJobs()) {
+    double rate = 80e9;
+    for (const std::string& m : members) {
+      if (slow.contains(m)) rate = std::min(rate, slow.at(m));
+    }
+    for (const std::string& m : members) {
+      v1::CollectiveResult r;
+      r.set_job_id(id);
+      r.set_bus_bandwidth_bps(rate);
+      r.set_latency_s(0.001);
+      f.stage.OnResult(m, r);
+    }
+  }
+}
+
+TEST(CollectiveStage, BisectionFindingIsAnAnalysisFindingWhileHeld) {
+  Fixture f(Config());
+  int64_t t = 0;
+  for (; t < 120 * kS && f.stage.recent_findings().empty(); t += kS) {
+    f.stage.Tick([] { return testing::TwoLeafFleet(); }, t);
+    AnswerJobs(f, {{"h5", 30e9}});
+  }
+  ASSERT_EQ(f.stage.recent_findings().size(), 1u);
+  std::vector<Finding> active = f.stage.ActiveFindings(t);
+  ASSERT_EQ(active.size(), 1u);
+  EXPECT_EQ(active[0].kind, "collective_slow");
+  EXPECT_EQ(active[0].location.type, "node");
+  EXPECT_EQ(active[0].location.node, "h5");
+  EXPECT_NEAR(active[0].evidence.at("busbw_gbps"), 30, 1e-6);
+  EXPECT_NEAR(active[0].evidence.at("expected_busbw_gbps"), 80, 1e-6);
+  EXPECT_NE(active[0].summary.find("rail/1"), std::string::npos) << active[0].summary;
+
+  // Healthy from now on: the finding stays for the hold time after it was found, then goes.
+  EXPECT_EQ(f.stage.hold_ns(), CollectiveStage::kMinHoldNs);  // 3 x 10 s is below the minimum
+  const int64_t found_at = t - kS;
+  EXPECT_EQ(f.stage.ActiveFindings(found_at + f.stage.hold_ns() - kS).size(), 1u);
+  EXPECT_TRUE(f.stage.ActiveFindings(found_at + f.stage.hold_ns()).empty());
 }
 
 TEST(CollectiveStage, ZeroIntervalStartsNothing) {

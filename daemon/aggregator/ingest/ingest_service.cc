@@ -49,6 +49,11 @@ class AgentSession final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::
   // A newer session for this node said Hello: end this stream; nothing more is stored from it.
   void Supersede();
   uint64_t conn_id() const { return conn_id_; }
+  // The node its Hello named; empty before.
+  std::string node() FW_EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return node_;
+  }
 
  private:
   // gRPC operations decided under mu_, performed after it is released.
@@ -57,6 +62,11 @@ class AgentSession final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::
     bool read = false;
     std::optional<grpc::Status> finish;
     uint64_t supersede_conn = 0;  // another stream of the node to end (a takeover)
+    // A collective message for the sink, handed over once mu_ is released: the sink answers on
+    // streams, this one's included.
+    std::string node;
+    std::optional<v1::KvRequest> kv_request;
+    std::optional<v1::CollectiveResult> collective_result;
   };
   void Perform(Actions a);
   void HandleMessage(Actions& a) FW_REQUIRES(mu_);
@@ -349,6 +359,8 @@ v1::AgentMessage* AgentSession::NextIn() {
 
 void AgentSession::Perform(Actions a) {
   if (a.supersede_conn != 0) service_->SupersedeConn(a.supersede_conn);
+  if (a.kv_request) service_->sink_.OnKvRequest(a.node, *a.kv_request);
+  if (a.collective_result) service_->sink_.OnCollectiveResult(a.node, *a.collective_result);
   if (a.write) StartWrite(a.write);
   if (a.read) StartRead(NextIn());
   if (a.finish) Finish(std::move(*a.finish));
@@ -477,6 +489,16 @@ void AgentSession::HandleMessage(Actions& a) {
       }
       fleet.OnCheckReport(node_, in_->check_report());
       service_->sink_.OnCheckReport(node_, in_->check_report());
+      break;
+    case v1::AgentMessage::kKvRequest:
+      if (superseded_) break;
+      a.node = node_;
+      a.kv_request = std::move(*in_->mutable_kv_request());
+      break;
+    case v1::AgentMessage::kCollectiveResult:
+      if (superseded_) break;
+      a.node = node_;
+      a.collective_result = std::move(*in_->mutable_collective_result());
       break;
     default:
       // Unknown or future kinds are ignored so newer agents can talk to older aggregators.
@@ -642,6 +664,17 @@ class GrpcServerImpl final : public GrpcServer {
 
   void PushPlans(const std::function<bool(const std::string& node)>& wanted) override {
     service_.ForEachSession([&](AgentSession* s) { s->PushPlan(wanted); });
+  }
+
+  void Send(std::vector<std::pair<std::string, v1::AggregatorMessage>> messages) override {
+    if (messages.empty()) return;
+    std::map<std::string, std::vector<v1::AggregatorMessage>> by_node;
+    for (auto& [node, m] : messages) by_node[node].push_back(std::move(m));
+    service_.ForEachSession([&](AgentSession* s) {
+      auto it = by_node.find(s->node());
+      if (it == by_node.end()) return;
+      for (const v1::AggregatorMessage& m : it->second) s->Enqueue(m);
+    });
   }
 
   void Shutdown(double grace_s) override {

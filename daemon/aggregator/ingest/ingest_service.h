@@ -7,6 +7,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 #include "common/tls/tls_config.h"
@@ -27,6 +29,18 @@ class IngestSink {
                               const fabricwatch::v1::CounterBatch& batch) = 0;
   virtual void OnCheckReport(const std::string& node,
                              const fabricwatch::v1::CheckReport& report) = 0;
+  // Collective probes (docs/collectives.md): a rendezvous request and a member's result. Called
+  // after the session's lock is released, so an implementation may send to any node's stream,
+  // the caller's included (GrpcServer::Send). The defaults drop them.
+  virtual void OnKvRequest(const std::string& node, const fabricwatch::v1::KvRequest& request) {
+    (void)node;
+    (void)request;
+  }
+  virtual void OnCollectiveResult(const std::string& node,
+                                  const fabricwatch::v1::CollectiveResult& result) {
+    (void)node;
+    (void)result;
+  }
   // The plan to send to `node` when it connects or when plans change; nullopt for none.
   virtual std::optional<fabricwatch::v1::ProbePlan> PlanFor(const std::string& node) = 0;
   // The Qualify RPC: starts a qualification and calls `done` once, on any thread, with its
@@ -59,6 +73,10 @@ class GrpcServer {
   // Sends the current plan to every connected agent whose node `wanted` accepts (a re-plan passes
   // the nodes whose plan changed). Thread-safe, non-blocking; `wanted` runs on the caller's thread.
   virtual void PushPlans(const std::function<bool(const std::string& node)>& wanted) = 0;
+  // Queues each message on its node's open stream, in order; a node without one misses it.
+  // Thread-safe, non-blocking.
+  virtual void Send(
+      std::vector<std::pair<std::string, fabricwatch::v1::AggregatorMessage>> messages) = 0;
   // Graceful stop: every session acknowledges what it has stored, then ends with UNAVAILABLE so the
   // agents reconnect elsewhere; waits up to `grace_s` for that before cancelling what is left.
   virtual void Shutdown(double grace_s) = 0;
