@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/http/http_client.h"
+#include "daemon/cli/api_client.h"
 
 namespace fw::cli {
 
@@ -26,7 +27,9 @@ int RunCollectivesPause(const Options& o, bool pause, const std::vector<std::str
                         std::ostream& out, std::ostream& err) {
   const char* verb = pause ? "pause" : "resume";
   const std::string target = std::string("/api/v1/collectives/") + verb;
-  auto r = http::Fetch(o.api, "POST", target, json{{"nodes", nodes}}.dump(), o.timeout_ms);
+  // Through the API client so --user/--password-file and https:// apply: both endpoints require
+  // authentication when the aggregator's web config has users.
+  auto r = ApiFetch(o, "POST", target, json{{"nodes", nodes}}.dump(), o.timeout_ms);
   if (!r.ok()) {
     err << "fabricwatch: could not " << verb << " collective probes: " << r.status().message()
         << "\n";
@@ -37,7 +40,8 @@ int RunCollectivesPause(const Options& o, bool pause, const std::vector<std::str
     std::string why = body.is_object() && body.contains("error") && body["error"].is_string()
                           ? body["error"].get<std::string>()
                           : r->body.substr(0, 300);
-    if (r->status == 404) why += " (an aggregator without collective probes?)";
+    why += r->status == 404 ? " (an aggregator without collective probes?)"
+                            : HttpStatusHint(o, r->status);
     err << "fabricwatch: could not " << verb << " collective probes: POST " << target
         << " answered HTTP " << r->status << ": " << why << "\n";
     return 3;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/testing/temp_dir.h"
+#include "daemon/cli/collectives.h"
 #include "exporter/http_server.h"
 
 namespace fw::cli {
@@ -232,6 +233,27 @@ TEST_F(QualifyAuth, WithoutCredentialsIsThreeAndSaysWhatIsMissing) {
   Login("correct horse");
   EXPECT_EQ(Run(), 0) << err_.str();
   EXPECT_THAT(out_.str(), HasSubstr("QUALIFY PASS"));
+}
+
+// Pause/resume of collective probes is the other write: it goes through the same credentials.
+TEST_F(QualifyAuth, CollectivesPauseSendsTheCredentials) {
+  Start(false);
+  server_->Handle(
+      "/api/v1/collectives/pause",
+      [](const http::Request& req, http::Response& resp) {
+        json body = json::parse(req.body, nullptr, false);
+        resp.Send(200, "application/json",
+                  json{{"changed", body.value("nodes", json::array())}, {"paused", {"a"}}}.dump());
+      },
+      http::HandlerOptions{.requires_auth = true});
+  std::ostringstream out, err;
+  EXPECT_EQ(RunCollectivesPause(o_, true, {"a"}, out, err), 3);
+  EXPECT_THAT(err.str(), HasSubstr("answered HTTP 401"));
+  EXPECT_THAT(err.str(), HasSubstr("--user NAME"));
+  Login("correct horse");
+  std::ostringstream out2, err2;
+  EXPECT_EQ(RunCollectivesPause(o_, true, {"a"}, out2, err2), 0) << err2.str();
+  EXPECT_THAT(out2.str(), HasSubstr("paused collective probes on 1 node (1 changed: a)"));
 }
 
 TEST_F(QualifyAuth, OverHttpsVerifiedByTheCaWithCredentials) {

@@ -38,9 +38,20 @@ say() {
   if command -v logger >/dev/null 2>&1; then logger -t "$tag" -- "$*" 2>/dev/null || true; fi
 }
 
+# The CLI with the credential and CA options: both the pause and the qualification are writes that
+# need them under a web config with users.
+fw() {
+  if [ -n "${FABRICWATCH_PROLOG_TLS_CA:-}" ]; then set -- --tls-ca "$FABRICWATCH_PROLOG_TLS_CA" "$@"; fi
+  if [ -n "${FABRICWATCH_PROLOG_PASSWORD_FILE:-}" ]; then
+    set -- --password-file "$FABRICWATCH_PROLOG_PASSWORD_FILE" "$@"
+  fi
+  if [ -n "${FABRICWATCH_PROLOG_USER:-}" ]; then set -- --user "$FABRICWATCH_PROLOG_USER" "$@"; fi
+  "$cli" "$@"
+}
+
 # Collective probes would compete with the job for this node's NICs and GPUs: pause them until the
 # epilog resumes them (POST /api/v1/collectives/pause). A failure is logged, never fatal.
-if pout=$("$cli" collectives pause --nodes "$node" 2>&1); then
+if pout=$(fw collectives pause --nodes "$node" 2>&1); then
   say "job ${SLURM_JOB_ID:-?}: collective probes paused on $node"
 else
   say "job ${SLURM_JOB_ID:-?}: could not pause collective probes on $node: $pout"
@@ -55,13 +66,8 @@ set -- qualify --quick --nodes "$SLURM_JOB_NODELIST" --timeout "$timeout" --verd
 # Every node's prolog of one job asks for the same set: with the job id they share one run.
 if [ -n "${SLURM_JOB_ID:-}" ]; then set -- "$@" --job "$SLURM_JOB_ID"; fi
 if [ -n "${FABRICWATCH_PROLOG_PROFILE:-}" ]; then set -- "$@" --profile "$FABRICWATCH_PROLOG_PROFILE"; fi
-if [ -n "${FABRICWATCH_PROLOG_USER:-}" ]; then set -- "$@" --user "$FABRICWATCH_PROLOG_USER"; fi
-if [ -n "${FABRICWATCH_PROLOG_PASSWORD_FILE:-}" ]; then
-  set -- "$@" --password-file "$FABRICWATCH_PROLOG_PASSWORD_FILE"
-fi
-if [ -n "${FABRICWATCH_PROLOG_TLS_CA:-}" ]; then set -- "$@" --tls-ca "$FABRICWATCH_PROLOG_TLS_CA"; fi
 errf=$(mktemp "${TMPDIR:-/tmp}/fabricwatch-prolog.XXXXXX") || { say "mktemp failed"; exit 0; }
-out=$("$cli" "$@" 2>"$errf")
+out=$(fw "$@" 2>"$errf")
 rc=$?
 # The CLI's stderr holds one line with this node's verdict and reasons, or why it could not qualify.
 why=$(tail -n 3 "$errf" | tr '\n' ' ')
