@@ -6,9 +6,9 @@
 #include <optional>
 #include <string>
 
-#include "common/status.h"
 #include "common/http/http_client.h"
 #include "common/http/web_client.h"
+#include "common/status.h"
 
 namespace fw::cli {
 

@@ -3,7 +3,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/http/http_client.h"
 #include "daemon/cli/api_client.h"
 
 namespace fw::cli {

@@ -10,7 +10,6 @@
 #include "daemon/cli/api_client.h"
 #include "daemon/cli/hostlist.h"
 #include "daemon/cli/text_table.h"
-#include "common/http/http_client.h"
 
 namespace fw::cli {
 namespace {
