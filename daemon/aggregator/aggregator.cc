@@ -172,7 +172,15 @@ void Aggregator::TickLoop() {
     collective_->Tick([this] { return collective::CollectiveNodesOf(fleet_.Nodes(), map_.get()); },
                       now);
     // Tracked from the analyzer's next tick on, so /api/v1/findings and the status page show them.
-    analyzer_->SetSourceFindings("collective", collective_->ActiveFindings(now));
+    analyzer_->SetSourceFindings("collective", collective_->ActiveFindings(now, [this] {
+      std::vector<collective::MeshLink> mesh;
+      for (analysis::LinkView& l : analyzer_->Links()) {
+        mesh.push_back({std::move(l.id), std::move(l.a), std::move(l.b), std::move(l.a_tier),
+                        std::move(l.b_tier), std::move(l.state), l.loss_ratio, l.latency_inflation,
+                        l.bandwidth_ratio, l.confidence});
+      }
+      return mesh;
+    }));
     if (now - last_drop_idle_ns_ >= kDropIdlePeriodNs) {
       last_drop_idle_ns_ = now;
       pairs_->DropIdle(now);

@@ -188,6 +188,21 @@ class FindingsCase(unittest.TestCase):
 
         self.inject(run, {"link_down"}, {"down"}, undo=undo, resolve_within=60)
 
+    FLAP_PERIOD, FLAP_COUNT = 6.0, 10  # 3 s down, 3 s up; the loop stops once the finding is out
+
+    def flap(self, run):
+        run.pinning.start_keeper()
+        loop = run.fab.flap(LINK, period=self.FLAP_PERIOD, count=self.FLAP_COUNT,
+                            down_fraction=0.5)
+
+        def undo():
+            loop.stop(timeout=30)
+            run.pinning.stop_keeper()
+            run.pinning.refresh()
+
+        # A flapping link resolves only after flap_quiet_s (60 s) without a toggle.
+        self.inject(run, {"link_flapping"}, {"flapping", "down"}, undo=undo, resolve_within=100)
+
     def congest(self, run):
         load = run.fab.congest(LINK, "21mbit", DETECT_S + 2, toward="spine1", shape="20mbit",
                                latency="1s")
@@ -219,22 +234,10 @@ class LinkDownTest(FindingsCase):
 
 
 class FlapTest(FindingsCase):
-    PERIOD, COUNT = 6.0, 10  # 3 s down, 3 s up; the loop stops as soon as the finding is out
-
     def test_flap_loop_is_link_flapping(self):
         with self.fabric() as run:
             self.start(run, baseline_s=40)
-            run.pinning.start_keeper()
-            loop = run.fab.flap(LINK, period=self.PERIOD, count=self.COUNT, down_fraction=0.5)
-
-            def undo():
-                loop.stop(timeout=30)
-                run.pinning.stop_keeper()
-                run.pinning.refresh()
-
-            # A flapping link resolves only after flap_quiet_s (60 s) without a toggle.
-            self.inject(run, {"link_flapping"}, {"flapping", "down"}, undo=undo,
-                        resolve_within=100)
+            self.flap(run)
 
 
 class CongestionTest(FindingsCase):
@@ -272,15 +275,16 @@ class TbfDegradedTest(FindingsCase):
             self.inject(run, {"link_degraded"}, {"degraded"}, undo=fault.undo, resolve_within=240)
 
 
-# ctest runs these two instead of the four classes they combine: each fabric costs ~40-65 s of
+# ctest runs these two instead of the five classes they combine: each fabric costs ~40-65 s of
 # start-up and baseline on 2 cores, and a fault that resolved cleanly leaves the fabric as healthy
 # as a new one (inject() asserts that nothing else is blamed after the undo).
-class DropThenLinkDownTest(FindingsCase):
-    def test_drop_then_link_down(self):
+class DropLinkDownFlapTest(FindingsCase):
+    def test_drop_then_link_down_then_flap(self):
         with self.fabric() as run:
             self.start(run, baseline_s=40)
             self.drop_five_percent(run)
             self.link_down(run)
+            self.flap(run)
 
 
 class HealthyThenCongestionTest(FindingsCase):

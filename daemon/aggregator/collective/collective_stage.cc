@@ -50,19 +50,12 @@ json FindingJson(const CollectiveSlowFinding& f) {
           {"expected_busbw_bps", f.expected_bps}};
 }
 
-// The analysis form: located at the culprit node, or at the link ("link leaf2-spine").
-Finding AnalysisFinding(const CollectiveSlowFinding& f) {
+// The analysis form: at the culprit node; for a link culprit at the map link the probe mesh
+// corroborates (`mesh`), else at the leaf or the leaf pair the bisection named.
+Finding AnalysisFinding(const CollectiveSlowFinding& f, const MeshLink* mesh) {
   Finding out;
   out.kind = "collective_slow";
   out.severity = Severity::kWarning;
-  if (!f.node.empty()) {
-    out.location = FindingLocation{"node", f.node, f.node, "", 0};
-  } else {
-    constexpr std::string_view kLink = "link ";
-    const bool link = f.location.starts_with(kLink);
-    out.location.type = link ? "link" : "group";
-    out.location.id = link ? f.location.substr(kLink.size()) : f.location;
-  }
   const double measured = f.measured_bps / 1e9, expected = f.expected_bps / 1e9;
   out.summary = fmt::format(
       "collective group {} is slow: bus bandwidth {:.1f} Gbit/s against {:.1f} expected; "
@@ -70,6 +63,39 @@ Finding AnalysisFinding(const CollectiveSlowFinding& f) {
       f.group, measured, expected, f.location, f.cause);
   out.evidence = {{"busbw_gbps", measured}, {"expected_busbw_gbps", expected}};
   if (expected > 0) out.evidence["busbw_ratio"] = measured / expected;
+  if (!f.node.empty()) {
+    out.location = FindingLocation{"node", f.node, f.node, "", 0};
+  } else if (f.leaf_a.empty()) {
+    out.location = FindingLocation{"group", f.location, "", "", 0};
+  } else if (mesh != nullptr) {
+    out.location = FindingLocation{"link", mesh->id, "", "", 0};
+    out.summary += fmt::format("; the probe mesh corroborates it: {} is {} (loss {:.2f}%", mesh->id,
+                               mesh->state, 100 * mesh->loss_ratio);
+    if (mesh->latency_inflation > 0) {
+      out.summary += fmt::format(", latency {:.1f}x", mesh->latency_inflation);
+    }
+    if (mesh->bandwidth_ratio > 0) {
+      out.summary += fmt::format(", bandwidth {:.2f} of its peers'", mesh->bandwidth_ratio);
+    }
+    out.summary += ")";
+    out.evidence["mesh_corroborated"] = 1;
+    out.evidence["mesh_loss_ratio"] = mesh->loss_ratio;
+    if (mesh->latency_inflation > 0)
+      out.evidence["mesh_latency_inflation"] = mesh->latency_inflation;
+    if (mesh->bandwidth_ratio > 0) out.evidence["mesh_bandwidth_ratio"] = mesh->bandwidth_ratio;
+  } else {
+    if (f.leaf_b.empty()) {
+      out.location = FindingLocation{"switch", f.leaf_a, "", "", 0};
+      out.summary += fmt::format("; the probe mesh sees no fault on {}'s uplinks", f.leaf_a);
+    } else {
+      const auto [x, y] = std::minmax(f.leaf_a, f.leaf_b);
+      out.location = FindingLocation{"pair", x + "~" + y, "", "", 0};
+      out.summary +=
+          fmt::format("; the probe mesh sees no fault on {}'s or {}'s uplinks", f.leaf_a, f.leaf_b);
+    }
+    out.evidence["mesh_corroborated"] = 0;
+    out.confidence = 0.5;
+  }
   return out;
 }
 
@@ -148,7 +174,7 @@ void CollectiveStage::Tick(const std::function<std::vector<CollectiveNode>()>& n
   {
     MutexLock lock(mu_);
     last_tick_ns_ = now_ns;
-    std::erase_if(active_, [&](const auto& e) { return now_ns - e.second.second >= hold_ns_; });
+    std::erase_if(active_, [&](const auto& e) { return now_ns - e.second.at_ns >= hold_ns_; });
     if (schedule_on_ && (nodes_at_ns_ < 0 || now_ns - nodes_at_ns_ >= kNodesRefreshNs)) {
       nodes_ = nodes();
       nodes_at_ns_ = now_ns;
@@ -158,6 +184,7 @@ void CollectiveStage::Tick(const std::function<std::vector<CollectiveNode>()>& n
     AddJobs(t.jobs, out);
     AddReplies(std::move(t.kv), out);
     Keep(std::move(t.findings));
+    DropRecovered();
     Export();
   }
   if (!out.empty()) send_(std::move(out));
@@ -178,14 +205,39 @@ void CollectiveStage::OnResult(const std::string& node, const v1::CollectiveResu
   MutexLock lock(mu_);
   Keep(orchestrator_.OnResult(node, result.job_id(), result.bus_bandwidth_bps(), result.latency_s(),
                               result.error(), std::move(op_seconds)));
+  DropRecovered();
   Export();
 }
 
 void CollectiveStage::Keep(std::vector<CollectiveSlowFinding> findings) {
   for (CollectiveSlowFinding& f : findings) {
-    active_[f.location] = {f, last_tick_ns_};
+    Kept& k = active_[f.location];
+    k.finding = f;
+    k.at_ns = last_tick_ns_;
+    k.groups.insert(f.group);
     findings_.push_back(std::move(f));
     if (findings_.size() > kKeptFindings) findings_.pop_front();
+  }
+}
+
+void CollectiveStage::DropRecovered() {
+  for (const std::string& group : orchestrator_.TakeRecovered()) {
+    // A location stays while another group whose bisection ended there is still slow.
+    size_t dropped = 0;
+    for (auto it = active_.begin(); it != active_.end();) {
+      if (it->second.groups.erase(group) > 0 && it->second.groups.empty()) {
+        it = active_.erase(it);
+        ++dropped;
+      } else {
+        ++it;
+      }
+    }
+    if (dropped > 0) {
+      spdlog::info(
+          "component=collective msg=\"collective_slow resolved: the group runs at its expected "
+          "rate again\" group={} findings={}",
+          group, dropped);
+    }
   }
 }
 
@@ -200,11 +252,45 @@ void CollectiveStage::Export() {
   paused_.Set(static_cast<double>(pauses_->list().size()));
 }
 
-std::vector<Finding> CollectiveStage::ActiveFindings(int64_t now_ns) const {
+std::vector<Finding> CollectiveStage::ActiveFindings(
+    int64_t now_ns, const std::function<std::vector<MeshLink>()>& mesh) {
   std::vector<Finding> out;
+  std::vector<MeshLink> links;
+  bool asked = false;
   MutexLock lock(mu_);
-  for (const auto& [location, kept] : active_) {
-    if (now_ns - kept.second < hold_ns_) out.push_back(AnalysisFinding(kept.first));
+  for (auto& [location, kept] : active_) {
+    if (now_ns - kept.at_ns >= hold_ns_) continue;
+    const CollectiveSlowFinding& f = kept.finding;
+    const MeshLink* corroborating = nullptr;
+    if (f.node.empty() && !f.leaf_a.empty() && mesh) {
+      if (!asked) {
+        links = mesh();
+        asked = true;
+      }
+      if (kept.mesh_link.empty()) {
+        corroborating = CorroboratingLink(links, f.leaf_a, f.leaf_b);
+        if (corroborating != nullptr) {
+          kept.mesh_link = corroborating->id;
+          spdlog::info(
+              "component=collective msg=\"probe mesh corroborates a collective_slow link\" "
+              "bisection=\"{}\" link={} state={} loss_ratio={}",
+              location, corroborating->id, corroborating->state, corroborating->loss_ratio);
+        }
+      } else {
+        auto it = std::find_if(links.begin(), links.end(),
+                               [&](const MeshLink& l) { return l.id == kept.mesh_link; });
+        if (it != links.end()) corroborating = &*it;
+      }
+    }
+    if (corroborating == nullptr && !kept.mesh_link.empty()) {
+      // Corroborated earlier and gone from the map since: keep the place, without numbers.
+      MeshLink gone;
+      gone.id = kept.mesh_link;
+      gone.state = "unknown";
+      out.push_back(AnalysisFinding(f, &gone));
+      continue;
+    }
+    out.push_back(AnalysisFinding(f, corroborating));
   }
   return out;
 }

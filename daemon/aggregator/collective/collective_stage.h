@@ -8,12 +8,14 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/finding.h"
 #include "common/mutex.h"
+#include "daemon/aggregator/collective/mesh_corroboration.h"
 #include "daemon/aggregator/collective/orchestrator.h"
 #include "daemon/aggregator/ingest/fleet_state.h"
 #include "daemon/aggregator/plan/fabric_map.h"
@@ -54,8 +56,13 @@ class CollectiveStage {
   PauseSet& pauses() { return *pauses_; }
   std::vector<CollectiveSlowFinding> recent_findings() const;
   // The collective_slow findings as the analyzer tracks them (Analyzer::SetSourceFindings), one per
-  // location: a location stays active for hold_ns() after the newest bisection that ended there.
-  std::vector<Finding> ActiveFindings(int64_t now_ns) const;
+  // location: a location stays active for hold_ns() after the newest bisection that ended there,
+  // or until the group that was slow runs at its expected rate again. A bisection that ended
+  // between leaves is put on the fabric map link the probe mesh corroborates (`mesh`, called
+  // only while such a finding is active; the first corroborating link sticks); without one it
+  // stays at the leaf (switch) or the leaf pair (pair), at confidence 0.5.
+  std::vector<Finding> ActiveFindings(int64_t now_ns,
+                                      const std::function<std::vector<MeshLink>()>& mesh = {});
   // kHoldIntervals schedule intervals, at least kMinHoldNs: a slow group is re-tested, and a
   // persisting fault found again, within that time.
   int64_t hold_ns() const { return hold_ns_; }
@@ -67,6 +74,7 @@ class CollectiveStage {
 
  private:
   void Keep(std::vector<CollectiveSlowFinding> findings) FW_REQUIRES(mu_);
+  void DropRecovered() FW_REQUIRES(mu_);
   void Export() FW_REQUIRES(mu_);
   void PauseOrResume(bool pause, const http::Request& req, http::Response& r);
 
@@ -79,9 +87,14 @@ class CollectiveStage {
   std::vector<CollectiveNode> nodes_ FW_GUARDED_BY(mu_);
   int64_t nodes_at_ns_ FW_GUARDED_BY(mu_) = -1;
   std::deque<CollectiveSlowFinding> findings_ FW_GUARDED_BY(mu_);
-  // Location -> the newest finding there and when (the tick clock; a result's findings take the
-  // last tick's time).
-  std::map<std::string, std::pair<CollectiveSlowFinding, int64_t>> active_ FW_GUARDED_BY(mu_);
+  struct Kept {
+    CollectiveSlowFinding finding;
+    int64_t at_ns = 0;      // the tick clock; a result's findings take the last tick's time
+    std::string mesh_link;  // the map link the probe mesh corroborated, once it did
+    std::set<std::string> groups;  // the slow groups whose bisections ended here
+  };
+  // Bisection location -> the newest finding there.
+  std::map<std::string, Kept> active_ FW_GUARDED_BY(mu_);
   int64_t last_tick_ns_ FW_GUARDED_BY(mu_) = 0;
 
   metrics::Family<metrics::Gauge>& busbw_;

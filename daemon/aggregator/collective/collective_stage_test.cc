@@ -102,6 +102,18 @@ TEST(CollectiveStage, PausedNodeGetsNoNewJob) {
   EXPECT_EQ(nodes, (std::set<std::string>{"h1", "h5"}));
 }
 
+// Every member of job `id` reports `rate`.
+void Answer(Fixture& f, const std::string& id, const std::vector<std::string>& members,
+            double rate) {
+  for (const std::string& m : members) {
+    v1::CollectiveResult r;
+    r.set_job_id(id);
+    r.set_bus_bandwidth_bps(rate);
+    r.set_latency_s(0.001);
+    f.stage.OnResult(m, r);
+  }
+}
+
 // Answers every job sent since the last call: each member reports the slowest member's rate.
 void AnswerJobs(Fixture& f, const std::map<std::string, double>& slow) {
   for (const auto& [id, members] : f.TakeJobs()) {
@@ -109,13 +121,7 @@ void AnswerJobs(Fixture& f, const std::map<std::string, double>& slow) {
     for (const std::string& m : members) {
       if (slow.contains(m)) rate = std::min(rate, slow.at(m));
     }
-    for (const std::string& m : members) {
-      v1::CollectiveResult r;
-      r.set_job_id(id);
-      r.set_bus_bandwidth_bps(rate);
-      r.set_latency_s(0.001);
-      f.stage.OnResult(m, r);
-    }
+    Answer(f, id, members, rate);
   }
 }
 
@@ -141,6 +147,97 @@ TEST(CollectiveStage, BisectionFindingIsAnAnalysisFindingWhileHeld) {
   const int64_t found_at = t - kS;
   EXPECT_EQ(f.stage.ActiveFindings(found_at + f.stage.hold_ns() - kS).size(), 1u);
   EXPECT_TRUE(f.stage.ActiveFindings(found_at + f.stage.hold_ns()).empty());
+}
+
+// Answers every job sent since the last call: a job whose members sit on both leaves (h0-h3 on
+// leaf0, h4-h7 on leaf1) crosses the slow leaf-to-leaf path.
+void AnswerJobsAcrossSlowLeaves(Fixture& f, double cross_rate) {
+  for (const auto& [id, members] : f.TakeJobs()) {
+    std::set<char> leaves;
+    for (const std::string& m : members) leaves.insert(m[1] < '4' ? 'a' : 'b');
+    Answer(f, id, members, leaves.size() > 1 ? cross_rate : 80e9);
+  }
+}
+
+MeshLink Uplink(const std::string& leaf, const std::string& spine, const std::string& state) {
+  return MeshLink{leaf + "~" + spine, leaf, spine, "leaf", "spine", state, 0.05, 1.0, 0, 1};
+}
+
+// Healthy runs first (every group's expected rate comes from its own history and its peers'),
+// then the leaf-to-leaf path slows down until a bisection ends.
+int64_t RunUntilFound(Fixture& f, int64_t t, double cross_rate) {
+  for (const int64_t healthy_until = t + 100 * kS; t < healthy_until; t += kS) {
+    f.stage.Tick([] { return testing::TwoLeafFleet(); }, t);
+    AnswerJobsAcrossSlowLeaves(f, 80e9);
+  }
+  for (; t < 400 * kS && f.stage.recent_findings().empty(); t += kS) {
+    f.stage.Tick([] { return testing::TwoLeafFleet(); }, t);
+    AnswerJobsAcrossSlowLeaves(f, cross_rate);
+  }
+  return t;
+}
+
+TEST(CollectiveStage, LinkCulpritWithoutMeshEvidenceStaysAtTheLeafPair) {
+  Fixture f(Config());
+  const int64_t t = RunUntilFound(f, 0, 30e9);
+  ASSERT_FALSE(f.stage.recent_findings().empty());
+  EXPECT_EQ(f.stage.recent_findings()[0].location, "link leaf0-leaf1");
+  const std::vector<MeshLink> healthy = {Uplink("leaf0", "spine1", "ok"),
+                                         Uplink("leaf1", "spine1", "ok")};
+  std::vector<Finding> active = f.stage.ActiveFindings(t, [&] { return healthy; });
+  ASSERT_EQ(active.size(), 1u);
+  EXPECT_EQ(active[0].location.type, "pair");
+  EXPECT_EQ(active[0].location.id, "leaf0~leaf1");
+  EXPECT_EQ(active[0].evidence.at("mesh_corroborated"), 0);
+  EXPECT_DOUBLE_EQ(active[0].confidence, 0.5);
+  EXPECT_NE(active[0].summary.find("sees no fault"), std::string::npos) << active[0].summary;
+}
+
+TEST(CollectiveStage, MeshCorroboratedLinkCulpritIsOnTheMapLinkAndSticks) {
+  Fixture f(Config());
+  const int64_t t = RunUntilFound(f, 0, 30e9);
+  ASSERT_FALSE(f.stage.recent_findings().empty());
+  std::vector<MeshLink> mesh = {Uplink("leaf0", "spine1", "ok"),
+                                Uplink("leaf1", "spine1", "degraded"),
+                                Uplink("leaf1", "spine2", "ok")};
+  int asked = 0;
+  auto provider = [&] {
+    ++asked;
+    return mesh;
+  };
+  std::vector<Finding> active = f.stage.ActiveFindings(t, provider);
+  ASSERT_EQ(active.size(), 1u);
+  EXPECT_EQ(active[0].location.type, "link");
+  EXPECT_EQ(active[0].location.id, "leaf1~spine1");
+  EXPECT_EQ(active[0].evidence.at("mesh_corroborated"), 1);
+  EXPECT_DOUBLE_EQ(active[0].evidence.at("mesh_loss_ratio"), 0.05);
+  EXPECT_NE(active[0].summary.find("corroborates it: leaf1~spine1 is degraded"), std::string::npos)
+      << active[0].summary;
+  EXPECT_EQ(asked, 1);
+  // The mesh's link turns ok (its own finding resolved): the collective finding keeps its place.
+  mesh[1].state = "ok";
+  active = f.stage.ActiveFindings(t + kS, provider);
+  ASSERT_EQ(active.size(), 1u);
+  EXPECT_EQ(active[0].location.id, "leaf1~spine1");
+}
+
+TEST(CollectiveStage, FindingResolvesWhenTheSlowGroupsRunAtTheirRateAgain) {
+  Fixture f(Config());
+  int64_t t = RunUntilFound(f, 0, 30e9);
+  ASSERT_FALSE(f.stage.recent_findings().empty());
+  // Let every group that turns slow finish its bisection, then heal the path.
+  for (const int64_t until = t + 60 * kS; t < until; t += kS) {
+    f.stage.Tick([] { return testing::TwoLeafFleet(); }, t);
+    AnswerJobsAcrossSlowLeaves(f, 30e9);
+  }
+  ASSERT_EQ(f.stage.ActiveFindings(t).size(), 1u);
+  const int64_t healed_at = t;
+  for (; t < healed_at + 120 * kS && !f.stage.ActiveFindings(t).empty(); t += kS) {
+    f.stage.Tick([] { return testing::TwoLeafFleet(); }, t);
+    AnswerJobsAcrossSlowLeaves(f, 80e9);
+  }
+  EXPECT_TRUE(f.stage.ActiveFindings(t).empty());
+  EXPECT_LT(t - healed_at, f.stage.hold_ns());  // resolved by recovery, not by the hold time
 }
 
 TEST(CollectiveStage, ZeroIntervalStartsNothing) {

@@ -160,6 +160,12 @@ std::vector<CollectiveSlowFinding> CollectiveOrchestrator::Complete(ActiveJob jo
   } else {
     healthy_members_.erase(job.spec.group);
   }
+  if (v.recovered) {
+    SPDLOG_INFO(
+        "component=collective msg=\"group recovered\" group={} measured_bps={} expected_bps={}",
+        job.spec.group, v.measured, v.expected);
+    recovered_.push_back(job.spec.group);
+  }
   if (v.became_slow) {
     healthy_members_.erase(job.spec.group);
     StartBisection(job, v);
@@ -199,8 +205,10 @@ std::vector<CollectiveSlowFinding> CollectiveOrchestrator::Harvest(uint64_t id) 
   if (b == bisections_.end() || !b->second.search->done()) return {};
   std::vector<CollectiveSlowFinding> out;
   for (const Culprit& c : b->second.search->culprits()) {
-    out.push_back({c.Location(), c.kind == Culprit::Kind::kNode ? c.node : std::string(), c.cause,
-                   b->second.group, c.measured_busbw, c.expected_busbw});
+    const bool link = c.kind == Culprit::Kind::kLink;
+    out.push_back({c.Location(), link ? std::string() : c.node, c.cause, b->second.group,
+                   link ? c.leaf_a : std::string(), link ? c.leaf_b : std::string(),
+                   c.measured_busbw, c.expected_busbw});
     SPDLOG_WARN(
         "component=collective msg=\"collective_slow\" location=\"{}\" cause=\"{}\" "
         "group={} measured_bps={} expected_bps={}",
@@ -212,6 +220,12 @@ std::vector<CollectiveSlowFinding> CollectiveOrchestrator::Harvest(uint64_t id) 
   }
   counters_.findings += out.size();
   bisections_.erase(b);
+  return out;
+}
+
+std::vector<std::string> CollectiveOrchestrator::TakeRecovered() {
+  std::vector<std::string> out;
+  out.swap(recovered_);
   return out;
 }
 

@@ -31,6 +31,8 @@ struct CollectiveSlowFinding {
   std::string node;      // the node, for a node culprit
   std::string cause;
   std::string group;  // the group that was slow
+  std::string leaf_a;  // a link culprit: a leaf's uplinks (leaf_b empty) or the leaf pair
+  std::string leaf_b;
   double measured_bps = 0;
   double expected_bps = 0;
 };
@@ -83,6 +85,8 @@ class CollectiveOrchestrator {
                                               const std::string& error,
                                               std::vector<double> op_seconds = {});
 
+  // Groups whose run ended a slow spell since the last call (their findings may resolve).
+  std::vector<std::string> TakeRecovered();
   const OrchestratorCounters& counters() const { return counters_; }
   size_t active_bisections() const { return bisections_.size(); }
   size_t jobs_in_flight() const { return jobs_.size(); }
@@ -117,6 +121,7 @@ class CollectiveOrchestrator {
   std::map<std::string, ActiveJob> jobs_;       // by job id
   std::map<uint64_t, ActiveBisection> bisections_;
   std::map<std::string, std::vector<std::string>> healthy_members_;  // by group, last healthy run
+  std::vector<std::string> recovered_;
   uint64_t next_bisection_ = 1;
   int64_t now_ns_ = 0;
   OrchestratorCounters counters_;
