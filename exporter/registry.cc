@@ -167,21 +167,26 @@ M& Family<M>::WithLabels(const std::vector<std::string>& values) {
   if (it == series_.end()) {
     Entry e;
     if constexpr (std::is_same_v<M, Histogram>) {
-      e.metric = std::make_unique<Histogram>(bounds_);
+      e.metric = &metrics_.emplace_back(bounds_);
     } else {
-      e.metric = std::make_unique<M>();
+      e.metric = &metrics_.emplace_back();
     }
+    e.offset = staged_.size();
     if constexpr (std::is_same_v<M, Histogram>) {
-      AppendLabels(e.prefix, values);
+      AppendLabels(staged_, values);
     } else {
-      e.prefix = name_;
-      AppendLabels(e.prefix, values);
-      if (!label_names_.empty()) e.prefix += '}';
-      e.prefix += ' ';
+      staged_ += name_;
+      AppendLabels(staged_, values);
+      if (!label_names_.empty()) staged_ += '}';
+      staged_ += ' ';
     }
-    it = series_.emplace(values, std::move(e)).first;
+    e.size = staged_.size() - e.offset;
+    it = series_.emplace(values, e).first;
+    index_stale_ = true;
+  } else if (!it->second.visible) {
+    it->second.visible = true;
+    index_stale_ = true;
   }
-  it->second.visible = true;
   return *it->second.metric;
 }
 
@@ -189,7 +194,10 @@ template <typename M>
 void Family<M>::Remove(const std::vector<std::string>& values) {
   MutexLock lock(mu_);
   auto it = series_.find(values);
-  if (it != series_.end()) it->second.visible = false;
+  if (it != series_.end() && it->second.visible) {
+    it->second.visible = false;
+    index_stale_ = true;
+  }
 }
 
 template <typename M>
@@ -201,19 +209,47 @@ size_t Family<M>::size() const {
 }
 
 template <typename M>
+void Family<M>::RebuildIndex() const {
+  auto index = std::make_shared<RenderIndex>();
+  const std::string* old_text = index_ ? &index_->text : nullptr;
+  index->text.reserve((old_text ? old_text->size() : 0) + staged_.size());
+  index->lines.reserve(series_.size());
+  for (auto& [values, entry] : series_) {
+    const std::string& from = entry.staged ? staged_ : *old_text;
+    size_t offset = index->text.size();
+    index->text.append(from, entry.offset, entry.size);
+    entry.offset = offset;
+    entry.staged = false;
+    if (entry.visible) index->lines.push_back({entry.metric, offset, entry.size});
+  }
+  staged_.clear();
+  staged_.shrink_to_fit();
+  index_ = std::move(index);
+  index_stale_ = false;
+}
+
+template <typename M>
 void Family<M>::Render(std::string& out, const std::function<void(std::string_view)>& sink) const {
+  std::shared_ptr<const RenderIndex> index;
+  {
+    MutexLock lock(mu_);
+    if (index_stale_) RebuildIndex();
+    index = index_;
+  }
+  // From here on no lock: the index is immutable and the metrics are atomics, so WithLabels() and
+  // other scrapes go on while the sink blocks on a slow reader. Series created meanwhile show in
+  // the next render.
   RenderHeader(out);
-  MutexLock lock(mu_);
-  for (auto it = series_.begin(); it != series_.end(); ++it) {
-    const Entry& entry = it->second;
-    if (!entry.visible) continue;
+  const char* text = index->text.data();
+  for (const auto& line : index->lines) {
     if constexpr (std::is_same_v<M, Histogram>) {
-      Histogram::Snapshot snap = entry.metric->Take();
-      const auto& bounds = entry.metric->bounds();
+      std::string_view labels(text + line.offset, line.size);
+      Histogram::Snapshot snap = line.metric->Take();
+      const auto& bounds = line.metric->bounds();
       for (size_t i = 0; i <= bounds.size(); ++i) {
         out += name_;
         out += "_bucket";
-        out += entry.prefix;
+        out += labels;
         out += label_names_.empty() ? "{le=\"" : ",le=\"";
         if (i < bounds.size()) {
           AppendNumber(out, bounds[i]);
@@ -227,7 +263,7 @@ void Family<M>::Render(std::string& out, const std::function<void(std::string_vi
       for (const char* suffix : {"_sum", "_count"}) {
         out += name_;
         out += suffix;
-        out += entry.prefix;
+        out += labels;
         if (!label_names_.empty()) out += '}';
         out += ' ';
         AppendNumber(out,
@@ -235,18 +271,13 @@ void Family<M>::Render(std::string& out, const std::function<void(std::string_vi
         out += '\n';
       }
     } else {
-      out += entry.prefix;
-      AppendNumber(out, entry.metric->Value());
+      out.append(text + line.offset, line.size);
+      AppendNumber(out, line.metric->Value());
       out += '\n';
     }
     if (out.size() >= Registry::kChunkBytes) {
-      // The sink may block on a slow reader, so it runs without the lock: WithLabels() and other
-      // scrapes go on meanwhile. `it` stays valid because std::map insertions keep iterators and
-      // entries are never erased.
-      lock.Unlock();
       sink(out);
       out.clear();
-      lock.Lock();
     }
   }
 }

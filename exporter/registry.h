@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -104,17 +105,39 @@ class Family final : public FamilyBase {
   void Render(std::string& out, const std::function<void(std::string_view)>& sink) const override;
 
  private:
+  // What a render walks: the visible series in exposition order, each with its pre-rendered
+  // `name{labels} ` (or `{labels` for histograms) as a range of one contiguous text. Immutable once
+  // built, so a render reads it without the lock; contiguous, so a render at 100k series copies
+  // memory in order instead of chasing map nodes and scattered strings.
+  struct RenderIndex {
+    struct Line {
+      const M* metric;
+      size_t offset;
+      size_t size;
+    };
+    std::string text;         // every series' prefix, hidden ones included, in label-value order
+    std::vector<Line> lines;  // visible series only
+  };
   struct Entry {
-    std::unique_ptr<M> metric;
-    // Pre-rendered `name{labels} ` (or `{labels` for histograms), so a scrape only appends numbers.
-    std::string prefix;
+    M* metric;
+    // The prefix's range in index_->text, or in staged_ while `staged` (created since the last
+    // rebuild).
+    size_t offset = 0;
+    size_t size = 0;
+    bool staged = true;
     bool visible = true;
   };
+  // Rebuilds index_ from series_ after series were created, hidden or revived.
+  void RebuildIndex() const FW_REQUIRES(mu_);
+
   std::vector<double> bounds_;
   mutable Mutex mu_;
-  // Entries are never erased (Remove() hides one): Render() keeps an iterator across unlocking
-  // while its sink writes.
-  std::map<std::vector<std::string>, Entry> series_ FW_GUARDED_BY(mu_);
+  mutable std::map<std::vector<std::string>, Entry> series_ FW_GUARDED_BY(mu_);
+  // The metrics themselves: a deque keeps references stable and packs them densely.
+  std::deque<M> metrics_ FW_GUARDED_BY(mu_);
+  mutable std::string staged_ FW_GUARDED_BY(mu_);  // prefixes of entries not yet in index_
+  mutable std::shared_ptr<const RenderIndex> index_ FW_GUARDED_BY(mu_);
+  mutable bool index_stale_ FW_GUARDED_BY(mu_) = true;
 };
 
 class Registry {

@@ -75,6 +75,34 @@ TEST(RegistryTest, HandlesAreStableAndRemoveHidesSeries) {
   EXPECT_NE(r.RenderToString().find("fabricwatch_agent_up{node=\"a\"} 5"), std::string::npos);
 }
 
+// Renders between creations, removals and revivals give the same text as a registry built at once.
+TEST(RegistryTest, RenderAfterChangesMatchesAFreshRegistry) {
+  Registry changed, fresh;
+  auto& c = changed.AddCounter("fabricwatch_c_total", "C.", {"a", "b"});
+  auto& h = changed.AddHistogram("fabricwatch_h_seconds", "H.", {"a"}, {0.1, 1});
+  for (int i = 0; i < 50; i += 2) c.WithLabels({std::to_string(i), "x\"y"}).Inc(i);
+  h.WithLabels({"m"}).Observe(0.5);
+  (void)changed.RenderToString();
+  for (int i = 1; i < 50; i += 2) c.WithLabels({std::to_string(i), "x\"y"}).Inc(i);
+  h.WithLabels({"a"}).Observe(2);
+  c.Remove({"10", "x\"y"});
+  (void)changed.RenderToString();
+  c.Remove({"20", "x\"y"});
+  c.WithLabels({"10", "x\"y"});
+  h.WithLabels({"z"});
+
+  auto& fc = fresh.AddCounter("fabricwatch_c_total", "C.", {"a", "b"});
+  auto& fh = fresh.AddHistogram("fabricwatch_h_seconds", "H.", {"a"}, {0.1, 1});
+  for (int i = 0; i < 50; ++i) {
+    if (i != 20) fc.WithLabels({std::to_string(i), "x\"y"}).Inc(i);
+  }
+  fh.WithLabels({"m"}).Observe(0.5);
+  fh.WithLabels({"a"}).Observe(2);
+  fh.WithLabels({"z"});
+  EXPECT_EQ(changed.RenderToString(), fresh.RenderToString());
+  EXPECT_EQ(c.size(), 49u);
+}
+
 TEST(RegistryTest, CounterIgnoresNegativeIncrements) {
   Registry r;
   auto& c = r.AddCounter("fabricwatch_x_total", "x").WithLabels({});

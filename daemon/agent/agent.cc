@@ -1,6 +1,7 @@
 // Agent composition.
 #include "daemon/agent/agent.h"
 
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -89,7 +90,9 @@ v1::Hello Agent::MakeHello() const {
 }
 
 Status Agent::Start() {
-  Status d = node_->Start();
+  // The first check and counter pass; after it the report loop samples (node_ gets no thread of
+  // its own), so one thread wakes once per period and reports the pass it has just made.
+  Status d = node_->SampleNow();
   if (!d.ok()) {
     // The agent still samples counters, probes and reports without an inventory; say so once.
     spdlog::warn("msg=\"node check failed\" error=\"{}\"", d.message());
@@ -196,8 +199,16 @@ Status Agent::Start() {
   rdma_available.Set(rdma_ && rdma_->state().available ? 1 : 0);
   collective_->Start();
   uplink_->Start();
-  report_thread_ = std::thread([this] { ReportLoop(); });
-  if (options_.test_batches > 0) test_thread_ = std::thread([this] { TestBatchLoop(); });
+  report_thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "fw-report");
+    ReportLoop();
+  });
+  if (options_.test_batches > 0) {
+    test_thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "fw-test-batches");
+      TestBatchLoop();
+    });
+  }
   NodeSnapshot snap = node_->Latest();
   spdlog::info("msg=\"agent started\" node={} aggregator={} http_port={} gpus={} ports={}",
                options_.node_name, options_.aggregator, http_port(),
@@ -235,15 +246,20 @@ void Agent::ReportLoop() {
   auto last_report = std::chrono::steady_clock::now();
   auto period = std::chrono::milliseconds(
       static_cast<int64_t>(std::max(0.05, options_.sample_interval_s) * 1000));
+  auto next_pass = std::chrono::steady_clock::now() + period;
   MutexLock lock(report_mu_);
   while (!stopping_) {
-    const auto until = std::chrono::steady_clock::now() + period;
-    while (!stopping_ && !report_now_ && report_cv_.WaitUntil(report_mu_, until)) {
+    while (!stopping_ && !report_now_ && report_cv_.WaitUntil(report_mu_, next_pass)) {
     }
     if (stopping_) break;
     bool forced = report_now_;
     report_now_ = false;
     lock.Unlock();
+    // A forced report (a reconnect) sends the latest pass and keeps the sampling period.
+    if (std::chrono::steady_clock::now() >= next_pass) {
+      (void)node_->SampleNow();  // errors are logged and counted inside
+      next_pass = std::chrono::steady_clock::now() + period;
+    }
     NodeSnapshot snap = node_->Latest();
     if (snap.seq != last_seq && !snap.ports.empty()) {
       last_seq = snap.seq;

@@ -78,8 +78,8 @@ class Agent {
  private:
   fabricwatch::v1::Hello MakeHello() const;
   void TestBatchLoop();
-  // Sends counter samples every pass, and the check report when it changes, every
-  // kCheckReportPeriod, and after every (re)connect.
+  // Makes the counter pass every sample interval and sends its samples, and the check report when
+  // it changes, every kCheckReportPeriod, and after every (re)connect.
   void ReportLoop();
   void SendCheckReport();
 

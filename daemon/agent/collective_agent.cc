@@ -1,6 +1,7 @@
 // Agent-side collective probes: uplink KvStore and the job runner.
 #include "daemon/agent/collective_agent.h"
 
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -101,7 +102,10 @@ CollectiveRunner::CollectiveRunner(CollectiveRunnerOptions options, AgentSendFn 
 CollectiveRunner::~CollectiveRunner() { Stop(); }
 
 void CollectiveRunner::Start() {
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "fw-collective");
+    Loop();
+  });
 }
 
 void CollectiveRunner::Stop() {

@@ -1,6 +1,7 @@
 // Probe scheduling, result batching and probe metrics.
 #include "daemon/agent/probe_scheduler.h"
 
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -137,8 +138,14 @@ Status ProbeScheduler::Start() {
   auto udp = net::UdpProber::Start(uo, clock_, queue_, budget_.get());
   if (!udp.ok()) return udp.status();
   udp_ = std::move(*udp);
-  batcher_ = std::thread([this] { BatchLoop(); });
-  slow_ = std::thread([this] { SlowLoop(); });
+  batcher_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "fw-sched-batch");
+    BatchLoop();
+  });
+  slow_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "fw-sched-slow");
+    SlowLoop();
+  });
   spdlog::info("msg=\"probes started\" responder_port={}", responder_->port());
   return Status::Ok();
 }
@@ -367,9 +374,20 @@ void ProbeScheduler::SlowLoop() {
     std::optional<net::TcpTarget> due_bw;
     uint64_t bw_bytes = 0;
     {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
       MutexLock lock(mu_);
-      while (!stopping_ && cv_.WaitUntil(mu_, until)) {
+      // Sleeps until the next connect probe or burst is due or a new plan arrives, at least 200 ms
+      // (bursts to different peers keep that gap) and at most 1 s (the bound on how late anything
+      // else is seen): about one wakeup a second instead of five.
+      int64_t next_due = clock_.MonotonicNanos() + 1'000'000'000;
+      for (const SlowTarget& t : slow_targets_) {
+        next_due = std::min(next_due, t.next_connect_ns);
+        if (t.bandwidth) next_due = std::min(next_due, t.next_bandwidth_ns);
+      }
+      const auto wait = std::chrono::nanoseconds(
+          std::clamp<int64_t>(next_due - clock_.MonotonicNanos(), 200'000'000, 1'000'000'000));
+      const auto until = std::chrono::steady_clock::now() + wait;
+      const uint64_t plan = plan_version_;
+      while (!stopping_ && plan_version_ == plan && cv_.WaitUntil(mu_, until)) {
       }
       if (stopping_) return;
       int64_t now = clock_.MonotonicNanos();

@@ -2,6 +2,7 @@
 #include "daemon/agent/uplink.h"
 
 #include <grpcpp/grpcpp.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <random>
@@ -39,6 +40,13 @@ namespace {
 // backoff_base_s (0.5 s: the backoff was reset when the session was established), and a connect to
 // a still unreachable aggregator fails after gRPC's 20 s minimum connect timeout; see
 // docs/uplink.md for the whole arithmetic.
+//
+// For the one long-lived stream:
+// - ENABLE_RETRIES 0: gRPC's retry layer would keep a copy of every message sent until the stream
+//   commits, and could replay the stream's start by itself; the uplink resends from its own buffer
+//   (OutboundBuffer) on a new stream instead.
+// - USE_LOCAL_SUBCHANNEL_POOL 1: each session's channel makes a connection of its own, never one
+//   from the process-wide pool that a previous session's channel may still hold.
 std::shared_ptr<grpc::Channel> MakeChannel(const Uplink::Options& o) {
   auto ms = [](double s) { return static_cast<int>(s * 1000); };
   grpc::ChannelArguments args;
@@ -46,6 +54,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const Uplink::Options& o) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms(o.keepalive_timeout_s));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   return grpc::CreateCustomChannel(o.aggregator, tls::ChannelCredentials(o.tls), args);
 }
 
@@ -105,7 +115,10 @@ Uplink::Uplink(Options options, OutboundBuffer& buffer, HelloFn hello, PlanFn on
 Uplink::~Uplink() { Stop(); }
 
 void Uplink::Start() {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "fw-uplink");
+    Run();
+  });
 }
 
 void Uplink::Stop() {
@@ -202,6 +215,7 @@ void Uplink::RunSession() {
   // Reader: acks and plans. It ends when the stream ends; it then wakes the writer.
   std::atomic<bool> got_first_ack{false};
   std::thread reader([&] {
+    pthread_setname_np(pthread_self(), "fw-uplink-read");
     v1::AggregatorMessage in;
     while (stream->Read(&in)) {
       if (in.has_ack()) {

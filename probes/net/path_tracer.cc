@@ -6,6 +6,7 @@
 #include <linux/icmp.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -238,7 +239,10 @@ StatusOr<std::unique_ptr<PathTracer>> PathTracer::Start(PathTracerOptions option
   t->loop_ = std::make_unique<Loop>(std::move(options));
   Status s = t->loop_->Open();
   if (!s.ok()) return s;
-  t->thread_ = std::thread([l = t->loop_.get()] { l->Run(); });
+  t->thread_ = std::thread([l = t->loop_.get()] {
+    pthread_setname_np(pthread_self(), "fw-path-trace");
+    l->Run();
+  });
   return t;
 }
 

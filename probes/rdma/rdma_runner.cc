@@ -2,6 +2,7 @@
 #include "probes/rdma/rdma_runner.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -58,7 +59,10 @@ Status RdmaRunner::Start() {
     state_.endpoints_version = mesh_->endpoints_version();
     state_.detail = std::to_string(state_.endpoints.size()) + " ports";
   }
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "fw-rdma");
+    Loop();
+  });
   return Status::Ok();
 }
 

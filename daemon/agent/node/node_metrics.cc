@@ -1,6 +1,7 @@
 // Node metrics: a sampling loop, cached series handles, snapshots for the uplink.
 #include "daemon/agent/node/node_metrics.h"
 
+#include <pthread.h>
 #include <time.h>
 
 #include <algorithm>
@@ -302,7 +303,10 @@ Status NodeMetrics::Start() {
     MutexLock lock(mu_);
     stop_ = false;
   }
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "fw-node-sample");
+    Loop();
+  });
   return first;
 }
 
