@@ -43,6 +43,9 @@ v1::PathTrace TracedPathToProto(const net::TracedPath& t, const std::string& src
     v1::TraceHop* h = p.add_hops();
     h->set_ttl(static_cast<uint32_t>(k + 1));
     h->set_address(t.hops[k]);
+    if (k < t.hop_rtt_ns.size() && t.hop_rtt_ns[k] > 0) {
+      h->set_rtt_ns(static_cast<uint64_t>(t.hop_rtt_ns[k]));
+    }
   }
   p.set_finished_unix_ns(unix_now_ns - (mono_now_ns - t.finished_ns));
   p.set_status(t.reached_peer ? v1::TRACE_STATUS_REACHED_PEER : v1::TRACE_STATUS_INCOMPLETE);

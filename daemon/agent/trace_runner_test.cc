@@ -39,6 +39,7 @@ class FakeTracer final : public Tracer {
       net::TracedPath p;
       p.flow = *f;
       p.hops = {"198.19.0.1", "", "198.19.64.2"};  // leaf, a silent hop, spine
+      p.hop_rtt_ns = {20'000, 0, 45'000};
       p.reached_peer = true;
       p.finished_ns = now_ns;
       log_.traced.push_back(*f);
@@ -194,6 +195,8 @@ TEST_F(TraceRunnerTest, TracesReachTheUplinkAsTheWireSaysThem) {
   EXPECT_EQ(t.hops(0).address(), "198.19.0.1");
   EXPECT_EQ(t.hops(1).ttl(), 3u);
   EXPECT_EQ(t.hops(1).address(), "198.19.64.2");
+  EXPECT_EQ(t.hops(0).rtt_ns(), 20'000u);
+  EXPECT_EQ(t.hops(1).rtt_ns(), 45'000u);
 }
 
 }  // namespace
