@@ -1,6 +1,7 @@
 // Agent composition.
 #include "daemon/agent/agent.h"
 
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -154,6 +155,7 @@ Status Agent::Start() {
       uo, buffer_, [this] { return MakeHello(); },
       [this](const v1::ProbePlan& plan) {
         if (probes_) probes_->ApplyPlan(plan);
+        if (traces_) traces_->OnPlan(plan);
         if (rdma_) rdma_->SetTargets(rdma::UdTargetsFromPlan(plan, nullptr));
       },
       registry_,
@@ -197,6 +199,7 @@ Status Agent::Start() {
     spdlog::info("msg=\"rdma: {}\"", rdma::InventoryLine(rdma_->state()));
   }
   rdma_available.Set(rdma_ && rdma_->state().available ? 1 : 0);
+  if (probes_) StartTracing();
   collective_->Start();
   uplink_->Start();
   report_thread_ = std::thread([this] {
@@ -214,6 +217,35 @@ Status Agent::Start() {
                options_.node_name, options_.aggregator, http_port(),
                snap.inventory ? snap.inventory->topology.gpus.size() : 0, snap.ports.size());
   return Status::Ok();
+}
+
+void Agent::StartTracing() {
+  net::PathTracerOptions to;
+  in_addr v4{};
+  if (inet_pton(AF_INET, options_.probe_address.c_str(), &v4) == 1) {
+    to.bind_address_v4 = options_.probe_address;
+  }
+  auto tracer = net::PathTracer::Start(to);
+  if (!tracer.ok()) {
+    spdlog::warn(
+        "msg=\"path tracing off: findings under ECMP name candidate groups, not links\" "
+        "error=\"{}\" hint=\"needs CAP_NET_RAW\"",
+        tracer.status().message());
+    return;
+  }
+  traces_ = std::make_unique<TraceRunner>(
+      WrapPathTracer(std::move(*tracer)), to.bind_address_v4,
+      [this](v1::AgentMessage m) { uplink_->SendBestEffort(std::move(m)); });
+  spdlog::info("msg=\"path tracing on\"");
+}
+
+void Agent::PumpTraces() {
+  if (!traces_ || !probes_) return;
+  const uint64_t sent = probes_->UdpProbesSent();
+  const uint64_t delta = sent >= traced_probes_sent_ ? sent - traced_probes_sent_ : 0;
+  traced_probes_sent_ = sent;
+  const Clock& clock = RealClock::Get();
+  traces_->Pump(delta, probes_->UdpSourcePorts(), clock.MonotonicNanos(), clock.WallNanos());
 }
 
 void Agent::TestBatchLoop() {
@@ -260,6 +292,7 @@ void Agent::ReportLoop() {
       (void)node_->SampleNow();  // errors are logged and counted inside
       next_pass = std::chrono::steady_clock::now() + period;
     }
+    PumpTraces();
     NodeSnapshot snap = node_->Latest();
     if (snap.seq != last_seq && !snap.ports.empty()) {
       last_seq = snap.seq;

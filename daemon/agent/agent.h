@@ -11,15 +11,16 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/agent/collective_agent.h"
+#include "daemon/agent/node/node_metrics.h"
 #include "daemon/agent/outbound_buffer.h"
 #include "daemon/agent/probe_scheduler.h"
+#include "daemon/agent/trace_runner.h"
 #include "daemon/agent/uplink.h"
 #include "exporter/http_server.h"
 #include "exporter/registry.h"
 #include "exporter/self_metrics.h"
-#include "daemon/agent/node/node_metrics.h"
-#include "probes/rdma/rdma_runner.h"
 #include "fabricwatch.pb.h"
+#include "probes/rdma/rdma_runner.h"
 
 namespace fw::agent {
 
@@ -82,6 +83,11 @@ class Agent {
   // it changes, every kCheckReportPeriod, and after every (re)connect.
   void ReportLoop();
   void SendCheckReport();
+  // Starts path tracing beside the UDP prober when raw sockets are allowed (CAP_NET_RAW);
+  // otherwise says so once and runs without.
+  void StartTracing();
+  // Feeds the tracer the probes sent and the flows' ports; sends its finished traces.
+  void PumpTraces();
 
   static constexpr std::chrono::seconds kCheckReportPeriod{60};
 
@@ -93,6 +99,8 @@ class Agent {
   OutboundBuffer buffer_;
   std::unique_ptr<Uplink> uplink_;
   std::unique_ptr<ProbeScheduler> probes_;
+  std::unique_ptr<TraceRunner> traces_;     // null without tracing; set before the uplink starts
+  uint64_t traced_probes_sent_ = 0;         // report thread only
   std::unique_ptr<rdma::RdmaRunner> rdma_;  // null with --rdma off
   // Collective probe jobs (docs/collectives.md); declared after uplink_, so it goes first.
   std::unique_ptr<CollectiveRunner> collective_;

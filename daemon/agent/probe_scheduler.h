@@ -78,6 +78,12 @@ class ProbeScheduler {
   // as a plan entry (reason "address"). Calls are serialized.
   void ApplyPlan(const fabricwatch::v1::ProbePlan& plan);
   uint16_t responder_port() const { return responder_ ? responder_->port() : 0; }
+  // For path tracing: the UDP prober's probes sent so far, and the local source port of its flow
+  // j (0 and empty before Start()). Thread-safe.
+  uint64_t UdpProbesSent() const { return udp_ ? udp_->Stats().sent : 0; }
+  std::vector<uint16_t> UdpSourcePorts() const {
+    return udp_ ? udp_->SourcePorts() : std::vector<uint16_t>{};
+  }
 
  private:
   struct SlowTarget {

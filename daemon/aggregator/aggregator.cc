@@ -91,6 +91,10 @@ Status Aggregator::Start() {
   }
   analyzer_ = std::make_unique<analysis::Analyzer>(clock_, map_, pairs_.get(), options_.analysis,
                                                    analysis::PathResolver{}, store_.get());
+  traces_ = std::make_unique<TraceIntake>(analyzer_->traced_paths(), clock_, registry_);
+  escalation_ = std::make_unique<EscalationStage>(
+      options_.escalation, *analyzer_, *plans_, options_.planner.latency_pps_per_flow, clock_,
+      registry_, static_cast<uint64_t>(clock_.WallNanos() / 1'000'000));
   // After the findings store: qualification reports share its database (findings.db).
   qualify_ = std::make_unique<qualify::QualifyService>(fleet_, *analyzer_, *plans_, *names_, clock_,
                                                        registry_, qualify::QualifyJobs::Options{},
@@ -169,6 +173,8 @@ void Aggregator::TickLoop() {
       if (grpc_) grpc_->PushPlans(wanted);
     });
     analyzer_->Tick();
+    // Suspects of this tick raise their pairs' probe rates; the next MaybeReplan() sends them.
+    escalation_->Tick();
     collective_->Tick([this] { return collective::CollectiveNodesOf(fleet_.Nodes(), map_.get()); },
                       now);
     // Tracked from the analyzer's next tick on, so /api/v1/findings and the status page show them.
@@ -220,6 +226,10 @@ void Aggregator::Qualify(const v1::QualifyRequest& request,
 // Only once Start() has set grpc_ (ready_): a message before that has no job to belong to.
 void Aggregator::OnKvRequest(const std::string& node, const v1::KvRequest& request) {
   if (ready_) collective_->OnKvRequest(node, request, clock_.MonotonicNanos());
+}
+
+void Aggregator::OnPathTraces(const std::string& node, const v1::PathTraceReport& report) {
+  traces_->OnReport(node, report);
 }
 
 void Aggregator::OnCollectiveResult(const std::string& node, const v1::CollectiveResult& result) {

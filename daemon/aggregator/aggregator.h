@@ -18,6 +18,7 @@
 #include "daemon/aggregator/api/port_metrics.h"
 #include "daemon/aggregator/api/tick_views.h"
 #include "daemon/aggregator/collective/collective_stage.h"
+#include "daemon/aggregator/escalation_stage.h"
 #include "daemon/aggregator/ingest/client_limits.h"
 #include "daemon/aggregator/ingest/fleet_state.h"
 #include "daemon/aggregator/ingest/ingest_service.h"
@@ -28,6 +29,7 @@
 #include "daemon/aggregator/plan/plan_book.h"
 #include "daemon/aggregator/plan/planner.h"
 #include "daemon/aggregator/qualify/qualify_service.h"
+#include "daemon/aggregator/trace_intake.h"
 #include "exporter/http_server.h"
 #include "exporter/registry.h"
 #include "exporter/self_metrics.h"
@@ -51,6 +53,7 @@ struct AggregatorOptions {
   PlannerConfig planner;
   analysis::AnalysisConfig analysis;
   collective::OrchestratorConfig collective;  // docs/collectives.md
+  EscalationConfig escalation;                // docs/planner.md, "Escalation"
 };
 
 class Aggregator final : public IngestSink {
@@ -83,6 +86,8 @@ class Aggregator final : public IngestSink {
   void OnKvRequest(const std::string& node, const fabricwatch::v1::KvRequest& request) override;
   void OnCollectiveResult(const std::string& node,
                           const fabricwatch::v1::CollectiveResult& result) override;
+  void OnPathTraces(const std::string& node,
+                    const fabricwatch::v1::PathTraceReport& report) override;
 
  private:
   // The tick thread: every tick_s, each stage's periodic work in data-flow order.
@@ -104,6 +109,8 @@ class Aggregator final : public IngestSink {
   std::unique_ptr<PlanBook> plans_;
   std::unique_ptr<analysis::FindingsStore> store_;  // null without --state-dir
   std::unique_ptr<analysis::Analyzer> analyzer_;
+  std::unique_ptr<TraceIntake> traces_;          // set before grpc_ starts
+  std::unique_ptr<EscalationStage> escalation_;  // tick thread
   // Qualification (qualify/); declared after the stages it reads, so it goes first.
   std::unique_ptr<qualify::QualifyService> qualify_;
   // Collective probes (collective/); before grpc_, so the sessions that feed it end first.

@@ -116,7 +116,7 @@ std::string Ipv4String(uint32_t a) {
 HopAssembler::HopAssembler(TraceFlow flow, uint8_t max_ttl)
     : flow_(std::move(flow)), max_ttl_(std::clamp<uint8_t>(max_ttl, 1, kTraceMaxTtl)) {}
 
-bool HopAssembler::Add(const IcmpAnswer& a) {
+bool HopAssembler::Add(const IcmpAnswer& a, int64_t rtt_ns) {
   if (a.probe_dst != flow_.peer_address || a.probe_src_port != flow_.src_port ||
       a.probe_dst_port != flow_.dst_port) {
     return false;
@@ -125,6 +125,7 @@ bool HopAssembler::Add(const IcmpAnswer& a) {
   uint32_t& slot = hop_[a.probe_ttl - 1];
   if (slot != 0 || a.from == 0) return false;
   slot = a.from;
+  rtt_[a.probe_ttl - 1] = std::max<int64_t>(0, rtt_ns);
   if (a.from == flow_.peer_address) {
     // The peer itself: the probe got there (port unreachable, or a host that forwards nothing).
     if (!reached_peer_ || a.probe_ttl < peer_ttl_) peer_ttl_ = a.probe_ttl;
@@ -146,7 +147,11 @@ TracedPath HopAssembler::Finish(int64_t now_ns) const {
     }
   }
   p.hops.reserve(end);
-  for (size_t i = 0; i < end; ++i) p.hops.push_back(hop_[i] ? Ipv4String(hop_[i]) : std::string());
+  p.hop_rtt_ns.reserve(end);
+  for (size_t i = 0; i < end; ++i) {
+    p.hops.push_back(hop_[i] ? Ipv4String(hop_[i]) : std::string());
+    p.hop_rtt_ns.push_back(hop_[i] ? rtt_[i] : 0);
+  }
   return p;
 }
 

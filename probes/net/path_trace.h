@@ -91,6 +91,7 @@ struct TraceFlowHash {
 struct TracedPath {
   TraceFlow flow;
   std::vector<std::string> hops;
+  std::vector<int64_t> hop_rtt_ns;  // beside hops: send to answer, 0 when silent or not measured
   bool reached_peer = false;  // the peer itself answered (port unreachable) at the last hop
   int64_t finished_ns = 0;
 };
@@ -102,7 +103,8 @@ class HopAssembler {
   HopAssembler(TraceFlow flow, uint8_t max_ttl);
   const TraceFlow& flow() const { return flow_; }
   uint8_t max_ttl() const { return max_ttl_; }
-  bool Add(const IcmpAnswer& a);
+  // `rtt_ns`: the probe's send to this answer (0: not measured).
+  bool Add(const IcmpAnswer& a, int64_t rtt_ns = 0);
   // Done early when the peer answered; otherwise the tracer decides by time.
   bool ReachedPeer() const { return reached_peer_; }
   TracedPath Finish(int64_t now_ns) const;
@@ -111,6 +113,7 @@ class HopAssembler {
   TraceFlow flow_;
   uint8_t max_ttl_;
   std::array<uint32_t, kTraceMaxTtl> hop_{};  // 0: no answer
+  std::array<int64_t, kTraceMaxTtl> rtt_{};
   bool reached_peer_ = false;
   uint8_t peer_ttl_ = 0;
 };

@@ -117,12 +117,13 @@ IcmpAnswer From(uint32_t from, uint8_t ttl, uint16_t sport = 40001) {
 
 TEST(HopAssembly, OrdersHopsByTtlWhateverTheArrivalOrder) {
   HopAssembler h(Flow(), 8);
-  EXPECT_TRUE(h.Add(From(kLeaf3, 3)));
-  EXPECT_TRUE(h.Add(From(kLeaf1, 1)));
-  EXPECT_TRUE(h.Add(From(kSpine2, 2)));
+  EXPECT_TRUE(h.Add(From(kLeaf3, 3), 3000));
+  EXPECT_TRUE(h.Add(From(kLeaf1, 1), 1000));
+  EXPECT_TRUE(h.Add(From(kSpine2, 2)));  // no send time known
   TracedPath p = h.Finish(5);
   EXPECT_FALSE(p.reached_peer);
   EXPECT_EQ(p.hops, (std::vector<std::string>{"198.19.1.1", "198.19.2.6", "198.19.3.1"}));
+  EXPECT_EQ(p.hop_rtt_ns, (std::vector<int64_t>{1000, 0, 3000}));
   EXPECT_EQ(p.finished_ns, 5);
 }
 

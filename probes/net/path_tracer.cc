@@ -38,6 +38,7 @@ struct InFlight {
   uint8_t silent = 0;    // silent hops in a row
   int64_t deadline_ns = 0;
   bool answered_current = false;
+  std::array<int64_t, kTraceMaxTtl> sent_ns{};  // by ttl - 1: when that hop's probe left
 };
 
 }  // namespace
@@ -154,6 +155,7 @@ class PathTracer::Loop {
     to.sin_addr.s_addr = htonl(f.peer_address);
     t.deadline_ns = now + options_.hop_timeout_ns;
     t.answered_current = false;
+    if (t.next_ttl >= 1 && t.next_ttl <= kTraceMaxTtl) t.sent_ns[t.next_ttl - 1] = now;
     ++t.next_ttl;
     if (len == 0 || setsockopt(udp_.get(), IPPROTO_IP, IP_TTL, &ttl, sizeof ttl) != 0 ||
         sendto(udp_.get(), buf, len, 0, reinterpret_cast<sockaddr*>(&to), sizeof to) < 0) {
@@ -215,10 +217,13 @@ class PathTracer::Loop {
         continue;
       }
       bool matched = false;
+      const int64_t now = MonoNs();
       for (InFlight& t : in_flight_) {
         // Only the hop in flight counts as its answer; an earlier hop's late answer still fills
         // its slot.
-        if (t.hops.Add(a)) {
+        const int64_t sent =
+            a.probe_ttl >= 1 && a.probe_ttl <= kTraceMaxTtl ? t.sent_ns[a.probe_ttl - 1] : 0;
+        if (t.hops.Add(a, sent > 0 ? now - sent : 0)) {
           matched = true;
           if (a.probe_ttl + 1 == t.next_ttl) t.answered_current = true;
           break;

@@ -173,6 +173,10 @@ TEST(DurabilityTest, AnAbusiveClientStaysWithinTheBounds) {
       f->set_active(true);
     }
     ASSERT_TRUE(stream->Write(r));
+    // Path traces without a fabric map: refused as a whole, counted, logged once.
+    v1::AgentMessage t;
+    for (int i = 0; i < 2; ++i) t.mutable_path_traces()->add_traces()->set_dst_node("abuse-1");
+    ASSERT_TRUE(stream->Write(t));
     stream->WritesDone();
     v1::AggregatorMessage in;
     while (stream->Read(&in)) {
@@ -205,6 +209,7 @@ TEST(DurabilityTest, AnAbusiveClientStaysWithinTheBounds) {
             100000 - 64);
   EXPECT_EQ(Value(metrics, "fabricwatch_ingest_refused_total{reason=\"report_findings\"}"),
             50000 - 100);
+  EXPECT_EQ(Value(metrics, "fabricwatch_path_traces_refused_total{reason=\"no_map\"}"), 2);
   EXPECT_LE(CountSeries(metrics, "fabricwatch_agent_up{"), 1000u);
   EXPECT_LE(CountSeries(metrics, "fabricwatch_nic_port_up{"), 64u);
   const std::string status = ReadFile("/proc/" + std::to_string(agg.pid()) + "/status");
@@ -217,6 +222,7 @@ TEST(DurabilityTest, AnAbusiveClientStaysWithinTheBounds) {
   const std::string log = ReadFile(dir.path() + "/aggregator.log");
   EXPECT_NE(log.find("msg=\"session refused: node limit reached\""), std::string::npos);
   EXPECT_NE(log.find("msg=\"check report trimmed"), std::string::npos);
+  EXPECT_NE(log.find("msg=\"path traces refused\""), std::string::npos);
   for (auto& c : ctxs) c->TryCancel();
   for (auto& s : idle) s->Finish();
   EXPECT_EQ(agg.Stop(seconds(15)), 0);

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "common/log.h"
+#include "daemon/aggregator/analysis/escalation_candidates.h"
 #include "daemon/aggregator/analysis/evaluation.h"
 #include "daemon/aggregator/analysis/findings_store.h"
 #include "daemon/aggregator/analysis/robust_stats.h"
@@ -350,15 +351,41 @@ void Analyzer::Tick() {
   ScanVisitor visitor(*this, ev, now_ns);
   flows_.Scan(now_ns, visitor);
   Evaluate(ev, now_s);
+  AddEscalationEvidence(ev, now_s);
 
   for (auto& [element, obs] : ev.observations) tracker_.Observe(element, std::move(obs));
   for (const auto& [element, down] : ev.instants) tracker_.Instant(element, down, now_s);
   for (const std::string& element : ev.superseded) tracker_.Supersede(element);
   const ElementTracker::Changes changes = tracker_.EndTick(now_s, wall_ns);
+  escalation_candidates_ =
+      EscalationCandidates(BlameContext{map_.get(), flows_, tomography_, config_}, ev, tracker_);
+  std::erase_if(escalation_evidence_,
+                [&](const auto& kv) { return tracker_.HealthOf(kv.first) == ElementHealth::kOk; });
   ++tick_count_;
   Publish(changes, ev, now_s, wall_ns);
   MutexLock lock(views_mu_);
   stats_.last_tick_seconds = (RealClock::Get().MonotonicNanos() - started) * 1e-9;
+}
+
+void Analyzer::AddEscalationEvidence(Evaluation& ev, double now_s) {
+  if (escalated_.empty() && escalation_evidence_.empty()) return;
+  for (auto& [element, obs] : ev.observations) {
+    if (auto it = escalated_.find(element); it != escalated_.end()) {
+      double factor = 0;
+      for (const aggregator::EscalationPair& p : it->second.pairs) {
+        factor = std::max(factor, p.rate_factor);
+      }
+      // An escalation ends when its element fires; the finding keeps saying it was escalated.
+      escalation_evidence_[element] = {
+          {"escalated", 1},
+          {"escalated_for_s", std::max(0.0, now_s - it->second.since_s)},
+          {"escalated_pairs", static_cast<double>(it->second.pairs.size())},
+          {"escalation_rate_factor", factor}};
+    }
+    if (auto it = escalation_evidence_.find(element); it != escalation_evidence_.end()) {
+      for (const auto& [k, v] : it->second) obs.finding.evidence[k] = v;
+    }
+  }
 }
 
 void Analyzer::Evaluate(Evaluation& ev, double now_s) {

@@ -25,6 +25,7 @@
 #include "daemon/aggregator/analysis/tracked_finding.h"
 #include "daemon/aggregator/ingest/pair_table.h"
 #include "daemon/aggregator/model/port_sample.h"
+#include "daemon/aggregator/plan/escalation.h"
 
 namespace fw::analysis {
 
@@ -97,6 +98,17 @@ class Analyzer {
   // candidates; link findings count which (evidence paths_traced, paths_map, paths_candidates).
   TracedPaths* traced_paths() { return traced_.get(); }
   const TracedPaths* traced_paths() const { return traced_.get(); }
+  // Adaptive escalation (plan/escalation.h), on the tick thread only: the elements suspect after
+  // the last Tick() with the pairs that cross them, and the escalations in force, whose elements'
+  // findings then carry evidence `escalated` (1), `escalated_for_s`, `escalated_pairs` and
+  // `escalation_rate_factor` (the highest of its pairs'; kept after the escalation ends, while the
+  // finding is active).
+  const std::vector<aggregator::EscalationRequest>& escalation_candidates() const {
+    return escalation_candidates_;
+  }
+  void SetEscalated(std::map<std::string, aggregator::EscalationBudget::Escalated> escalated) {
+    escalated_ = std::move(escalated);
+  }
   FlowTable& flows() { return flows_; }
   const FlowTable& flows() const { return flows_; }
 
@@ -107,6 +119,8 @@ class Analyzer {
   class ScanVisitor;
   void RefreshBaselines(int64_t now_ns);
   void Evaluate(Evaluation& ev, double now_s);
+  // The escalation in force on each observed element, as evidence of its finding.
+  void AddEscalationEvidence(Evaluation& ev, double now_s);
   void Publish(const ElementTracker::Changes& changes, const Evaluation& ev, double now_s,
                int64_t now_wall_ns);
 
@@ -121,6 +135,10 @@ class Analyzer {
   ElementTracker tracker_;
   HostDelays host_delays_;
   int64_t tick_count_ = 0;
+  std::vector<aggregator::EscalationRequest> escalation_candidates_;          // tick thread
+  std::map<std::string, aggregator::EscalationBudget::Escalated> escalated_;  // tick thread
+  // Elements observed while escalated: their evidence, kept until the element is ok again.
+  std::map<std::string, std::map<std::string, double>> escalation_evidence_;  // tick thread
 
   // Fleet background per path class (last tick), used by this tick's judgements.
   struct ClassStats {

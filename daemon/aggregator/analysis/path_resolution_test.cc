@@ -14,23 +14,6 @@ namespace {
 
 constexpr int kWarmup = 90;  // baselines need ~60 s of data
 
-FleetShape Ecmp() {
-  FleetShape s;
-  s.spines = 4;
-  s.leaves = 8;
-  s.hosts_per_leaf = 6;
-  s.inter_flows = 32;
-  s.deterministic = false;
-  s.switch_addresses = true;
-  return s;
-}
-
-std::string Describe(const std::vector<TrackedFinding>& fs) {
-  std::string out;
-  for (const auto& f : fs) out += f.finding.kind + "@" + f.finding.location.id + " ";
-  return out;
-}
-
 // Warms the fleet up, puts 5 % loss on leaf2~spine1 for 30 s and returns the active findings.
 std::vector<TrackedFinding> AfterLossOnLeaf2Spine1(SyntheticFleet& fleet) {
   fleet.Run(kWarmup);
@@ -39,37 +22,32 @@ std::vector<TrackedFinding> AfterLossOnLeaf2Spine1(SyntheticFleet& fleet) {
   return fleet.Active();
 }
 
-double EvidenceOf(const TrackedFinding& f, const std::string& key) {
-  auto it = f.finding.evidence.find(key);
-  return it == f.finding.evidence.end() ? -1 : it->second;
-}
-
 TEST(PathResolution, UntracedEcmpNamesTheCandidateGroupAndSaysSo) {
-  SyntheticFleet fleet(Ecmp());
+  SyntheticFleet fleet(TracedEcmpShape());
   const auto active = AfterLossOnLeaf2Spine1(fleet);
-  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  ASSERT_EQ(active.size(), 1u) << DescribeFindings(active);
   EXPECT_EQ(active[0].finding.location.id, "leaf2");  // the group, at its common switch
-  EXPECT_GT(EvidenceOf(active[0], "paths_candidates"), 0);
-  EXPECT_EQ(EvidenceOf(active[0], "paths_traced"), 0);
+  EXPECT_GT(FindingEvidence(active[0], "paths_candidates"), 0);
+  EXPECT_EQ(FindingEvidence(active[0], "paths_traced"), 0);
 }
 
 TEST(PathResolution, TracedFlowsNameTheExactLink) {
-  SyntheticFleet fleet(Ecmp());
+  SyntheticFleet fleet(TracedEcmpShape());
   fleet.TraceFlows();
   const auto active = AfterLossOnLeaf2Spine1(fleet);
-  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  ASSERT_EQ(active.size(), 1u) << DescribeFindings(active);
   EXPECT_EQ(active[0].finding.kind, "link_degraded");
   EXPECT_EQ(active[0].finding.location.type, "link");
   EXPECT_EQ(active[0].finding.location.id, "leaf2~spine1");
-  EXPECT_GE(EvidenceOf(active[0], "paths_traced"), 3);
-  EXPECT_EQ(EvidenceOf(active[0], "paths_candidates"), 0);
+  EXPECT_GE(FindingEvidence(active[0], "paths_traced"), 3);
+  EXPECT_EQ(FindingEvidence(active[0], "paths_candidates"), 0);
   const TracedPaths::Stats st = fleet.analyzer().traced_paths()->stats();
   EXPECT_EQ(st.resolved, st.traces);
   EXPECT_EQ(st.flows, fleet.flow_count());
 }
 
 TEST(PathResolution, TracedFlowsNameTheCongestedSpine) {
-  SyntheticFleet fleet(Ecmp());
+  SyntheticFleet fleet(TracedEcmpShape());
   fleet.TraceFlows();
   fleet.Run(kWarmup);
   for (int l = 0; l < 8; ++l) {
@@ -77,7 +55,7 @@ TEST(PathResolution, TracedFlowsNameTheCongestedSpine) {
   }
   fleet.Run(60);
   const auto active = fleet.Active();
-  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  ASSERT_EQ(active.size(), 1u) << DescribeFindings(active);
   EXPECT_EQ(active[0].finding.kind, "congestion");
   EXPECT_EQ(active[0].finding.location.type, "switch");
   EXPECT_EQ(active[0].finding.location.id, "spine2");
@@ -86,38 +64,38 @@ TEST(PathResolution, TracedFlowsNameTheCongestedSpine) {
 // Flows whose spine does not answer TTL expiry stay on their candidates, and the finding says so;
 // the traced ones still narrow the blame.
 TEST(PathResolution, SilentSpinesLeaveFlowsOnTheirCandidates) {
-  SyntheticFleet fleet(Ecmp());
+  SyntheticFleet fleet(TracedEcmpShape());
   fleet.TraceFlows({"spine0", "spine1", "spine2", "spine3"});
   const TracedPaths::Stats st = fleet.analyzer().traced_paths()->stats();
   EXPECT_GT(st.ambiguous, 0u);
   EXPECT_EQ(st.resolved + st.ambiguous, st.traces);
   const auto active = AfterLossOnLeaf2Spine1(fleet);
-  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  ASSERT_EQ(active.size(), 1u) << DescribeFindings(active);
   EXPECT_EQ(active[0].finding.location.id, "leaf2");
-  EXPECT_GT(EvidenceOf(active[0], "paths_candidates"), 0);
+  EXPECT_GT(FindingEvidence(active[0], "paths_candidates"), 0);
 }
 
 TEST(PathResolution, DeterministicMapIsSaidToBeTheMap) {
-  FleetShape shape = Ecmp();
+  FleetShape shape = TracedEcmpShape();
   shape.deterministic = true;
   SyntheticFleet fleet(shape);
   const auto active = AfterLossOnLeaf2Spine1(fleet);
-  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  ASSERT_EQ(active.size(), 1u) << DescribeFindings(active);
   EXPECT_EQ(active[0].finding.location.id, "leaf2~spine1");
-  EXPECT_GE(EvidenceOf(active[0], "paths_map"), 3);
-  EXPECT_EQ(EvidenceOf(active[0], "paths_traced"), 0);
+  EXPECT_GE(FindingEvidence(active[0], "paths_map"), 3);
+  EXPECT_EQ(FindingEvidence(active[0], "paths_traced"), 0);
 }
 
 // A path moves (the fabric rehashes after a failure): the flow's new trace replaces the old one,
 // and the blame follows the new path at the next tick.
 TEST(PathResolution, ARetracedFlowIsJudgedOnItsNewPath) {
-  SyntheticFleet fleet(Ecmp());
+  SyntheticFleet fleet(TracedEcmpShape());
   fleet.TraceFlows();
   fleet.Reroute(7);  // every flow gets another path, and the agents trace again
   fleet.TraceFlows();
   EXPECT_GT(fleet.analyzer().traced_paths()->stats().moved, 0u);
   const auto active = AfterLossOnLeaf2Spine1(fleet);
-  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  ASSERT_EQ(active.size(), 1u) << DescribeFindings(active);
   EXPECT_EQ(active[0].finding.location.id, "leaf2~spine1");
 }
 

@@ -490,6 +490,10 @@ void AgentSession::HandleMessage(Actions& a) {
       fleet.OnCheckReport(node_, in_->check_report());
       service_->sink_.OnCheckReport(node_, in_->check_report());
       break;
+    case v1::AgentMessage::kPathTraces:
+      if (superseded_) break;
+      service_->sink_.OnPathTraces(node_, in_->path_traces());
+      break;
     case v1::AgentMessage::kKvRequest:
       if (superseded_) break;
       a.node = node_;

@@ -41,6 +41,12 @@ class IngestSink {
     (void)node;
     (void)result;
   }
+  // Path traces of the node's flows (docs/analysis.md, "Resolving paths"). The default drops them.
+  virtual void OnPathTraces(const std::string& node,
+                            const fabricwatch::v1::PathTraceReport& report) {
+    (void)node;
+    (void)report;
+  }
   // The plan to send to `node` when it connects or when plans change; nullopt for none.
   virtual std::optional<fabricwatch::v1::ProbePlan> PlanFor(const std::string& node) = 0;
   // The Qualify RPC: starts a qualification and calls `done` once, on any thread, with its

@@ -6,10 +6,9 @@
 
 namespace fw::aggregator {
 
-double EscalationBudget::PairCost(const EscalationPair& p) const {
-  // Both directions, every flow, from the base rate up to rate_factor times it.
-  return 2.0 * std::max<uint32_t>(1, p.flows) * base_rate_pps_ *
-         std::max(0.0, config_.rate_factor - 1);
+double EscalationBudget::PairCost(const EscalationPair& p, double factor) const {
+  // Both directions, every flow, from the base rate up to `factor` times it.
+  return 2.0 * std::max<uint32_t>(1, p.flows) * base_rate_pps_ * std::max(0.0, factor - 1);
 }
 
 bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>& suspects,
@@ -45,8 +44,7 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
 
   // Start new ones, highest priority first, while the budget lasts. A pair already escalated for
   // another element costs nothing more.
-  const double budget =
-      std::max(config_.min_budget_pps, config_.budget_fraction * std::max(0.0, baseline_pps));
+  const double budget = BudgetPps(baseline_pps);
   std::vector<const EscalationRequest*> order;
   for (const EscalationRequest& r : suspects) {
     if (!active_.count(r.element) && !cooling_.count(r.element) && !r.pairs.empty()) {
@@ -68,16 +66,23 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
     for (const EscalationPair& p : r->pairs) {
       if (a.pairs.size() >= config_.max_pairs_per_element) break;
       if (p.a == p.b || taken.count(std::minmax(p.a, p.b))) continue;
-      const double cost = PairCost(p);
-      if (stats_.extra_pps + a.extra_pps + cost > budget) continue;
-      a.extra_pps += cost;
+      const double left = budget - stats_.extra_pps - a.extra_pps;
+      double factor = config_.rate_factor;
+      if (PairCost(p, factor) > left) {
+        // What the budget left pays for, if worth it.
+        factor = 1 + left / PairCost(p, 2.0);
+        if (factor < config_.min_rate_factor) continue;
+      }
+      a.extra_pps += PairCost(p, factor);
       a.pairs.push_back(p);
+      a.pairs.back().rate_factor = factor;
     }
     if (a.pairs.empty()) {
       ++stats_.refused_budget;
       continue;
     }
     for (const EscalationPair& p : a.pairs) taken.insert(std::minmax(p.a, p.b));
+    a.trace_id = next_trace_id_++;
     ++stats_.started;
     stats_.pairs_started += a.pairs.size();
     stats_.extra_pps += a.extra_pps;
@@ -86,6 +91,10 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
   }
   Recount();
   return changed;
+}
+
+double EscalationBudget::BudgetPps(double baseline_pps) const {
+  return std::max(config_.min_budget_pps, config_.budget_fraction * std::max(0.0, baseline_pps));
 }
 
 void EscalationBudget::Recount() {
@@ -109,11 +118,18 @@ std::vector<PlanOverlay> EscalationBudget::Overlays() const {
       PlanOverlay o;
       o.id = "escalation:" + lo + "~" + hi;
       o.nodes = {lo, hi};
-      o.rate_pps = config_.rate_factor * base_rate_pps_;
+      o.rate_pps = p.rate_factor * base_rate_pps_;
       o.flows = 1;  // the planned flows stay; each gets the raised rate
+      o.trace_id = a.trace_id;
       out.push_back(std::move(o));
     }
   }
+  return out;
+}
+
+std::map<std::string, EscalationBudget::Escalated> EscalationBudget::Escalations() const {
+  std::map<std::string, Escalated> out;
+  for (const auto& [element, a] : active_) out[element] = Escalated{a.since_s, a.pairs};
   return out;
 }
 

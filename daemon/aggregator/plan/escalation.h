@@ -15,8 +15,12 @@
 namespace fw::aggregator {
 
 struct EscalationConfig {
-  // An escalated pair's flows probe at this multiple of the base rate (both directions).
+  // An escalated pair's flows probe at this multiple of the base rate (both directions)...
   double rate_factor = 10;
+  // ...or, when the budget left cannot pay for that, at the multiple it can pay for, if at least
+  // this much: a pair of many flows (an inter-leaf representative carries up to 32) still gets
+  // denser data on a small fleet.
+  double min_rate_factor = 1.5;
   // An escalation lasts this long, renewed while its element stays suspect, up to max_duration_s
   // in all; then the element waits cooldown_s before it can be escalated again.
   double duration_s = 10;
@@ -38,6 +42,9 @@ struct EscalationPair {
   std::string a;  // the two nodes; both directions are escalated
   std::string b;
   uint32_t flows = 1;  // planned flows per direction (the extra cost scales with it)
+  // Set by EscalationBudget when escalated: the multiple of the base rate the pair's flows run at
+  // (rate_factor, or less where the budget was short).
+  double rate_factor = 0;
 };
 
 // One suspect element and the pairs that cross it, most telling first.
@@ -62,7 +69,11 @@ struct EscalationStats {
 // Not thread-safe: the aggregator's tick thread owns it.
 class EscalationBudget {
  public:
-  explicit EscalationBudget(EscalationConfig config = {}) : config_(config) {}
+  // Each escalation asks the agents to trace its pairs' flows under a new trace id, counting up
+  // from `first_trace_id` (the aggregator starts it from the wall clock, so that ids stay new to
+  // agents across its restarts).
+  explicit EscalationBudget(EscalationConfig config = {}, uint64_t first_trace_id = 1)
+      : config_(config), next_trace_id_(first_trace_id == 0 ? 1 : first_trace_id) {}
 
   // One tick at `now_s`: `suspects` are the elements suspect now. `baseline_pps` is the fleet's
   // planned probes per second and `base_rate_pps` one flow's base rate. Starts escalations for new
@@ -72,8 +83,20 @@ class EscalationBudget {
               double base_rate_pps);
 
   // The overlays for the escalated pairs: one per pair, id "escalation:<a>~<b>", rate
-  // rate_factor x base rate on every flow of both directions.
+  // the pair's rate factor x base rate on every flow of both directions, and a trace request for
+  // every flow of the pair (the escalation's trace id), which agents serve before their other
+  // flows.
   std::vector<PlanOverlay> Overlays() const;
+
+  // The escalated elements now, with the pairs each escalated (for the findings' evidence).
+  struct Escalated {
+    double since_s = 0;
+    std::vector<EscalationPair> pairs;
+  };
+  std::map<std::string, Escalated> Escalations() const;
+
+  // The extra probes per second all escalations together may use with this baseline.
+  double BudgetPps(double baseline_pps) const;
 
   // Whether `element` is escalated now, and since when (seconds, Update's clock); -1 when not.
   double EscalatedSince(const std::string& element) const;
@@ -85,14 +108,17 @@ class EscalationBudget {
     double since_s = 0;
     double until_s = 0;
     double extra_pps = 0;
+    uint64_t trace_id = 0;
     std::vector<EscalationPair> pairs;
   };
-  double PairCost(const EscalationPair& p) const;
+  // Extra probes/s of escalating `p` at `factor` times the base rate.
+  double PairCost(const EscalationPair& p, double factor) const;
   void Recount();
 
   EscalationConfig config_;
   double base_rate_pps_ = 1;
   double last_now_s_ = -1;
+  uint64_t next_trace_id_;
   std::map<std::string, Active> active_;   // by element
   std::map<std::string, double> cooling_;  // element -> may escalate again at this time
   EscalationStats stats_;

@@ -28,6 +28,7 @@ TEST(EscalationBudgetTest, ExtraProbesStayWithinTheFleetBudget) {
   c.budget_fraction = 0.03;
   c.min_budget_pps = 0;
   c.max_pairs_per_element = 100;
+  c.min_rate_factor = 10;  // full rate or nothing: the pair count is exact
   EscalationBudget book(c);
   // 10,000 probes/s planned: 300 extra allowed. One pair costs 2 directions x 1 flow x 9 = 18.
   std::vector<EscalationRequest> suspects = {Suspect("link:x", 40), Suspect("link:y", 40)};
@@ -50,6 +51,7 @@ TEST(EscalationBudgetTest, ExtraProbesStayWithinTheFleetBudget) {
 TEST(EscalationBudgetTest, HigherPriorityIsServedFirstAndAPairCountsOnce) {
   EscalationConfig c;
   c.min_budget_pps = 0;
+  c.min_rate_factor = 10;    // full rate or nothing
   c.budget_fraction = 0.01;  // 1,000 planned: 10 extra... below one pair (18)
   EscalationBudget tight(c);
   EXPECT_FALSE(tight.Update(0, {Suspect("link:x", 1)}, 1'000, 1.0));
@@ -120,6 +122,72 @@ TEST(EscalationBudgetTest, OverlaysRaiseBothDirectionsOfEachPair) {
   EXPECT_DOUBLE_EQ(rate("n2", "n1"), 10.0);
   EXPECT_LT(rate("n1", "n3"), 10.0);
   EXPECT_GT(rate("n1", "n3"), 0.0);
+  // Both ends trace every flow toward the other, under the escalation's trace id; n3 traces none.
+  auto requests = [&](const std::string& from) { return plans.plans.at(from).trace_requests; };
+  ASSERT_EQ(requests("n1").size(), 1u);
+  EXPECT_EQ(requests("n1")[0].peer, "n2");
+  EXPECT_EQ(requests("n1")[0].src_port, 0);
+  EXPECT_EQ(requests("n1")[0].id, 1u);
+  ASSERT_EQ(requests("n2").size(), 1u);
+  EXPECT_EQ(requests("n2")[0].peer, "n1");
+  EXPECT_TRUE(requests("n3").empty());
+  // The fleet's base rate leaves the overlay out.
+  const PlanSet plain = Planner(pc, nullptr).PlanFor(agents);
+  EXPECT_DOUBLE_EQ(plans.base_pps, plain.base_pps);
+}
+
+TEST(EscalationBudgetTest, APairTheBudgetCannotPayInFullRunsAtTheRateItCan) {
+  EscalationConfig c;
+  c.min_budget_pps = 0;
+  c.budget_fraction = 0.03;  // 1,000 planned: 30 extra
+  EscalationBudget book(c);
+  // 8 flows: 10x would cost 2 x 8 x 9 = 144; 30 pays for 1 + 30 / 16 = 2.875x.
+  EXPECT_TRUE(book.Update(0, {Suspect("link:x", 2, 0, 8)}, 1'000, 1.0));
+  ASSERT_EQ(book.stats().active_pairs, 1u);  // the second pair would run under 1.5x: left out
+  EXPECT_NEAR(book.stats().extra_pps, 30.0, 1e-9);
+  const std::vector<PlanOverlay> o = book.Overlays();
+  ASSERT_EQ(o.size(), 1u);
+  EXPECT_NEAR(o[0].rate_pps, 2.875, 1e-9);
+  EXPECT_NEAR(book.Escalations().at("link:x").pairs[0].rate_factor, 2.875, 1e-9);
+}
+
+TEST(EscalationBudgetTest, EachEscalationTracesUnderANewIdAndItsOverlaysExpire) {
+  EscalationConfig c;
+  c.duration_s = 10;
+  c.max_duration_s = 30;
+  c.cooldown_s = 60;
+  EscalationBudget book(c, 500);
+  const EscalationRequest r = Suspect("link:x", 2);
+  EXPECT_TRUE(book.Update(0, {r}, 10'000, 1.0));
+  std::vector<PlanOverlay> o = book.Overlays();
+  ASSERT_EQ(o.size(), 2u);
+  EXPECT_EQ(o[0].trace_id, 500u);
+  EXPECT_EQ(o[1].trace_id, 500u);
+  EXPECT_EQ(book.Escalations().at("link:x").pairs.size(), 2u);
+  // Renewed while suspect, up to max_duration_s; then the overlays go.
+  EXPECT_FALSE(book.Update(20, {r}, 10'000, 1.0));
+  EXPECT_EQ(book.Overlays().size(), 2u);
+  EXPECT_TRUE(book.Update(30, {r}, 10'000, 1.0));
+  EXPECT_TRUE(book.Overlays().empty());
+  EXPECT_TRUE(book.Escalations().empty());
+  // After the cool-down, a new escalation of it asks for traces again: a new id.
+  EXPECT_FALSE(book.Update(60, {r}, 10'000, 1.0));
+  EXPECT_TRUE(book.Update(91, {r}, 10'000, 1.0));
+  o = book.Overlays();
+  ASSERT_FALSE(o.empty());
+  EXPECT_EQ(o[0].trace_id, 501u);
+}
+
+TEST(EscalationBudgetTest, ExtraLoadStaysUnderFivePercentOfTheBaseline) {
+  std::vector<EscalationRequest> many;
+  for (int i = 0; i < 50; ++i) many.push_back(Suspect("link:" + std::to_string(i), 8, i));
+  for (double baseline : {2'000.0, 10'000.0, 100'000.0}) {
+    EscalationBudget b;
+    b.Update(0, many, baseline, 1.0);
+    EXPECT_GT(b.stats().active_pairs, 0u) << baseline;
+    EXPECT_LE(b.stats().extra_pps, 0.05 * baseline) << baseline;
+    EXPECT_GT(b.stats().refused_budget, 0u) << baseline;
+  }
 }
 
 }  // namespace

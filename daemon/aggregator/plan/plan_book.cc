@@ -66,6 +66,7 @@ std::string Deterministic(const v1::ProbePlan& p) {
 PlanBook::PlanBook(PlannerConfig config, std::shared_ptr<const FabricMap> map, const Clock& clock,
                    metrics::Registry& registry)
     : clock_(clock),
+      trace_refresh_s_(config.trace_refresh_s),
       planner_(std::move(config), std::move(map)),
       replan_seconds_(registry
                           .AddGauge("fabricwatch_planner_replan_seconds",
@@ -165,6 +166,13 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live) {
       pp->set_bandwidth(peer.bandwidth);
       if (peer.rdma) RdmaToWire(*peer.rdma, *pp);
     }
+    for (const TraceRequest& r : plan.trace_requests) {
+      v1::TraceRequest* t = p.add_trace_requests();
+      t->set_peer(r.peer);
+      t->set_src_port(r.src_port);
+      t->set_id(r.id);
+    }
+    p.set_trace_refresh_s(trace_refresh_s_);
     plan = {};
     bytes = Deterministic(p);
     const uint64_t hash = std::hash<std::string>{}(bytes);
@@ -197,6 +205,7 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live) {
     changed.push_back(a.node);
   }
   for (const std::string& note : summary.notes) spdlog::warn("msg=\"planner\" note=\"{}\"", note);
+  base_pps_.store(summary.base_pps, std::memory_order_relaxed);
   {
     // Nodes the new plan set does not name (gone, or down) lose their plans.
     MutexLock lock(plan_mu_);

@@ -63,13 +63,19 @@ class PlanBook {
   // The plan to send to `node`; nullopt when it has none.
   std::optional<fabricwatch::v1::ProbePlan> PlanFor(const std::string& node) const;
 
+  // The fleet's latency probes per second as the last re-plan planned them, before overlays
+  // (escalation's budget is a share of it); 0 before the first re-plan. Any thread.
+  double BasePps() const { return base_pps_.load(std::memory_order_relaxed); }
+
  private:
   // Recomputes every agent's plan and its responder's allow list (the addresses of the nodes
   // whose plans name it, prober_index.h), and keeps the changed ones for PushPending().
   void Replan(const std::vector<AgentInfo>& live);
 
   const Clock& clock_;
+  const double trace_refresh_s_;
   Planner planner_;
+  std::atomic<double> base_pps_{0};
   // Membership changes are coalesced: the tick thread re-plans once the fleet has been quiet for
   // kReplanSettleNs, or kReplanMaxDelayNs after the first pending change, whichever comes first.
   // A connecting fleet of 16,000 agents therefore costs one re-plan, not one per tick.

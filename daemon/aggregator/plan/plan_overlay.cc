@@ -35,6 +35,10 @@ void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
     it->flows = std::max(it->flows, overlay.flows);
     it->rate_pps = std::max(it->rate_pps, overlay.rate_pps);
     added_pps += static_cast<double>(it->flows) * it->rate_pps - before;
+    if (overlay.trace_id != 0) {
+      plan.trace_requests.push_back(
+          TraceRequest{.peer = peer, .src_port = 0, .id = overlay.trace_id});
+    }
   }
   std::sort(plan.peers.begin(), plan.peers.end(), [](const PlannedPeer& a, const PlannedPeer& b) {
     return std::tie(a.node, a.address, a.src_address) < std::tie(b.node, b.address, b.src_address);

@@ -1,5 +1,6 @@
 // Temporary additions to the probe plans: a qualification's dense all-pairs mesh among a set of
-// nodes at a raised rate, applied by the planner until the overlay is cleared.
+// nodes at a raised rate, or an escalation's raised rate and trace requests on a suspect pair,
+// applied by the planner until the overlay is cleared.
 #pragma once
 
 #include <cstdint>
@@ -14,16 +15,20 @@ struct AgentInfo;  // planner.h
 struct Plan;       // planner.h
 
 struct PlanOverlay {
-  std::string id;                  // who asked (a qualification run)
+  std::string id;                  // who asked (a qualification run, an escalation)
   std::vector<std::string> nodes;  // every ordered pair among them is probed
   double rate_pps = 0;             // per flow
   uint32_t flows = 1;
+  // Non-zero: each member also asks its agent to trace every flow toward the other members, ahead
+  // of its other flows, once per id (TraceRequest).
+  uint64_t trace_id = 0;
 };
 
 // Adds to `node`'s plan an entry for every other overlay member that `agent_of` knows (the first
 // endpoint), or raises an existing entry to the overlay's flows and rate; raises the plan's budget
 // by what it adds (`probe_bytes` per probe), so the agent's token bucket does not drop the mesh.
-// A node outside the overlay is left as it was. Peers stay sorted by (node, address).
+// A node outside the overlay is left as it was. Peers stay sorted by (node, address). With a
+// trace_id, adds a trace request per peer to the plan.
 void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
                   const std::function<const AgentInfo*(std::string_view)>& agent_of,
                   uint32_t probe_bytes, Plan& plan);

@@ -161,6 +161,7 @@ PlanSummary Planner::PlanEach(const std::vector<AgentInfo>& live, const PlanSink
       AddRdmaPeers(*self->second, agent_of, plan);
     }
     Finish(node, plan, cap, out.notes);
+    out.base_pps += plan.planned.pps;
     for (const PlanOverlay& o : overlays) {
       ApplyOverlay(
           o, node,

@@ -69,6 +69,9 @@ struct PlannerConfig {
   size_t sampled_peers = 16;        // ... and beyond it, this many peers per node
   Transport latency_transport = Transport::kUdp;
   uint16_t default_port = 9753;
+  // Agents trace each planned UDP flow again this often (ProbePlan.trace_refresh_s): under the
+  // 15 minutes for which the analyzer trusts a trace, so a path that moved is learnt in time.
+  double trace_refresh_s = 600;
   // RDMA UD (docs/rdma.md): a node with RDMA ports probes the RDMA ports of the nodes its latency
   // plan names, rail by rail, with up to rdma_max_flows flow labels. Each target (one peer port)
   // gets at most this many probes/s over all its flows: pairs on one leaf are few and tell the
@@ -100,8 +103,16 @@ struct Budget {
   double bytes_per_s = 0;
 };
 
+// A flow to trace ahead of the others (ProbePlan.trace_requests): escalation's suspects.
+struct TraceRequest {
+  std::string peer;
+  uint16_t src_port = 0;  // 0: every flow toward the peer
+  uint64_t id = 0;        // the agent traces each id once
+};
+
 struct Plan {
   std::vector<PlannedPeer> peers;  // sorted by (node, address)
+  std::vector<TraceRequest> trace_requests;
   Budget budget;                   // the agent's limits (its token buckets)
   Budget planned;                  // what this plan actually uses
   uint32_t bw_interval_s = 0;
@@ -113,6 +124,7 @@ struct PlanSummary {
   size_t plans = 0;                   // one per live agent, possibly empty
   size_t leaf_pairs_covered = 0;      // ordered leaf pairs with at least one representative
   size_t leaf_pairs_unreachable = 0;  // ordered leaf pairs with live hosts but no switch path
+  double base_pps = 0;                // the fleet's latency probes per second before overlays
 };
 
 struct PlanSet : PlanSummary {

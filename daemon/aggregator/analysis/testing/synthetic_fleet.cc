@@ -121,8 +121,16 @@ void SyntheticFleet::Reroute(uint64_t salt) {
 void SyntheticFleet::TraceFlows(const std::set<std::string>& silent) {
   TracedPaths* traced = analyzer_->traced_paths();
   if (!traced) return;
-  const FabricMap& m = *truth_;
   const int64_t now_ns = clock_.MonotonicNanos();
+  for (const FlowTrace& t : FlowTraces(silent)) {
+    traced->Record(t.src, t.dst, t.src_port, t.hops, now_ns);
+  }
+}
+
+std::vector<SyntheticFleet::FlowTrace> SyntheticFleet::FlowTraces(
+    const std::set<std::string>& silent) const {
+  std::vector<FlowTrace> out;
+  const FabricMap& m = *truth_;
   for (const PlannedFlow& f : flows_) {
     if (f.transport != Transport::kUdp || f.path.empty()) continue;
     // Hop k is the k-th switch: the source's leaf, then the far end of each core link.
@@ -138,8 +146,9 @@ void SyntheticFleet::TraceFlows(const std::set<std::string>& silent) {
       at = l.a == at ? l.b : l.a;
       answer(at);
     }
-    traced->Record(f.src, f.dst, f.src_port, hops, now_ns);
+    out.push_back(FlowTrace{f.src, f.dst, f.src_port, std::move(hops)});
   }
+  return out;
 }
 
 void SyntheticFleet::SetLinkFault(const std::string& link_id, LinkFault fault) {
@@ -229,6 +238,28 @@ void SyntheticFleet::Run(int seconds) {
     analyzer_->Tick();
     clock_.Advance(std::chrono::milliseconds(50));
   }
+}
+
+FleetShape TracedEcmpShape() {
+  FleetShape s;
+  s.spines = 4;
+  s.leaves = 8;
+  s.hosts_per_leaf = 6;
+  s.inter_flows = 32;
+  s.deterministic = false;
+  s.switch_addresses = true;
+  return s;
+}
+
+std::string DescribeFindings(const std::vector<TrackedFinding>& findings) {
+  std::string out;
+  for (const auto& f : findings) out += f.finding.kind + "@" + f.finding.location.id + " ";
+  return out;
+}
+
+double FindingEvidence(const TrackedFinding& f, const std::string& key) {
+  auto it = f.finding.evidence.find(key);
+  return it == f.finding.evidence.end() ? -1 : it->second;
 }
 
 }  // namespace fw::analysis::testing

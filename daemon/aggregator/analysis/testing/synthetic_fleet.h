@@ -60,6 +60,14 @@ class SyntheticFleet {
   // recorded in the analyzer's TracedPaths. Switches named in `silent` do not answer TTL expiry.
   // Needs switch_addresses and a map.
   void TraceFlows(const std::set<std::string>& silent = {});
+  // The same traces, as agents would report them, without recording them.
+  struct FlowTrace {
+    std::string src;
+    std::string dst;
+    uint16_t src_port = 0;
+    std::vector<std::string> hops;  // hop k answered ttl k+1; "" silent
+  };
+  std::vector<FlowTrace> FlowTraces(const std::set<std::string>& silent = {}) const;
   // The fabric rehashes: under ECMP each flow takes the path a hash salted with `salt` picks.
   void Reroute(uint64_t salt);
 
@@ -111,5 +119,13 @@ class SyntheticFleet {
   int64_t second_ = 0;
   uint64_t route_salt_ = 0;
 };
+
+// The path-resolution tests' fleet: 4 spines x 8 leaves x 6 hosts, 32 flows per inter-leaf
+// pair, routed by an ECMP hash the analyzer cannot see, switches listing their addresses.
+FleetShape TracedEcmpShape();
+// "kind@location ..." of findings, for assertion messages.
+std::string DescribeFindings(const std::vector<TrackedFinding>& findings);
+// A finding's evidence value, -1 when it has none by that name.
+double FindingEvidence(const TrackedFinding& f, const std::string& key);
 
 }  // namespace fw::analysis::testing

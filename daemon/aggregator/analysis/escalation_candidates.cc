@@ -1,0 +1,110 @@
+// Suspect elements -> escalation requests with the pairs that cross them.
+#include "daemon/aggregator/analysis/escalation_candidates.h"
+
+#include <algorithm>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <tuple>
+
+namespace fw::analysis {
+namespace {
+
+using aggregator::EscalationPair;
+using aggregator::EscalationRequest;
+using aggregator::LinkIndex;
+using aggregator::PathSet;
+using aggregator::SwitchIndex;
+
+// Planned flows per direction asked of an escalated pair at most: the cost of one pair stays
+// bounded whatever the pair's plan.
+constexpr uint32_t kMaxFlowsPerPair = 64;
+
+bool PathsCross(const PathSet& paths, const auto& crosses_link) {
+  if (paths.src_access != aggregator::kNoIndex && crosses_link(paths.src_access)) return true;
+  if (paths.dst_access != aggregator::kNoIndex && crosses_link(paths.dst_access)) return true;
+  if (!paths.core) return false;
+  for (const auto path : paths.core->paths) {
+    for (LinkIndex l : path) {
+      if (crosses_link(l)) return true;
+    }
+  }
+  return false;
+}
+
+// The node an element "nic:<node>/<device>" or "host:<node>" names, else empty.
+std::string_view NodeOf(std::string_view element) {
+  if (element.starts_with("host:")) return element.substr(5);
+  if (element.starts_with("nic:")) {
+    std::string_view rest = element.substr(4);
+    return rest.substr(0, rest.find('/'));
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
+                                                    const Analyzer::Evaluation& ev,
+                                                    const ElementTracker& tracker) {
+  std::vector<EscalationRequest> out;
+  std::set<std::string> seen;
+  for (const auto& [element, obs] : ev.observations) {
+    if (tracker.HealthOf(element) != ElementHealth::kSuspect || !seen.insert(element).second) {
+      continue;
+    }
+    // What a pair must cross (or be) to speak for the element.
+    std::function<bool(const PairAgg&)> crosses;
+    if (element.starts_with("link:") && ctx.map) {
+      const std::optional<LinkIndex> link = ctx.map->FindLink(element.substr(5));
+      if (!link) continue;
+      crosses = [&, l = *link](const PairAgg& p) {
+        return p.mapped && PathsCross(p.paths, [&](LinkIndex x) { return x == l; });
+      };
+    } else if (element.starts_with("switch:") && ctx.map) {
+      const std::optional<SwitchIndex> sw = ctx.map->FindSwitch(element.substr(7));
+      if (!sw) continue;
+      crosses = [&, s = *sw](const PairAgg& p) {
+        return p.mapped && PathsCross(p.paths, [&](LinkIndex x) {
+                 const aggregator::Link& k = ctx.map->links()[x];
+                 return k.a == s || k.b == s;
+               });
+      };
+    } else if (element.starts_with("pair:")) {
+      crosses = [&, id = element.substr(5)](const PairAgg& p) {
+        return PairId(ctx.names.NodeName(p.a), ctx.names.NodeName(p.b)) == id;
+      };
+    } else if (std::string_view node = NodeOf(element); !node.empty()) {
+      crosses = [&, node](const PairAgg& p) {
+        return ctx.names.NodeName(p.a) == node || ctx.names.NodeName(p.b) == node;
+      };
+    } else {
+      continue;
+    }
+    std::vector<const PairAgg*> pairs;
+    EscalationRequest r;
+    r.element = element;
+    for (const auto& [key, p] : ev.pairs) {
+      if (p.bad_flows == 0 || !crosses(p)) continue;
+      pairs.push_back(&p);
+      r.priority += 10.0 * p.loss_flows + p.slow_flows + p.bw_bad;
+    }
+    if (pairs.empty()) continue;
+    std::sort(pairs.begin(), pairs.end(), [](const PairAgg* x, const PairAgg* y) {
+      return std::tie(y->bad_flows, x->a, x->b) < std::tie(x->bad_flows, y->a, y->b);
+    });
+    for (const PairAgg* p : pairs) {
+      EscalationPair e;
+      e.a = ctx.names.NodeName(p->a);
+      e.b = ctx.names.NodeName(p->b);
+      // PairAgg counts both directions; the budget prices one direction's flows.
+      e.flows = std::clamp<uint32_t>((p->flows + 1) / 2, 1, kMaxFlowsPerPair);
+      r.pairs.push_back(std::move(e));
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace fw::analysis

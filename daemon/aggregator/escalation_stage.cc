@@ -1,0 +1,95 @@
+// EscalationStage: analyzer suspects -> EscalationBudget -> PlanBook overlays, with metrics.
+#include "daemon/aggregator/escalation_stage.h"
+
+#include "common/log.h"
+
+namespace fw::aggregator {
+
+EscalationStage::EscalationStage(EscalationConfig config, analysis::Analyzer& analyzer,
+                                 PlanBook& plans, double base_rate_pps, const Clock& clock,
+                                 metrics::Registry& registry, uint64_t first_trace_id)
+    : budget_(config, first_trace_id),
+      analyzer_(analyzer),
+      plans_(plans),
+      base_rate_pps_(base_rate_pps),
+      clock_(clock),
+      active_elements_(registry
+                           .AddGauge("fabricwatch_escalation_active_elements",
+                                     "Suspect elements (links, switches, NICs, hosts, pairs) "
+                                     "whose pairs probe at a raised rate now.")
+                           .WithLabels({})),
+      active_pairs_(registry
+                        .AddGauge("fabricwatch_escalation_active_pairs",
+                                  "Node pairs escalated now (both directions).")
+                        .WithLabels({})),
+      active_flows_(registry
+                        .AddGauge("fabricwatch_escalation_active_flows",
+                                  "Planned flows probing at the raised rate now, both directions.")
+                        .WithLabels({})),
+      extra_pps_(registry
+                     .AddGauge("fabricwatch_escalation_probes_per_second",
+                               "Probes per second the escalations add to the planned rate now.")
+                     .WithLabels({})),
+      budget_pps_(registry
+                      .AddGauge("fabricwatch_escalation_budget_probes_per_second",
+                                "The most probes per second all escalations together may add: "
+                                "a share of the fleet's planned probes (3 %, at least 40/s).")
+                      .WithLabels({})),
+      started_(registry
+                   .AddCounter("fabricwatch_escalation_started_total",
+                               "Escalations started (an element escalated; renewals not counted).")
+                   .WithLabels({})),
+      refused_(registry
+                   .AddCounter("fabricwatch_escalation_refused_total",
+                               "Suspect elements not escalated because the budget was spent.")
+                   .WithLabels({})),
+      extra_probes_(registry
+                        .AddCounter("fabricwatch_escalation_probes_total",
+                                    "Probes the escalations added, estimated from their rates.")
+                        .WithLabels({})),
+      trace_requests_(registry
+                          .AddCounter("fabricwatch_escalation_trace_requests_total",
+                                      "Trace requests sent to agents for escalated pairs (one per "
+                                      "pair and direction; the agent traces every flow of it).")
+                          .WithLabels({})) {}
+
+void EscalationStage::Tick() {
+  const double now_s = static_cast<double>(clock_.MonotonicNanos()) * 1e-9;
+  const double baseline = plans_.BasePps();
+  const bool changed =
+      budget_.Update(now_s, analyzer_.escalation_candidates(), baseline, base_rate_pps_);
+  if (changed) {
+    std::map<std::string, uint64_t> now_set;
+    for (PlanOverlay& o : budget_.Overlays()) {
+      now_set[o.id] = o.trace_id;
+      // Only new overlays are set (a pair escalated anew has a new trace id): setting one again
+      // would re-plan for nothing.
+      auto it = overlays_.find(o.id);
+      if (it == overlays_.end() || it->second != o.trace_id) plans_.SetOverlay(std::move(o));
+    }
+    for (const auto& [id, trace_id] : overlays_) {
+      if (!now_set.contains(id)) plans_.ClearOverlay(id);
+    }
+    overlays_ = std::move(now_set);
+  }
+  analyzer_.SetEscalated(budget_.Escalations());
+
+  const EscalationStats& s = budget_.stats();
+  active_elements_.Set(static_cast<double>(s.active_elements));
+  active_pairs_.Set(static_cast<double>(s.active_pairs));
+  active_flows_.Set(static_cast<double>(s.active_flows));
+  extra_pps_.Set(s.extra_pps);
+  budget_pps_.Set(budget_.BudgetPps(baseline));
+  started_.Inc(static_cast<double>(s.started - last_.started));
+  refused_.Inc(static_cast<double>(s.refused_budget - last_.refused_budget));
+  extra_probes_.Inc(std::max(0.0, s.extra_probes - last_.extra_probes));
+  trace_requests_.Inc(2.0 * static_cast<double>(s.pairs_started - last_.pairs_started));
+  if (s.started != last_.started) {
+    spdlog::info(
+        "msg=\"escalation\" active_elements={} active_pairs={} extra_pps={:.1f} budget_pps={:.1f}",
+        s.active_elements, s.active_pairs, s.extra_pps, budget_.BudgetPps(baseline));
+  }
+  last_ = s;
+}
+
+}  // namespace fw::aggregator

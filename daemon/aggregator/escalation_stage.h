@@ -1,0 +1,51 @@
+// Adaptive escalation wired in (docs/planner.md, "Escalation"): after each analyzer tick, the
+// suspect elements go to the EscalationBudget, and the pairs it escalates become PlanBook
+// overlays (raised probe rate, trace requests served first); ended escalations clear theirs.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "common/clock.h"
+#include "daemon/aggregator/analysis/analyzer.h"
+#include "daemon/aggregator/plan/escalation.h"
+#include "daemon/aggregator/plan/plan_book.h"
+#include "exporter/registry.h"
+
+namespace fw::aggregator {
+
+// Not thread-safe: the aggregator's tick thread owns it.
+class EscalationStage {
+ public:
+  // `base_rate_pps` is one planned flow's probe rate (PlannerConfig::latency_pps_per_flow).
+  // `first_trace_id` should differ across restarts (the wall clock).
+  EscalationStage(EscalationConfig config, analysis::Analyzer& analyzer, PlanBook& plans,
+                  double base_rate_pps, const Clock& clock, metrics::Registry& registry,
+                  uint64_t first_trace_id);
+
+  // After Analyzer::Tick(): escalates, renews and ends; the overlays and the analyzer's escalation
+  // evidence follow.
+  void Tick();
+
+  const EscalationBudget& budget() const { return budget_; }
+
+ private:
+  EscalationBudget budget_;
+  analysis::Analyzer& analyzer_;
+  PlanBook& plans_;
+  const double base_rate_pps_;
+  const Clock& clock_;
+  std::map<std::string, uint64_t> overlays_;  // set on the PlanBook now: id -> trace id
+  EscalationStats last_;                      // counters are fed by the difference
+  metrics::Gauge& active_elements_;
+  metrics::Gauge& active_pairs_;
+  metrics::Gauge& active_flows_;
+  metrics::Gauge& extra_pps_;
+  metrics::Gauge& budget_pps_;
+  metrics::Counter& started_;
+  metrics::Counter& refused_;
+  metrics::Counter& extra_probes_;
+  metrics::Counter& trace_requests_;
+};
+
+}  // namespace fw::aggregator

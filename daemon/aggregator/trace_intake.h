@@ -1,0 +1,37 @@
+// Path traces from the agents into the analyzer: each report checked (ingest/path_trace_wire.h),
+// its traces recorded in the analyzer's TracedPaths, outcomes and refusals counted.
+#pragma once
+
+#include <array>
+#include <string>
+
+#include "common/clock.h"
+#include "daemon/aggregator/analysis/traced_paths.h"
+#include "daemon/aggregator/ingest/path_trace_wire.h"
+#include "exporter/registry.h"
+#include "fabricwatch.pb.h"
+
+namespace fw::aggregator {
+
+// Thread-safe: called on gRPC threads.
+class TraceIntake {
+ public:
+  // `traced` is the analyzer's table; null without a fabric map, when every trace is refused as
+  // "no_map" (a path means nothing without one).
+  TraceIntake(analysis::TracedPaths* traced, const Clock& clock, metrics::Registry& registry);
+
+  // The traces `node` reported, for its own flows: `node` is the source of each.
+  void OnReport(const std::string& node, const fabricwatch::v1::PathTraceReport& report);
+
+ private:
+  // One refusal reason more than TraceRefusal: no map.
+  static constexpr size_t kNoMap = kTraceRefusalCount;
+  void Refuse(size_t reason, uint64_t n, const std::string& node);
+
+  analysis::TracedPaths* traced_;
+  const Clock& clock_;
+  std::array<metrics::Counter*, 4> outcomes_{};  // by TraceOutcome::Kind
+  std::array<metrics::Counter*, kTraceRefusalCount + 1> refused_{};
+};
+
+}  // namespace fw::aggregator
