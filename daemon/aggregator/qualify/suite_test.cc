@@ -42,6 +42,15 @@ class FakeFleet : public QualifyEnv {
     return 0;
   };
   std::atomic<int> meshes_started{0};
+  // Goodput of a burst from a to b, bits/s; lost when it is 0. Results arrive when asked for.
+  std::function<double(const std::string&, const std::string&)> goodput_bps = [](auto&, auto&) {
+    return 9.4e9;
+  };
+  std::function<std::string(const std::string&, const std::string&)> path_class = [](auto&, auto&) {
+    return std::string("unknown");
+  };
+  std::atomic<int> burst_rounds{0};
+  std::atomic<int> bursts_in_flight_max{0};  // the most bursts one node was in within a round
 
   std::vector<AgentStatus> Agents(const std::vector<std::string>& nodes) const override {
     std::vector<AgentStatus> out;
@@ -98,6 +107,31 @@ class FakeFleet : public QualifyEnv {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     });
+  }
+  std::string PathClassOf(const std::string& a, const std::string& b) override {
+    return path_class(a, b);
+  }
+  void SetBursts(const std::string&, const BurstRound& bursts, uint64_t round,
+                 const SuiteSpec& suite) override {
+    if (bursts.empty()) return;
+    ++burst_rounds;
+    std::map<std::string, int> busy;
+    std::vector<aggregator::ReportedProbe> batch;
+    for (const Burst& b : bursts) {
+      for (const std::string* n : {&b.src, &b.dst}) {
+        bursts_in_flight_max = std::max(bursts_in_flight_max.load(), ++busy[*n]);
+      }
+      aggregator::ReportedProbe r;
+      r.src_id = IdOf(b.src);
+      r.dst_id = IdOf(b.dst);
+      r.transport = aggregator::Transport::kTcpBw;
+      r.seq = round;
+      r.bytes = suite.bw_bytes;
+      r.goodput_bps = goodput_bps(b.src, b.dst);
+      r.lost = r.goodput_bps <= 0;
+      batch.push_back(r);
+    }
+    inputs_.OnResults(batch);
   }
 
  private:
@@ -178,6 +212,117 @@ TEST_F(SuiteTest, HealthySetPasses) {
   EXPECT_EQ(r.steps[2].name, "mesh");
   EXPECT_EQ(r.steps[2].state, "done");
   EXPECT_THAT(r.steps[2].note, HasSubstr("30 pairs"));
+}
+
+TEST_F(SuiteTest, BandwidthStepRunsTheRingInRounds) {
+  auto r = Run(Nodes(6));
+  EXPECT_EQ(r.exit_code, 0);
+  ASSERT_GE(r.steps.size(), 4u);
+  EXPECT_EQ(r.steps[3].name, "bandwidth");
+  EXPECT_EQ(r.steps[3].state, "done");
+  EXPECT_THAT(r.steps[3].note, HasSubstr("ring: 2 of 2 rounds, 6 bursts of 8 MiB"));
+  EXPECT_EQ(fleet_.burst_rounds, 2);
+  EXPECT_EQ(fleet_.bursts_in_flight_max, 1);  // no node in two bursts of one round
+}
+
+// A node slow both ways (its NIC) fails with its figure; its neighbours in the ring, slow toward
+// it only, pass on their other burst.
+TEST_F(SuiteTest, SlowNicFailsOnGoodputWithItsFigure) {
+  auto nodes = Nodes(8);
+  fleet_.goodput_bps = [](const std::string& a, const std::string& b) {
+    return a == "gpu3" || b == "gpu3" ? 1.5e9 : 9.4e9;
+  };
+  auto r = Run(nodes);
+  EXPECT_EQ(r.exit_code, 2);
+  const NodeResult& bad = Node(r, "gpu3");
+  EXPECT_EQ(bad.verdict, Verdict::kFail);
+  ASSERT_FALSE(bad.reasons.empty());
+  EXPECT_THAT(bad.reasons[0], HasSubstr("goodput best of 2 bursts 1.5 Gbit/s, 0.16\xc3\x97 the "
+                                        "set's median of 9.4 Gbit/s (fail at 0.20\xc3\x97"));
+  for (const auto& n : r.nodes) {
+    if (n.node != "gpu3") EXPECT_EQ(n.verdict, Verdict::kPass) << n.node << n.reasons[0];
+  }
+  EXPECT_TRUE(r.pairs.empty());
+}
+
+// All pairs (--full): one slow path is a pair verdict with its figure; a lost burst fails its
+// pair with the bound it implies.
+TEST_F(SuiteTest, SlowPairAndLostBurstAreOnTheirPairs) {
+  auto nodes = Nodes(6);
+  fleet_.goodput_bps = [](const std::string& a, const std::string& b) {
+    const auto is = [&](const char* x, const char* y) {
+      return (a == x && b == y) || (a == y && b == x);
+    };
+    if (is("gpu1", "gpu2")) return 1.5e9;
+    if (is("gpu4", "gpu5")) return 0.0;  // lost
+    return 9.4e9;
+  };
+  SuiteRequest req;
+  req.id = "full";
+  req.nodes = nodes;
+  req.profile = *FindQualifyProfile("generic");
+  req.suite = *FindSuite("full");
+  req.suite.ramp_max_s = 1;
+  req.suite.measure_s = 0.3;
+  req.deadline_ns = RealClock::Get().MonotonicNanos() + 10'000'000'000;
+  auto r = RunSuite(fleet_, inputs_, RealClock::Get(), req, stop_);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(fleet_.burst_rounds, 5);  // 15 pairs, 3 bursts a round
+  EXPECT_EQ(fleet_.bursts_in_flight_max, 1);
+  // Each unordered pair bursts once, in the direction the schedule picked.
+  const auto either = [&](const std::string& a, const std::string& b) -> const PairResult* {
+    for (const PairResult& p : r.pairs) {
+      if ((p.src == a && p.dst == b) || (p.src == b && p.dst == a)) return &p;
+    }
+    return nullptr;
+  };
+  const PairResult* slow = either("gpu1", "gpu2");
+  ASSERT_NE(slow, nullptr);
+  EXPECT_EQ(slow->verdict, Verdict::kFail);
+  EXPECT_THAT(slow->reasons[0], HasSubstr("goodput to " + slow->dst +
+                                          " 1.5 Gbit/s, 0.16\xc3\x97 the set's median of 9.4 "
+                                          "Gbit/s"));
+  const PairResult* lost = either("gpu4", "gpu5");
+  ASSERT_NE(lost, nullptr);
+  EXPECT_EQ(lost->verdict, Verdict::kFail);
+  EXPECT_THAT(lost->reasons[0], HasSubstr("did not complete within 5.0 s (goodput below 13.4 "
+                                          "Mbit/s)"));
+  for (const auto& n : r.nodes) EXPECT_EQ(n.verdict, Verdict::kPass) << n.node;
+}
+
+// Two leaves of four; cross-leaf paths uniformly at 2.4 ms where the fleet's history for them is
+// 0.41 ms. The set is uniform (no outlier within it), so only the history can fail it.
+TEST_F(SuiteTest, UniformlyBadSetFailsAgainstTheFleetHistory) {
+  auto nodes = Nodes(8);
+  const auto leaf = [](const std::string& n) { return n < "gpu5" ? 0 : 1; };
+  fleet_.path_class = [&](const std::string& a, const std::string& b) {
+    return std::string(leaf(a) == leaf(b) ? "intra_leaf" : "inter_leaf");
+  };
+  fleet_.rtt_ns = [&](const std::string& a, const std::string& b) {
+    return leaf(a) == leaf(b) ? int64_t{300'000} : int64_t{2'400'000};
+  };
+  auto healthy_history = Run(nodes);  // no baseline yet: set-relative and profile only
+  EXPECT_EQ(healthy_history.exit_code, 0);
+  EXPECT_EQ(healthy_history.path_classes.count("inter_leaf"), 1u);
+
+  SuiteRequest req;
+  req.id = "h";
+  req.nodes = nodes;
+  req.profile = *FindQualifyProfile("generic");
+  req.suite = {"test", 50, 2, 1.0, 0.9, 0.4};
+  req.deadline_ns = RealClock::Get().MonotonicNanos() + 10'000'000'000;
+  req.fleet_baseline = {{"inter_leaf", {0.00041, 20}}, {"intra_leaf", {0.0003, 20}}};
+  auto r = RunSuite(fleet_, inputs_, RealClock::Get(), req, stop_);
+  EXPECT_EQ(r.exit_code, 2);
+  for (const auto& n : r.nodes) {
+    EXPECT_EQ(n.verdict, Verdict::kFail) << n.node;
+    ASSERT_EQ(n.reasons.size(), 1u) << n.node;
+    EXPECT_THAT(n.reasons[0], HasSubstr("RTT p99 to 4 cross-leaf peers 2.4"));
+    EXPECT_THAT(n.reasons[0], HasSubstr("the fleet's history for cross-leaf paths (0.41 ms, the "
+                                        "median of 20 runs; fail at 3.0\xc3\x97)"));
+  }
+  // Nothing of a failed set joins the history.
+  EXPECT_TRUE(r.path_classes.empty());
 }
 
 TEST_F(SuiteTest, SlowHostFailsWithItsFigureAndItsPairsAreExplainedAway) {
@@ -365,6 +510,22 @@ TEST_F(SuiteTest, ReportsSurviveARestartThroughTheHistory) {
   EXPECT_EQ(listed[0]["job"], "77");
   EXPECT_EQ(listed[0]["state"], "done");
   EXPECT_EQ(jobs.Find(ByJob("78")).size(), 0u);
+  // The run's healthy median joined the fleet history and came back with the store.
+  EXPECT_EQ(listed[0]["path_classes"]["unknown"]["pairs"], 3);
+}
+
+// Runs feed the fleet history; after kMinRuns of them new runs are held to it.
+TEST_F(SuiteTest, FinishedRunsBuildTheFleetHistory) {
+  auto nodes = Nodes(3);
+  metrics::Registry registry;
+  auto jobs = FastJobs(registry);
+  for (size_t i = 0; i < FleetHistory::kMinRuns; ++i) {
+    ASSERT_TRUE(jobs->Run({nodes, "", "", 20, ""}).ok());
+  }
+  auto b = jobs->history().Baseline("unknown");
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->runs, FleetHistory::kMinRuns);
+  EXPECT_NEAR(b->rtt_p99_s, 0.00033, 0.00005);
 }
 
 // POST /api/v1/qualify probes the fabric: with users in the web config it needs their
