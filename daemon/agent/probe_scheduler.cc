@@ -292,17 +292,17 @@ void ProbeScheduler::RunRequestedBurst(net::BandwidthProbe& probe, const BurstOr
   bo.bytes = order.bytes;
   bo.timeout = order.timeout;
   const net::TcpTarget target{order.node, order.address, order.port, ProbeSource()};
-  // The probe budget may be drained by the latency probes of the moment: wait for it a little
-  // (the aggregator waits for the round's results longer than this).
+  // The probe budget may be drained by the latency probes of the moment (or by a first attempt
+  // the peer refused): wait for it, up to 2 s. The peer's responder may apply the plan that
+  // admits us a moment after we apply ours (both come with one re-plan) and refuses by closing
+  // the connection: up to 2 retries 300 ms apart. The aggregator waits for the round longer.
   StatusOr<net::ProbeResult> r = probe.Run(target, bo);
-  for (int i = 0; i < 20 && !r.ok() && r.status().code() == StatusCode::kResourceExhausted; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    r = probe.Run(target, bo);
-  }
-  // The peer's responder may apply the plan that admits us a moment after we apply ours (both
-  // come with one re-plan); it refuses by closing the connection. One retry covers that.
-  if (!r.ok() && r.status().code() == StatusCode::kUnavailable) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (int waits = 0, refusals = 0;
+       !r.ok() && ((r.status().code() == StatusCode::kResourceExhausted && waits < 20) ||
+                   (r.status().code() == StatusCode::kUnavailable && refusals < 2));) {
+    const bool budget = r.status().code() == StatusCode::kResourceExhausted;
+    ++(budget ? waits : refusals);
+    std::this_thread::sleep_for(std::chrono::milliseconds(budget ? 100 : 300));
     r = probe.Run(target, bo);
   }
   net::ProbeResult out;

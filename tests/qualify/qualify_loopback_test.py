@@ -3,12 +3,13 @@
 
 Cases (issue 14), in one run to keep CI short:
   healthy set                        -> exit 0, every node pass, the mesh and bandwidth steps done
-  two overlapping qualifications     -> both complete, the second after the first (queued_s)
-  timeout shorter than the suite     -> a partial report (state timeout) and exit 3
   one agent stopped                  -> exit 2, that node fails with "agent down"
   the Slurm prolog (packaging/slurm) -> 0 on a healthy node, 1 on the stopped one
   the aggregator unreachable         -> exit 3
-Also GET /api/v1/qualifications and fabricwatch_qualification_result{node,suite}.
+Also GET /api/v1/qualifications and fabricwatch_qualification_result{node,suite}. Overlapping
+runs and a timeout shorter than the suite are tested on the namespace fabric (fabric_qualify,
+test_qualify_fabric.py) with the rest of the issue's table; the suite's rules for both are unit
+tests (suite_test.cc).
 
 Usage: qualify_loopback_test.py CLI AGGREGATOR AGENT TESTDATA PROLOG
 """
@@ -19,7 +20,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 
@@ -106,39 +106,17 @@ def main():
         print(f"figure: 6 nodes quick, wall {took:.1f} s; steps "
               + ", ".join(f"{s['name']} {s['duration_s']} s" for s in rep.get("steps", [])))
 
-        # Two overlapping qualifications at once.
-        out = {}
-
-        def run(key, nodes):
-            out[key] = qualify(api, "--nodes", nodes, "--timeout", "40")
-        t1 = threading.Thread(target=run, args=("a", "lq[1-4]"))
-        t2 = threading.Thread(target=run, args=("b", "lq[3-6]"))
-        t1.start()
-        time.sleep(0.3)
-        t2.start()
-        t1.join()
-        t2.join()
-        (ra, repa, _, _), (rb, repb, _, _) = out["a"], out["b"]
-        # Completion is the contract here (a verdict, not a timeout); a loaded CI host may make
-        # one pair of four look slow, which is a verdict too.
-        check(ra in (0, 1, 2) and rb in (0, 1, 2) and repa.get("state") == "done"
-              and repb.get("state") == "done", "two overlapping qualifications both complete",
-              f"{ra} {rb}\n{json.dumps(repa)[:800]}\n{json.dumps(repb)[:800]}")
-        check(repb.get("started", "") >= repa.get("finished", "~") and repb.get("queued_s", 0) > 1,
-              "the second ran after the first (queued)",
-              f"a finished {repa.get('finished')} b started {repb.get('started')} "
-              f"queued {repb.get('queued_s')}")
-
-        # A timeout shorter than the suite: partial report, exit 3.
-        rc, rep, err, took = qualify(api, "--nodes", nodes_arg, "--timeout", "2")
-        check(rc == 3 and rep.get("state") == "timeout" and len(rep.get("nodes", [])) == 6,
-              f"timeout 2 s: partial report and exit 3 ({took:.1f} s)", json.dumps(rep) + err)
-
         # One agent stopped.
         procs["lq5"].send_signal(signal.SIGTERM)
         procs["lq5"].wait(20)
         wait_for(lambda: not connected(), 30, "lq5 seen as disconnected")
         rc, rep, err, took = qualify(api, "--nodes", nodes_arg, "--timeout", "30")
+        others = dict(rep, nodes=[n for n in rep.get("nodes", []) if n["node"] != "lq5"],
+                      pairs=[p for p in rep.get("pairs", []) if "lq5" not in (p["src"], p["dst"])])
+        if only_noise_outliers(others):  # as for the healthy set: one rerun, said
+            print(f"note: RTT or goodput outlier on loopback (load {os.getloadavg()[0]:.1f}); "
+                  "one rerun", flush=True)
+            rc, rep, err, took = qualify(api, "--nodes", nodes_arg, "--timeout", "30")
         v = verdicts(rep)
         check(rc == 2 and v.get("lq5", {}).get("verdict") == "fail"
               and any("agent down" in r for r in v["lq5"]["reasons"]),
@@ -161,7 +139,7 @@ def main():
         # History and metric.
         with urllib.request.urlopen(f"http://{api}/api/v1/qualifications", timeout=5) as r:
             hist = json.load(r)
-        check(len(hist) >= 6 and hist[0]["exit_code"] in (2,), "GET /api/v1/qualifications",
+        check(len(hist) >= 3 and hist[0]["exit_code"] in (2,), "GET /api/v1/qualifications",
               json.dumps(hist)[:600])
         with urllib.request.urlopen(f"http://{api}/metrics", timeout=5) as r:
             metrics = r.read().decode()

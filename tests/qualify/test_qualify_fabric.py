@@ -10,8 +10,9 @@ short. 6 hosts (1 spine, 2 leaves x 3); agents on an empty sysfs tree, so no por
   and one agent stopped, in the same run      the stopped node fails "agent down"; the rest pass
   the aggregator unreachable               -> exit 3
 
-The shaped link runs at 256 kbit/s both ways, below what the quick suite's mesh sends through it
-(5 peers x 50 probes/s each way), so its probes queue and drop in tbf, and its bursts time out.
+The shaped link runs at 128 kbit/s both ways, half of what the quick suite's mesh sends through it
+(4 peers up x 50 probes/s each way, ~260 kbit/s), so its probes queue and drop in tbf, and its
+bursts time out.
 Run as root: FW_BUILD_DIR=build python3 tests/qualify/test_qualify_fabric.py
 """
 import json
@@ -82,14 +83,19 @@ class QualifyFabricTest(unittest.TestCase):
             first.join()
             second.join()
             rc, rep, text, took = out["a"]
-            if rc != 0 and only_noise_outliers(rep):
+            # Up to two reruns of a healthy set that failed on RTT/goodput outliers alone (said in
+            # the output): at load 4-5 on 2 cores one veth pair's p99 reaches 3x the median.
+            for _ in range(2):
+                if rc == 0 or not only_noise_outliers(rep):
+                    break
                 print(f"\n  note: RTT or goodput outlier on veth (load {os.getloadavg()[0]:.1f}); "
-                      "one rerun", file=sys.stderr)
+                      "rerun", file=sys.stderr)
                 rc, rep, text, took = qualify(hosts, 40)
             print(f"\n  healthy set of {len(hosts)}: exit {rc} in {took:.1f} s; steps "
                   + ", ".join(f"{s['name']} {s['duration_s']} s" for s in rep.get("steps", [])),
                   file=sys.stderr)
-            self.assertEqual(rc, 0, text)
+            # Checked at the end, so that one run reports every row of the table.
+            healthy_rc, healthy_text = rc, text
             steps = {s["name"]: s for s in rep.get("steps", [])}
             self.assertEqual(steps["mesh"]["state"], "done", steps)
             self.assertEqual(steps["bandwidth"]["state"], "done", steps)
@@ -112,7 +118,7 @@ class QualifyFabricTest(unittest.TestCase):
             run.fab.stop(run.agents[stopped])
             link = next(lk for lk in run.fab.links.values()
                         if lk.kind == "host" and shaped in lk.ends)
-            run.fab.limit_bandwidth(link.id, "256kbit", latency="50ms")
+            run.fab.limit_bandwidth(link.id, "128kbit", latency="50ms")
 
             def stopped_seen():
                 gone = {n["name"] for n in run.nodes() if not n.get("connected")}
@@ -122,7 +128,8 @@ class QualifyFabricTest(unittest.TestCase):
             rc, rep, text, took = qualify(hosts, 30)
             print(f"  shaped {shaped} and stopped {stopped}: exit {rc} in {took:.1f} s",
                   file=sys.stderr)
-            print(json.dumps(rep.get("nodes"), indent=1)[:2500], file=sys.stderr)
+            print(json.dumps({k: rep.get(k) for k in ("nodes", "pairs", "steps")})[:5000],
+                  file=sys.stderr)
             v = verdicts(rep)
             self.assertEqual(rc, 2, text)
             self.assertEqual(v[shaped]["verdict"], "fail")
@@ -140,6 +147,7 @@ class QualifyFabricTest(unittest.TestCase):
             self.assertEqual(rc, 3, text)
             self.assertIn("could not qualify", text)
             print(f"  the table's runs took {time.monotonic() - t_all:.1f} s", file=sys.stderr)
+            self.assertEqual(healthy_rc, 0, healthy_text)
 
 
 if __name__ == "__main__":

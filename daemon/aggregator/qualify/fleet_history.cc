@@ -3,13 +3,25 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "common/log.h"
-#include "daemon/aggregator/analysis/robust_stats.h"
 
 namespace fw::qualify {
+namespace {
+
+// The median of a non-empty list (the mean of the middle two for an even count).
+double Median(std::vector<double> v) {
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  const double hi = v[mid];
+  if (v.size() % 2 == 1) return hi;
+  return (hi + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
+}
+
+}  // namespace
 
 bool FleetHistory::KnownClass(const std::string& c) {
   return c == "intra_leaf" || c == "inter_leaf" || c == "unknown";
@@ -37,7 +49,7 @@ std::optional<PathClassBaseline> FleetHistory::Baseline(const std::string& path_
   auto it = runs_.find(path_class);
   if (it == runs_.end() || it->second.size() < kMinRuns) return std::nullopt;
   std::vector<double> v(it->second.begin(), it->second.end());
-  return PathClassBaseline{analysis::Median(v), v.size()};
+  return PathClassBaseline{Median(v), v.size()};
 }
 
 std::map<std::string, PathClassBaseline> FleetHistory::Baselines() const {

@@ -335,7 +335,10 @@ class Run {
       for (auto& [cls, v] : classes) {
         auto b = req_.fleet_baseline.find(cls);
         if (b == req_.fleet_baseline.end() || b->second.rtt_p99_s <= 0) continue;
-        const double med = analysis::Median(v);
+        // The lower median: a node is held to the history only when at least half of its peers
+        // of the class are slow, so one bad peer (the other end's fault) does not flag it.
+        std::sort(v.begin(), v.end());
+        const double med = v[(v.size() - 1) / 2];
         const double base = b->second.rtt_p99_s;
         const double ratio = med / base;
         Verdict verdict = Verdict::kPass;
@@ -473,6 +476,7 @@ class Run {
     std::vector<const DoneT*> pair_of;
     std::map<std::pair<std::string, std::string>, PairResult> by_pair;
     std::map<std::string, std::vector<double>> per_node;
+    std::map<std::string, size_t> lost_of;  // bursts to or from the node that failed
     for (const DoneT& d : done) {
       const Burst& b = d.burst;
       auto add_pair = [&](Verdict v, std::string reason) {
@@ -498,6 +502,10 @@ class Run {
                                      Seconds(req_.suite.bw_timeout_s) + " s (goodput below " +
                                      FormatValue(bw.unit, bound) + ")");
       }
+      if (d.sample->lost) {
+        ++lost_of[b.src];
+        ++lost_of[b.dst];
+      }
       pair_samples.push_back({b.src + "->" + b.dst, value, "to " + b.dst});
       pair_of.push_back(&d);
       per_node[b.src].push_back(value);
@@ -513,6 +521,15 @@ class Run {
                               std::string(best ? "best of " : "median of ") +
                                   std::to_string(v.size()) +
                                   (v.size() == 1 ? " burst" : " bursts")});
+    }
+    // A node none of whose bursts got through fails outright: with two such nodes in a small
+    // set the MAD cannot single them out, and a neighbour keeps its other burst.
+    for (const auto& [n, v] : per_node) {
+      if (lost_of[n] < v.size()) continue;
+      Mark(n, Verdict::kFail,
+           "goodput: all " + std::to_string(v.size()) + " of its bursts failed or did not " +
+               "complete within " + Seconds(req_.suite.bw_timeout_s) + " s (below " +
+               FormatValue(bw.unit, bound) + ")");
     }
     for (const Judgement& j : JudgeSet(bw, node_samples)) {
       if (j.verdict == Verdict::kPass) continue;

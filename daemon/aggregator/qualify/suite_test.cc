@@ -190,6 +190,25 @@ class SuiteTest : public ::testing::Test {
     return std::make_unique<QualifyJobs>(fleet_, inputs_, RealClock::Get(), registry, o);
   }
 
+  // Runs `n` nodes whose bursts to and from `slow` move at `goodput` (0: lost), the rest at
+  // 9.4 Gbit/s; expects `slow` alone to fail, its first reason containing `reason`.
+  void CheckOnlySlowNodeFails(int n, const std::string& slow, double goodput,
+                              const std::string& reason) {
+    auto nodes = Nodes(n);
+    fleet_.goodput_bps = [slow, goodput](const std::string& a, const std::string& b) {
+      return a == slow || b == slow ? goodput : 9.4e9;
+    };
+    auto r = Run(nodes);
+    EXPECT_EQ(r.exit_code, 2);
+    const NodeResult& bad = Node(r, slow);
+    EXPECT_EQ(bad.verdict, Verdict::kFail);
+    ASSERT_FALSE(bad.reasons.empty());
+    EXPECT_THAT(bad.reasons[0], HasSubstr(reason));
+    for (const auto& x : r.nodes) {
+      if (x.node != slow) EXPECT_EQ(x.verdict, Verdict::kPass) << x.node;
+    }
+  }
+
   const NodeResult& Node(const QualifyReport& r, const std::string& n) {
     for (const NodeResult& x : r.nodes) {
       if (x.node == n) return x;
@@ -225,24 +244,22 @@ TEST_F(SuiteTest, BandwidthStepRunsTheRingInRounds) {
   EXPECT_EQ(fleet_.bursts_in_flight_max, 1);  // no node in two bursts of one round
 }
 
+// Runs `n` nodes whose bursts to and from `slow` move at `goodput` (0: lost) and the rest at
+// 9.4 Gbit/s; expects `slow` alone to fail, its first reason containing `reason`.
 // A node slow both ways (its NIC) fails with its figure; its neighbours in the ring, slow toward
 // it only, pass on their other burst.
 TEST_F(SuiteTest, SlowNicFailsOnGoodputWithItsFigure) {
-  auto nodes = Nodes(8);
-  fleet_.goodput_bps = [](const std::string& a, const std::string& b) {
-    return a == "gpu3" || b == "gpu3" ? 1.5e9 : 9.4e9;
-  };
-  auto r = Run(nodes);
-  EXPECT_EQ(r.exit_code, 2);
-  const NodeResult& bad = Node(r, "gpu3");
-  EXPECT_EQ(bad.verdict, Verdict::kFail);
-  ASSERT_FALSE(bad.reasons.empty());
-  EXPECT_THAT(bad.reasons[0], HasSubstr("goodput best of 2 bursts 1.5 Gbit/s, 0.16\xc3\x97 the "
-                                        "set's median of 9.4 Gbit/s (fail at 0.20\xc3\x97"));
-  for (const auto& n : r.nodes) {
-    if (n.node != "gpu3") EXPECT_EQ(n.verdict, Verdict::kPass) << n.node << n.reasons[0];
-  }
-  EXPECT_TRUE(r.pairs.empty());
+  CheckOnlySlowNodeFails(8, "gpu3", 1.5e9,
+                         "goodput best of 2 bursts 1.5 Gbit/s, 0.16\xc3\x97 the set's median of "
+                         "9.4 Gbit/s (fail at 0.20\xc3\x97");
+}
+
+// A node none of whose ring bursts get through (a dead or throttled link) fails outright; its
+// neighbours, each with one good burst, pass.
+TEST_F(SuiteTest, NodeWhoseBurstsAllFailFails) {
+  CheckOnlySlowNodeFails(5, "gpu2", 0,
+                         "goodput: all 2 of its bursts failed or did not complete within 2.0 s "
+                         "(below 33.6 Mbit/s)");
 }
 
 // All pairs (--full): one slow path is a pair verdict with its figure; a lost burst fails its
