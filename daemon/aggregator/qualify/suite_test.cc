@@ -173,14 +173,21 @@ class SuiteTest : public ::testing::Test {
     return {std::move(ra), std::move(rb)};
   }
 
-  QualifyReport Run(const std::vector<std::string>& nodes, double timeout_s = 10) {
+  // A request of the fast test suite ("t", generic profile) due in `timeout_s`.
+  static SuiteRequest Request(const std::vector<std::string>& nodes, double timeout_s = 10) {
     SuiteRequest req;
     req.id = "t";
     req.nodes = nodes;
     req.profile = *FindQualifyProfile("generic");
     req.suite = {"test", 50, 2, 1.0, 0.9, 0.4};
     req.deadline_ns = RealClock::Get().MonotonicNanos() + static_cast<int64_t>(timeout_s * 1e9);
+    return req;
+  }
+  QualifyReport Run(const SuiteRequest& req) {
     return RunSuite(fleet_, inputs_, RealClock::Get(), req, stop_);
+  }
+  QualifyReport Run(const std::vector<std::string>& nodes, double timeout_s = 10) {
+    return Run(Request(nodes, timeout_s));
   }
 
   // Jobs whose suites run at a tenth of their times (quick: ramp <= 0.4 s, measure 0.5 s).
@@ -274,15 +281,11 @@ TEST_F(SuiteTest, SlowPairAndLostBurstAreOnTheirPairs) {
     if (is("gpu4", "gpu5")) return 0.0;  // lost
     return 9.4e9;
   };
-  SuiteRequest req;
-  req.id = "full";
-  req.nodes = nodes;
-  req.profile = *FindQualifyProfile("generic");
+  SuiteRequest req = Request(nodes);
   req.suite = *FindSuite("full");
   req.suite.ramp_max_s = 1;
   req.suite.measure_s = 0.3;
-  req.deadline_ns = RealClock::Get().MonotonicNanos() + 10'000'000'000;
-  auto r = RunSuite(fleet_, inputs_, RealClock::Get(), req, stop_);
+  auto r = Run(req);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(fleet_.burst_rounds, 5);  // 15 pairs, 3 bursts a round
   EXPECT_EQ(fleet_.bursts_in_flight_max, 1);
@@ -322,14 +325,9 @@ TEST_F(SuiteTest, UniformlyBadSetFailsAgainstTheFleetHistory) {
   EXPECT_EQ(healthy_history.exit_code, 0);
   EXPECT_EQ(healthy_history.path_classes.count("inter_leaf"), 1u);
 
-  SuiteRequest req;
-  req.id = "h";
-  req.nodes = nodes;
-  req.profile = *FindQualifyProfile("generic");
-  req.suite = {"test", 50, 2, 1.0, 0.9, 0.4};
-  req.deadline_ns = RealClock::Get().MonotonicNanos() + 10'000'000'000;
+  SuiteRequest req = Request(nodes);
   req.fleet_baseline = {{"inter_leaf", {0.00041, 20}}, {"intra_leaf", {0.0003, 20}}};
-  auto r = RunSuite(fleet_, inputs_, RealClock::Get(), req, stop_);
+  auto r = Run(req);
   EXPECT_EQ(r.exit_code, 2);
   for (const auto& n : r.nodes) {
     EXPECT_EQ(n.verdict, Verdict::kFail) << n.node;
@@ -340,6 +338,26 @@ TEST_F(SuiteTest, UniformlyBadSetFailsAgainstTheFleetHistory) {
   }
   // Nothing of a failed set joins the history.
   EXPECT_TRUE(r.path_classes.empty());
+}
+
+// One slow host on a leaf of three: against the history it fails, while its two leaf neighbours,
+// slow toward it only, are held to the lower median of their same-leaf peers and pass.
+TEST_F(SuiteTest, OneBadPeerDoesNotFlagItsNeighboursAgainstTheHistory) {
+  auto nodes = Nodes(6);
+  const auto leaf = [](const std::string& n) { return n < "gpu4" ? 0 : 1; };
+  fleet_.path_class = [&](const std::string& a, const std::string& b) {
+    return std::string(leaf(a) == leaf(b) ? "intra_leaf" : "inter_leaf");
+  };
+  fleet_.rtt_ns = [](const std::string& a, const std::string& b) {
+    return a == "gpu2" || b == "gpu2" ? int64_t{2'400'000} : int64_t{300'000};
+  };
+  SuiteRequest req = Request(nodes);
+  req.fleet_baseline = {{"inter_leaf", {0.0003, 20}}, {"intra_leaf", {0.0003, 20}}};
+  auto r = Run(req);
+  EXPECT_EQ(Node(r, "gpu2").verdict, Verdict::kFail);
+  for (const char* n : {"gpu1", "gpu3", "gpu4", "gpu5", "gpu6"}) {
+    EXPECT_EQ(Node(r, n).verdict, Verdict::kPass) << n << ": " << Node(r, n).reasons.at(0);
+  }
 }
 
 TEST_F(SuiteTest, SlowHostFailsWithItsFigureAndItsPairsAreExplainedAway) {
