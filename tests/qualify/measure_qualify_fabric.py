@@ -44,6 +44,9 @@ def main():
             print(f"run {i + 1}: {len(hosts)} hosts {suite}: exit {p.returncode}, wall {took:.1f} s "
                   f"(load {load}); {steps}; {verdicts}")
             if p.returncode != 0:
+                for x in rep.get("nodes", []):
+                    if x["verdict"] != "pass":
+                        print(f"  node {x['node']} {x['verdict']}: {'; '.join(x['reasons'])}")
                 for x in rep.get("pairs", []):
                     print(f"  pair {x['src']}-{x['dst']} {x['verdict']}: {'; '.join(x['reasons'])}")
                 print(p.stderr[-500:])
