@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -37,6 +38,10 @@ v1::Transport ToWire(net::Transport t) {
   }
   return v1::TRANSPORT_UNSPECIFIED;
 }
+
+// What a burst request may ask (BurstRequest): larger ones are skipped as invalid.
+constexpr uint64_t kMaxBurstBytes = net::kMaxBulkPayload;
+constexpr double kMaxBurstTimeout_s = 60;
 
 // RTT buckets from 10 µs to 1 s: loopback and veth sit in the tens of µs, fabrics in the µs to
 // ms, and anything past a second is a timeout.
@@ -110,6 +115,15 @@ ProbeScheduler::ProbeScheduler(ProbeSchedulerOptions options, OutboundBuffer& bu
                    "Probe plans trimmed to this agent's local ceilings, by limit.", {"limit"});
   for (size_t i = 0; i < kPlanTrimCount; ++i) {
     plan_trimmed_[i] = &trimmed.WithLabels({std::string(PlanTrimName(static_cast<PlanTrim>(i)))});
+  }
+  auto& bursts = r.AddCounter("fabricwatch_probe_burst_requests_total",
+                              "Bandwidth bursts the plan asked for (a qualification's rounds), by "
+                              "outcome: run, lost (failed or timed out), refused (probe budget), "
+                              "invalid (entry skipped), repeat (already taken for its round).",
+                              {"outcome"});
+  constexpr const char* kOutcomes[] = {"run", "lost", "refused", "invalid", "repeat"};
+  for (size_t i = 0; i < burst_requests_.size(); ++i) {
+    burst_requests_[i] = &bursts.WithLabels({kOutcomes[i]});
   }
   r.AddBeforeRender([this] { RefreshStats(); });
 }
@@ -215,6 +229,10 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
     if (plan.bandwidth_bytes() > 0) bandwidth_bytes_ = plan.bandwidth_bytes();
     bandwidth_interval_s_ = g.bandwidth_interval_s;
     bandwidth_bytes = bandwidth_bytes_;
+    QueueBursts(plan, bandwidth_bytes_);
+    for (const v1::BurstRequest& b : plan.bursts()) {
+      bandwidth_bytes = std::max(bandwidth_bytes, std::min<uint64_t>(b.bytes(), kMaxBurstBytes));
+    }
   }
   if (g.budget_pps > 0 && g.budget_bytes_per_s > 0) {
     // The byte bucket must hold a whole bandwidth burst, or bursts could never be admitted;
@@ -227,6 +245,97 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
   planned_peers_.Set(static_cast<double>(g.peers.size()));
   spdlog::info("msg=\"probe plan applied\" version={} peers={} udp_peers={} rate_hz={}",
                plan.version(), g.peers.size(), peers, g.udp_rate_hz);
+  cv_.NotifyAll();
+}
+
+void ProbeScheduler::QueueBursts(const v1::ProbePlan& plan, uint64_t default_bytes) {
+  plan_has_bursts_ = plan.bursts_size() > 0;
+  size_t invalid = 0;
+  std::string example;
+  for (const v1::BurstRequest& b : plan.bursts()) {
+    const bool bad_timeout =
+        !std::isfinite(b.timeout_s()) || b.timeout_s() < 0 || b.timeout_s() > kMaxBurstTimeout_s;
+    if (net::CheckPeer(b.node(), b.address(), b.port()) || b.round() == 0 ||
+        b.bytes() > kMaxBurstBytes || bad_timeout) {
+      if (invalid++ == 0) {
+        example = "node '" + b.node().substr(0, 80) + "' address '" + b.address().substr(0, 80) +
+                  "' port " + std::to_string(b.port()) + " round " + std::to_string(b.round()) +
+                  " bytes " + std::to_string(b.bytes());
+      }
+      burst_requests_[static_cast<size_t>(BurstOutcome::kInvalid)]->Inc();
+      continue;
+    }
+    std::pair<uint64_t, std::string> key{b.round(), b.node()};
+    if (!bursts_seen_.insert(key).second) {
+      burst_requests_[static_cast<size_t>(BurstOutcome::kRepeat)]->Inc();
+      continue;
+    }
+    bursts_seen_order_.push_back(std::move(key));
+    if (bursts_seen_order_.size() > kBurstsRemembered) {
+      bursts_seen_.erase(bursts_seen_order_.front());
+      bursts_seen_order_.pop_front();
+    }
+    BurstOrder o;
+    o.node = b.node();
+    o.address = b.address();
+    o.port = static_cast<uint16_t>(b.port());
+    o.bytes = b.bytes() > 0 ? b.bytes() : default_bytes;
+    o.round = b.round();
+    o.timeout = std::chrono::nanoseconds(
+        static_cast<int64_t>((b.timeout_s() > 0 ? b.timeout_s() : 10.0) * 1e9));
+    pending_bursts_.push_back(std::move(o));
+  }
+  const int64_t now = clock_.MonotonicNanos();
+  if (invalid > 0 &&
+      (burst_invalid_logged_ns_ == 0 || now - burst_invalid_logged_ns_ >= 60'000'000'000)) {
+    burst_invalid_logged_ns_ = now;
+    spdlog::warn("msg=\"burst requests skipped\" version={} count={} first={}", plan.version(),
+                 invalid, LogQuote(example));
+  }
+}
+
+void ProbeScheduler::RunRequestedBurst(net::BandwidthProbe& probe, const BurstOrder& order) {
+  net::BandwidthOptions bo;
+  bo.bytes = order.bytes;
+  bo.timeout = order.timeout;
+  const net::TcpTarget target{order.node, order.address, order.port, ProbeSource()};
+  // The probe budget may be drained by the latency probes of the moment (or by a first attempt
+  // the peer refused): wait for it, up to 2 s. The peer's responder may apply the plan that
+  // admits us a moment after we apply ours (both come with one re-plan) and refuses by closing
+  // the connection: up to 2 retries 300 ms apart. The aggregator waits for the round longer.
+  StatusOr<net::ProbeResult> r = probe.Run(target, bo);
+  for (int waits = 0, refusals = 0;
+       !r.ok() && ((r.status().code() == StatusCode::kResourceExhausted && waits < 20) ||
+                   (r.status().code() == StatusCode::kUnavailable && refusals < 2));) {
+    const bool budget = r.status().code() == StatusCode::kResourceExhausted;
+    ++(budget ? waits : refusals);
+    std::this_thread::sleep_for(std::chrono::milliseconds(budget ? 100 : 300));
+    r = probe.Run(target, bo);
+  }
+  net::ProbeResult out;
+  BurstOutcome outcome = BurstOutcome::kRun;
+  if (r.ok()) {
+    out = *r;
+    if (out.lost) outcome = BurstOutcome::kLost;
+  } else {
+    outcome = r.status().code() == StatusCode::kResourceExhausted ? BurstOutcome::kRefused
+                                                                  : BurstOutcome::kLost;
+    spdlog::warn("msg=\"requested burst failed\" peer={} round={} error={}", order.node,
+                 order.round, LogQuote(r.status().message()));
+    out.SetPeer(order.node);
+    out.transport = net::Transport::kTcpBw;
+    out.dst_port = order.port;
+    out.bytes = order.bytes;
+    out.timestamp_ns = clock_.WallNanos();
+    out.lost = true;
+  }
+  out.seq = order.round;  // the aggregator finds the round's results by it
+  burst_requests_[static_cast<size_t>(outcome)]->Inc();
+  queue_.TryPush(out);  // a full queue counts the drop itself
+  {
+    MutexLock lock(mu_);
+    flush_ = true;
+  }
   cv_.NotifyAll();
 }
 
@@ -312,9 +421,10 @@ void ProbeScheduler::BatchLoop() {
                          std::chrono::duration_cast<std::chrono::nanoseconds>(period);
       MutexLock lock(mu_);
       // Wake early when the queue fills up, so a batch never waits past max_batch_results.
-      while (!stopping_ && queue_.size() < options_.max_batch_results &&
+      while (!stopping_ && !flush_ && queue_.size() < options_.max_batch_results &&
              cv_.WaitUntil(mu_, until)) {
       }
+      flush_ = false;
       if (stopping_ && queue_.size() == 0) return;
     }
     results.clear();
@@ -372,6 +482,7 @@ void ProbeScheduler::SlowLoop() {
   for (;;) {
     std::vector<net::TcpTarget> due_connect;
     std::optional<net::TcpTarget> due_bw;
+    std::vector<BurstOrder> requested;
     uint64_t bw_bytes = 0;
     {
       MutexLock lock(mu_);
@@ -387,9 +498,13 @@ void ProbeScheduler::SlowLoop() {
           std::clamp<int64_t>(next_due - clock_.MonotonicNanos(), 200'000'000, 1'000'000'000));
       const auto until = std::chrono::steady_clock::now() + wait;
       const uint64_t plan = plan_version_;
-      while (!stopping_ && plan_version_ == plan && cv_.WaitUntil(mu_, until)) {
+      while (!stopping_ && plan_version_ == plan && pending_bursts_.empty() &&
+             cv_.WaitUntil(mu_, until)) {
       }
       if (stopping_) return;
+      requested.assign(std::make_move_iterator(pending_bursts_.begin()),
+                       std::make_move_iterator(pending_bursts_.end()));
+      pending_bursts_.clear();
       int64_t now = clock_.MonotonicNanos();
       for (SlowTarget& t : slow_targets_) {
         if (now >= t.next_connect_ns) {
@@ -397,13 +512,16 @@ void ProbeScheduler::SlowLoop() {
           t.next_connect_ns = now + static_cast<int64_t>(options_.tcp_connect_interval_s * 1e9);
         }
         // At most one burst at a time: bursts to different peers must not overlap.
-        if (!due_bw && t.bandwidth && now >= t.next_bandwidth_ns) {
+        // Requested bursts own the NIC while a plan carries them: the periodic ones wait.
+        if (!due_bw && t.bandwidth && now >= t.next_bandwidth_ns && !plan_has_bursts_) {
           due_bw = net::TcpTarget{t.node, t.address, t.port, ProbeSource()};
           t.next_bandwidth_ns = now + static_cast<int64_t>(bandwidth_interval_s_ * 1e9);
         }
       }
       bw_bytes = bandwidth_bytes_;
     }
+    // Requested bursts first: the aggregator waits for them to end its round.
+    for (const BurstOrder& o : requested) RunRequestedBurst(bandwidth, o);
     if (!due_connect.empty()) {
       for (auto& r : connect.ProbeAll(due_connect, std::chrono::seconds(1))) {
         if (!r.ok()) {

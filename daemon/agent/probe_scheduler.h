@@ -7,10 +7,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +24,7 @@
 #include "daemon/agent/plan_guard.h"
 #include "exporter/registry.h"
 #include "fabricwatch.pb.h"
+#include "probes/net/bandwidth_probe.h"
 #include "probes/net/echo_responder.h"
 #include "probes/net/probe_result.h"
 #include "probes/net/token_bucket.h"
@@ -75,7 +78,9 @@ class ProbeScheduler {
   // so the same version sent again is tried again. The responder then answers the plan's
   // allowed_probers (everyone when the list is empty), and the previous list for
   // options.allowed_probers_grace more; an address that is not a numeric IP is skipped and counted
-  // as a plan entry (reason "address"). Calls are serialized.
+  // as a plan entry (reason "address"). The plan's burst requests run once each per (round, node),
+  // one after another on the slow-probe thread, whatever plans carry them again; while a plan
+  // carries any, the periodic bursts wait. Calls are serialized.
   void ApplyPlan(const fabricwatch::v1::ProbePlan& plan);
   uint16_t responder_port() const { return responder_ ? responder_->port() : 0; }
   // For path tracing: the UDP prober's probes sent so far, and the local source port of its flow
@@ -93,8 +98,21 @@ class ProbeScheduler {
     int64_t next_connect_ns = 0;
     int64_t next_bandwidth_ns = 0;
   };
+  // A burst the plan asked for (v1::BurstRequest, checked).
+  struct BurstOrder {
+    std::string node, address;
+    uint16_t port = 0;
+    uint64_t bytes = 0;
+    uint64_t round = 0;
+    std::chrono::nanoseconds timeout{0};
+  };
+  enum class BurstOutcome : uint8_t { kRun, kLost, kRefused, kInvalid, kRepeat, kCount };
   void BatchLoop();
   void SlowLoop();
+  // Queues the plan's new burst requests (new: not seen for this round and node before).
+  void QueueBursts(const fabricwatch::v1::ProbePlan& plan, uint64_t default_bytes) FW_REQUIRES(mu_);
+  // Runs one requested burst and queues its result (probe_seq = the round; lost on failure).
+  void RunRequestedBurst(net::BandwidthProbe& probe, const BurstOrder& order);
   void Publish(const net::ProbeResult& r);
   void RefreshStats();
   // The local address probes leave from: listen_address when it names one, else "" (by route).
@@ -124,6 +142,14 @@ class ProbeScheduler {
   std::vector<SlowTarget> slow_targets_ FW_GUARDED_BY(mu_);
   uint64_t bandwidth_bytes_ FW_GUARDED_BY(mu_) = 4u << 20;
   double bandwidth_interval_s_ FW_GUARDED_BY(mu_) = 300;
+  std::deque<BurstOrder> pending_bursts_ FW_GUARDED_BY(mu_);
+  // The (round, node) of the last kBurstsRemembered requests taken, oldest first.
+  static constexpr size_t kBurstsRemembered = 4096;
+  std::set<std::pair<uint64_t, std::string>> bursts_seen_ FW_GUARDED_BY(mu_);
+  std::deque<std::pair<uint64_t, std::string>> bursts_seen_order_ FW_GUARDED_BY(mu_);
+  bool plan_has_bursts_ FW_GUARDED_BY(mu_) = false;
+  bool flush_ FW_GUARDED_BY(mu_) = false;  // batch now: a requested burst's result waits
+  int64_t burst_invalid_logged_ns_ FW_GUARDED_BY(mu_) = 0;
   std::thread batcher_, slow_;
 
   // Metrics; handles resolved once.
@@ -135,6 +161,7 @@ class ProbeScheduler {
   metrics::Counter& budget_rejected_;
   metrics::Counter& probe_errors_;
   metrics::Counter& plans_;
+  std::array<metrics::Counter*, static_cast<size_t>(BurstOutcome::kCount)> burst_requests_{};
   metrics::Gauge& planned_peers_;
   std::array<metrics::Counter*, net::kPlanSkipCount> plan_skipped_{};
   std::array<metrics::Counter*, kPlanTrimCount> plan_trimmed_{};

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
 #include <regex>
 #include <set>
 #include <string>
@@ -101,6 +102,102 @@ void AddUdpPeer(v1::ProbePlan& plan, std::string node, std::string address, uint
   p->set_transport(v1::TRANSPORT_UDP);
   p->add_src_ports(0);
   p->set_rate_pps(20);
+}
+
+// The rounds of the tcp_bw results batched so far (a requested burst's probe_seq is its round),
+// with how many results each.
+std::map<uint64_t, int> BurstRounds(OutboundBuffer& buffer, int* lost) {
+  std::map<uint64_t, int> rounds;
+  for (const v1::ProbeBatch& b : buffer.TakeUnsent(1 << 20)) {
+    const v1::ProbeColumns& c = b.columns();
+    for (int i = 0; i < c.peer_size(); ++i) {
+      if (c.transport(i) != v1::TRANSPORT_TCP_BW) continue;
+      ++rounds[c.probe_seq(i)];
+      if (c.lost(i)) ++*lost;
+    }
+  }
+  return rounds;
+}
+
+void AddBurst(v1::ProbePlan& plan, uint32_t port, uint64_t round) {
+  v1::BurstRequest* b = plan.add_bursts();
+  b->set_node("self");
+  b->set_address("127.0.0.1");
+  b->set_port(port);
+  b->set_bytes(1u << 20);
+  b->set_round(round);
+  b->set_timeout_s(5);
+}
+
+// A scheduler on loopback, its responder the target of the requested bursts, and the rounds of
+// the burst results it batched.
+class RequestedBurstTest : public ::testing::Test {
+ protected:
+  RequestedBurstTest()
+      : scheduler_(
+            LoopbackOptions(), buffer_, [] {}, registry_) {
+    EXPECT_TRUE(scheduler_.Start().ok());
+  }
+  // Polls the batches for up to 5 s until results of `want` rounds arrived.
+  void Collect(size_t want) {
+    for (int i = 0; i < 50 && rounds_.size() < want; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (auto [r, n] : BurstRounds(buffer_, &lost_)) rounds_[r] += n;
+    }
+  }
+  double Outcome(const std::string& outcome) {
+    return MetricValue(registry_.RenderToString(),
+                       "fabricwatch_probe_burst_requests_total{outcome=\"" + outcome + "\"}");
+  }
+
+  OutboundBuffer buffer_{1000, 64 << 20};
+  metrics::Registry registry_;
+  ProbeScheduler scheduler_;
+  std::map<uint64_t, int> rounds_;
+  int lost_ = 0;
+};
+
+// Issue 14: a burst the plan asks for runs at once and exactly once per round, however often
+// plans carrying it arrive (a newer plan, the same plan sent again); a new round runs again.
+TEST_F(RequestedBurstTest, ARequestedBurstRunsOncePerRound) {
+  const uint32_t port = scheduler_.responder_port();
+  v1::ProbePlan plan;
+  plan.set_version(1);
+  AddBurst(plan, port, 77);
+  AddBurst(plan, port, 0);  // invalid: round 0
+  scheduler_.ApplyPlan(plan);
+  Collect(1);
+  plan.set_version(2);  // the same request in a newer plan
+  scheduler_.ApplyPlan(plan);
+  scheduler_.ApplyPlan(plan);  // and that plan again
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  Collect(1);
+  EXPECT_EQ(rounds_, (std::map<uint64_t, int>{{77, 1}}));
+
+  v1::ProbePlan next;
+  next.set_version(3);
+  AddBurst(next, port, 78);
+  scheduler_.ApplyPlan(next);
+  Collect(2);
+  EXPECT_EQ(rounds_, (std::map<uint64_t, int>{{77, 1}, {78, 1}}));
+  EXPECT_EQ(lost_, 0);
+  EXPECT_EQ(Outcome("run"), 2);
+  EXPECT_EQ(Outcome("repeat"), 1);
+  EXPECT_EQ(Outcome("invalid"), 2);
+  EXPECT_GT(MetricValue(registry_.RenderToString(), "fabricwatch_probe_goodput_bps"), 0);
+}
+
+// A burst to a closed port is reported, lost, under its round: the aggregator learns at once
+// rather than waiting out the round.
+TEST_F(RequestedBurstTest, AFailedRequestedBurstIsReportedLost) {
+  v1::ProbePlan plan;
+  plan.set_version(1);
+  AddBurst(plan, 1, 9);  // nothing listens on port 1
+  scheduler_.ApplyPlan(plan);
+  Collect(1);
+  EXPECT_EQ(rounds_, (std::map<uint64_t, int>{{9, 1}}));
+  EXPECT_EQ(lost_, 1);
+  EXPECT_EQ(Outcome("lost"), 1);
 }
 
 // Issue 12: a peer's plan with one over-long name was rejected whole by the UDP prober after its

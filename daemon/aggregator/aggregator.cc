@@ -98,7 +98,7 @@ Status Aggregator::Start() {
   // After the findings store: qualification reports share its database (findings.db).
   qualify_ = std::make_unique<qualify::QualifyService>(fleet_, *analyzer_, *plans_, *names_, clock_,
                                                        registry_, qualify::QualifyJobs::Options{},
-                                                       options_.state_dir);
+                                                       options_.state_dir, map_);
   // Messages leave on the tick thread and on gRPC threads, both started after grpc_ is set.
   collective_ = std::make_unique<collective::CollectiveStage>(
       options_.collective, registry_,

@@ -44,7 +44,12 @@ def main():
             print(f"run {i + 1}: {len(hosts)} hosts {suite}: exit {p.returncode}, wall {took:.1f} s "
                   f"(load {load}); {steps}; {verdicts}")
             if p.returncode != 0:
-                print(json.dumps(rep)[:1500] + p.stderr[-500:])
+                for x in rep.get("nodes", []):
+                    if x["verdict"] != "pass":
+                        print(f"  node {x['node']} {x['verdict']}: {'; '.join(x['reasons'])}")
+                for x in rep.get("pairs", []):
+                    print(f"  pair {x['src']}-{x['dst']} {x['verdict']}: {'; '.join(x['reasons'])}")
+                print(p.stderr[-500:])
             worst = max(worst, took)
     print(f"worst wall {worst:.1f} s (target <= 20 s)")
     return 0

@@ -2,13 +2,14 @@
 """fabricwatch qualify against a live aggregator and six agents on loopback (no root needed).
 
 Cases (issue 14), in one run to keep CI short:
-  healthy set                        -> exit 0, every node pass, the mesh step done
-  two overlapping qualifications     -> both complete, the second after the first (queued_s)
-  timeout shorter than the suite     -> a partial report (state timeout) and exit 3
+  healthy set                        -> exit 0, every node pass, the mesh and bandwidth steps done
   one agent stopped                  -> exit 2, that node fails with "agent down"
   the Slurm prolog (packaging/slurm) -> 0 on a healthy node, 1 on the stopped one
   the aggregator unreachable         -> exit 3
-Also GET /api/v1/qualifications and fabricwatch_qualification_result{node,suite}.
+Also GET /api/v1/qualifications and fabricwatch_qualification_result{node,suite}. Overlapping
+runs and a timeout shorter than the suite are tested on the namespace fabric (fabric_qualify,
+test_qualify_fabric.py) with the rest of the issue's table; the suite's rules for both are unit
+tests (suite_test.cc).
 
 Usage: qualify_loopback_test.py CLI AGGREGATOR AGENT TESTDATA PROLOG
 """
@@ -19,7 +20,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 
@@ -49,13 +49,14 @@ def verdicts(report):
     return {n["node"]: n for n in report.get("nodes", [])}
 
 
-def only_rtt_outliers(report):
-    """True when every non-pass node of a finished report fails or warns on RTT p99 alone."""
-    nodes = report.get("nodes", [])
-    bad = [n for n in nodes if n.get("verdict") != "pass"]
+def only_noise_outliers(report):
+    """True when every non-pass node and pair of a finished report fails or warns on RTT p99 or
+    burst goodput alone (scheduling noise on a loaded host), never on anything else."""
+    bad = [x for x in report.get("nodes", []) + report.get("pairs", [])
+           if x.get("verdict") != "pass"]
     return (report.get("state") == "done" and bool(bad) and
-            all(n.get("reasons") and all(r.startswith("RTT p99") for r in n["reasons"])
-                for n in bad))
+            all(x.get("reasons") and all(r.startswith(("RTT p99", "goodput"))
+                                         for r in x["reasons"]) for x in bad))
 
 
 def main():
@@ -85,55 +86,37 @@ def main():
         wait_for(connected, 60, "six agents connected")
         nodes_arg = "lq[1-6]"
 
-        # Healthy set. Loopback RTTs are scheduling noise: on a loaded 2-core CI host one pair's
-        # p99 can reach milliseconds, which the suite rightly calls an outlier. That alone earns
-        # one rerun (said in the output); any other reason, or a second such run, fails.
+        # Healthy set. Loopback RTTs and burst times are scheduling noise: on a loaded 2-core CI
+        # host one pair's p99 can reach milliseconds, or one burst stall, which the suite rightly
+        # calls an outlier. That alone earns one rerun (said in the output); any other reason, or
+        # a second such run, fails.
         rc, rep, err, took = qualify(api, "--nodes", nodes_arg, "--timeout", "30")
-        if rc != 0 and only_rtt_outliers(rep):
-            print(f"note: RTT outlier on loopback (load {os.getloadavg()[0]:.1f}); one rerun",
-                  flush=True)
+        if rc != 0 and only_noise_outliers(rep):
+            print(f"note: RTT or goodput outlier on loopback (load {os.getloadavg()[0]:.1f}); "
+                  "one rerun", flush=True)
             rc, rep, err, took = qualify(api, "--nodes", nodes_arg, "--timeout", "30")
         check(rc == 0 and all(v["verdict"] == "pass" for v in verdicts(rep).values()),
               f"healthy set of 6: exit 0 ({took:.1f} s)", json.dumps(rep, indent=1) + err)
         steps = {s["name"]: s for s in rep.get("steps", [])}
         check(steps.get("mesh", {}).get("state") == "done", "the mesh step ran",
               json.dumps(steps))
+        check(steps.get("bandwidth", {}).get("state") == "done"
+              and "ring: 2 of 2 rounds, 6 bursts" in steps["bandwidth"].get("note", ""),
+              "the bandwidth step ran its ring (2 rounds of bursts)", json.dumps(steps))
         print(f"figure: 6 nodes quick, wall {took:.1f} s; steps "
               + ", ".join(f"{s['name']} {s['duration_s']} s" for s in rep.get("steps", [])))
-
-        # Two overlapping qualifications at once.
-        out = {}
-
-        def run(key, nodes):
-            out[key] = qualify(api, "--nodes", nodes, "--timeout", "40")
-        t1 = threading.Thread(target=run, args=("a", "lq[1-4]"))
-        t2 = threading.Thread(target=run, args=("b", "lq[3-6]"))
-        t1.start()
-        time.sleep(0.3)
-        t2.start()
-        t1.join()
-        t2.join()
-        (ra, repa, _, _), (rb, repb, _, _) = out["a"], out["b"]
-        # Completion is the contract here (a verdict, not a timeout); a loaded CI host may make
-        # one pair of four look slow, which is a verdict too.
-        check(ra in (0, 1, 2) and rb in (0, 1, 2) and repa.get("state") == "done"
-              and repb.get("state") == "done", "two overlapping qualifications both complete",
-              f"{ra} {rb}\n{json.dumps(repa)[:800]}\n{json.dumps(repb)[:800]}")
-        check(repb.get("started", "") >= repa.get("finished", "~") and repb.get("queued_s", 0) > 1,
-              "the second ran after the first (queued)",
-              f"a finished {repa.get('finished')} b started {repb.get('started')} "
-              f"queued {repb.get('queued_s')}")
-
-        # A timeout shorter than the suite: partial report, exit 3.
-        rc, rep, err, took = qualify(api, "--nodes", nodes_arg, "--timeout", "2")
-        check(rc == 3 and rep.get("state") == "timeout" and len(rep.get("nodes", [])) == 6,
-              f"timeout 2 s: partial report and exit 3 ({took:.1f} s)", json.dumps(rep) + err)
 
         # One agent stopped.
         procs["lq5"].send_signal(signal.SIGTERM)
         procs["lq5"].wait(20)
         wait_for(lambda: not connected(), 30, "lq5 seen as disconnected")
         rc, rep, err, took = qualify(api, "--nodes", nodes_arg, "--timeout", "30")
+        others = dict(rep, nodes=[n for n in rep.get("nodes", []) if n["node"] != "lq5"],
+                      pairs=[p for p in rep.get("pairs", []) if "lq5" not in (p["src"], p["dst"])])
+        if only_noise_outliers(others):  # as for the healthy set: one rerun, said
+            print(f"note: RTT or goodput outlier on loopback (load {os.getloadavg()[0]:.1f}); "
+                  "one rerun", flush=True)
+            rc, rep, err, took = qualify(api, "--nodes", nodes_arg, "--timeout", "30")
         v = verdicts(rep)
         check(rc == 2 and v.get("lq5", {}).get("verdict") == "fail"
               and any("agent down" in r for r in v["lq5"]["reasons"]),
@@ -156,7 +139,7 @@ def main():
         # History and metric.
         with urllib.request.urlopen(f"http://{api}/api/v1/qualifications", timeout=5) as r:
             hist = json.load(r)
-        check(len(hist) >= 6 and hist[0]["exit_code"] in (2,), "GET /api/v1/qualifications",
+        check(len(hist) >= 3 and hist[0]["exit_code"] in (2,), "GET /api/v1/qualifications",
               json.dumps(hist)[:600])
         with urllib.request.urlopen(f"http://{api}/metrics", timeout=5) as r:
             metrics = r.read().decode()

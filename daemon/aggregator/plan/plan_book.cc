@@ -49,6 +49,19 @@ void RdmaToWire(const RdmaRoute& r, v1::PlannedPeer& pp) {
   e->set_timestamps(r.dst.timestamps);
 }
 
+}  // namespace
+
+void BurstToWire(const PlannedBurst& b, v1::BurstRequest& out) {
+  out.set_node(b.node);
+  out.set_address(b.address);
+  out.set_port(b.port);
+  out.set_bytes(b.bytes);
+  out.set_round(b.round);
+  out.set_timeout_s(b.timeout_s);
+}
+
+namespace {
+
 // Deterministic serialization, so equal messages hash equal.
 std::string Deterministic(const v1::ProbePlan& p) {
   std::string out;
@@ -148,6 +161,12 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live) {
   std::string bytes;
   const auto summary = planner_.PlanEach(live, [&](const std::string& node, Plan&& plan) {
     probers.AddPlan(node, plan.peers);
+    if (!plan.bursts.empty()) {
+      // The burst's receiver must admit this node's bursts like its probes.
+      std::vector<PlannedPeer> receivers(plan.bursts.size());
+      for (size_t i = 0; i < plan.bursts.size(); ++i) receivers[i].node = plan.bursts[i].node;
+      probers.AddPlan(node, receivers);
+    }
     v1::ProbePlan p;
     p.mutable_budget()->set_packets_per_s(plan.budget.pps);
     p.mutable_budget()->set_bytes_per_s(plan.budget.bytes_per_s);
@@ -173,6 +192,7 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live) {
       t->set_id(r.id);
     }
     p.set_trace_refresh_s(trace_refresh_s_);
+    for (const PlannedBurst& b : plan.bursts) BurstToWire(b, *p.add_bursts());
     plan = {};
     bytes = Deterministic(p);
     const uint64_t hash = std::hash<std::string>{}(bytes);

@@ -29,6 +29,9 @@ class Registry;
 
 namespace fw::aggregator {
 
+// A planned burst as the agent receives it (ProbePlan.bursts).
+void BurstToWire(const PlannedBurst& b, fabricwatch::v1::BurstRequest& out);
+
 // Threading: NoteMembershipChange() and PlanFor() are thread-safe; MaybeReplan() and
 // PushPending() are called by one thread (the tick).
 class PlanBook {

@@ -64,5 +64,40 @@ TEST_F(PlanBookTest, EachPlanCarriesTheAddressesOfItsProbers) {
   EXPECT_GT(book_.PlanFor("a")->version(), v1);
 }
 
+// A qualification round's bursts reach the sender's plan on the wire (ProbePlan.bursts) with the
+// receiver's responder address, and leave it when the overlay ends.
+TEST_F(PlanBookTest, OverlayBurstsReachTheSendersPlan) {
+  const std::vector<AgentInfo> live = {Agent("a", "10.0.0.1"), Agent("b", "10.0.0.2"),
+                                       Agent("c", "10.0.0.3")};
+  Replan(live);
+  PlanOverlay o;
+  o.id = "q1";
+  o.bursts.push_back({"a", "b", 2u << 20, 0x10001, 3.0});
+  o.bursts.push_back({"c", "gone", 0, 0x10001, 3.0});  // a receiver without an agent: left out
+  book_.SetOverlay(o);
+  clock_.Advance(std::chrono::seconds(60));
+  ASSERT_TRUE(book_.MaybeReplan(clock_.MonotonicNanos(), [&] { return live; }));
+  auto a = book_.PlanFor("a");
+  ASSERT_TRUE(a.has_value());
+  ASSERT_EQ(a->bursts_size(), 1);
+  const fabricwatch::v1::BurstRequest& b = a->bursts(0);
+  EXPECT_EQ(b.node(), "b");
+  EXPECT_EQ(b.address(), "10.0.0.2");
+  EXPECT_EQ(b.port(), 9753u);
+  EXPECT_EQ(b.bytes(), 2u << 20);
+  EXPECT_EQ(b.round(), 0x10001u);
+  EXPECT_DOUBLE_EQ(b.timeout_s(), 3.0);
+  EXPECT_EQ(book_.PlanFor("b")->bursts_size(), 0);
+  EXPECT_EQ(book_.PlanFor("c")->bursts_size(), 0);
+  EXPECT_TRUE(Allowed("b").contains("10.0.0.1"));
+
+  const uint64_t with = a->version();
+  book_.ClearOverlay("q1");
+  clock_.Advance(std::chrono::seconds(60));
+  ASSERT_TRUE(book_.MaybeReplan(clock_.MonotonicNanos(), [&] { return live; }));
+  EXPECT_EQ(book_.PlanFor("a")->bursts_size(), 0);
+  EXPECT_GT(book_.PlanFor("a")->version(), with);
+}
+
 }  // namespace
 }  // namespace fw::aggregator

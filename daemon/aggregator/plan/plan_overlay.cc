@@ -11,6 +11,13 @@ namespace fw::aggregator {
 void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
                   const std::function<const AgentInfo*(std::string_view)>& agent_of,
                   uint32_t probe_bytes, Plan& plan) {
+  for (const OverlayBurst& b : overlay.bursts) {
+    if (b.src != node || b.dst == node) continue;
+    const AgentInfo* a = agent_of(b.dst);
+    if (!a || a->endpoints.empty()) continue;
+    plan.bursts.push_back({b.dst, a->endpoints.front().address, a->endpoints.front().port, b.bytes,
+                           b.round, b.timeout_s});
+  }
   if (std::find(overlay.nodes.begin(), overlay.nodes.end(), node) == overlay.nodes.end()) return;
   double added_pps = 0;
   for (const std::string& peer : overlay.nodes) {

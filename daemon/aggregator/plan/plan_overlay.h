@@ -14,6 +14,14 @@ namespace fw::aggregator {
 struct AgentInfo;  // planner.h
 struct Plan;       // planner.h
 
+// One burst of a qualification round: `src` sends `bytes` to `dst` once for `round`.
+struct OverlayBurst {
+  std::string src, dst;
+  uint64_t bytes = 0;  // 0: the plan's burst size
+  uint64_t round = 0;  // non-zero, unique per round
+  double timeout_s = 0;
+};
+
 struct PlanOverlay {
   std::string id;                  // who asked (a qualification run, an escalation)
   std::vector<std::string> nodes;  // every ordered pair among them is probed
@@ -22,13 +30,15 @@ struct PlanOverlay {
   // Non-zero: each member also asks its agent to trace every flow toward the other members, ahead
   // of its other flows, once per id (TraceRequest).
   uint64_t trace_id = 0;
+  std::vector<OverlayBurst> bursts;  // bandwidth bursts to run now
 };
 
 // Adds to `node`'s plan an entry for every other overlay member that `agent_of` knows (the first
 // endpoint), or raises an existing entry to the overlay's flows and rate; raises the plan's budget
 // by what it adds (`probe_bytes` per probe), so the agent's token bucket does not drop the mesh.
-// A node outside the overlay is left as it was. Peers stay sorted by (node, address). With a
-// trace_id, adds a trace request per peer to the plan.
+// Adds the overlay's bursts that `node` sends to a peer `agent_of` knows (its first endpoint).
+// A node outside the overlay's nodes and bursts is left as it was. Peers stay sorted by
+// (node, address). With a trace_id, adds a trace request per peer to the plan.
 void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
                   const std::function<const AgentInfo*(std::string_view)>& agent_of,
                   uint32_t probe_bytes, Plan& plan);

@@ -98,6 +98,17 @@ struct PlannedPeer {
   std::shared_ptr<const RdmaRoute> rdma;       // Transport::kRdmaUd only
 };
 
+// A bandwidth burst the agent runs now (a qualification round; fabricwatch.v1.BurstRequest).
+struct PlannedBurst {
+  std::string node;     // the receiving peer
+  std::string address;  // its responder
+  uint16_t port = 0;
+  uint64_t bytes = 0;
+  uint64_t round = 0;  // the agent runs each (round, node) once
+  double timeout_s = 0;
+  bool operator==(const PlannedBurst&) const = default;
+};
+
 struct Budget {
   double pps = 0;
   double bytes_per_s = 0;
@@ -117,6 +128,7 @@ struct Plan {
   Budget planned;                  // what this plan actually uses
   uint32_t bw_interval_s = 0;
   uint64_t bw_burst_bytes = 0;
+  std::vector<PlannedBurst> bursts;  // from overlays only
 };
 
 struct PlanSummary {

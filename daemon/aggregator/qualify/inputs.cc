@@ -4,6 +4,10 @@
 namespace fw::qualify {
 namespace {
 
+// Bursts a collection keeps: an all-pairs schedule of 512 nodes is 130,816; periodic bursts of
+// the fleet's plan land here too while a suite runs, a few more.
+constexpr size_t kMaxBursts = 1 << 18;
+
 uint64_t Key(aggregator::NodeId a, aggregator::NodeId b) {
   return (static_cast<uint64_t>(a) << 32) | static_cast<uint64_t>(b);
 }
@@ -16,20 +20,36 @@ std::map<std::pair<aggregator::NodeId, aggregator::NodeId>, PairSamples> Collect
   return pairs_;
 }
 
+std::map<BurstKey, BurstSample> Collection::Bursts() const {
+  MutexLock lock(mu_);
+  return bursts_;
+}
+
 void Collection::Reset() {
   MutexLock lock(mu_);
   for (auto& [k, v] : pairs_) v = PairSamples{};
+  bursts_.clear();
 }
 
 void QualifyInputs::OnResults(std::span<const aggregator::ReportedProbe> results) {
   if (collecting_.load(std::memory_order_acquire) == 0) return;
   ReaderLock lock(mu_);
   for (const aggregator::ReportedProbe& r : results) {
-    if (r.transport != aggregator::Transport::kUdp || r.src_id == aggregator::kNoNode) continue;
+    const bool bw = r.transport == aggregator::Transport::kTcpBw;
+    if ((r.transport != aggregator::Transport::kUdp && !bw) || r.src_id == aggregator::kNoNode) {
+      continue;
+    }
     auto it = by_pair_.find(Key(r.src_id, r.dst_id));
     if (it == by_pair_.end()) continue;
     Collection* c = it->second.get();
     MutexLock cl(c->mu_);
+    if (bw) {
+      // Bounded: the suite asks each pair for a burst a round, and rounds are few.
+      if (c->bursts_.size() < kMaxBursts) {
+        c->bursts_[{r.src_id, r.dst_id, r.seq}] = {r.lost, r.goodput_bps, r.bytes};
+      }
+      continue;
+    }
     PairSamples& s = c->pairs_[{r.src_id, r.dst_id}];
     ++s.probes;
     if (r.lost) {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -27,11 +28,21 @@ struct PairSamples {
   aggregator::LogHistogram rtt;
 };
 
-// A suite's collection: every ordered pair among its nodes (UDP latency results only).
+// One bandwidth burst's result (tcp_bw): seq is the round that asked for it.
+struct BurstSample {
+  bool lost = false;
+  double goodput_bps = 0;
+  uint64_t bytes = 0;
+};
+using BurstKey = std::tuple<aggregator::NodeId, aggregator::NodeId, uint64_t>;  // src, dst, seq
+
+// A suite's collection: every ordered pair among its nodes (UDP latency and tcp_bw results).
 class Collection {
  public:
   // The pairs' results so far, keyed (src id, dst id).
   std::map<std::pair<aggregator::NodeId, aggregator::NodeId>, PairSamples> Snapshot() const;
+  // The pairs' bandwidth bursts so far, the latest per (src, dst, seq).
+  std::map<BurstKey, BurstSample> Bursts() const;
   // Forgets what was collected (the end of a ramp).
   void Reset();
 
@@ -40,6 +51,7 @@ class Collection {
   mutable Mutex mu_;
   std::map<std::pair<aggregator::NodeId, aggregator::NodeId>, PairSamples> pairs_
       FW_GUARDED_BY(mu_);
+  std::map<BurstKey, BurstSample> bursts_ FW_GUARDED_BY(mu_);  // a few per pair at most
 };
 
 // Thread-safe. Ingest calls OnResults for every decoded batch; with no suite collecting that costs

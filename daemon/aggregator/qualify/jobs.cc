@@ -65,9 +65,25 @@ QualifyJobs::QualifyJobs(QualifyEnv& env, QualifyInputs& inputs, const Clock& cl
       refused_(registry.AddCounter("fabricwatch_qualify_refused_total",
                                    "Qualification requests refused before running, by reason.",
                                    {"reason"})),
-      store_(store) {
+      store_(store),
+      history_skipped_(registry
+                           .AddCounter("fabricwatch_qualify_history_skipped_total",
+                                       "Fleet-history entries (a stored report's path-class "
+                                       "medians) left out as malformed, or a history that could "
+                                       "not be read; qualification then judges without them.")
+                           .WithLabels({})) {
   for (const char* r : {"bad_request", "too_many_nodes", "busy", "stopping"}) {
     refused_.WithLabels({r});
+  }
+  if (store_ && store_->is_open()) {
+    ReportQuery q;
+    q.limit = 1000;  // the store's cap; kMaxRuns per class of them are kept
+    auto stored = store_->Find(q);
+    if (stored.ok()) {
+      history_skipped_.Inc(static_cast<double>(history_.Load(*stored)));
+    } else {
+      history_skipped_.Inc();  // the store logged why
+    }
   }
 }
 
@@ -168,7 +184,9 @@ StatusOr<QualifyReport> QualifyJobs::Run(const QualifyJobRequest& request) {
     spdlog::info(
         "msg=\"qualification started\" id={} job={} nodes={} suite={} profile={} timeout_s={}", id,
         request.job, nodes.size(), suite->name, profile->name, request.timeout_s);
-    report = RunSuite(env_, inputs_, clock_, {id, nodes, *profile, *suite, deadline}, stop_);
+    SuiteRequest sr{id, nodes, *profile, *suite, deadline};
+    sr.fleet_baseline = history_.Baselines();
+    report = RunSuite(env_, inputs_, clock_, sr, stop_);
   } else {
     report = NotQualified(id, nodes,
                           stop_ ? "the aggregator is stopping"
@@ -275,6 +293,7 @@ void QualifyJobs::Publish(const QualifyReport& report) {
     // The store logs and counts its own errors; the report stays listed from memory.
     (void)store_->Save(report);
   }
+  for (const auto& [cls, m] : report.path_classes) history_.Add(cls, m.rtt_p99_s);
   MutexLock lock(mu_);
   recent_.push_front(report);
   while (recent_.size() > options_.history) recent_.pop_back();

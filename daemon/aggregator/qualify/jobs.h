@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "common/status.h"
+#include "daemon/aggregator/qualify/fleet_history.h"
 #include "daemon/aggregator/qualify/inputs.h"
 #include "daemon/aggregator/qualify/suite.h"
 #include "exporter/registry.h"
@@ -68,6 +69,8 @@ class QualifyJobs {
   void RunAsync(QualifyJobRequest request, std::function<void(StatusOr<QualifyReport>)> done);
   // The recent reports, newest first (kept in memory since the start).
   std::vector<QualifyReport> Recent() const;
+  // The fleet's history per path class that new runs are held to.
+  const FleetHistory& history() const { return history_; }
   // The reports that match `q`, newest first, as JSON: from the findings history when there is
   // one (so runs before a restart are listed too), else from memory.
   nlohmann::json Find(const ReportQuery& q) const;
@@ -96,6 +99,9 @@ class QualifyJobs {
   metrics::Family<metrics::Gauge>& result_;
   metrics::Family<metrics::Counter>& refused_;
   QualificationStore* store_;
+  // Loaded from the store at construction, fed by every finished run (fleet_history.h).
+  FleetHistory history_;
+  metrics::Counter& history_skipped_;
   std::atomic<bool> stop_{false};
 
   mutable Mutex mu_;

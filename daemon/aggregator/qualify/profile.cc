@@ -7,10 +7,12 @@ namespace {
 // Kernel UDP round trips: tens of microseconds inside a leaf on an idle host, a few hundred
 // across spines or on a busy host. "generic" only catches the grossly broken; the DGX profiles
 // expect a dedicated fabric.
+// Goodput: "generic" fails a path slower than 10 Mbit/s (a broken link, a misconfigured shaper);
+// one TCP stream over a DGX's 200-400 Gbit/s rail carries tens of Gbit/s.
 const QualifyProfile kProfiles[] = {
-    {"generic", 5e-3, 20e-3, 0.02, 0.10},
-    {"dgx-h100", 1e-3, 5e-3, 0.001, 0.01},
-    {"dgx-a100", 1e-3, 5e-3, 0.001, 0.01},
+    {"generic", 5e-3, 20e-3, 0.02, 0.10, 100e6, 10e6},
+    {"dgx-h100", 1e-3, 5e-3, 0.001, 0.01, 10e9, 2e9},
+    {"dgx-a100", 1e-3, 5e-3, 0.001, 0.01, 10e9, 2e9},
 };
 
 }  // namespace

@@ -16,6 +16,10 @@ struct QualifyProfile {
   double rtt_p99_fail_s = 0;
   double loss_warn = 0;
   double loss_fail = 0;
+  // The least bandwidth-burst goodput, bits/s: a single TCP stream from user space, so well
+  // below the NIC's line rate.
+  double goodput_warn_bps = 0;
+  double goodput_fail_bps = 0;
 };
 
 // The built-in profiles: "generic" (loose: any network this runs on), "dgx-h100" and "dgx-a100"

@@ -11,8 +11,14 @@ namespace fw::qualify {
 QualifyService::QualifyService(aggregator::FleetState& fleet, analysis::Analyzer& analyzer,
                                aggregator::PlanBook& plans, aggregator::NameInterner& names,
                                const Clock& clock, metrics::Registry& registry,
-                               QualifyJobs::Options options, const std::string& state_dir)
-    : fleet_(fleet), analyzer_(analyzer), plans_(plans), names_(names), inputs_(clock) {
+                               QualifyJobs::Options options, const std::string& state_dir,
+                               std::shared_ptr<const aggregator::FabricMap> map)
+    : fleet_(fleet),
+      analyzer_(analyzer),
+      plans_(plans),
+      names_(names),
+      map_(std::move(map)),
+      inputs_(clock) {
   if (!state_dir.empty()) {
     store_ = std::make_unique<QualificationStore>(state_dir);
     // A closed store logs why; the reports then live in memory only.
@@ -65,8 +71,29 @@ void QualifyService::SetMesh(const std::string& id, const std::vector<std::strin
   if (nodes.empty()) {
     plans_.ClearOverlay(id);
   } else {
-    plans_.SetOverlay({id, nodes, suite.rate_pps, suite.flows});
+    plans_.SetOverlay({id, nodes, suite.rate_pps, suite.flows, {}});
   }
+}
+
+void QualifyService::SetBursts(const std::string& id, const BurstRound& bursts, uint64_t round,
+                               const SuiteSpec& suite) {
+  // Its own overlay: the mesh's has ended by now, and ending one must not end the other.
+  const std::string overlay = id + "/bandwidth";
+  if (bursts.empty()) {
+    plans_.ClearOverlay(overlay);
+    return;
+  }
+  aggregator::PlanOverlay o;
+  o.id = overlay;
+  for (const Burst& b : bursts) {
+    o.bursts.push_back({b.src, b.dst, suite.bw_bytes, round, suite.bw_timeout_s});
+  }
+  plans_.SetOverlay(std::move(o));
+}
+
+std::string QualifyService::PathClassOf(const std::string& a, const std::string& b) {
+  if (!map_) return "unknown";
+  return std::string(aggregator::PathClassName(map_->PathsBetweenNodes(a, b).path_class));
 }
 
 aggregator::NodeId QualifyService::IdOf(const std::string& node) { return names_.Intern(node); }

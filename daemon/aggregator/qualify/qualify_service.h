@@ -12,6 +12,7 @@
 #include "daemon/aggregator/analysis/analyzer.h"
 #include "daemon/aggregator/ingest/fleet_state.h"
 #include "daemon/aggregator/model/name_interner.h"
+#include "daemon/aggregator/plan/fabric_map.h"
 #include "daemon/aggregator/plan/plan_book.h"
 #include "daemon/aggregator/qualify/inputs.h"
 #include "daemon/aggregator/qualify/jobs.h"
@@ -28,7 +29,8 @@ class QualifyService final : public QualifyEnv {
   QualifyService(aggregator::FleetState& fleet, analysis::Analyzer& analyzer,
                  aggregator::PlanBook& plans, aggregator::NameInterner& names, const Clock& clock,
                  metrics::Registry& registry, QualifyJobs::Options options = {},
-                 const std::string& state_dir = "");
+                 const std::string& state_dir = "",
+                 std::shared_ptr<const aggregator::FabricMap> map = nullptr);
   ~QualifyService() override;
 
   // Ingest threads.
@@ -49,12 +51,16 @@ class QualifyService final : public QualifyEnv {
   void SetMesh(const std::string& id, const std::vector<std::string>& nodes,
                const SuiteSpec& suite) override;
   aggregator::NodeId IdOf(const std::string& node) override;
+  void SetBursts(const std::string& id, const BurstRound& bursts, uint64_t round,
+                 const SuiteSpec& suite) override;
+  std::string PathClassOf(const std::string& a, const std::string& b) override;
 
  private:
   aggregator::FleetState& fleet_;
   analysis::Analyzer& analyzer_;
   aggregator::PlanBook& plans_;
   aggregator::NameInterner& names_;
+  std::shared_ptr<const aggregator::FabricMap> map_;  // null: every path class is "unknown"
   QualifyInputs inputs_;
   std::unique_ptr<QualificationStore> store_;  // null without a state directory
   std::unique_ptr<QualifyJobs> jobs_;

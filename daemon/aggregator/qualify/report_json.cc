@@ -56,6 +56,10 @@ json ReportToJson(const QualifyReport& r) {
                      {"duration_s", round3(s.duration_s)},
                      {"note", s.note}});
   }
+  json classes = json::object();
+  for (const auto& [c, m] : r.path_classes) {
+    classes[c] = {{"rtt_p99_s", m.rtt_p99_s}, {"pairs", m.pairs}};
+  }
   return {{"id", r.id},
           {"job", r.job},
           {"suite", r.suite},
@@ -70,6 +74,7 @@ json ReportToJson(const QualifyReport& r) {
           {"nodes", nodes},
           {"pairs", pairs},
           {"steps", steps},
+          {"path_classes", classes},
           {"exit_code", r.exit_code}};
 }
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -46,7 +47,7 @@ class Run {
     Step("agents", [&] { return Agents(); });
     Step("local_checks", [&] { return LocalChecks(); });
     Step("mesh", [&] { return Mesh(); });
-    Skip("bandwidth", BandwidthNote());
+    Step("bandwidth", [&] { return Bandwidth(); });
     Skip("rdma",
          "not run: the mesh overlay raises UDP probes only; RDMA UD probes run at their plan's "
          "rate, and their findings count in the findings step");
@@ -54,6 +55,7 @@ class Run {
          "not run: the suite starts no all-reduce over the set; collective findings on these "
          "nodes count in the findings step");
     Step("findings", [&] { return Findings(); });
+    if (report_.state == "done") PathClassMedians();
     report_.finished_wall_ns = clock_.WallNanos();
     report_.duration_s = static_cast<double>(clock_.MonotonicNanos() - t0) * 1e-9;
     Verdict worst = Verdict::kPass;
@@ -88,22 +90,6 @@ class Run {
 
   void Skip(const char* name, std::string why) {
     report_.steps.push_back({name, "skipped", 0, std::move(why)});
-  }
-
-  // Why the bandwidth step does not run, with the schedule it would follow. An agent starts its
-  // own bursts, one peer at a time, each at a random 10-110 % of the plan's burst interval after
-  // a plan change, and the interval applies to all its peers: a plan cannot hold a round's bursts
-  // to the round's slot, so bursts of two rounds could share a NIC.
-  std::string BandwidthNote() const {
-    const bool full = req_.suite.name == "full";
-    const auto rounds = ScheduleBursts(up_, full ? BurstPattern::kAllPairs : BurstPattern::kRing);
-    size_t bursts = 0;
-    for (const BurstRound& r : rounds) bursts += r.size();
-    return "not run: agents time their own bursts (at a random 10-110% of the plan's interval "
-           "after a plan change), so rounds cannot be held apart; the " +
-           std::string(full ? "all-pairs" : "ring") + " schedule would be " +
-           std::to_string(bursts) + " bursts in " + std::to_string(rounds.size()) +
-           " rounds, no NIC in two at once";
   }
 
   NodeResult& NodeOf(const std::string& n) { return report_.nodes[index_.at(n)]; }
@@ -305,6 +291,7 @@ class Run {
         for (const std::string& r : j.reasons) Mark(j.subject, j.verdict, r);
       }
     }
+    JudgeAgainstHistory(unordered, rtt);
     // Pairs: judged among all pairs; a pair with a failed end is that node's problem already.
     std::map<std::pair<std::string, std::string>, PairResult> by_pair;
     for (const auto* set : {&pair_rtt, &pair_loss}) {
@@ -322,6 +309,242 @@ class Run {
     }
     for (PairResult& p : unreached_) by_pair[{p.src, p.dst}] = std::move(p);
     unreached_.clear();
+    for (auto& [k, p] : by_pair) {
+      if (NodeOf(p.src).verdict == Verdict::kFail || NodeOf(p.dst).verdict == Verdict::kFail) {
+        continue;
+      }
+      report_.pairs.push_back(std::move(p));
+    }
+  }
+
+  // The third threshold source: each node's median RTT p99 to its peers of one path class against
+  // the fleet's recent healthy median for that class, so that a uniformly slow set still fails.
+  // Keeps every measured pair's class for PathClassMedians().
+  template <typename Unordered>
+  void JudgeAgainstHistory(const Unordered& unordered, const MetricSpec& rtt) {
+    std::map<std::string, std::map<std::string, std::vector<double>>> by_node;  // class -> p99s
+    for (const auto& [ab, u] : unordered) {
+      if (!std::isfinite(u.p99)) continue;
+      const std::string cls = env_.PathClassOf(ab.first, ab.second);
+      measured_.push_back({ab.first, ab.second, cls, u.p99});
+      by_node[ab.first][cls].push_back(u.p99);
+      by_node[ab.second][cls].push_back(u.p99);
+    }
+    if (req_.fleet_baseline.empty()) return;
+    for (auto& [node, classes] : by_node) {
+      for (auto& [cls, v] : classes) {
+        auto b = req_.fleet_baseline.find(cls);
+        if (b == req_.fleet_baseline.end() || b->second.rtt_p99_s <= 0) continue;
+        // The lower median: a node is held to the history only when at least half of its peers
+        // of the class are slow, so one bad peer (the other end's fault) does not flag it.
+        std::sort(v.begin(), v.end());
+        const double med = v[(v.size() - 1) / 2];
+        const double base = b->second.rtt_p99_s;
+        const double ratio = med / base;
+        Verdict verdict = Verdict::kPass;
+        // The noise floor keeps a fast fleet (tens of microseconds) from failing on jitter.
+        if (med - base >= rtt.noise_floor) {
+          if (ratio >= rtt.fail_ratio) {
+            verdict = Verdict::kFail;
+          } else if (ratio >= rtt.warn_ratio) {
+            verdict = Verdict::kWarn;
+          }
+        }
+        if (verdict == Verdict::kPass) continue;
+        const std::string kind = FleetHistory::Describe(cls);
+        const double limit = verdict == Verdict::kFail ? rtt.fail_ratio : rtt.warn_ratio;
+        Mark(node, verdict,
+             "RTT p99 to " + std::to_string(v.size()) + " " + kind + " peers " +
+                 FormatValue(MetricSpec::Unit::kSeconds, med) + ", " + Times(ratio) +
+                 " the fleet's history for " + kind + " paths (" +
+                 FormatValue(MetricSpec::Unit::kSeconds, base) + ", the median of " +
+                 std::to_string(b->second.runs) + " runs; " + VerdictName(verdict) + " at " +
+                 Times(limit) + ")");
+      }
+    }
+  }
+
+  static std::string Times(double r) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, r >= 10 ? "%.0f" : "%.1f", r);
+    return std::string(buf) + "\xc3\x97";  // U+00D7 MULTIPLICATION SIGN
+  }
+
+  // What this run adds to the fleet's history: per path class, the median RTT p99 of the measured
+  // pairs whose both ends passed and which no pair verdict flagged.
+  void PathClassMedians() {
+    std::set<std::pair<std::string, std::string>> flagged;
+    for (const PairResult& p : report_.pairs) {
+      if (p.verdict != Verdict::kPass) {
+        flagged.insert({p.src, p.dst});
+        flagged.insert({p.dst, p.src});
+      }
+    }
+    std::map<std::string, std::vector<double>> healthy;
+    for (const Measured& m : measured_) {
+      if (NodeOf(m.a).verdict != Verdict::kPass || NodeOf(m.b).verdict != Verdict::kPass ||
+          flagged.contains({m.a, m.b})) {
+        continue;
+      }
+      healthy[m.path_class].push_back(m.p99);
+    }
+    for (auto& [cls, v] : healthy) report_.path_classes[cls] = {analysis::Median(v), v.size()};
+  }
+
+  // Step 3: bandwidth bursts in rounds (burst_schedule.h), each round asked of its senders through
+  // the plans and waited for before the next, so no NIC carries two bursts at once.
+  std::string Bandwidth() {
+    if (up_.size() < 2) return "fewer than 2 nodes up: no bursts";
+    const bool full = req_.suite.name == "full";
+    const auto rounds = ScheduleBursts(up_, full ? BurstPattern::kAllPairs : BurstPattern::kRing);
+    std::vector<aggregator::NodeId> ids;
+    for (const std::string& n : up_) ids.push_back(env_.IdOf(n));
+    auto collection = inputs_.Collect(ids);
+    // Round ids: the run's hash in the high bits, so a run's rounds never match another run's.
+    uint64_t base = 1469598103934665603ull;
+    for (unsigned char c : req_.id) base = (base ^ c) * 1099511628211ull;
+    base = (base << 16) | (1ull << 63);
+    struct Done {
+      Burst burst;
+      std::optional<BurstSample> sample;
+    };
+    std::vector<Done> done;
+    const int64_t t0 = clock_.MonotonicNanos();
+    bool ok = true;
+    size_t r = 0;
+    for (; r < rounds.size() && ok; ++r) {
+      const uint64_t round = base | (r + 1);
+      env_.SetBursts(req_.id, rounds[r], round, req_.suite);
+      const auto all_in = [&] {
+        const auto bursts = collection->Bursts();
+        return std::all_of(rounds[r].begin(), rounds[r].end(),
+                           [&](const Burst& b) { return Find(bursts, b, round).has_value(); });
+      };
+      const int64_t until =
+          clock_.MonotonicNanos() +
+          static_cast<int64_t>((req_.suite.bw_timeout_s + req_.suite.bw_round_slack_s) * 1e9);
+      ok = SleepUntil(until, all_in);
+      const auto bursts = collection->Bursts();
+      for (const Burst& b : rounds[r]) done.push_back({b, Find(bursts, b, round)});
+    }
+    env_.SetBursts(req_.id, {}, 0, req_.suite);
+    inputs_.Release(collection);
+    const double took = static_cast<double>(clock_.MonotonicNanos() - t0) * 1e-9;
+    std::string note = std::string(full ? "all-pairs" : "ring") + ": " + std::to_string(r) +
+                       " of " + std::to_string(rounds.size()) + " rounds, " +
+                       std::to_string(done.size()) + " bursts of " +
+                       FormatBytes(req_.suite.bw_bytes) + " in " + Seconds(took) + " s";
+    if (!ok) {
+      for (const std::string& n : up_) {
+        if (NodeOf(n).verdict == Verdict::kPass) {
+          Mark(n, Verdict::kUnknown, "bandwidth not completed: " + note);
+        }
+      }
+      return note;
+    }
+    JudgeBursts(done);
+    return note;
+  }
+
+  static std::string FormatBytes(uint64_t b) {
+    return b % (1u << 20) == 0 ? std::to_string(b >> 20) + " MiB" : std::to_string(b) + " bytes";
+  }
+
+  std::optional<BurstSample> Find(const std::map<BurstKey, BurstSample>& bursts, const Burst& b,
+                                  uint64_t round) {
+    auto it = bursts.find({env_.IdOf(b.src), env_.IdOf(b.dst), round});
+    if (it == bursts.end()) return std::nullopt;
+    return it->second;
+  }
+
+  template <typename DoneT>
+  void JudgeBursts(const std::vector<DoneT>& done) {
+    MetricSpec bw;
+    bw.label = "goodput";
+    bw.unit = MetricSpec::Unit::kBitsPerSecond;
+    bw.higher_is_worse = false;
+    // One burst of a few MiB over unshaped veth on a shared host swings 2x with CPU contention
+    // (tests/fabric_e2e/fwe2e.py): spreads below 15% of the median are noise, and a path must be
+    // 3x (5x) below the median to warn (fail).
+    bw.relative_floor = 0.15;
+    bw.warn_ratio = 3.0;
+    bw.fail_ratio = 5.0;
+    if (req_.profile.goodput_warn_bps > 0) bw.abs_warn = req_.profile.goodput_warn_bps;
+    if (req_.profile.goodput_fail_bps > 0) bw.abs_fail = req_.profile.goodput_fail_bps;
+    const double bound = static_cast<double>(req_.suite.bw_bytes) * 8 / req_.suite.bw_timeout_s;
+    std::vector<Sample> pair_samples;
+    std::vector<const DoneT*> pair_of;
+    std::map<std::pair<std::string, std::string>, PairResult> by_pair;
+    std::map<std::string, std::vector<double>> per_node;
+    std::map<std::string, size_t> lost_of;  // bursts to or from the node that failed
+    for (const DoneT& d : done) {
+      const Burst& b = d.burst;
+      auto add_pair = [&](Verdict v, std::string reason) {
+        PairResult& p = by_pair[{b.src, b.dst}];
+        p.src = b.src;
+        p.dst = b.dst;
+        p.verdict = Worst(p.verdict, v);
+        p.reasons.push_back(std::move(reason));
+      };
+      if (!d.sample) {
+        add_pair(Verdict::kWarn,
+                 "no bandwidth result from " + b.src + " to " + b.dst + " within " +
+                     Seconds(req_.suite.bw_timeout_s + req_.suite.bw_round_slack_s) +
+                     " s: " + b.src + "'s agent did not run the burst (too old?)");
+        continue;
+      }
+      double value = d.sample->goodput_bps;
+      if (d.sample->lost) {
+        // A burst cut off at its timeout moved less than its bytes in that time.
+        value = bound;
+        add_pair(Verdict::kFail, "burst of " + FormatBytes(req_.suite.bw_bytes) + " from " + b.src +
+                                     " to " + b.dst + " failed or did not complete within " +
+                                     Seconds(req_.suite.bw_timeout_s) + " s (goodput below " +
+                                     FormatValue(bw.unit, bound) + ")");
+      }
+      if (d.sample->lost) {
+        ++lost_of[b.src];
+        ++lost_of[b.dst];
+      }
+      pair_samples.push_back({b.src + "->" + b.dst, value, "to " + b.dst});
+      pair_of.push_back(&d);
+      per_node[b.src].push_back(value);
+      per_node[b.dst].push_back(value);
+    }
+    // A node's figure: its best burst when it had one or two (a ring: one sent, one received; a
+    // slow node is slow both ways, its neighbours only once), else the median of its bursts.
+    std::vector<Sample> node_samples;
+    for (auto& [n, v] : per_node) {
+      const bool best = v.size() <= 2;
+      const double x = best ? *std::max_element(v.begin(), v.end()) : analysis::Median(v);
+      node_samples.push_back({n, x,
+                              std::string(best ? "best of " : "median of ") +
+                                  std::to_string(v.size()) +
+                                  (v.size() == 1 ? " burst" : " bursts")});
+    }
+    // A node none of whose bursts got through fails outright: with two such nodes in a small
+    // set the MAD cannot single them out, and a neighbour keeps its other burst.
+    for (const auto& [n, v] : per_node) {
+      if (lost_of[n] < v.size()) continue;
+      Mark(n, Verdict::kFail,
+           "goodput: all " + std::to_string(v.size()) + " of its bursts failed or did not " +
+               "complete within " + Seconds(req_.suite.bw_timeout_s) + " s (below " +
+               FormatValue(bw.unit, bound) + ")");
+    }
+    for (const Judgement& j : JudgeSet(bw, node_samples)) {
+      if (j.verdict == Verdict::kPass) continue;
+      for (const std::string& reason : j.reasons) Mark(j.subject, j.verdict, reason);
+    }
+    const auto js = JudgeSet(bw, pair_samples);
+    for (size_t i = 0; i < js.size(); ++i) {
+      if (js[i].verdict == Verdict::kPass) continue;
+      const Burst& b = pair_of[i]->burst;
+      PairResult& p = by_pair[{b.src, b.dst}];
+      p.src = b.src;
+      p.dst = b.dst;
+      p.verdict = Worst(p.verdict, js[i].verdict);
+      for (const std::string& reason : js[i].reasons) p.reasons.push_back(reason);
+    }
     for (auto& [k, p] : by_pair) {
       if (NodeOf(p.src).verdict == Verdict::kFail || NodeOf(p.dst).verdict == Verdict::kFail) {
         continue;
@@ -364,6 +587,11 @@ class Run {
   std::unordered_map<std::string, size_t> index_;
   std::vector<std::string> up_;
   std::vector<PairResult> unreached_;
+  struct Measured {
+    std::string a, b, path_class;
+    double p99 = 0;
+  };
+  std::vector<Measured> measured_;  // the mesh's unordered pairs with a p99
   bool timed_out_ = false;
 };
 
@@ -374,7 +602,11 @@ StatusOr<SuiteSpec> FindSuite(const std::string& name) {
   // from the 3rd-worst; a node's figure is the median over its pairs); 8 nodes send 350 probes/s
   // each, which a loaded 2-core test machine carries without dropping. Full: 4x the samples.
   if (name.empty() || name == "quick") return SuiteSpec{"quick", 25, 2, 4, 0.9, 5};
-  if (name == "full") return SuiteSpec{"full", 25, 4, 6, 0.95, 10};
+  if (name == "full") {
+    SuiteSpec full{"full", 25, 4, 6, 0.95, 10};
+    full.bw_timeout_s = 5;
+    return full;
+  }
   return Status::InvalidArgument("unknown suite '" + name + "' (quick or full)");
 }
 

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,8 @@
 #include "common/status.h"
 #include "daemon/aggregator/analysis/tracked_finding.h"
 #include "daemon/aggregator/model/name_interner.h"
+#include "daemon/aggregator/qualify/burst_schedule.h"
+#include "daemon/aggregator/qualify/fleet_history.h"
 #include "daemon/aggregator/qualify/inputs.h"
 #include "daemon/aggregator/qualify/profile.h"
 #include "daemon/aggregator/qualify/verdicts.h"
@@ -28,6 +31,12 @@ struct SuiteSpec {
   double ramp_max_s = 0;
   double ramp_coverage = 0.9;
   double measure_s = 0;
+  // The bandwidth step (docs/qualify.md): bursts of bw_bytes in rounds that keep every NIC in at
+  // most one burst; a burst not done in bw_timeout_s is reported lost. A round waits for its
+  // results at most bw_timeout_s + bw_round_slack_s (the plan's way to the agents, the batch back).
+  uint64_t bw_bytes = 8u << 20;
+  double bw_timeout_s = 2;
+  double bw_round_slack_s = 4;
 };
 // "quick" (the default; a Slurm prolog) or "full". Unknown names fail with kInvalidArgument.
 StatusOr<SuiteSpec> FindSuite(const std::string& name);
@@ -67,6 +76,14 @@ struct QualifyReport {
   std::vector<PairResult> pairs;  // only pairs not explained by a failed node
   std::vector<StepResult> steps;
   int exit_code = 3;  // 0 pass, 1 warn, 2 fail, 3 could not qualify
+  // Per path class ("intra_leaf", "inter_leaf", "unknown"), the median RTT p99 of the pairs whose
+  // both ends passed: what this run adds to the fleet's history (fleet_history.h). Finished runs
+  // only; a class without such a pair is absent.
+  struct ClassMedian {
+    double rtt_p99_s = 0;
+    size_t pairs = 0;
+  };
+  std::map<std::string, ClassMedian> path_classes;
 };
 
 // What the suite needs from the rest of the aggregator. Implemented by the aggregator; the tests
@@ -87,6 +104,16 @@ class QualifyEnv {
   virtual void SetMesh(const std::string& id, const std::vector<std::string>& nodes,
                        const SuiteSpec& suite) = 0;
   virtual aggregator::NodeId IdOf(const std::string& node) = 0;
+  // Asks the round's senders for their bursts now (the plan stage's overlay, ProbePlan.bursts),
+  // each once for `round` (non-zero, unique); ends the request when `bursts` is empty. Each burst
+  // comes back as a tcp_bw result with seq == round.
+  virtual void SetBursts(const std::string& id, const BurstRound& bursts, uint64_t round,
+                         const SuiteSpec& suite) = 0;
+  // The fabric map's class of the path between two nodes: "intra_leaf", "inter_leaf" or
+  // "unknown" (no map, or a node outside it).
+  virtual std::string PathClassOf(const std::string& /*a*/, const std::string& /*b*/) {
+    return "unknown";
+  }
 };
 
 struct SuiteRequest {
@@ -95,6 +122,8 @@ struct SuiteRequest {
   QualifyProfile profile;
   SuiteSpec suite;
   int64_t deadline_ns = 0;  // monotonic; the suite stops and reports "timeout" here
+  // The fleet's history by path class (FleetHistory::Baselines); empty: not judged against it.
+  std::map<std::string, PathClassBaseline> fleet_baseline = {};
 };
 
 // Runs every step in order on the calling thread (sleeping while the mesh probes) and returns the

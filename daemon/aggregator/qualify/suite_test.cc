@@ -42,6 +42,15 @@ class FakeFleet : public QualifyEnv {
     return 0;
   };
   std::atomic<int> meshes_started{0};
+  // Goodput of a burst from a to b, bits/s; lost when it is 0. Results arrive when asked for.
+  std::function<double(const std::string&, const std::string&)> goodput_bps = [](auto&, auto&) {
+    return 9.4e9;
+  };
+  std::function<std::string(const std::string&, const std::string&)> path_class = [](auto&, auto&) {
+    return std::string("unknown");
+  };
+  std::atomic<int> burst_rounds{0};
+  std::atomic<int> bursts_in_flight_max{0};  // the most bursts one node was in within a round
 
   std::vector<AgentStatus> Agents(const std::vector<std::string>& nodes) const override {
     std::vector<AgentStatus> out;
@@ -99,6 +108,31 @@ class FakeFleet : public QualifyEnv {
       }
     });
   }
+  std::string PathClassOf(const std::string& a, const std::string& b) override {
+    return path_class(a, b);
+  }
+  void SetBursts(const std::string&, const BurstRound& bursts, uint64_t round,
+                 const SuiteSpec& suite) override {
+    if (bursts.empty()) return;
+    ++burst_rounds;
+    std::map<std::string, int> busy;
+    std::vector<aggregator::ReportedProbe> batch;
+    for (const Burst& b : bursts) {
+      for (const std::string* n : {&b.src, &b.dst}) {
+        bursts_in_flight_max = std::max(bursts_in_flight_max.load(), ++busy[*n]);
+      }
+      aggregator::ReportedProbe r;
+      r.src_id = IdOf(b.src);
+      r.dst_id = IdOf(b.dst);
+      r.transport = aggregator::Transport::kTcpBw;
+      r.seq = round;
+      r.bytes = suite.bw_bytes;
+      r.goodput_bps = goodput_bps(b.src, b.dst);
+      r.lost = r.goodput_bps <= 0;
+      batch.push_back(r);
+    }
+    inputs_.OnResults(batch);
+  }
 
  private:
   void StopFeed() {
@@ -139,14 +173,21 @@ class SuiteTest : public ::testing::Test {
     return {std::move(ra), std::move(rb)};
   }
 
-  QualifyReport Run(const std::vector<std::string>& nodes, double timeout_s = 10) {
+  // A request of the fast test suite ("t", generic profile) due in `timeout_s`.
+  static SuiteRequest Request(const std::vector<std::string>& nodes, double timeout_s = 10) {
     SuiteRequest req;
     req.id = "t";
     req.nodes = nodes;
     req.profile = *FindQualifyProfile("generic");
     req.suite = {"test", 50, 2, 1.0, 0.9, 0.4};
     req.deadline_ns = RealClock::Get().MonotonicNanos() + static_cast<int64_t>(timeout_s * 1e9);
+    return req;
+  }
+  QualifyReport Run(const SuiteRequest& req) {
     return RunSuite(fleet_, inputs_, RealClock::Get(), req, stop_);
+  }
+  QualifyReport Run(const std::vector<std::string>& nodes, double timeout_s = 10) {
+    return Run(Request(nodes, timeout_s));
   }
 
   // Jobs whose suites run at a tenth of their times (quick: ramp <= 0.4 s, measure 0.5 s).
@@ -154,6 +195,25 @@ class SuiteTest : public ::testing::Test {
     QualifyJobs::Options o;
     o.time_scale = 0.1;
     return std::make_unique<QualifyJobs>(fleet_, inputs_, RealClock::Get(), registry, o);
+  }
+
+  // Runs `n` nodes whose bursts to and from `slow` move at `goodput` (0: lost), the rest at
+  // 9.4 Gbit/s; expects `slow` alone to fail, its first reason containing `reason`.
+  void CheckOnlySlowNodeFails(int n, const std::string& slow, double goodput,
+                              const std::string& reason) {
+    auto nodes = Nodes(n);
+    fleet_.goodput_bps = [slow, goodput](const std::string& a, const std::string& b) {
+      return a == slow || b == slow ? goodput : 9.4e9;
+    };
+    auto r = Run(nodes);
+    EXPECT_EQ(r.exit_code, 2);
+    const NodeResult& bad = Node(r, slow);
+    EXPECT_EQ(bad.verdict, Verdict::kFail);
+    ASSERT_FALSE(bad.reasons.empty());
+    EXPECT_THAT(bad.reasons[0], HasSubstr(reason));
+    for (const auto& x : r.nodes) {
+      if (x.node != slow) EXPECT_EQ(x.verdict, Verdict::kPass) << x.node;
+    }
   }
 
   const NodeResult& Node(const QualifyReport& r, const std::string& n) {
@@ -178,6 +238,126 @@ TEST_F(SuiteTest, HealthySetPasses) {
   EXPECT_EQ(r.steps[2].name, "mesh");
   EXPECT_EQ(r.steps[2].state, "done");
   EXPECT_THAT(r.steps[2].note, HasSubstr("30 pairs"));
+}
+
+TEST_F(SuiteTest, BandwidthStepRunsTheRingInRounds) {
+  auto r = Run(Nodes(6));
+  EXPECT_EQ(r.exit_code, 0);
+  ASSERT_GE(r.steps.size(), 4u);
+  EXPECT_EQ(r.steps[3].name, "bandwidth");
+  EXPECT_EQ(r.steps[3].state, "done");
+  EXPECT_THAT(r.steps[3].note, HasSubstr("ring: 2 of 2 rounds, 6 bursts of 8 MiB"));
+  EXPECT_EQ(fleet_.burst_rounds, 2);
+  EXPECT_EQ(fleet_.bursts_in_flight_max, 1);  // no node in two bursts of one round
+}
+
+// Runs `n` nodes whose bursts to and from `slow` move at `goodput` (0: lost) and the rest at
+// 9.4 Gbit/s; expects `slow` alone to fail, its first reason containing `reason`.
+// A node slow both ways (its NIC) fails with its figure; its neighbours in the ring, slow toward
+// it only, pass on their other burst.
+TEST_F(SuiteTest, SlowNicFailsOnGoodputWithItsFigure) {
+  CheckOnlySlowNodeFails(8, "gpu3", 1.5e9,
+                         "goodput best of 2 bursts 1.5 Gbit/s, 0.16\xc3\x97 the set's median of "
+                         "9.4 Gbit/s (fail at 0.20\xc3\x97");
+}
+
+// A node none of whose ring bursts get through (a dead or throttled link) fails outright; its
+// neighbours, each with one good burst, pass.
+TEST_F(SuiteTest, NodeWhoseBurstsAllFailFails) {
+  CheckOnlySlowNodeFails(5, "gpu2", 0,
+                         "goodput: all 2 of its bursts failed or did not complete within 2.0 s "
+                         "(below 33.6 Mbit/s)");
+}
+
+// All pairs (--full): one slow path is a pair verdict with its figure; a lost burst fails its
+// pair with the bound it implies.
+TEST_F(SuiteTest, SlowPairAndLostBurstAreOnTheirPairs) {
+  auto nodes = Nodes(6);
+  fleet_.goodput_bps = [](const std::string& a, const std::string& b) {
+    const auto is = [&](const char* x, const char* y) {
+      return (a == x && b == y) || (a == y && b == x);
+    };
+    if (is("gpu1", "gpu2")) return 1.5e9;
+    if (is("gpu4", "gpu5")) return 0.0;  // lost
+    return 9.4e9;
+  };
+  SuiteRequest req = Request(nodes);
+  req.suite = *FindSuite("full");
+  req.suite.ramp_max_s = 1;
+  req.suite.measure_s = 0.3;
+  auto r = Run(req);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(fleet_.burst_rounds, 5);  // 15 pairs, 3 bursts a round
+  EXPECT_EQ(fleet_.bursts_in_flight_max, 1);
+  // Each unordered pair bursts once, in the direction the schedule picked.
+  const auto either = [&](const std::string& a, const std::string& b) -> const PairResult* {
+    for (const PairResult& p : r.pairs) {
+      if ((p.src == a && p.dst == b) || (p.src == b && p.dst == a)) return &p;
+    }
+    return nullptr;
+  };
+  const PairResult* slow = either("gpu1", "gpu2");
+  ASSERT_NE(slow, nullptr);
+  EXPECT_EQ(slow->verdict, Verdict::kFail);
+  EXPECT_THAT(slow->reasons[0], HasSubstr("goodput to " + slow->dst +
+                                          " 1.5 Gbit/s, 0.16\xc3\x97 the set's median of 9.4 "
+                                          "Gbit/s"));
+  const PairResult* lost = either("gpu4", "gpu5");
+  ASSERT_NE(lost, nullptr);
+  EXPECT_EQ(lost->verdict, Verdict::kFail);
+  EXPECT_THAT(lost->reasons[0], HasSubstr("did not complete within 5.0 s (goodput below 13.4 "
+                                          "Mbit/s)"));
+  for (const auto& n : r.nodes) EXPECT_EQ(n.verdict, Verdict::kPass) << n.node;
+}
+
+// Two leaves of four; cross-leaf paths uniformly at 2.4 ms where the fleet's history for them is
+// 0.41 ms. The set is uniform (no outlier within it), so only the history can fail it.
+TEST_F(SuiteTest, UniformlyBadSetFailsAgainstTheFleetHistory) {
+  auto nodes = Nodes(8);
+  const auto leaf = [](const std::string& n) { return n < "gpu5" ? 0 : 1; };
+  fleet_.path_class = [&](const std::string& a, const std::string& b) {
+    return std::string(leaf(a) == leaf(b) ? "intra_leaf" : "inter_leaf");
+  };
+  fleet_.rtt_ns = [&](const std::string& a, const std::string& b) {
+    return leaf(a) == leaf(b) ? int64_t{300'000} : int64_t{2'400'000};
+  };
+  auto healthy_history = Run(nodes);  // no baseline yet: set-relative and profile only
+  EXPECT_EQ(healthy_history.exit_code, 0);
+  EXPECT_EQ(healthy_history.path_classes.count("inter_leaf"), 1u);
+
+  SuiteRequest req = Request(nodes);
+  req.fleet_baseline = {{"inter_leaf", {0.00041, 20}}, {"intra_leaf", {0.0003, 20}}};
+  auto r = Run(req);
+  EXPECT_EQ(r.exit_code, 2);
+  for (const auto& n : r.nodes) {
+    EXPECT_EQ(n.verdict, Verdict::kFail) << n.node;
+    ASSERT_EQ(n.reasons.size(), 1u) << n.node;
+    EXPECT_THAT(n.reasons[0], HasSubstr("RTT p99 to 4 cross-leaf peers 2.4"));
+    EXPECT_THAT(n.reasons[0], HasSubstr("the fleet's history for cross-leaf paths (0.41 ms, the "
+                                        "median of 20 runs; fail at 3.0\xc3\x97)"));
+  }
+  // Nothing of a failed set joins the history.
+  EXPECT_TRUE(r.path_classes.empty());
+}
+
+// One slow host on a leaf of three: against the history it fails, while its two leaf neighbours,
+// slow toward it only, are held to the lower median of their same-leaf peers and pass.
+TEST_F(SuiteTest, OneBadPeerDoesNotFlagItsNeighboursAgainstTheHistory) {
+  auto nodes = Nodes(6);
+  const auto leaf = [](const std::string& n) { return n < "gpu4" ? 0 : 1; };
+  fleet_.path_class = [&](const std::string& a, const std::string& b) {
+    return std::string(leaf(a) == leaf(b) ? "intra_leaf" : "inter_leaf");
+  };
+  fleet_.rtt_ns = [](const std::string& a, const std::string& b) {
+    return a == "gpu2" || b == "gpu2" ? int64_t{2'400'000} : int64_t{300'000};
+  };
+  SuiteRequest req = Request(nodes);
+  req.fleet_baseline = {{"inter_leaf", {0.0003, 20}}, {"intra_leaf", {0.0003, 20}}};
+  auto r = Run(req);
+  EXPECT_EQ(Node(r, "gpu2").verdict, Verdict::kFail);
+  for (const char* n : {"gpu1", "gpu3", "gpu4", "gpu5", "gpu6"}) {
+    EXPECT_EQ(Node(r, n).verdict, Verdict::kPass) << n << ": " << Node(r, n).reasons.at(0);
+  }
 }
 
 TEST_F(SuiteTest, SlowHostFailsWithItsFigureAndItsPairsAreExplainedAway) {
@@ -365,6 +545,22 @@ TEST_F(SuiteTest, ReportsSurviveARestartThroughTheHistory) {
   EXPECT_EQ(listed[0]["job"], "77");
   EXPECT_EQ(listed[0]["state"], "done");
   EXPECT_EQ(jobs.Find(ByJob("78")).size(), 0u);
+  // The run's healthy median joined the fleet history and came back with the store.
+  EXPECT_EQ(listed[0]["path_classes"]["unknown"]["pairs"], 3);
+}
+
+// Runs feed the fleet history; after kMinRuns of them new runs are held to it.
+TEST_F(SuiteTest, FinishedRunsBuildTheFleetHistory) {
+  auto nodes = Nodes(3);
+  metrics::Registry registry;
+  auto jobs = FastJobs(registry);
+  for (size_t i = 0; i < FleetHistory::kMinRuns; ++i) {
+    ASSERT_TRUE(jobs->Run({nodes, "", "", 20, ""}).ok());
+  }
+  auto b = jobs->history().Baseline("unknown");
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->runs, FleetHistory::kMinRuns);
+  EXPECT_NEAR(b->rtt_p99_s, 0.00033, 0.00005);
 }
 
 // POST /api/v1/qualify probes the fabric: with users in the web config it needs their

@@ -21,7 +21,7 @@ std::string Num(double v) {
 
 std::string Ratio(double r) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, r >= 10 ? "%.0f" : "%.1f", r);
+  std::snprintf(buf, sizeof buf, r >= 10 ? "%.0f" : r >= 1 ? "%.1f" : "%.2f", r);
   return std::string(buf) + "\xc3\x97";  // U+00D7 MULTIPLICATION SIGN
 }
 
@@ -111,9 +111,11 @@ std::vector<Judgement> JudgeSet(const MetricSpec& spec, const std::vector<Sample
       }
       if (v != Verdict::kPass) {
         j.verdict = v;
-        const double limit = v == Verdict::kFail ? spec.fail_ratio : spec.warn_ratio;
+        // Lower-is-worse metrics read as fractions of the median ("0.21x the set's median").
+        const auto shown = [&](double r) { return spec.higher_is_worse ? r : 1 / r; };
+        const double limit = shown(v == Verdict::kFail ? spec.fail_ratio : spec.warn_ratio);
         const std::string rel = std::isinf(worse) ? "while the set's median is "
-                                                  : Ratio(worse) + " the set's median of ";
+                                                  : Ratio(shown(worse)) + " the set's median of ";
         j.reasons.push_back(what + ", " + rel + FormatValue(spec.unit, st.median) + " (" +
                             VerdictName(v) + " at " + Ratio(limit) + ", " +
                             std::to_string(st.members) + " members)");

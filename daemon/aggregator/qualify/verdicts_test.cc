@@ -68,7 +68,10 @@ TEST(Verdicts, LowerIsWorseForBandwidth) {
   s.push_back({"slow", 0.9e9, "to 7 peers"});
   auto js = JudgeSet(bw, s);
   EXPECT_EQ(js.back().verdict, Verdict::kFail);
-  EXPECT_THAT(js.back().reasons[0], HasSubstr("bandwidth to 7 peers 900 Mbit/s, 10\xc3\x97"));
+  // As a fraction of the median (about 9.42 Gbit/s); failing at a third of it.
+  EXPECT_THAT(js.back().reasons[0],
+              HasSubstr("bandwidth to 7 peers 900 Mbit/s, 0.10\xc3\x97 the set's median of 9.4"));
+  EXPECT_THAT(js.back().reasons[0], HasSubstr("(fail at 0.33\xc3\x97"));
   for (size_t i = 0; i + 1 < js.size(); ++i) EXPECT_EQ(js[i].verdict, Verdict::kPass);
 }
 
