@@ -78,6 +78,12 @@ class ProbeScheduler {
   // as a plan entry (reason "address"). Calls are serialized.
   void ApplyPlan(const fabricwatch::v1::ProbePlan& plan);
   uint16_t responder_port() const { return responder_ ? responder_->port() : 0; }
+  // The node's probe budget every prober pays from, the RDMA UD mesh included (it sets its rate
+  // and burst from the plan). Null before Start().
+  net::ProbeBudget* budget() const { return budget_.get(); }
+  // Counts a result of a prober this class does not run (the RDMA UD mesh) in the probe metrics
+  // (fabricwatch_probe_{sent,lost}_total, fabricwatch_probe_rtt_seconds by transport). Any thread.
+  void RecordResult(const net::ProbeResult& r) { Publish(r); }
 
  private:
   struct SlowTarget {
