@@ -186,7 +186,7 @@ Status Agent::Start() {
     // RDMA probes pay from the scheduler's budget, beside the UDP and TCP probes, and count in
     // the same fabricwatch_probe_* series (transport="rdma_ud").
     rdma_ = std::make_unique<rdma::RdmaRunner>(
-        std::move(verbs), RealClock::Get(), rdma::RdmaRunnerOptions{},
+        std::move(verbs), RealClock::Get(), options_.rdma_runner,
         [this](std::vector<rdma::RdmaProbeResult>&& batch) {
           v1::ProbeBatch b;
           for (const rdma::RdmaProbeResult& r : batch) {

@@ -1,7 +1,11 @@
 // The in-memory fake fabric: see fake_verbs.h for what it models and enforces.
 #include "probes/rdma/fake_verbs.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +16,8 @@
 #include <mutex>
 #include <random>
 #include <unordered_map>
+
+#include "probes/rdma/fake_link.h"
 
 namespace fw::rdma {
 
@@ -105,6 +111,9 @@ bool LookupTransition(QpType type, QpState from, QpState to, Transition& t) {
 struct FakeFabric::State {
   explicit State(const Clock& c, uint64_t seed)
       : clock(c), wall_minus_mono_ns(c.WallNanos() - c.MonotonicNanos()), rng(seed) {}
+  ~State() {
+    for (const LinkSock& l : link_socks) ::close(l.fd);
+  }
 
   struct Port {
     FakePortConfig cfg;
@@ -179,6 +188,96 @@ struct FakeFabric::State {
   std::vector<Packet> heap;
   std::vector<std::vector<uint8_t>> spare_buffers;
   FakeFabricStats stats;
+  // The loopback link (EnableLoopbackLink): one socket per local InfiniBand port with a LID.
+  struct LinkSock {
+    int fd;
+    size_t dev;
+    uint8_t port;
+    uint16_t lid;
+  };
+  uint16_t link_base = 0;
+  std::vector<LinkSock> link_socks;
+  std::vector<uint8_t> link_buf;
+
+  // Sends a UD packet to a LID of another process; false when there is no link.
+  bool LinkSend(const Packet& p, uint16_t dlid, uint16_t slid) {
+    if (link_socks.empty() || dlid == 0 || uint32_t{link_base} + dlid > 65535) return false;
+    LinkDatagram d;
+    d.dlid = dlid;
+    d.slid = slid;
+    d.dst_qpn = p.dst_qpn;
+    d.src_qpn = p.src_qpn;
+    d.qkey = p.qkey;
+    d.arrive_at_ns = p.at;
+    d.flow_label = p.flow_label & 0xfffff;
+    d.traffic_class = p.traffic_class;
+    d.grh = p.grh;
+    d.sgid = p.sgid;
+    d.dgid = p.dgid;
+    d.payload = p.data;
+    EncodeLinkDatagram(d, link_buf);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    to.sin_port = htons(static_cast<uint16_t>(link_base + dlid));
+    // Nobody listening, or a full socket buffer, is a datagram lost on the wire.
+    (void)::sendto(link_socks.front().fd, link_buf.data(), link_buf.size(), MSG_DONTWAIT,
+                   reinterpret_cast<const sockaddr*>(&to), sizeof(to));
+    ++stats.link_sent;
+    return true;
+  }
+
+  void LinkRefused(LinkDrop why, size_t bytes) {
+    // Counted always, logged the first time and every 1,000th: a peer gone wrong must not flood.
+    if (stats.link_refused++ % 1000 == 0) {
+      spdlog::warn("msg=\"fake rdma link: datagram refused\" reason={} bytes={} refused={}",
+                   LinkDropName(why), bytes, stats.link_refused);
+    }
+  }
+
+  // Takes what arrived on the link sockets into the packet heap.
+  void LinkReceive() {
+    uint8_t buf[kLinkHeaderBytes + kLinkMaxPayload + 1];
+    for (const LinkSock& l : link_socks) {
+      for (;;) {
+        const ssize_t n = ::recv(l.fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n < 0) break;  // EAGAIN: nothing more
+        LinkDatagram d;
+        LinkDrop why = LinkDrop::kTruncated;
+        if (!ParseLinkDatagram(buf, static_cast<size_t>(n), d, why)) {
+          LinkRefused(why, static_cast<size_t>(n));
+          continue;
+        }
+        if (d.dlid != l.lid) {
+          LinkRefused(LinkDrop::kBadField, static_cast<size_t>(n));
+          continue;
+        }
+        ++stats.link_received;
+        const double loss = devices[l.dev].ports[l.port - 1].loss;
+        if (loss > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < loss) {
+          ++stats.dropped_loss;
+          continue;
+        }
+        Packet p;
+        p.at = d.arrive_at_ns;
+        p.order = next_order++;
+        p.kind = PacketKind::kUd;
+        p.src_qpn = d.src_qpn;
+        p.dst_dev = l.dev;
+        p.dst_port = l.port;
+        p.dst_qpn = d.dst_qpn;
+        p.qkey = d.qkey;
+        p.grh = d.grh;
+        p.sgid = d.sgid;
+        p.dgid = d.dgid;
+        p.traffic_class = d.traffic_class;
+        p.flow_label = d.flow_label;
+        p.data = std::move(d.payload);
+        heap.push_back(std::move(p));
+        std::push_heap(heap.begin(), heap.end(), PacketLater());
+      }
+    }
+  }
 
   int64_t Now() const { return clock.MonotonicNanos(); }
   Device& Dev(const std::string& name) {
@@ -285,6 +384,7 @@ struct FakeFabric::State {
 
   void Deliver(Packet& p);
   void Pump() {
+    if (!link_socks.empty()) LinkReceive();
     const int64_t now = Now();
     while (!heap.empty() && heap.front().at <= now) {
       std::pop_heap(heap.begin(), heap.end(), PacketLater());
@@ -694,6 +794,18 @@ class FakeQp final : public Qp {
     const bool port_up = sport.cfg.state == PortState::kActive;
     const bool routed = port_up && s_->Route(av, p.dst_dev, p.dst_port);
     if (!port_up) ++s_->stats.dropped_port_down;
+    // A LID of another process's fabric: out over the loopback link, after the sender's loss.
+    if (port_up && !routed && type_ == QpType::kUd && !av.is_global && !s_->link_socks.empty()) {
+      wc.status = WcStatus::kSuccess;
+      wc.byte_len = w.sge.length;
+      if (w.signaled) s_->Complete(qp.scq, wc, tx_end, true, id_);
+      if (sport.loss > 0 && std::uniform_real_distribution<double>(0, 1)(s_->rng) < sport.loss) {
+        ++s_->stats.dropped_loss;
+      } else if (!s_->LinkSend(p, av.dlid, sport.cfg.lid)) {
+        ++s_->stats.dropped_no_route;
+      }
+      return Status::Ok();
+    }
     if (port_up && !routed) ++s_->stats.dropped_no_route;
     double loss = sport.loss;
     if (routed) loss = 1 - (1 - loss) * (1 - s_->devices[p.dst_dev].ports[p.dst_port - 1].loss);
@@ -990,6 +1102,40 @@ std::unique_ptr<Verbs> FakeFabric::MakeNoRdmaStack() {
 void FakeFabric::SetAutoAdvance(FakeClock* clock) {
   std::lock_guard<std::mutex> l(state_->mu);
   state_->auto_clock = clock;
+}
+
+Status FakeFabric::EnableLoopbackLink(uint16_t udp_base) {
+  std::lock_guard<std::mutex> l(state_->mu);
+  State& s = *state_;
+  if (!s.link_socks.empty()) return Status::FailedPrecondition("the loopback link is already on");
+  std::vector<State::LinkSock> socks;
+  auto fail = [&](const std::string& what) {
+    for (const State::LinkSock& k : socks) ::close(k.fd);
+    return Status::Internal("fake rdma link: " + what + ": " + std::strerror(errno));
+  };
+  for (size_t d = 0; d < s.devices.size(); ++d) {
+    for (size_t p = 0; p < s.devices[d].ports.size(); ++p) {
+      const FakePortConfig& c = s.devices[d].ports[p].cfg;
+      if (c.link_layer != LinkLayer::kInfiniBand || c.lid == 0) continue;
+      if (uint32_t{udp_base} + c.lid > 65535) {
+        return Status::InvalidArgument("fake rdma link: UDP base + LID above 65535");
+      }
+      const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) return fail("socket");
+      socks.push_back({fd, d, static_cast<uint8_t>(p + 1), c.lid});
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(static_cast<uint16_t>(udp_base + c.lid));
+      if (::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof(a)) != 0) {
+        return fail("bind 127.0.0.1:" + std::to_string(udp_base + c.lid));
+      }
+    }
+  }
+  if (socks.empty()) return Status::FailedPrecondition("fake rdma link: no InfiniBand port");
+  s.link_base = udp_base;
+  s.link_socks = std::move(socks);
+  return Status::Ok();
 }
 
 void FakeFabric::SetLoss(const std::string& device, uint8_t port, double probability) {
