@@ -4,8 +4,10 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -143,6 +145,12 @@ struct FakeFabric::State {
     int depth;
     CqTimestamps ts;
     std::deque<Completion> q;  // sorted by visible_at
+    // With the loopback link: a completion channel. `epfd` (what event_fd() returns) watches a
+    // timer, set once armed to the earliest time a completion of this CQ may become visible,
+    // and the link sockets, where packets from other processes arrive.
+    int tfd = -1, epfd = -1;
+    bool armed = false;
+    int64_t timer_at = 0;  // 0: no timer set
   };
   struct QpS {
     size_t dev;
@@ -300,6 +308,23 @@ struct FakeFabric::State {
     }
   }
 
+  // Makes an armed CQ's channel readable by time `at` (at once when `at` has passed).
+  void WakeBy(CqS& cq, int64_t at) {
+    if (cq.tfd < 0 || !cq.armed || (cq.timer_at != 0 && cq.timer_at <= at)) return;
+    cq.timer_at = at;
+    itimerspec t{};
+    const int64_t when = std::max<int64_t>(at, 1);
+    t.it_value.tv_sec = static_cast<time_t>(when / 1'000'000'000);
+    t.it_value.tv_nsec = static_cast<long>(when % 1'000'000'000);
+    if (::timerfd_settime(cq.tfd, TFD_TIMER_ABSTIME, &t, nullptr) != 0) {
+      spdlog::warn("msg=\"fake rdma: timerfd_settime failed\" errno={}", errno);
+    }
+  }
+  // A packet now in flight may complete on any armed CQ of this process.
+  void WakeArmedBy(int64_t at) {
+    for (auto& [id, cq] : cqs) WakeBy(cq, at);
+  }
+
   void Complete(uint64_t cq_id, const WorkCompletion& wc, int64_t stamped_at, bool counts_send,
                 uint64_t qp_id) {
     auto it = cqs.find(cq_id);
@@ -327,6 +352,7 @@ struct FakeFabric::State {
     auto pos = cq.q.end();
     while (pos != cq.q.begin() && std::prev(pos)->visible_at > c.visible_at) --pos;
     cq.q.insert(pos, c);
+    WakeBy(cq, c.visible_at);
   }
 
   // Moves a QP to ERR and flushes its posted receives.
@@ -548,13 +574,34 @@ class FakeCq final : public Cq {
   FakeCq(StateP s, uint64_t id, CqTimestamps ts) : s_(std::move(s)), id_(id), ts_(ts) {}
   ~FakeCq() override {
     std::lock_guard<std::mutex> l(s_->mu);
-    s_->cqs.erase(id_);
+    auto it = s_->cqs.find(id_);
+    if (it == s_->cqs.end()) return;
+    if (it->second.epfd >= 0) ::close(it->second.epfd);
+    if (it->second.tfd >= 0) ::close(it->second.tfd);
+    s_->cqs.erase(it);
   }
   uint64_t id() const { return id_; }
   CqTimestamps timestamps() const override { return ts_; }
-  // The fake delivers packets when a CQ is polled; there is no channel to wait on.
-  int event_fd() const override { return -1; }
-  Status Arm() override { return Status::Ok(); }
+  // The fake delivers packets when a CQ is polled. In one process there is no channel to wait
+  // on; with the loopback link each CQ has one (CqS::epfd).
+  int event_fd() const override {
+    std::lock_guard<std::mutex> l(s_->mu);
+    return s_->cqs.at(id_).epfd;
+  }
+  Status Arm() override {
+    std::lock_guard<std::mutex> l(s_->mu);
+    auto& cq = s_->cqs.at(id_);
+    if (cq.tfd < 0) return Status::Ok();
+    uint64_t expirations;
+    [[maybe_unused]] ssize_t n = ::read(cq.tfd, &expirations, sizeof(expirations));  // clear
+    itimerspec off{};
+    (void)::timerfd_settime(cq.tfd, 0, &off, nullptr);
+    cq.timer_at = 0;
+    cq.armed = true;
+    if (!cq.q.empty()) s_->WakeBy(cq, cq.q.front().visible_at);
+    if (!s_->heap.empty()) s_->WakeBy(cq, s_->heap.front().at);
+    return Status::Ok();
+  }
 
   StatusOr<int> Poll(WorkCompletion* out, int max) override {
     std::lock_guard<std::mutex> l(s_->mu);
@@ -829,8 +876,10 @@ class FakeQp final : public Qp {
       p.ack_latency_ns = s_->devices[p.dst_dev].ports[p.dst_port - 1].cfg.latency_ns;
       p.lost = false;  // RC retransmits: loss shows as delay, modelled as none here
     }
+    const int64_t arrives = p.at;
     s_->heap.push_back(std::move(p));
     std::push_heap(s_->heap.begin(), s_->heap.end(), PacketLater());
+    s_->WakeArmedBy(arrives);
     return Status::Ok();
   }
 
@@ -971,7 +1020,26 @@ class FakeContext final : public Context {
                                    name_ + " has no such completion timestamps");
     }
     const uint64_t id = s_->next_id++;
-    s_->cqs[id] = {dev_, depth, ts, {}};
+    FakeFabric::State::CqS& cq = s_->cqs[id] = {dev_, depth, ts, {}};
+    if (!s_->link_socks.empty()) {
+      cq.tfd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+      cq.epfd = ::epoll_create1(EPOLL_CLOEXEC);
+      bool ok = cq.tfd >= 0 && cq.epfd >= 0;
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ok = ok && ::epoll_ctl(cq.epfd, EPOLL_CTL_ADD, cq.tfd, &ev) == 0;
+      for (const auto& l : s_->link_socks) {
+        ok = ok && ::epoll_ctl(cq.epfd, EPOLL_CTL_ADD, l.fd, &ev) == 0;
+      }
+      if (!ok) {
+        const int err = errno;
+        if (cq.epfd >= 0) ::close(cq.epfd);
+        if (cq.tfd >= 0) ::close(cq.tfd);
+        s_->cqs.erase(id);
+        return Status::Internal("fake rdma: completion channel: " +
+                                std::string(std::strerror(err)));
+      }
+    }
     return std::unique_ptr<Cq>(std::make_unique<FakeCq>(s_, id, ts));
   }
 

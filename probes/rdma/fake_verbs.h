@@ -82,8 +82,10 @@ class FakeFabric {
   // no local device has leaves as one UDP datagram to udp_base + that LID (fake_link.h), stamped
   // with its arrival time on CLOCK_MONOTONIC, which all processes share; datagrams that arrive are
   // delivered like local ones when the fabric is next polled. Loss applies at both ends' ports,
-  // latency at the sender's. RoCE (GID) routes and RC writes do not cross the link. Needs a
-  // RealClock. Fails when a socket cannot be bound.
+  // latency at the sender's. RoCE (GID) routes and RC writes do not cross the link. CQs created
+  // after this have a completion channel (event_fd(), Arm()), woken by a timer for the earliest
+  // completion they may see and by the link sockets. Needs a RealClock (CLOCK_MONOTONIC). Fails
+  // when a socket cannot be bound.
   Status EnableLoopbackLink(uint16_t udp_base);
 
   // Faults. Device and port must exist.
