@@ -2,6 +2,7 @@
 #include "probes/rdma/rdma_runner.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -88,6 +89,7 @@ RdmaState RdmaRunner::state() const {
 }
 
 void RdmaRunner::Loop() {
+  pthread_setname_np(pthread_self(), "fw-rdma-ud");  // per-thread CPU (procstat --threads)
   int64_t last_flush = clock_.MonotonicNanos();
   const auto interval = static_cast<int64_t>(options_.batch_interval_s * 1e9);
   std::vector<pollfd> fds;

@@ -6,7 +6,7 @@ first N-1 with fake verbs (--test-rdma-fake-lid) and the last without RDMA (unav
 both kinds run every other transport under the same plan. Intra-leaf RDMA targets get 10/s each,
 so an RDMA agent probes (N-2) targets at 10/s. After a warm-up, scripts/perf/procstat.py samples
 one RDMA agent and the plain one.
-Usage: rdma_agent_cpu.py AGGREGATOR AGENT TESTDATA [N] [SECONDS]
+Usage: rdma_agent_cpu.py AGGREGATOR AGENT TESTDATA [N] [SECONDS] [--threads]
 """
 import json
 import os
@@ -67,7 +67,8 @@ def main():
         load0 = open("/proc/loadavg").read().split()[:3]
         out = subprocess.run(
             [sys.executable, os.path.join(HERE, "..", "..", "scripts", "perf", "procstat.py"),
-             "--seconds", str(SECONDS), f"rdma_agent={procs[nodes[0]].pid}",
+             "--seconds", str(SECONDS)] + (["--threads"] if "--threads" in sys.argv else []) + [
+             f"rdma_agent={procs[nodes[0]].pid}",
              f"plain_agent={procs[nodes[-1]].pid}"], capture_output=True, text=True)
         load1 = open("/proc/loadavg").read().split()[:3]
         after = {n: sent(n) for n in (nodes[0], nodes[-1])}
