@@ -186,15 +186,22 @@ Status Agent::Start() {
                     "1 when RDMA UD probes run on this node, 0 when RDMA is unavailable or off.")
           .WithLabels({});
   if (options_.rdma != "off") {
-    rdma_ = std::make_unique<rdma::RdmaRunner>(rdma::MakeIbverbs(options_.sysfs_root),
-                                               RealClock::Get(), rdma::RdmaRunnerOptions{},
-                                               [this](std::vector<rdma::RdmaProbeResult>&& batch) {
-                                                 v1::ProbeBatch b;
-                                                 for (const rdma::RdmaProbeResult& r : batch)
-                                                   rdma::ResultToProto(r, b.add_results());
-                                                 buffer_.Push(std::move(b));
-                                                 uplink_->Notify();
-                                               });
+    std::unique_ptr<rdma::Verbs> verbs =
+        options_.rdma_verbs ? options_.rdma_verbs() : rdma::MakeIbverbs(options_.sysfs_root);
+    // RDMA probes pay from the scheduler's budget, beside the UDP and TCP probes, and count in
+    // the same fabricwatch_probe_* series (transport="rdma_ud").
+    rdma_ = std::make_unique<rdma::RdmaRunner>(
+        std::move(verbs), RealClock::Get(), options_.rdma_runner,
+        [this](std::vector<rdma::RdmaProbeResult>&& batch) {
+          v1::ProbeBatch b;
+          for (const rdma::RdmaProbeResult& r : batch) {
+            if (probes_) probes_->RecordResult(r.base);
+            rdma::ResultToProto(r, b.add_results());
+          }
+          buffer_.Push(std::move(b));
+          uplink_->Notify();
+        },
+        probes_ ? probes_->budget() : nullptr);
     (void)rdma_->Start();  // a failure is the unavailable state, logged by the runner
     spdlog::info("msg=\"rdma: {}\"", rdma::InventoryLine(rdma_->state()));
   }

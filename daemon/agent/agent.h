@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,9 @@ struct AgentOptions {
   // true: the responder ignores the plan's allowed_probers and answers everyone (docs/probes.md).
   bool responder_allow_any = false;
   std::string rdma = "auto";      // "off": no RDMA probes; "auto": every usable port (docs/rdma.md)
+  // Makes the verbs the RDMA probes use; empty: libibverbs. Tests select fake verbs here.
+  std::function<std::unique_ptr<rdma::Verbs>()> rdma_verbs;
+  rdma::RdmaRunnerOptions rdma_runner;
   std::string http_listen = "0.0.0.0:9752";
   std::string sysfs_root = "/sys";
   std::string hwloc_xml;

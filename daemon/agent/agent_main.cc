@@ -5,14 +5,15 @@
 
 #include "common/config.h"
 #include "common/daemon_util.h"
+#include "common/http/http_client.h"
 #include "common/log.h"
 #include "common/sd_notify.h"
 #include "common/tls/tls_config.h"
 #include "daemon/agent/agent.h"
 #include "daemon/agent/check_main.h"
+#include "probes/rdma/fake_verbs.h"
 #include "probes/rdma/rdma_selftest.h"
 #include "probes/rdma/verbs_ibv.h"
-#include "common/http/http_client.h"
 
 int main(int argc, char** argv) {
   fw::agent::AgentOptions o;
@@ -122,6 +123,29 @@ int main(int argc, char** argv) {
   app.add_option("--rdma", o.rdma, "auto|off: RDMA UD probes on every usable port (docs/rdma.md)")
       ->check(CLI::IsMember({"auto", "off"}))
       ->capture_default_str();
+  // Test only: fake RDMA verbs on a fake InfiniBand device mlx5_0 with this LID, linked to the
+  // other agents' fake devices over loopback UDP (FakeFabric::EnableLoopbackLink, docs/rdma.md
+  // "End to end with fake verbs"), with faults on its port.
+  int fake_lid = 0, fake_udp_base = 0;
+  double fake_loss = 0, fake_latency_us = 2, fake_host_delay_us = 0;
+  app.add_option("--test-rdma-fake-lid", fake_lid, "test only: fake RDMA device with this LID")
+      ->check(CLI::Range(1, 0xbfff))
+      ->group("");
+  app.add_option("--test-rdma-fake-udp-base", fake_udp_base,
+                 "test only: the fake devices' loopback UDP ports are this + LID")
+      ->check(CLI::Range(1024, 60000))
+      ->group("");
+  app.add_option("--test-rdma-fake-loss", fake_loss, "test only: loss on the fake port")
+      ->check(CLI::Range(0.0, 1.0))
+      ->group("");
+  app.add_option("--test-rdma-fake-latency-us", fake_latency_us,
+                 "test only: one-way latency of the fake port")
+      ->check(CLI::Range(0.0, 1e6))
+      ->group("");
+  app.add_option("--test-rdma-fake-host-delay-us", fake_host_delay_us,
+                 "test only: host delay (completion to poll) of the fake device")
+      ->check(CLI::Range(0.0, 1e6))
+      ->group("");
   std::string port_file;
   app.add_option("--port-file", port_file, "write the bound HTTP port as JSON here once listening");
   fw::rdma::SelftestOptions selftest;
@@ -186,6 +210,45 @@ int main(int argc, char** argv) {
     o.web = std::move(*web);
   }
 
+  std::unique_ptr<fw::rdma::FakeFabric> fake_fabric;  // outlives the agent, which uses its verbs
+  if (fake_lid > 0) {
+    if (fake_udp_base == 0) {
+      spdlog::critical(
+          "msg=\"cannot start: --test-rdma-fake-lid needs --test-rdma-fake-udp-base\"");
+      return 3;
+    }
+    fake_fabric = std::make_unique<fw::rdma::FakeFabric>(fw::RealClock::Get(),
+                                                         static_cast<uint64_t>(fake_lid));
+    fw::rdma::FakeDeviceConfig d;
+    d.name = "mlx5_0";
+    fw::rdma::FakePortConfig p;
+    p.lid = static_cast<uint16_t>(fake_lid);
+    p.latency_ns = static_cast<int64_t>(fake_latency_us * 1e3);
+    fw::rdma::GidEntry g;
+    g.gid.raw[0] = 0xfe;
+    g.gid.raw[1] = 0x80;
+    g.gid.raw[14] = static_cast<uint8_t>(fake_lid >> 8);
+    g.gid.raw[15] = static_cast<uint8_t>(fake_lid);
+    g.type = fw::rdma::GidType::kIb;
+    p.gids = {g};
+    d.ports = {p};
+    d.node_guid = static_cast<uint64_t>(fake_lid);
+    fake_fabric->AddDevice(d);
+    fake_fabric->SetLoss("mlx5_0", 1, fake_loss);
+    fake_fabric->SetPollDelay("mlx5_0", static_cast<int64_t>(fake_host_delay_us * 1e3));
+    fw::Status ls = fake_fabric->EnableLoopbackLink(static_cast<uint16_t>(fake_udp_base));
+    if (!ls.ok()) {
+      spdlog::critical("msg=\"cannot start\" error=\"{}\"", ls.message());
+      return 3;
+    }
+    spdlog::warn(
+        "msg=\"test mode: fake RDMA verbs\" device=mlx5_0 lid={} udp_port={} loss={} "
+        "latency_us={} host_delay_us={}",
+        fake_lid, fake_udp_base + fake_lid, fake_loss, fake_latency_us, fake_host_delay_us);
+    fw::rdma::FakeFabric* f = fake_fabric.get();
+    o.rdma_verbs = [f] { return f->MakeVerbs({"mlx5_0"}); };
+    o.rdma_runner.mesh.unchanneled_poll_ns = 100'000;
+  }
   fw::agent::Agent agent(o);
   fw::tls::LogTransportSecurity("agent", o.tls);
   if (o.tls && !fw::tls::NamesNode(o.tls->names, agent.node_name())) {

@@ -89,6 +89,12 @@ class ProbeScheduler {
   std::vector<uint16_t> UdpSourcePorts() const {
     return udp_ ? udp_->SourcePorts() : std::vector<uint16_t>{};
   }
+  // The node's probe budget every prober pays from, the RDMA UD mesh included (it sets its rate
+  // and burst from the plan). Null before Start().
+  net::ProbeBudget* budget() const { return budget_.get(); }
+  // Counts a result of a prober this class does not run (the RDMA UD mesh) in the probe metrics
+  // (fabricwatch_probe_{sent,lost}_total, fabricwatch_probe_rtt_seconds by transport). Any thread.
+  void RecordResult(const net::ProbeResult& r) { Publish(r); }
 
  private:
   struct SlowTarget {

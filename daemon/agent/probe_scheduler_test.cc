@@ -10,6 +10,9 @@
 #include <string>
 #include <thread>
 
+#include "probes/rdma/fake_verbs.h"
+#include "probes/rdma/rdma_runner.h"
+
 namespace fw::agent {
 namespace {
 
@@ -345,6 +348,105 @@ TEST(ProbeScheduler, AllowAnyIgnoresTheList) {
   EXPECT_EQ(peers, (std::set<std::string>{"self"}));
   // No series at all: nothing was ever refused.
   EXPECT_LE(MetricValue(text, R"(fabricwatch_responder_dropped_total{reason="not_in_plan"})"), 0)
+      << text;
+}
+
+// The agent's side of the RDMA UD probes (docs/rdma.md "In the agent"): their results count in
+// the probe metrics by transport, and they pay from the scheduler's shared node budget.
+ProbeSchedulerOptions RdmaLoopback() {
+  ProbeSchedulerOptions o;
+  o.listen_address = "127.0.0.1";
+  o.port = 0;
+  o.tcp_connect_interval_s = 3600;
+  return o;
+}
+
+TEST(RdmaAgent, ResultsCountInTheProbeMetricsByTransport) {
+  OutboundBuffer buffer(100, 1 << 20);
+  metrics::Registry registry;
+  ProbeScheduler scheduler(
+      RdmaLoopback(), buffer, [] {}, registry);
+  rdma::RdmaProbeResult answered;
+  answered.base.transport = net::Transport::kRdmaUd;
+  answered.base.rtt_ns = 4'000;  // the network RTT
+  rdma::RdmaProbeResult lost = answered;
+  lost.base.lost = true;
+  lost.base.rtt_ns = 0;
+  scheduler.RecordResult(answered.base);
+  scheduler.RecordResult(answered.base);
+  scheduler.RecordResult(lost.base);
+  const std::string text = registry.RenderToString();
+  EXPECT_EQ(MetricValue(text, R"(fabricwatch_probe_sent_total{transport="rdma_ud"})"), 3) << text;
+  EXPECT_EQ(MetricValue(text, R"(fabricwatch_probe_lost_total{transport="rdma_ud"})"), 1) << text;
+  EXPECT_EQ(MetricValue(text, R"(fabricwatch_probe_rtt_seconds_count{transport="rdma_ud"})"), 2)
+      << text;
+  EXPECT_EQ(
+      MetricValue(text, R"(fabricwatch_probe_rtt_seconds_bucket{transport="rdma_ud",le="1e-05"})"),
+      2)
+      << text;
+  EXPECT_EQ(MetricValue(text, R"(fabricwatch_probe_sent_total{transport="udp"})"), 0) << text;
+}
+
+// Two fake NICs probe each other at 200/s per flow while the plan gives the node 20 probes/s:
+// the RDMA mesh pays from the scheduler's budget, so most of its probes are refused and counted
+// there (fabricwatch_probe_budget_rejected_total) and in the mesh's budget_skipped.
+TEST(RdmaAgent, ProbesPayFromTheSchedulersNodeBudget) {
+  OutboundBuffer buffer(100, 1 << 20);
+  metrics::Registry registry;
+  ProbeScheduler scheduler(
+      RdmaLoopback(), buffer, [] {}, registry);
+  ASSERT_TRUE(scheduler.Start().ok());
+  ASSERT_NE(scheduler.budget(), nullptr);
+  v1::ProbePlan plan;
+  plan.set_version(1);
+  plan.mutable_budget()->set_packets_per_s(20);
+  plan.mutable_budget()->set_bytes_per_s(12.5e6);  // a burst of one second (the 4 MiB burst fits)
+  scheduler.ApplyPlan(plan);
+
+  rdma::FakeFabric fabric(RealClock::Get());
+  for (uint16_t lid : {1, 2}) {
+    rdma::FakeDeviceConfig d;
+    d.name = "mlx5_" + std::to_string(lid);
+    rdma::FakePortConfig p;
+    p.lid = lid;
+    d.ports = {p};
+    fabric.AddDevice(d);
+  }
+  rdma::RdmaRunnerOptions o;
+  o.batch_interval_s = 0.05;
+  std::atomic<uint64_t> results{0};
+  rdma::RdmaRunner prober(
+      fabric.MakeVerbs({"mlx5_1"}), RealClock::Get(), o,
+      [&](std::vector<rdma::RdmaProbeResult>&& b) {
+        for (const auto& r : b) scheduler.RecordResult(r.base);
+        results += b.size();
+      },
+      scheduler.budget());
+  rdma::RdmaRunner responder(fabric.MakeVerbs({"mlx5_2"}), RealClock::Get(), o, [](auto&&) {});
+  ASSERT_TRUE(prober.Start().ok());
+  ASSERT_TRUE(responder.Start().ok());
+  rdma::UdTarget t;
+  t.peer = "node-b";
+  t.remote = responder.state().endpoints.front();
+  t.flows = 2;
+  t.rate_hz = 200;
+  prober.SetTargets({t});
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  prober.Stop();
+  responder.Stop();
+  const rdma::UdMeshStats& s = *prober.stats();
+  const std::string text = registry.RenderToString();
+  scheduler.Stop();
+  // 1.5 s at 20/s after a full bucket of 20: about 50 admitted of about 600 asked.
+  EXPECT_GT(s.sent.load(), 10u);
+  EXPECT_LT(s.sent.load(), 90u);
+  EXPECT_GT(s.budget_skipped.load(), 300u);
+  EXPECT_GE(MetricValue(text, "fabricwatch_probe_budget_rejected_total"),
+            static_cast<double>(s.budget_skipped.load()))
+      << text;
+  EXPECT_GT(MetricValue(text, R"(fabricwatch_probe_sent_total{transport="rdma_ud"})"), 10) << text;
+  EXPECT_EQ(MetricValue(text, R"(fabricwatch_probe_sent_total{transport="rdma_ud"})"),
+            static_cast<double>(results.load()))
       << text;
 }
 

@@ -1,7 +1,13 @@
 // The in-memory fake fabric: see fake_verbs.h for what it models and enforces.
 #include "probes/rdma/fake_verbs.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +18,8 @@
 #include <mutex>
 #include <random>
 #include <unordered_map>
+
+#include "probes/rdma/fake_link.h"
 
 namespace fw::rdma {
 
@@ -105,6 +113,9 @@ bool LookupTransition(QpType type, QpState from, QpState to, Transition& t) {
 struct FakeFabric::State {
   explicit State(const Clock& c, uint64_t seed)
       : clock(c), wall_minus_mono_ns(c.WallNanos() - c.MonotonicNanos()), rng(seed) {}
+  ~State() {
+    for (const LinkSock& l : link_socks) ::close(l.fd);
+  }
 
   struct Port {
     FakePortConfig cfg;
@@ -134,6 +145,12 @@ struct FakeFabric::State {
     int depth;
     CqTimestamps ts;
     std::deque<Completion> q;  // sorted by visible_at
+    // With the loopback link: a completion channel. `epfd` (what event_fd() returns) watches a
+    // timer, set once armed to the earliest time a completion of this CQ may become visible,
+    // and the link sockets, where packets from other processes arrive.
+    int tfd = -1, epfd = -1;
+    bool armed = false;
+    int64_t timer_at = 0;  // 0: no timer set
   };
   struct QpS {
     size_t dev;
@@ -179,6 +196,96 @@ struct FakeFabric::State {
   std::vector<Packet> heap;
   std::vector<std::vector<uint8_t>> spare_buffers;
   FakeFabricStats stats;
+  // The loopback link (EnableLoopbackLink): one socket per local InfiniBand port with a LID.
+  struct LinkSock {
+    int fd;
+    size_t dev;
+    uint8_t port;
+    uint16_t lid;
+  };
+  uint16_t link_base = 0;
+  std::vector<LinkSock> link_socks;
+  std::vector<uint8_t> link_buf;
+
+  // Sends a UD packet to a LID of another process; false when there is no link.
+  bool LinkSend(const Packet& p, uint16_t dlid, uint16_t slid) {
+    if (link_socks.empty() || dlid == 0 || uint32_t{link_base} + dlid > 65535) return false;
+    LinkDatagram d;
+    d.dlid = dlid;
+    d.slid = slid;
+    d.dst_qpn = p.dst_qpn;
+    d.src_qpn = p.src_qpn;
+    d.qkey = p.qkey;
+    d.arrive_at_ns = p.at;
+    d.flow_label = p.flow_label & 0xfffff;
+    d.traffic_class = p.traffic_class;
+    d.grh = p.grh;
+    d.sgid = p.sgid;
+    d.dgid = p.dgid;
+    d.payload = p.data;
+    EncodeLinkDatagram(d, link_buf);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    to.sin_port = htons(static_cast<uint16_t>(link_base + dlid));
+    // Nobody listening, or a full socket buffer, is a datagram lost on the wire.
+    (void)::sendto(link_socks.front().fd, link_buf.data(), link_buf.size(), MSG_DONTWAIT,
+                   reinterpret_cast<const sockaddr*>(&to), sizeof(to));
+    ++stats.link_sent;
+    return true;
+  }
+
+  void LinkRefused(LinkDrop why, size_t bytes) {
+    // Counted always, logged the first time and every 1,000th: a peer gone wrong must not flood.
+    if (stats.link_refused++ % 1000 == 0) {
+      spdlog::warn("msg=\"fake rdma link: datagram refused\" reason={} bytes={} refused={}",
+                   LinkDropName(why), bytes, stats.link_refused);
+    }
+  }
+
+  // Takes what arrived on the link sockets into the packet heap.
+  void LinkReceive() {
+    uint8_t buf[kLinkHeaderBytes + kLinkMaxPayload + 1];
+    for (const LinkSock& l : link_socks) {
+      for (;;) {
+        const ssize_t n = ::recv(l.fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n < 0) break;  // EAGAIN: nothing more
+        LinkDatagram d;
+        LinkDrop why = LinkDrop::kTruncated;
+        if (!ParseLinkDatagram(buf, static_cast<size_t>(n), d, why)) {
+          LinkRefused(why, static_cast<size_t>(n));
+          continue;
+        }
+        if (d.dlid != l.lid) {
+          LinkRefused(LinkDrop::kBadField, static_cast<size_t>(n));
+          continue;
+        }
+        ++stats.link_received;
+        const double loss = devices[l.dev].ports[l.port - 1].loss;
+        if (loss > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < loss) {
+          ++stats.dropped_loss;
+          continue;
+        }
+        Packet p;
+        p.at = d.arrive_at_ns;
+        p.order = next_order++;
+        p.kind = PacketKind::kUd;
+        p.src_qpn = d.src_qpn;
+        p.dst_dev = l.dev;
+        p.dst_port = l.port;
+        p.dst_qpn = d.dst_qpn;
+        p.qkey = d.qkey;
+        p.grh = d.grh;
+        p.sgid = d.sgid;
+        p.dgid = d.dgid;
+        p.traffic_class = d.traffic_class;
+        p.flow_label = d.flow_label;
+        p.data = std::move(d.payload);
+        heap.push_back(std::move(p));
+        std::push_heap(heap.begin(), heap.end(), PacketLater());
+      }
+    }
+  }
 
   int64_t Now() const { return clock.MonotonicNanos(); }
   Device& Dev(const std::string& name) {
@@ -199,6 +306,23 @@ struct FakeFabric::State {
       const uint64_t one = 1;
       [[maybe_unused]] ssize_t n = ::write(c.efd, &one, sizeof(one));
     }
+  }
+
+  // Makes an armed CQ's channel readable by time `at` (at once when `at` has passed).
+  void WakeBy(CqS& cq, int64_t at) {
+    if (cq.tfd < 0 || !cq.armed || (cq.timer_at != 0 && cq.timer_at <= at)) return;
+    cq.timer_at = at;
+    itimerspec t{};
+    const int64_t when = std::max<int64_t>(at, 1);
+    t.it_value.tv_sec = static_cast<time_t>(when / 1'000'000'000);
+    t.it_value.tv_nsec = static_cast<long>(when % 1'000'000'000);
+    if (::timerfd_settime(cq.tfd, TFD_TIMER_ABSTIME, &t, nullptr) != 0) {
+      spdlog::warn("msg=\"fake rdma: timerfd_settime failed\" errno={}", errno);
+    }
+  }
+  // A packet now in flight may complete on any armed CQ of this process.
+  void WakeArmedBy(int64_t at) {
+    for (auto& [id, cq] : cqs) WakeBy(cq, at);
   }
 
   void Complete(uint64_t cq_id, const WorkCompletion& wc, int64_t stamped_at, bool counts_send,
@@ -228,6 +352,7 @@ struct FakeFabric::State {
     auto pos = cq.q.end();
     while (pos != cq.q.begin() && std::prev(pos)->visible_at > c.visible_at) --pos;
     cq.q.insert(pos, c);
+    WakeBy(cq, c.visible_at);
   }
 
   // Moves a QP to ERR and flushes its posted receives.
@@ -285,6 +410,7 @@ struct FakeFabric::State {
 
   void Deliver(Packet& p);
   void Pump() {
+    if (!link_socks.empty()) LinkReceive();
     const int64_t now = Now();
     while (!heap.empty() && heap.front().at <= now) {
       std::pop_heap(heap.begin(), heap.end(), PacketLater());
@@ -448,13 +574,34 @@ class FakeCq final : public Cq {
   FakeCq(StateP s, uint64_t id, CqTimestamps ts) : s_(std::move(s)), id_(id), ts_(ts) {}
   ~FakeCq() override {
     std::lock_guard<std::mutex> l(s_->mu);
-    s_->cqs.erase(id_);
+    auto it = s_->cqs.find(id_);
+    if (it == s_->cqs.end()) return;
+    if (it->second.epfd >= 0) ::close(it->second.epfd);
+    if (it->second.tfd >= 0) ::close(it->second.tfd);
+    s_->cqs.erase(it);
   }
   uint64_t id() const { return id_; }
   CqTimestamps timestamps() const override { return ts_; }
-  // The fake delivers packets when a CQ is polled; there is no channel to wait on.
-  int event_fd() const override { return -1; }
-  Status Arm() override { return Status::Ok(); }
+  // The fake delivers packets when a CQ is polled. In one process there is no channel to wait
+  // on; with the loopback link each CQ has one (CqS::epfd).
+  int event_fd() const override {
+    std::lock_guard<std::mutex> l(s_->mu);
+    return s_->cqs.at(id_).epfd;
+  }
+  Status Arm() override {
+    std::lock_guard<std::mutex> l(s_->mu);
+    auto& cq = s_->cqs.at(id_);
+    if (cq.tfd < 0) return Status::Ok();
+    uint64_t expirations;
+    [[maybe_unused]] ssize_t n = ::read(cq.tfd, &expirations, sizeof(expirations));  // clear
+    itimerspec off{};
+    (void)::timerfd_settime(cq.tfd, 0, &off, nullptr);
+    cq.timer_at = 0;
+    cq.armed = true;
+    if (!cq.q.empty()) s_->WakeBy(cq, cq.q.front().visible_at);
+    if (!s_->heap.empty()) s_->WakeBy(cq, s_->heap.front().at);
+    return Status::Ok();
+  }
 
   StatusOr<int> Poll(WorkCompletion* out, int max) override {
     std::lock_guard<std::mutex> l(s_->mu);
@@ -694,6 +841,18 @@ class FakeQp final : public Qp {
     const bool port_up = sport.cfg.state == PortState::kActive;
     const bool routed = port_up && s_->Route(av, p.dst_dev, p.dst_port);
     if (!port_up) ++s_->stats.dropped_port_down;
+    // A LID of another process's fabric: out over the loopback link, after the sender's loss.
+    if (port_up && !routed && type_ == QpType::kUd && !av.is_global && !s_->link_socks.empty()) {
+      wc.status = WcStatus::kSuccess;
+      wc.byte_len = w.sge.length;
+      if (w.signaled) s_->Complete(qp.scq, wc, tx_end, true, id_);
+      if (sport.loss > 0 && std::uniform_real_distribution<double>(0, 1)(s_->rng) < sport.loss) {
+        ++s_->stats.dropped_loss;
+      } else if (!s_->LinkSend(p, av.dlid, sport.cfg.lid)) {
+        ++s_->stats.dropped_no_route;
+      }
+      return Status::Ok();
+    }
     if (port_up && !routed) ++s_->stats.dropped_no_route;
     double loss = sport.loss;
     if (routed) loss = 1 - (1 - loss) * (1 - s_->devices[p.dst_dev].ports[p.dst_port - 1].loss);
@@ -717,8 +876,10 @@ class FakeQp final : public Qp {
       p.ack_latency_ns = s_->devices[p.dst_dev].ports[p.dst_port - 1].cfg.latency_ns;
       p.lost = false;  // RC retransmits: loss shows as delay, modelled as none here
     }
+    const int64_t arrives = p.at;
     s_->heap.push_back(std::move(p));
     std::push_heap(s_->heap.begin(), s_->heap.end(), PacketLater());
+    s_->WakeArmedBy(arrives);
     return Status::Ok();
   }
 
@@ -859,7 +1020,26 @@ class FakeContext final : public Context {
                                    name_ + " has no such completion timestamps");
     }
     const uint64_t id = s_->next_id++;
-    s_->cqs[id] = {dev_, depth, ts, {}};
+    FakeFabric::State::CqS& cq = s_->cqs[id] = {dev_, depth, ts, {}};
+    if (!s_->link_socks.empty()) {
+      cq.tfd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+      cq.epfd = ::epoll_create1(EPOLL_CLOEXEC);
+      bool ok = cq.tfd >= 0 && cq.epfd >= 0;
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ok = ok && ::epoll_ctl(cq.epfd, EPOLL_CTL_ADD, cq.tfd, &ev) == 0;
+      for (const auto& l : s_->link_socks) {
+        ok = ok && ::epoll_ctl(cq.epfd, EPOLL_CTL_ADD, l.fd, &ev) == 0;
+      }
+      if (!ok) {
+        const int err = errno;
+        if (cq.epfd >= 0) ::close(cq.epfd);
+        if (cq.tfd >= 0) ::close(cq.tfd);
+        s_->cqs.erase(id);
+        return Status::Internal("fake rdma: completion channel: " +
+                                std::string(std::strerror(err)));
+      }
+    }
     return std::unique_ptr<Cq>(std::make_unique<FakeCq>(s_, id, ts));
   }
 
@@ -990,6 +1170,40 @@ std::unique_ptr<Verbs> FakeFabric::MakeNoRdmaStack() {
 void FakeFabric::SetAutoAdvance(FakeClock* clock) {
   std::lock_guard<std::mutex> l(state_->mu);
   state_->auto_clock = clock;
+}
+
+Status FakeFabric::EnableLoopbackLink(uint16_t udp_base) {
+  std::lock_guard<std::mutex> l(state_->mu);
+  State& s = *state_;
+  if (!s.link_socks.empty()) return Status::FailedPrecondition("the loopback link is already on");
+  std::vector<State::LinkSock> socks;
+  auto fail = [&](const std::string& what) {
+    for (const State::LinkSock& k : socks) ::close(k.fd);
+    return Status::Internal("fake rdma link: " + what + ": " + std::strerror(errno));
+  };
+  for (size_t d = 0; d < s.devices.size(); ++d) {
+    for (size_t p = 0; p < s.devices[d].ports.size(); ++p) {
+      const FakePortConfig& c = s.devices[d].ports[p].cfg;
+      if (c.link_layer != LinkLayer::kInfiniBand || c.lid == 0) continue;
+      if (uint32_t{udp_base} + c.lid > 65535) {
+        return Status::InvalidArgument("fake rdma link: UDP base + LID above 65535");
+      }
+      const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) return fail("socket");
+      socks.push_back({fd, d, static_cast<uint8_t>(p + 1), c.lid});
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(static_cast<uint16_t>(udp_base + c.lid));
+      if (::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof(a)) != 0) {
+        return fail("bind 127.0.0.1:" + std::to_string(udp_base + c.lid));
+      }
+    }
+  }
+  if (socks.empty()) return Status::FailedPrecondition("fake rdma link: no InfiniBand port");
+  s.link_base = udp_base;
+  s.link_socks = std::move(socks);
+  return Status::Ok();
 }
 
 void FakeFabric::SetLoss(const std::string& device, uint8_t port, double probability) {

@@ -56,6 +56,9 @@ struct FakeFabricStats {
   uint64_t dropped_no_route = 0;  // no port with that LID/GID, or no such QPN there
   uint64_t dropped_port_down = 0;
   uint64_t rdma_writes = 0;
+  uint64_t link_sent = 0;      // UD datagrams handed to the loopback link
+  uint64_t link_received = 0;  // ... and taken from it
+  uint64_t link_refused = 0;   // malformed link datagrams, or for a LID not on this socket
 };
 
 class FakeFabric {
@@ -73,6 +76,17 @@ class FakeFabric {
 
   // With a FakeClock: a Poll that finds nothing ready advances it to the next pending event.
   void SetAutoAdvance(FakeClock* clock);
+
+  // Test-only: links this process's fabric to the fabrics of other processes on the host. Each
+  // InfiniBand port with a LID binds UDP 127.0.0.1:(udp_base + LID); a UD datagram to a LID that
+  // no local device has leaves as one UDP datagram to udp_base + that LID (fake_link.h), stamped
+  // with its arrival time on CLOCK_MONOTONIC, which all processes share; datagrams that arrive are
+  // delivered like local ones when the fabric is next polled. Loss applies at both ends' ports,
+  // latency at the sender's. RoCE (GID) routes and RC writes do not cross the link. CQs created
+  // after this have a completion channel (event_fd(), Arm()), woken by a timer for the earliest
+  // completion they may see and by the link sockets. Needs a RealClock (CLOCK_MONOTONIC). Fails
+  // when a socket cannot be bound.
+  Status EnableLoopbackLink(uint16_t udp_base);
 
   // Faults. Device and port must exist.
   void SetLoss(const std::string& device, uint8_t port, double probability);

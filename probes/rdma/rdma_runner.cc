@@ -92,6 +92,7 @@ RdmaState RdmaRunner::state() const {
 }
 
 void RdmaRunner::Loop() {
+  pthread_setname_np(pthread_self(), "fw-rdma-ud");  // per-thread CPU (procstat --threads)
   int64_t last_flush = clock_.MonotonicNanos();
   const auto interval = static_cast<int64_t>(options_.batch_interval_s * 1e9);
   std::vector<pollfd> fds;

@@ -12,7 +12,6 @@ namespace {
 constexpr size_t kOutstandingSlots = 4096;  // probes in flight per mesh (power of two)
 constexpr size_t kPendingSlots = 1024;      // acks in flight on the responder side
 constexpr int kPollBatch = 32;
-constexpr int64_t kNoChannelPollNs = 1'000'000;  // a CQ without a completion channel (the fake)
 
 uint32_t GrhFlowLabel(const uint8_t* grh) {
   return static_cast<uint32_t>((grh[1] & 0xf) << 16 | grh[2] << 8 | grh[3]);
@@ -385,7 +384,7 @@ int64_t UdMesh::Step() {
       if (rt.broken) next = std::min(next, rt.recover_at);
     }
   }
-  if (any_unchanneled) next = std::min(next, now + kNoChannelPollNs);
+  if (any_unchanneled) next = std::min(next, now + std::max<int64_t>(1, opts_.unchanneled_poll_ns));
   return std::max<int64_t>(0, next - now);
 }
 

@@ -51,6 +51,10 @@ struct UdMeshOptions {
   double recovery_backoff_base_s = 0.1;
   double recovery_backoff_max_s = 30;
   uint64_t seed = 1;
+  // How often CQs without a completion channel (the fake's) are polled. The wait shows in the
+  // prober's host delay: the agent's fake mode polls every 100 us so that a healthy fake fleet's
+  // host delays stay far below the analyzer's 1 ms floor.
+  int64_t unchanneled_poll_ns = 1'000'000;
 };
 
 struct RdmaProbeResult {

@@ -189,14 +189,42 @@ PlanSummary Planner::PlanEach(const std::vector<AgentInfo>& live, const PlanSink
   return out;
 }
 
+namespace {
+
+// RDMA UD targets `src` gets toward `dst` (AddRdmaPeers): one per local port for which `dst` has a
+// port of the same link layer.
+size_t RdmaRails(const AgentInfo& src, const AgentInfo& dst) {
+  size_t n = 0;
+  for (const RdmaPort& s : src.rdma) {
+    n += std::any_of(dst.rdma.begin(), dst.rdma.end(),
+                     [&](const RdmaPort& d) { return d.link_layer == s.link_layer; });
+  }
+  return n;
+}
+
+}  // namespace
+
 Planner::FleetDemand Planner::MeasureDemand(const AgentIndex& agent_of,
                                             const std::unordered_map<std::string, Plan>& mesh,
                                             PlanSummary& out) const {
   FleetDemand d;
   const double rate = config_.latency_pps_per_flow;
   const uint32_t intra_flows = std::min<uint32_t>(config_.intra_leaf_flows, 0xffff);
+  // RDMA UD targets count too (AddRdmaPeers adds them after the cap): each asks its per-target
+  // cap over all its flows.
+  const bool rdma = config_.rdma_ud;
+  const double rdma_intra = rdma ? std::max(0.0, config_.rdma_intra_leaf_pps) : 0;
+  const double rdma_other = rdma ? std::max(0.0, config_.rdma_other_pps) : 0;
   for (const auto& [node, plan] : mesh) {
-    for (const PlannedPeer& p : plan.peers) d.other += static_cast<double>(p.flows) * p.rate_pps;
+    std::unordered_set<std::string_view> rdma_done;
+    const auto self = agent_of.find(node);
+    for (const PlannedPeer& p : plan.peers) {
+      d.other += static_cast<double>(p.flows) * p.rate_pps;
+      if (rdma_other == 0 || self == agent_of.end() || self->second->rdma.empty()) continue;
+      const auto dst = agent_of.find(p.node);
+      if (dst == agent_of.end() || !rdma_done.insert(dst->first).second) continue;
+      d.other += static_cast<double>(RdmaRails(*self->second, *dst->second)) * rdma_other;
+    }
   }
   if (!map_) return d;
   std::optional<MapView>& view = d.view;
@@ -229,6 +257,20 @@ Planner::FleetDemand Planner::MeasureDemand(const AgentIndex& agent_of,
     // Hand-over order within a leaf by name, so logs and notes read the same on every run.
     std::sort(d.nodes_on[i].begin(), d.nodes_on[i].end());
     d.intra += pairs * intra_flows * rate;
+    // RDMA: each ordered pair of nodes on the leaf, rail by rail; and the most ports a node here
+    // has, for the inter-leaf representatives below (an upper bound: AddRdmaPeers gives a node
+    // one target set per peer node however many of its NICs pair with that node).
+    size_t rdma_ports_here = 0;
+    if (rdma_intra > 0 || rdma_other > 0) {
+      for (std::string_view a : d.nodes_on[i]) {
+        const AgentInfo& src = *agent_of.at(a);
+        rdma_ports_here = std::max(rdma_ports_here, src.rdma.size());
+        if (src.rdma.empty() || rdma_intra == 0) continue;
+        for (std::string_view b : d.nodes_on[i]) {
+          if (a != b) d.intra += static_cast<double>(RdmaRails(src, *agent_of.at(b))) * rdma_intra;
+        }
+      }
+    }
     for (size_t j = 0; j < nl; ++j) {
       if (i == j) continue;
       const LeafPairShape shape = ShapeOf(*view, view->leaves[i], view->leaves[j]);
@@ -239,6 +281,7 @@ Planner::FleetDemand Planner::MeasureDemand(const AgentIndex& agent_of,
       }
       ++out.leaf_pairs_covered;
       d.other += static_cast<double>(shape.reps) * shape.flows_each * rate;
+      d.other += static_cast<double>(shape.reps * rdma_ports_here) * rdma_other;
     }
   }
   return d;

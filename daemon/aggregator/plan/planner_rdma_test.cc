@@ -181,6 +181,36 @@ TEST(PlannerRdmaTest, RdmaProbesArePaidFromTheNodeBudget) {
   }
 }
 
+// The fleet cap's demand counts RDMA targets: without a map, 4 nodes ask for 48 UDP results/s
+// (3 peers x 4 flows x 1/s each) and 12 RDMA ones (3 targets x 1/s each). A cap of 50 scales
+// both; a cap of 60 fits them and scales nothing.
+TEST(PlannerRdmaTest, FleetCapDemandCountsRdmaTargets) {
+  std::vector<AgentInfo> agents;
+  for (int i = 1; i <= 4; ++i) {
+    agents.push_back(Agent("r" + std::to_string(i), i, {Ib("mlx5_0", i, 100 + i)}));
+  }
+  PlannerConfig tight;
+  tight.fleet_results_per_s = 50;
+  const PlanSet capped = Planner(tight, nullptr).PlanFor(agents);
+  bool noted = false;
+  for (const std::string& n : capped.notes) {
+    noted = noted || n.find("asks for 60 results/s") != std::string::npos;
+  }
+  EXPECT_TRUE(noted) << (capped.notes.empty() ? "" : capped.notes[0]);
+  for (const auto& [node, plan] : capped.plans) {
+    for (const PlannedPeer* p : RdmaPeers(plan)) EXPECT_LT(p->rate_pps, 0.25) << node;
+  }
+  PlannerConfig fits;
+  fits.fleet_results_per_s = 60;
+  const PlanSet free = Planner(fits, nullptr).PlanFor(agents);
+  for (const std::string& n : free.notes) {
+    EXPECT_EQ(n.find("over the fleet cap"), std::string::npos) << n;
+  }
+  for (const auto& [node, plan] : free.plans) {
+    for (const PlannedPeer* p : RdmaPeers(plan)) EXPECT_DOUBLE_EQ(p->rate_pps, 0.25) << node;
+  }
+}
+
 TEST(PlannerRdmaTest, PlansAreTheSameWhateverTheInputOrder) {
   std::vector<AgentInfo> agents;
   for (int i = 1; i <= 4; ++i) {

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""RDMA UD probes end to end on loopback (issue 13): a real aggregator and three agents whose fake
+verbs reach each other (no root, no RDMA hardware, no namespaces).
+
+Each agent runs with --test-rdma-fake-lid N: a fake InfiniBand device mlx5_0 with LID N, whose UD
+datagrams to the other agents' LIDs cross loopback UDP (FakeFabric::EnableLoopbackLink, port
+base + LID). The agents advertise the fake ports in Hello, the planner gives each the other two as
+rdma_ud targets, and the results reach the aggregator beside the UDP ones.
+
+  1. healthy: every ordered pair has rdma_ud results in GET /api/v1/pairs, the agents count them
+     in fabricwatch_probe_sent_total{transport="rdma_ud"}, and /api/v1/findings stays empty;
+  2. fault: fr2 restarts with 5 ms of host delay on its fake device (completions seen 5 ms after
+     the NIC stamped them): host_network on fr2 from the RDMA host-delay split, and no other
+     finding (its network RTTs stay 4 us, so no link is blamed).
+
+Loss on one of three nodes is not judged here: two of the three pairs then carry it, and the
+analyzer's fleet background (a trimmed mean over pairs) rises with them; docs/rdma.md "End to end
+with fake verbs". Bounded well under 45 s.
+Usage: rdma_fleet_test.py AGGREGATOR AGENT TESTDATA
+"""
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from loopback import Checks, get, series, stop, wait_for  # noqa: E402
+
+AGG, AGENT, TESTDATA = sys.argv[1:4]
+HWLOC = os.path.join(TESTDATA, "hwloc", "psmgmt-topo.jrc0386.xml")
+NODES = ["fr1", "fr2", "fr3"]
+check = Checks()
+
+
+def main():
+    t_start = time.monotonic()
+    work = tempfile.mkdtemp(prefix="fw-rdma-fleet.")
+    procs = {}
+    # The fake ports listen on base + LID; a random base keeps parallel runs apart.
+    base = random.randrange(20000, 60000, 10)
+    try:
+        empty = os.path.join(work, "sys")
+        os.makedirs(empty)
+        ports_file = os.path.join(work, "agg.ports")
+        # A latency floor far above the loaded build host's scheduling jitter: this test judges
+        # loss, and a healthy loopback run must not read as congestion.
+        procs["agg"] = subprocess.Popen(
+            [AGG, "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--insecure",
+             "--tick", "500ms", "--latency-floor", "50ms", "--heartbeat-timeout", "5s",
+             "--state-dir", os.path.join(work, "state"), "--port-file", ports_file],
+            stdout=open(os.path.join(work, "agg.log"), "w"), stderr=subprocess.STDOUT)
+        ports = wait_for(lambda: json.load(open(ports_file)), 20, "the aggregator's port file")
+        api = f"127.0.0.1:{ports['http_port']}"
+        agent_ports = {}
+
+        def start(i, n, host_delay_us=0):
+            pf = os.path.join(work, f"{n}.ports")
+            if os.path.exists(pf):
+                os.remove(pf)
+            procs[n] = subprocess.Popen(
+                [AGENT, "--aggregator", f"127.0.0.1:{ports['grpc_port']}", "--insecure",
+                 "--node-name", n, "--http-listen", "127.0.0.1:0", "--probe-address",
+                 "127.0.0.1", "--probe-port", "0", "--hwloc-xml", HWLOC, "--sysfs-root", empty,
+                 "--heartbeat-interval", "500ms", "--port-file", pf,
+                 "--test-rdma-fake-lid", str(i), "--test-rdma-fake-udp-base", str(base),
+                 "--test-rdma-fake-host-delay-us", str(host_delay_us)],
+                stdout=open(os.path.join(work, f"{n}.log"), "a"), stderr=subprocess.STDOUT)
+            agent_ports[n] = wait_for(lambda: json.load(open(pf)), 20,
+                                      f"{n}'s port file")["http_port"]
+
+        for i, n in enumerate(NODES, 1):
+            start(i, n)
+
+        def rdma_pairs():
+            pairs = json.loads(get(f"http://{api}/api/v1/pairs"))
+            return {(p["src"], p["dst"]) for p in pairs if p["transport"] == "rdma_ud"
+                    and p["windows"]["10s"]["probes"] > 0}
+        want = {(a, b) for a in NODES for b in NODES if a != b}
+        got = wait_for(lambda: rdma_pairs() >= want and rdma_pairs(), 25,
+                       "rdma_ud results of every ordered pair in /api/v1/pairs")
+        check(got >= want, f"rdma_ud results for all 6 ordered pairs after "
+                           f"{time.monotonic() - t_start:.1f} s")
+        for n in NODES:
+            m = series(get(f"http://127.0.0.1:{agent_ports[n]}/metrics"),
+                       "fabricwatch_probe_sent_total")
+            check(m.get('{transport="rdma_ud"}', 0) > 0,
+                  f"{n} counts rdma_ud probes in fabricwatch_probe_sent_total", m)
+        pairs = json.loads(get(f"http://{api}/api/v1/pairs"))
+        for p in pairs:
+            if p["transport"] == "rdma_ud":
+                w = p["windows"]["10s"]
+                print(f"  {p['src']}->{p['dst']} rdma_ud 10s: probes={w['probes']} "
+                      f"loss={w['loss_ratio']:.3f} p50={1e6 * (w['rtt_p50_s'] or 0):.1f} us")
+        time.sleep(3)
+        findings = json.loads(get(f"http://{api}/api/v1/findings"))
+        check(findings == [], "healthy fleet: no finding", findings)
+
+        # The fault: fr2's host takes 5 ms to see its completions (a busy host): its prober and
+        # responder host delays are high, its network RTTs are not. The host is named, no link.
+        stop([procs["fr2"]])
+        start(2, "fr2", host_delay_us=5000)
+
+        def fr2_finding():
+            f = json.loads(get(f"http://{api}/api/v1/findings"))
+            return f if any(x["location"]["id"] == "fr2" for x in f) else None
+        t_fault = time.monotonic()
+        try:
+            findings = wait_for(fr2_finding, 25, "a finding on fr2")
+        except SystemExit as e:
+            check(False, str(e), get(f"http://{api}/api/v1/findings"))
+            return
+        time.sleep(1)
+        findings = json.loads(get(f"http://{api}/api/v1/findings"))
+        kinds = {(x["kind"], x["location"]["id"]) for x in findings}
+        check(("host_network", "fr2") in kinds,
+              f"5 ms host delay on fr2: host_network on fr2 after "
+              f"{time.monotonic() - t_fault:.1f} s", findings)
+        check(kinds == {("host_network", "fr2")}, "no other finding (no link, no other host)",
+              findings)
+        ev = next(x for x in findings if x["location"]["id"] == "fr2")["evidence"]
+        print(f"  fr2 evidence: {ev}")
+        print(f"figure: whole test {time.monotonic() - t_start:.1f} s", flush=True)
+    finally:
+        stop(list(procs.values()))
+        if check.failures:
+            for f in sorted(os.listdir(work)):
+                if f.endswith(".log"):
+                    print(f"--- {f} (tail)")
+                    print("".join(open(os.path.join(work, f)).readlines()[-15:]))
+        shutil.rmtree(work, ignore_errors=True)
+    if check.failures:
+        sys.exit(f"{len(check.failures)} check(s) failed")
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
