@@ -258,7 +258,9 @@ std::vector<Finding> CollectiveStage::ActiveFindings(
   std::vector<MeshLink> links;
   bool asked = false;
   MutexLock lock(mu_);
-  for (auto& [location, kept] : active_) {
+  for (auto& entry : active_) {
+    const std::string& location = entry.first;
+    Kept& kept = entry.second;  // a structured binding cannot be captured below (clang)
     if (now_ns - kept.at_ns >= hold_ns_) continue;
     const CollectiveSlowFinding& f = kept.finding;
     const MeshLink* corroborating = nullptr;
