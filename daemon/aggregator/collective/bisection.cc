@@ -51,7 +51,7 @@ const Member* Bisection::Partner(const std::string& leaf) const {
   for (const Member& m : known_good_) {
     if (m.leaf == leaf) return &m;
   }
-  return known_good_.empty() ? nullptr : &known_good_.front();
+  return nullptr;
 }
 
 const Member* Bisection::ReferenceOutside(const std::string& leaf_a,
@@ -102,10 +102,12 @@ void Bisection::StartSplit(const std::vector<Member>& slow) {
   for (auto* side : {&a, &b}) {
     std::vector<Member> run = *side;
     if (run.size() == 1) {
-      // One member cannot run alone: pair it with a known-good member, on its leaf if possible.
+      // One member cannot run alone: pair it with a known-good member of its leaf. A partner on
+      // another leaf would add the path between the leaves, and a slow run would blame the member
+      // for that path. Without a leaf-mate the side is not run here (it counts as fine): if the
+      // other half is fine too, the leaf-pair scan tests the member's leaf against the others.
       const Member* p = Partner(run[0].leaf);
       if (p == nullptr) {
-        inconclusive_ = true;
         t.sides.push_back(*side);
         t.runs.push_back(0);
         continue;

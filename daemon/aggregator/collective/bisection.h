@@ -89,7 +89,7 @@ class Bisection {
   uint64_t Ask(std::vector<Member> members);
   void Resolve(const Task& t);
   bool Slow(const SubgroupResult& r) const;
-  // A known-good member on `leaf`, else any known-good one; null when there is none.
+  // A known-good member on `leaf`; null when there is none (see StartSplit).
   const Member* Partner(const std::string& leaf) const;
   // A known-good member on neither leaf; null when there is none.
   const Member* ReferenceOutside(const std::string& leaf_a, const std::string& leaf_b) const;

@@ -140,6 +140,22 @@ TEST(Bisection, WithoutAReferenceLeafItNamesTheLeafPair) {
   EXPECT_EQ(b.culprits()[0].cause, "leaf pair");
 }
 
+TEST(Bisection, ALoneMemberWithoutALeafMateIsNotBlamedForAnotherLeafsUplink) {
+  // As on the namespace fabric: one member per leaf, leaf0's uplink slow, and h8 (leaf2) has no
+  // known-good leaf-mate. Pairing h8 with a good member of leaf0 would cross the slow uplink and
+  // name h8; the search must end at a link with leaf0 instead, naming no host.
+  Fabric f;
+  f.uplink_rate["leaf0"] = 3e9;
+  const std::vector<Member> group = Hosts({0, 4, 8});
+  Bisection b(group, f.Run(group).busbw_bytes_per_s, 10e9, Hosts({1, 5}));
+  Drive(b, f);
+  ASSERT_FALSE(b.culprits().empty());
+  for (const Culprit& c : b.culprits()) {
+    EXPECT_EQ(c.kind, Culprit::Kind::kLink) << c.Location();
+    EXPECT_TRUE(c.leaf_a == "leaf0" || c.leaf_b == "leaf0") << c.Location();
+  }
+}
+
 TEST(Bisection, RunBudgetEndsInconclusive) {
   Fabric f;
   f.host_rate["h5"] = 4e9;

@@ -109,7 +109,20 @@ std::vector<JobSpec> CollectiveScheduler::Due(const std::vector<CollectiveNode>&
   if (interval_start_ns_ < 0 || now_ns - interval_start_ns_ >= config_.interval_ns) {
     interval_start_ns_ = now_ns;
     started_this_interval_ = 0;
+    // The group started longest ago (or never) goes first, so a budget smaller than the fleet's
+    // groups serves every group in turn instead of the first ones of each interval.
     queue_ = BuildGroups(nodes);
+    auto last = [&](const JobSpec& j) {
+      auto it = last_started_.find(j.group);
+      return it == last_started_.end() ? int64_t{-1} : it->second;
+    };
+    std::stable_sort(queue_.begin(), queue_.end(),
+                     [&](const JobSpec& a, const JobSpec& b) { return last(a) < last(b); });
+    std::map<std::string, int64_t> kept;  // forget groups that no longer exist
+    for (const JobSpec& j : queue_) {
+      if (const int64_t t = last(j); t >= 0) kept[j.group] = t;
+    }
+    last_started_ = std::move(kept);
     ++epoch_;
   }
   std::vector<JobSpec> due;
@@ -126,6 +139,7 @@ std::vector<JobSpec> CollectiveScheduler::Due(const std::vector<CollectiveNode>&
     }
     it->job_id = NextId();
     in_flight_.insert(it->job_id);
+    last_started_[it->group] = now_ns;
     ++started_this_interval_;
     due.push_back(std::move(*it));
     it = queue_.erase(it);

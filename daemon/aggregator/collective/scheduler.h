@@ -63,7 +63,8 @@ class CollectiveScheduler {
       : config_(config), pauses_(pauses) {}
 
   // Jobs to start now. At each interval's start the candidate groups are rebuilt from `nodes`
-  // (rotating groups shift by one position per interval); then they start as the budget allows.
+  // (rotating groups shift by one position per interval); then they start as the budget allows,
+  // the group started longest ago (or never) first.
   // A group with a paused member is held back until the member is resumed or the interval ends.
   std::vector<JobSpec> Due(const std::vector<CollectiveNode>& nodes, int64_t now_ns);
   // A job ended (result, failure or timeout); frees its slot.
@@ -84,6 +85,7 @@ class CollectiveScheduler {
   size_t started_this_interval_ = 0;
   std::vector<JobSpec> queue_;
   std::set<std::string> in_flight_;
+  std::map<std::string, int64_t> last_started_;  // by group name, of the groups built last
 };
 
 }  // namespace fw::aggregator::collective

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 
 #include "daemon/aggregator/collective/two_leaf_fleet_for_test.h"
 
@@ -53,6 +54,28 @@ TEST(CollectiveScheduler, BudgetBoundsJobsInFlight) {
   EXPECT_TRUE(s.Due(Fleet(), kS).empty());
   s.OnJobDone(first[0].job_id);
   EXPECT_EQ(s.Due(Fleet(), 2 * kS).size(), 1u);
+}
+
+TEST(CollectiveScheduler, GroupsTheBudgetLeftOutGoFirstNextInterval) {
+  // One job at a time and a new interval at every call: each call starts one group. Every group
+  // of the fleet starts within as many intervals as there are groups (none starves).
+  PauseSet pauses;
+  CollectiveScheduler s({.interval_ns = kS, .max_in_flight = 1}, pauses);
+  CollectiveScheduler all({.max_in_flight = 100}, pauses);
+  std::set<std::string> want;
+  for (const JobSpec& j : all.Due(Fleet(), 0)) {
+    want.insert(j.kind == "rotating" ? "rotating" : j.group);  // rotating groups change names
+  }
+  const size_t groups = want.size();
+  ASSERT_GT(groups, 2u);
+  std::set<std::string> started;
+  for (size_t i = 0; i < groups; ++i) {
+    auto jobs = s.Due(Fleet(), static_cast<int64_t>(i) * kS);
+    ASSERT_EQ(jobs.size(), 1u) << i;
+    started.insert(jobs[0].kind == "rotating" ? "rotating" : jobs[0].group);
+    s.OnJobDone(jobs[0].job_id);
+  }
+  EXPECT_EQ(started, want);
 }
 
 TEST(CollectiveScheduler, PausedNodeStartsNothingUntilResumed) {
