@@ -1,8 +1,12 @@
 // fw_collective_probe: run one collective probe from the command line and print key=value lines.
 // `nccl` runs an all-reduce over every local GPU through the agent's real NCCL path (dlopen), for
-// tests/device/nccl_check.sh; `gloo` runs N ranks as threads on loopback.
+// tests/device/nccl_check.sh; `gloo` runs N ranks as threads on loopback, or with --rank one rank
+// of a group whose processes rendezvous through files in --store-dir (tests/bench/collective).
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "probes/collective/collective.h"
@@ -24,6 +28,57 @@ void Print(const char* backend, const OpSpec& op, const GroupSummary& s) {
       s.ranks, s.median_group_seconds * 1e6, s.median_comm_seconds * 1e6,
       s.algbw_bytes_per_s * 1e-9, s.busbw_bytes_per_s * 1e-9, s.latest_rank);
 }
+
+// A KvStore on a directory that every rank's process sees (one file per key, named by the key's
+// hex bytes, written to a temporary name and renamed, so a reader never sees half a value). For the
+// command line's multi-process mode only; the agent rendezvouses through the aggregator.
+class DirectoryKvStore final : public KvStore {
+ public:
+  explicit DirectoryKvStore(std::filesystem::path dir) : dir_(std::move(dir)) {}
+  fw::Status Set(std::string_view key, std::string value) override {
+    if (fw::Status s = ValidateKvEntry(key, value.size()); !s.ok()) return s;
+    const std::filesystem::path final_path = Path(key);
+    const std::filesystem::path tmp = final_path.string() + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out.write(value.data(), static_cast<std::streamsize>(value.size()));
+      if (!out) return fw::Status::Unavailable("cannot write " + tmp.string());
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, final_path, ec);
+    if (ec) return fw::Status::Unavailable("cannot rename " + tmp.string() + ": " + ec.message());
+    return fw::Status::Ok();
+  }
+  fw::StatusOr<std::string> Get(std::string_view key, std::chrono::milliseconds timeout) override {
+    if (fw::Status s = ValidateKvEntry(key, 0); !s.ok()) return s;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (true) {
+      std::ifstream in(Path(key), std::ios::binary);
+      if (in) {
+        std::ostringstream v;
+        v << in.rdbuf();
+        return v.str();
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return fw::Status::Unavailable("timed out waiting for key '" + std::string(key) + "'");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  size_t ErasePrefix(std::string_view) override { return 0; }  // the caller removes the directory
+
+ private:
+  std::filesystem::path Path(std::string_view key) const {
+    std::string name;
+    for (unsigned char c : key) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      name += kHex[c >> 4];
+      name += kHex[c & 15];
+    }
+    return dir_ / name;
+  }
+  std::filesystem::path dir_;
+};
 
 int Fail(const fw::Status& s) {
   std::fprintf(stderr, "fw_collective_probe: %s\n", s.ToString().c_str());
@@ -47,6 +102,30 @@ int RunNccl(const OpSpec& op, const NcclLibraryOptions& lib_options) {
   if (!sum.ok()) return Fail(sum.status());
   Print("nccl", op, *sum);
   return 0;
+}
+
+// One rank of a multi-process group: prints this rank's own figures (the group's busbw is the
+// lowest of its ranks').
+int RunGlooRank(const OpSpec& op, int ranks, int rank, const std::string& address,
+                const std::string& store_dir, const std::string& group) {
+#ifdef FW_HAVE_GLOO
+  DirectoryKvStore kv(store_dir);
+  auto comm = ConnectGloo({group, ranks, rank}, kv, {.tcp_address = address});
+  if (!comm.ok()) return Fail(comm.status());
+  auto res = RunOperation(**comm, op);
+  if (!res.ok()) return Fail(res.status());
+  const RankResult& r = res->front();
+  std::printf(
+      "backend=gloo op=%s bytes=%llu ranks=%d rank=%d time_us=%.1f min_time_us=%.1f "
+      "algbw_GBps=%.3f busbw_GBps=%.3f\n",
+      std::string(OpKindName(op.kind)).c_str(), static_cast<unsigned long long>(op.bytes), ranks,
+      rank, r.median_seconds * 1e6, r.min_seconds * 1e6, r.algbw_bytes_per_s * 1e-9,
+      r.busbw_bytes_per_s * 1e-9);
+  return 0;
+#else
+  (void)op, (void)ranks, (void)rank, (void)address, (void)store_dir, (void)group;
+  return Fail(fw::Status::Unimplemented("built without libgloo-dev"));
+#endif
 }
 
 int RunGloo(const OpSpec& op, int ranks) {
@@ -103,7 +182,16 @@ int main(int argc, char** argv) {
     sub->add_option("--op", kind, "all_reduce | all_gather")->capture_default_str();
     sub->add_option("--timeout-ms", timeout_ms, "bound on one operation")->capture_default_str();
   }
-  app.get_subcommand("gloo")->add_option("--ranks", ranks)->capture_default_str();
+  int rank = -1;
+  std::string address = "127.0.0.1", store_dir, group = "cli";
+  CLI::App* gloo = app.get_subcommand("gloo");
+  gloo->add_option("--ranks", ranks)->capture_default_str();
+  gloo->add_option("--rank", rank, "run only this rank (one process per rank; needs --store-dir)");
+  gloo->add_option("--address", address, "with --rank: the address to bind")->capture_default_str();
+  gloo->add_option("--store-dir", store_dir,
+                   "with --rank: rendezvous directory shared by the ranks");
+  gloo->add_option("--group", group, "with --rank: group id (a fresh one per run)")
+      ->capture_default_str();
   app.get_subcommand("nccl")
       ->add_option("--nccl-library", lib_options.nccl_library)
       ->capture_default_str();
@@ -111,5 +199,12 @@ int main(int argc, char** argv) {
   op.kind = kind == "all_gather" ? OpKind::kAllGather : OpKind::kAllReduce;
   op.timeout = std::chrono::milliseconds(timeout_ms);
   if (app.got_subcommand("nccl")) return RunNccl(op, lib_options);
+  if (rank >= 0) {
+    if (store_dir.empty() || rank >= ranks) {
+      std::fprintf(stderr, "fw_collective_probe: --rank needs --store-dir and rank < --ranks\n");
+      return 2;
+    }
+    return RunGlooRank(op, ranks, rank, address, store_dir, group);
+  }
   return RunGloo(op, ranks);
 }
