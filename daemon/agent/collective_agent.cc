@@ -215,22 +215,34 @@ v1::CollectiveResult CollectiveRunner::Run(const v1::CollectiveJob& job) {
   return result;
 }
 
+void CollectiveRunner::SetNcclAvailability(const collective::NcclAvailability& a) {
+  if (nccl_loaded_state_known_) {
+    nccl_state_.WithLabels({std::string(collective::NcclStateName(nccl_state_value_))}).Set(0);
+    SPDLOG_INFO("component=collective backend=nccl msg=\"nccl state changed\" from={} to={}",
+                collective::NcclStateName(nccl_state_value_), collective::NcclStateName(a.state));
+  }
+  nccl_loaded_state_known_ = true;
+  nccl_state_value_ = a.state;
+  nccl_state_.WithLabels({std::string(collective::NcclStateName(a.state))}).Set(1);
+  MutexLock lock(mu_);
+  nccl_status_ = a.ToString();
+}
+
 void CollectiveRunner::RunNccl(const v1::CollectiveJob& job, int rank,
                                v1::CollectiveResult& result) {
+  // The libraries are loaded once (the first NCCL job): a missing library stays missing until the
+  // agent restarts, and a loaded one is only re-checked (cudaGetDeviceCount, cheap), so a driver
+  // that appears later is found without reloading 200 MB of NCCL every interval.
+  if (!nccl_loaded_) {
+    nccl_loaded_ = true;
+    SetNcclAvailability(collective::LoadAndCheckNccl(options_.nccl, &nccl_));
+  }
   if (nccl_ == nullptr) {
-    const collective::NcclAvailability a = collective::LoadAndCheckNccl(options_.nccl, &nccl_);
-    {
-      MutexLock lock(mu_);
-      nccl_status_ = a.ToString();
-    }
-    nccl_state_.WithLabels({std::string(collective::NcclStateName(a.state))}).Set(1);
-    if (a.state != collective::NcclState::kReady) {
-      nccl_.reset();  // checked again on the next NCCL job
-      result.set_error(a.ToString());
-      return;
-    }
+    result.set_error(nccl_status());
+    return;
   }
   const collective::NcclAvailability a = collective::CheckNccl(nccl_->api());
+  if (a.state != nccl_state_value_) SetNcclAvailability(a);
   if (a.state != collective::NcclState::kReady) {
     result.set_error(a.ToString());
     return;

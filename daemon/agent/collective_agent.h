@@ -80,12 +80,17 @@ class CollectiveRunner {
   void RunNccl(const fabricwatch::v1::CollectiveJob& job, int rank,
                fabricwatch::v1::CollectiveResult& result);
   void Report(fabricwatch::v1::CollectiveResult result);
+  // Records NCCL's state: status text, the state gauge (the old state's series back to 0).
+  void SetNcclAvailability(const collective::NcclAvailability& a);
 
   const CollectiveRunnerOptions options_;
   AgentSendFn send_;
   UplinkKvStore kv_;
   collective::NcclCounters nccl_counters_;
   std::unique_ptr<collective::NcclLibrary> nccl_;  // runner thread only
+  bool nccl_loaded_ = false;                       // runner thread only: load attempted
+  bool nccl_loaded_state_known_ = false;           // runner thread only
+  collective::NcclState nccl_state_value_{};       // runner thread only: the last state seen
   mutable Mutex mu_;
   CondVar cv_;
   std::deque<fabricwatch::v1::CollectiveJob> queue_ FW_GUARDED_BY(mu_);

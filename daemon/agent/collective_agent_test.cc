@@ -4,8 +4,12 @@
 #include "daemon/agent/collective_agent.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <map>
+#include <memory>
+#include <sstream>
 
 #include "daemon/aggregator/collective/kv_service.h"
 
@@ -120,6 +124,49 @@ TEST(CollectiveRunner, NcclJobWithoutADriverReportsTheState) {
   EXPECT_EQ(err.rfind("nccl: ", 0), 0u) << err;  // unavailable here or no driver: never a crash
   EXPECT_EQ(runner.nccl_status(), err);
   runner.Stop();
+}
+
+TEST(CollectiveRunner, NcclLibrariesAreLoadedOnceAndTheStatusIsKept) {
+  // A hidden library: every NCCL job answers "unavailable", but the load (and its log line) happens
+  // on the first job only.
+  std::ostringstream log;
+  auto previous = spdlog::default_logger();
+  auto capture = std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log));
+  capture->set_level(spdlog::level::info);
+  spdlog::set_default_logger(capture);
+  FakeAggregator agg;
+  metrics::Registry registry;
+  CollectiveRunnerOptions o;
+  o.node = "g";
+  o.nccl.nccl_library = "/nonexistent/libnccl.so.2";
+  CollectiveRunner runner(o, agg.SendFor("g"), registry);
+  agg.runners["g"] = &runner;
+  runner.Start();
+  std::vector<std::string> errors;
+  for (const char* id : {"job-5", "job-6", "job-7"}) {
+    agg.results.clear();
+    runner.OnJob(Job(id, {"g"}, "nccl"));
+    ASSERT_TRUE(agg.WaitResults(1));
+    errors.push_back(agg.results["g"].error());
+  }
+  runner.Stop();
+  spdlog::set_default_logger(previous);
+  for (const std::string& e : errors) {
+    EXPECT_EQ(e.rfind("nccl: unavailable", 0), 0u) << e;
+    EXPECT_EQ(e, errors[0]);
+  }
+  const std::string text = log.str();
+  size_t loads = 0;
+  for (size_t at = text.find("library absent"); at != std::string::npos;
+       at = text.find("library absent", at + 1)) {
+    ++loads;
+  }
+  EXPECT_EQ(loads, 1u) << text;
+  const std::string metrics = registry.RenderToString();
+  EXPECT_NE(metrics.find("fabricwatch_collective_nccl_state{state=\"unavailable\"} 1"),
+            std::string::npos)
+      << metrics;
 }
 
 }  // namespace
