@@ -88,7 +88,8 @@ CollectiveRunner::CollectiveRunner(CollectiveRunnerOptions options, AgentSendFn 
       kv_(send),
       runs_(registry.AddCounter("fabricwatch_collective_runs_total",
                                 "Collective probe jobs this node took part in, by backend and "
-                                "outcome (ok, failed, refused).",
+                                "outcome (ok, failed, refused, skipped: the node's GPUs were "
+                                "busy).",
                                 {"backend", "outcome"})),
       nccl_state_(registry.AddGauge("fabricwatch_collective_nccl_state",
                                     "1 for the node's NCCL state (unavailable, no_driver, "
@@ -151,8 +152,12 @@ void CollectiveRunner::Loop() {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
+    skipped_ = false;
     v1::CollectiveResult r = Run(job);
-    runs_.WithLabels({r.backend(), r.error().empty() ? "ok" : "failed"}).Inc();
+    runs_.WithLabels({r.backend(), skipped_            ? "skipped"
+                                   : r.error().empty() ? "ok"
+                                                       : "failed"})
+        .Inc();
     if (r.error().empty()) last_busbw_.Set(r.bus_bandwidth_bps() * 1e-9);
     Report(std::move(r));
   }
@@ -228,8 +233,42 @@ void CollectiveRunner::SetNcclAvailability(const collective::NcclAvailability& a
   nccl_status_ = a.ToString();
 }
 
+bool CollectiveRunner::GpusBusy(v1::CollectiveResult& result) {
+  // NVML is loaded once, like NCCL. Without it (no driver, no library) the check cannot run and
+  // the probe goes on: NCCL then reports the node's state.
+  if (!nvml_loaded_) {
+    nvml_loaded_ = true;
+    auto nvml =
+        options_.nvml_loader ? options_.nvml_loader() : collective::LoadNvml(options_.nvml_library);
+    if (nvml.ok()) {
+      nvml_ = std::move(*nvml);
+    } else {
+      SPDLOG_INFO(
+          "component=collective backend=nvml msg=\"busy-GPU check off: nvml: unavailable\" "
+          "error=\"{}\"",
+          nvml.status().message());
+    }
+  }
+  if (nvml_ == nullptr) return false;
+  const collective::GpuBusyReport report = collective::CheckGpusBusy(*nvml_);
+  if (!report.checked) {
+    SPDLOG_WARN("component=collective backend=nvml msg=\"busy-GPU check failed\" error=\"{}\"",
+                report.error);
+    result.set_error("skipped: the busy-GPU check failed: " + report.error);
+    skipped_ = true;
+    return true;
+  }
+  if (report.busy.empty()) return false;
+  SPDLOG_INFO("component=collective backend=nccl msg=\"probe skipped\" reason=\"{}\"",
+              report.Reason());
+  result.set_error("skipped: " + report.Reason());
+  skipped_ = true;
+  return true;
+}
+
 void CollectiveRunner::RunNccl(const v1::CollectiveJob& job, int rank,
                                v1::CollectiveResult& result) {
+  if (GpusBusy(result)) return;
   // The libraries are loaded once (the first NCCL job): a missing library stays missing until the
   // agent restarts, and a loaded one is only re-checked (cudaGetDeviceCount, cheap), so a driver
   // that appears later is found without reloading 200 MB of NCCL every interval.

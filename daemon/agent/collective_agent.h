@@ -16,6 +16,7 @@
 #include "fabricwatch.pb.h"
 #include "probes/collective/kv_store.h"
 #include "probes/collective/nccl_backend.h"
+#include "probes/collective/nvml.h"
 
 namespace fw::agent {
 
@@ -57,6 +58,10 @@ struct CollectiveRunnerOptions {
   std::chrono::milliseconds rendezvous_timeout{30000};
   std::chrono::milliseconds op_timeout{10000};
   collective::NcclLibraryOptions nccl;
+  // NVML for the busy-GPU check before an NCCL job (a node whose GPUs are busy skips it).
+  std::string nvml_library = "libnvidia-ml.so.1";
+  // Tests: replaces LoadNvml (e.g. with a FakeNvml).
+  std::function<StatusOr<std::unique_ptr<collective::NvmlApi>>()> nvml_loader;
   size_t max_queued = 4;  // jobs beyond this are refused with a result saying so
   // Tests only: sleep this long before each Gloo iteration, so this node is a late rank.
   std::chrono::milliseconds test_delay{0};
@@ -80,6 +85,9 @@ class CollectiveRunner {
   void RunNccl(const fabricwatch::v1::CollectiveJob& job, int rank,
                fabricwatch::v1::CollectiveResult& result);
   void Report(fabricwatch::v1::CollectiveResult result);
+  // True (with `result`'s error set, and skipped_) when the node's GPUs are busy or NVML, once
+  // loaded, cannot say whether they are.
+  bool GpusBusy(fabricwatch::v1::CollectiveResult& result);
   // Records NCCL's state: status text, the state gauge (the old state's series back to 0).
   void SetNcclAvailability(const collective::NcclAvailability& a);
 
@@ -91,6 +99,9 @@ class CollectiveRunner {
   bool nccl_loaded_ = false;                       // runner thread only: load attempted
   bool nccl_loaded_state_known_ = false;           // runner thread only
   collective::NcclState nccl_state_value_{};       // runner thread only: the last state seen
+  std::unique_ptr<collective::NvmlApi> nvml_;      // runner thread only; null: check off
+  bool nvml_loaded_ = false;                       // runner thread only: load attempted
+  bool skipped_ = false;                           // runner thread only: the job was skipped
   mutable Mutex mu_;
   CondVar cv_;
   std::deque<fabricwatch::v1::CollectiveJob> queue_ FW_GUARDED_BY(mu_);

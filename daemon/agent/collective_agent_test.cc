@@ -169,5 +169,40 @@ TEST(CollectiveRunner, NcclLibrariesAreLoadedOnceAndTheStatusIsKept) {
       << metrics;
 }
 
+TEST(CollectiveRunner, BusyGpusSkipTheNcclProbeWithAReasonAndACounter) {
+  FakeAggregator agg;
+  metrics::Registry registry;
+  CollectiveRunnerOptions o;
+  o.node = "g";
+  o.nccl.nccl_library = "/nonexistent/libnccl.so.2";
+  collective::FakeNvml* fake = nullptr;
+  o.nvml_loader = [&fake]() -> StatusOr<std::unique_ptr<collective::NvmlApi>> {
+    auto nvml = std::make_unique<collective::FakeNvml>(std::vector<collective::FakeNvml::Gpu>{
+        {.utilization = 0}, {.utilization = 90, .processes = 1}});
+    fake = nvml.get();
+    return std::unique_ptr<collective::NvmlApi>(std::move(nvml));
+  };
+  CollectiveRunner runner(o, agg.SendFor("g"), registry);
+  agg.runners["g"] = &runner;
+  runner.Start();
+  runner.OnJob(Job("job-8", {"g"}, "nccl"));
+  ASSERT_TRUE(agg.WaitResults(1));
+  EXPECT_EQ(agg.results["g"].error(), "skipped: GPUs busy: gpu1 (utilization 90%, 1 processes)");
+  // The GPUs go idle: the probe goes on (and here meets the missing NCCL library).
+  agg.results.clear();
+  fake->gpus()[1] = {};
+  runner.OnJob(Job("job-9", {"g"}, "nccl"));
+  ASSERT_TRUE(agg.WaitResults(1));
+  EXPECT_EQ(agg.results["g"].error().rfind("nccl: unavailable", 0), 0u) << agg.results["g"].error();
+  runner.Stop();
+  const std::string text = registry.RenderToString();
+  EXPECT_NE(text.find("fabricwatch_collective_runs_total{backend=\"nccl\",outcome=\"skipped\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("fabricwatch_collective_runs_total{backend=\"nccl\",outcome=\"failed\"} 1"),
+            std::string::npos)
+      << text;
+}
+
 }  // namespace
 }  // namespace fw::agent
