@@ -13,15 +13,15 @@
 #include <memory>
 #include <thread>
 
+#include "common/http/http_client.h"
+#include "common/http/web_client.h"
 #include "common/mutex.h"
 #include "common/testing/temp_dir.h"
 #include "daemon/aggregator/qualify/jobs.h"
 #include "daemon/aggregator/qualify/qualify_http.h"
 #include "daemon/aggregator/qualify/qualify_store.h"
-#include "common/http/http_client.h"
 #include "exporter/http_server.h"
 #include "exporter/registry.h"
-#include "common/http/web_client.h"
 
 namespace fw::qualify {
 namespace {
