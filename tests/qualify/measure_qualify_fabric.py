@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Measures the issue-14 target (not a ctest): `fabricwatch qualify --quick` of 8 healthy hosts on
 the namespace fabric (1 spine, 2 leaves x 4 hosts) should take <= 20 s wall. Runs the qualification
-RUNS times (default 3) and prints the wall time, the exit code and each step's duration.
+RUNS times (default 3), SETTLE seconds (default 0) after the agents connected, and prints the wall time, the exit code and each step's duration.
 Run as root after a build: FW_BUILD_DIR=build python3 tests/qualify/measure_qualify_fabric.py
 """
 import json
@@ -27,6 +27,7 @@ def main():
     worst = 0
     with fwe2e.DaemonFabric(spines=1, leaves=2, hosts_per_leaf=4) as run:
         run.wait_connected()
+        time.sleep(float(os.environ.get("SETTLE", "0")))  # seconds between connect and run 1
         hosts = sorted(run.fab.hosts)
         api = f"{fwe2e.fabric.MGMT_GATEWAY}:{fwe2e.HTTP_PORT}"
         for i in range(runs):

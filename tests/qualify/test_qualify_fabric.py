@@ -83,11 +83,12 @@ class QualifyFabricTest(unittest.TestCase):
             first.join()
             second.join()
             rc, rep, text, took = out["a"]
-            # Up to two reruns of a healthy set that failed on RTT/goodput outliers alone (said in
-            # the output): at load 4-5 on 2 cores one veth pair's p99 reaches 3x the median.
-            for _ in range(2):
-                if rc == 0 or not only_noise_outliers(rep):
-                    break
+            # One rerun of a healthy set that failed on RTT/goodput outliers alone (said in the
+            # output). The suite judges each pair by the p99 it held through both halves of the
+            # window, which removes stalls of a busy host; what remains is the first run after
+            # the agents connect, whose pairs are slow throughout (measured: 3 of 3 first runs
+            # flagged a pair or more at load 2-4; 1 of 15 later runs, against a 3-run history).
+            if rc != 0 and only_noise_outliers(rep):
                 print(f"\n  note: RTT or goodput outlier on veth (load {os.getloadavg()[0]:.1f}); "
                       "rerun", file=sys.stderr)
                 rc, rep, text, took = qualify(hosts, 40)

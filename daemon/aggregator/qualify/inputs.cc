@@ -1,6 +1,8 @@
 // Probe-result tap and check-report clock for qualification suites.
 #include "daemon/aggregator/qualify/inputs.h"
 
+#include <algorithm>
+
 namespace fw::qualify {
 namespace {
 
@@ -13,6 +15,14 @@ uint64_t Key(aggregator::NodeId a, aggregator::NodeId b) {
 }
 
 }  // namespace
+
+double SustainedRttP99(const PairSamples& s) {
+  const auto& [a, b] = s.halves;
+  if (a.Count() < kMinHalfSamples || b.Count() < kMinHalfSamples) {
+    return s.rtt.QuantileSeconds(0.99);
+  }
+  return std::min(a.QuantileSeconds(0.99), b.QuantileSeconds(0.99));
+}
 
 std::map<std::pair<aggregator::NodeId, aggregator::NodeId>, PairSamples> Collection::Snapshot()
     const {
@@ -29,6 +39,12 @@ void Collection::Reset() {
   MutexLock lock(mu_);
   for (auto& [k, v] : pairs_) v = PairSamples{};
   bursts_.clear();
+  half_ = 0;
+}
+
+void Collection::StartSecondHalf() {
+  MutexLock lock(mu_);
+  half_ = 1;
 }
 
 void QualifyInputs::OnResults(std::span<const aggregator::ReportedProbe> results) {
@@ -56,6 +72,7 @@ void QualifyInputs::OnResults(std::span<const aggregator::ReportedProbe> results
       ++s.lost;
     } else {
       s.rtt.Record(r.rtt_ns);
+      s.halves[c->half_].Record(r.rtt_ns);
     }
   }
 }

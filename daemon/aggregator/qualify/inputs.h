@@ -21,12 +21,23 @@
 
 namespace fw::qualify {
 
-// One ordered pair's latency results while a suite collects.
+// One ordered pair's latency results while a suite collects: all of them, and split into the
+// measurement's halves (Collection::StartSecondHalf), so that a judge can tell a tail that held
+// through the whole window from one that a single stall of a busy host made.
 struct PairSamples {
   uint64_t probes = 0;
   uint64_t lost = 0;
   aggregator::LogHistogram rtt;
+  aggregator::LogHistogram halves[2];
 };
+
+// The RTT p99 (seconds) that one direction of a pair held through the whole measurement: the
+// lower of its two halves' p99s. A fault of the path (a queue, a shaper, a slow NIC or link)
+// raises both halves; a few stalls of a busy host (prober or reflector not scheduled for some
+// milliseconds) land in one half and raise that half's p99 alone. When a half has fewer than
+// kMinHalfSamples results, the whole window's p99. NaN: no RTT.
+constexpr uint64_t kMinHalfSamples = 20;
+double SustainedRttP99(const PairSamples& s);
 
 // One bandwidth burst's result (tcp_bw): seq is the round that asked for it.
 struct BurstSample {
@@ -43,8 +54,10 @@ class Collection {
   std::map<std::pair<aggregator::NodeId, aggregator::NodeId>, PairSamples> Snapshot() const;
   // The pairs' bandwidth bursts so far, the latest per (src, dst, seq).
   std::map<BurstKey, BurstSample> Bursts() const;
-  // Forgets what was collected (the end of a ramp).
+  // Forgets what was collected (the end of a ramp); results go into the first half again.
   void Reset();
+  // Results from now on go into PairSamples::halves[1].
+  void StartSecondHalf();
 
  private:
   friend class QualifyInputs;
@@ -52,6 +65,7 @@ class Collection {
   std::map<std::pair<aggregator::NodeId, aggregator::NodeId>, PairSamples> pairs_
       FW_GUARDED_BY(mu_);
   std::map<BurstKey, BurstSample> bursts_ FW_GUARDED_BY(mu_);  // a few per pair at most
+  int half_ FW_GUARDED_BY(mu_) = 0;
 };
 
 // Thread-safe. Ingest calls OnResults for every decoded batch; with no suite collecting that costs

@@ -7,20 +7,21 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
 #include <thread>
 
+#include "common/http/http_client.h"
+#include "common/http/web_client.h"
 #include "common/mutex.h"
 #include "common/testing/temp_dir.h"
 #include "daemon/aggregator/qualify/jobs.h"
 #include "daemon/aggregator/qualify/qualify_http.h"
 #include "daemon/aggregator/qualify/qualify_store.h"
-#include "common/http/http_client.h"
 #include "exporter/http_server.h"
 #include "exporter/registry.h"
-#include "common/http/web_client.h"
 
 namespace fw::qualify {
 namespace {
@@ -599,6 +600,59 @@ TEST_F(SuiteTest, QualifyEndpointRequiresAuthenticationWhenTheWebConfigHasUsers)
   EXPECT_EQ(nlohmann::json::parse(listed->body).size(), 1u);
   EXPECT_THAT(registry.RenderToString(),
               HasSubstr("fabricwatch_http_rejected_requests_total{code=\"401\"} 2"));
+}
+
+}  // namespace
+}  // namespace fw::qualify
+
+namespace fw::qualify {
+namespace {
+
+// `n` results at `base_ns` and `spikes` more at `spike_ns` into `h` (and the whole window).
+void Fill(PairSamples& s, int half, int n, int64_t base_ns, int spikes, int64_t spike_ns) {
+  for (int i = 0; i < n + spikes; ++i) {
+    const int64_t v = i < n ? base_ns + (i % 7) * 5'000 : spike_ns;
+    ++s.probes;
+    s.rtt.Record(v);
+    s.halves[half].Record(v);
+  }
+}
+
+// Noise: a healthy pair (0.3 ms) whose host stalled three times in one half of the window (5 ms
+// spikes) has a whole-window p99 of 5 ms but a sustained one of 0.3 ms.
+TEST(SustainedRttP99, StallsInOneHalfAreNoise) {
+  PairSamples s;
+  Fill(s, 0, 125, 300'000, 3, 5'000'000);
+  Fill(s, 1, 125, 300'000, 0, 0);
+  EXPECT_GT(s.rtt.QuantileSeconds(0.99), 4e-3);
+  EXPECT_LT(SustainedRttP99(s), 0.4e-3);
+}
+
+// A fault of the path (2% of probes queue 5 ms throughout) shows in both halves.
+TEST(SustainedRttP99, TailThroughBothHalvesIsTheFault) {
+  PairSamples s;
+  Fill(s, 0, 125, 300'000, 3, 5'000'000);
+  Fill(s, 1, 125, 300'000, 3, 5'000'000);
+  EXPECT_GT(SustainedRttP99(s), 4e-3);
+  // A shaped link: every probe queues.
+  PairSamples q;
+  Fill(q, 0, 125, 40'000'000, 0, 0);
+  Fill(q, 1, 125, 40'000'000, 0, 0);
+  EXPECT_NEAR(SustainedRttP99(q), 40e-3, 2e-3);
+}
+
+// Few results (40 a half, where a p99 is each half's worst): one stall still raises one half
+// only. Below kMinHalfSamples a half, the whole window's p99 (the split is not made lenient).
+TEST(SustainedRttP99, FewSamples) {
+  PairSamples s;
+  Fill(s, 0, 40, 300'000, 1, 5'000'000);
+  Fill(s, 1, 40, 300'000, 0, 0);
+  EXPECT_LT(SustainedRttP99(s), 0.4e-3);
+  PairSamples few;
+  Fill(few, 0, 10, 300'000, 1, 5'000'000);
+  Fill(few, 1, 10, 300'000, 0, 0);
+  EXPECT_GT(SustainedRttP99(few), 4e-3);
+  EXPECT_TRUE(std::isnan(SustainedRttP99(PairSamples{})));
 }
 
 }  // namespace
