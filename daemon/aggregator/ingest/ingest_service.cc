@@ -1,8 +1,15 @@
-// Callback-API reactors for agent sessions: one read in flight, a write queue, never blocking.
+// Agent sessions on gRPC's async API: one read in flight, a write queue, never blocking.
+//
+// Connect streams are spread over kCompletionQueues completion queues, each drained by a thread of
+// its own (docs/performance.md, "Aggregator ingest"): libgrpc as Debian builds it (without NDEBUG)
+// searches every operation outstanding on a queue at each completion, so one queue for every
+// stream (the callback API's) costs O(streams) per completion. Qualify and ListFindings, rare
+// unary calls, stay on the callback API.
 #include "daemon/aggregator/ingest/ingest_service.h"
 
 #include <google/protobuf/arena.h>
 #include <grpcpp/grpcpp.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -27,19 +34,21 @@ namespace {
 
 class Service;
 
-// One agent stream. Lifetime: owned by Service's session table through a shared_ptr; OnDone() drops
-// that reference, and threads that push plans or drain hold their own copy while they work.
-// Thread-safety: `mu_` guards the write queue and the finishing state. gRPC operations (StartWrite,
-// StartRead, Finish) are decided under `mu_` but started after releasing it, so a reaction that
-// gRPC runs inline can never deadlock on `mu_`.
-class AgentSession final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::AggregatorMessage>,
-                           public std::enable_shared_from_this<AgentSession> {
+// One agent stream, from its RequestConnect on one completion queue to its end. Lifetime: it owns
+// itself (`self_`) from Request() until OnDone(), which runs once Finish and every read and write
+// have completed; once accepted, Service's session table holds a reference too, and threads that
+// push plans or drain hold their own copy while they work.
+// Threading: every completion of the call arrives on its queue's one thread (reads, and so message
+// handling, run there one at a time); writes are also started from other threads (acks, plans).
+// `mu_` guards the write queue and the finishing state. gRPC operations (StartWrite, StartRead,
+// Finish) are decided under `mu_` but started after releasing it.
+class AgentSession final : public std::enable_shared_from_this<AgentSession> {
  public:
-  AgentSession(Service* service, uint64_t conn_id, std::string peer, PeerIdentity identity);
-  void OnReadDone(bool ok) override;
-  void OnWriteDone(bool ok) override;
-  void OnCancel() override;
-  void OnDone() override;
+  AgentSession(Service* service, grpc::ServerCompletionQueue* cq) : service_(service), cq_(cq) {}
+  // Asks gRPC for the next Connect call on cq_. `self` is this session's own reference.
+  void Request(std::shared_ptr<AgentSession> self);
+  // A completion of `tag` (one of this session's) on its queue's thread.
+  static void OnEvent(void* tag, bool ok);
 
   // Queues a message; coalesces consecutive acks so a slow agent cannot grow the queue unboundedly.
   void Enqueue(v1::AggregatorMessage msg);
@@ -49,6 +58,8 @@ class AgentSession final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::
   // A newer session for this node said Hello: end this stream; nothing more is stored from it.
   void Supersede();
   uint64_t conn_id() const { return conn_id_; }
+  // The call gRPC runs this session on (to drop it unanswered when the server stops).
+  grpc::ServerContext& context() { return ctx_; }
   // The node its Hello named; empty before.
   std::string node() FW_EXCLUDES(mu_) {
     MutexLock lock(mu_);
@@ -68,6 +79,20 @@ class AgentSession final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::
     std::optional<v1::KvRequest> kv_request;
     std::optional<v1::CollectiveResult> collective_result;
   };
+  enum class Op { kAccept, kRead, kWrite, kFinish };
+  struct Tag {
+    AgentSession* session;
+    Op op;
+  };
+  void OnAccepted(bool ok);
+  void OnReadDone(bool ok);
+  void OnWriteDone(bool ok);
+  void OnDone();
+  // Each counts the operation in `pending_` before starting it.
+  void StartRead(v1::AgentMessage* msg);
+  void StartWrite(const v1::AggregatorMessage* msg);
+  void Finish(grpc::Status st);
+
   void Perform(Actions a);
   void HandleMessage(Actions& a) FW_REQUIRES(mu_);
   void EnqueueLocked(v1::AggregatorMessage msg, Actions& a) FW_REQUIRES(mu_);
@@ -77,9 +102,23 @@ class AgentSession final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::
   v1::AgentMessage* NextIn();
 
   Service* service_;
-  uint64_t conn_id_;
+  grpc::ServerCompletionQueue* cq_;
+  grpc::ServerContext ctx_;
+  grpc::ServerAsyncReaderWriter<v1::AggregatorMessage, v1::AgentMessage> stream_{&ctx_};
+  Tag accept_tag_{this, Op::kAccept};
+  Tag read_tag_{this, Op::kRead};
+  Tag write_tag_{this, Op::kWrite};
+  Tag finish_tag_{this, Op::kFinish};
+  std::shared_ptr<AgentSession> self_;  // from Request() until OnDone()
+  // Reads, writes and the finish started and not yet completed; OnDone runs when the last of them
+  // completes after the finish did.
+  std::atomic<int> pending_{0};
+  std::atomic<bool> finish_done_{false};
+  bool reading_ = false;  // only the queue's thread touches it
+  // Set once when the call is accepted, before the first read, and constant afterwards.
+  uint64_t conn_id_ = 0;
   std::string peer_;
-  const PeerIdentity identity_;  // from the TLS handshake; Hello.node must be one of its names
+  PeerIdentity identity_;  // from the TLS handshake; Hello.node must be one of its names
   // Each read parses into a message on `arena_`, reset before the next read: a ProbeBatch's
   // dozen column arrays come from the session's own block instead of a malloc and a free each.
   // Only the read path touches it (the constructor, then OnReadDone's Perform), one read at a time.
@@ -104,7 +143,12 @@ class AgentSession final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::
   std::optional<grpc::Status> finish_after_writes_ FW_GUARDED_BY(mu_);
 };
 
-class Service final : public v1::Aggregator::CallbackService {
+// Connect on the async API, the unary calls on the callback API.
+using MixedService =
+    v1::Aggregator::WithAsyncMethod_Connect<v1::Aggregator::WithCallbackMethod_Qualify<
+        v1::Aggregator::WithCallbackMethod_ListFindings<v1::Aggregator::Service>>>;
+
+class Service final : public MixedService {
  public:
   Service(FleetState& fleet, IngestSink& sink, metrics::Registry& registry)
       : fleet_(fleet),
@@ -115,15 +159,33 @@ class Service final : public v1::Aggregator::CallbackService {
                                              "Agent streams ended for a protocol violation.",
                                              {"reason"})) {}
 
-  grpc::ServerBidiReactor<v1::AgentMessage, v1::AggregatorMessage>* Connect(
-      grpc::CallbackServerContext* ctx) override {
-    auto s = std::make_shared<AgentSession>(this, next_conn_.fetch_add(1) + 1, ctx->peer(),
-                                            IdentityOf(*ctx));
-    AgentSession* raw = s.get();
-    MutexLock lock(mu_);
-    sessions_[raw] = std::move(s);
-    sessions_gauge_.Set(static_cast<double>(sessions_.size()));
-    return raw;
+  // Keeps one Connect request outstanding on `cq`.
+  void AwaitConnect(grpc::ServerCompletionQueue* cq) {
+    auto s = std::make_shared<AgentSession>(this, cq);
+    s->Request(s);
+  }
+
+  // A Connect call arrived on `cq` for `s`: the session joins the table, and the next request takes
+  // its place. False once the server stops accepting (the caller drops the call, starting no
+  // operation: the queues may be shutting down).
+  bool Accepted(const std::shared_ptr<AgentSession>& s, grpc::ServerCompletionQueue* cq,
+                uint64_t* conn_id) {
+    MutexLock accept_lock(accept_mu_);
+    if (!accepting_) return false;
+    *conn_id = next_conn_.fetch_add(1) + 1;
+    {
+      MutexLock lock(mu_);
+      sessions_[s.get()] = s;
+      sessions_gauge_.Set(static_cast<double>(sessions_.size()));
+    }
+    AwaitConnect(cq);
+    return true;
+  }
+
+  // No call is accepted after this; Accepted() returns false.
+  void StopAccepting() {
+    MutexLock lock(accept_mu_);
+    accepting_ = false;
   }
 
   // The same jobs as POST /api/v1/qualify; the sink answers on a thread of its own, so this
@@ -265,6 +327,9 @@ class Service final : public v1::Aggregator::CallbackService {
 
  private:
   std::atomic<uint64_t> next_conn_{0};
+  // Serializes accepting (which starts operations on a queue) with StopAccepting.
+  Mutex accept_mu_;
+  bool accepting_ FW_GUARDED_BY(accept_mu_) = true;
   Mutex mu_;
   CondVar cv_;
   std::map<AgentSession*, std::shared_ptr<AgentSession>> sessions_ FW_GUARDED_BY(mu_);
@@ -344,10 +409,60 @@ class Service final : public v1::Aggregator::CallbackService {
   metrics::Counter* commit_errors_ = nullptr;
 };
 
-AgentSession::AgentSession(Service* service, uint64_t conn_id, std::string peer,
-                           PeerIdentity identity)
-    : service_(service), conn_id_(conn_id), peer_(std::move(peer)), identity_(std::move(identity)) {
+void AgentSession::Request(std::shared_ptr<AgentSession> self) {
+  self_ = std::move(self);
+  service_->RequestConnect(&ctx_, &stream_, cq_, cq_, &accept_tag_);
+}
+
+void AgentSession::OnEvent(void* tag, bool ok) {
+  const Tag* t = static_cast<Tag*>(tag);
+  AgentSession* s = t->session;
+  switch (t->op) {
+    case Op::kAccept:
+      s->OnAccepted(ok);  // not counted in pending_
+      return;
+    case Op::kRead:
+      s->reading_ = false;
+      s->OnReadDone(ok);
+      break;
+    case Op::kWrite:
+      s->OnWriteDone(ok);
+      break;
+    case Op::kFinish:
+      s->finish_done_.store(true);
+      // A read still waiting for the agent ends now (the status is out; nothing more is read).
+      if (s->reading_) s->ctx_.TryCancel();
+      break;
+  }
+  if (s->pending_.fetch_sub(1) == 1 && s->finish_done_.load()) s->OnDone();
+}
+
+void AgentSession::OnAccepted(bool ok) {
+  if (!ok || !service_->Accepted(shared_from_this(), cq_, &conn_id_)) {
+    // The server is stopping: the request ended unanswered, or the call is dropped (its context
+    // cancels it) without an operation on a queue that may be shutting down.
+    self_.reset();  // may destroy *this
+    return;
+  }
+  peer_ = ctx_.peer();
+  identity_ = IdentityOf(ctx_);
   StartRead(NextIn());
+}
+
+void AgentSession::StartRead(v1::AgentMessage* msg) {
+  reading_ = true;
+  pending_.fetch_add(1);
+  stream_.Read(msg, &read_tag_);
+}
+
+void AgentSession::StartWrite(const v1::AggregatorMessage* msg) {
+  pending_.fetch_add(1);
+  stream_.Write(*msg, &write_tag_);
+}
+
+void AgentSession::Finish(grpc::Status st) {
+  pending_.fetch_add(1);
+  stream_.Finish(st, &finish_tag_);
 }
 
 v1::AgentMessage* AgentSession::NextIn() {
@@ -616,15 +731,6 @@ void AgentSession::Supersede() {
   Perform(std::move(a));
 }
 
-void AgentSession::OnCancel() {
-  std::string node;
-  {
-    MutexLock lock(mu_);
-    node = node_;
-  }
-  if (!node.empty()) service_->fleet_.OnDisconnect(node, conn_id_);
-}
-
 void AgentSession::OnDone() {
   std::string node;
   {
@@ -632,7 +738,9 @@ void AgentSession::OnDone() {
     node = node_;
   }
   if (!node.empty()) service_->fleet_.OnDisconnect(node, conn_id_);
-  service_->Unregister(this);  // may destroy *this: touch nothing afterwards
+  std::shared_ptr<AgentSession> last = std::move(self_);
+  service_->Unregister(this);
+  // `last` may be the final reference: *this goes when it does.
 }
 
 class GrpcServerImpl final : public GrpcServer {
@@ -656,10 +764,30 @@ class GrpcServerImpl final : public GrpcServer {
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     builder.RegisterService(&service_);
+    for (int i = 0; i < kCompletionQueues; ++i) cqs_.push_back(builder.AddCompletionQueue());
     server_ = builder.BuildAndStart();
     if (!server_ || port_ == 0) {
+      for (auto& cq : cqs_) {  // nothing was started on them
+        cq->Shutdown();
+        void* tag = nullptr;
+        bool ok = false;
+        while (cq->Next(&tag, &ok)) {
+        }
+      }
+      cqs_.clear();
       return Status::Unavailable("cannot listen for gRPC on " + options.listen +
                                  " (address in use or invalid?)");
+    }
+    for (int i = 0; i < kCompletionQueues; ++i) {
+      grpc::ServerCompletionQueue* cq = cqs_[static_cast<size_t>(i)].get();
+      // A few requests per queue so that a burst of (re)connecting agents waits on no thread.
+      for (int r = 0; r < kRequestsPerQueue; ++r) service_.AwaitConnect(cq);
+      cq_threads_.emplace_back([cq] {
+        pthread_setname_np(pthread_self(), "fw-grpc-cq");
+        void* tag = nullptr;
+        bool ok = false;
+        while (cq->Next(&tag, &ok)) AgentSession::OnEvent(tag, ok);
+      });
     }
     return Status::Ok();
   }
@@ -689,15 +817,31 @@ class GrpcServerImpl final : public GrpcServer {
       spdlog::warn("msg=\"sessions still open after grace period; cancelling\"");
     }
     service_.StopJournal();
+    // Cancels what is still open; the queues' threads run the sessions to their end.
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    // No operation may start on a queue once it is shut down: every session must be done first.
+    service_.StopAccepting();
+    while (!service_.WaitAllDone(std::chrono::seconds(5))) {
+      spdlog::warn("msg=\"cancelled sessions still finishing after server shutdown\"");
+    }
+    for (auto& cq : cqs_) cq->Shutdown();
+    for (auto& t : cq_threads_) t.join();
+    cq_threads_.clear();
     server_.reset();
+    cqs_.clear();
   }
 
   ~GrpcServerImpl() override { Shutdown(0.5); }
 
  private:
+  // Each queue's outstanding operations are about 1/kCompletionQueues of the streams' (see the top
+  // of this file); a queue's thread sleeps in Next() while it has nothing to do.
+  static constexpr int kCompletionQueues = 8;
+  static constexpr int kRequestsPerQueue = 4;
   Service service_;
   metrics::Registry& registry_;
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs_;
+  std::vector<std::thread> cq_threads_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };
