@@ -270,6 +270,9 @@ StatusOr<Scenario> ParseScenario(const std::string& yaml, const std::string& sou
       if (!t.IsMap()) return r.Error("tracing", "must be a mapping, e.g. {silent: [spine03]}");
       Reader tr(t, "tracing", source);
       s.tracing.enabled = true;
+      if (!tree->SwitchAddressesFit()) {
+        return r.Error("tracing", "no room for switch addresses in 198.18.0.0/15 beside the hosts");
+      }
       if (tr.Has("silent")) {
         const YAML::Node& l = t["silent"];
         if (!l.IsSequence()) return tr.Error("silent", "must be a list of switch names");

@@ -292,9 +292,12 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
 
   auto self_start = ReadProc(getpid());
   PlanFollower follower(tree, tree.hosts());
-  AgentPool::Options pool_options{agg.grpc(), options.agents_per_channel,
-                                  options.max_unacked_batches, options.ports_per_agent,
-                                  options.aggregator.tls};
+  AgentPool::Options pool_options{agg.grpc(),
+                                  options.agents_per_channel,
+                                  options.max_unacked_batches,
+                                  options.ports_per_agent,
+                                  options.aggregator.tls,
+                                  {}};
   pool_options.on_plan = [&follower](int agent, const v1::ProbePlan& plan) {
     follower.OnPlan(agent, plan);
   };
@@ -477,9 +480,12 @@ StatusOr<json> RunHeartbeatBench(int agents, double seconds, const RunOptions& o
     h.set_session_id(session_rng() | 1);
     hellos.push_back(std::move(h));
   }
-  auto pool = AgentPool::Create({agg.grpc(), options.agents_per_channel,
-                                 options.max_unacked_batches, options.ports_per_agent,
-                                 options.aggregator.tls},
+  auto pool = AgentPool::Create({agg.grpc(),
+                                 options.agents_per_channel,
+                                 options.max_unacked_batches,
+                                 options.ports_per_agent,
+                                 options.aggregator.tls,
+                                 {}},
                                 std::move(hellos));
   auto connect_start = SteadyClock::now();
   ConnectFleet(*pool, agents, 60);

@@ -31,10 +31,8 @@ StatusOr<FatTree> FatTree::Build(const TopologySpec& spec) {
         " hosts; the simulator supports at most " + std::to_string(kMaxHosts));
   }
   // 198.18.0.0/15 holds 131072 addresses; .0 and the last are left out.
-  const int64_t switches = int64_t{spec.rails} * (spec.leaves + spec.spines);
-  if (int64_t{spec.hosts()} * spec.rails + switches > (1 << 17) - 2) {
-    return Status::InvalidArgument(
-        "hosts x rails plus switches exceeds the 198.18.0.0/15 address budget");
+  if (int64_t{spec.hosts()} * spec.rails > (1 << 17) - 2) {
+    return Status::InvalidArgument("hosts x rails exceeds the 198.18.0.0/15 address budget");
   }
   if (!(spec.host_link_gbps > 0) || !(spec.fabric_link_gbps > 0)) {
     return Status::InvalidArgument("link speeds must be positive");

@@ -77,7 +77,11 @@ class FatTree {
   std::string Address(int host, int rail) const;
   // The address switch `sw` answers TTL expiry from (its fabric map `addresses` entry): in the
   // same range, after every host NIC's.
+  // REQUIRES: SwitchAddressesFit().
   std::string SwitchAddress(int sw) const;
+  bool SwitchAddressesFit() const {
+    return int64_t{hosts()} * spec_.rails + switch_count() <= (1 << 17) - 2;
+  }
 
   std::optional<int> FindHost(std::string_view node) const;
   std::optional<int> FindRail(std::string_view nic) const;
