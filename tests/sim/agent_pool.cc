@@ -30,7 +30,7 @@ class PoolImpl;
 // stream can carry no more writes and none is in flight; OnDone follows.
 class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::AggregatorMessage> {
  public:
-  SimAgent(PoolImpl* pool, v1::Hello hello, int ports) : pool_(pool) {
+  SimAgent(PoolImpl* pool, int index, v1::Hello hello, int ports) : pool_(pool), index_(index) {
     *hello_.mutable_hello() = std::move(hello);
     counters_pending_ = ports > 0;
     for (int p = 0; p < ports; ++p) {
@@ -47,6 +47,7 @@ class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Aggr
   void Start(v1::Aggregator::Stub* stub);
   bool SendBatch(const AgentPool::FillFn& fill);
   bool SendHeartbeat(int64_t sent_unix_ns);
+  bool SendTraces(const v1::PathTraceReport& report);
   void Close();
   void Cancel() { ctx_.TryCancel(); }
   void Kick();  // closed loop: start writing if idle
@@ -57,7 +58,7 @@ class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Aggr
   void OnDone(const grpc::Status& status) override;
 
  private:
-  enum class Slot { kNone, kHello, kCounters, kBatch, kHeartbeat, kWritesDone };
+  enum class Slot { kNone, kHello, kCounters, kBatch, kHeartbeat, kTraces, kWritesDone };
   struct Next {
     const v1::AgentMessage* write = nullptr;
     bool writes_done = false;
@@ -68,8 +69,9 @@ class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Aggr
   void Perform(const Next& n);
 
   PoolImpl* pool_;
+  const int index_;
   grpc::ClientContext ctx_;
-  v1::AgentMessage hello_, batch_, heartbeat_, counters_;
+  v1::AgentMessage hello_, batch_, heartbeat_, counters_, traces_;
   v1::AggregatorMessage in_;  // owned by the single outstanding read
 
   Mutex mu_;
@@ -78,6 +80,8 @@ class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Aggr
   bool batch_busy_ FW_GUARDED_BY(mu_) = false;   // ready or in flight; the generator keeps off
   bool hb_ready_ FW_GUARDED_BY(mu_) = false;
   bool hb_busy_ FW_GUARDED_BY(mu_) = false;
+  bool traces_ready_ FW_GUARDED_BY(mu_) = false;
+  bool traces_busy_ FW_GUARDED_BY(mu_) = false;
   bool counters_pending_ FW_GUARDED_BY(mu_) = false;  // the one CounterBatch is still to be written
   bool ready_ FW_GUARDED_BY(mu_) = false;             // Hello acknowledged
   bool over_ FW_GUARDED_BY(mu_) = false;              // no more writes possible
@@ -99,8 +103,11 @@ class PoolImpl final : public AgentPool {
  public:
   PoolImpl(Options options, std::vector<v1::Hello> hellos) : options_(std::move(options)) {
     agents_.reserve(hellos.size());
-    for (auto& h : hellos)
-      agents_.push_back(std::make_unique<SimAgent>(this, std::move(h), options_.ports_per_agent));
+    for (auto& h : hellos) {
+      const int index = static_cast<int>(agents_.size());
+      agents_.push_back(
+          std::make_unique<SimAgent>(this, index, std::move(h), options_.ports_per_agent));
+    }
     int per = std::max(1, options_.agents_per_channel);
     size_t channels = (agents_.size() + static_cast<size_t>(per) - 1) / static_cast<size_t>(per);
     for (size_t c = 0; c < channels; ++c) {
@@ -141,6 +148,12 @@ class PoolImpl final : public AgentPool {
   bool SendHeartbeat(int i, int64_t sent_unix_ns) override {
     return agents_[static_cast<size_t>(i)]->SendHeartbeat(sent_unix_ns);
   }
+  bool SendTraces(int i, const v1::PathTraceReport& report) override {
+    return agents_[static_cast<size_t>(i)]->SendTraces(report);
+  }
+  void OnPlan(int agent, const v1::ProbePlan& plan) const {
+    if (options_.on_plan) options_.on_plan(agent, plan);
+  }
 
   void StartClosedLoop() override {
     closed_loop_.store(true);
@@ -159,6 +172,7 @@ class PoolImpl final : public AgentPool {
     s.results_acked = results_acked_.load();
     s.acks_received = acks_.load();
     s.plans_received = plans_.load();
+    s.trace_reports_sent = trace_reports_.load();
     s.skipped = skipped_.load();
     return s;
   }
@@ -204,7 +218,7 @@ class PoolImpl final : public AgentPool {
   uint64_t max_unacked() const { return static_cast<uint64_t>(options_.max_unacked_batches); }
 
   std::atomic<uint64_t> batches_sent_{0}, heartbeats_sent_{0}, results_sent_{0}, results_acked_{0},
-      acks_{0}, plans_{0}, skipped_{0};
+      acks_{0}, plans_{0}, skipped_{0}, trace_reports_{0};
 
  private:
   Options options_;
@@ -284,6 +298,10 @@ SimAgent::Next SimAgent::PickLocked() {
     hb_ready_ = false;
     in_flight_ = Slot::kHeartbeat;
     n.write = &heartbeat_;
+  } else if (traces_ready_) {
+    traces_ready_ = false;
+    in_flight_ = Slot::kTraces;
+    n.write = &traces_;
   } else if (batch_ready_) {
     batch_ready_ = false;
     in_flight_ = Slot::kBatch;
@@ -345,6 +363,19 @@ bool SimAgent::SendHeartbeat(int64_t sent_unix_ns) {
   return true;
 }
 
+bool SimAgent::SendTraces(const v1::PathTraceReport& report) {
+  Next n;
+  {
+    MutexLock lock(mu_);
+    if (!ready_ || over_ || closing_ || traces_busy_) return false;
+    *traces_.mutable_path_traces() = report;
+    traces_busy_ = traces_ready_ = true;
+    n = PickLocked();
+  }
+  Perform(n);
+  return true;
+}
+
 void SimAgent::Kick() {
   Next n;
   {
@@ -385,6 +416,9 @@ void SimAgent::OnWriteDone(bool ok) {
     } else if (done == Slot::kHeartbeat) {
       hb_busy_ = false;
       if (ok) pool_->heartbeats_sent_.fetch_add(1, std::memory_order_relaxed);
+    } else if (done == Slot::kTraces) {
+      traces_busy_ = false;
+      if (ok) pool_->trace_reports_.fetch_add(1, std::memory_order_relaxed);
     }
     if (!ok) over_ = true;
     n = PickLocked();
@@ -438,6 +472,7 @@ void SimAgent::OnReadDone(bool ok) {
     }
   } else if (in_.has_probe_plan()) {
     pool_->plans_.fetch_add(1, std::memory_order_relaxed);
+    pool_->OnPlan(index_, in_.probe_plan());
   }
   StartRead(&in_);
   Perform(n);

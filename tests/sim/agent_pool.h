@@ -24,6 +24,7 @@ struct PoolStats {
   uint64_t results_acked = 0;    // results in batches the aggregator acknowledged
   uint64_t acks_received = 0;
   uint64_t plans_received = 0;
+  uint64_t trace_reports_sent = 0;  // PathTraceReport writes completed
   // Batches not sent because the previous write was still in flight or the window of
   // unacknowledged batches was full: the aggregator (or the simulator) could not keep up.
   uint64_t skipped = 0;
@@ -46,6 +47,9 @@ class AgentPool {
     // mTLS client material (the aggregator checks every Hello.node against its names); nullopt:
     // plaintext.
     std::optional<tls::TlsMaterial> tls;
+    // Called on a gRPC thread with each ProbePlan agent `agent` receives (escalation overlays raise
+    // rates and carry trace requests). Must be quick and thread-safe; null: plans are only counted.
+    std::function<void(int agent, const fabricwatch::v1::ProbePlan& plan)> on_plan;
   };
   // Fills a batch in place. The batch keeps the previous call's contents (results included), so a
   // filler that only rewrites the fields that change allocates nothing in steady state.
@@ -64,6 +68,9 @@ class AgentPool {
   // Thread-safe; call it from at most one thread per agent at a time.
   virtual bool SendBatch(int i, const FillFn& fill) = 0;
   virtual bool SendHeartbeat(int i, int64_t sent_unix_ns) = 0;
+  // Writes a PathTraceReport for agent `i`. Returns false, sending nothing, while its previous
+  // report is still in flight or the stream is not ready or gone (the caller tries again later).
+  virtual bool SendTraces(int i, const fabricwatch::v1::PathTraceReport& report) = 0;
   // Closed loop (ingest benchmark): every ready stream writes heartbeats and empty batches
   // back-to-back, each write starting when the previous one completes, until StopClosedLoop().
   virtual void StartClosedLoop() = 0;

@@ -264,6 +264,26 @@ StatusOr<Scenario> ParseScenario(const std::string& yaml, const std::string& sou
     }
     auto tree = FatTree::Build(s.topology);
     if (!tree.ok()) return Status::InvalidArgument(source + ": " + tree.status().message());
+    if (r.Has("tracing")) {
+      // tracing: {silent: [spine03, ...]}; the key alone turns tracing on.
+      const YAML::Node& t = root["tracing"];
+      if (!t.IsMap()) return r.Error("tracing", "must be a mapping, e.g. {silent: [spine03]}");
+      Reader tr(t, "tracing", source);
+      s.tracing.enabled = true;
+      if (!tree->SwitchAddressesFit()) {
+        return r.Error("tracing", "no room for switch addresses in 198.18.0.0/15 beside the hosts");
+      }
+      if (tr.Has("silent")) {
+        const YAML::Node& l = t["silent"];
+        if (!l.IsSequence()) return tr.Error("silent", "must be a list of switch names");
+        for (size_t i = 0; i < l.size(); ++i) {
+          auto sw = l[i].IsScalar() ? tree->FindSwitch(l[i].Scalar()) : std::nullopt;
+          if (!sw) return tr.Error("silent", "no switch '" + l[i].Scalar() + "' in this topology");
+          s.tracing.silent.push_back(*sw);
+        }
+      }
+      FW_RETURN_IF_ERROR(tr.NoUnknownKeys());
+    }
     if (r.Has("faults")) {
       const YAML::Node& fs = root["faults"];
       if (!fs.IsSequence()) return r.Error("faults", "must be a list");

@@ -60,6 +60,15 @@ struct Fault {
   bool ActiveAt(double t) const { return t >= start_s && t < end_s; }
 };
 
+// Path tracing (issue 16): every agent reports the true forward path of each of its flows as the
+// hops a TTL-limited trace of the flow's 5-tuple would see, once after connecting and again for
+// each trace request its plan carries. Switches answer TTL expiry from their map address, except
+// the silent ones, whose hops stay empty.
+struct TracingSpec {
+  bool enabled = false;
+  std::vector<int> silent;  // switch indices
+};
+
 struct Scenario {
   std::string name;
   std::string description;
@@ -70,6 +79,7 @@ struct Scenario {
   int bandwidth_probes_per_s = 2;  // per agent: bandwidth results rotate over its flows
   double heartbeat_s = 5;          // as the real agent; 0: none while streaming
   NoiseSpec noise;
+  TracingSpec tracing;
   std::vector<Fault> faults;
 };
 

@@ -20,6 +20,40 @@ TEST(ScenarioTest, EveryShippedScenarioLoads) {
   EXPECT_GE(n, 10);
 }
 
+// The traced ECMP suite (traced_suite.sh): named traced_<file>, every one traces.
+TEST(ScenarioTest, EveryTracedScenarioLoadsAndTraces) {
+  int n = 0;
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(FW_SIM_SCENARIOS) + "/traced")) {
+    if (e.path().extension() != ".yaml") continue;
+    auto s = LoadScenario(e.path().string());
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    EXPECT_EQ(s->name + ".yaml", "traced_" + e.path().filename().string());
+    EXPECT_TRUE(s->tracing.enabled) << s->name;
+    ++n;
+  }
+  EXPECT_GE(n, 7);
+}
+
+TEST(ScenarioTest, TracingNamesSilentSwitches) {
+  auto s = ParseScenario(
+      "name: t\ntopology: {spines: 2, leaves: 4, hosts_per_leaf: 2}\ntracing: {silent: "
+      "[spine01]}\n",
+      "t.yaml");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_TRUE(s->tracing.enabled);
+  EXPECT_EQ(s->tracing.silent, std::vector<int>{4 + 1});  // leaves first, then spines
+  auto bad = ParseScenario(
+      "name: t\ntopology: {spines: 2, leaves: 4, hosts_per_leaf: 2}\ntracing: {silent: [spine9]}\n",
+      "t.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("t.yaml:3: tracing.silent: no switch 'spine9'"),
+            std::string::npos)
+      << bad.status().message();
+  EXPECT_TRUE(ParseScenario("name: t\n", "t.yaml")->tracing.silent.empty());
+  EXPECT_FALSE(ParseScenario("name: t\n", "t.yaml")->tracing.enabled);
+}
+
 TEST(ScenarioTest, FaultsResolveAndGetDefaultGroundTruth) {
   auto s = ParseScenario(R"(
 name: t

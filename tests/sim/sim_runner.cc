@@ -12,6 +12,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "common/clock.h"
 #include "common/mutex.h"
@@ -125,6 +126,99 @@ class FindingsPoller {
   std::thread thread_;
 };
 
+// What each simulated agent's latest plan asks beyond its base: escalation overlays raise the rate
+// of the flows toward a peer, and trace requests ask for those flows' paths again. Plans arrive on
+// gRPC threads; the generator reads per agent between its batches.
+class PlanFollower {
+ public:
+  PlanFollower(const FatTree& tree, int agents)
+      : tree_(tree), agents_(static_cast<size_t>(agents)) {}
+
+  void OnPlan(int agent, const v1::ProbePlan& plan) {
+    // The base is the plan's median per-flow UDP rate: escalations raise a few peers only.
+    std::vector<double> rates;
+    for (const v1::PlannedPeer& p : plan.peers()) {
+      if (p.transport() == v1::TRANSPORT_UDP && p.rate_pps() > 0) rates.push_back(p.rate_pps());
+    }
+    std::unordered_map<int, double> factors;
+    if (!rates.empty()) {
+      std::nth_element(rates.begin(), rates.begin() + static_cast<std::ptrdiff_t>(rates.size() / 2),
+                       rates.end());
+      const double base = rates[rates.size() / 2];
+      for (const v1::PlannedPeer& p : plan.peers()) {
+        if (p.transport() != v1::TRANSPORT_UDP || p.rate_pps() <= base * 1.01) continue;
+        if (auto h = tree_.FindHost(p.node())) factors[*h] = p.rate_pps() / base;
+      }
+    }
+    std::vector<int> retrace;
+    Agent& a = agents_[static_cast<size_t>(agent)];
+    MutexLock lock(a.mu);
+    for (const v1::TraceRequest& r : plan.trace_requests()) {
+      if (!a.trace_ids.insert(r.id()).second) continue;
+      if (auto h = tree_.FindHost(r.peer())) a.retrace.insert(*h);
+    }
+    a.factors = std::move(factors);
+    a.plans++;
+  }
+
+  // The rate factor per destination host (absent: 1) and the peers to trace again (taken).
+  void Take(int agent, std::unordered_map<int, double>* factors, std::set<int>* retrace) {
+    Agent& a = agents_[static_cast<size_t>(agent)];
+    MutexLock lock(a.mu);
+    *factors = a.factors;
+    retrace->merge(a.retrace);
+    a.retrace.clear();
+  }
+
+ private:
+  struct Agent {
+    Mutex mu;
+    std::unordered_map<int, double> factors FW_GUARDED_BY(mu);
+    std::set<int> retrace FW_GUARDED_BY(mu);
+    std::set<uint64_t> trace_ids FW_GUARDED_BY(mu);
+    uint64_t plans FW_GUARDED_BY(mu) = 0;
+  };
+  const FatTree& tree_;
+  std::vector<Agent> agents_;
+};
+
+// The PathTraceReport a TTL-limited trace of each flow's 5-tuple would give: its forward path's
+// switches, one hop per TTL, silent where the switch does not answer TTL expiry. Only flows toward
+// `only` when it is non-null.
+void BuildTraces(const FatTree& tree, const std::vector<Flow>& flows,
+                 const std::vector<bool>& silent, const std::set<int>* only, int64_t now_ns,
+                 v1::PathTraceReport& out) {
+  out.Clear();
+  const int spines = tree.spines();
+  for (const Flow& f : flows) {
+    if (only && !only->count(static_cast<int>(f.dst_host))) continue;
+    const int src = static_cast<int>(f.src_host), dst = static_cast<int>(f.dst_host);
+    std::vector<int> switches = {tree.LeafSwitch(f.rail, tree.LeafGroup(src))};
+    if (f.inter_leaf) {
+      // links[1] is the source leaf's uplink: FabricLink(rail, leaf, spine).
+      switches.push_back(tree.SpineSwitch(f.rail, f.links[1] % spines));
+      switches.push_back(tree.LeafSwitch(f.rail, tree.LeafGroup(dst)));
+    }
+    v1::PathTrace* t = out.add_traces();
+    t->set_src_address(tree.Address(src, f.rail));
+    t->set_dst_address(tree.Address(dst, f.rail));
+    t->set_src_port(f.src_port);
+    t->set_dst_port(kProbePort);
+    t->set_transport(v1::TRANSPORT_UDP);
+    t->set_dst_node(tree.NodeName(dst));
+    t->set_flow_id(f.flow_id);
+    for (size_t k = 0; k < switches.size(); ++k) {
+      if (silent[static_cast<size_t>(switches[k])]) continue;  // a silent TTL is left out
+      v1::TraceHop* h = t->add_hops();
+      h->set_ttl(static_cast<uint32_t>(k + 1));
+      h->set_address(tree.SwitchAddress(switches[k]));
+    }
+    t->set_finished_unix_ns(now_ns);
+    // The responder listens on the probe port, so the peer itself stays silent.
+    t->set_status(v1::TRACE_STATUS_INCOMPLETE);
+  }
+}
+
 // Opens every stream and waits for the acknowledgements. Streams that are ready early send
 // heartbeats meanwhile: opening 16,000 streams can take longer than the heartbeat timeout.
 uint64_t ConnectFleet(AgentPool& pool, int agents, double timeout_s) {
@@ -186,7 +280,7 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
   if (!target.bin.empty()) {
     target.fabric_map = target.work_dir + "/fabric.yaml";
     std::ofstream map(target.fabric_map, std::ios::trunc);
-    map << tree.FabricMapYaml();
+    map << tree.FabricMapYaml(scenario.tracing.enabled);
     map.close();
     if (!map) return Status::Internal("cannot write " + target.fabric_map);
   }
@@ -197,10 +291,17 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
   if (!before.ok()) return before.status();
 
   auto self_start = ReadProc(getpid());
-  auto pool = AgentPool::Create({agg.grpc(), options.agents_per_channel,
-                                 options.max_unacked_batches, options.ports_per_agent,
-                                 options.aggregator.tls},
-                                MakeHellos(tree, scenario.seed));
+  PlanFollower follower(tree, tree.hosts());
+  AgentPool::Options pool_options{agg.grpc(),
+                                  options.agents_per_channel,
+                                  options.max_unacked_batches,
+                                  options.ports_per_agent,
+                                  options.aggregator.tls,
+                                  {}};
+  pool_options.on_plan = [&follower](int agent, const v1::ProbePlan& plan) {
+    follower.OnPlan(agent, plan);
+  };
+  auto pool = AgentPool::Create(std::move(pool_options), MakeHellos(tree, scenario.seed));
   auto connect_start = SteadyClock::now();
   uint64_t ready = ConnectFleet(*pool, tree.hosts(), std::max(30.0, tree.hosts() / 200.0));
   double connect_s = std::chrono::duration<double>(SteadyClock::now() - connect_start).count();
@@ -224,6 +325,19 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
   std::optional<IngestSnapshot> window_start;
   auto window_start_self = self_start;
   double late_s = 0;
+  // Tracing: every agent traces all its flows once, then the peers its plans ask for again.
+  const bool tracing = scenario.tracing.enabled;
+  std::vector<bool> silent(static_cast<size_t>(tree.switch_count()), false);
+  for (int sw : scenario.tracing.silent) silent[static_cast<size_t>(sw)] = true;
+  std::vector<char> trace_all(static_cast<size_t>(tree.hosts()), tracing ? 1 : 0);
+  std::vector<std::set<int>> retrace(static_cast<size_t>(tree.hosts()));
+  v1::PathTraceReport traces;
+  uint64_t traces_sent = 0, retraces_sent = 0;
+  // Escalation: results the base plan asks for and those the raised rates add.
+  uint64_t base_results = 0, extra_results = 0, peak_extra = 0, extra_this_second = 0;
+  uint64_t base_this_second = 0, escalated_agent_seconds = 0;
+  std::unordered_map<int, double> factors;
+  std::vector<Flow> expanded;
   for (int t = 0; t < seconds; ++t) {
     model.Advance(t);
     int64_t second_ns = epoch_ns + int64_t{t} * 1'000'000'000;
@@ -238,10 +352,47 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
       }
       for (int i = k; i < tree.hosts(); i += slots) {
         const auto& flows = plan[static_cast<size_t>(i)];
-        pool->SendBatch(i, [&](v1::ProbeBatch& b) { builder.Fill(flows, t, second_ns, rng, b); });
+        const auto ui = static_cast<size_t>(i);
+        follower.Take(i, &factors, &retrace[ui]);
+        if (tracing && (trace_all[ui] || !retrace[ui].empty())) {
+          BuildTraces(tree, flows, silent, trace_all[ui] ? nullptr : &retrace[ui], second_ns,
+                      traces);
+          if (pool->SendTraces(i, traces)) {
+            (trace_all[ui] ? traces_sent : retraces_sent) += traces.traces_size();
+            trace_all[ui] = 0;
+            retrace[ui].clear();
+          }
+        }
+        const std::vector<Flow>* send = &flows;
+        uint64_t extra = 0;
+        if (!factors.empty()) {
+          // A raised rate of x gives floor(x) probes per flow and second, one more with
+          // probability frac(x).
+          expanded.clear();
+          for (const Flow& f : flows) {
+            int copies = 1;
+            if (auto it = factors.find(static_cast<int>(f.dst_host)); it != factors.end()) {
+              copies = static_cast<int>(it->second);
+              if (rng.Uniform() < it->second - copies) ++copies;
+            }
+            for (int c = 0; c < copies; ++c) expanded.push_back(f);
+          }
+          extra = expanded.size() - flows.size();
+          send = &expanded;
+        }
+        if (pool->SendBatch(
+                i, [&](v1::ProbeBatch& b) { builder.Fill(*send, t, second_ns, rng, b); })) {
+          base_this_second += flows.size();
+          extra_this_second += extra;
+          escalated_agent_seconds += extra > 0;
+        }
         if (hb > 0 && (t + i) % hb == 0) pool->SendHeartbeat(i, second_ns);
       }
     }
+    base_results += base_this_second;
+    extra_results += extra_this_second;
+    peak_extra = std::max(peak_extra, extra_this_second);
+    base_this_second = extra_this_second = 0;
     if (!window_start && (t + 1) / scale >= warm_real_s) {
       auto s = agg.Snapshot();
       if (s.ok()) window_start = *s;
@@ -291,6 +442,21 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
   report["findings"]["background_near"] =
       BackgroundNearFindings(findings, tree, model, run_start_unix, scale);
   report["scenario"]["background_episodes"] = model.episodes().size();
+  // Escalation traffic against the base plan's latency probes (both counted as results sent).
+  const double base_per_s = seconds > 0 ? static_cast<double>(base_results) / seconds : 0;
+  report["escalation"] = {
+      {"base_results", base_results},
+      {"extra_results", extra_results},
+      {"extra_share", base_results > 0 ? static_cast<double>(extra_results) / base_results : 0.0},
+      {"peak_extra_per_s", peak_extra},
+      {"peak_extra_share", base_per_s > 0 ? static_cast<double>(peak_extra) / base_per_s : 0.0},
+      {"escalated_agent_seconds", escalated_agent_seconds},
+      {"plans_received", final_stats.plans_received}};
+  report["tracing"] = {{"enabled", tracing},
+                       {"silent_switches", scenario.tracing.silent.size()},
+                       {"traces_sent", traces_sent},
+                       {"retraces_sent", retraces_sent},
+                       {"reports_sent", final_stats.trace_reports_sent}};
   if (!agg.log_path().empty()) report["aggregator_log"] = agg.log_path();
   int exit = agg.Stop(10);
   if (agg.pid() > 0 && !options.aggregator.bin.empty()) report["aggregator_exit_status"] = exit;
@@ -314,9 +480,12 @@ StatusOr<json> RunHeartbeatBench(int agents, double seconds, const RunOptions& o
     h.set_session_id(session_rng() | 1);
     hellos.push_back(std::move(h));
   }
-  auto pool = AgentPool::Create({agg.grpc(), options.agents_per_channel,
-                                 options.max_unacked_batches, options.ports_per_agent,
-                                 options.aggregator.tls},
+  auto pool = AgentPool::Create({agg.grpc(),
+                                 options.agents_per_channel,
+                                 options.max_unacked_batches,
+                                 options.ports_per_agent,
+                                 options.aggregator.tls,
+                                 {}},
                                 std::move(hellos));
   auto connect_start = SteadyClock::now();
   ConnectFleet(*pool, agents, 60);

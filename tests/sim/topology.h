@@ -75,6 +75,13 @@ class FatTree {
   const std::string& LinkId(int link) const { return link_ids_[link]; }
   // 198.18.0.0/15, one address per host NIC.
   std::string Address(int host, int rail) const;
+  // The address switch `sw` answers TTL expiry from (its fabric map `addresses` entry): in the
+  // same range, after every host NIC's.
+  // REQUIRES: SwitchAddressesFit().
+  std::string SwitchAddress(int sw) const;
+  bool SwitchAddressesFit() const {
+    return int64_t{hosts()} * spec_.rails + switch_count() <= (1 << 17) - 2;
+  }
 
   std::optional<int> FindHost(std::string_view node) const;
   std::optional<int> FindRail(std::string_view nic) const;
@@ -84,7 +91,8 @@ class FatTree {
   std::vector<int> LinksOfSwitch(int sw) const;
 
   // The fabric map YAML (DESIGN.md format, routing: ecmp) the aggregator loads with --fabric-map.
-  std::string FabricMapYaml() const;
+  // With `switch_addresses`, each switch lists SwitchAddress() so traced hops map to it.
+  std::string FabricMapYaml(bool switch_addresses = false) const;
 
  private:
   TopologySpec spec_;

@@ -86,6 +86,28 @@ TEST(FatTreeTest, TheAggregatorAcceptsTheGeneratedMap) {
   EXPECT_EQ(m->PathsBetweenNodes("node00000", "node00001").PathCount(), 1u);
 }
 
+// Path tracing: each switch answers from one address of its own, outside the host NICs', and the
+// aggregator maps that address back to the switch.
+TEST(FatTreeTest, SwitchAddressesMapBackToTheirSwitches) {
+  TopologySpec s = Small();
+  s.rails = 2;
+  auto t = FatTree::Build(s);
+  ASSERT_TRUE(t.ok());
+  auto m = aggregator::FabricMap::Parse(t->FabricMapYaml(true), "sim map");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  std::set<std::string> hosts;
+  for (int h = 0; h < t->hosts(); ++h) {
+    for (int r = 0; r < t->rails(); ++r) hosts.insert(t->Address(h, r));
+  }
+  for (int sw = 0; sw < t->switch_count(); ++sw) {
+    const std::string a = t->SwitchAddress(sw);
+    EXPECT_FALSE(hosts.contains(a)) << a;
+    auto at = m->SwitchAtAddress(a);
+    ASSERT_TRUE(at.has_value()) << a;
+    EXPECT_EQ(m->switches()[*at].name, t->SwitchName(sw));
+  }
+}
+
 TEST(FatTreeTest, DeterministicFlowsTakeTheAggregatorsPath) {
   TopologySpec s{.spines = 4, .leaves = 4, .hosts_per_leaf = 4, .deterministic = true};
   auto t = FatTree::Build(s);

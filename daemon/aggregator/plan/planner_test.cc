@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <random>
 #include <set>
@@ -14,6 +15,13 @@
 
 namespace fw::aggregator {
 namespace {
+
+template <typename... A>
+std::string Fmt(const char* f, A... a) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, f, a...);
+  return buf;
+}
 
 // A leaf-spine map: `leaves` leaves of `hosts` hosts each, every leaf linked to every spine.
 std::shared_ptr<const FabricMap> LeafSpine(int spines, int leaves, int hosts,
@@ -476,6 +484,60 @@ TEST(PlannerTest, PlanEachFinishesANodeOnTwoLeavesOnceWithBothNicsPeers) {
                                return std::tie(a.node, a.address, a.src_address) <
                                       std::tie(b.node, b.address, b.src_address);
                              }));
+}
+
+// Every NIC, every rail (issue 16): hosts with one NIC on each of two rails, each rail its own leaf
+// set and spines. Each NIC probes from its own address, only toward NICs of its rail, in its leaf
+// and across leaves; no flow is planned between rails.
+TEST(PlannerTest, TwoRailsEveryNicProbesItsOwnRail) {
+  std::string y = "routing: ecmp\nswitches:\n";
+  for (int r = 0; r < 2; ++r) {
+    for (int s = 0; s < 2; ++s) y += Fmt("  - {name: r%d-spine%d, tier: spine}\n", r, s);
+    for (int l = 0; l < 2; ++l) y += Fmt("  - {name: r%d-leaf%d, tier: leaf}\n", r, l);
+  }
+  y += "links:\n";
+  for (int r = 0; r < 2; ++r) {
+    for (int l = 0; l < 2; ++l) {
+      for (int s = 0; s < 2; ++s) y += Fmt("  - {a: r%d-leaf%d, b: r%d-spine%d}\n", r, l, r, s);
+    }
+  }
+  y += "hosts:\n";
+  std::vector<AgentInfo> agents;
+  for (int h = 0; h < 4; ++h) {
+    AgentInfo a{Fmt("n%d", h), {}};
+    for (int r = 0; r < 2; ++r) {
+      const std::string addr = Fmt("198.18.%d.%d", r, h + 1);
+      y += Fmt("  - {node: n%d, nic: mlx5_%d, address: %s, switch: r%d-leaf%d}\n", h, r,
+               addr.c_str(), r, h / 2);
+      a.endpoints.push_back({addr, 9753, Fmt("mlx5_%d", r)});
+    }
+    agents.push_back(std::move(a));
+  }
+  auto m = FabricMap::Parse(y);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  Planner planner(PlannerConfig{}, std::make_shared<const FabricMap>(std::move(m).value()));
+  const PlanSet set = planner.PlanFor(agents);
+  ASSERT_EQ(set.plans.size(), 4u);
+  auto rail_of = [](const std::string& addr) { return addr.substr(0, 9); };  // "198.18.R."
+  // Inter-leaf flows go from representatives (a few NICs per leaf pair); intra-leaf from all.
+  std::map<std::string, size_t> inter_leaf_by_rail;
+  for (const auto& [node, plan] : set.plans) {
+    std::map<std::string, std::set<PathClass>> classes_by_rail;
+    for (const PlannedPeer& p : plan.peers) {
+      ASSERT_FALSE(p.src_address.empty()) << node << " -> " << p.node;
+      EXPECT_EQ(rail_of(p.src_address), rail_of(p.address))
+          << node << " probes " << p.node << " across rails";
+      classes_by_rail[rail_of(p.src_address)].insert(p.path_class);
+      inter_leaf_by_rail[rail_of(p.src_address)] += p.path_class == PathClass::kInterLeaf;
+    }
+    ASSERT_EQ(classes_by_rail.size(), 2u) << node << ": both NICs probe";
+    for (const auto& [rail, classes] : classes_by_rail) {
+      EXPECT_TRUE(classes.contains(PathClass::kIntraLeaf)) << node << " rail " << rail;
+    }
+  }
+  // Both leaf pairs of each rail, both ways.
+  EXPECT_GE(inter_leaf_by_rail["198.18.0."], 2u);
+  EXPECT_GE(inter_leaf_by_rail["198.18.1."], 2u);
 }
 
 // One note per node over its budget would be 16,000 log lines at scale: the list is bounded.
