@@ -177,8 +177,8 @@ void RcPeers::RunBurst(Session& s, int64_t now) {
   if (s.qp->broken()) ++stats_.qp_errors;
   spdlog::warn("msg=\"rdma rc: burst failed, reconnecting\" peer={} error=\"{}\"", s.plan.peer,
                b.status().ToString());
-  r.base.lost = true;
-  if (sink_ != nullptr) sink_->OnResult(r);
+  // No result: RC retransmits, so a failed burst says nothing about packet loss on the path; it
+  // is a broken connection (the peer restarted, a QP error), counted and logged above.
   Restart(s, end, true);
 }
 

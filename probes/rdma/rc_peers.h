@@ -6,7 +6,8 @@
 //   peer    : (re)creates its answering QP, connects it to the prober's, sends {reply=true}
 //   prober  : connects to the answer; bursts start.
 // A burst that fails (a completion error puts the QP in ERR, or no completion within the burst's
-// timeout) tears the prober's QP down, counts a reconnect and starts the exchange again after a
+// timeout) gives no result (RC retransmits: it says nothing about loss) but tears the prober's
+// QP down, counts a reconnect and starts the exchange again after a
 // backoff; an answer that never comes is retried the same way. A request from a peer replaces
 // that peer's earlier answering QP, so both ends always start over together.
 //
