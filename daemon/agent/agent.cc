@@ -156,7 +156,11 @@ Status Agent::Start() {
       [this](const v1::ProbePlan& plan) {
         if (probes_) probes_->ApplyPlan(plan);
         if (traces_) traces_->OnPlan(plan);
-        if (rdma_) rdma_->SetTargets(rdma::UdTargetsFromPlan(plan, nullptr));
+        if (rdma_) {
+          rdma_->SetTargets(rdma::UdTargetsFromPlan(plan, nullptr));
+          rdma_->SetRcPlan(rdma::RcPeersFromPlan(plan), plan.rdma_rc_interval_s(),
+                           plan.rdma_rc_bytes());
+        }
       },
       registry_,
       [this] {
@@ -176,6 +180,16 @@ Status Agent::Start() {
       collective_->OnKvReply(m.kv_reply());
     } else if (m.has_collective_job()) {
       collective_->OnJob(m.collective_job());
+    } else if (m.has_rdma_rc_connect() && rdma_) {
+      auto rc = rdma::RcConnectFromProto(m.rdma_rc_connect());
+      if (rc.ok()) {
+        rdma_->OnRcMessage(std::move(rc.value()));
+      } else {
+        rdma_rc_refused_.fetch_add(1);
+        spdlog::warn("msg=\"rdma rc: connection message refused\" from={} error=\"{}\" refused={}",
+                     m.rdma_rc_connect().peer().substr(0, 64), rc.status().ToString(),
+                     rdma_rc_refused_.load());
+      }
     }
   });
   // RDMA UD probes (docs/rdma.md). Without RDMA (ENOSYS here, or no usable port) the agent says
@@ -190,18 +204,33 @@ Status Agent::Start() {
         options_.rdma_verbs ? options_.rdma_verbs() : rdma::MakeIbverbs(options_.sysfs_root);
     // RDMA probes pay from the scheduler's budget, beside the UDP and TCP probes, and count in
     // the same fabricwatch_probe_* series (transport="rdma_ud").
+    // Registered only with RDMA on, so that hosts without it export no RC series.
+    metrics::Gauge* rc_goodput =
+        &registry_
+             .AddGauge("fabricwatch_rdma_rc_goodput_bps",
+                       "Goodput of the most recent RC write burst (rdma_rc), bits/s.")
+             .WithLabels({});
     rdma_ = std::make_unique<rdma::RdmaRunner>(
         std::move(verbs), RealClock::Get(), options_.rdma_runner,
-        [this](std::vector<rdma::RdmaProbeResult>&& batch) {
+        [this, rc_goodput](std::vector<rdma::RdmaProbeResult>&& batch) {
           v1::ProbeBatch b;
           for (const rdma::RdmaProbeResult& r : batch) {
             if (probes_) probes_->RecordResult(r.base);
+            if (r.base.transport == net::Transport::kRdmaRc && !r.base.lost) {
+              rc_goodput->Set(r.base.goodput_bps);
+            }
             rdma::ResultToProto(r, b.add_results());
           }
           buffer_.Push(std::move(b));
           uplink_->Notify();
         },
-        probes_ ? probes_->budget() : nullptr);
+        probes_ ? probes_->budget() : nullptr,
+        // RC connection data goes through the aggregator (docs/rdma.md "RC write bandwidth").
+        [this](const rdma::RcConnectMsg& m) {
+          v1::AgentMessage a;
+          rdma::RcConnectToProto(m, a.mutable_rdma_rc_connect());
+          uplink_->SendBestEffort(std::move(a));
+        });
     (void)rdma_->Start();  // a failure is the unavailable state, logged by the runner
     spdlog::info("msg=\"rdma: {}\"", rdma::InventoryLine(rdma_->state()));
   }

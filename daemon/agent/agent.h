@@ -29,18 +29,18 @@ struct AgentOptions {
   std::string aggregator = "127.0.0.1:9750";
   std::string node_name;  // default: hostname
   std::string probe_address;
-  int probe_port = 9753;         // 0 picks a free port (tests, several agents on one host)
-  std::string probe_key_file;     // shared probe key; empty: probes are not authenticated
+  int probe_port = 9753;           // 0 picks a free port (tests, several agents on one host)
+  std::string probe_key_file;      // shared probe key; empty: probes are not authenticated
   int probe_source_port_base = 0;  // flow j uses base + j; 0: ephemeral ports
   double probe_busy_poll_us = 0;   // the prober's busy-poll window; 0: off (docs/probes.md)
   // Local ceilings on what a plan may ask (PlanCeilings; docs/probes.md, "Plan ceilings").
   int plan_max_targets = 4096;
   double plan_max_pps = 10'000;
   double plan_max_bytes_per_s = 125e6;
-  bool probes = true;             // false: no responder and no probing (inventory/counters only)
+  bool probes = true;  // false: no responder and no probing (inventory/counters only)
   // true: the responder ignores the plan's allowed_probers and answers everyone (docs/probes.md).
   bool responder_allow_any = false;
-  std::string rdma = "auto";      // "off": no RDMA probes; "auto": every usable port (docs/rdma.md)
+  std::string rdma = "auto";  // "off": no RDMA probes; "auto": every usable port (docs/rdma.md)
   // Makes the verbs the RDMA probes use; empty: libibverbs. Tests select fake verbs here.
   std::function<std::unique_ptr<rdma::Verbs>()> rdma_verbs;
   rdma::RdmaRunnerOptions rdma_runner;
@@ -103,9 +103,10 @@ class Agent {
   OutboundBuffer buffer_;
   std::unique_ptr<Uplink> uplink_;
   std::unique_ptr<ProbeScheduler> probes_;
-  std::unique_ptr<TraceRunner> traces_;     // null without tracing; set before the uplink starts
-  uint64_t traced_probes_sent_ = 0;         // report thread only
-  std::unique_ptr<rdma::RdmaRunner> rdma_;  // null with --rdma off
+  std::unique_ptr<TraceRunner> traces_;       // null without tracing; set before the uplink starts
+  uint64_t traced_probes_sent_ = 0;           // report thread only
+  std::unique_ptr<rdma::RdmaRunner> rdma_;    // null with --rdma off
+  std::atomic<uint64_t> rdma_rc_refused_{0};  // RC connection messages that failed to parse
   // Collective probe jobs (docs/collectives.md); declared after uplink_, so it goes first.
   std::unique_ptr<CollectiveRunner> collective_;
   std::unique_ptr<http::Server> http_;

@@ -52,8 +52,9 @@ int main(int argc, char** argv) {
   if (!fw::LoadConfigFromArgs(binding, argc, argv, "fabricwatch-agent")) return 3;
   auto duration = fw::DurationSetter;
 
-  CLI::App app{"fabricwatch-agent: watches this node's fabric (topology, NIC counters, probes to "
-               "peers) and streams it to the aggregator."};
+  CLI::App app{
+      "fabricwatch-agent: watches this node's fabric (topology, NIC counters, probes to "
+      "peers) and streams it to the aggregator."};
   app.add_option("--config", config, "YAML file whose keys are these flags' names");
   app.add_option("--aggregator", o.aggregator, "aggregator gRPC address HOST:PORT")
       ->capture_default_str();
@@ -112,8 +113,7 @@ int main(int argc, char** argv) {
   fw::tls::AddTlsFlags(app, &tls_files, "this agent (it must name this node)");
   app.add_option("--web-config,--web-config-file", web_config,
                  "HTTP TLS and basic auth, in the Prometheus exporter-toolkit web config format");
-  app.add_option("--test-batches", o.test_batches, "test only: send N numbered batches")
-      ->group("");
+  app.add_option("--test-batches", o.test_batches, "test only: send N numbered batches")->group("");
   app.add_option("--test-batch-rate", o.test_batch_rate, "test only: numbered batches per second")
       ->group("");
   app.add_option("--collective-test-delay-ms", o.collective_test_delay_ms,
@@ -145,6 +145,11 @@ int main(int argc, char** argv) {
   app.add_option("--test-rdma-fake-host-delay-us", fake_host_delay_us,
                  "test only: host delay (completion to poll) of the fake device")
       ->check(CLI::Range(0.0, 1e6))
+      ->group("");
+  int fake_rc_fail = 0;
+  app.add_option("--test-rdma-fake-rc-fail", fake_rc_fail,
+                 "test only: the first N RC writes of the fake device fail (rem_access_err)")
+      ->check(CLI::Range(0, 1000))
       ->group("");
   std::string port_file;
   app.add_option("--port-file", port_file, "write the bound HTTP port as JSON here once listening");
@@ -224,6 +229,9 @@ int main(int argc, char** argv) {
     fw::rdma::FakePortConfig p;
     p.lid = static_cast<uint16_t>(fake_lid);
     p.latency_ns = static_cast<int64_t>(fake_latency_us * 1e3);
+    // 2 Gb/s: an RC write's serialization (262 us per 64 KiB) hides the loopback UDP hop of its
+    // ack, so RC goodput reads the port's rate, not the build host's scheduling.
+    p.rate_gbps = 2;
     fw::rdma::GidEntry g;
     g.gid.raw[0] = 0xfe;
     g.gid.raw[1] = 0x80;
@@ -236,6 +244,7 @@ int main(int argc, char** argv) {
     fake_fabric->AddDevice(d);
     fake_fabric->SetLoss("mlx5_0", 1, fake_loss);
     fake_fabric->SetPollDelay("mlx5_0", static_cast<int64_t>(fake_host_delay_us * 1e3));
+    fake_fabric->FailNextRcWrites("mlx5_0", fake_rc_fail, fw::rdma::WcStatus::kRemAccessErr);
     fw::Status ls = fake_fabric->EnableLoopbackLink(static_cast<uint16_t>(fake_udp_base));
     if (!ls.ok()) {
       spdlog::critical("msg=\"cannot start\" error=\"{}\"", ls.message());
@@ -248,6 +257,9 @@ int main(int argc, char** argv) {
     fw::rdma::FakeFabric* f = fake_fabric.get();
     o.rdma_verbs = [f] { return f->MakeVerbs({"mlx5_0"}); };
     o.rdma_runner.mesh.unchanneled_poll_ns = 100'000;
+    // Small RC bursts and a quick retry: the end-to-end test sees a reconnect within seconds.
+    o.rdma_runner.rc.write.burst_bytes = 4u << 20;
+    o.rdma_runner.rc.backoff_base_s = 0.5;
   }
   fw::agent::Agent agent(o);
   fw::tls::LogTransportSecurity("agent", o.tls);
@@ -273,9 +285,8 @@ int main(int argc, char** argv) {
   // start. The watchdog is fed while this daemon's own /healthz answers over loopback, i.e. while
   // the HTTP workers that Prometheus and the probes' peers depend on still serve.
   const std::string status = "serving: HTTP port " + std::to_string(agent.http_port());
-  int sig = fw::RunAsNotifyService(status, [&](int timeout_ms) {
-    return agent.HttpHealthy(timeout_ms);
-  });
+  int sig =
+      fw::RunAsNotifyService(status, [&](int timeout_ms) { return agent.HttpHealthy(timeout_ms); });
   spdlog::info("msg=\"shutting down\" signal={}", sig);
   agent.Stop();
   return 0;

@@ -404,7 +404,8 @@ void ProbeScheduler::Publish(const net::ProbeResult& r) {
   sent_[t]->Inc();
   if (r.lost) {
     lost_[t]->Inc();
-  } else if (r.transport != net::Transport::kTcpBw) {
+  } else if (r.transport != net::Transport::kTcpBw && r.transport != net::Transport::kRdmaRc) {
+    // Bursts (tcp_bw, rdma_rc) have a goodput, no round trip.
     rtt_[t]->Observe(static_cast<double>(r.rtt_ns) * 1e-9);
   }
   if (r.transport == net::Transport::kTcpBw && !r.lost) goodput_.Set(r.goodput_bps);

@@ -232,6 +232,22 @@ void Aggregator::OnPathTraces(const std::string& node, const v1::PathTraceReport
   traces_->OnReport(node, report);
 }
 
+void Aggregator::OnRdmaRcConnect(const std::string& node, const v1::RdmaRcConnect& request) {
+  // Passed on as is to the node it names, which validates it; `peer` then names the sender. A
+  // node without an open stream misses it and its sender retries after its timeout.
+  if (request.peer().empty() || request.peer() == node || grpc_ == nullptr) {
+    spdlog::info("msg=\"rdma rc: connection message dropped\" from={} to={}", node,
+                 request.peer().substr(0, 64));
+    return;
+  }
+  v1::AggregatorMessage m;
+  *m.mutable_rdma_rc_connect() = request;
+  m.mutable_rdma_rc_connect()->set_peer(node);
+  std::vector<std::pair<std::string, v1::AggregatorMessage>> out;
+  out.emplace_back(request.peer(), std::move(m));
+  grpc_->Send(std::move(out));
+}
+
 void Aggregator::OnCollectiveResult(const std::string& node, const v1::CollectiveResult& result) {
   if (ready_) collective_->OnResult(node, result);
 }

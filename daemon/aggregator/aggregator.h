@@ -84,6 +84,8 @@ class Aggregator final : public IngestSink {
   void Qualify(const fabricwatch::v1::QualifyRequest& request,
                std::function<void(Status, const fabricwatch::v1::QualifyReport&)> done) override;
   void OnKvRequest(const std::string& node, const fabricwatch::v1::KvRequest& request) override;
+  void OnRdmaRcConnect(const std::string& node,
+                       const fabricwatch::v1::RdmaRcConnect& request) override;
   void OnCollectiveResult(const std::string& node,
                           const fabricwatch::v1::CollectiveResult& result) override;
   void OnPathTraces(const std::string& node,

@@ -7,7 +7,7 @@ namespace fw::rdma {
 
 namespace {
 
-constexpr uint32_t kMagic = 0x46574c31;  // "FWL1"
+constexpr uint32_t kMagic = 0x46574c32;  // "FWL2"
 
 template <typename T>
 void Put(std::vector<uint8_t>& out, T v) {
@@ -45,6 +45,7 @@ void EncodeLinkDatagram(const LinkDatagram& d, std::vector<uint8_t>& out) {
   out.clear();
   out.reserve(kLinkHeaderBytes + d.payload.size());
   Put<uint32_t>(out, kMagic);
+  Put<uint8_t>(out, static_cast<uint8_t>(d.kind));
   Put<uint16_t>(out, d.dlid);
   Put<uint16_t>(out, d.slid);
   Put<uint32_t>(out, d.dst_qpn);
@@ -56,6 +57,11 @@ void EncodeLinkDatagram(const LinkDatagram& d, std::vector<uint8_t>& out) {
   Put<uint8_t>(out, d.grh ? 1 : 0);
   out.insert(out.end(), d.sgid.raw.begin(), d.sgid.raw.end());
   out.insert(out.end(), d.dgid.raw.begin(), d.dgid.raw.end());
+  Put<uint64_t>(out, d.token);
+  Put<uint64_t>(out, d.remote_addr);
+  Put<uint32_t>(out, d.rkey);
+  Put<uint32_t>(out, d.length);
+  Put<uint8_t>(out, d.status);
   Put<uint16_t>(out, static_cast<uint16_t>(d.payload.size()));
   out.insert(out.end(), d.payload.begin(), d.payload.end());
 }
@@ -70,6 +76,7 @@ bool ParseLinkDatagram(const uint8_t* data, size_t size, LinkDatagram& out, Link
     why = LinkDrop::kBadMagic;
     return false;
   }
+  const uint8_t kind = Get<uint8_t>(p);
   out.dlid = Get<uint16_t>(p);
   out.slid = Get<uint16_t>(p);
   out.dst_qpn = Get<uint32_t>(p);
@@ -83,6 +90,11 @@ bool ParseLinkDatagram(const uint8_t* data, size_t size, LinkDatagram& out, Link
   p += 16;
   std::memcpy(out.dgid.raw.data(), p, 16);
   p += 16;
+  out.token = Get<uint64_t>(p);
+  out.remote_addr = Get<uint64_t>(p);
+  out.rkey = Get<uint32_t>(p);
+  out.length = Get<uint32_t>(p);
+  out.status = Get<uint8_t>(p);
   const uint16_t len = Get<uint16_t>(p);
   if (len > kLinkMaxPayload || size != kLinkHeaderBytes + len) {
     why = LinkDrop::kBadLength;
@@ -92,6 +104,17 @@ bool ParseLinkDatagram(const uint8_t* data, size_t size, LinkDatagram& out, Link
     why = LinkDrop::kBadField;
     return false;
   }
+  const bool rc_fields =
+      out.token != 0 || out.remote_addr != 0 || out.rkey != 0 || out.length != 0 || out.status != 0;
+  const bool kind_ok =
+      (kind == static_cast<uint8_t>(LinkKind::kUd) && !rc_fields) ||
+      (kind == static_cast<uint8_t>(LinkKind::kRcWrite) && len == 0 && out.status == 0) ||
+      (kind == static_cast<uint8_t>(LinkKind::kRcAck) && len == 0 && out.status < kWcStatusCount);
+  if (!kind_ok) {
+    why = LinkDrop::kBadField;
+    return false;
+  }
+  out.kind = static_cast<LinkKind>(kind);
   out.grh = grh == 1;
   out.payload.assign(p, p + len);
   return true;

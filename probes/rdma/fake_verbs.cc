@@ -58,6 +58,12 @@ struct Packet {
   uint64_t remote_addr = 0;
   uint32_t rkey = 0;
   int64_t ack_latency_ns = 0;
+  // An RC write from another process (the loopback link): `link_length` bytes, no data; the
+  // answer goes back as an ack datagram to `link_slid` with `link_token`.
+  bool from_link = false;
+  uint16_t link_slid = 0;
+  uint64_t link_token = 0;
+  uint32_t link_length = 0;
 };
 
 struct PacketLater {
@@ -129,6 +135,8 @@ struct FakeFabric::State {
     int64_t poll_delay_ns = 0;
     int fail_sends = 0;
     WcStatus fail_status = WcStatus::kGeneralErr;
+    int fail_rc_writes = 0;
+    WcStatus fail_rc_status = WcStatus::kGeneralErr;
     int64_t locked_bytes = 0;
     uint32_t next_qpn = 0x100;
     std::unordered_map<uint32_t, uint64_t> qp_by_qpn;
@@ -206,6 +214,49 @@ struct FakeFabric::State {
   uint16_t link_base = 0;
   std::vector<LinkSock> link_socks;
   std::vector<uint8_t> link_buf;
+  // RC writes sent over the link and not yet acknowledged, by token.
+  struct LinkWrite {
+    uint64_t qp_id;
+    uint32_t incarnation;
+    uint64_t wr_id;
+    bool signaled;
+  };
+  std::unordered_map<uint64_t, LinkWrite> link_writes;
+  uint64_t next_link_token = 1;
+
+  void LinkSendDatagram(const LinkDatagram& d) {
+    EncodeLinkDatagram(d, link_buf);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    to.sin_port = htons(static_cast<uint16_t>(link_base + d.dlid));
+    // Nobody listening, or a full socket buffer, is a datagram lost on the wire.
+    (void)::sendto(link_socks.front().fd, link_buf.data(), link_buf.size(), MSG_DONTWAIT,
+                   reinterpret_cast<const sockaddr*>(&to), sizeof(to));
+    ++stats.link_sent;
+  }
+
+  // Sends an RC write to a LID of another process; false when there is no link. The write
+  // completes when its ack comes back (LinkReceive); none comes when the peer is gone, and the
+  // sender's burst times out as on a fabric whose retries ran out.
+  bool LinkSendWrite(const Packet& p, uint16_t dlid, uint16_t slid, uint32_t length) {
+    if (link_socks.empty() || dlid == 0 || uint32_t{link_base} + dlid > 65535) return false;
+    if (link_writes.size() > 65536) link_writes.clear();  // acks that never came
+    LinkDatagram d;
+    d.kind = LinkKind::kRcWrite;
+    d.dlid = dlid;
+    d.slid = slid;
+    d.dst_qpn = p.dst_qpn;
+    d.src_qpn = p.src_qpn;
+    d.arrive_at_ns = p.at;
+    d.token = next_link_token++;
+    d.remote_addr = p.remote_addr;
+    d.rkey = p.rkey;
+    d.length = length;
+    link_writes[d.token] = {p.src_qp_id, p.src_incarnation, p.wr_id, p.signaled};
+    LinkSendDatagram(d);
+    return true;
+  }
 
   // Sends a UD packet to a LID of another process; false when there is no link.
   bool LinkSend(const Packet& p, uint16_t dlid, uint16_t slid) {
@@ -223,15 +274,7 @@ struct FakeFabric::State {
     d.sgid = p.sgid;
     d.dgid = p.dgid;
     d.payload = p.data;
-    EncodeLinkDatagram(d, link_buf);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    to.sin_port = htons(static_cast<uint16_t>(link_base + dlid));
-    // Nobody listening, or a full socket buffer, is a datagram lost on the wire.
-    (void)::sendto(link_socks.front().fd, link_buf.data(), link_buf.size(), MSG_DONTWAIT,
-                   reinterpret_cast<const sockaddr*>(&to), sizeof(to));
-    ++stats.link_sent;
+    LinkSendDatagram(d);
     return true;
   }
 
@@ -261,19 +304,37 @@ struct FakeFabric::State {
           continue;
         }
         ++stats.link_received;
-        const double loss = devices[l.dev].ports[l.port - 1].loss;
-        if (loss > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < loss) {
-          ++stats.dropped_loss;
+        if (d.kind == LinkKind::kRcAck) {
+          LinkAck(d);
           continue;
         }
         Packet p;
         p.at = d.arrive_at_ns;
         p.order = next_order++;
-        p.kind = PacketKind::kUd;
         p.src_qpn = d.src_qpn;
         p.dst_dev = l.dev;
         p.dst_port = l.port;
         p.dst_qpn = d.dst_qpn;
+        if (d.kind == LinkKind::kRcWrite) {
+          // RC retransmits: loss shows as delay, modelled as none (as between local devices).
+          p.kind = PacketKind::kRcWrite;
+          p.remote_addr = d.remote_addr;
+          p.rkey = d.rkey;
+          p.from_link = true;
+          p.link_slid = d.slid;
+          p.link_token = d.token;
+          p.link_length = d.length;
+          p.ack_latency_ns = devices[l.dev].ports[l.port - 1].cfg.latency_ns;
+          heap.push_back(std::move(p));
+          std::push_heap(heap.begin(), heap.end(), PacketLater());
+          continue;
+        }
+        const double loss = devices[l.dev].ports[l.port - 1].loss;
+        if (loss > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < loss) {
+          ++stats.dropped_loss;
+          continue;
+        }
+        p.kind = PacketKind::kUd;
         p.qkey = d.qkey;
         p.grh = d.grh;
         p.sgid = d.sgid;
@@ -285,6 +346,26 @@ struct FakeFabric::State {
         std::push_heap(heap.begin(), heap.end(), PacketLater());
       }
     }
+  }
+
+  // An ack for an RC write this process sent: the write's completion, at the ack's arrival.
+  void LinkAck(const LinkDatagram& d) {
+    auto it = link_writes.find(d.token);
+    if (it == link_writes.end()) return;  // a write of a QP reset since, or a stale ack
+    const LinkWrite w = it->second;
+    link_writes.erase(it);
+    auto qit = qps.find(w.qp_id);
+    if (qit == qps.end() || qit->second.incarnation != w.incarnation) return;
+    QpS& src = qit->second;
+    WorkCompletion wc;
+    wc.wr_id = w.wr_id;
+    wc.opcode = WcOpcode::kRdmaWrite;
+    wc.qp_num = src.qpn;
+    wc.status = static_cast<WcStatus>(d.status);
+    if (wc.status != WcStatus::kSuccess || w.signaled) {
+      Complete(src.scq, wc, d.arrive_at_ns, w.signaled, w.qp_id);
+    }
+    if (wc.status != WcStatus::kSuccess) ToError(src, w.qp_id);
   }
 
   int64_t Now() const { return clock.MonotonicNanos(); }
@@ -440,7 +521,8 @@ void FakeFabric::State::Deliver(Packet& p) {
     WorkCompletion wc;
     wc.wr_id = p.wr_id;
     wc.opcode = WcOpcode::kRdmaWrite;
-    wc.byte_len = static_cast<uint32_t>(p.data.size());
+    const size_t len = p.from_link ? p.link_length : p.data.size();
+    wc.byte_len = static_cast<uint32_t>(len);
     wc.status = WcStatus::kSuccess;
     const MrS* mr = nullptr;
     auto lk = lkey_by_rkey.find(p.rkey);
@@ -452,12 +534,27 @@ void FakeFabric::State::Deliver(Packet& p) {
     } else if (mr == nullptr || mr->dev != p.dst_dev || mr->pd != qp->pd ||
                !(mr->access & kAccessRemoteWrite) ||
                !(qp->attr.access_flags & kAccessRemoteWrite) || p.remote_addr < mr->addr ||
-               p.remote_addr + p.data.size() > mr->addr + mr->len) {
+               p.remote_addr + len > mr->addr + mr->len) {
       wc.status = WcStatus::kRemAccessErr;
     } else {
-      std::memcpy(reinterpret_cast<void*>(p.remote_addr), p.data.data(), p.data.size());
+      if (!p.from_link) {
+        std::memcpy(reinterpret_cast<void*>(p.remote_addr), p.data.data(), p.data.size());
+      }
       ++stats.rdma_writes;
       ++stats.delivered;
+    }
+    if (p.from_link) {
+      LinkDatagram ack;
+      ack.kind = LinkKind::kRcAck;
+      ack.dlid = p.link_slid;
+      ack.slid = dst.ports[p.dst_port - 1].cfg.lid;
+      ack.dst_qpn = p.src_qpn;
+      ack.src_qpn = p.dst_qpn;
+      ack.arrive_at_ns = p.at + p.ack_latency_ns;
+      ack.token = p.link_token;
+      ack.status = static_cast<uint8_t>(wc.status);
+      if (uint32_t{link_base} + ack.dlid <= 65535) LinkSendDatagram(ack);
+      return;
     }
     if (sit == qps.end() || sit->second.incarnation != p.src_incarnation) return;
     QpS& src = sit->second;
@@ -787,6 +884,10 @@ class FakeQp final : public Qp {
       --d.fail_sends;
       return fail(d.fail_status);
     }
+    if (type_ == QpType::kRc && d.fail_rc_writes > 0) {
+      --d.fail_rc_writes;
+      return fail(d.fail_rc_status);
+    }
     if (type_ == QpType::kUd && w.opcode != SendOpcode::kSend) return fail(WcStatus::kLocQpOpErr);
     if (s_->CheckLocal(qp.dev, qp.pd, w.sge) == nullptr) return fail(WcStatus::kLocProtErr);
 
@@ -866,6 +967,11 @@ class FakeQp final : public Qp {
       if (w.signaled) s_->Complete(qp.scq, wc, tx_end, true, id_);
       if (!routed) return Status::Ok();
     } else {
+      if (port_up && !routed && !av.is_global && !s_->link_socks.empty()) {
+        // A LID of another process's fabric: the write goes over the loopback link and completes
+        // when its ack comes back.
+        if (s_->LinkSendWrite(p, av.dlid, sport.cfg.lid, w.sge.length)) return Status::Ok();
+      }
       if (!routed) {
         // RC: no acknowledgement ever comes; the retries run out.
         wc.status = WcStatus::kRetryExcErr;
@@ -1231,6 +1337,13 @@ void FakeFabric::FailNextSends(const std::string& device, int count, WcStatus st
   State::Device& d = state_->Dev(device);
   d.fail_sends = count;
   d.fail_status = status;
+}
+
+void FakeFabric::FailNextRcWrites(const std::string& device, int count, WcStatus status) {
+  std::lock_guard<std::mutex> l(state_->mu);
+  State::Device& d = state_->Dev(device);
+  d.fail_rc_writes = count;
+  d.fail_rc_status = status;
 }
 
 void FakeFabric::SetPortState(const std::string& device, uint8_t port, PortState st) {

@@ -82,7 +82,10 @@ class FakeFabric {
   // no local device has leaves as one UDP datagram to udp_base + that LID (fake_link.h), stamped
   // with its arrival time on CLOCK_MONOTONIC, which all processes share; datagrams that arrive are
   // delivered like local ones when the fabric is next polled. Loss applies at both ends' ports,
-  // latency at the sender's. RoCE (GID) routes and RC writes do not cross the link. CQs created
+  // latency at the sender's. RC writes to a LID cross it too: the write's
+  // checks (responder QP state and peer QPN, rkey, bounds, REMOTE_WRITE) run in the receiving
+  // process, which acks with the status; the bytes themselves do not travel, and no loss applies
+  // (RC retransmits). RoCE (GID) routes do not cross the link. CQs created
   // after this have a completion channel (event_fd(), Arm()), woken by a timer for the earliest
   // completion they may see and by the link sockets. Needs a RealClock (CLOCK_MONOTONIC). Fails
   // when a socket cannot be bound.
@@ -97,6 +100,8 @@ class FakeFabric {
   void SetPollDelay(const std::string& device, int64_t ns);
   // The next `count` sends posted on the device complete with `status` and put their QP in ERR.
   void FailNextSends(const std::string& device, int count, WcStatus status);
+  // The same for RDMA writes on RC QPs only (UD sends go on).
+  void FailNextRcWrites(const std::string& device, int count, WcStatus status);
   // Changes the port state and raises PORT_ACTIVE or PORT_ERR on every open context.
   void SetPortState(const std::string& device, uint8_t port, PortState state);
   // Raises DEVICE_FATAL; every later call on the device fails with Unavailable.

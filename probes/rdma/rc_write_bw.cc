@@ -162,10 +162,9 @@ StatusOr<RcBurstResult> RcWriteBw::RunBurst(const Clock& clock, net::ProbeBudget
   const uint64_t writes_total = (opts_.burst_bytes + opts_.message_bytes - 1) / opts_.message_bytes;
   const uint64_t bytes_total = writes_total * opts_.message_bytes;
   if (budget != nullptr) {
-    const double packets =
-        static_cast<double>(writes_total) *
-        std::max<double>(1, static_cast<double>(opts_.message_bytes) / opts_.path_mtu_bytes);
-    if (!budget->TryConsume(packets, static_cast<double>(bytes_total))) {
+    // Bytes only, as the TCP bursts pay: the packet budget is the latency probes' rate, and one
+    // burst's MTU packets (16 per 64 KiB write) would exceed a whole second of it.
+    if (!budget->TryConsume(0, static_cast<double>(bytes_total))) {
       ++stats_.budget_refused;
       return Status::ResourceExhausted("probe budget refused an RC burst of " +
                                        std::to_string(bytes_total) + " bytes");

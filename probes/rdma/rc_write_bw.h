@@ -75,8 +75,8 @@ class RcWriteBw {
   Status Reconnect(const RcEndpoint* remote = nullptr);
   bool broken() const { return broken_; }
 
-  // One burst. The budget pays the whole burst up front (ResourceExhausted, nothing sent, when
-  // it cannot). A completion error marks the connection broken and returns Unavailable.
+  // One burst. The budget's bytes pay the whole burst up front (ResourceExhausted, nothing sent,
+  // when it cannot). A completion error marks the connection broken and returns Unavailable.
   StatusOr<RcBurstResult> RunBurst(const Clock& clock, net::ProbeBudget* budget = nullptr);
 
   const RcWriteStats& stats() const { return stats_; }

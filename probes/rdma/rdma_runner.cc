@@ -29,13 +29,14 @@ class RdmaRunner::Sink final : public ResultSink {
 };
 
 RdmaRunner::RdmaRunner(std::unique_ptr<Verbs> verbs, const Clock& clock, RdmaRunnerOptions options,
-                       BatchSink sink, net::ProbeBudget* budget)
+                       BatchSink sink, net::ProbeBudget* budget, RcPeers::SendFn rc_send)
     : verbs_(std::move(verbs)),
       clock_(clock),
       options_(std::move(options)),
       sink_(std::move(sink)),
       budget_(budget),
-      collector_(std::make_unique<Sink>(options_.max_batch, dropped_)) {}
+      collector_(std::make_unique<Sink>(options_.max_batch, dropped_)),
+      rc_send_(std::move(rc_send)) {}
 
 RdmaRunner::~RdmaRunner() { Stop(); }
 
@@ -49,6 +50,15 @@ Status RdmaRunner::Start() {
     return mesh.status();
   }
   mesh_ = std::move(mesh.value());
+  if (rc_send_) {
+    UdMesh* m = mesh_.get();
+    rc_ = std::make_unique<RcPeers>(
+        clock_, options_.rc,
+        [m](const std::string& device, LinkLayer want, RcDeviceRef& out) {
+          return m->PortFor(device, want, &out.ctx, &out.pd, &out.port, &out.gid_index);
+        },
+        rc_send_, collector_.get(), budget_);
+  }
   stop_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (stop_fd_ < 0) return Status::Internal("eventfd failed");
   {
@@ -77,13 +87,36 @@ void RdmaRunner::Stop() {
   stop_fd_ = -1;
 }
 
-void RdmaRunner::SetTargets(std::vector<UdTarget> targets) {
-  MutexLock l(mu_);
-  next_targets_ = std::move(targets);
+void RdmaRunner::Wake() {
   if (stop_fd_ >= 0) {
     const uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(stop_fd_, &one, sizeof(one));  // wake the loop
+    [[maybe_unused]] ssize_t n = ::write(stop_fd_, &one, sizeof(one));
   }
+}
+
+void RdmaRunner::SetTargets(std::vector<UdTarget> targets) {
+  {
+    MutexLock l(mu_);
+    next_targets_ = std::move(targets);
+  }
+  Wake();
+}
+
+void RdmaRunner::SetRcPlan(std::vector<RcPeerPlan> peers, double interval_s, uint64_t bytes) {
+  {
+    MutexLock l(mu_);
+    next_rc_plan_ = RcPlan{std::move(peers), interval_s, bytes};
+  }
+  Wake();
+}
+
+void RdmaRunner::OnRcMessage(RcConnectMsg m) {
+  {
+    MutexLock l(mu_);
+    if (rc_inbox_.size() >= 1024) return;  // a flood: the senders retry after their timeout
+    rc_inbox_.push_back(std::move(m));
+  }
+  Wake();
 }
 
 RdmaState RdmaRunner::state() const {
@@ -98,15 +131,25 @@ void RdmaRunner::Loop() {
   std::vector<pollfd> fds;
   while (!stopping_.load()) {
     std::optional<std::vector<UdTarget>> targets;
+    std::optional<RcPlan> rc_plan;
+    std::vector<RcConnectMsg> rc_inbox;
     {
       MutexLock l(mu_);
       targets.swap(next_targets_);
+      rc_plan.swap(next_rc_plan_);
+      rc_inbox.swap(rc_inbox_);
+    }
+    if (rc_ && rc_plan)
+      rc_->SetPlan(std::move(rc_plan->peers), rc_plan->interval_s, rc_plan->bytes);
+    if (rc_) {
+      for (const RcConnectMsg& m : rc_inbox) rc_->OnMessage(m);
     }
     if (targets) {
       const int skipped = mesh_->SetTargets(std::move(*targets));
       spdlog::info("msg=\"rdma: UD targets applied\" skipped={}", skipped);
     }
     int64_t wait_ns = mesh_->Step();
+    if (rc_) wait_ns = std::min(wait_ns, rc_->Step());
     const int64_t now = clock_.MonotonicNanos();
     if (!collector_->pending.empty() &&
         (now - last_flush >= interval || collector_->pending.size() >= options_.max_batch / 2)) {
@@ -118,6 +161,7 @@ void RdmaRunner::Loop() {
     if (mesh_->endpoints_version() != 0) {
       MutexLock l(mu_);
       if (state_.endpoints_version != mesh_->endpoints_version()) {
+        if (rc_ && state_.endpoints_version != 0) rc_->DropAll();  // the devices' QPs are gone
         state_.endpoints = mesh_->Endpoints();
         state_.sources = mesh_->TimestampSources();
         state_.endpoints_version = mesh_->endpoints_version();

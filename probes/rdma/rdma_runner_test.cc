@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <thread>
 
@@ -108,15 +109,47 @@ TEST(FakeLink, DatagramRoundTripsAndBadOnesAreRefusedByCause) {
   EXPECT_FALSE(ParseLinkDatagram(bad.data(), bad.size(), back, why));
   EXPECT_EQ(why, LinkDrop::kBadMagic);
   bad = w;
-  bad[8] = 1;  // dst_qpn above 24 bits
+  bad[9] = 1;  // dst_qpn above 24 bits
   EXPECT_FALSE(ParseLinkDatagram(bad.data(), bad.size(), back, why));
   EXPECT_EQ(why, LinkDrop::kBadField);
+  bad = w;
+  bad[4] = 9;  // no such kind
+  EXPECT_FALSE(ParseLinkDatagram(bad.data(), bad.size(), back, why));
+  EXPECT_EQ(why, LinkDrop::kBadField);
+
+  // RC writes carry no payload; a UD datagram carries no RC fields.
+  LinkDatagram rc = d;
+  rc.kind = LinkKind::kRcWrite;
+  rc.payload.clear();
+  rc.token = 42;
+  rc.remote_addr = 0x7f0000001000;
+  rc.rkey = 0x5a000011;
+  rc.length = 65536;
+  EncodeLinkDatagram(rc, w);
+  ASSERT_TRUE(ParseLinkDatagram(w.data(), w.size(), back, why));
+  EXPECT_EQ(back.kind, LinkKind::kRcWrite);
+  EXPECT_EQ(back.token, 42u);
+  EXPECT_EQ(back.remote_addr, rc.remote_addr);
+  EXPECT_EQ(back.length, 65536u);
+  rc.payload.assign(8, 1);
+  EncodeLinkDatagram(rc, w);
+  EXPECT_FALSE(ParseLinkDatagram(w.data(), w.size(), back, why));
+  EXPECT_EQ(why, LinkDrop::kBadField);
+  LinkDatagram ud = d;
+  ud.rkey = 1;
+  EncodeLinkDatagram(ud, w);
+  EXPECT_FALSE(ParseLinkDatagram(w.data(), w.size(), back, why));
+  LinkDatagram ack = rc;
+  ack.kind = LinkKind::kRcAck;
+  ack.payload.clear();
+  ack.status = kWcStatusCount;  // no such status
+  EncodeLinkDatagram(ack, w);
+  EXPECT_FALSE(ParseLinkDatagram(w.data(), w.size(), back, why));
 }
 
-// Two fabrics, as in two agent processes, joined by the loopback link: each sees only its own
-// device, and probes cross loopback UDP; loss on one port shows in the results.
-TEST(RdmaRunner, LoopbackLinkJoinsTheFabricsOfSeparateProcesses) {
-  const uint16_t base = static_cast<uint16_t>(30000 + (::getpid() % 2000) * 10);
+// Two fabrics, one fake device "mlx5_0" each (LIDs 1 and 2), joined by the loopback link at
+// `base`; empty when a socket could not be bound.
+std::vector<std::unique_ptr<FakeFabric>> LinkedFabrics(uint16_t base, double gbps) {
   std::vector<std::unique_ptr<FakeFabric>> fabrics;
   for (uint16_t lid : {1, 2}) {
     fabrics.push_back(std::make_unique<FakeFabric>(RealClock::Get()));
@@ -124,10 +157,20 @@ TEST(RdmaRunner, LoopbackLinkJoinsTheFabricsOfSeparateProcesses) {
     d.name = "mlx5_0";
     FakePortConfig p;
     p.lid = lid;
+    p.rate_gbps = gbps;
     d.ports = {p};
     fabrics.back()->AddDevice(d);
-    ASSERT_TRUE(fabrics.back()->EnableLoopbackLink(base).ok());
+    if (!fabrics.back()->EnableLoopbackLink(base).ok()) return {};
   }
+  return fabrics;
+}
+
+// Two fabrics, as in two agent processes, joined by the loopback link: each sees only its own
+// device, and probes cross loopback UDP; loss on one port shows in the results.
+TEST(RdmaRunner, LoopbackLinkJoinsTheFabricsOfSeparateProcesses) {
+  const uint16_t base = static_cast<uint16_t>(30000 + (::getpid() % 2000) * 10);
+  std::vector<std::unique_ptr<FakeFabric>> fabrics = LinkedFabrics(base, 100);
+  ASSERT_EQ(fabrics.size(), 2u);
   EXPECT_FALSE(fabrics[0]->EnableLoopbackLink(base).ok()) << "already on";
   fabrics[1]->SetLoss("mlx5_0", 1, 0.5);
   std::mutex mu;
@@ -167,6 +210,74 @@ TEST(RdmaRunner, LoopbackLinkJoinsTheFabricsOfSeparateProcesses) {
   EXPECT_GT(lost, answered);
   EXPECT_GT(fabrics[0]->stats().link_sent, 100u);
   EXPECT_GT(fabrics[1]->stats().link_received, 100u);
+  EXPECT_EQ(fabrics[0]->stats().link_refused + fabrics[1]->stats().link_refused, 0u);
+}
+
+// RC write bursts between two processes' fabrics, the connection messages passed between the
+// runners as the aggregator passes them; a completion error tears the QP down and reconnects.
+TEST(RdmaRunner, RcBurstsCrossTheLinkAndAQpErrorReconnects) {
+  const uint16_t base = static_cast<uint16_t>(30000 + (::getpid() % 2000) * 10 + 5);
+  std::vector<std::unique_ptr<FakeFabric>> fabrics = LinkedFabrics(base, 10);
+  ASSERT_EQ(fabrics.size(), 2u);
+  std::mutex mu;
+  std::vector<RdmaProbeResult> got;
+  RdmaRunnerOptions o;
+  o.batch_interval_s = 0.05;
+  o.rc.write.buffer_bytes = 1u << 20;
+  o.rc.backoff_base_s = 0.1;
+  std::unique_ptr<RdmaRunner> a, b;
+  auto to = [](std::unique_ptr<RdmaRunner>& r, const char* from) {
+    return [&r, from](const RcConnectMsg& m) {
+      RcConnectMsg in = m;
+      in.peer = from;
+      r->OnRcMessage(std::move(in));
+    };
+  };
+  a = std::make_unique<RdmaRunner>(
+      fabrics[0]->MakeVerbs({"mlx5_0"}), RealClock::Get(), o,
+      [&](std::vector<RdmaProbeResult>&& batch) {
+        std::lock_guard<std::mutex> l(mu);
+        got.insert(got.end(), batch.begin(), batch.end());
+      },
+      nullptr, to(b, "node-a"));
+  b = std::make_unique<RdmaRunner>(
+      fabrics[1]->MakeVerbs({"mlx5_0"}), RealClock::Get(), o, [](auto&&) {}, nullptr,
+      to(a, "node-b"));
+  ASSERT_TRUE(a->Start().ok());
+  ASSERT_TRUE(b->Start().ok());
+  a->SetRcPlan({{"node-b", "mlx5_0", "mlx5_0"}}, 0.1, 4u << 20);
+  auto ok_bursts = [&] {
+    std::lock_guard<std::mutex> l(mu);
+    return got.size();
+  };
+  for (int i = 0; i < 100 && ok_bursts() < 3u; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GE(ok_bursts(), 3u);
+  fabrics[0]->FailNextRcWrites("mlx5_0", 1, WcStatus::kRemAccessErr);
+  for (int i = 0; i < 100 && a->rc_stats()->bursts.load() < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  a->Stop();
+  b->Stop();
+  const RcPeersStats& st = *a->rc_stats();
+  EXPECT_EQ(st.qp_errors.load(), 1u);
+  EXPECT_EQ(st.reconnects.load(), 1u);
+  EXPECT_GE(st.bursts.load(), 6u) << "bursts go on after the reconnect";
+  EXPECT_GE(st.connects_sent.load(), 2u);
+  EXPECT_GE(b->rc_stats()->answers_sent.load(), 2u);
+  std::lock_guard<std::mutex> l(mu);
+  for (const auto& r : got) {
+    EXPECT_EQ(r.base.transport, net::Transport::kRdmaRc);
+    EXPECT_EQ(r.base.PeerName(), "node-b");
+    EXPECT_FALSE(r.base.lost) << "a failed burst is counted, not reported";
+    EXPECT_EQ(r.base.bytes, 4u << 20);
+    // The fake port's 10 Gb/s bounds it; the UDP hop of each write's ack may only slow it.
+    EXPECT_LE(r.base.goodput_bps, 10.3e9);
+    EXPECT_GE(r.base.goodput_bps, 1e9);
+  }
+  EXPECT_EQ(st.burst_failures.load(), 1u);
+  EXPECT_GE(fabrics[1]->stats().rdma_writes, 6u * 64);
   EXPECT_EQ(fabrics[0]->stats().link_refused + fabrics[1]->stats().link_refused, 0u);
 }
 

@@ -8,6 +8,34 @@ namespace fw::rdma {
 
 namespace v1 = fabricwatch::v1;
 
+namespace {
+
+// The address fields RdmaEndpoint and RdmaRcEndpoint share, validated: a known link layer, port
+// 1..255, a 16-byte GID, a non-zero 24-bit QPN, LID, GID index and device name in range.
+template <typename P, typename E>
+Status AddressFromProto(const P& p, E& e, const char* what) {
+  if (p.link_layer() == "InfiniBand") {
+    e.link_layer = LinkLayer::kInfiniBand;
+  } else if (p.link_layer() == "Ethernet") {
+    e.link_layer = LinkLayer::kEthernet;
+  } else {
+    return Status::InvalidArgument(std::string(what) + ": unknown link layer");
+  }
+  if (p.port() < 1 || p.port() > 255 || p.gid().size() != 16 || p.qpn() == 0 ||
+      p.qpn() > 0xffffff || p.lid() > 0xffff || p.gid_index() > 255 || p.device().size() > 64) {
+    return Status::InvalidArgument(std::string(what) + ": field out of range");
+  }
+  e.device = p.device();
+  e.port = static_cast<uint8_t>(p.port());
+  e.lid = static_cast<uint16_t>(p.lid());
+  std::memcpy(e.gid.raw.data(), p.gid().data(), 16);
+  e.gid_index = static_cast<int>(p.gid_index());
+  e.qpn = p.qpn();
+  return Status::Ok();
+}
+
+}  // namespace
+
 void EndpointToProto(const UdEndpoint& e, TsSource source, v1::RdmaEndpoint* out) {
   out->set_device(e.device);
   out->set_port(e.port);
@@ -22,25 +50,8 @@ void EndpointToProto(const UdEndpoint& e, TsSource source, v1::RdmaEndpoint* out
 
 StatusOr<UdEndpoint> EndpointFromProto(const v1::RdmaEndpoint& p) {
   UdEndpoint e;
-  if (p.link_layer() == "InfiniBand") {
-    e.link_layer = LinkLayer::kInfiniBand;
-  } else if (p.link_layer() == "Ethernet") {
-    e.link_layer = LinkLayer::kEthernet;
-  } else {
-    return Status::InvalidArgument("rdma endpoint: unknown link layer");
-  }
-  if (p.port() < 1 || p.port() > 255) return Status::InvalidArgument("rdma endpoint: bad port");
-  if (p.gid().size() != 16) return Status::InvalidArgument("rdma endpoint: GID must be 16 bytes");
-  if (p.qpn() == 0 || p.qpn() > 0xffffff) return Status::InvalidArgument("rdma endpoint: bad QPN");
-  if (p.lid() > 0xffff || p.gid_index() > 255 || p.device().size() > 64) {
-    return Status::InvalidArgument("rdma endpoint: field out of range");
-  }
-  e.device = p.device();
-  e.port = static_cast<uint8_t>(p.port());
-  e.lid = static_cast<uint16_t>(p.lid());
-  std::memcpy(e.gid.raw.data(), p.gid().data(), 16);
-  e.gid_index = static_cast<int>(p.gid_index());
-  e.qpn = p.qpn();
+  Status st = AddressFromProto(p, e, "rdma endpoint");
+  if (!st.ok()) return st;
   e.qkey = p.qkey();
   if (e.link_layer == LinkLayer::kInfiniBand && e.lid == 0) {
     return Status::InvalidArgument("rdma endpoint: InfiniBand without a LID");
@@ -49,6 +60,60 @@ StatusOr<UdEndpoint> EndpointFromProto(const v1::RdmaEndpoint& p) {
     return Status::InvalidArgument("rdma endpoint: RoCE without a GID");
   }
   return e;
+}
+
+void RcConnectToProto(const RcConnectMsg& m, v1::RdmaRcConnect* out) {
+  out->set_peer(m.peer);
+  out->set_reply(m.reply);
+  const RcEndpoint& e = m.endpoint;
+  v1::RdmaRcEndpoint* p = out->mutable_endpoint();
+  p->set_device(e.device);
+  p->set_port(e.port);
+  p->set_link_layer(std::string(LinkLayerName(e.link_layer)));
+  p->set_lid(e.lid);
+  p->set_gid(std::string(reinterpret_cast<const char*>(e.gid.raw.data()), 16));
+  p->set_gid_index(static_cast<uint32_t>(e.gid_index));
+  p->set_qpn(e.qpn);
+  p->set_psn(e.psn);
+  p->set_rkey(e.rkey);
+  p->set_addr(e.addr);
+  p->set_length(e.length);
+}
+
+StatusOr<RcConnectMsg> RcConnectFromProto(const v1::RdmaRcConnect& in) {
+  if (in.peer().empty() || in.peer().size() > net::ProbeResult::kPeerNameMax) {
+    return Status::InvalidArgument("rdma rc connect: bad peer name");
+  }
+  const v1::RdmaRcEndpoint& p = in.endpoint();
+  RcConnectMsg m;
+  m.peer = in.peer();
+  m.reply = in.reply();
+  RcEndpoint& e = m.endpoint;
+  Status st = AddressFromProto(p, e, "rdma rc connect");
+  if (!st.ok()) return st;
+  if (p.psn() > 0xffffff || p.rkey() == 0 || p.length() == 0) {
+    return Status::InvalidArgument("rdma rc connect: field out of range");
+  }
+  e.psn = p.psn();
+  e.rkey = p.rkey();
+  e.addr = p.addr();
+  e.length = p.length();
+  if (e.link_layer == LinkLayer::kInfiniBand && e.lid == 0 && e.gid.IsZero()) {
+    return Status::InvalidArgument("rdma rc connect: InfiniBand without a LID or GID");
+  }
+  if (e.link_layer == LinkLayer::kEthernet && e.gid.IsZero()) {
+    return Status::InvalidArgument("rdma rc connect: RoCE without a GID");
+  }
+  return m;
+}
+
+std::vector<RcPeerPlan> RcPeersFromPlan(const v1::ProbePlan& plan) {
+  std::vector<RcPeerPlan> out;
+  for (const v1::PlannedPeer& p : plan.peers()) {
+    if (p.transport() != v1::TRANSPORT_RDMA_RC || p.node().empty()) continue;
+    out.push_back({p.node(), p.src_nic(), p.dst_nic()});
+  }
+  return out;
 }
 
 std::vector<UdTarget> UdTargetsFromPlan(const v1::ProbePlan& plan, int* skipped) {
@@ -77,6 +142,17 @@ std::vector<UdTarget> UdTargetsFromPlan(const v1::ProbePlan& plan, int* skipped)
 
 void ResultToProto(const RdmaProbeResult& r, v1::ProbeResult* out) {
   out->set_peer(std::string(r.base.PeerName()));
+  if (r.base.transport == net::Transport::kRdmaRc) {
+    // A burst: bytes and goodput like tcp_bw; rtt_ns is left 0 (the burst's span is no RTT).
+    out->set_transport(v1::TRANSPORT_RDMA_RC);
+    out->set_probe_seq(r.base.seq);
+    out->set_lost(r.base.lost);
+    out->set_bytes(r.base.bytes);
+    out->set_goodput_bps(r.base.lost ? 0 : r.base.goodput_bps);
+    out->set_sent_unix_ns(r.base.timestamp_ns);
+    out->set_src_nic(std::string(r.LocalDevice()));
+    return;
+  }
   out->set_transport(v1::TRANSPORT_RDMA_UD);
   // The flow label stands in for the UDP source port; the aggregator takes ports up to 65535.
   out->set_src_port(r.flow_label <= 0xffff ? r.flow_label : 0);

@@ -23,6 +23,14 @@ StatusOr<UdEndpoint> EndpointFromProto(const fabricwatch::v1::RdmaEndpoint& p);
 // `skipped` and left out.
 std::vector<UdTarget> UdTargetsFromPlan(const fabricwatch::v1::ProbePlan& plan, int* skipped);
 
+// RC connection messages (rc_peers.h). The parse validates what came from the network: a known
+// link layer, port 1..255, a 16-byte GID, 24-bit QPN and PSN, a non-zero QPN, rkey and length,
+// a LID on InfiniBand, a GID on RoCE, a peer name of at most 63 bytes.
+void RcConnectToProto(const RcConnectMsg& m, fabricwatch::v1::RdmaRcConnect* out);
+StatusOr<RcConnectMsg> RcConnectFromProto(const fabricwatch::v1::RdmaRcConnect& p);
+// The plan's TRANSPORT_RDMA_RC peers: node, local NIC (src_nic), the peer's NIC (dst_nic).
+std::vector<RcPeerPlan> RcPeersFromPlan(const fabricwatch::v1::ProbePlan& plan);
+
 void ResultToProto(const RdmaProbeResult& r, fabricwatch::v1::ProbeResult* out);
 
 // Hello's Inventory.rdma and the log line: "available: 2 ports" / "unavailable: <reason>".

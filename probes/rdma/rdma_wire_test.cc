@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <vector>
+
 namespace fw::rdma {
 namespace {
 
@@ -100,6 +103,79 @@ TEST(RdmaWire, ResultsCarryTheSplit) {
   RdmaState none;
   none.detail = "ibv_get_device_list: x (errno 38)";
   EXPECT_EQ(InventoryLine(none), "unavailable: ibv_get_device_list: x (errno 38)");
+}
+
+TEST(RdmaWire, RcConnectRoundTripsAndBadOnesAreRefused) {
+  RcConnectMsg m;
+  m.peer = "node-b";
+  m.reply = true;
+  RcEndpoint& e = m.endpoint;
+  e.device = "mlx5_0";
+  e.port = 1;
+  e.link_layer = LinkLayer::kInfiniBand;
+  e.lid = 7;
+  e.qpn = 0x123;
+  e.psn = 0xabcdef;
+  e.rkey = 0x5a000011;
+  e.addr = 0x7f0012340000;
+  e.length = 1u << 20;
+  v1::RdmaRcConnect p;
+  RcConnectToProto(m, &p);
+  auto back = RcConnectFromProto(p);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->peer, "node-b");
+  EXPECT_TRUE(back->reply);
+  EXPECT_EQ(back->endpoint.qpn, 0x123u);
+  EXPECT_EQ(back->endpoint.psn, 0xabcdefu);
+  EXPECT_EQ(back->endpoint.rkey, e.rkey);
+  EXPECT_EQ(back->endpoint.addr, e.addr);
+  EXPECT_EQ(back->endpoint.length, e.length);
+  EXPECT_EQ(back->endpoint.lid, 7);
+  for (auto breaker : std::vector<std::function<void(v1::RdmaRcConnect&)>>{
+           [](auto& q) { q.mutable_endpoint()->set_qpn(1u << 24); },
+           [](auto& q) { q.mutable_endpoint()->set_psn(1u << 24); },
+           [](auto& q) { q.mutable_endpoint()->set_rkey(0); },
+           [](auto& q) { q.mutable_endpoint()->set_length(0); },
+           [](auto& q) { q.mutable_endpoint()->set_gid("short"); },
+           [](auto& q) { q.mutable_endpoint()->set_link_layer("Token Ring"); },
+           [](auto& q) { q.mutable_endpoint()->set_lid(0); },
+           [](auto& q) { q.set_peer(""); },
+           [](auto& q) { q.set_peer(std::string(64, 'x')); },
+       }) {
+    v1::RdmaRcConnect bad = p;
+    breaker(bad);
+    EXPECT_FALSE(RcConnectFromProto(bad).ok()) << bad.ShortDebugString();
+  }
+}
+
+TEST(RdmaWire, RcPlanPeersAndResults) {
+  v1::ProbePlan plan;
+  v1::PlannedPeer* rc = plan.add_peers();
+  rc->set_node("node-b");
+  rc->set_transport(v1::TRANSPORT_RDMA_RC);
+  rc->set_src_nic("mlx5_0");
+  rc->set_dst_nic("mlx5_1");
+  plan.add_peers()->set_transport(v1::TRANSPORT_RDMA_UD);
+  auto peers = RcPeersFromPlan(plan);
+  ASSERT_EQ(peers.size(), 1u);
+  EXPECT_EQ(peers[0].peer, "node-b");
+  EXPECT_EQ(peers[0].local_device, "mlx5_0");
+  EXPECT_EQ(peers[0].remote_device, "mlx5_1");
+
+  RdmaProbeResult r;
+  r.base.SetPeer("node-b");
+  r.base.transport = net::Transport::kRdmaRc;
+  r.base.bytes = 4u << 20;
+  r.base.goodput_bps = 97e9;
+  r.base.rtt_ns = 345'000;
+  r.SetLocalDevice("mlx5_0");
+  v1::ProbeResult out;
+  ResultToProto(r, &out);
+  EXPECT_EQ(out.transport(), v1::TRANSPORT_RDMA_RC);
+  EXPECT_EQ(out.bytes(), 4u << 20);
+  EXPECT_DOUBLE_EQ(out.goodput_bps(), 97e9);
+  EXPECT_EQ(out.rtt_ns(), 0u);
+  EXPECT_EQ(out.src_nic(), "mlx5_0");
 }
 
 }  // namespace

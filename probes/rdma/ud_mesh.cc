@@ -827,4 +827,23 @@ void UdMesh::ExpireTimeouts(int64_t now) {
   }
 }
 
+bool UdMesh::PortFor(const std::string& device, LinkLayer want, Context** ctx, Pd** pd,
+                     uint8_t* port, int* gid_index) const {
+  for (const auto& d : devices_) {
+    if (d->dead || d->ctx == nullptr || d->pd == nullptr) continue;
+    if (!device.empty() && d->name != device) continue;
+    for (size_t i = 0; i < d->ports.size(); ++i) {
+      const UdPort& p = *d->ports[i];
+      if (!p.up() || d->rt[i].broken) continue;
+      if (want != LinkLayer::kUnknown && p.endpoint().link_layer != want) continue;
+      *ctx = d->ctx.get();
+      *pd = d->pd.get();
+      *port = p.endpoint().port;
+      *gid_index = p.endpoint().gid_index;
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace fw::rdma

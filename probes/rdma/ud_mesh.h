@@ -124,6 +124,11 @@ class UdMesh {
   std::vector<int> WaitFds() const;
 
   const UdMeshStats& stats() const { return stats_; }
+  // An open, up port for other QPs of this process (RC bandwidth): of `device` when named, else
+  // the first of link layer `want` (kUnknown: any). The objects stay valid until the device
+  // closes (endpoints_version() changes). False when there is none.
+  bool PortFor(const std::string& device, LinkLayer want, Context** ctx, Pd** pd, uint8_t* port,
+               int* gid_index) const;
 
   struct Device;
   struct Flow;

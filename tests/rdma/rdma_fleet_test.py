@@ -9,7 +9,11 @@ rdma_ud targets, and the results reach the aggregator beside the UDP ones.
 
   1. healthy: every ordered pair has rdma_ud results in GET /api/v1/pairs, the agents count them
      in fabricwatch_probe_sent_total{transport="rdma_ud"}, and /api/v1/findings stays empty;
-  2. fault: fr2 restarts with 5 ms of host delay on its fake device (completions seen 5 ms after
+  2. rdma_rc: the planner gives each agent RC write peers; the connection data goes through the
+     aggregator, the bursts' goodput reaches /api/v1/pairs as rdma_rc (bandwidth_bps) and
+     fabricwatch_rdma_rc_goodput_bps; fr1 starts with --test-rdma-fake-rc-fail 1, so its first
+     RC write fails, its QP is torn down and reconnected, and its bursts go on;
+  3. fault: fr2 restarts with 5 ms of host delay on its fake device (completions seen 5 ms after
      the NIC stamped them): host_network on fr2 from the RDMA host-delay split, and no other
      finding (its network RTTs stay 4 us, so no link is blamed).
 
@@ -57,7 +61,7 @@ def main():
         api = f"127.0.0.1:{ports['http_port']}"
         agent_ports = {}
 
-        def start(i, n, host_delay_us=0):
+        def start(i, n, host_delay_us=0, rc_fail=0):
             pf = os.path.join(work, f"{n}.ports")
             if os.path.exists(pf):
                 os.remove(pf)
@@ -67,13 +71,14 @@ def main():
                  "127.0.0.1", "--probe-port", "0", "--hwloc-xml", HWLOC, "--sysfs-root", empty,
                  "--heartbeat-interval", "500ms", "--port-file", pf,
                  "--test-rdma-fake-lid", str(i), "--test-rdma-fake-udp-base", str(base),
-                 "--test-rdma-fake-host-delay-us", str(host_delay_us)],
+                 "--test-rdma-fake-host-delay-us", str(host_delay_us),
+                 "--test-rdma-fake-rc-fail", str(rc_fail)],
                 stdout=open(os.path.join(work, f"{n}.log"), "a"), stderr=subprocess.STDOUT)
             agent_ports[n] = wait_for(lambda: json.load(open(pf)), 20,
                                       f"{n}'s port file")["http_port"]
 
         for i, n in enumerate(NODES, 1):
-            start(i, n)
+            start(i, n, rc_fail=1 if n == "fr1" else 0)
 
         def rdma_pairs():
             pairs = json.loads(get(f"http://{api}/api/v1/pairs"))
@@ -95,7 +100,25 @@ def main():
                 w = p["windows"]["10s"]
                 print(f"  {p['src']}->{p['dst']} rdma_ud 10s: probes={w['probes']} "
                       f"loss={w['loss_ratio']:.3f} p50={1e6 * (w['rtt_p50_s'] or 0):.1f} us")
-        time.sleep(3)
+
+        def rc_pairs():
+            pairs = json.loads(get(f"http://{api}/api/v1/pairs"))
+            return {(p["src"], p["dst"]): p["windows"]["10s"]["bandwidth_bps"] for p in pairs
+                    if p["transport"] == "rdma_rc" and p["windows"]["10s"]["bandwidth_bps"]}
+        rc = wait_for(lambda: set(rc_pairs()) >= want and rc_pairs(), 15,
+                      "rdma_rc goodput of every ordered pair in /api/v1/pairs")
+        check(set(rc) >= want, f"rdma_rc goodput for all 6 ordered pairs after "
+                               f"{time.monotonic() - t_start:.1f} s", rc)
+        for (a, b), bps in sorted(rc.items()):
+            print(f"  {a}->{b} rdma_rc 10s: {bps / 1e9:.1f} Gb/s")
+        for n in NODES:
+            g = series(get(f"http://127.0.0.1:{agent_ports[n]}/metrics"),
+                       "fabricwatch_rdma_rc_goodput_bps")
+            check(g.get("", 0) > 0, f"{n}: fabricwatch_rdma_rc_goodput_bps > 0", g)
+        log = open(os.path.join(work, "fr1.log")).read()
+        check("rdma rc: burst failed, reconnecting" in log,
+              "fr1's forced RC write error: QP torn down and reconnected (log), bursts go on")
+        time.sleep(2)
         findings = json.loads(get(f"http://{api}/api/v1/findings"))
         check(findings == [], "healthy fleet: no finding", findings)
 

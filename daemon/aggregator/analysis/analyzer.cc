@@ -20,7 +20,9 @@ constexpr int64_t kPersistEverySeconds = 10;
 
 int ClassIndex(PathClass c) { return static_cast<int>(c); }
 
-bool JudgesLatency(Transport t) { return t != Transport::kTcpBw && t != Transport::kCollective; }
+bool JudgesLatency(Transport t) {
+  return t != Transport::kTcpBw && t != Transport::kRdmaRc && t != Transport::kCollective;
+}
 
 uint64_t UnorderedKey(NodeId x, NodeId y) {
   const NodeId a = std::min(x, y), b = std::max(x, y);

@@ -78,6 +78,7 @@ class AgentSession final : public std::enable_shared_from_this<AgentSession> {
     std::string node;
     std::optional<v1::KvRequest> kv_request;
     std::optional<v1::CollectiveResult> collective_result;
+    std::optional<v1::RdmaRcConnect> rdma_rc_connect;
   };
   enum class Op { kAccept, kRead, kWrite, kFinish };
   struct Tag {
@@ -476,6 +477,7 @@ void AgentSession::Perform(Actions a) {
   if (a.supersede_conn != 0) service_->SupersedeConn(a.supersede_conn);
   if (a.kv_request) service_->sink_.OnKvRequest(a.node, *a.kv_request);
   if (a.collective_result) service_->sink_.OnCollectiveResult(a.node, *a.collective_result);
+  if (a.rdma_rc_connect) service_->sink_.OnRdmaRcConnect(a.node, *a.rdma_rc_connect);
   if (a.write) StartWrite(a.write);
   if (a.read) StartRead(NextIn());
   if (a.finish) Finish(std::move(*a.finish));
@@ -618,6 +620,11 @@ void AgentSession::HandleMessage(Actions& a) {
       if (superseded_) break;
       a.node = node_;
       a.collective_result = std::move(*in_->mutable_collective_result());
+      break;
+    case v1::AgentMessage::kRdmaRcConnect:
+      if (superseded_) break;
+      a.node = node_;
+      a.rdma_rc_connect = std::move(*in_->mutable_rdma_rc_connect());
       break;
     default:
       // Unknown or future kinds are ignored so newer agents can talk to older aggregators.

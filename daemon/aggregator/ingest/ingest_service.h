@@ -41,6 +41,13 @@ class IngestSink {
     (void)node;
     (void)result;
   }
+  // RC write bandwidth's connection data (docs/rdma.md): `node` sends it for request.peer. Called
+  // after the session's lock is released (GrpcServer::Send may be used). The default drops it.
+  virtual void OnRdmaRcConnect(const std::string& node,
+                               const fabricwatch::v1::RdmaRcConnect& request) {
+    (void)node;
+    (void)request;
+  }
   // Path traces of the node's flows (docs/analysis.md, "Resolving paths"). The default drops them.
   virtual void OnPathTraces(const std::string& node,
                             const fabricwatch::v1::PathTraceReport& report) {

@@ -133,7 +133,7 @@ void PairTable::RecordLocked(Pair& p, FlowSeen& f, const ProbeSample& sample, Tr
     SaturatingAdd(slot.lost, 1);
     return;
   }
-  if (t == Transport::kTcpBw) {
+  if (t == Transport::kTcpBw || t == Transport::kRdmaRc) {  // bursts: goodput, no RTT
     if (sample.goodput_bps > 0 && std::isfinite(sample.goodput_bps)) {
       f.goodput_bps = static_cast<float>(sample.goodput_bps);
       f.goodput_s = s;

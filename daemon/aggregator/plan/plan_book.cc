@@ -173,6 +173,8 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live) {
     p.set_latency_interval_s(1.0);
     p.set_bandwidth_interval_s(plan.bw_interval_s);
     p.set_bandwidth_bytes(plan.bw_burst_bytes);
+    p.set_rdma_rc_interval_s(plan.bw_interval_s);
+    p.set_rdma_rc_bytes(plan.bw_burst_bytes);
     for (const PlannedPeer& peer : plan.peers) {
       v1::PlannedPeer* pp = p.add_peers();
       pp->set_node(peer.node);

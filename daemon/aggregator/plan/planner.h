@@ -78,6 +78,10 @@ struct PlannerConfig {
   // most, pairs across leaves (or of unknown path) are many and share the spine links. The fleet
   // cap and the node budget may lower them further, never raise them.
   bool rdma_ud = true;
+  // RC write bandwidth (docs/rdma.md): each latency peer that gets bandwidth bursts also gets
+  // RC write bursts over RDMA, on the first rail both nodes have (one RC peer per node pair,
+  // paid from the same bandwidth share and interval as the TCP bursts). Needs rdma_ud.
+  bool rdma_rc = true;
   double rdma_intra_leaf_pps = 10.0;
   double rdma_other_pps = 1.0;
   uint32_t rdma_max_flows = 4;
@@ -95,7 +99,7 @@ struct PlannedPeer {
   double rate_pps = 0;                         // per flow
   PathClass path_class = PathClass::kUnknown;  // what the map says about this NIC pair
   bool bandwidth = true;                       // also gets one bandwidth burst per bw_interval_s
-  std::shared_ptr<const RdmaRoute> rdma;       // Transport::kRdmaUd only
+  std::shared_ptr<const RdmaRoute> rdma;       // Transport::kRdmaUd and kRdmaRc only
 };
 
 // A bandwidth burst the agent runs now (a qualification round; fabricwatch.v1.BurstRequest).
@@ -124,8 +128,8 @@ struct TraceRequest {
 struct Plan {
   std::vector<PlannedPeer> peers;  // sorted by (node, address)
   std::vector<TraceRequest> trace_requests;
-  Budget budget;                   // the agent's limits (its token buckets)
-  Budget planned;                  // what this plan actually uses
+  Budget budget;   // the agent's limits (its token buckets)
+  Budget planned;  // what this plan actually uses
   uint32_t bw_interval_s = 0;
   uint64_t bw_burst_bytes = 0;
   std::vector<PlannedBurst> bursts;  // from overlays only

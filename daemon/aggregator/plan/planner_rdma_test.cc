@@ -36,6 +36,25 @@ AgentInfo Agent(const std::string& node, int i, std::vector<RdmaPort> rdma) {
   return AgentInfo{node, {{"198.18.0." + std::to_string(i), 9753, ""}}, std::move(rdma)};
 }
 
+// r1..r3 with two IB rails each (mlx5_0, mlx5_1), and "plain" without RDMA.
+std::vector<AgentInfo> TwoRailFleet() {
+  std::vector<AgentInfo> agents;
+  for (int i = 1; i <= 3; ++i) {
+    agents.push_back(Agent("r" + std::to_string(i), i,
+                           {Ib("mlx5_0", 10 * i, 100 + i), Ib("mlx5_1", 10 * i + 1, 200 + i)}));
+  }
+  agents.push_back(Agent("plain", 9, {}));
+  return agents;
+}
+
+std::vector<const PlannedPeer*> RcPeers(const Plan& plan) {
+  std::vector<const PlannedPeer*> out;
+  for (const PlannedPeer& p : plan.peers) {
+    if (p.transport == Transport::kRdmaRc) out.push_back(&p);
+  }
+  return out;
+}
+
 std::vector<const PlannedPeer*> RdmaPeers(const Plan& plan) {
   std::vector<const PlannedPeer*> out;
   for (const PlannedPeer& p : plan.peers) {
@@ -45,12 +64,7 @@ std::vector<const PlannedPeer*> RdmaPeers(const Plan& plan) {
 }
 
 TEST(PlannerRdmaTest, EachRailProbesTheSameRailOfEveryRdmaPeer) {
-  std::vector<AgentInfo> agents;
-  for (int i = 1; i <= 3; ++i) {
-    agents.push_back(Agent("r" + std::to_string(i), i,
-                           {Ib("mlx5_0", 10 * i, 100 + i), Ib("mlx5_1", 10 * i + 1, 200 + i)}));
-  }
-  agents.push_back(Agent("plain", 9, {}));
+  const std::vector<AgentInfo> agents = TwoRailFleet();
   const PlanSet set = Planner(PlannerConfig{}, nullptr).PlanFor(agents);
 
   for (int i = 1; i <= 3; ++i) {
@@ -76,14 +90,43 @@ TEST(PlannerRdmaTest, EachRailProbesTheSameRailOfEveryRdmaPeer) {
     }
     EXPECT_EQ(peers.size(), 2u);
     // The UDP mesh is unchanged: every other node, "plain" included.
-    EXPECT_EQ(plan.peers.size() - rdma.size(), 3u);
+    EXPECT_EQ(plan.peers.size() - rdma.size() - RcPeers(plan).size(), 3u);
   }
   EXPECT_TRUE(RdmaPeers(set.plans.at("plain")).empty());
-  // The bandwidth interval counts the bandwidth peers only (the 3 UDP peers), as without RDMA.
+  // The bandwidth interval counts the bandwidth peers only (the 3 UDP peers), as without RDMA,
+  // when RC bursts are off.
+  PlannerConfig no_rc;
+  no_rc.rdma_rc = false;
+  const PlanSet without_rc = Planner(no_rc, nullptr).PlanFor(agents);
+  EXPECT_TRUE(RcPeers(without_rc.plans.at("r1")).empty());
   const PlanSet udp_only = Planner(PlannerConfig{}, nullptr)
                                .PlanFor({Agent("r1", 1, {}), Agent("r2", 2, {}), Agent("r3", 3, {}),
                                          Agent("plain", 9, {})});
-  EXPECT_EQ(set.plans.at("r1").bw_interval_s, udp_only.plans.at("r1").bw_interval_s);
+  EXPECT_EQ(without_rc.plans.at("r1").bw_interval_s, udp_only.plans.at("r1").bw_interval_s);
+}
+
+TEST(PlannerRdmaTest, BandwidthPeersGetOneRcPeerOnTheFirstRailPaidAsBandwidth) {
+  const std::vector<AgentInfo> agents = TwoRailFleet();
+  const PlanSet set = Planner(PlannerConfig{}, nullptr).PlanFor(agents);
+  const Plan& plan = set.plans.at("r1");
+  const auto rc = RcPeers(plan);
+  ASSERT_EQ(rc.size(), 2u);  // r2 and r3, one rail each
+  std::set<std::string> nodes;
+  for (const PlannedPeer* p : rc) {
+    ASSERT_NE(p->rdma, nullptr);
+    EXPECT_EQ(p->rdma->src_device, "mlx5_0");
+    EXPECT_EQ(p->rdma->dst.device, "mlx5_0");
+    EXPECT_TRUE(p->bandwidth);
+    EXPECT_EQ(p->rate_pps, 0);
+    nodes.insert(p->node);
+  }
+  EXPECT_EQ(nodes, (std::set<std::string>{"r2", "r3"}));
+  // The RC bursts share the bandwidth budget: the interval stretches, never shrinks.
+  PlannerConfig no_rc;
+  no_rc.rdma_rc = false;
+  const PlanSet without = Planner(no_rc, nullptr).PlanFor(agents);
+  EXPECT_GE(plan.bw_interval_s, without.plans.at("r1").bw_interval_s);
+  EXPECT_GE(plan.planned.bytes_per_s, without.plans.at("r1").planned.bytes_per_s);
 }
 
 TEST(PlannerRdmaTest, OnlyEqualLinkLayersArePairedAndOtherDeviceNamesByPosition) {

@@ -1,0 +1,214 @@
+// RC write bandwidth sessions toward the plan's peers.
+#include "probes/rdma/rc_peers.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace fw::rdma {
+
+struct RcPeers::Session {
+  enum class State : uint8_t { kIdle, kAwaitAnswer, kConnected };
+  RcPeerPlan plan;
+  State state = State::kIdle;
+  std::unique_ptr<RcWriteBw> qp;
+  int64_t due = 0;  // idle: start the exchange; waiting: give up; connected: next burst
+  Backoff backoff;
+  Session(uint64_t seed, double base_s, double max_s) : backoff(base_s, max_s, seed) {}
+};
+
+RcPeers::RcPeers(const Clock& clock, RcPeersOptions opts, RcDeviceLookup lookup, SendFn send,
+                 ResultSink* sink, net::ProbeBudget* budget)
+    : clock_(clock),
+      opts_(std::move(opts)),
+      lookup_(std::move(lookup)),
+      send_(std::move(send)),
+      sink_(sink),
+      budget_(budget),
+      seed_(opts_.seed) {}
+
+RcPeers::~RcPeers() = default;
+
+size_t RcPeers::connected() const {
+  return static_cast<size_t>(std::count_if(probing_.begin(), probing_.end(), [](const auto& kv) {
+    return kv.second->state == Session::State::kConnected;
+  }));
+}
+
+void RcPeers::SetPlan(std::vector<RcPeerPlan> peers, double interval_s, uint64_t bytes) {
+  if (interval_s > 0) opts_.interval_s = interval_s;
+  if (bytes > 0) opts_.write.burst_bytes = bytes;
+  std::map<std::string, std::unique_ptr<Session>> next;
+  const int64_t now = clock_.MonotonicNanos();
+  for (RcPeerPlan& p : peers) {
+    if (p.peer.empty() || next.count(p.peer) != 0) continue;
+    auto it = probing_.find(p.peer);
+    std::unique_ptr<Session> s;
+    if (it != probing_.end() && it->second->plan.local_device == p.local_device &&
+        it->second->plan.remote_device == p.remote_device) {
+      s = std::move(it->second);
+    } else {
+      s = std::make_unique<Session>(seed_++, opts_.backoff_base_s, opts_.backoff_max_s);
+      s->due = now;
+    }
+    s->plan = std::move(p);
+    next[s->plan.peer] = std::move(s);
+  }
+  probing_ = std::move(next);
+}
+
+void RcPeers::DropAll() {
+  answering_.clear();
+  const int64_t now = clock_.MonotonicNanos();
+  for (auto& kv : probing_) Restart(*kv.second, now, false);
+}
+
+void RcPeers::Restart(Session& s, int64_t now, bool count) {
+  s.qp.reset();
+  s.state = Session::State::kIdle;
+  s.due = now + static_cast<int64_t>(s.backoff.Next() * 1e9);
+  if (count) ++stats_.reconnects;
+}
+
+void RcPeers::StartExchange(Session& s, int64_t now) {
+  // The link layer of the peer is not known here: the lookup takes the named device, else the
+  // first usable port.
+  RcDeviceRef ref;
+  if (!lookup_(s.plan.local_device, LinkLayer::kUnknown, ref)) {
+    s.due = now + static_cast<int64_t>(opts_.connect_timeout_s * 1e9);
+    return;
+  }
+  auto qp = RcWriteBw::Create(*ref.ctx, *ref.pd, ref.port, ref.gid_index, opts_.write, seed_++);
+  if (!qp.ok()) {
+    ++stats_.setup_failures;
+    spdlog::warn("msg=\"rdma rc: QP setup failed\" peer={} error=\"{}\"", s.plan.peer,
+                 qp.status().ToString());
+    Restart(s, now, false);
+    return;
+  }
+  s.qp = std::move(qp.value());
+  s.state = Session::State::kAwaitAnswer;
+  s.due = now + static_cast<int64_t>(opts_.connect_timeout_s * 1e9);
+  ++stats_.connects_sent;
+  send_({s.plan.peer, s.qp->local(), false});
+}
+
+void RcPeers::OnMessage(const RcConnectMsg& m) {
+  const int64_t now = clock_.MonotonicNanos();
+  if (m.reply) {
+    auto it = probing_.find(m.peer);
+    if (it == probing_.end() || it->second->state != Session::State::kAwaitAnswer) {
+      ++stats_.refused;
+      spdlog::info("msg=\"rdma rc: answer without a request\" peer={}", m.peer);
+      return;
+    }
+    Session& s = *it->second;
+    Status st = s.qp->Connect(m.endpoint);
+    if (!st.ok()) {
+      ++stats_.refused;
+      spdlog::warn("msg=\"rdma rc: connect failed\" peer={} error=\"{}\"", m.peer, st.ToString());
+      Restart(s, now, false);
+      return;
+    }
+    s.state = Session::State::kConnected;
+    s.due = now;  // the first burst at once
+    return;
+  }
+  // A request: a new answering QP replaces the earlier one, whose prober has started over.
+  answering_.erase(m.peer);
+  if (answering_.size() >= opts_.max_answering) {
+    ++stats_.refused;
+    spdlog::warn("msg=\"rdma rc: too many answering QPs\" peer={} max={}", m.peer,
+                 opts_.max_answering);
+    return;
+  }
+  RcDeviceRef ref;
+  if (!lookup_("", m.endpoint.link_layer, ref)) {
+    ++stats_.refused;
+    spdlog::info("msg=\"rdma rc: no port for a request\" peer={} link_layer={}", m.peer,
+                 LinkLayerName(m.endpoint.link_layer));
+    return;
+  }
+  RcWriteOptions wo = opts_.write;
+  wo.message_bytes = std::min(wo.message_bytes, wo.buffer_bytes);
+  auto qp = RcWriteBw::Create(*ref.ctx, *ref.pd, ref.port, ref.gid_index, wo, seed_++);
+  if (!qp.ok()) {
+    ++stats_.setup_failures;
+    spdlog::warn("msg=\"rdma rc: answering QP setup failed\" peer={} error=\"{}\"", m.peer,
+                 qp.status().ToString());
+    return;
+  }
+  Status st = qp.value()->Connect(m.endpoint);
+  if (!st.ok()) {
+    ++stats_.refused;
+    spdlog::warn("msg=\"rdma rc: request refused\" peer={} error=\"{}\"", m.peer, st.ToString());
+    return;
+  }
+  ++stats_.answers_sent;
+  send_({m.peer, qp.value()->local(), true});
+  answering_[m.peer] = std::move(qp.value());
+}
+
+void RcPeers::RunBurst(Session& s, int64_t now) {
+  RdmaProbeResult r;
+  r.base.SetPeer(s.plan.peer);
+  r.base.transport = net::Transport::kRdmaRc;
+  r.base.seq = seq_++;
+  r.base.timestamp_ns = clock_.WallNanos();
+  r.SetLocalDevice(s.qp->local().device);
+  auto b = s.qp->RunBurst(clock_, budget_);
+  const int64_t end = clock_.MonotonicNanos();
+  if (b.ok()) {
+    ++stats_.bursts;
+    s.backoff.Reset();
+    r.base.bytes = b->bytes;
+    r.base.goodput_bps = b->gbps * 1e9;
+    r.base.rtt_ns = b->elapsed_ns;
+    s.due = now + static_cast<int64_t>(opts_.interval_s * 1e9);
+    if (sink_ != nullptr) sink_->OnResult(r);
+    return;
+  }
+  if (b.status().code() == StatusCode::kResourceExhausted) {
+    ++stats_.budget_refused;  // nothing sent: try at the next interval
+    s.due = now + static_cast<int64_t>(opts_.interval_s * 1e9);
+    return;
+  }
+  ++stats_.burst_failures;
+  if (s.qp->broken()) ++stats_.qp_errors;
+  spdlog::warn("msg=\"rdma rc: burst failed, reconnecting\" peer={} error=\"{}\"", s.plan.peer,
+               b.status().ToString());
+  // No result: RC retransmits, so a failed burst says nothing about packet loss on the path; it
+  // is a broken connection (the peer restarted, a QP error), counted and logged above.
+  Restart(s, end, true);
+}
+
+int64_t RcPeers::Step() {
+  int64_t now = clock_.MonotonicNanos();
+  int64_t next = 1'000'000'000;
+  bool burst_done = false;
+  for (auto& kv : probing_) {
+    Session& s = *kv.second;
+    if (s.due <= now) {
+      switch (s.state) {
+        case Session::State::kIdle:
+          StartExchange(s, now);
+          break;
+        case Session::State::kAwaitAnswer:
+          ++stats_.connect_timeouts;
+          spdlog::info("msg=\"rdma rc: no answer, starting over\" peer={}", s.plan.peer);
+          Restart(s, now, false);
+          break;
+        case Session::State::kConnected:
+          if (burst_done) continue;  // one burst per step: the UD mesh waits meanwhile
+          RunBurst(s, now);
+          burst_done = true;
+          now = clock_.MonotonicNanos();
+          break;
+      }
+    }
+    next = std::min(next, std::max<int64_t>(0, s.due - now));
+  }
+  return next;
+}
+
+}  // namespace fw::rdma

@@ -1,0 +1,117 @@
+// RC write bandwidth toward the plan's peers for the agent: one RC QP pair per (prober, peer),
+// connected through the aggregator, bursts every interval, results as transport rdma_rc.
+//
+// The exchange (messages carried by the aggregator, RdmaRcConnect on the wire):
+//   prober  : creates its QP, sends {to peer, its endpoint, reply=false}
+//   peer    : (re)creates its answering QP, connects it to the prober's, sends {reply=true}
+//   prober  : connects to the answer; bursts start.
+// A burst that fails (a completion error puts the QP in ERR, or no completion within the burst's
+// timeout) gives no result (RC retransmits: it says nothing about loss) but tears the prober's
+// QP down, counts a reconnect and starts the exchange again after a
+// backoff; an answer that never comes is retried the same way. A request from a peer replaces
+// that peer's earlier answering QP, so both ends always start over together.
+//
+// Threading: one thread (the RDMA runner's) calls everything except stats(), which any thread
+// may read.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/backoff.h"
+#include "common/clock.h"
+#include "common/status.h"
+#include "probes/net/token_bucket.h"
+#include "probes/rdma/rc_write_bw.h"
+#include "probes/rdma/ud_mesh.h"
+
+namespace fw::rdma {
+
+struct RcPeerPlan {
+  std::string peer;          // node name
+  std::string local_device;  // our NIC ("" = the first port of the peer's link layer)
+  std::string remote_device;
+};
+
+// One connection message: outbound `peer` is the node it is for, inbound the node it came from.
+struct RcConnectMsg {
+  std::string peer;
+  RcEndpoint endpoint;
+  bool reply = false;
+};
+
+struct RcPeersOptions {
+  RcWriteOptions write;
+  double interval_s = 30;        // between bursts toward one peer
+  double connect_timeout_s = 5;  // an answer later than this is given up
+  double backoff_base_s = 1;     // before the exchange starts again after a failure
+  double backoff_max_s = 60;
+  size_t max_answering = 256;  // answering QPs held for peers at most
+  uint64_t seed = 1;
+};
+
+struct RcPeersStats {
+  std::atomic<uint64_t> bursts{0}, burst_failures{0}, qp_errors{0}, reconnects{0};
+  std::atomic<uint64_t> connects_sent{0}, answers_sent{0}, connect_timeouts{0};
+  std::atomic<uint64_t> refused{0};  // a message that could not be used (logged)
+  std::atomic<uint64_t> budget_refused{0};
+  std::atomic<uint64_t> setup_failures{0};  // QP or MR creation failed (e.g. memlock)
+};
+
+// Where the QPs live: the mesh's open device for a name (or, with "", the first port of a link
+// layer). False when there is none now.
+struct RcDeviceRef {
+  Context* ctx = nullptr;
+  Pd* pd = nullptr;
+  uint8_t port = 1;
+  int gid_index = 0;
+};
+using RcDeviceLookup =
+    std::function<bool(const std::string& device, LinkLayer want, RcDeviceRef& out)>;
+
+class RcPeers {
+ public:
+  using SendFn = std::function<void(const RcConnectMsg&)>;
+  RcPeers(const Clock& clock, RcPeersOptions opts, RcDeviceLookup lookup, SendFn send,
+          ResultSink* sink, net::ProbeBudget* budget = nullptr);
+  ~RcPeers();
+
+  // Peers to burst toward; 0 bytes or interval keeps the options'. Sessions of peers no longer
+  // planned are closed.
+  void SetPlan(std::vector<RcPeerPlan> peers, double interval_s, uint64_t bytes);
+  void OnMessage(const RcConnectMsg& m);
+  // Does what is due (at most one burst, which blocks for its length: milliseconds). Returns
+  // nanoseconds until something is due again.
+  int64_t Step();
+  // The devices closed or reopened: every QP goes; the exchange starts again.
+  void DropAll();
+
+  const RcPeersStats& stats() const { return stats_; }
+  size_t connected() const;
+
+ private:
+  struct Session;
+  void Restart(Session& s, int64_t now, bool count);
+  void StartExchange(Session& s, int64_t now);
+  void RunBurst(Session& s, int64_t now);
+
+  const Clock& clock_;
+  RcPeersOptions opts_;
+  RcDeviceLookup lookup_;
+  SendFn send_;
+  ResultSink* sink_;
+  net::ProbeBudget* budget_;
+  std::vector<RcPeerPlan> plan_;
+  std::map<std::string, std::unique_ptr<Session>> probing_;  // by peer
+  std::map<std::string, std::unique_ptr<RcWriteBw>> answering_;
+  uint64_t seq_ = 1;
+  uint64_t seed_;
+  RcPeersStats stats_;
+};
+
+}  // namespace fw::rdma
