@@ -103,6 +103,22 @@ Status Aggregator::Start() {
   collective_ = std::make_unique<collective::CollectiveStage>(
       options_.collective, registry_,
       [this](collective::Outbound out) { grpc_->Send(std::move(out)); });
+  qualify_->SetCollective(
+      {.start =
+           [this](const std::vector<std::string>& nodes, uint64_t bytes, uint32_t iterations) {
+             return collective_->StartOnDemand(nodes, bytes, iterations, clock_.MonotonicNanos());
+           },
+       .outcome = [this](const std::string& id) -> std::optional<qualify::CollectiveOutcome> {
+         auto o = collective_->TakeOnDemand(id);
+         if (!o) return std::nullopt;
+         qualify::CollectiveOutcome q;
+         q.errors.assign(o->errors.begin(), o->errors.end());
+         q.missing = std::move(o->missing);
+         q.busbw_bps = o->busbw_bps;
+         q.history_busbw_bps = o->history_busbw_bps;
+         return q;
+       },
+       .end = [this](const std::string& id) { collective_->Abandon(id); }});
   auto http =
       http::Server::Start(options_.http_listen, 32, options_.web ? &*options_.web : nullptr);
   if (!http.ok()) return http.status();

@@ -2,7 +2,8 @@
 """fabricwatch qualify against a live aggregator and six agents on loopback (no root needed).
 
 Cases (issue 14), in one run to keep CI short:
-  healthy set                        -> exit 0, every node pass, the mesh and bandwidth steps done
+  healthy set                        -> exit 0, every node pass, the mesh, bandwidth and collective
+                                        steps done
   one agent stopped                  -> exit 2, that node fails with "agent down"
   the Slurm prolog (packaging/slurm) -> 0 on a healthy node, 1 on the stopped one
   the aggregator unreachable         -> exit 3
@@ -103,6 +104,10 @@ def main():
         check(steps.get("bandwidth", {}).get("state") == "done"
               and "ring: 2 of 2 rounds, 6 bursts" in steps["bandwidth"].get("note", ""),
               "the bandwidth step ran its ring (2 rounds of bursts)", json.dumps(steps))
+        check(steps.get("collective", {}).get("state") == "done"
+              and "Gloo all-reduce of 1 MiB x 5 over 6 nodes" in steps["collective"]["note"]
+              and "busbw" in steps["collective"]["note"],
+              "the collective step ran one Gloo all-reduce over the six", json.dumps(steps))
         print(f"figure: 6 nodes quick, wall {took:.1f} s; steps "
               + ", ".join(f"{s['name']} {s['duration_s']} s" for s in rep.get("steps", [])))
 

@@ -190,6 +190,33 @@ void CollectiveStage::Tick(const std::function<std::vector<CollectiveNode>()>& n
   if (!out.empty()) send_(std::move(out));
 }
 
+std::string CollectiveStage::StartOnDemand(std::vector<std::string> members, uint64_t bytes,
+                                           uint32_t iterations, int64_t now_ns) {
+  Outbound out;
+  std::string id;
+  {
+    MutexLock lock(mu_);
+    CollectiveOrchestrator::TickOutput t =
+        orchestrator_.StartOnDemand(std::move(members), bytes, iterations, now_ns);
+    if (!t.jobs.empty()) id = t.jobs.front().job.job_id;
+    AddJobs(t.jobs, out);
+    Export();
+  }
+  if (!out.empty()) send_(std::move(out));
+  return id;
+}
+
+std::optional<OnDemandOutcome> CollectiveStage::TakeOnDemand(const std::string& job_id) {
+  MutexLock lock(mu_);
+  return orchestrator_.TakeOnDemand(job_id);
+}
+
+void CollectiveStage::Abandon(const std::string& job_id) {
+  MutexLock lock(mu_);
+  orchestrator_.Abandon(job_id);
+  Export();
+}
+
 void CollectiveStage::OnKvRequest(const std::string& node, const v1::KvRequest& request,
                                   int64_t now_ns) {
   Outbound out;

@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -48,6 +49,13 @@ class CollectiveStage {
   void OnKvRequest(const std::string& node, const fabricwatch::v1::KvRequest& request,
                    int64_t now_ns);
   void OnResult(const std::string& node, const fabricwatch::v1::CollectiveResult& result);
+
+  // An on-demand Gloo job over `members` (a qualification's all-reduce), sent now; returns its id.
+  // Any thread. Its outcome, once complete: TakeOnDemand (nullopt meanwhile); Abandon ends it.
+  std::string StartOnDemand(std::vector<std::string> members, uint64_t bytes, uint32_t iterations,
+                            int64_t now_ns);
+  std::optional<OnDemandOutcome> TakeOnDemand(const std::string& job_id);
+  void Abandon(const std::string& job_id);
 
   // POST /api/v1/collectives/pause and /resume ({"nodes": [...]}; guarded by the web config's
   // users), GET /api/v1/collectives (paused nodes, counters, recent collective_slow findings).

@@ -88,6 +88,41 @@ CollectiveOrchestrator::TickOutput CollectiveOrchestrator::Tick(
   return out;
 }
 
+CollectiveOrchestrator::TickOutput CollectiveOrchestrator::StartOnDemand(
+    std::vector<std::string> members, uint64_t bytes, uint32_t iterations, int64_t now_ns) {
+  TickOutput out;
+  JobSpec spec = scheduler_.Adhoc(std::move(members), "qualify");
+  spec.bytes = bytes;
+  spec.iterations = iterations;
+  const std::string id = spec.job_id;
+  StartJob(std::move(spec), now_ns, out);
+  jobs_[id].on_demand = true;
+  return out;
+}
+
+std::optional<OnDemandOutcome> CollectiveOrchestrator::TakeOnDemand(const std::string& job_id) {
+  auto it = on_demand_done_.find(job_id);
+  if (it == on_demand_done_.end()) return std::nullopt;
+  OnDemandOutcome o = std::move(it->second);
+  on_demand_done_.erase(it);
+  std::erase(on_demand_order_, job_id);
+  return o;
+}
+
+void CollectiveOrchestrator::Abandon(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end() || !it->second.on_demand) return;
+  jobs_.erase(it);
+  scheduler_.OnJobDone(job_id);
+  (void)kv_.CloseGroup(job_id);
+}
+
+double CollectiveOrchestrator::LastAcrossNodesBusbw(uint64_t bytes) const {
+  if (bytes != config_.schedule.bytes) return 0;
+  auto it = counters_.busbw_bps_by_kind.find("rotating");
+  return it == counters_.busbw_bps_by_kind.end() ? 0 : it->second;
+}
+
 std::vector<KvDelivery> CollectiveOrchestrator::OnKvRequest(const std::string& node,
                                                             const std::string& key,
                                                             std::string value, int64_t now_ns) {
@@ -111,6 +146,7 @@ std::vector<CollectiveSlowFinding> CollectiveOrchestrator::OnResult(
   j.latency_s = std::max(j.latency_s, latency_s);
   if (!error.empty()) {
     j.failed = true;
+    j.errors[node] = error;
     SPDLOG_INFO("component=collective msg=\"member failed\" node={} job={} error=\"{}\"", node,
                 job_id, error);
   }
@@ -131,6 +167,24 @@ std::vector<CollectiveSlowFinding> CollectiveOrchestrator::Complete(ActiveJob jo
     for (const auto& [m, b] : job.busbw) busbw = std::min(busbw, b);
   }
   if (job.failed) ++counters_.failures;
+  if (job.on_demand) {
+    OnDemandOutcome o;
+    o.errors = std::move(job.errors);
+    for (const std::string& m : job.spec.members) {
+      if (!job.busbw.contains(m)) o.missing.push_back(m);
+    }
+    o.busbw_bps = busbw;
+    o.history_busbw_bps = LastAcrossNodesBusbw(job.spec.bytes);
+    on_demand_done_[job.spec.job_id] = std::move(o);
+    on_demand_order_.push_back(job.spec.job_id);
+    // Outcomes nobody takes (the asker went away) are dropped after kMaxKept others.
+    constexpr size_t kMaxKept = 64;
+    if (on_demand_order_.size() > kMaxKept) {
+      on_demand_done_.erase(on_demand_order_.front());
+      on_demand_order_.erase(on_demand_order_.begin());
+    }
+    return {};
+  }
   if (job.bisection != 0) {
     auto b = bisections_.find(job.bisection);
     if (b == bisections_.end()) return {};

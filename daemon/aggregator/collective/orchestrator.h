@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,14 @@ struct OrchestratorCounters {
   std::map<std::string, double> busbw_bps_by_kind;  // last group busbw per job kind
 };
 
+// How an on-demand job ended (CollectiveOrchestrator::StartOnDemand).
+struct OnDemandOutcome {
+  std::map<std::string, std::string> errors;  // by member that answered with an error
+  std::vector<std::string> missing;           // members without an answer at the job's timeout
+  double busbw_bps = 0;                       // the slowest member's; 0 when the job failed
+  double history_busbw_bps = 0;  // LastAcrossNodesBusbw at the job's bytes, when it completed
+};
+
 // Not thread-safe except where noted: the aggregator drives it from one thread (or one mutex).
 class CollectiveOrchestrator {
  public:
@@ -85,6 +94,19 @@ class CollectiveOrchestrator {
                                               const std::string& error,
                                               std::vector<double> op_seconds = {});
 
+  // Starts one Gloo job over `members` (rank order) now, outside the schedule and the slow-group
+  // tracking (a qualification's all-reduce); it counts in the fleet's in-flight budget while it
+  // runs. The job's id is that of the returned jobs. Its outcome waits for TakeOnDemand.
+  TickOutput StartOnDemand(std::vector<std::string> members, uint64_t bytes, uint32_t iterations,
+                           int64_t now_ns);
+  // The outcome of a completed on-demand job, once; nullopt while it runs (or when unknown).
+  std::optional<OnDemandOutcome> TakeOnDemand(const std::string& job_id);
+  // Ends an on-demand job nobody waits for any more (its late results are dropped).
+  void Abandon(const std::string& job_id);
+  // The busbw of the last scheduled Gloo group across nodes (a rotating group) when it moved
+  // `bytes` per operation, bit/s; 0 when none did yet.
+  double LastAcrossNodesBusbw(uint64_t bytes) const;
+
   // Groups whose run ended a slow spell since the last call (their findings may resolve).
   std::vector<std::string> TakeRecovered();
   const OrchestratorCounters& counters() const { return counters_; }
@@ -101,6 +123,8 @@ class CollectiveOrchestrator {
     bool failed = false;
     uint64_t bisection = 0;  // non-zero: a run of that bisection
     uint64_t run_id = 0;
+    bool on_demand = false;
+    std::map<std::string, std::string> errors;  // by member
   };
   struct ActiveBisection {
     std::string group;
@@ -122,6 +146,8 @@ class CollectiveOrchestrator {
   std::map<uint64_t, ActiveBisection> bisections_;
   std::map<std::string, std::vector<std::string>> healthy_members_;  // by group, last healthy run
   std::vector<std::string> recovered_;
+  std::map<std::string, OnDemandOutcome> on_demand_done_;  // by job id, until taken
+  std::vector<std::string> on_demand_order_;               // completion order, to bound the map
   uint64_t next_bisection_ = 1;
   int64_t now_ns_ = 0;
   OrchestratorCounters counters_;

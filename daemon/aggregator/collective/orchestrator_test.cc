@@ -91,6 +91,46 @@ TEST(CollectiveOrchestrator, SilentMemberTimesTheJobOut) {
   EXPECT_EQ(o.counters().failures, 1u);
 }
 
+// A qualification's all-reduce: sent to its members at once, kept out of the slow-group
+// tracking, its outcome taken once; a member's error and a silent member are named.
+TEST(CollectiveOrchestrator, OnDemandJobReportsItsOutcomeOnce) {
+  OrchestratorConfig c = Config();
+  c.job_timeout_ns = 5 * kS;
+  c.schedule.interval_ns = 1000 * kS;
+  CollectiveOrchestrator o(c);
+  auto out = o.StartOnDemand({"h1", "h2", "h3"}, 1 << 20, 5, 0);
+  ASSERT_EQ(out.jobs.size(), 3u);
+  const std::string id = out.jobs[0].job.job_id;
+  EXPECT_EQ(out.jobs[2].node, "h3");
+  EXPECT_EQ(out.jobs[0].job.backend, "gloo");
+  EXPECT_EQ(out.jobs[0].job.iterations, 5u);
+  o.OnResult("h1", id, 9e9, 0.001, "");
+  EXPECT_FALSE(o.TakeOnDemand(id).has_value());
+  o.OnResult("h2", id, 8e9, 0.001, "");
+  o.OnResult("h3", id, 7e9, 0.001, "");
+  auto done = o.TakeOnDemand(id);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->busbw_bps, 7e9);
+  EXPECT_TRUE(done->errors.empty());
+  EXPECT_FALSE(o.TakeOnDemand(id).has_value());  // once
+
+  out = o.StartOnDemand({"h1", "h2", "h3"}, 1 << 20, 5, 10 * kS);
+  const std::string id2 = out.jobs[0].job.job_id;
+  EXPECT_NE(id2, id);
+  o.OnResult("h1", id2, 0, 0, "gloo: connect refused");
+  o.Tick({}, 16 * kS);  // h2 and h3 never answer: the job times out
+  done = o.TakeOnDemand(id2);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->errors.at("h1"), "gloo: connect refused");
+  EXPECT_EQ(done->missing, (std::vector<std::string>{"h2", "h3"}));
+  EXPECT_EQ(done->busbw_bps, 0);
+
+  out = o.StartOnDemand({"h1", "h2"}, 1 << 20, 5, 20 * kS);
+  EXPECT_EQ(o.jobs_in_flight(), 1u);
+  o.Abandon(out.jobs[0].job.job_id);
+  EXPECT_EQ(o.jobs_in_flight(), 0u);
+}
+
 TEST(CollectiveOrchestrator, PausedNodeGetsNoJobsUntilResumed) {
   CollectiveOrchestrator o(Config());
   o.pauses().Pause("h2");

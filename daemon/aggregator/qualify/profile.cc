@@ -10,9 +10,9 @@ namespace {
 // Goodput: "generic" fails a path slower than 10 Mbit/s (a broken link, a misconfigured shaper);
 // one TCP stream over a DGX's 200-400 Gbit/s rail carries tens of Gbit/s.
 const QualifyProfile kProfiles[] = {
-    {"generic", 5e-3, 20e-3, 0.02, 0.10, 100e6, 10e6},
-    {"dgx-h100", 1e-3, 5e-3, 0.001, 0.01, 10e9, 2e9},
-    {"dgx-a100", 1e-3, 5e-3, 0.001, 0.01, 10e9, 2e9},
+    {"generic", 5e-3, 20e-3, 0.02, 0.10, 100e6, 10e6, 20e6, 2e6},
+    {"dgx-h100", 1e-3, 5e-3, 0.001, 0.01, 10e9, 2e9, 5e9, 1e9},
+    {"dgx-a100", 1e-3, 5e-3, 0.001, 0.01, 10e9, 2e9, 5e9, 1e9},
 };
 
 }  // namespace

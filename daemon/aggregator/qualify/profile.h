@@ -20,6 +20,9 @@ struct QualifyProfile {
   // below the NIC's line rate.
   double goodput_warn_bps = 0;
   double goodput_fail_bps = 0;
+  // The least bus bandwidth of the set's Gloo all-reduce (TCP), bits/s; 0: not judged.
+  double allreduce_busbw_warn_bps = 0;
+  double allreduce_busbw_fail_bps = 0;
 };
 
 // The built-in profiles: "generic" (loose: any network this runs on), "dgx-h100" and "dgx-a100"

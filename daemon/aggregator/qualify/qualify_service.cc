@@ -98,4 +98,20 @@ std::string QualifyService::PathClassOf(const std::string& a, const std::string&
 
 aggregator::NodeId QualifyService::IdOf(const std::string& node) { return names_.Intern(node); }
 
+StatusOr<std::string> QualifyService::StartAllReduce(const std::vector<std::string>& nodes,
+                                                     uint64_t bytes, uint32_t iterations) {
+  if (!collective_.start) return QualifyEnv::StartAllReduce(nodes, bytes, iterations);
+  std::string id = collective_.start(nodes, bytes, iterations);
+  if (id.empty()) return Status::Unavailable("the collective stage started no job");
+  return id;
+}
+
+std::optional<CollectiveOutcome> QualifyService::AllReduceOutcome(const std::string& job_id) {
+  return collective_.outcome ? collective_.outcome(job_id) : std::nullopt;
+}
+
+void QualifyService::EndAllReduce(const std::string& job_id) {
+  if (collective_.end) collective_.end(job_id);
+}
+
 }  // namespace fw::qualify

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,6 +43,14 @@ class QualifyService final : public QualifyEnv {
   // The Qualify RPC through the same jobs: runs on a thread of its own and calls `done` once.
   void QualifyRpc(const fabricwatch::v1::QualifyRequest& request,
                   std::function<void(Status, const fabricwatch::v1::QualifyReport&)> done);
+  // The collective stage's on-demand jobs, for the suite's all-reduce step (without them the step
+  // is skipped). Set before the HTTP and gRPC servers start.
+  struct CollectiveHooks {
+    std::function<std::string(const std::vector<std::string>&, uint64_t, uint32_t)> start;
+    std::function<std::optional<CollectiveOutcome>(const std::string&)> outcome;
+    std::function<void(const std::string&)> end;
+  };
+  void SetCollective(CollectiveHooks hooks) { collective_ = std::move(hooks); }
   // Ends running suites and joins their threads; before the HTTP and gRPC servers stop.
   void Shutdown();
 
@@ -54,6 +63,10 @@ class QualifyService final : public QualifyEnv {
   void SetBursts(const std::string& id, const BurstRound& bursts, uint64_t round,
                  const SuiteSpec& suite) override;
   std::string PathClassOf(const std::string& a, const std::string& b) override;
+  StatusOr<std::string> StartAllReduce(const std::vector<std::string>& nodes, uint64_t bytes,
+                                       uint32_t iterations) override;
+  std::optional<CollectiveOutcome> AllReduceOutcome(const std::string& job_id) override;
+  void EndAllReduce(const std::string& job_id) override;
 
  private:
   aggregator::FleetState& fleet_;
@@ -61,6 +74,7 @@ class QualifyService final : public QualifyEnv {
   aggregator::PlanBook& plans_;
   aggregator::NameInterner& names_;
   std::shared_ptr<const aggregator::FabricMap> map_;  // null: every path class is "unknown"
+  CollectiveHooks collective_;                        // empty: no collective stage
   QualifyInputs inputs_;
   std::unique_ptr<QualificationStore> store_;  // null without a state directory
   std::unique_ptr<QualifyJobs> jobs_;

@@ -51,9 +51,7 @@ class Run {
     Skip("rdma",
          "not run: the mesh overlay raises UDP probes only; RDMA UD probes run at their plan's "
          "rate, and their findings count in the findings step");
-    Skip("collective",
-         "not run: the suite starts no all-reduce over the set; collective findings on these "
-         "nodes count in the findings step");
+    Step("collective", [&] { return Collective(); });
     Step("findings", [&] { return Findings(); });
     if (report_.state == "done") PathClassMedians();
     report_.finished_wall_ns = clock_.WallNanos();
@@ -74,8 +72,10 @@ class Run {
       return;
     }
     const int64_t t0 = clock_.MonotonicNanos();
+    skipped_ = false;
     std::string note = fn();
     StepResult s{name, "done", static_cast<double>(clock_.MonotonicNanos() - t0) * 1e-9, note};
+    if (skipped_) s.state = "skipped";
     if (stop_) {
       s.state = "error";
       report_.state = "error";
@@ -453,6 +453,118 @@ class Run {
     return note;
   }
 
+  // Step 5: one Gloo all-reduce over the nodes that are up, through the collective stage, waited
+  // for within the time box. A failed or unanswered group fails the members named; the group's
+  // bus bandwidth (its slowest member's) is judged against the profile and the fleet's last Gloo
+  // group at the same size. The group's figure does not say which member is slow, so a low
+  // figure flags every member (the collective stage's bisection finds the culprit in time).
+  std::string Collective() {
+    // Nodes an earlier step failed are left out: they would only stall or slow the group, whose
+    // figure could then not tell the others apart.
+    std::vector<std::string> members;
+    for (const std::string& n : up_) {
+      if (NodeOf(n).verdict != Verdict::kFail) members.push_back(n);
+    }
+    const size_t left_out = up_.size() - members.size();
+    if (members.size() < 2) {
+      skipped_ = true;
+      return "fewer than 2 nodes up and not failed: no all-reduce";
+    }
+    const SuiteSpec& su = req_.suite;
+    auto job = env_.StartAllReduce(members, su.allreduce_bytes, su.allreduce_iterations);
+    if (!job.ok()) {
+      skipped_ = true;
+      return "not run: " + std::string(job.status().message()) +
+             "; collective findings on these nodes count in the findings step";
+    }
+    std::optional<CollectiveOutcome> out;
+    const int64_t t0 = clock_.MonotonicNanos();
+    const bool ok = SleepUntil(t0 + static_cast<int64_t>(su.allreduce_wait_s * 1e9), [&] {
+      out = env_.AllReduceOutcome(*job);
+      return out.has_value();
+    });
+    if (!out) out = env_.AllReduceOutcome(*job);
+    const double took = static_cast<double>(clock_.MonotonicNanos() - t0) * 1e-9;
+    const std::string what =
+        "Gloo all-reduce of " + FormatBytes(su.allreduce_bytes) + " x " +
+        std::to_string(su.allreduce_iterations) + " over " + std::to_string(members.size()) +
+        " nodes (job " + *job + ")" +
+        (left_out ? ", " + std::to_string(left_out) + " failed nodes left out" : "");
+    if (!out) {
+      env_.EndAllReduce(*job);
+      if (!ok) {  // the deadline or a stop: the step is cut short, not judged
+        for (const std::string& n : members) {
+          if (NodeOf(n).verdict == Verdict::kPass) {
+            Mark(n, Verdict::kUnknown, "collective not completed: " + what);
+          }
+        }
+        return what + ": no outcome in " + Seconds(took) + " s";
+      }
+      for (const std::string& n : members) {
+        Mark(n, Verdict::kFail,
+             what + ": no outcome within " + Seconds(su.allreduce_wait_s) + " s (group timed out)");
+      }
+      return what + ": timed out after " + Seconds(took) + " s";
+    }
+    // Agents without the Gloo backend answer "unknown backend": the step cannot run on this set.
+    const bool no_gloo =
+        !out->errors.empty() && std::all_of(out->errors.begin(), out->errors.end(), [](auto& e) {
+          return e.second.find("unknown backend") != std::string::npos;
+        });
+    if (no_gloo) {
+      skipped_ = true;
+      return "not run: " + out->errors.front().first + "'s agent has no Gloo backend (" +
+             out->errors.front().second + ")";
+    }
+    if (!out->errors.empty() || !out->missing.empty()) {
+      for (const auto& [node, error] : out->errors) {
+        if (index_.contains(node)) {
+          Mark(node, Verdict::kFail, what + " failed on " + node + ": " + error);
+        }
+      }
+      for (const std::string& node : out->missing) {
+        if (index_.contains(node)) {
+          Mark(node, Verdict::kFail, what + ": " + node + " did not answer (group timed out)");
+        }
+      }
+      return what + ": failed, " + std::to_string(out->errors.size()) + " errors, " +
+             std::to_string(out->missing.size()) + " without an answer";
+    }
+    const MetricSpec::Unit bps = MetricSpec::Unit::kBitsPerSecond;
+    const double b = out->busbw_bps;
+    std::string note = what + ": busbw " + FormatValue(bps, b) + " in " + Seconds(took) + " s";
+    Verdict v = Verdict::kPass;
+    std::string why;
+    const QualifyProfile& p = req_.profile;
+    if (p.allreduce_busbw_fail_bps > 0 && b < p.allreduce_busbw_fail_bps) {
+      v = Verdict::kFail;
+      why = "below profile " + p.name + "'s fail limit " +
+            FormatValue(bps, p.allreduce_busbw_fail_bps);
+    } else if (p.allreduce_busbw_warn_bps > 0 && b < p.allreduce_busbw_warn_bps) {
+      v = Verdict::kWarn;
+      why = "below profile " + p.name + "'s warn limit " +
+            FormatValue(bps, p.allreduce_busbw_warn_bps);
+    }
+    // Against the fleet's last group: as for bursts, 3x (5x) below warns (fails).
+    const double h = out->history_busbw_bps;
+    if (h > 0) {
+      note += " (fleet's last Gloo group: " + FormatValue(bps, h) + ")";
+      const Verdict hv = b * 5 <= h ? Verdict::kFail : b * 3 <= h ? Verdict::kWarn : Verdict::kPass;
+      if (hv != Verdict::kPass && Worst(v, hv) != v) {
+        v = hv;
+        why = Times(h / b) + " below the fleet's last Gloo group across nodes (" +
+              FormatValue(bps, h) + "; " + VerdictName(hv) + " at " +
+              (hv == Verdict::kFail ? "5" : "3") + "\xc3\x97)";
+      }
+    }
+    if (v != Verdict::kPass) {
+      for (const std::string& n : members) {
+        Mark(n, v, what + ": busbw " + FormatValue(bps, b) + " of the set, " + why);
+      }
+    }
+    return note;
+  }
+
   static std::string FormatBytes(uint64_t b) {
     return b % (1u << 20) == 0 ? std::to_string(b >> 20) + " MiB" : std::to_string(b) + " bytes";
   }
@@ -586,6 +698,7 @@ class Run {
   }
 
   QualifyEnv& env_;
+  bool skipped_ = false;  // the running step did not run (its note says why)
   QualifyInputs& inputs_;
   const Clock& clock_;
   const SuiteRequest& req_;
@@ -612,6 +725,9 @@ StatusOr<SuiteSpec> FindSuite(const std::string& name) {
   if (name == "full") {
     SuiteSpec full{"full", 25, 4, 6, 0.95, 10};
     full.bw_timeout_s = 5;
+    full.allreduce_bytes = 8u << 20;
+    full.allreduce_iterations = 20;
+    full.allreduce_wait_s = 30;
     return full;
   }
   return Status::InvalidArgument("unknown suite '" + name + "' (quick or full)");

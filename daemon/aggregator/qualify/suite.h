@@ -6,7 +6,9 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -37,6 +39,11 @@ struct SuiteSpec {
   uint64_t bw_bytes = 8u << 20;
   double bw_timeout_s = 2;
   double bw_round_slack_s = 4;
+  // The collective step (docs/qualify.md): one Gloo all-reduce of allreduce_bytes over the set,
+  // allreduce_iterations timed iterations; its result is waited for at most allreduce_wait_s.
+  uint64_t allreduce_bytes = 1u << 20;
+  uint32_t allreduce_iterations = 5;
+  double allreduce_wait_s = 10;
 };
 // "quick" (the default; a Slurm prolog) or "full". Unknown names fail with kInvalidArgument.
 StatusOr<SuiteSpec> FindSuite(const std::string& name);
@@ -86,6 +93,17 @@ struct QualifyReport {
   std::map<std::string, ClassMedian> path_classes;
 };
 
+// How a collective job the suite started ended (QualifyEnv::AllReduceOutcome).
+struct CollectiveOutcome {
+  // Per member that answered with an error: the node and its error.
+  std::vector<std::pair<std::string, std::string>> errors;
+  std::vector<std::string> missing;  // members with no answer (the orchestrator gave up on them)
+  double busbw_bps = 0;              // the slowest member's bus bandwidth; 0 when any failed
+  // The fleet's last Gloo group across nodes at the same bytes (the collective stage's rotating
+  // groups), bit/s; 0: none ran yet.
+  double history_busbw_bps = 0;
+};
+
 // What the suite needs from the rest of the aggregator. Implemented by the aggregator; the tests
 // use a fake.
 class QualifyEnv {
@@ -114,6 +132,19 @@ class QualifyEnv {
   virtual std::string PathClassOf(const std::string& /*a*/, const std::string& /*b*/) {
     return "unknown";
   }
+  // Starts one Gloo all-reduce over `nodes` (in rank order) through the collective stage and
+  // returns its job id; an error's message says why none can run (no collective stage, or no
+  // node set of two or more).
+  virtual StatusOr<std::string> StartAllReduce(const std::vector<std::string>& /*nodes*/,
+                                               uint64_t /*bytes*/, uint32_t /*iterations*/) {
+    return Status::Unavailable("this aggregator runs no collective stage");
+  }
+  // The job's outcome once every member answered or the stage gave up on it; nullopt meanwhile.
+  virtual std::optional<CollectiveOutcome> AllReduceOutcome(const std::string& /*job_id*/) {
+    return std::nullopt;
+  }
+  // Abandons a job whose outcome the suite no longer waits for.
+  virtual void EndAllReduce(const std::string& /*job_id*/) {}
 };
 
 struct SuiteRequest {

@@ -51,6 +51,13 @@ class FakeFleet : public QualifyEnv {
     return std::string("unknown");
   };
   std::atomic<int> burst_rounds{0};
+  // The collective step: without a stage the default answer; `collective` is what every poll
+  // returns (nullopt: the group never answers). Set before a run.
+  bool has_collective = true;
+  std::optional<CollectiveOutcome> collective = CollectiveOutcome{{}, {}, 1e9, 0};
+  std::vector<std::string> allreduce_members;
+  uint64_t allreduce_bytes = 0;
+  bool allreduce_ended = false;
   std::atomic<int> bursts_in_flight_max{0};  // the most bursts one node was in within a round
 
   std::vector<AgentStatus> Agents(const std::vector<std::string>& nodes) const override {
@@ -112,6 +119,17 @@ class FakeFleet : public QualifyEnv {
   std::string PathClassOf(const std::string& a, const std::string& b) override {
     return path_class(a, b);
   }
+  StatusOr<std::string> StartAllReduce(const std::vector<std::string>& nodes, uint64_t bytes,
+                                       uint32_t iterations) override {
+    if (!has_collective) return QualifyEnv::StartAllReduce(nodes, bytes, iterations);
+    allreduce_members = nodes;
+    allreduce_bytes = bytes;
+    return std::string("q1");
+  }
+  std::optional<CollectiveOutcome> AllReduceOutcome(const std::string&) override {
+    return collective;
+  }
+  void EndAllReduce(const std::string&) override { allreduce_ended = true; }
   void SetBursts(const std::string&, const BurstRound& bursts, uint64_t round,
                  const SuiteSpec& suite) override {
     if (bursts.empty()) return;
@@ -181,6 +199,7 @@ class SuiteTest : public ::testing::Test {
     req.nodes = nodes;
     req.profile = *FindQualifyProfile("generic");
     req.suite = {"test", 50, 2, 1.0, 0.9, 0.4};
+    req.suite.allreduce_wait_s = 0.5;
     req.deadline_ns = RealClock::Get().MonotonicNanos() + static_cast<int64_t>(timeout_s * 1e9);
     return req;
   }
@@ -250,6 +269,103 @@ TEST_F(SuiteTest, BandwidthStepRunsTheRingInRounds) {
   EXPECT_THAT(r.steps[3].note, HasSubstr("ring: 2 of 2 rounds, 6 bursts of 8 MiB"));
   EXPECT_EQ(fleet_.burst_rounds, 2);
   EXPECT_EQ(fleet_.bursts_in_flight_max, 1);  // no node in two bursts of one round
+}
+
+const StepResult& StepOf(const QualifyReport& r, const std::string& name) {
+  for (const StepResult& s : r.steps) {
+    if (s.name == name) return s;
+  }
+  throw std::runtime_error("no step " + name);
+}
+
+TEST_F(SuiteTest, CollectiveStepRunsOneAllReduceOverTheNodesUp) {
+  auto nodes = Nodes(6);
+  fleet_.agents["gpu6"] = {true, false, 90};
+  auto r = Run(nodes);
+  const StepResult& c = StepOf(r, "collective");
+  EXPECT_EQ(c.state, "done");
+  EXPECT_THAT(c.note, HasSubstr("Gloo all-reduce of 1 MiB x 5 over 5 nodes (job q1): busbw "
+                                "1 Gbit/s"));
+  EXPECT_EQ(fleet_.allreduce_members,
+            (std::vector<std::string>{"gpu1", "gpu2", "gpu3", "gpu4", "gpu5"}));
+  EXPECT_EQ(fleet_.allreduce_bytes, 1u << 20);
+  EXPECT_FALSE(fleet_.allreduce_ended);
+  for (const auto& n : r.nodes) {
+    if (n.node != "gpu6") EXPECT_EQ(n.verdict, Verdict::kPass) << n.node;
+  }
+}
+
+// A node an earlier step failed is left out of the group.
+TEST_F(SuiteTest, NodesFailedEarlierAreLeftOutOfTheAllReduce) {
+  auto nodes = Nodes(5);
+  fleet_.goodput_bps = [](const std::string& a, const std::string& b) {
+    return a == "gpu3" || b == "gpu3" ? 0.0 : 9.4e9;
+  };
+  auto r = Run(nodes);
+  EXPECT_EQ(Node(r, "gpu3").verdict, Verdict::kFail);
+  EXPECT_EQ(fleet_.allreduce_members, (std::vector<std::string>{"gpu1", "gpu2", "gpu4", "gpu5"}));
+  EXPECT_THAT(StepOf(r, "collective").note,
+              HasSubstr("over 4 nodes (job q1), 1 failed nodes left out"));
+}
+
+TEST_F(SuiteTest, FailedAllReduceFailsTheMembersItNames) {
+  fleet_.collective =
+      CollectiveOutcome{{{"gpu2", "gloo: rendezvous of rank 2 timed out"}}, {"gpu4"}, 0, 0};
+  auto r = Run(Nodes(6));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(StepOf(r, "collective").note, HasSubstr("failed, 1 errors, 1 without an answer"));
+  ASSERT_FALSE(Node(r, "gpu2").reasons.empty());
+  EXPECT_THAT(Node(r, "gpu2").reasons.back(),
+              HasSubstr("failed on gpu2: gloo: rendezvous of rank 2 timed out"));
+  EXPECT_THAT(Node(r, "gpu4").reasons.back(), HasSubstr("gpu4 did not answer"));
+  EXPECT_EQ(Node(r, "gpu4").verdict, Verdict::kFail);
+  EXPECT_EQ(Node(r, "gpu1").verdict, Verdict::kPass);
+}
+
+TEST_F(SuiteTest, AllReduceWithoutAnOutcomeTimesTheGroupOut) {
+  fleet_.collective = std::nullopt;
+  auto r = Run(Nodes(4));
+  EXPECT_EQ(r.state, "done");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(fleet_.allreduce_ended);
+  EXPECT_THAT(StepOf(r, "collective").note, HasSubstr("timed out after"));
+  for (const auto& n : r.nodes) {
+    EXPECT_EQ(n.verdict, Verdict::kFail) << n.node;
+    EXPECT_THAT(n.reasons.back(), HasSubstr("no outcome within 0.5 s (group timed out)"));
+  }
+}
+
+TEST_F(SuiteTest, SlowAllReduceIsJudgedAgainstTheProfileAndTheFleet) {
+  fleet_.collective = CollectiveOutcome{{}, {}, 1e6, 0};
+  auto r = Run(Nodes(4));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(Node(r, "gpu1").reasons.back(),
+              HasSubstr("busbw 1 Mbit/s of the set, below profile generic's fail limit"));
+  fleet_.collective = CollectiveOutcome{{}, {}, 300e6, 1e9};
+  r = Run(Nodes(4));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(StepOf(r, "collective").note, HasSubstr("fleet's last Gloo group: 1 Gbit/s"));
+  for (const auto& n : r.nodes) {
+    EXPECT_EQ(n.verdict, Verdict::kWarn) << n.node;
+    EXPECT_THAT(n.reasons.back(), HasSubstr("3.3\xc3\x97 below the fleet's last Gloo group"));
+  }
+  fleet_.collective = CollectiveOutcome{{}, {}, 600e6, 1e9};
+  EXPECT_EQ(Run(Nodes(4)).exit_code, 0);
+}
+
+TEST_F(SuiteTest, CollectiveStepIsSkippedWithoutAStageOrWithoutGloo) {
+  fleet_.has_collective = false;
+  auto r = Run(Nodes(4));
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(StepOf(r, "collective").state, "skipped");
+  EXPECT_THAT(StepOf(r, "collective").note, HasSubstr("this aggregator runs no collective stage"));
+  fleet_.has_collective = true;
+  fleet_.collective = CollectiveOutcome{
+      {{"gpu1", "unknown backend 'gloo'"}, {"gpu2", "unknown backend 'gloo'"}}, {}, 0, 0};
+  r = Run(Nodes(2));
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(StepOf(r, "collective").state, "skipped");
+  EXPECT_THAT(StepOf(r, "collective").note, HasSubstr("gpu1's agent has no Gloo backend"));
 }
 
 // Runs `n` nodes whose bursts to and from `slow` move at `goodput` (0: lost) and the rest at
