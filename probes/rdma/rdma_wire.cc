@@ -34,16 +34,22 @@ Status AddressFromProto(const P& p, E& e, const char* what) {
   return Status::Ok();
 }
 
+// The address fields RdmaEndpoint and RdmaRcEndpoint share, written from either endpoint type.
+template <typename E, typename P>
+void AddressToProto(const E& e, P* p) {
+  p->set_device(e.device);
+  p->set_port(e.port);
+  p->set_link_layer(std::string(LinkLayerName(e.link_layer)));
+  p->set_lid(e.lid);
+  p->set_gid(std::string(reinterpret_cast<const char*>(e.gid.raw.data()), 16));
+  p->set_gid_index(static_cast<uint32_t>(e.gid_index));
+  p->set_qpn(e.qpn);
+}
+
 }  // namespace
 
 void EndpointToProto(const UdEndpoint& e, TsSource source, v1::RdmaEndpoint* out) {
-  out->set_device(e.device);
-  out->set_port(e.port);
-  out->set_link_layer(std::string(LinkLayerName(e.link_layer)));
-  out->set_lid(e.lid);
-  out->set_gid(std::string(reinterpret_cast<const char*>(e.gid.raw.data()), 16));
-  out->set_gid_index(static_cast<uint32_t>(e.gid_index));
-  out->set_qpn(e.qpn);
+  AddressToProto(e, out);
   out->set_qkey(e.qkey);
   out->set_timestamps(std::string(TsSourceName(source)));
 }
@@ -67,13 +73,7 @@ void RcConnectToProto(const RcConnectMsg& m, v1::RdmaRcConnect* out) {
   out->set_reply(m.reply);
   const RcEndpoint& e = m.endpoint;
   v1::RdmaRcEndpoint* p = out->mutable_endpoint();
-  p->set_device(e.device);
-  p->set_port(e.port);
-  p->set_link_layer(std::string(LinkLayerName(e.link_layer)));
-  p->set_lid(e.lid);
-  p->set_gid(std::string(reinterpret_cast<const char*>(e.gid.raw.data()), 16));
-  p->set_gid_index(static_cast<uint32_t>(e.gid_index));
-  p->set_qpn(e.qpn);
+  AddressToProto(e, p);
   p->set_psn(e.psn);
   p->set_rkey(e.rkey);
   p->set_addr(e.addr);
