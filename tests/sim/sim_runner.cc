@@ -182,12 +182,28 @@ class PlanFollower {
   std::vector<Agent> agents_;
 };
 
-// The PathTraceReport a TTL-limited trace of each flow's 5-tuple would give: its forward path's
-// switches, one hop per TTL, silent where the switch does not answer TTL expiry. Only flows toward
-// `only` when it is non-null.
+// Adds the trace a TTL-limited trace of `switches` would give, silent where the switch does not
+// answer TTL expiry.
+void AddTrace(const FatTree& tree, const std::vector<int>& switches,
+              const std::vector<bool>& silent, int64_t now_ns, v1::PathTrace* t) {
+  t->set_transport(v1::TRANSPORT_UDP);
+  for (size_t k = 0; k < switches.size(); ++k) {
+    if (silent[static_cast<size_t>(switches[k])]) continue;  // a silent TTL is left out
+    v1::TraceHop* h = t->add_hops();
+    h->set_ttl(static_cast<uint32_t>(k + 1));
+    h->set_address(tree.SwitchAddress(switches[k]));
+  }
+  t->set_finished_unix_ns(now_ns);
+  // The far end listens on its port (responder, or the prober's bound socket), so it stays silent.
+  t->set_status(v1::TRACE_STATUS_INCOMPLETE);
+}
+
+// The PathTraceReport of one agent: a trace of each of its flows' forward paths (`flows`), and of
+// the echo it sends back for each flow it answers (`answered`: the reverse path hashes its own
+// 5-tuple). Only flows toward, and echoes toward, the hosts in `only` when it is non-null.
 void BuildTraces(const FatTree& tree, const std::vector<Flow>& flows,
-                 const std::vector<bool>& silent, const std::set<int>* only, int64_t now_ns,
-                 v1::PathTraceReport& out) {
+                 const std::vector<const Flow*>& answered, const std::vector<bool>& silent,
+                 const std::set<int>* only, int64_t now_ns, v1::PathTraceReport& out) {
   out.Clear();
   const int spines = tree.spines();
   for (const Flow& f : flows) {
@@ -204,18 +220,28 @@ void BuildTraces(const FatTree& tree, const std::vector<Flow>& flows,
     t->set_dst_address(tree.Address(dst, f.rail));
     t->set_src_port(f.src_port);
     t->set_dst_port(kProbePort);
-    t->set_transport(v1::TRANSPORT_UDP);
     t->set_dst_node(tree.NodeName(dst));
     t->set_flow_id(f.flow_id);
-    for (size_t k = 0; k < switches.size(); ++k) {
-      if (silent[static_cast<size_t>(switches[k])]) continue;  // a silent TTL is left out
-      v1::TraceHop* h = t->add_hops();
-      h->set_ttl(static_cast<uint32_t>(k + 1));
-      h->set_address(tree.SwitchAddress(switches[k]));
+    AddTrace(tree, switches, silent, now_ns, t);
+  }
+  for (const Flow* f : answered) {
+    if (only && !only->count(static_cast<int>(f->src_host))) continue;
+    const int prober = static_cast<int>(f->src_host), self = static_cast<int>(f->dst_host);
+    std::vector<int> switches = {tree.LeafSwitch(f->rail, tree.LeafGroup(self))};
+    if (f->inter_leaf) {
+      // The echo's first link after the access link is this leaf's uplink toward its spine.
+      switches.push_back(tree.SpineSwitch(f->rail, f->links[f->forward_count + 1] % spines));
+      switches.push_back(tree.LeafSwitch(f->rail, tree.LeafGroup(prober)));
     }
-    t->set_finished_unix_ns(now_ns);
-    // The responder listens on the probe port, so the peer itself stays silent.
-    t->set_status(v1::TRACE_STATUS_INCOMPLETE);
+    v1::PathTrace* t = out.add_traces();
+    t->set_src_address(tree.Address(self, f->rail));
+    t->set_dst_address(tree.Address(prober, f->rail));
+    t->set_src_port(kProbePort);
+    t->set_dst_port(f->src_port);
+    t->set_dst_node(tree.NodeName(prober));
+    t->set_flow_id(f->flow_id);
+    t->set_echo(true);
+    AddTrace(tree, switches, silent, now_ns, t);
   }
 }
 
@@ -331,6 +357,11 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
   for (int sw : scenario.tracing.silent) silent[static_cast<size_t>(sw)] = true;
   std::vector<char> trace_all(static_cast<size_t>(tree.hosts()), tracing ? 1 : 0);
   std::vector<std::set<int>> retrace(static_cast<size_t>(tree.hosts()));
+  // The flows each host answers: it traces their echoes too.
+  std::vector<std::vector<const Flow*>> answered(static_cast<size_t>(tree.hosts()));
+  for (const auto& flows : plan) {
+    for (const Flow& f : flows) answered[f.dst_host].push_back(&f);
+  }
   v1::PathTraceReport traces;
   uint64_t traces_sent = 0, retraces_sent = 0;
   // Escalation: results the base plan asks for and those the raised rates add.
@@ -355,8 +386,8 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
         const auto ui = static_cast<size_t>(i);
         follower.Take(i, &factors, &retrace[ui]);
         if (tracing && (trace_all[ui] || !retrace[ui].empty())) {
-          BuildTraces(tree, flows, silent, trace_all[ui] ? nullptr : &retrace[ui], second_ns,
-                      traces);
+          BuildTraces(tree, flows, answered[ui], silent, trace_all[ui] ? nullptr : &retrace[ui],
+                      second_ns, traces);
           if (pool->SendTraces(i, traces)) {
             (trace_all[ui] ? traces_sent : retraces_sent) += traces.traces_size();
             trace_all[ui] = 0;

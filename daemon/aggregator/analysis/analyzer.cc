@@ -137,6 +137,9 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
       if (traced && static_cast<size_t>(*traced) < o.core->paths.size()) {
         o.path = *traced;
         o.path_source = PathSource::kTraced;
+        const std::optional<int32_t> echo =
+            a_.traced_->EchoPathOf(pair.src, pair.dst, flow.src_port, now_ns_);
+        if (echo && static_cast<size_t>(*echo) < o.core->paths.size()) o.echo_path = *echo;
       }
     }
     if (bad) {

@@ -25,6 +25,9 @@ struct FlowObs {
   LinkIndex dst_access = aggregator::kNoIndex;
   const SwitchPaths* core = nullptr;  // owned by the FabricMap's path cache
   int32_t path = -1;                  // resolved path index, or -1: every path is a candidate
+  // The path of `core` the echo takes back (a traced echo), or -1: the echo is taken to follow
+  // `path`. Used only with a resolved `path`: a probe is lost or slowed on either way.
+  int32_t echo_path = -1;
   uint32_t probes = 0;
   uint32_t lost = 0;
   uint32_t rtt = 0;
@@ -143,6 +146,16 @@ void Tomography::ForEachCandidate(const FlowObs& obs, Fn&& fn) {
   const auto& paths = obs.core->paths;
   if (obs.path >= 0 && static_cast<size_t>(obs.path) < paths.size()) {
     for (LinkIndex l : paths[obs.path]) fn(l, 1.0);
+    if (obs.echo_path < 0 || obs.echo_path == obs.path ||
+        static_cast<size_t>(obs.echo_path) >= paths.size()) {
+      return;
+    }
+    // The echo's own links, once each: links the two ways share were reported above.
+    for (LinkIndex l : paths[obs.echo_path]) {
+      if (std::find(paths[obs.path].begin(), paths[obs.path].end(), l) == paths[obs.path].end()) {
+        fn(l, 1.0);
+      }
+    }
     return;
   }
   if (paths.size() == 1) {

@@ -44,15 +44,9 @@ TracedPaths::TracedPaths(std::shared_ptr<const FabricMap> map,
       max_flows_(max_flows),
       max_age_ns_(max_age_s * 1'000'000'000) {}
 
-TraceOutcome TracedPaths::Record(std::string_view src, std::string_view dst, uint16_t src_port,
-                                 std::span<const std::string> hops, int64_t now_ns) {
+TraceOutcome TracedPaths::Match(std::string_view src, std::string_view dst,
+                                std::span<const std::string> hops) const {
   TraceOutcome out;
-  if (hops.size() > kMaxHops) {
-    WriterLock lock(mu_);
-    ++stats_.traces;
-    LogRefusal(++stats_.refused, "too_many_hops", src, dst);
-    return out;
-  }
   // Hop k as a switch of the map; nullopt for a silent hop or an address no switch lists.
   std::vector<std::optional<SwitchIndex>> at(hops.size());
   for (size_t k = 0; k < hops.size(); ++k) {
@@ -66,28 +60,28 @@ TraceOutcome TracedPaths::Record(std::string_view src, std::string_view dst, uin
 
   PathSet paths;
   if (map_) paths = map_->PathsBetweenNodes(src, dst);
-  if (paths.PathCount() > 0) {
-    int matches = 0;
-    for (size_t i = 0; i < paths.PathCount(); ++i) {
-      const std::vector<SwitchIndex> seq = map_->SwitchesOnPath(paths, i);
-      bool ok = true;
-      for (size_t k = 0; k < seq.size() && k < at.size() && ok; ++k) {
-        ok = !at[k] || *at[k] == seq[k];
-      }
-      // A known switch beyond the path's end contradicts it too.
-      for (size_t k = seq.size(); k < at.size() && ok; ++k) ok = !at[k];
-      if (!ok) continue;
-      if (++matches == 1) out.path = static_cast<int32_t>(i);
+  if (paths.PathCount() == 0) return out;
+  int matches = 0;
+  for (size_t i = 0; i < paths.PathCount(); ++i) {
+    const std::vector<SwitchIndex> seq = map_->SwitchesOnPath(paths, i);
+    bool ok = true;
+    for (size_t k = 0; k < seq.size() && k < at.size() && ok; ++k) {
+      ok = !at[k] || *at[k] == seq[k];
     }
-    out.kind = matches == 1   ? TraceOutcome::kResolved
-               : matches == 0 ? TraceOutcome::kNoMatch
-                              : TraceOutcome::kAmbiguous;
-    if (out.kind != TraceOutcome::kResolved) out.path = -1;
+    // A known switch beyond the path's end contradicts it too.
+    for (size_t k = seq.size(); k < at.size() && ok; ++k) ok = !at[k];
+    if (!ok) continue;
+    if (++matches == 1) out.path = static_cast<int32_t>(i);
   }
+  out.kind = matches == 1   ? TraceOutcome::kResolved
+             : matches == 0 ? TraceOutcome::kNoMatch
+                            : TraceOutcome::kAmbiguous;
+  if (out.kind != TraceOutcome::kResolved) out.path = -1;
+  return out;
+}
 
-  const NodeId s = names_->Intern(src);
-  const NodeId d = names_->Intern(dst);
-  WriterLock lock(mu_);
+void TracedPaths::Store(PairMap& table, uint64_t key, uint16_t port, TraceOutcome& out,
+                        int64_t now_ns, std::string_view src, std::string_view dst) {
   ++stats_.traces;
   switch (out.kind) {
     case TraceOutcome::kResolved:
@@ -103,21 +97,21 @@ TraceOutcome TracedPaths::Record(std::string_view src, std::string_view dst, uin
       ++stats_.unmapped;
       break;
   }
-  std::vector<Entry>& flows = by_pair_[Key(s, d)];
-  auto it = std::find_if(flows.begin(), flows.end(),
-                         [&](const Entry& e) { return e.src_port == src_port; });
+  std::vector<Entry>& flows = table[key];
+  auto it =
+      std::find_if(flows.begin(), flows.end(), [&](const Entry& e) { return e.src_port == port; });
   if (it == flows.end()) {
     if (flows_ >= max_flows_) {
       LogRefusal(++stats_.refused, "table_full", src, dst);
-      if (flows.empty()) by_pair_.erase(Key(s, d));
+      if (flows.empty()) table.erase(key);
       out.kind = TraceOutcome::kUnmapped;
       out.path = -1;
-      return out;
+      return;
     }
     ++flows_;
     flow_count_.store(flows_, std::memory_order_relaxed);
     Entry fresh;
-    fresh.src_port = src_port;
+    fresh.src_port = port;
     it = flows.insert(flows.end(), std::move(fresh));
   } else if (it->path >= 0 && out.path >= 0 && it->path != out.path) {
     ++stats_.moved;
@@ -126,20 +120,83 @@ TraceOutcome TracedPaths::Record(std::string_view src, std::string_view dst, uin
   it->path = out.path;
   it->at_ns = now_ns;
   it->unknown_hops = out.unknown_hops;
+}
+
+TraceOutcome TracedPaths::Record(std::string_view src, std::string_view dst, uint16_t src_port,
+                                 std::span<const std::string> hops, int64_t now_ns) {
+  if (hops.size() > kMaxHops) {
+    WriterLock lock(mu_);
+    ++stats_.traces;
+    LogRefusal(++stats_.refused, "too_many_hops", src, dst);
+    return {};
+  }
+  TraceOutcome out = Match(src, dst, hops);
+  const uint64_t key = Key(names_->Intern(src), names_->Intern(dst));
+  WriterLock lock(mu_);
+  Store(by_pair_, key, src_port, out, now_ns, src, dst);
   return out;
+}
+
+TraceOutcome TracedPaths::RecordEcho(std::string_view responder, std::string_view prober,
+                                     uint16_t prober_port, std::span<const std::string> hops,
+                                     int64_t now_ns) {
+  if (hops.size() > kMaxHops) {
+    WriterLock lock(mu_);
+    ++stats_.traces;
+    ++stats_.echoes;
+    LogRefusal(++stats_.refused, "too_many_hops", responder, prober);
+    return {};
+  }
+  TraceOutcome out = Match(responder, prober, hops);
+  if (out.kind == TraceOutcome::kResolved) {
+    // The same links in the prober -> responder path set: its paths list the same equal-cost
+    // routes, not necessarily in the same order.
+    const PathSet back = map_->PathsBetweenNodes(responder, prober);
+    const PathSet fwd = map_->PathsBetweenNodes(prober, responder);
+    const auto back_path = back.core->paths[static_cast<size_t>(out.path)];
+    std::vector<aggregator::LinkIndex> want(back_path.begin(), back_path.end());
+    std::sort(want.begin(), want.end());
+    out.path = -1;
+    for (size_t i = 0; fwd.core && i < fwd.core->paths.size(); ++i) {
+      const auto fwd_path = fwd.core->paths[i];
+      std::vector<aggregator::LinkIndex> have(fwd_path.begin(), fwd_path.end());
+      std::sort(have.begin(), have.end());
+      if (have == want) {
+        out.path = static_cast<int32_t>(i);
+        break;
+      }
+    }
+    if (out.path < 0) out.kind = TraceOutcome::kNoMatch;
+  }
+  const uint64_t key = Key(names_->Intern(prober), names_->Intern(responder));
+  WriterLock lock(mu_);
+  ++stats_.echoes;
+  Store(echo_by_pair_, key, prober_port, out, now_ns, responder, prober);
+  return out;
+}
+
+std::optional<int32_t> TracedPaths::Lookup(const PairMap& table, uint64_t key, uint16_t port,
+                                           int64_t now_ns) const {
+  auto p = table.find(key);
+  if (p == table.end()) return std::nullopt;
+  for (const Entry& e : p->second) {
+    if (e.src_port != port) continue;
+    if (e.path < 0 || now_ns - e.at_ns > max_age_ns_) return std::nullopt;
+    return e.path;
+  }
+  return std::nullopt;
 }
 
 std::optional<int32_t> TracedPaths::PathOf(NodeId src, NodeId dst, uint16_t src_port,
                                            int64_t now_ns) const {
   ReaderLock lock(mu_);
-  auto p = by_pair_.find(Key(src, dst));
-  if (p == by_pair_.end()) return std::nullopt;
-  for (const Entry& e : p->second) {
-    if (e.src_port != src_port) continue;
-    if (e.path < 0 || now_ns - e.at_ns > max_age_ns_) return std::nullopt;
-    return e.path;
-  }
-  return std::nullopt;
+  return Lookup(by_pair_, Key(src, dst), src_port, now_ns);
+}
+
+std::optional<int32_t> TracedPaths::EchoPathOf(NodeId src, NodeId dst, uint16_t src_port,
+                                               int64_t now_ns) const {
+  ReaderLock lock(mu_);
+  return Lookup(echo_by_pair_, Key(src, dst), src_port, now_ns);
 }
 
 std::vector<std::string> TracedPaths::UnknownHopsOf(NodeId src, NodeId dst) const {

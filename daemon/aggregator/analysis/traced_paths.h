@@ -55,10 +55,21 @@ class TracedPaths {
   TraceOutcome Record(std::string_view src, std::string_view dst, uint16_t src_port,
                       std::span<const std::string> hops, int64_t now_ns);
 
+  // A trace of the echo that `responder` sends back for `prober`'s flow from `prober_port`
+  // (PathTrace.echo). The echo hashes its own 5-tuple and may take another equal-cost path than
+  // the probe; its path is kept as an index of the prober -> responder PathSet, so that it reads
+  // like PathOf. The outcome's `path` is that index too.
+  TraceOutcome RecordEcho(std::string_view responder, std::string_view prober, uint16_t prober_port,
+                          std::span<const std::string> hops, int64_t now_ns);
+
   // The path index the flow's last trace gave, if resolved and no older than max_age. `src` and
   // `dst` are ids of the interner this was built with (the pair table's).
   std::optional<int32_t> PathOf(aggregator::NodeId src, aggregator::NodeId dst, uint16_t src_port,
                                 int64_t now_ns) const;
+  // The path the echo of the flow src -> dst from `src_port` takes back, as an index of the
+  // src -> dst PathSet (RecordEcho); nullopt when unknown, unresolved or too old.
+  std::optional<int32_t> EchoPathOf(aggregator::NodeId src, aggregator::NodeId dst,
+                                    uint16_t src_port, int64_t now_ns) const;
   // No trace recorded yet: lets the analyzer skip the lookups (no lock).
   bool empty() const { return flow_count_.load(std::memory_order_relaxed) == 0; }
 
@@ -73,7 +84,8 @@ class TracedPaths {
     uint64_t unmapped = 0;
     uint64_t refused = 0;  // too many hops, or the table full
     uint64_t moved = 0;    // a flow's resolved path changed between two traces
-    size_t flows = 0;
+    uint64_t echoes = 0;   // traces of echoes (also counted in traces and by outcome)
+    size_t flows = 0;      // flows and echoes kept
   };
   Stats stats() const;
 
@@ -84,16 +96,26 @@ class TracedPaths {
     int64_t at_ns = 0;
     std::vector<std::string> unknown_hops;
   };
+  using PairMap = std::unordered_map<uint64_t, std::vector<Entry>>;
   static uint64_t Key(aggregator::NodeId s, aggregator::NodeId d) {
     return (static_cast<uint64_t>(s) << 32) | d;
   }
+  // Which path of the src -> dst map paths the hops match (no lock).
+  TraceOutcome Match(std::string_view src, std::string_view dst,
+                     std::span<const std::string> hops) const;
+  // Keeps the outcome as flow `port` of the pair `key` in `table`.
+  void Store(PairMap& table, uint64_t key, uint16_t port, TraceOutcome& out, int64_t now_ns,
+             std::string_view src, std::string_view dst) FW_REQUIRES(mu_);
+  std::optional<int32_t> Lookup(const PairMap& table, uint64_t key, uint16_t port,
+                                int64_t now_ns) const FW_REQUIRES_SHARED(mu_);
 
   std::shared_ptr<const aggregator::FabricMap> map_;
   std::shared_ptr<aggregator::NameInterner> names_;
   const size_t max_flows_;
   const int64_t max_age_ns_;
   mutable SharedMutex mu_;
-  std::unordered_map<uint64_t, std::vector<Entry>> by_pair_ FW_GUARDED_BY(mu_);
+  PairMap by_pair_ FW_GUARDED_BY(mu_);
+  PairMap echo_by_pair_ FW_GUARDED_BY(mu_);  // keyed by (prober, responder) and prober port
   size_t flows_ FW_GUARDED_BY(mu_) = 0;
   Stats stats_ FW_GUARDED_BY(mu_);
   std::atomic<size_t> flow_count_{0};  // flows_, for empty()

@@ -4,6 +4,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
+
+#include "daemon/aggregator/analysis/tomography.h"
+
 namespace fw::analysis {
 namespace {
 
@@ -200,6 +204,58 @@ TEST(TracedPaths, TheTableIsBounded) {
   EXPECT_EQ(t.Record("a", "b", 3, hops, 0).kind, TraceOutcome::kUnmapped);
   EXPECT_EQ(t.Record("a", "b", 1, hops, 0).kind, TraceOutcome::kResolved);  // known flow: updated
   EXPECT_EQ(t.stats().flows, 2u);
+}
+
+// The echo of a -> b's flow from port 40001 comes back b -> a through spine2 while the probe went
+// through spine1: the echo's path is kept as the a -> b path through spine2, under a's flow.
+TEST(TracedPaths, AnEchoIsKeptUnderTheProbersFlowAsItsOwnPath) {
+  auto m = Map();
+  auto names = std::make_shared<aggregator::NameInterner>();
+  TracedPaths t(m, names);
+  t.Record("a", "b", 40001, std::vector<std::string>{"198.19.1.1", "198.19.11.1", "198.19.2.1"}, 1);
+  const TraceOutcome echo = t.RecordEcho(
+      "b", "a", 40001, std::vector<std::string>{"198.19.2.1", "198.19.22.1", "198.19.1.1"}, 1);
+  EXPECT_EQ(echo.kind, TraceOutcome::kResolved);
+  EXPECT_EQ(echo.path, PathVia(*m, "spine2"));
+  const auto a = names->Intern("a"), b = names->Intern("b");
+  EXPECT_EQ(t.PathOf(a, b, 40001, 2), PathVia(*m, "spine1"));
+  EXPECT_EQ(t.EchoPathOf(a, b, 40001, 2), PathVia(*m, "spine2"));
+  EXPECT_FALSE(t.EchoPathOf(a, b, 40002, 2));  // another flow's echo is not known
+  EXPECT_FALSE(t.EchoPathOf(b, a, 40001, 2));  // nor b's own flow's
+  // An echo that contradicts the map resolves nothing and forgets the old echo path.
+  EXPECT_EQ(t.RecordEcho("b", "a", 40001,
+                         std::vector<std::string>{"198.19.1.1", "198.19.22.1", "198.19.2.1"}, 3)
+                .kind,
+            TraceOutcome::kNoMatch);
+  EXPECT_FALSE(t.EchoPathOf(a, b, 40001, 4));
+  EXPECT_EQ(t.stats().echoes, 2u);
+  EXPECT_EQ(t.stats().flows, 2u);
+}
+
+// A flow whose probe and echo take different spines votes for the links of both ways, once each.
+TEST(TracedPaths, AFlowWithATracedEchoVotesForBothWays) {
+  auto m = Map();
+  const aggregator::PathSet ps = m->PathsBetweenNodes("a", "b");
+  Tomography tomo(m);
+  FlowObs o;
+  o.src_access = ps.src_access;
+  o.dst_access = ps.dst_access;
+  o.core = ps.core.get();
+  o.path = PathVia(*m, "spine1");
+  std::map<aggregator::LinkIndex, double> votes;
+  auto collect = [&](aggregator::LinkIndex l, double w) { votes[l] += w; };
+  tomo.ForEachCandidate(o, collect);
+  EXPECT_EQ(votes.size(), 4u);  // two access links, leaf1~spine1, spine1~leaf2
+  votes.clear();
+  o.echo_path = PathVia(*m, "spine2");
+  tomo.ForEachCandidate(o, collect);
+  EXPECT_EQ(votes.size(), 6u);  // and leaf2~spine2, spine2~leaf1
+  for (const auto& [link, w] : votes) EXPECT_EQ(w, 1.0) << link;
+  votes.clear();
+  o.echo_path = o.path;  // the same way back: nothing twice
+  tomo.ForEachCandidate(o, collect);
+  EXPECT_EQ(votes.size(), 4u);
+  for (const auto& [link, w] : votes) EXPECT_EQ(w, 1.0) << link;
 }
 
 }  // namespace

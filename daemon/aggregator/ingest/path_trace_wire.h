@@ -31,6 +31,8 @@ std::string_view TraceRefusalName(TraceRefusal r);
 struct WireTrace {
   std::string dst_node;
   uint16_t src_port = 0;
+  uint16_t dst_port = 0;
+  bool echo = false;  // an echo's trace: dst_port is the peer's probe source port
   std::vector<std::string> hops;
   bool reached_peer = false;
 };
