@@ -10,8 +10,8 @@
 # flapping link <= 10 s, healthy 0 findings, escalation traffic < 5 %).
 # Asserted (exit 1 when missed), on the asserted scenarios (`asserted` below): precision >= 0.99 and
 # recall >= 0.95, 0 findings and escalation traffic < 5 % in the healthy run. Exact localization is
-# printed, not asserted: 5 % loss is named exactly in some runs and as the leaf's link group in
-# others (the echo's path is not traced). Link down, flap, congested spine and two rails are
+# printed, not asserted: it was named as the leaf's link group in some runs before echo traces, and
+# has been measured with them in a few runs only. Link down, flap, congested spine and two rails are
 # measured only: docs/simulator.md, "ECMP with path tracing", says what they show and why.
 set -uo pipefail
 sim="$1"

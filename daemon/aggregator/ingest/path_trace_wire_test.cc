@@ -36,6 +36,22 @@ TEST(PathTraceWire, AcceptsAGoodTraceWithItsHopsByTtl) {
   EXPECT_EQ(w.traces[0].src_port, 40001);
   EXPECT_TRUE(w.traces[0].reached_peer);
   EXPECT_EQ(w.traces[0].hops, (std::vector<std::string>{"198.19.1.1", "198.19.1.6", "fd00::3"}));
+  EXPECT_FALSE(w.traces[0].echo);
+}
+
+// An echo's trace names the prober's flow by its destination port.
+TEST(PathTraceWire, AnEchoTraceKeepsThePeersSourcePort) {
+  v1::PathTraceReport r;
+  v1::PathTrace t = Good();
+  t.set_src_port(9753);
+  t.set_dst_port(40001);
+  t.set_echo(true);
+  *r.add_traces() = t;
+  const WireTraces w = TracesFromWire(r);
+  ASSERT_EQ(w.traces.size(), 1u);
+  EXPECT_TRUE(w.traces[0].echo);
+  EXPECT_EQ(w.traces[0].src_port, 9753);
+  EXPECT_EQ(w.traces[0].dst_port, 40001);
 }
 
 TEST(PathTraceWire, MissingTtlsAreSilentHops) {
