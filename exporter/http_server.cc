@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -143,7 +144,7 @@ void Response::End() {
 Server::~Server() { Stop(); }
 
 StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& listen, int threads,
-                                                const WebConfig* web) {
+                                                const WebConfig* web, int request_timeout_ms) {
   std::string host;
   int port = 0;
   if (!SplitHostPort(listen, &host, &port)) {
@@ -154,7 +155,7 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& listen, int t
   const bool tls = web != nullptr && web->tls;
   if (tls) ports += "s";  // civetweb: this port speaks TLS only
   std::string nthreads = std::to_string(threads);
-  std::string timeout = std::to_string(kRequestTimeoutMs);
+  std::string timeout = std::to_string(std::max(1, request_timeout_ms));
   const char* options[] = {
       "listening_ports", ports.c_str(),       "num_threads", nthreads.c_str(), "request_timeout_ms",
       timeout.c_str(),   "enable_keep_alive", "yes",         nullptr};

@@ -60,18 +60,21 @@ struct HandlerOptions {
 };
 
 // civetweb serves each connection on one worker thread until it ends, so a client that sends its
-// request slowly (or never) holds a worker for up to kRequestTimeoutMs. Enough workers keep a few
-// such clients from delaying everyone else; each request civetweb refuses is counted.
+// request slowly (or never) holds a worker for up to the request timeout. Enough workers, or a
+// short enough timeout, keep a few such clients from delaying everyone else; each request civetweb
+// refuses is counted.
 class Server {
  public:
   ~Server();
-  // Listens on "HOST:PORT" (port 0 picks a free port) with `threads` workers. Fails with a clear
-  // message when the address is invalid or taken.
+  // Listens on "HOST:PORT" (port 0 picks a free port) with `threads` workers, each waiting at most
+  // `request_timeout_ms` for a request to arrive (and for one write to a slow reader, and for a TLS
+  // handshake). Fails with a clear message when the address is invalid or taken.
   // With a `web` config whose tls_server_config is set, serves HTTPS only (the certificate,
   // client-certificate policy and minimum version are set on civetweb's SSL_CTX here); its users
   // guard the handlers registered with requires_auth. `web` is copied.
   static StatusOr<std::unique_ptr<Server>> Start(const std::string& listen, int threads = 32,
-                                                 const WebConfig* web = nullptr);
+                                                 const WebConfig* web = nullptr,
+                                                 int request_timeout_ms = kRequestTimeoutMs);
 
   // Registers an exact-path handler. Thread-safe; may be called after Start().
   void Handle(const std::string& path, Handler handler, HandlerOptions options = {});
@@ -91,7 +94,7 @@ class Server {
   // Stops accepting and waits for in-flight handlers. Idempotent.
   void Stop();
 
-  // How long a worker waits for a request to arrive, or for one write to a slow reader.
+  // The default request timeout (see Start()).
   static constexpr int kRequestTimeoutMs = 5000;
 
  private:

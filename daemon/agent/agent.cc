@@ -19,12 +19,16 @@ namespace fw::agent {
 namespace v1 = fabricwatch::v1;
 
 namespace {
-// HTTP workers. civetweb keeps a connection on one worker until it ends, and a client that sends
-// its request slowly, or never, holds that worker for up to http::Server::kRequestTimeoutMs (5 s).
-// Eight workers let a few such clients (a port scanner, half-open connections) leave the scraper
-// and the watchdog's /healthz served; BadInputTest holds five on the agent's port. Idle workers
-// cost a thread each and no CPU (docs/performance.md).
-constexpr int kHttpWorkers = 8;
+// HTTP workers and how long each waits for a request. civetweb keeps a connection on one worker
+// until it ends, so a client that sends its request slowly, or never, holds a worker until the
+// request timeout. The agent serves one scraper and its own watchdog's /healthz with small answers
+// (a write to a reader on the fabric's network takes well under a second), so it keeps 3 workers
+// and a 1 s timeout: each slow client (a port scanner, a half-open connection) costs a worker at
+// most 1 s, and N of them delay a scrape by at most ceil(N / 3) s instead of taking the port for
+// 5 s each. BadInputTest holds five such clients on the agent's port and wants /metrics within
+// 2 s. Idle workers cost a thread each and no CPU (docs/performance.md).
+constexpr int kHttpWorkers = 3;
+constexpr int kHttpRequestTimeoutMs = 1000;
 
 std::string Hostname() {
   char buf[256] = {};
@@ -99,7 +103,7 @@ Status Agent::Start() {
     spdlog::warn("msg=\"node check failed\" error=\"{}\"", d.message());
   }
   auto http = http::Server::Start(options_.http_listen, kHttpWorkers,
-                                  options_.web ? &*options_.web : nullptr);
+                                  options_.web ? &*options_.web : nullptr, kHttpRequestTimeoutMs);
   if (!http.ok()) return http.status();
   http_ = std::move(*http);
   http_->HandleMetrics(registry_, [this](double s) { self_.ObserveScrape(s); });

@@ -103,6 +103,16 @@ CollectiveRunner::CollectiveRunner(CollectiveRunnerOptions options, AgentSendFn 
 CollectiveRunner::~CollectiveRunner() { Stop(); }
 
 void CollectiveRunner::Start() {
+  MutexLock lock(mu_);
+  started_ = true;
+  StartThreadIfNeeded();
+}
+
+void CollectiveRunner::StartThreadIfNeeded() {
+  if (!started_ || stopping_ || queue_.empty() || running_) return;
+  // The previous thread set running_ = false under mu_ and then only returns: this join is short.
+  if (thread_.joinable()) thread_.join();
+  running_ = true;
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "fw-collective");
     Loop();
@@ -110,13 +120,14 @@ void CollectiveRunner::Start() {
 }
 
 void CollectiveRunner::Stop() {
+  std::thread runner;
   {
     MutexLock lock(mu_);
     stopping_ = true;
+    runner = std::move(thread_);
   }
-  cv_.NotifyAll();
   kv_.Cancel();
-  if (thread_.joinable()) thread_.join();
+  if (runner.joinable()) runner.join();
 }
 
 std::string CollectiveRunner::nccl_status() const {
@@ -129,7 +140,7 @@ void CollectiveRunner::OnJob(const v1::CollectiveJob& job) {
     MutexLock lock(mu_);
     if (!stopping_ && queue_.size() < options_.max_queued) {
       queue_.push_back(job);
-      cv_.NotifyAll();
+      StartThreadIfNeeded();
       return;
     }
   }
@@ -147,8 +158,10 @@ void CollectiveRunner::Loop() {
     v1::CollectiveJob job;
     {
       MutexLock lock(mu_);
-      while (!stopping_ && queue_.empty()) cv_.Wait(mu_);
-      if (stopping_) return;
+      if (stopping_ || queue_.empty()) {
+        running_ = false;  // the next job starts a new thread (StartThreadIfNeeded)
+        return;
+      }
       job = std::move(queue_.front());
       queue_.pop_front();
     }

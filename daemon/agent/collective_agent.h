@@ -71,6 +71,8 @@ class CollectiveRunner {
  public:
   CollectiveRunner(CollectiveRunnerOptions options, AgentSendFn send, metrics::Registry& registry);
   ~CollectiveRunner();
+  // Lets jobs run. The runner thread starts when a job arrives and ends when the queue is empty, so
+  // between jobs (most of the time) the node keeps no idle thread for them.
   void Start();
   void Stop();  // cancels rendezvous waits; a running operation ends at its timeout
   // Uplink reader thread: a job to run, a rendezvous reply.
@@ -90,6 +92,9 @@ class CollectiveRunner {
   bool GpusBusy(fabricwatch::v1::CollectiveResult& result);
   // Records NCCL's state: status text, the state gauge (the old state's series back to 0).
   void SetNcclAvailability(const collective::NcclAvailability& a);
+  // Starts a runner thread when started_, jobs are queued and none is running (a thread that has
+  // ended is joined first).
+  void StartThreadIfNeeded() FW_REQUIRES(mu_);
 
   const CollectiveRunnerOptions options_;
   AgentSendFn send_;
@@ -103,11 +108,12 @@ class CollectiveRunner {
   bool nvml_loaded_ = false;                       // runner thread only: load attempted
   bool skipped_ = false;                           // runner thread only: the job was skipped
   mutable Mutex mu_;
-  CondVar cv_;
   std::deque<fabricwatch::v1::CollectiveJob> queue_ FW_GUARDED_BY(mu_);
+  bool started_ FW_GUARDED_BY(mu_) = false;
   bool stopping_ FW_GUARDED_BY(mu_) = false;
   std::string nccl_status_ FW_GUARDED_BY(mu_);
-  std::thread thread_;
+  bool running_ FW_GUARDED_BY(mu_) = false;  // Loop() has not yet decided to end
+  std::thread thread_ FW_GUARDED_BY(mu_);    // the last runner thread, joined before the next
   metrics::Family<metrics::Counter>& runs_;  // {backend, outcome}
   metrics::Family<metrics::Gauge>& nccl_state_;
   metrics::Gauge& last_busbw_;

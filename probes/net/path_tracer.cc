@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -83,7 +84,14 @@ class PathTracer::Loop {
       TakeInputs();
       StartTraces(now);
       Advance(now);
-      int timeout_ms = in_flight_.empty() ? 100 : 20;
+      // Sleeps until the earliest hop deadline, a new flow set or change (Wake), or an answer;
+      // idle, at most 1 s (AddProbePackets wakes it too). Polling at a fixed 20-100 ms woke this
+      // thread 10-50 times a second.
+      int timeout_ms = 1000;
+      for (const InFlight& t : in_flight_) {
+        const int64_t left_ms = (t.deadline_ns - now + 999'999) / 1'000'000;
+        timeout_ms = static_cast<int>(std::clamp<int64_t>(left_ms, 0, timeout_ms));
+      }
       pollfd fds[2] = {{icmp_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
       int n = poll(fds, 2, timeout_ms);
       if (n < 0 && errno != EINTR) {
@@ -276,8 +284,12 @@ void PathTracer::Changed(const TraceFlow& flow, bool suspect) {
 }
 
 void PathTracer::AddProbePackets(uint64_t n) {
-  MutexLock lock(loop_->mu);
-  loop_->probe_packets += n;
+  {
+    MutexLock lock(loop_->mu);
+    loop_->probe_packets += n;
+  }
+  // New budget may let deferred traces start; the idle loop would otherwise see it only after 1 s.
+  if (n > 0) loop_->Wake();
 }
 
 std::vector<TracedPath> PathTracer::TakeTraces() {

@@ -94,8 +94,10 @@ TEST(BadInputTest, GarbageAndSlowClientsOnBothPortsCrashNothingAndHangNobody) {
   std::mt19937 rng(20240601);
   Sockets held;
   // Slow clients that stay open for the rest of the test: a request cut off mid-header, a
-  // connection that never says anything, an HTTP/2 preface that never finishes. The HTTP counts
-  // stay below each server's worker count (see http::Server), which is the documented limit.
+  // connection that never says anything, an HTTP/2 preface that never finishes. On the
+  // aggregator the HTTP counts stay below its worker count (see http::Server); the agent has 3
+  // workers and a 1 s request timeout (daemon/agent/agent.cc), so its five slow clients are timed
+  // out two rounds at most before the /metrics below is served.
   for (int i = 0; i < 12; ++i) held.Open(agg_http, "GET /metrics HTTP/1.1\r\nHost: x\r\n");
   for (int i = 0; i < 8; ++i) held.Open(agg_http);
   for (int i = 0; i < 3; ++i) held.Open(agent_http, "GET /metrics HTTP/1.1\r\nHost: x\r\n");
