@@ -30,13 +30,17 @@ UdMessage MessageFrom(const UdPort& p, UdType type, uint64_t seq, uint32_t flow)
   return m;
 }
 
+// Truncates to the array, always NUL-terminated.
+void CopyName(std::string_view name, std::array<char, 32>& out) {
+  const size_t n = std::min(name.size(), out.size() - 1);
+  std::copy_n(name.data(), n, out.data());
+  out[n] = '\0';
+}
+
 }  // namespace
 
-void RdmaProbeResult::SetLocalDevice(std::string_view name) {
-  const size_t n = std::min(name.size(), local_device.size() - 1);
-  std::copy_n(name.data(), n, local_device.data());
-  local_device[n] = '\0';
-}
+void RdmaProbeResult::SetLocalDevice(std::string_view name) { CopyName(name, local_device); }
+void RdmaProbeResult::SetPeerDevice(std::string_view name) { CopyName(name, peer_device); }
 
 struct UdMesh::Device {
   std::string name;
@@ -733,6 +737,7 @@ RdmaProbeResult UdMesh::ResultFor(const Outstanding& o) const {
   r.base.timestamp_ns = o.wall;
   r.flow_label = f.flow_label;
   r.SetLocalDevice(devices_[o.dev]->name);
+  r.SetPeerDevice(targets_[f.target].peer_device);
   return r;
 }
 
