@@ -22,6 +22,7 @@ rdma_ud targets, and the results reach the aggregator beside the UDP ones.
 Bounded well under 45 s.
 Usage: rdma_fleet_test.py AGGREGATOR AGENT TESTDATA
 """
+import calendar
 import json
 import os
 import random
@@ -141,23 +142,35 @@ def main():
         launch(3, "fr3", host_delay_us=5000)
         started("fr2")
         started("fr3")
+        t_back = time.time()
         want_kinds = {("nic_degraded", "fr2/mlx5_0"), ("host_network", "fr3")}
 
+        def restart_artifact(x):
+            # While the agents restart, fr1's probes to them are lost (probe_unreachable) and the
+            # first RC bursts after the reconnect can read low (link_degraded on bandwidth). A
+            # finding last observed by 6 s after the agents came back (the lost probes' 1 s
+            # timeout, the upload, the 2 s "recent" window) is that, and it stays active for the
+            # tracker's 30 s recovery; one observed later is a real finding.
+            last = calendar.timegm(time.strptime(x["last_seen"], "%Y-%m-%dT%H:%M:%SZ"))
+            return (x["location"]["type"] == "pair" and last <= t_back + 6)
+
         def kinds_now():
-            f = json.loads(get(f"http://{api}/api/v1/findings?active=true"))
+            f = [x for x in json.loads(get(f"http://{api}/api/v1/findings?active=true"))
+                 if not restart_artifact(x)]
             return {(x["kind"], x["location"]["id"]) for x in f}, f
         t_fault = time.monotonic()
         try:
             wait_for(lambda: kinds_now()[0] >= want_kinds, 25, "findings on fr2's NIC and fr3")
             check(True, f"50% loss on fr2's port: nic_degraded fr2/mlx5_0, and 5 ms host delay "
                         f"on fr3: host_network fr3, after {time.monotonic() - t_fault:.1f} s")
-            # The restarts' own lost UDP probes may raise a pair finding for a moment; none stays.
-            wait_for(lambda: kinds_now()[0] == want_kinds, 15, "only those two findings")
+            # Nothing else may stay (restart artifacts aside, above).
+            wait_for(lambda: kinds_now()[0] == want_kinds, 10, "only those two findings")
             check(True, "no other finding (no link, no other host)")
         except SystemExit as e:
             check(False, str(e), get(f"http://{api}/api/v1/findings?active=true"))
-        for x in kinds_now()[1]:
-            print(f"  {x['location']['id']}: {x['kind']}: {x['summary']}")
+        for x in json.loads(get(f"http://{api}/api/v1/findings?active=true")):
+            tag = " (restart artifact, not observed since)" if restart_artifact(x) else ""
+            print(f"  {x['location']['id']}: {x['kind']}{tag}: {x['summary']}")
         print(f"figure: whole test {time.monotonic() - t_start:.1f} s", flush=True)
     finally:
         stop(list(procs.values()))
