@@ -189,10 +189,10 @@ Status Agent::Start() {
       if (rc.ok()) {
         rdma_->OnRcMessage(std::move(rc.value()));
       } else {
-        rdma_rc_refused_.fetch_add(1);
+        rdma_rc_refused_->Inc();
         spdlog::warn("msg=\"rdma rc: connection message refused\" from={} error=\"{}\" refused={}",
                      m.rdma_rc_connect().peer().substr(0, 64), rc.status().ToString(),
-                     rdma_rc_refused_.load());
+                     rdma_rc_refused_->Value());
       }
     }
   });
@@ -213,6 +213,11 @@ Status Agent::Start() {
         &registry_
              .AddGauge("fabricwatch_rdma_rc_goodput_bps",
                        "Goodput of the most recent RC write burst (rdma_rc), bits/s.")
+             .WithLabels({});
+    rdma_rc_refused_ =
+        &registry_
+             .AddCounter("fabricwatch_rdma_rc_refused_total",
+                         "RC connection messages from the aggregator refused as malformed.")
              .WithLabels({});
     rdma_ = std::make_unique<rdma::RdmaRunner>(
         std::move(verbs), RealClock::Get(), options_.rdma_runner,

@@ -106,7 +106,9 @@ class Agent {
   std::unique_ptr<TraceRunner> traces_;       // null without tracing; set before the uplink starts
   uint64_t traced_probes_sent_ = 0;           // report thread only
   std::unique_ptr<rdma::RdmaRunner> rdma_;    // null with --rdma off
-  std::atomic<uint64_t> rdma_rc_refused_{0};  // RC connection messages that failed to parse
+  // RC connection messages that failed to parse; registered (and set) only with RDMA on, before
+  // the uplink starts.
+  metrics::Counter* rdma_rc_refused_ = nullptr;
   // Collective probe jobs (docs/collectives.md); declared after uplink_, so it goes first.
   std::unique_ptr<CollectiveRunner> collective_;
   std::unique_ptr<http::Server> http_;

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   fw::Seconds hb_grace{o.heartbeat_grace_max_s};
   fw::Seconds bw_interval{static_cast<double>(o.planner.bw_interval_s)};
   fw::Seconds latency_floor{o.analysis.latency_floor_s};
+  fw::Seconds host_delay_floor{o.analysis.rdma_host_delay_floor_s};
   fw::Seconds collective_interval{static_cast<double>(o.collective.schedule.interval_ns) * 1e-9};
   std::string log_level = "info";
   std::string config;
@@ -78,6 +79,10 @@ int main(int argc, char** argv) {
   app.add_flag("--record-test-batches", o.record_test_batches,
                "test only: remember the ids of numbered test batches")
       ->group("");
+  // Test only: a loaded build host delays healthy hosts' RDMA completions by a millisecond or more.
+  app.add_option_function<std::string>("--test-rdma-host-delay-floor", duration(&host_delay_floor),
+                                       "test only: rdma_host_delay_floor_s (default 1ms)")
+      ->group("");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -87,6 +92,7 @@ int main(int argc, char** argv) {
   o.heartbeat_timeout_s = hb_timeout.value;
   o.heartbeat_grace_max_s = hb_grace.value;
   o.analysis.latency_floor_s = latency_floor.value;
+  o.analysis.rdma_host_delay_floor_s = host_delay_floor.value;
   o.collective.schedule.interval_ns =
       static_cast<int64_t>(std::clamp(collective_interval.value, 0.0, 86400.0) * 1e9);
   o.planner.bw_interval_s = static_cast<uint32_t>(std::clamp(bw_interval.value, 1.0, 86400.0));

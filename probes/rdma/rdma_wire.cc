@@ -131,6 +131,7 @@ std::vector<UdTarget> UdTargetsFromPlan(const v1::ProbePlan& plan, int* skipped)
     UdTarget t;
     t.peer = p.node();
     t.local_device = p.src_nic();
+    t.peer_device = p.dst_nic();
     t.remote = *e;
     t.flows = std::max(1, std::min(64, p.src_ports_size()));
     t.rate_hz = p.rate_pps() > 0 ? p.rate_pps() : 1.0;
@@ -163,6 +164,7 @@ void ResultToProto(const RdmaProbeResult& r, v1::ProbeResult* out) {
   out->set_bytes(r.base.bytes);
   out->set_sent_unix_ns(r.base.timestamp_ns);
   out->set_src_nic(std::string(r.LocalDevice()));
+  out->set_dst_nic(std::string(r.PeerDevice()));
   if (!r.base.lost) {
     out->set_prober_host_ns(r.prober_host_ns);
     out->set_responder_host_ns(r.responder_host_ns);

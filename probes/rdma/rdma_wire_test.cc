@@ -66,6 +66,7 @@ TEST(RdmaWire, PlanPeersBecomeTargetsAndBadOnesAreSkipped) {
   ok->set_node("n2");
   ok->set_transport(v1::TRANSPORT_RDMA_UD);
   ok->set_src_nic("mlx5_0");
+  ok->set_dst_nic("mlx5_2");
   ok->set_rate_pps(10);
   ok->add_src_ports(1);
   ok->add_src_ports(2);
@@ -79,6 +80,7 @@ TEST(RdmaWire, PlanPeersBecomeTargetsAndBadOnesAreSkipped) {
   ASSERT_EQ(t.size(), 1u);
   EXPECT_EQ(t[0].peer, "n2");
   EXPECT_EQ(t[0].local_device, "mlx5_0");
+  EXPECT_EQ(t[0].peer_device, "mlx5_2");
   EXPECT_EQ(t[0].flows, 2);
   EXPECT_EQ(t[0].rate_hz, 10);
 }
@@ -92,6 +94,7 @@ TEST(RdmaWire, ResultsCarryTheSplit) {
   r.responder_host_ns = 900;
   r.source = TsSource::kNicWallclock;
   r.SetLocalDevice("mlx5_0");
+  r.SetPeerDevice("mlx5_2");
   v1::ProbeResult p;
   ResultToProto(r, &p);
   EXPECT_EQ(p.transport(), v1::TRANSPORT_RDMA_UD);
@@ -100,6 +103,7 @@ TEST(RdmaWire, ResultsCarryTheSplit) {
   EXPECT_EQ(p.responder_host_ns(), 900);
   EXPECT_EQ(p.timestamp_source(), "nic_wallclock");
   EXPECT_EQ(p.src_nic(), "mlx5_0");
+  EXPECT_EQ(p.dst_nic(), "mlx5_2");
   RdmaState none;
   none.detail = "ibv_get_device_list: x (errno 38)";
   EXPECT_EQ(InventoryLine(none), "unavailable: ibv_get_device_list: x (errno 38)");

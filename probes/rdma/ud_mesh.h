@@ -36,6 +36,7 @@ struct UdTarget {
   std::string local_device;  // which of our ports probes it ("" = the first of its link layer)
   uint8_t local_port = 0;    // 0 = any port of local_device
   UdEndpoint remote;         // from the peer's Hello, via the plan
+  std::string peer_device;   // the peer's NIC as the plan names it, copied into results
   int flows = 1;             // flow labels (RoCE) or source QPs, for ECMP coverage
   double rate_hz = 1;        // probes per second per flow
 };
@@ -68,8 +69,11 @@ struct RdmaProbeResult {
   uint32_t flow_label = 0;
   uint32_t src_qpn = 0;
   std::array<char, 32> local_device{};  // NUL-terminated: the NIC that probed (src_nic)
+  std::array<char, 32> peer_device{};   // NUL-terminated: the peer's NIC (dst_nic), "" unknown
   void SetLocalDevice(std::string_view name);
+  void SetPeerDevice(std::string_view name);
   std::string_view LocalDevice() const { return std::string_view(local_device.data()); }
+  std::string_view PeerDevice() const { return std::string_view(peer_device.data()); }
 };
 
 class ResultSink {

@@ -6,11 +6,19 @@ first N-1 with fake verbs (--test-rdma-fake-lid) and the last without RDMA (unav
 both kinds run every other transport under the same plan. Intra-leaf RDMA targets get 10/s each,
 so an RDMA agent probes (N-2) targets at 10/s. After a warm-up, scripts/perf/procstat.py samples
 one RDMA agent and the plain one.
-Usage: rdma_agent_cpu.py AGGREGATOR AGENT TESTDATA [N] [SECONDS] [--threads]
+
+--split: the RDMA thread (fw-rdma-ud) of the first RDMA agent, which runs the mesh, the RC bursts
+and the fake's loopback link, is also sampled apart: user and system CPU from
+/proc/PID/task/TID/stat, ns per UD probe exchange (sent + answered), a `perf record` of its user
+space (perf_event_paranoid 2: no kernel frames) grouped into the fake's share and the agent's, and
+after the window 5 s of `strace -c` on it (syscalls per second; strace slows it, so no CPU figure
+is taken then).
+Usage: rdma_agent_cpu.py AGGREGATOR AGENT TESTDATA [N] [SECONDS] [--threads] [--split]
 """
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -65,6 +73,15 @@ def main():
                           "fabricwatch_probe_sent_total")
         before = {n: sent(n) for n in (nodes[0], nodes[-1])}
         load0 = open("/proc/loadavg").read().split()[:3]
+        split = "--split" in sys.argv
+        if split:
+            pid = procs[nodes[0]].pid
+            tid = rdma_thread(pid)
+            t0, cpu0 = time.monotonic(), thread_cpu(pid, tid)
+            perf_data = os.path.join(work, "perf.data")
+            perf = subprocess.Popen(["perf", "record", "-q", "-F", "1999", "-t", str(tid), "-o",
+                                     perf_data, "--", "sleep", str(SECONDS)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         out = subprocess.run(
             [sys.executable, os.path.join(HERE, "..", "..", "scripts", "perf", "procstat.py"),
              "--seconds", str(SECONDS)] + (["--threads"] if "--threads" in sys.argv else []) + [
@@ -72,6 +89,12 @@ def main():
              f"plain_agent={procs[nodes[-1]].pid}"], capture_output=True, text=True)
         load1 = open("/proc/loadavg").read().split()[:3]
         after = {n: sent(n) for n in (nodes[0], nodes[-1])}
+        if split:
+            cpu1, t1 = thread_cpu(pid, tid), time.monotonic()
+            perf.wait()
+            ud = (after[nodes[0]].get('{transport="rdma_ud"}', 0) -
+                  before[nodes[0]].get('{transport="rdma_ud"}', 0)) / SECONDS
+            report_split(cpu0, cpu1, t1 - t0, ud, perf_data, pid, tid)
         for n in (nodes[0], nodes[-1]):
             rates = {k: (after[n].get(k, 0) - before[n].get(k, 0)) / SECONDS
                      for k in after[n] if after[n].get(k, 0) > before[n].get(k, 0)}
@@ -81,6 +104,59 @@ def main():
     finally:
         stop(list(procs.values()))
         shutil.rmtree(work, ignore_errors=True)
+
+
+def rdma_thread(pid):
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        if open(f"/proc/{pid}/task/{tid}/comm").read().strip() == "fw-rdma-ud":
+            return int(tid)
+    raise SystemExit("no fw-rdma-ud thread")
+
+
+def thread_cpu(pid, tid):
+    """(user s, system s) of one thread."""
+    text = open(f"/proc/{pid}/task/{tid}/stat").read()
+    rest = text[text.rindex(")") + 2:].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(rest[11]) / tick, int(rest[12]) / tick
+
+
+# Symbols of the fake (verbs, fabric, loopback link) as opposed to the agent's own mesh and runner.
+FAKE = re.compile(r"Fake|fake_|FakeLink|LoopbackLink")
+
+
+def report_split(cpu0, cpu1, wall, ud_per_s, perf_data, pid, tid):
+    user, system = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
+    exchanges = 2 * ud_per_s  # each probe sent is answered by a peer, and as many are answered
+    total = (user + system) / wall
+    print(f"fw-rdma-ud thread: {100 * total:.2f} % of a core (user {100 * user / wall:.2f} %, "
+          f"system {100 * system / wall:.2f} %); rdma_ud sent {ud_per_s:.1f}/s, answered about "
+          f"as many: {1e9 * total / exchanges:.0f} ns of thread CPU per exchange end "
+          f"(user {1e9 * user / wall / exchanges:.0f} ns, system "
+          f"{1e9 * system / wall / exchanges:.0f} ns)")
+    rep = subprocess.run(["perf", "report", "-i", perf_data, "--stdio", "--no-children",
+                          "--sort", "dso,symbol", "--percent-limit", "0.3"],
+                         capture_output=True, text=True).stdout
+    fake = agent = 0.0
+    lines = []
+    for line in rep.splitlines():
+        m = re.match(r"\s*([0-9.]+)%\s+(\S+)\s+\[\.\]\s+(.*)", line)
+        if not m:
+            continue
+        pct, dso, sym = float(m.group(1)), m.group(2), m.group(3).strip()
+        if FAKE.search(sym):
+            fake += pct
+        elif "fabricwatch-agent" in dso:
+            agent += pct
+        lines.append(f"  {pct:5.1f}% {dso} {sym[:110]}")
+    print(f"perf (user space of the thread, symbols >= 0.3 %): fake's own code {fake:.1f} %, "
+          f"other agent code {agent:.1f} %, the rest libc/libstdc++/vdso (syscall wrappers, "
+          f"malloc, clock_gettime):")
+    print("\n".join(lines[:25]))
+    st = subprocess.run(["timeout", "-s", "INT", "5", "strace", "-c", "-q", "-p", str(tid)],
+                        capture_output=True, text=True)
+    print("strace -c over 5 s of the thread (calls / 5 s):")
+    print("\n".join(st.stderr.splitlines()[:16]))
 
 
 if __name__ == "__main__":

@@ -257,6 +257,7 @@ void Analyzer::OnHostDelays(std::span<const aggregator::ReportedProbe> results) 
   const int64_t now_ns = clock_.MonotonicNanos();
   if (results.empty() || results.front().src_id != kNoNode) {
     host_delays_.Record(results, now_ns);
+    rdma_losses_.Record(results, now_ns);
     return;
   }
   // Results named by name (tests, tools): ids from the interner the pair table shares.
@@ -266,6 +267,7 @@ void Analyzer::OnHostDelays(std::span<const aggregator::ReportedProbe> results) 
     r.dst_id = flows_.FindNode(r.dst_node).value_or(kNoNode);
   }
   host_delays_.Record(named, now_ns);
+  rdma_losses_.Record(named, now_ns);
 }
 
 namespace {
@@ -352,6 +354,10 @@ void Analyzer::Tick() {
   delay_limits.floor_ns = config_.rdma_host_delay_floor_s * 1e9;
   delay_limits.fleet_ratio = config_.rdma_host_delay_fleet_ratio;
   ev.host_delays = host_delays_.Judge(now_ns, delay_limits);
+  RdmaLossLimits loss_limits;
+  loss_limits.window_s = FlowTable::kSlots;
+  loss_limits.significance = config_.loss_significance;
+  ev.rdma_losses = rdma_losses_.Judge(now_ns, loss_limits);
   tomography_.Reset();
   ScanVisitor visitor(*this, ev, now_ns);
   flows_.Scan(now_ns, visitor);

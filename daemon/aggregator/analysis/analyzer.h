@@ -20,6 +20,7 @@
 #include "daemon/aggregator/analysis/element_tracker.h"
 #include "daemon/aggregator/analysis/flow_table.h"
 #include "daemon/aggregator/analysis/host_delay.h"
+#include "daemon/aggregator/analysis/rdma_loss.h"
 #include "daemon/aggregator/analysis/tomography.h"
 #include "daemon/aggregator/analysis/traced_paths.h"
 #include "daemon/aggregator/analysis/tracked_finding.h"
@@ -74,8 +75,8 @@ class Analyzer {
   Analyzer& operator=(const Analyzer&) = delete;
 
   void OnPortSample(const PortSample& sample);
-  // The host delays of rdma_ud results (host_delay.h), from the ingest threads beside
-  // PairTable::RecordBatch, which records their network RTTs. Results must carry node ids.
+  // The host delays (host_delay.h) and the per-device outcomes (rdma_loss.h) of rdma_ud results,
+  // from the ingest threads beside PairTable::RecordBatch, which records their network RTTs.
   void OnHostDelays(std::span<const aggregator::ReportedProbe> results);
   // Replaces the node-hardware findings an agent reported (check reports); each becomes a tracked
   // finding while it is reported.
@@ -134,6 +135,7 @@ class Analyzer {
   Tomography tomography_;
   ElementTracker tracker_;
   HostDelays host_delays_;
+  RdmaLosses rdma_losses_;
   int64_t tick_count_ = 0;
   std::vector<aggregator::EscalationRequest> escalation_candidates_;          // tick thread
   std::map<std::string, aggregator::EscalationBudget::Escalated> escalated_;  // tick thread

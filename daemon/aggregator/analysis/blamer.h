@@ -46,6 +46,7 @@ class Blamer {
     if (ctx_.map) LinkLevel();
     PairLevel();
     NodeFindingLevel();
+    RdmaLossLevel();
     HostDelayLevel();
   }
 
@@ -54,6 +55,8 @@ class Blamer {
   void LinkLevel();
   void PairLevel();
   void NodeFindingLevel();
+  // A device shared by the lossy rdma_ud device pairs (rdma_loss.h) is a NIC fault.
+  void RdmaLossLevel();
   // Last: a host or NIC that an earlier level named this tick gets the delays as more evidence.
   void HostDelayLevel();
 

@@ -13,6 +13,7 @@
 
 #include "daemon/aggregator/analysis/analyzer.h"
 #include "daemon/aggregator/analysis/host_delay.h"
+#include "daemon/aggregator/analysis/rdma_loss.h"
 
 namespace fw::analysis {
 
@@ -78,6 +79,7 @@ struct Analyzer::Evaluation {
   std::map<std::string, std::vector<Finding>> node_findings;
   std::map<std::string, std::vector<Finding>> source_findings;  // other stages', by source
   std::vector<HostDelayVerdict> host_delays;  // rdma_ud host delays, judged (host_delay.h)
+  std::vector<RdmaLossVerdict> rdma_losses;   // devices that lose rdma_ud probes (rdma_loss.h)
 
   // Outputs.
   std::vector<std::pair<std::string, Observation>> observations;
