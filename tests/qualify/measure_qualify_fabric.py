@@ -15,6 +15,35 @@ sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "fabric_e2e"))
 import fwe2e  # noqa: E402
 
 
+def daemon_cpu():
+    """CPU seconds (user + system) used so far by the fabricwatch daemons, by program."""
+    hz = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        if not comm.startswith("fabricwatch"):
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[comm] = out.get(comm, 0) + (int(fields[11]) + int(fields[12])) / hz
+    return out
+
+
+def trace_count(run):
+    """Path traces the aggregator took in so far (fabricwatch_path_traces_total, all outcomes)."""
+    total = 0
+    for line in run.metrics().splitlines():
+        if line.startswith("fabricwatch_path_traces_total"):
+            total += float(line.split()[-1])
+    return total
+
+
 def main():
     if os.geteuid() != 0:
         print("needs root (network namespaces)", file=sys.stderr)
@@ -33,11 +62,18 @@ def main():
         for i in range(runs):
             with open("/proc/loadavg") as f:
                 load = f.read().split()[0]
+            cpu0, traces0 = daemon_cpu(), trace_count(run)
             t0 = time.monotonic()
             p = run.fab.exec("mgmt", [cli, "--api", api, "--format", "json", "qualify",
                                       f"--{suite}", "--nodes", ",".join(hosts), "--timeout", "60"],
                              timeout=90)
             took = time.monotonic() - t0
+            cpu1, traces1 = daemon_cpu(), trace_count(run)
+            # What the daemons did meanwhile: a start-up transient shows as CPU or traces that
+            # later runs do not have.
+            print(f"run {i + 1}: daemon CPU " + ", ".join(
+                f"{k} {cpu1.get(k, 0) - cpu0.get(k, 0):.1f} s" for k in sorted(cpu1))
+                + f"; path traces in {traces1 - traces0:.0f}")
             rep = json.loads(p.stdout) if p.stdout.strip() else {}
             steps = ", ".join(f"{s['name']} {s['duration_s']} s" for s in rep.get("steps", [])
                               if s.get("state") != "skipped")

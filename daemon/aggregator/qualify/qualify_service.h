@@ -62,6 +62,9 @@ class QualifyService final : public QualifyEnv {
   aggregator::NodeId IdOf(const std::string& node) override;
   void SetBursts(const std::string& id, const BurstRound& bursts, uint64_t round,
                  const SuiteSpec& suite) override;
+  void SetRdmaRcBursts(const std::string& id, const BurstRound& bursts, uint64_t round,
+                       const SuiteSpec& suite) override;
+  std::vector<std::string> RdmaUnavailable(const std::vector<std::string>& nodes) const override;
   std::string PathClassOf(const std::string& a, const std::string& b) override;
   StatusOr<std::string> StartAllReduce(const std::vector<std::string>& nodes, uint64_t bytes,
                                        uint32_t iterations) override;
@@ -69,6 +72,9 @@ class QualifyService final : public QualifyEnv {
   void EndAllReduce(const std::string& job_id) override;
 
  private:
+  // Sets (or, with no bursts, clears) the overlay `overlay` asking each burst shaped as `shape`.
+  void SetBurstOverlay(const std::string& overlay, const BurstRound& bursts,
+                       const aggregator::OverlayBurst& shape);
   aggregator::FleetState& fleet_;
   analysis::Analyzer& analyzer_;
   aggregator::PlanBook& plans_;
