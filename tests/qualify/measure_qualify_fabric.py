@@ -15,23 +15,32 @@ sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "fabric_e2e"))
 import fwe2e  # noqa: E402
 
 
-def daemon_cpu():
-    """CPU seconds (user + system) used so far by the fabricwatch daemons, by program."""
+def daemon_cpu(run):
+    """CPU seconds (user + system) this fabric's daemons used so far: the aggregator's, and the
+    agents' summed."""
     hz = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
+
+    def cpu(pid):
         try:
             with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / hz
+        except (OSError, IndexError, ValueError):
+            return 0.0
+    out = {"agents": sum(cpu(a.pid) for a in run.agents.values()), "aggregator": cpu(run.agg.pid)}
+    # The agents' threads by name (summed over the agents): which part of the agent worked.
+    for a in run.agents.values():
+        try:
+            tids = os.listdir(f"/proc/{a.pid}/task")
         except OSError:
             continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        if not comm.startswith("fabricwatch"):
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        out[comm] = out.get(comm, 0) + (int(fields[11]) + int(fields[12])) / hz
+        for tid in tids:
+            try:
+                with open(f"/proc/{a.pid}/task/{tid}/comm") as f:
+                    name = "agent:" + f.read().strip()
+            except OSError:
+                continue
+            out[name] = out.get(name, 0) + cpu(f"{a.pid}/task/{tid}")
     return out
 
 
@@ -56,23 +65,26 @@ def main():
     worst = 0
     with fwe2e.DaemonFabric(spines=1, leaves=2, hosts_per_leaf=4) as run:
         run.wait_connected()
+        print("at connect: daemon CPU so far " + ", ".join(
+            f"{k} {v:.2f} s" for k, v in daemon_cpu(run).items() if v >= 0.05), flush=True)
         time.sleep(float(os.environ.get("SETTLE", "0")))  # seconds between connect and run 1
         hosts = sorted(run.fab.hosts)
         api = f"{fwe2e.fabric.MGMT_GATEWAY}:{fwe2e.HTTP_PORT}"
         for i in range(runs):
             with open("/proc/loadavg") as f:
                 load = f.read().split()[0]
-            cpu0, traces0 = daemon_cpu(), trace_count(run)
+            cpu0, traces0 = daemon_cpu(run), trace_count(run)
             t0 = time.monotonic()
             p = run.fab.exec("mgmt", [cli, "--api", api, "--format", "json", "qualify",
                                       f"--{suite}", "--nodes", ",".join(hosts), "--timeout", "60"],
                              timeout=90)
             took = time.monotonic() - t0
-            cpu1, traces1 = daemon_cpu(), trace_count(run)
+            cpu1, traces1 = daemon_cpu(run), trace_count(run)
             # What the daemons did meanwhile: a start-up transient shows as CPU or traces that
             # later runs do not have.
             print(f"run {i + 1}: daemon CPU " + ", ".join(
-                f"{k} {cpu1.get(k, 0) - cpu0.get(k, 0):.1f} s" for k in sorted(cpu1))
+                f"{k} {cpu1.get(k, 0) - cpu0.get(k, 0):.2f} s" for k in sorted(cpu1)
+                if cpu1.get(k, 0) - cpu0.get(k, 0) >= 0.05)
                 + f"; path traces in {traces1 - traces0:.0f}")
             rep = json.loads(p.stdout) if p.stdout.strip() else {}
             steps = ", ".join(f"{s['name']} {s['duration_s']} s" for s in rep.get("steps", [])

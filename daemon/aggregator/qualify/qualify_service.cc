@@ -150,6 +150,18 @@ std::optional<CollectiveOutcome> QualifyService::AllReduceOutcome(const std::str
   return collective_.outcome ? collective_.outcome(job_id) : std::nullopt;
 }
 
+std::vector<std::string> QualifyService::PauseCollectives(const std::vector<std::string>& nodes) {
+  return collective_.pause ? collective_.pause(nodes) : std::vector<std::string>{};
+}
+
+void QualifyService::ResumeCollectives(const std::vector<std::string>& nodes) {
+  if (collective_.resume) collective_.resume(nodes);
+}
+
+bool QualifyService::CollectivesRunningOn(const std::vector<std::string>& nodes) {
+  return collective_.busy && collective_.busy(nodes);
+}
+
 void QualifyService::EndAllReduce(const std::string& job_id) {
   if (collective_.end) collective_.end(job_id);
 }

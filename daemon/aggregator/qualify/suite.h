@@ -154,6 +154,15 @@ class QualifyEnv {
   virtual std::optional<CollectiveOutcome> AllReduceOutcome(const std::string& /*job_id*/) {
     return std::nullopt;
   }
+  // The collective stage's scheduled jobs on the set (docs/qualify.md, "Quiet fabric"): pauses
+  // the schedule on `nodes` and returns those it paused (not the ones paused before, e.g. by a
+  // Slurm prolog); resumes those; whether a scheduled job with a member among `nodes` is in
+  // flight.
+  virtual std::vector<std::string> PauseCollectives(const std::vector<std::string>& /*nodes*/) {
+    return {};
+  }
+  virtual void ResumeCollectives(const std::vector<std::string>& /*nodes*/) {}
+  virtual bool CollectivesRunningOn(const std::vector<std::string>& /*nodes*/) { return false; }
   // Abandons a job whose outcome the suite no longer waits for.
   virtual void EndAllReduce(const std::string& /*job_id*/) {}
 };

@@ -171,6 +171,21 @@ class FakeFleet : public QualifyEnv {
     }
     inputs_.OnResults(batch);
   }
+  // The collective schedule: busy for the first `collective_busy_polls` polls; what was paused
+  // and resumed (a node in `already_paused` is not the suite's to pause or resume).
+  std::atomic<int> collective_busy_polls{0};
+  std::set<std::string> already_paused;
+  std::vector<std::string> paused, resumed;
+  std::vector<std::string> PauseCollectives(const std::vector<std::string>& nodes) override {
+    for (const std::string& n : nodes) {
+      if (!already_paused.contains(n)) paused.push_back(n);
+    }
+    return paused;
+  }
+  void ResumeCollectives(const std::vector<std::string>& nodes) override { resumed = nodes; }
+  bool CollectivesRunningOn(const std::vector<std::string>&) override {
+    return collective_busy_polls-- > 0;
+  }
   std::vector<std::string> RdmaUnavailable(const std::vector<std::string>& nodes) const override {
     std::vector<std::string> out;
     for (const std::string& n : nodes) {
@@ -895,6 +910,25 @@ TEST_F(SuiteTest, RdmaRcSlowNodeFailsAndAMissingBurstWarns) {
     }
   }
   EXPECT_TRUE(warned);
+}
+
+}  // namespace
+}  // namespace fw::qualify
+
+namespace fw::qualify {
+namespace {
+
+// The mesh waits for the fleet's scheduled collective job on the set to end, with the schedule
+// paused on the set for the run and resumed after, except where it was paused before.
+TEST_F(SuiteTest, MeshWaitsForScheduledCollectivesAndPausesThemForTheRun) {
+  auto nodes = Nodes(4);
+  fleet_.collective_busy_polls = 4;  // about 0.3 s at the suite's 100 ms polls
+  fleet_.already_paused = {"gpu2"};  // e.g. by the Slurm prolog
+  auto r = Run(nodes);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(StepOf(r, "mesh").note, HasSubstr("for a scheduled collective job to end; 12 pairs"));
+  EXPECT_EQ(fleet_.paused, (std::vector<std::string>{"gpu1", "gpu3", "gpu4"}));
+  EXPECT_EQ(fleet_.resumed, fleet_.paused);
 }
 
 }  // namespace
