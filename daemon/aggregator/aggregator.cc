@@ -118,7 +118,22 @@ Status Aggregator::Start() {
          q.history_busbw_bps = o->history_busbw_bps;
          return q;
        },
-       .end = [this](const std::string& id) { collective_->Abandon(id); }});
+       .end = [this](const std::string& id) { collective_->Abandon(id); },
+       .pause =
+           [this](const std::vector<std::string>& nodes) {
+             std::vector<std::string> paused;
+             for (const std::string& n : nodes) {
+               if (collective_->pauses().Pause(n)) paused.push_back(n);
+             }
+             return paused;
+           },
+       .resume =
+           [this](const std::vector<std::string>& nodes) {
+             for (const std::string& n : nodes) collective_->pauses().Resume(n);
+           },
+       .busy = [this](const std::vector<std::string>& nodes) {
+         return collective_->ScheduledJobOn(nodes);
+       }});
   auto http =
       http::Server::Start(options_.http_listen, 32, options_.web ? &*options_.web : nullptr);
   if (!http.ok()) return http.status();

@@ -13,6 +13,8 @@ struct RcPeers::Session {
   State state = State::kIdle;
   std::unique_ptr<RcWriteBw> qp;
   int64_t due = 0;  // idle: start the exchange; waiting: give up; connected: next burst
+  uint64_t round = 0;       // the round whose burst is owed (0: none)
+  uint64_t last_round = 0;  // the latest round asked, run or owed
   Backoff backoff;
   Session(uint64_t seed, double base_s, double max_s) : backoff(base_s, max_s, seed) {}
 };
@@ -50,6 +52,12 @@ void RcPeers::SetPlan(std::vector<RcPeerPlan> peers, double interval_s, uint64_t
     } else {
       s = std::make_unique<Session>(seed_++, opts_.backoff_base_s, opts_.backoff_max_s);
       s->due = now;
+    }
+    if (p.round != 0 && p.round != s->last_round) {
+      // A round's burst goes ahead of the interval: at once when connected, else right after
+      // the exchange (which bursts at once too).
+      s->last_round = s->round = p.round;
+      if (s->state == Session::State::kConnected) s->due = now;
     }
     s->plan = std::move(p);
     next[s->plan.peer] = std::move(s);
@@ -153,7 +161,8 @@ void RcPeers::RunBurst(Session& s, int64_t now) {
   RdmaProbeResult r;
   r.base.SetPeer(s.plan.peer);
   r.base.transport = net::Transport::kRdmaRc;
-  r.base.seq = seq_++;
+  r.base.seq = s.round != 0 ? s.round : seq_++;
+  s.round = 0;
   r.base.timestamp_ns = clock_.WallNanos();
   r.SetLocalDevice(s.qp->local().device);
   auto b = s.qp->RunBurst(clock_, budget_);

@@ -36,6 +36,9 @@ struct RcPeerPlan {
   std::string peer;          // node name
   std::string local_device;  // our NIC ("" = the first port of the peer's link layer)
   std::string remote_device;
+  // Non-zero: one burst now for this round (a qualification's; once per value, whatever the
+  // interval), reported with seq = round. A burst that fails gives no result, as any other.
+  uint64_t round = 0;
 };
 
 // One connection message: outbound `peer` is the node it is for, inbound the node it came from.

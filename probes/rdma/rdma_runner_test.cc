@@ -213,43 +213,56 @@ TEST(RdmaRunner, LoopbackLinkJoinsTheFabricsOfSeparateProcesses) {
   EXPECT_EQ(fabrics[0]->stats().link_refused + fabrics[1]->stats().link_refused, 0u);
 }
 
+// Two runners on linked fabrics ("node-a" probes, "node-b" answers) whose RC connection messages
+// are passed between them as the aggregator passes them; node-a's results collect in `got`.
+struct RcPair {
+  std::vector<std::unique_ptr<FakeFabric>> fabrics;
+  std::mutex mu;
+  std::vector<RdmaProbeResult> got;
+  std::unique_ptr<RdmaRunner> a, b;
+
+  RcPair(uint16_t base, const RdmaRunnerOptions& o) : fabrics(LinkedFabrics(base, 10)) {
+    if (fabrics.size() != 2) return;
+    auto to = [](std::unique_ptr<RdmaRunner>& r, const char* from) {
+      return [&r, from](const RcConnectMsg& m) {
+        RcConnectMsg in = m;
+        in.peer = from;
+        r->OnRcMessage(std::move(in));
+      };
+    };
+    a = std::make_unique<RdmaRunner>(
+        fabrics[0]->MakeVerbs({"mlx5_0"}), RealClock::Get(), o,
+        [this](std::vector<RdmaProbeResult>&& batch) {
+          std::lock_guard<std::mutex> l(mu);
+          got.insert(got.end(), batch.begin(), batch.end());
+        },
+        nullptr, to(b, "node-a"));
+    b = std::make_unique<RdmaRunner>(
+        fabrics[1]->MakeVerbs({"mlx5_0"}), RealClock::Get(), o, [](auto&&) {}, nullptr,
+        to(a, "node-b"));
+  }
+  bool Start() { return fabrics.size() == 2 && a->Start().ok() && b->Start().ok(); }
+  size_t count() {
+    std::lock_guard<std::mutex> l(mu);
+    return got.size();
+  }
+};
+
 // RC write bursts between two processes' fabrics, the connection messages passed between the
 // runners as the aggregator passes them; a completion error tears the QP down and reconnects.
 TEST(RdmaRunner, RcBurstsCrossTheLinkAndAQpErrorReconnects) {
   const uint16_t base = static_cast<uint16_t>(30000 + (::getpid() % 2000) * 10 + 5);
-  std::vector<std::unique_ptr<FakeFabric>> fabrics = LinkedFabrics(base, 10);
-  ASSERT_EQ(fabrics.size(), 2u);
-  std::mutex mu;
-  std::vector<RdmaProbeResult> got;
   RdmaRunnerOptions o;
   o.batch_interval_s = 0.05;
   o.rc.write.buffer_bytes = 1u << 20;
   o.rc.backoff_base_s = 0.1;
-  std::unique_ptr<RdmaRunner> a, b;
-  auto to = [](std::unique_ptr<RdmaRunner>& r, const char* from) {
-    return [&r, from](const RcConnectMsg& m) {
-      RcConnectMsg in = m;
-      in.peer = from;
-      r->OnRcMessage(std::move(in));
-    };
-  };
-  a = std::make_unique<RdmaRunner>(
-      fabrics[0]->MakeVerbs({"mlx5_0"}), RealClock::Get(), o,
-      [&](std::vector<RdmaProbeResult>&& batch) {
-        std::lock_guard<std::mutex> l(mu);
-        got.insert(got.end(), batch.begin(), batch.end());
-      },
-      nullptr, to(b, "node-a"));
-  b = std::make_unique<RdmaRunner>(
-      fabrics[1]->MakeVerbs({"mlx5_0"}), RealClock::Get(), o, [](auto&&) {}, nullptr,
-      to(a, "node-b"));
-  ASSERT_TRUE(a->Start().ok());
-  ASSERT_TRUE(b->Start().ok());
+  RcPair pair(base, o);
+  ASSERT_TRUE(pair.Start());
+  std::unique_ptr<RdmaRunner>& a = pair.a;
+  std::unique_ptr<RdmaRunner>& b = pair.b;
+  std::vector<std::unique_ptr<FakeFabric>>& fabrics = pair.fabrics;
   a->SetRcPlan({{"node-b", "mlx5_0", "mlx5_0"}}, 0.1, 4u << 20);
-  auto ok_bursts = [&] {
-    std::lock_guard<std::mutex> l(mu);
-    return got.size();
-  };
+  auto ok_bursts = [&] { return pair.count(); };
   for (int i = 0; i < 100 && ok_bursts() < 3u; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -266,8 +279,8 @@ TEST(RdmaRunner, RcBurstsCrossTheLinkAndAQpErrorReconnects) {
   EXPECT_GE(st.bursts.load(), 6u) << "bursts go on after the reconnect";
   EXPECT_GE(st.connects_sent.load(), 2u);
   EXPECT_GE(b->rc_stats()->answers_sent.load(), 2u);
-  std::lock_guard<std::mutex> l(mu);
-  for (const auto& r : got) {
+  std::lock_guard<std::mutex> l(pair.mu);
+  for (const auto& r : pair.got) {
     EXPECT_EQ(r.base.transport, net::Transport::kRdmaRc);
     EXPECT_EQ(r.base.PeerName(), "node-b");
     EXPECT_FALSE(r.base.lost) << "a failed burst is counted, not reported";
@@ -279,6 +292,42 @@ TEST(RdmaRunner, RcBurstsCrossTheLinkAndAQpErrorReconnects) {
   EXPECT_EQ(st.burst_failures.load(), 1u);
   EXPECT_GE(fabrics[1]->stats().rdma_writes, 6u * 64);
   EXPECT_EQ(fabrics[0]->stats().link_refused + fabrics[1]->stats().link_refused, 0u);
+}
+
+// A qualification round's burst runs at once, ahead of a long interval, once per round, and is
+// reported with the round as its seq.
+TEST(RdmaRunner, ARoundBurstRunsOnceAtOnceWithTheRoundAsSeq) {
+  const uint16_t base = static_cast<uint16_t>(30000 + (::getpid() % 2000) * 10 + 7);
+  RdmaRunnerOptions o;
+  o.batch_interval_s = 0.05;
+  o.rc.write.buffer_bytes = 1u << 20;
+  RcPair pair(base, o);
+  ASSERT_TRUE(pair.Start());
+  std::unique_ptr<RdmaRunner>& a = pair.a;
+  std::unique_ptr<RdmaRunner>& b = pair.b;
+  auto seqs = [&] {
+    std::lock_guard<std::mutex> l(pair.mu);
+    std::vector<uint64_t> out;
+    for (const auto& r : pair.got) out.push_back(r.base.seq);
+    return out;
+  };
+  auto wait_for = [&](size_t n) {
+    for (int i = 0; i < 100 && seqs().size() < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  };
+  // The first burst follows the exchange; the interval (300 s) would hold the next back.
+  a->SetRcPlan({{"node-b", "mlx5_0", "mlx5_0", 77}}, 300, 1u << 20);
+  wait_for(1);
+  a->SetRcPlan({{"node-b", "mlx5_0", "mlx5_0", 77}}, 300, 1u << 20);  // the same round again
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(seqs(), std::vector<uint64_t>({77}));
+  a->SetRcPlan({{"node-b", "mlx5_0", "mlx5_0", 78}}, 300, 1u << 20);  // connected: at once
+  wait_for(2);
+  a->Stop();
+  b->Stop();
+  EXPECT_EQ(seqs(), std::vector<uint64_t>({77, 78}));
+  EXPECT_EQ(a->rc_stats()->connects_sent.load(), 1u) << "a round reuses the connection";
 }
 
 }  // namespace

@@ -111,7 +111,7 @@ std::vector<RcPeerPlan> RcPeersFromPlan(const v1::ProbePlan& plan) {
   std::vector<RcPeerPlan> out;
   for (const v1::PlannedPeer& p : plan.peers()) {
     if (p.transport() != v1::TRANSPORT_RDMA_RC || p.node().empty()) continue;
-    out.push_back({p.node(), p.src_nic(), p.dst_nic()});
+    out.push_back({p.node(), p.src_nic(), p.dst_nic(), p.rdma_rc_round()});
   }
   return out;
 }

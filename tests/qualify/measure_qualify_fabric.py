@@ -15,6 +15,44 @@ sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "fabric_e2e"))
 import fwe2e  # noqa: E402
 
 
+def daemon_cpu(run):
+    """CPU seconds (user + system) this fabric's daemons used so far: the aggregator's, and the
+    agents' summed."""
+    hz = os.sysconf("SC_CLK_TCK")
+
+    def cpu(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / hz
+        except (OSError, IndexError, ValueError):
+            return 0.0
+    out = {"agents": sum(cpu(a.pid) for a in run.agents.values()), "aggregator": cpu(run.agg.pid)}
+    # The agents' threads by name (summed over the agents): which part of the agent worked.
+    for a in run.agents.values():
+        try:
+            tids = os.listdir(f"/proc/{a.pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{a.pid}/task/{tid}/comm") as f:
+                    name = "agent:" + f.read().strip()
+            except OSError:
+                continue
+            out[name] = out.get(name, 0) + cpu(f"{a.pid}/task/{tid}")
+    return out
+
+
+def trace_count(run):
+    """Path traces the aggregator took in so far (fabricwatch_path_traces_total, all outcomes)."""
+    total = 0
+    for line in run.metrics().splitlines():
+        if line.startswith("fabricwatch_path_traces_total"):
+            total += float(line.split()[-1])
+    return total
+
+
 def main():
     if os.geteuid() != 0:
         print("needs root (network namespaces)", file=sys.stderr)
@@ -27,17 +65,27 @@ def main():
     worst = 0
     with fwe2e.DaemonFabric(spines=1, leaves=2, hosts_per_leaf=4) as run:
         run.wait_connected()
+        print("at connect: daemon CPU so far " + ", ".join(
+            f"{k} {v:.2f} s" for k, v in daemon_cpu(run).items() if v >= 0.05), flush=True)
         time.sleep(float(os.environ.get("SETTLE", "0")))  # seconds between connect and run 1
         hosts = sorted(run.fab.hosts)
         api = f"{fwe2e.fabric.MGMT_GATEWAY}:{fwe2e.HTTP_PORT}"
         for i in range(runs):
             with open("/proc/loadavg") as f:
                 load = f.read().split()[0]
+            cpu0, traces0 = daemon_cpu(run), trace_count(run)
             t0 = time.monotonic()
             p = run.fab.exec("mgmt", [cli, "--api", api, "--format", "json", "qualify",
                                       f"--{suite}", "--nodes", ",".join(hosts), "--timeout", "60"],
                              timeout=90)
             took = time.monotonic() - t0
+            cpu1, traces1 = daemon_cpu(run), trace_count(run)
+            # What the daemons did meanwhile: a start-up transient shows as CPU or traces that
+            # later runs do not have.
+            print(f"run {i + 1}: daemon CPU " + ", ".join(
+                f"{k} {cpu1.get(k, 0) - cpu0.get(k, 0):.2f} s" for k in sorted(cpu1)
+                if cpu1.get(k, 0) - cpu0.get(k, 0) >= 0.05)
+                + f"; path traces in {traces1 - traces0:.0f}")
             rep = json.loads(p.stdout) if p.stdout.strip() else {}
             steps = ", ".join(f"{s['name']} {s['duration_s']} s" for s in rep.get("steps", [])
                               if s.get("state") != "skipped")

@@ -2,8 +2,12 @@
 """fabricwatch qualify against a live aggregator and six agents on loopback (no root needed).
 
 Cases (issue 14), in one run to keep CI short:
-  healthy set                        -> exit 0, every node pass, the mesh, bandwidth and collective
-                                        steps done
+  healthy set                        -> exit 0, every node pass, the mesh, bandwidth, rdma and
+                                        collective steps done; lq1-lq4 run fake RDMA devices
+                                        (the agent's hidden --test-rdma-fake-* mode, joined over
+                                        loopback as in rdma_fleet_fake): the RDMA UD mesh and RC
+                                        write rounds run among them, lq5 and lq6 are skipped by
+                                        name ("rdma unavailable on lq5")
   one agent stopped                  -> exit 2, that node fails with "agent down"
   the Slurm prolog (packaging/slurm) -> 0 on a healthy node, 1 on the stopped one
   the aggregator unreachable         -> exit 3
@@ -16,6 +20,7 @@ Usage: qualify_loopback_test.py CLI AGGREGATOR AGENT TESTDATA PROLOG
 """
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -30,6 +35,7 @@ from loopback import Checks, stop, wait_for  # noqa: E402
 CLI, AGG, AGENT, TESTDATA, PROLOG = sys.argv[1:6]
 HWLOC = os.path.join(TESTDATA, "hwloc", "psmgmt-topo.jrc0386.xml")
 NODES = [f"lq{i}" for i in range(1, 7)]
+RDMA_NODES = NODES[:4]
 check = Checks()
 failures = check.failures
 
@@ -56,7 +62,8 @@ def only_noise_outliers(report):
     bad = [x for x in report.get("nodes", []) + report.get("pairs", [])
            if x.get("verdict") != "pass"]
     return (report.get("state") == "done" and bool(bad) and
-            all(x.get("reasons") and all(r.startswith(("RTT p99", "goodput"))
+            all(x.get("reasons") and all(r.startswith(("RTT p99", "goodput", "RDMA UD RTT p99",
+                                                             "RDMA RC goodput"))
                                          for r in x["reasons"]) for x in bad))
 
 
@@ -73,11 +80,16 @@ def main():
             stdout=open(os.path.join(work, "agg.log"), "w"), stderr=subprocess.STDOUT)
         ports = wait_for(lambda: json.load(open(ports_file)), 30, "the aggregator's port file")
         api = f"127.0.0.1:{ports['http_port']}"
+        # The fake RDMA ports listen on base + LID; a random base keeps parallel runs apart.
+        rdma_base = random.randrange(20000, 60000, 10)
         for i, n in enumerate(NODES, 1):
+            fake = (["--test-rdma-fake-lid", str(i), "--test-rdma-fake-udp-base", str(rdma_base)]
+                    if n in RDMA_NODES else [])
             procs[n] = subprocess.Popen(
                 [AGENT, "--aggregator", f"127.0.0.1:{ports['grpc_port']}", "--insecure",
                  "--node-name", n, "--http-listen", "127.0.0.1:0", "--probe-address",
-                 f"127.0.0.{i}", "--probe-port", "0", "--hwloc-xml", HWLOC, "--sysfs-root", empty],
+                 f"127.0.0.{i}", "--probe-port", "0", "--hwloc-xml", HWLOC, "--sysfs-root", empty,
+                 *fake],
                 stdout=open(os.path.join(work, f"{n}.log"), "w"), stderr=subprocess.STDOUT)
 
         def connected():
@@ -108,6 +120,13 @@ def main():
               and "Gloo all-reduce of 1 MiB x 5 over 6 nodes" in steps["collective"]["note"]
               and "busbw" in steps["collective"]["note"],
               "the collective step ran one Gloo all-reduce over the six", json.dumps(steps))
+        rdma_note = steps.get("rdma", {}).get("note", "")
+        check(steps.get("rdma", {}).get("state") == "done"
+              and "12 RDMA UD pairs" in rdma_note
+              and "RDMA RC ring: 2 of 2 rounds, 4 bursts" in rdma_note
+              and "rdma unavailable on lq5" in rdma_note and "rdma unavailable on lq6" in rdma_note,
+              "the rdma step ran the UD mesh and RC rounds among lq1-lq4 and named lq5, lq6",
+              json.dumps(steps))
         print(f"figure: 6 nodes quick, wall {took:.1f} s; steps "
               + ", ".join(f"{s['name']} {s['duration_s']} s" for s in rep.get("steps", [])))
 

@@ -211,6 +211,11 @@ std::optional<OnDemandOutcome> CollectiveStage::TakeOnDemand(const std::string& 
   return orchestrator_.TakeOnDemand(job_id);
 }
 
+bool CollectiveStage::ScheduledJobOn(const std::vector<std::string>& nodes) const {
+  MutexLock lock(mu_);
+  return orchestrator_.ScheduledJobOn(nodes);
+}
+
 void CollectiveStage::Abandon(const std::string& job_id) {
   MutexLock lock(mu_);
   orchestrator_.Abandon(job_id);

@@ -62,6 +62,9 @@ class CollectiveStage {
   void InstallHttp(http::Server& server);
 
   PauseSet& pauses() { return *pauses_; }
+  // Whether a scheduled job with a member in `nodes` is in flight (a qualification waits for it
+  // to end before it measures: its traffic would load the paths it judges). Any thread.
+  bool ScheduledJobOn(const std::vector<std::string>& nodes) const;
   std::vector<CollectiveSlowFinding> recent_findings() const;
   // The collective_slow findings as the analyzer tracks them (Analyzer::SetSourceFindings), one per
   // location: a location stays active for hold_ns() after the newest bisection that ended there,

@@ -109,6 +109,16 @@ std::optional<OnDemandOutcome> CollectiveOrchestrator::TakeOnDemand(const std::s
   return o;
 }
 
+bool CollectiveOrchestrator::ScheduledJobOn(const std::vector<std::string>& nodes) const {
+  for (const auto& [id, job] : jobs_) {
+    if (job.on_demand) continue;
+    for (const std::string& m : job.spec.members) {
+      if (std::find(nodes.begin(), nodes.end(), m) != nodes.end()) return true;
+    }
+  }
+  return false;
+}
+
 void CollectiveOrchestrator::Abandon(const std::string& job_id) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end() || !it->second.on_demand) return;

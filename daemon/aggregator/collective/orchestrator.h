@@ -112,6 +112,8 @@ class CollectiveOrchestrator {
   const OrchestratorCounters& counters() const { return counters_; }
   size_t active_bisections() const { return bisections_.size(); }
   size_t jobs_in_flight() const { return jobs_.size(); }
+  // Whether a scheduled job (not an on-demand one) with a member in `nodes` is in flight.
+  bool ScheduledJobOn(const std::vector<std::string>& nodes) const;
 
  private:
   struct ActiveJob {

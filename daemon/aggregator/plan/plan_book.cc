@@ -186,6 +186,7 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live) {
       pp->set_rate_pps(peer.rate_pps);
       pp->set_bandwidth(peer.bandwidth);
       if (peer.rdma) RdmaToWire(*peer.rdma, *pp);
+      if (peer.rdma_rc_round != 0) pp->set_rdma_rc_round(peer.rdma_rc_round);
     }
     for (const TraceRequest& r : plan.trace_requests) {
       v1::TraceRequest* t = p.add_trace_requests();

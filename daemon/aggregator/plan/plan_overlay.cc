@@ -7,13 +7,75 @@
 #include "daemon/aggregator/plan/planner.h"
 
 namespace fw::aggregator {
+namespace {
+
+// The planner's RDMA flow cap per target (PlannerConfig::rdma_max_flows).
+constexpr uint32_t kMaxRdmaFlows = 4;
+
+PlannedPeer RdmaPeer(const AgentInfo& dst, Transport t, RdmaRoute route) {
+  PlannedPeer p;
+  p.node = dst.node;
+  if (!dst.endpoints.empty()) {  // informational: RDMA targets are addressed by `rdma`
+    p.address = dst.endpoints.front().address;
+    p.port = dst.endpoints.front().port;
+  }
+  p.transport = t;
+  p.bandwidth = false;
+  p.rdma = std::make_shared<const RdmaRoute>(std::move(route));
+  return p;
+}
+
+// Raises (or adds) `self`'s RDMA UD peers toward `dst`, one per rail; returns the probes/s added.
+double RaiseRdmaUd(const AgentInfo& self, const AgentInfo& dst, const PlanOverlay& o, Plan& plan) {
+  const uint32_t flows = std::clamp<uint32_t>(o.flows, 1, kMaxRdmaFlows);
+  double added = 0;
+  for (RdmaRoute& r : RdmaRoutes(self, dst)) {
+    auto it = std::find_if(plan.peers.begin(), plan.peers.end(), [&](const PlannedPeer& p) {
+      return p.node == dst.node && p.transport == Transport::kRdmaUd && p.rdma &&
+             p.rdma->src_device == r.src_device;
+    });
+    if (it == plan.peers.end()) {
+      plan.peers.push_back(RdmaPeer(dst, Transport::kRdmaUd, std::move(r)));
+      it = plan.peers.end() - 1;
+      it->flows = 0;
+    }
+    const double before = static_cast<double>(it->flows) * it->rate_pps;
+    it->flows = std::max(it->flows, flows);
+    it->rate_pps = std::max(it->rate_pps, o.rdma_rate_pps);
+    added += static_cast<double>(it->flows) * it->rate_pps - before;
+  }
+  return added;
+}
+
+// Marks `self`'s RC peer toward `dst` with `round`, adding one on the first rail when the plan
+// has none.
+void AddRcRound(const AgentInfo& self, const AgentInfo& dst, uint64_t round, Plan& plan) {
+  auto it = std::find_if(plan.peers.begin(), plan.peers.end(), [&](const PlannedPeer& p) {
+    return p.node == dst.node && p.transport == Transport::kRdmaRc;
+  });
+  if (it == plan.peers.end()) {
+    auto routes = RdmaRoutes(self, dst);
+    if (routes.empty()) return;
+    plan.peers.push_back(RdmaPeer(dst, Transport::kRdmaRc, std::move(routes.front())));
+    it = plan.peers.end() - 1;
+    it->flows = 1;
+  }
+  it->rdma_rc_round = round;
+}
+
+}  // namespace
 
 void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
                   const std::function<const AgentInfo*(std::string_view)>& agent_of,
                   uint32_t probe_bytes, Plan& plan) {
+  const AgentInfo* self = agent_of(node);
   for (const OverlayBurst& b : overlay.bursts) {
     if (b.src != node || b.dst == node) continue;
     const AgentInfo* a = agent_of(b.dst);
+    if (b.rdma_rc) {
+      if (a && self) AddRcRound(*self, *a, b.round, plan);
+      continue;
+    }
     if (!a || a->endpoints.empty()) continue;
     plan.bursts.push_back({b.dst, a->endpoints.front().address, a->endpoints.front().port, b.bytes,
                            b.round, b.timeout_s});
@@ -42,6 +104,9 @@ void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
     it->flows = std::max(it->flows, overlay.flows);
     it->rate_pps = std::max(it->rate_pps, overlay.rate_pps);
     added_pps += static_cast<double>(it->flows) * it->rate_pps - before;
+    if (overlay.rdma_rate_pps > 0 && self) {
+      added_pps += RaiseRdmaUd(*self, *a, overlay, plan);
+    }
     if (overlay.trace_id != 0) {
       plan.trace_requests.push_back(
           TraceRequest{.peer = peer, .src_port = 0, .id = overlay.trace_id});

@@ -20,6 +20,9 @@ struct OverlayBurst {
   uint64_t bytes = 0;  // 0: the plan's burst size
   uint64_t round = 0;  // non-zero, unique per round
   double timeout_s = 0;
+  // An RDMA RC write burst on the first rail both nodes have (RcPeers; the agent's
+  // rdma_rc_bytes), instead of a TCP burst to the peer's responder.
+  bool rdma_rc = false;
 };
 
 struct PlanOverlay {
@@ -31,13 +34,18 @@ struct PlanOverlay {
   // of its other flows, once per id (TraceRequest).
   uint64_t trace_id = 0;
   std::vector<OverlayBurst> bursts;  // bandwidth bursts to run now
+  // Non-zero: every rail between two members that both have RDMA ports is probed over RDMA UD at
+  // this rate per flow (with `flows` flows, at most 4, as the planner's RDMA peers).
+  double rdma_rate_pps = 0;
 };
 
 // Adds to `node`'s plan an entry for every other overlay member that `agent_of` knows (the first
 // endpoint), or raises an existing entry to the overlay's flows and rate; raises the plan's budget
 // by what it adds (`probe_bytes` per probe), so the agent's token bucket does not drop the mesh.
 // Adds the overlay's bursts that `node` sends to a peer `agent_of` knows (its first endpoint).
-// A node outside the overlay's nodes and bursts is left as it was. Peers stay sorted by
+// With rdma_rate_pps, does the same for the RDMA UD peers toward members with RDMA (each rail of
+// RdmaRoutes). An rdma_rc burst marks (or adds) the sender's RC peer toward the receiver with the
+// round. A node outside the overlay's nodes and bursts is left as it was. Peers stay sorted by
 // (node, address). With a trace_id, adds a trace request per peer to the plan.
 void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
                   const std::function<const AgentInfo*(std::string_view)>& agent_of,

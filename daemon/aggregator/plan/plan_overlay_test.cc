@@ -64,3 +64,69 @@ TEST(PlanOverlayTest, MeshAmongTheSetAtTheRaisedRateUntilCleared) {
 
 }  // namespace
 }  // namespace fw::aggregator
+
+namespace fw::aggregator {
+namespace {
+
+RdmaPort IbPort(uint32_t lid) {
+  RdmaPort p;
+  p.device = "mlx5_0";
+  p.port = 1;
+  p.link_layer = "InfiniBand";
+  p.lid = lid;
+  p.qpn = 256;
+  p.qkey = 0x46570001;
+  return p;
+}
+
+// A qualification's RDMA parts: the RDMA UD mesh among the members with RDMA ports at the raised
+// rate (none toward a member without), and an RC round marked on the sender's RC peer.
+TEST(PlanOverlayTest, RdmaUdAmongMembersWithRdmaAndAnRcRoundOnTheSender) {
+  PlannerConfig config;
+  config.rdma_rc = false;  // no RC peers in the base plan: the round adds its own
+  Planner planner(config, nullptr);
+  auto live = Agents(4);
+  for (int i = 0; i < 3; ++i) live[i].rdma = {IbPort(static_cast<uint32_t>(i + 1))};
+  PlanOverlay o;
+  o.id = "q1";
+  o.nodes = {"n1", "n2", "n3", "n4"};
+  o.rate_pps = 25;
+  o.flows = 2;
+  o.rdma_rate_pps = 25;
+  planner.SetOverlay(o);
+  planner.SetOverlay({.id = "q1/rdma_rc", .bursts = {{"n1", "n2", 0, 9, 0, true}}});
+  const PlanSet during = planner.PlanFor(live);
+  for (const std::string a : {"n1", "n2", "n3"}) {
+    size_t ud = 0;
+    for (const PlannedPeer& p : during.plans.at(a).peers) {
+      if (p.transport != Transport::kRdmaUd) continue;
+      ++ud;
+      EXPECT_NE(p.node, "n4") << a;
+      EXPECT_GE(p.rate_pps, 25.0) << a << "->" << p.node;
+      EXPECT_GE(p.flows, 2u);  // the base plan's flows, when more
+      ASSERT_TRUE(p.rdma);
+      EXPECT_EQ(p.rdma->src_device, "mlx5_0");
+    }
+    EXPECT_EQ(ud, 2u) << a;
+  }
+  for (const PlannedPeer& p : during.plans.at("n4").peers) {
+    EXPECT_NE(p.transport, Transport::kRdmaUd);
+  }
+  std::vector<const PlannedPeer*> rc;
+  for (const auto& [node, plan] : during.plans) {
+    for (const PlannedPeer& p : plan.peers) {
+      if (p.transport == Transport::kRdmaRc) {
+        EXPECT_EQ(node, "n1");
+        rc.push_back(&p);
+      }
+    }
+  }
+  ASSERT_EQ(rc.size(), 1u);
+  EXPECT_EQ(rc[0]->node, "n2");
+  EXPECT_EQ(rc[0]->rdma_rc_round, 9u);
+  ASSERT_TRUE(rc[0]->rdma);
+  EXPECT_EQ(rc[0]->rdma->dst.lid, 2u);
+}
+
+}  // namespace
+}  // namespace fw::aggregator

@@ -445,6 +445,16 @@ const RdmaPort* RailPeer(const RdmaPort& src, size_t i, const std::vector<RdmaPo
 
 }  // namespace
 
+std::vector<RdmaRoute> RdmaRoutes(const AgentInfo& src, const AgentInfo& dst) {
+  std::vector<RdmaRoute> out;
+  for (size_t i = 0; i < src.rdma.size(); ++i) {
+    if (const RdmaPort* to = RailPeer(src.rdma[i], i, dst.rdma)) {
+      out.push_back({src.rdma[i].device, *to});
+    }
+  }
+  return out;
+}
+
 void Planner::AddRdmaPeers(const AgentInfo& src, const AgentIndex& agent_of, Plan& plan) const {
   if (!config_.rdma_ud || src.rdma.empty()) return;
   // The RDMA peers follow the latency plan: the same nodes, so the representatives and the

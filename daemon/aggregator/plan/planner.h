@@ -50,6 +50,10 @@ struct RdmaRoute {
   RdmaPort dst;
 };
 
+// The RDMA routes from `src` to `dst`, one per local port that has a port of `dst` on its rail
+// (the same device name, else the i-th port of the same link layer), in `src`'s port order.
+std::vector<RdmaRoute> RdmaRoutes(const AgentInfo& src, const AgentInfo& dst);
+
 struct PlannerConfig {
   uint64_t seed = 1;
   double coverage = 0.99;            // P(every equal-cost inter-leaf path carries a flow)
@@ -100,6 +104,8 @@ struct PlannedPeer {
   PathClass path_class = PathClass::kUnknown;  // what the map says about this NIC pair
   bool bandwidth = true;                       // also gets one bandwidth burst per bw_interval_s
   std::shared_ptr<const RdmaRoute> rdma;       // Transport::kRdmaUd and kRdmaRc only
+  // Transport::kRdmaRc, non-zero: one burst now for this qualification round (once per value).
+  uint64_t rdma_rc_round = 0;
 };
 
 // A bandwidth burst the agent runs now (a qualification round; fabricwatch.v1.BurstRequest).

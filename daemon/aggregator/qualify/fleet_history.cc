@@ -24,10 +24,12 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 bool FleetHistory::KnownClass(const std::string& c) {
+  if (c.starts_with(kRdmaPrefix)) return KnownClass(c.substr(kRdmaPrefix.size()));
   return c == "intra_leaf" || c == "inter_leaf" || c == "unknown";
 }
 
 std::string FleetHistory::Describe(const std::string& c) {
+  if (c.starts_with(kRdmaPrefix)) return "RDMA " + Describe(c.substr(kRdmaPrefix.size()));
   if (c == "intra_leaf") return "same-leaf";
   if (c == "inter_leaf") return "cross-leaf";
   return "unmapped";

@@ -3,7 +3,8 @@
 // RTT p99 of its healthy pairs (both ends passed); a later set is held to the median of the recent
 // runs of the same class, so a set that is uniformly bad still fails against what the fleet did
 // before. Path classes are the fabric map's: "intra_leaf", "inter_leaf", "unknown" (no map, or a
-// node outside it).
+// node outside it); the RDMA UD mesh's network RTTs (microseconds, not the host stack's
+// milliseconds) keep their own history under the same classes prefixed "rdma_".
 #pragma once
 
 #include <cstddef>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/mutex.h"
 
@@ -26,6 +28,7 @@ struct PathClassBaseline {
 // Thread-safe.
 class FleetHistory {
  public:
+  static constexpr std::string_view kRdmaPrefix = "rdma_";
   static constexpr size_t kMaxRuns = 50;  // recent runs kept per path class
   static constexpr size_t kMinRuns = 3;   // fewer: no baseline (one run says little)
 

@@ -24,21 +24,22 @@ double SustainedRttP99(const PairSamples& s) {
   return std::min(a.QuantileSeconds(0.99), b.QuantileSeconds(0.99));
 }
 
-std::map<std::pair<aggregator::NodeId, aggregator::NodeId>, PairSamples> Collection::Snapshot()
-    const {
+Collection::PairMap Collection::Snapshot(ProbeFamily family) const {
   MutexLock lock(mu_);
-  return pairs_;
+  return pairs_[static_cast<int>(family)];
 }
 
-std::map<BurstKey, BurstSample> Collection::Bursts() const {
+std::map<BurstKey, BurstSample> Collection::Bursts(ProbeFamily family) const {
   MutexLock lock(mu_);
-  return bursts_;
+  return bursts_[static_cast<int>(family)];
 }
 
 void Collection::Reset() {
   MutexLock lock(mu_);
-  for (auto& [k, v] : pairs_) v = PairSamples{};
-  bursts_.clear();
+  for (PairMap& m : pairs_) {
+    for (auto& [k, v] : m) v = PairSamples{};
+  }
+  for (auto& b : bursts_) b.clear();
   half_ = 0;
 }
 
@@ -51,22 +52,28 @@ void QualifyInputs::OnResults(std::span<const aggregator::ReportedProbe> results
   if (collecting_.load(std::memory_order_acquire) == 0) return;
   ReaderLock lock(mu_);
   for (const aggregator::ReportedProbe& r : results) {
-    const bool bw = r.transport == aggregator::Transport::kTcpBw;
-    if ((r.transport != aggregator::Transport::kUdp && !bw) || r.src_id == aggregator::kNoNode) {
+    using aggregator::Transport;
+    const Transport t = r.transport;
+    const bool bw = t == Transport::kTcpBw || t == Transport::kRdmaRc;
+    if ((t != Transport::kUdp && t != Transport::kRdmaUd && !bw) ||
+        r.src_id == aggregator::kNoNode) {
       continue;
     }
+    const int family = static_cast<int>(t == Transport::kRdmaUd || t == Transport::kRdmaRc
+                                             ? ProbeFamily::kRdma
+                                             : ProbeFamily::kIp);
     auto it = by_pair_.find(Key(r.src_id, r.dst_id));
     if (it == by_pair_.end()) continue;
     Collection* c = it->second.get();
     MutexLock cl(c->mu_);
     if (bw) {
       // Bounded: the suite asks each pair for a burst a round, and rounds are few.
-      if (c->bursts_.size() < kMaxBursts) {
-        c->bursts_[{r.src_id, r.dst_id, r.seq}] = {r.lost, r.goodput_bps, r.bytes};
+      if (c->bursts_[family].size() < kMaxBursts) {
+        c->bursts_[family][{r.src_id, r.dst_id, r.seq}] = {r.lost, r.goodput_bps, r.bytes};
       }
       continue;
     }
-    PairSamples& s = c->pairs_[{r.src_id, r.dst_id}];
+    PairSamples& s = c->pairs_[family][{r.src_id, r.dst_id}];
     ++s.probes;
     if (r.lost) {
       ++s.lost;
@@ -96,7 +103,9 @@ std::shared_ptr<Collection> QualifyInputs::Collect(const std::vector<aggregator:
     MutexLock cl(c->mu_);
     for (aggregator::NodeId a : nodes) {
       for (aggregator::NodeId b : nodes) {
-        if (a != b) c->pairs_[{a, b}];
+        if (a != b) {
+          for (Collection::PairMap& m : c->pairs_) m[{a, b}];
+        }
       }
     }
   }

@@ -47,13 +47,18 @@ struct BurstSample {
 };
 using BurstKey = std::tuple<aggregator::NodeId, aggregator::NodeId, uint64_t>;  // src, dst, seq
 
-// A suite's collection: every ordered pair among its nodes (UDP latency and tcp_bw results).
+// Which probes a result belongs to: the host stack's (UDP latency, tcp_bw bursts) or the RDMA
+// NIC's (rdma_ud latency, rdma_rc write bursts).
+enum class ProbeFamily : uint8_t { kIp, kRdma };
+
+// A suite's collection: every ordered pair among its nodes, each probe family apart.
 class Collection {
  public:
-  // The pairs' results so far, keyed (src id, dst id).
-  std::map<std::pair<aggregator::NodeId, aggregator::NodeId>, PairSamples> Snapshot() const;
+  using PairMap = std::map<std::pair<aggregator::NodeId, aggregator::NodeId>, PairSamples>;
+  // The pairs' latency results so far, keyed (src id, dst id).
+  PairMap Snapshot(ProbeFamily family = ProbeFamily::kIp) const;
   // The pairs' bandwidth bursts so far, the latest per (src, dst, seq).
-  std::map<BurstKey, BurstSample> Bursts() const;
+  std::map<BurstKey, BurstSample> Bursts(ProbeFamily family = ProbeFamily::kIp) const;
   // Forgets what was collected (the end of a ramp); results go into the first half again.
   void Reset();
   // Results from now on go into PairSamples::halves[1].
@@ -62,9 +67,8 @@ class Collection {
  private:
   friend class QualifyInputs;
   mutable Mutex mu_;
-  std::map<std::pair<aggregator::NodeId, aggregator::NodeId>, PairSamples> pairs_
-      FW_GUARDED_BY(mu_);
-  std::map<BurstKey, BurstSample> bursts_ FW_GUARDED_BY(mu_);  // a few per pair at most
+  PairMap pairs_[2] FW_GUARDED_BY(mu_);  // by ProbeFamily
+  std::map<BurstKey, BurstSample> bursts_[2] FW_GUARDED_BY(mu_);  // a few per pair at most
   int half_ FW_GUARDED_BY(mu_) = 0;
 };
 

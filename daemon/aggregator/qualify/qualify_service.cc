@@ -3,6 +3,7 @@
 
 #include <unordered_map>
 
+#include "daemon/aggregator/ingest/wire_convert.h"
 #include "daemon/aggregator/qualify/qualify_http.h"
 #include "daemon/aggregator/qualify/qualify_proto.h"
 
@@ -71,14 +72,30 @@ void QualifyService::SetMesh(const std::string& id, const std::vector<std::strin
   if (nodes.empty()) {
     plans_.ClearOverlay(id);
   } else {
-    plans_.SetOverlay({id, nodes, suite.rate_pps, suite.flows, {}});
+    aggregator::PlanOverlay o;
+    o.id = id;
+    o.nodes = nodes;
+    o.rate_pps = suite.rate_pps;
+    o.flows = suite.flows;
+    o.rdma_rate_pps = suite.rate_pps;  // between members that both have RDMA ports
+    plans_.SetOverlay(std::move(o));
   }
 }
 
 void QualifyService::SetBursts(const std::string& id, const BurstRound& bursts, uint64_t round,
                                const SuiteSpec& suite) {
   // Its own overlay: the mesh's has ended by now, and ending one must not end the other.
-  const std::string overlay = id + "/bandwidth";
+  SetBurstOverlay(id + "/bandwidth", bursts, {"", "", suite.bw_bytes, round, suite.bw_timeout_s});
+}
+
+void QualifyService::SetRdmaRcBursts(const std::string& id, const BurstRound& bursts,
+                                     uint64_t round, const SuiteSpec& /*suite*/) {
+  // The agents' RC burst size (ProbePlan.rdma_rc_bytes) and RC timeout apply.
+  SetBurstOverlay(id + "/rdma_rc", bursts, {"", "", 0, round, 0, /*rdma_rc=*/true});
+}
+
+void QualifyService::SetBurstOverlay(const std::string& overlay, const BurstRound& bursts,
+                                     const aggregator::OverlayBurst& shape) {
   if (bursts.empty()) {
     plans_.ClearOverlay(overlay);
     return;
@@ -86,9 +103,32 @@ void QualifyService::SetBursts(const std::string& id, const BurstRound& bursts, 
   aggregator::PlanOverlay o;
   o.id = overlay;
   for (const Burst& b : bursts) {
-    o.bursts.push_back({b.src, b.dst, suite.bw_bytes, round, suite.bw_timeout_s});
+    aggregator::OverlayBurst ob = shape;
+    ob.src = b.src;
+    ob.dst = b.dst;
+    o.bursts.push_back(std::move(ob));
   }
   plans_.SetOverlay(std::move(o));
+}
+
+std::vector<std::string> QualifyService::RdmaUnavailable(
+    const std::vector<std::string>& nodes) const {
+  // What the planner sees (LiveAgents): RDMA ports it accepted from each agent's Hello.
+  const std::vector<aggregator::NodeView> views = fleet_.Nodes();
+  std::unordered_map<std::string, std::string> why;
+  for (const aggregator::NodeView& n : views) {
+    why[n.name] = n.inventory.rdma().empty() ? "its agent reports no RDMA" : n.inventory.rdma();
+  }
+  for (const aggregator::AgentInfo& a : aggregator::LiveAgents(views)) {
+    if (!a.rdma.empty()) why[a.node].clear();
+  }
+  std::vector<std::string> out;
+  out.reserve(nodes.size());
+  for (const std::string& n : nodes) {
+    auto it = why.find(n);
+    out.push_back(it == why.end() ? "agent unknown" : it->second);
+  }
+  return out;
 }
 
 std::string QualifyService::PathClassOf(const std::string& a, const std::string& b) {
@@ -108,6 +148,18 @@ StatusOr<std::string> QualifyService::StartAllReduce(const std::vector<std::stri
 
 std::optional<CollectiveOutcome> QualifyService::AllReduceOutcome(const std::string& job_id) {
   return collective_.outcome ? collective_.outcome(job_id) : std::nullopt;
+}
+
+std::vector<std::string> QualifyService::PauseCollectives(const std::vector<std::string>& nodes) {
+  return collective_.pause ? collective_.pause(nodes) : std::vector<std::string>{};
+}
+
+void QualifyService::ResumeCollectives(const std::vector<std::string>& nodes) {
+  if (collective_.resume) collective_.resume(nodes);
+}
+
+bool QualifyService::CollectivesRunningOn(const std::vector<std::string>& nodes) {
+  return collective_.busy && collective_.busy(nodes);
 }
 
 void QualifyService::EndAllReduce(const std::string& job_id) {

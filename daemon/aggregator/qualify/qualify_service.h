@@ -49,6 +49,11 @@ class QualifyService final : public QualifyEnv {
     std::function<std::string(const std::vector<std::string>&, uint64_t, uint32_t)> start;
     std::function<std::optional<CollectiveOutcome>(const std::string&)> outcome;
     std::function<void(const std::string&)> end;
+    // Pauses the schedule on nodes (returns those not paused before), resumes them, and says
+    // whether a scheduled job touches them (QualifyEnv::QuietCollectives).
+    std::function<std::vector<std::string>(const std::vector<std::string>&)> pause;
+    std::function<void(const std::vector<std::string>&)> resume;
+    std::function<bool(const std::vector<std::string>&)> busy;
   };
   void SetCollective(CollectiveHooks hooks) { collective_ = std::move(hooks); }
   // Ends running suites and joins their threads; before the HTTP and gRPC servers stop.
@@ -62,6 +67,12 @@ class QualifyService final : public QualifyEnv {
   aggregator::NodeId IdOf(const std::string& node) override;
   void SetBursts(const std::string& id, const BurstRound& bursts, uint64_t round,
                  const SuiteSpec& suite) override;
+  std::vector<std::string> PauseCollectives(const std::vector<std::string>& nodes) override;
+  void ResumeCollectives(const std::vector<std::string>& nodes) override;
+  bool CollectivesRunningOn(const std::vector<std::string>& nodes) override;
+  void SetRdmaRcBursts(const std::string& id, const BurstRound& bursts, uint64_t round,
+                       const SuiteSpec& suite) override;
+  std::vector<std::string> RdmaUnavailable(const std::vector<std::string>& nodes) const override;
   std::string PathClassOf(const std::string& a, const std::string& b) override;
   StatusOr<std::string> StartAllReduce(const std::vector<std::string>& nodes, uint64_t bytes,
                                        uint32_t iterations) override;
@@ -69,6 +80,9 @@ class QualifyService final : public QualifyEnv {
   void EndAllReduce(const std::string& job_id) override;
 
  private:
+  // Sets (or, with no bursts, clears) the overlay `overlay` asking each burst shaped as `shape`.
+  void SetBurstOverlay(const std::string& overlay, const BurstRound& bursts,
+                       const aggregator::OverlayBurst& shape);
   aggregator::FleetState& fleet_;
   analysis::Analyzer& analyzer_;
   aggregator::PlanBook& plans_;

@@ -20,6 +20,9 @@ namespace {
 // that (one period plus transit) is still the latest the agent made.
 constexpr double kFreshCheck_s = 65;
 constexpr auto kPoll = std::chrono::milliseconds(100);
+// The longest the mesh waits for the fleet's scheduled collective jobs on the set to end: a Gloo
+// group of 1 MiB x 20 takes 1-3 s on the loaded test hosts.
+constexpr double kQuietMax_s = 10;
 
 std::string Seconds(double s) {
   char buf[32];
@@ -48,11 +51,10 @@ class Run {
     Step("local_checks", [&] { return LocalChecks(); });
     Step("mesh", [&] { return Mesh(); });
     Step("bandwidth", [&] { return Bandwidth(); });
-    Skip("rdma",
-         "not run: the mesh overlay raises UDP probes only; RDMA UD probes run at their plan's "
-         "rate, and their findings count in the findings step");
+    Step("rdma", [&] { return Rdma(); });
     Step("collective", [&] { return Collective(); });
     Step("findings", [&] { return Findings(); });
+    env_.ResumeCollectives(paused_collectives_);
     if (report_.state == "done") PathClassMedians();
     report_.finished_wall_ns = clock_.WallNanos();
     report_.duration_s = static_cast<double>(clock_.MonotonicNanos() - t0) * 1e-9;
@@ -170,6 +172,16 @@ class Run {
       ids.push_back(env_.IdOf(n));
       name_of[ids.back()] = n;
     }
+    const std::vector<std::string> no_rdma = env_.RdmaUnavailable(up_);
+    for (size_t i = 0; i < up_.size(); ++i) {
+      if (i < no_rdma.size() && no_rdma[i].empty()) {
+        rdma_up_.push_back(up_[i]);
+      } else {
+        no_rdma_.emplace_back(up_[i], i < no_rdma.size() ? no_rdma[i] : "not reported");
+      }
+    }
+    const std::string quiet = QuietCollectives();
+    if (timed_out_ || stop_) return quiet;
     auto collection = inputs_.Collect(ids);
     env_.SetMesh(req_.id, up_, req_.suite);
     const size_t total = up_.size() * (up_.size() - 1);
@@ -193,8 +205,12 @@ class Run {
     const double measured_s = static_cast<double>(clock_.MonotonicNanos() - m0) * 1e-9;
     env_.SetMesh(req_.id, {}, req_.suite);
     auto pairs = collection->Snapshot();
+    // The RDMA UD mesh ran in the same window (the overlay raises both); the rdma step judges it.
+    rdma_pairs_ = collection->Snapshot(ProbeFamily::kRdma);
+    rdma_measured_s_ = measured_s;
+    name_of_ = name_of;
     inputs_.Release(collection);
-    const std::string note = std::to_string(total) + " pairs at " +
+    const std::string note = quiet + std::to_string(total) + " pairs at " +
                              Seconds(req_.suite.rate_pps * req_.suite.flows) +
                              " probes/s each; ramp " + Seconds(ramp_s) + " s, measured " +
                              Seconds(measured_s) + " of " + Seconds(req_.suite.measure_s) + " s";
@@ -210,11 +226,29 @@ class Run {
     return note;
   }
 
+  // The fleet's scheduled collective jobs load the paths the mesh judges: a Gloo group of these
+  // nodes (the stage starts its first groups as soon as agents connect) raised every pair's RTT
+  // p99 to 5-20 ms in the first run after connect on the namespace fabric. The schedule is paused
+  // on the set for the whole suite (resumed at its end, except where something else paused it),
+  // and the mesh waits up to kQuietMax_s for the jobs in flight to end. Returns the note's prefix.
+  std::string QuietCollectives() {
+    paused_collectives_ = env_.PauseCollectives(up_);
+    const int64_t t0 = clock_.MonotonicNanos();
+    const auto quiet = [&] { return !env_.CollectivesRunningOn(up_); };
+    if (quiet()) return "";
+    SleepUntil(t0 + static_cast<int64_t>(kQuietMax_s * 1e9), quiet);
+    const double waited = static_cast<double>(clock_.MonotonicNanos() - t0) * 1e-9;
+    if (timed_out_ || stop_) return "waited " + Seconds(waited) + " s for scheduled collective jobs";
+    return quiet() ? "waited " + Seconds(waited) + " s for a scheduled collective job to end; "
+                   : "a scheduled collective job still ran after " + Seconds(waited) +
+                         " s, measured beside it; ";
+  }
+
   void Judge(const std::map<std::pair<aggregator::NodeId, aggregator::NodeId>, PairSamples>& pairs,
              const std::unordered_map<aggregator::NodeId, std::string>& name_of,
              double measured_s) {
     MetricSpec rtt;
-    rtt.label = "RTT p99";
+    rtt.label = fam_.label + "RTT p99";
     // The spread below which RTT differences are noise: scheduling on a shared host moves a p99
     // by a hundred microseconds or so, and a difference under a twentieth of the profile's warn
     // limit is finer than the profile resolves ("generic": 250 us; the DGX profiles: 100 us). An
@@ -225,7 +259,7 @@ class Run {
     rtt.abs_warn = req_.profile.rtt_p99_warn_s;
     rtt.abs_fail = req_.profile.rtt_p99_fail_s;
     MetricSpec loss;
-    loss.label = "loss";
+    loss.label = fam_.label + "loss";
     loss.unit = MetricSpec::Unit::kRatio;
     loss.noise_floor = 0.01;  // a lost probe in a hundred is not an outlier by itself
     loss.warn_ratio = 2.0;
@@ -252,8 +286,8 @@ class Run {
         PairResult p{a,
                      b,
                      Verdict::kFail,
-                     {"no probe results from " + a + " to " + b + " in " + Seconds(measured_s) +
-                      " s: unreachable, or " + a + "'s agent is not probing"}};
+                     {"no " + fam_.label + "probe results from " + a + " to " + b + " in " +
+                      Seconds(measured_s) + " s: unreachable, or " + a + "'s agent is not probing"}};
         unreached_.push_back(std::move(p));
         continue;
       }
@@ -331,7 +365,7 @@ class Run {
     std::map<std::string, std::map<std::string, std::vector<double>>> by_node;  // class -> p99s
     for (const auto& [ab, u] : unordered) {
       if (!std::isfinite(u.p99)) continue;
-      const std::string cls = env_.PathClassOf(ab.first, ab.second);
+      const std::string cls = fam_.class_prefix + env_.PathClassOf(ab.first, ab.second);
       measured_.push_back({ab.first, ab.second, cls, u.p99});
       by_node[ab.first][cls].push_back(u.p99);
       by_node[ab.second][cls].push_back(u.p99);
@@ -361,7 +395,7 @@ class Run {
         const std::string kind = FleetHistory::Describe(cls);
         const double limit = verdict == Verdict::kFail ? rtt.fail_ratio : rtt.warn_ratio;
         Mark(node, verdict,
-             "RTT p99 to " + std::to_string(v.size()) + " " + kind + " peers " +
+             fam_.label + "RTT p99 to " + std::to_string(v.size()) + " " + kind + " peers " +
                  FormatValue(MetricSpec::Unit::kSeconds, med) + ", " + Times(ratio) +
                  " the fleet's history for " + kind + " paths (" +
                  FormatValue(MetricSpec::Unit::kSeconds, base) + ", the median of " +
@@ -402,46 +436,9 @@ class Run {
   // the plans and waited for before the next, so no NIC carries two bursts at once.
   std::string Bandwidth() {
     if (up_.size() < 2) return "fewer than 2 nodes up: no bursts";
-    const bool full = req_.suite.name == "full";
-    const auto rounds = ScheduleBursts(up_, full ? BurstPattern::kAllPairs : BurstPattern::kRing);
-    std::vector<aggregator::NodeId> ids;
-    for (const std::string& n : up_) ids.push_back(env_.IdOf(n));
-    auto collection = inputs_.Collect(ids);
-    // Round ids: the run's hash in the high bits, so a run's rounds never match another run's.
-    uint64_t base = 1469598103934665603ull;
-    for (unsigned char c : req_.id) base = (base ^ c) * 1099511628211ull;
-    base = (base << 16) | (1ull << 63);
-    struct Done {
-      Burst burst;
-      std::optional<BurstSample> sample;
-    };
     std::vector<Done> done;
-    const int64_t t0 = clock_.MonotonicNanos();
-    bool ok = true;
-    size_t r = 0;
-    for (; r < rounds.size() && ok; ++r) {
-      const uint64_t round = base | (r + 1);
-      env_.SetBursts(req_.id, rounds[r], round, req_.suite);
-      const auto all_in = [&] {
-        const auto bursts = collection->Bursts();
-        return std::all_of(rounds[r].begin(), rounds[r].end(),
-                           [&](const Burst& b) { return Find(bursts, b, round).has_value(); });
-      };
-      const int64_t until =
-          clock_.MonotonicNanos() +
-          static_cast<int64_t>((req_.suite.bw_timeout_s + req_.suite.bw_round_slack_s) * 1e9);
-      ok = SleepUntil(until, all_in);
-      const auto bursts = collection->Bursts();
-      for (const Burst& b : rounds[r]) done.push_back({b, Find(bursts, b, round)});
-    }
-    env_.SetBursts(req_.id, {}, 0, req_.suite);
-    inputs_.Release(collection);
-    const double took = static_cast<double>(clock_.MonotonicNanos() - t0) * 1e-9;
-    std::string note = std::string(full ? "all-pairs" : "ring") + ": " + std::to_string(r) +
-                       " of " + std::to_string(rounds.size()) + " rounds, " +
-                       std::to_string(done.size()) + " bursts of " +
-                       FormatBytes(req_.suite.bw_bytes) + " in " + Seconds(took) + " s";
-    if (!ok) {
+    std::string note;
+    if (!BurstRounds(up_, ProbeFamily::kIp, done, note)) {
       for (const std::string& n : up_) {
         if (NodeOf(n).verdict == Verdict::kPass) {
           Mark(n, Verdict::kUnknown, "bandwidth not completed: " + note);
@@ -450,6 +447,110 @@ class Run {
       return note;
     }
     JudgeBursts(done);
+    return note;
+  }
+
+  struct Done {
+    Burst burst;
+    std::optional<BurstSample> sample;
+  };
+
+  // Runs the rounds of `nodes`' bursts of one family (TCP through SetBursts, RDMA RC through
+  // SetRdmaRcBursts) and collects their results into `done`; false when cut short.
+  bool BurstRounds(const std::vector<std::string>& nodes, ProbeFamily family,
+                   std::vector<Done>& done, std::string& note) {
+    const bool full = req_.suite.name == "full";
+    const bool rc = family == ProbeFamily::kRdma;
+    const auto rounds = ScheduleBursts(nodes, full ? BurstPattern::kAllPairs : BurstPattern::kRing);
+    std::vector<aggregator::NodeId> ids;
+    for (const std::string& n : nodes) ids.push_back(env_.IdOf(n));
+    auto collection = inputs_.Collect(ids);
+    // Round ids: the run's hash in the high bits, so a run's rounds never match another run's;
+    // RC rounds are numbered apart from the TCP ones.
+    uint64_t base = 1469598103934665603ull;
+    for (unsigned char c : req_.id) base = (base ^ c) * 1099511628211ull;
+    base = (base << 16) | (1ull << 63);
+    const int64_t t0 = clock_.MonotonicNanos();
+    bool ok = true;
+    size_t r = 0;
+    auto ask = [&](const BurstRound& round_bursts, uint64_t round) {
+      if (rc) {
+        env_.SetRdmaRcBursts(req_.id, round_bursts, round, req_.suite);
+      } else {
+        env_.SetBursts(req_.id, round_bursts, round, req_.suite);
+      }
+    };
+    for (; r < rounds.size() && ok; ++r) {
+      const uint64_t round = base | ((rc ? 0x8000 : 0) + r + 1);
+      ask(rounds[r], round);
+      const auto all_in = [&] {
+        const auto bursts = collection->Bursts(family);
+        return std::all_of(rounds[r].begin(), rounds[r].end(),
+                           [&](const Burst& b) { return Find(bursts, b, round).has_value(); });
+      };
+      const int64_t until =
+          clock_.MonotonicNanos() +
+          static_cast<int64_t>((req_.suite.bw_timeout_s + req_.suite.bw_round_slack_s) * 1e9);
+      ok = SleepUntil(until, all_in);
+      const auto bursts = collection->Bursts(family);
+      for (const Burst& b : rounds[r]) done.push_back({b, Find(bursts, b, round)});
+    }
+    ask({}, 0);
+    inputs_.Release(collection);
+    const double took = static_cast<double>(clock_.MonotonicNanos() - t0) * 1e-9;
+    note = std::string(rc ? "RDMA RC " : "") + (full ? "all-pairs" : "ring") + ": " +
+           std::to_string(r) + " of " + std::to_string(rounds.size()) + " rounds, " +
+           std::to_string(done.size()) + " bursts" +
+           (rc ? std::string(" (the agents' RC burst size)")
+               : " of " + FormatBytes(req_.suite.bw_bytes)) +
+           " in " + Seconds(took) + " s";
+    return ok;
+  }
+
+  // Step 4: the RDMA variants among the nodes whose agents announced RDMA ports: the RDMA UD
+  // mesh (raised with the UDP one and measured in the same window) judged like the UDP mesh, and
+  // RDMA RC write bursts in rounds like step 3's. Nodes without RDMA are skipped with a note.
+  std::string Rdma() {
+    std::string unavailable;
+    for (size_t i = 0; i < no_rdma_.size(); ++i) {
+      unavailable += (i ? "; " : "") + std::string("rdma unavailable on ") + no_rdma_[i].first +
+                     " (" + no_rdma_[i].second + ")";
+    }
+    if (!no_rdma_.empty()) {
+      unavailable += no_rdma_.size() == 1 ? ": skipped for it" : ": skipped for them";
+    }
+    if (rdma_up_.size() < 2) {
+      skipped_ = true;
+      const std::string few = "fewer than 2 nodes up with RDMA";
+      return unavailable.empty() ? few : unavailable + "; " + few;
+    }
+    std::set<aggregator::NodeId> ids;
+    for (const std::string& n : rdma_up_) ids.insert(env_.IdOf(n));
+    Collection::PairMap ud;
+    for (const auto& [k, v] : rdma_pairs_) {
+      if (ids.contains(k.first) && ids.contains(k.second)) ud[k] = v;
+    }
+    fam_ = {"RDMA UD ", std::string(FleetHistory::kRdmaPrefix)};
+    Judge(ud, name_of_, rdma_measured_s_);
+    uint64_t probes = 0;
+    for (const auto& [k, v] : ud) probes += v.probes;
+    std::string note = std::to_string(ud.size()) + " RDMA UD pairs, " + std::to_string(probes) +
+                       " probes in the mesh's " + Seconds(rdma_measured_s_) + " s";
+    fam_ = {"RDMA RC ", std::string(FleetHistory::kRdmaPrefix)};
+    std::vector<Done> done;
+    std::string rc_note;
+    if (BurstRounds(rdma_up_, ProbeFamily::kRdma, done, rc_note)) {
+      JudgeBursts(done);
+    } else {
+      for (const std::string& n : rdma_up_) {
+        if (NodeOf(n).verdict == Verdict::kPass) {
+          Mark(n, Verdict::kUnknown, "RDMA RC bursts not completed: " + rc_note);
+        }
+      }
+    }
+    fam_ = {};
+    note += "; " + rc_note;
+    if (!unavailable.empty()) note += "; " + unavailable;
     return note;
   }
 
@@ -579,7 +680,8 @@ class Run {
   template <typename DoneT>
   void JudgeBursts(const std::vector<DoneT>& done) {
     MetricSpec bw;
-    bw.label = "goodput";
+    bw.label = fam_.label + "goodput";
+    const bool rc = !fam_.label.empty();
     bw.unit = MetricSpec::Unit::kBitsPerSecond;
     bw.higher_is_worse = false;
     // One burst of a few MiB over unshaped veth on a shared host swings 2x with CPU contention
@@ -606,10 +708,14 @@ class Run {
         p.reasons.push_back(std::move(reason));
       };
       if (!d.sample) {
-        add_pair(Verdict::kWarn,
-                 "no bandwidth result from " + b.src + " to " + b.dst + " within " +
-                     Seconds(req_.suite.bw_timeout_s + req_.suite.bw_round_slack_s) +
-                     " s: " + b.src + "'s agent did not run the burst (too old?)");
+        const std::string within =
+            " within " + Seconds(req_.suite.bw_timeout_s + req_.suite.bw_round_slack_s) + " s: ";
+        add_pair(Verdict::kWarn, rc ? "no RDMA RC write result from " + b.src + " to " + b.dst +
+                                          within + "the burst failed (a broken connection) or the"
+                                          " connection through the aggregator did not come up"
+                                    : "no bandwidth result from " + b.src + " to " + b.dst +
+                                          within + b.src +
+                                          "'s agent did not run the burst (too old?)");
         continue;
       }
       double value = d.sample->goodput_bps;
@@ -712,6 +818,18 @@ class Run {
     double p99 = 0;
   };
   std::vector<Measured> measured_;  // the mesh's unordered pairs with a p99
+  // The probe family being judged: a prefix of its verdicts' labels ("RDMA UD ") and of its
+  // history's path classes ("rdma_"); empty for the host stack's UDP and TCP probes.
+  struct Family {
+    std::string label, class_prefix;
+  };
+  Family fam_;
+  std::vector<std::string> rdma_up_;  // up_ whose agents announced RDMA ports, in order
+  std::vector<std::string> paused_collectives_;  // the schedule paused by this run, resumed at end
+  std::vector<std::pair<std::string, std::string>> no_rdma_;  // the other up_, and why
+  Collection::PairMap rdma_pairs_;    // the RDMA UD results of the mesh's window
+  double rdma_measured_s_ = 0;
+  std::unordered_map<aggregator::NodeId, std::string> name_of_;
   bool timed_out_ = false;
 };
 

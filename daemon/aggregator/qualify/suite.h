@@ -118,7 +118,8 @@ class QualifyEnv {
   virtual std::vector<AgentStatus> Agents(const std::vector<std::string>& nodes) const = 0;
   virtual std::vector<analysis::TrackedFinding> ActiveFindings() const = 0;
   // Starts dense probing among `nodes` at the suite's rate for run `id` (the plan stage's
-  // overlay), or ends it when `nodes` is empty.
+  // overlay; over UDP, and over RDMA UD between nodes that both have RDMA), or ends it when
+  // `nodes` is empty.
   virtual void SetMesh(const std::string& id, const std::vector<std::string>& nodes,
                        const SuiteSpec& suite) = 0;
   virtual aggregator::NodeId IdOf(const std::string& node) = 0;
@@ -127,6 +128,16 @@ class QualifyEnv {
   // comes back as a tcp_bw result with seq == round.
   virtual void SetBursts(const std::string& id, const BurstRound& bursts, uint64_t round,
                          const SuiteSpec& suite) = 0;
+  // Per node, in order: empty when its agent announced RDMA ports (Hello), so the suite's RDMA
+  // step can probe it; else why not ("unavailable: no RDMA devices", as the agent said).
+  virtual std::vector<std::string> RdmaUnavailable(const std::vector<std::string>& nodes) const {
+    return std::vector<std::string>(nodes.size(), "the aggregator tracks no RDMA ports");
+  }
+  // As SetBursts, for RDMA RC write bursts on the first rail of each pair; each comes back as an
+  // rdma_rc result with seq == round (none when the burst failed: RC retransmits, so a failure is
+  // a broken connection, not loss).
+  virtual void SetRdmaRcBursts(const std::string& /*id*/, const BurstRound& /*bursts*/,
+                               uint64_t /*round*/, const SuiteSpec& /*suite*/) {}
   // The fabric map's class of the path between two nodes: "intra_leaf", "inter_leaf" or
   // "unknown" (no map, or a node outside it).
   virtual std::string PathClassOf(const std::string& /*a*/, const std::string& /*b*/) {
@@ -143,6 +154,15 @@ class QualifyEnv {
   virtual std::optional<CollectiveOutcome> AllReduceOutcome(const std::string& /*job_id*/) {
     return std::nullopt;
   }
+  // The collective stage's scheduled jobs on the set (docs/qualify.md, "Quiet fabric"): pauses
+  // the schedule on `nodes` and returns those it paused (not the ones paused before, e.g. by a
+  // Slurm prolog); resumes those; whether a scheduled job with a member among `nodes` is in
+  // flight.
+  virtual std::vector<std::string> PauseCollectives(const std::vector<std::string>& /*nodes*/) {
+    return {};
+  }
+  virtual void ResumeCollectives(const std::vector<std::string>& /*nodes*/) {}
+  virtual bool CollectivesRunningOn(const std::vector<std::string>& /*nodes*/) { return false; }
   // Abandons a job whose outcome the suite no longer waits for.
   virtual void EndAllReduce(const std::string& /*job_id*/) {}
 };

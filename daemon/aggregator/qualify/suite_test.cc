@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include "common/http/http_client.h"
@@ -59,6 +60,18 @@ class FakeFleet : public QualifyEnv {
   uint64_t allreduce_bytes = 0;
   bool allreduce_ended = false;
   std::atomic<int> bursts_in_flight_max{0};  // the most bursts one node was in within a round
+  // RDMA: the nodes whose agents announced RDMA ports (set before a run); the network RTT of an
+  // rdma_ud probe; the goodput of an RC burst (no result when <= 0, as RC reports none).
+  std::set<std::string> rdma_nodes;
+  std::function<int64_t(const std::string&, const std::string&)> rdma_rtt_ns = [](auto&, auto&) {
+    return int64_t{5'000};
+  };
+  std::function<double(const std::string&, const std::string&)> rc_goodput_bps =
+      [](auto&, auto&) { return 90e9; };
+  std::atomic<int> rc_rounds{0};
+  std::atomic<int> rc_in_flight_max{0};
+  std::atomic<int> ip_bursts_during_rc{0};  // TCP bursts asked while an RC round was open
+  std::atomic<bool> rc_open{false};
 
   std::vector<AgentStatus> Agents(const std::vector<std::string>& nodes) const override {
     std::vector<AgentStatus> out;
@@ -107,6 +120,11 @@ class FakeFleet : public QualifyEnv {
                 r.lost = every > 0 && seq % every == 0;
                 r.rtt_ns = rtt_ns(a, b) + static_cast<int64_t>(seq % 7) * 5'000;
                 batch.push_back(r);
+                if (rdma_nodes.contains(a) && rdma_nodes.contains(b)) {
+                  r.transport = aggregator::Transport::kRdmaUd;
+                  r.rtt_ns = rdma_rtt_ns(a, b) + static_cast<int64_t>(seq % 5) * 100;
+                  batch.push_back(r);
+                }
               }
             }
           }
@@ -133,6 +151,7 @@ class FakeFleet : public QualifyEnv {
   void SetBursts(const std::string&, const BurstRound& bursts, uint64_t round,
                  const SuiteSpec& suite) override {
     if (bursts.empty()) return;
+    if (rc_open) ++ip_bursts_during_rc;
     ++burst_rounds;
     std::map<std::string, int> busy;
     std::vector<aggregator::ReportedProbe> batch;
@@ -148,6 +167,52 @@ class FakeFleet : public QualifyEnv {
       r.bytes = suite.bw_bytes;
       r.goodput_bps = goodput_bps(b.src, b.dst);
       r.lost = r.goodput_bps <= 0;
+      batch.push_back(r);
+    }
+    inputs_.OnResults(batch);
+  }
+  // The collective schedule: busy for the first `collective_busy_polls` polls; what was paused
+  // and resumed (a node in `already_paused` is not the suite's to pause or resume).
+  std::atomic<int> collective_busy_polls{0};
+  std::set<std::string> already_paused;
+  std::vector<std::string> paused, resumed;
+  std::vector<std::string> PauseCollectives(const std::vector<std::string>& nodes) override {
+    for (const std::string& n : nodes) {
+      if (!already_paused.contains(n)) paused.push_back(n);
+    }
+    return paused;
+  }
+  void ResumeCollectives(const std::vector<std::string>& nodes) override { resumed = nodes; }
+  bool CollectivesRunningOn(const std::vector<std::string>&) override {
+    return collective_busy_polls-- > 0;
+  }
+  std::vector<std::string> RdmaUnavailable(const std::vector<std::string>& nodes) const override {
+    std::vector<std::string> out;
+    for (const std::string& n : nodes) {
+      out.push_back(rdma_nodes.contains(n) ? "" : "unavailable: no RDMA devices");
+    }
+    return out;
+  }
+  void SetRdmaRcBursts(const std::string&, const BurstRound& bursts, uint64_t round,
+                       const SuiteSpec&) override {
+    rc_open = !bursts.empty();
+    if (bursts.empty()) return;
+    ++rc_rounds;
+    std::map<std::string, int> busy;
+    std::vector<aggregator::ReportedProbe> batch;
+    for (const Burst& b : bursts) {
+      for (const std::string* n : {&b.src, &b.dst}) {
+        rc_in_flight_max = std::max(rc_in_flight_max.load(), ++busy[*n]);
+      }
+      const double g = rc_goodput_bps(b.src, b.dst);
+      if (g <= 0) continue;  // a failed RC burst reports nothing
+      aggregator::ReportedProbe r;
+      r.src_id = IdOf(b.src);
+      r.dst_id = IdOf(b.dst);
+      r.transport = aggregator::Transport::kRdmaRc;
+      r.seq = round;
+      r.bytes = 4u << 20;
+      r.goodput_bps = g;
       batch.push_back(r);
     }
     inputs_.OnResults(batch);
@@ -225,14 +290,18 @@ class SuiteTest : public ::testing::Test {
     fleet_.goodput_bps = [slow, goodput](const std::string& a, const std::string& b) {
       return a == slow || b == slow ? goodput : 9.4e9;
     };
-    auto r = Run(nodes);
+    ExpectOnlyFails(Run(nodes), slow, reason);
+  }
+
+  // Exit 2: `bad` fails, its first reason containing `reason`; every other node passes.
+  void ExpectOnlyFails(const QualifyReport& r, const std::string& bad, const std::string& reason) {
     EXPECT_EQ(r.exit_code, 2);
-    const NodeResult& bad = Node(r, slow);
-    EXPECT_EQ(bad.verdict, Verdict::kFail);
-    ASSERT_FALSE(bad.reasons.empty());
-    EXPECT_THAT(bad.reasons[0], HasSubstr(reason));
+    const NodeResult& b = Node(r, bad);
+    EXPECT_EQ(b.verdict, Verdict::kFail);
+    ASSERT_FALSE(b.reasons.empty());
+    EXPECT_THAT(b.reasons[0], HasSubstr(reason));
     for (const auto& x : r.nodes) {
-      if (x.node != slow) EXPECT_EQ(x.verdict, Verdict::kPass) << x.node;
+      if (x.node != bad) EXPECT_EQ(x.verdict, Verdict::kPass) << x.node;
     }
   }
 
@@ -483,17 +552,8 @@ TEST_F(SuiteTest, SlowHostFailsWithItsFigureAndItsPairsAreExplainedAway) {
     return a == "gpu5" || b == "gpu5" ? int64_t{2'400'000} : int64_t{300'000};
   };
   auto r = Run(nodes);
-  EXPECT_EQ(r.exit_code, 2);
-  const NodeResult& bad = Node(r, "gpu5");
-  EXPECT_EQ(bad.verdict, Verdict::kFail);
-  ASSERT_FALSE(bad.reasons.empty());
-  EXPECT_THAT(bad.reasons[0], HasSubstr("RTT p99 to 7 peers 2.4"));
-  EXPECT_THAT(bad.reasons[0], HasSubstr("the set's median of 0.3"));
-  for (const auto& n : r.nodes) {
-    if (n.node != "gpu5") {
-      EXPECT_EQ(n.verdict, Verdict::kPass) << n.node;
-    }
-  }
+  ExpectOnlyFails(r, "gpu5", "RTT p99 to 7 peers 2.4");
+  EXPECT_THAT(Node(r, "gpu5").reasons[0], HasSubstr("the set's median of 0.3"));
   EXPECT_TRUE(r.pairs.empty()) << r.pairs.front().src << "->" << r.pairs.front().dst;
 }
 
@@ -769,6 +829,106 @@ TEST(SustainedRttP99, FewSamples) {
   Fill(few, 1, 10, 300'000, 0, 0);
   EXPECT_GT(SustainedRttP99(few), 4e-3);
   EXPECT_TRUE(std::isnan(SustainedRttP99(PairSamples{})));
+}
+
+}  // namespace
+}  // namespace fw::qualify
+
+namespace fw::qualify {
+namespace {
+
+// Step 4 on a set where 6 of 8 nodes have RDMA: the RDMA UD mesh and RC rounds run among those 6,
+// one RC burst per NIC at a time and never beside a TCP burst; the 2 others are skipped by name.
+TEST_F(SuiteTest, RdmaStepRunsAmongTheNodesWithRdmaAndNamesTheOthers) {
+  auto nodes = Nodes(8);
+  fleet_.rdma_nodes = {"gpu1", "gpu2", "gpu3", "gpu4", "gpu5", "gpu6"};
+  auto r = Run(nodes);
+  EXPECT_EQ(r.exit_code, 0);
+  const StepResult& s = StepOf(r, "rdma");
+  EXPECT_EQ(s.state, "done");
+  EXPECT_THAT(s.note, HasSubstr("30 RDMA UD pairs"));
+  EXPECT_THAT(s.note, HasSubstr("RDMA RC ring: 2 of 2 rounds, 6 bursts"));
+  EXPECT_THAT(s.note, HasSubstr("rdma unavailable on gpu7 (unavailable: no RDMA devices); rdma "
+                                "unavailable on gpu8 (unavailable: no RDMA devices): skipped for "
+                                "them"));
+  EXPECT_EQ(fleet_.rc_rounds, 2);
+  EXPECT_EQ(fleet_.rc_in_flight_max, 1);
+  EXPECT_EQ(fleet_.ip_bursts_during_rc, 0);
+  for (const auto& n : r.nodes) EXPECT_EQ(n.verdict, Verdict::kPass) << n.node;
+  // The RDMA network RTTs keep their own history class, apart from the UDP ones.
+  ASSERT_TRUE(r.path_classes.contains("rdma_unknown"));
+  EXPECT_LT(r.path_classes.at("rdma_unknown").rtt_p99_s, 10e-6);
+  EXPECT_GT(r.path_classes.at("unknown").rtt_p99_s, 250e-6);
+}
+
+TEST_F(SuiteTest, RdmaStepIsSkippedWithTheReasonWhenNoNodeHasRdma) {
+  auto r = Run(Nodes(3));
+  EXPECT_EQ(r.exit_code, 0);
+  const StepResult& s = StepOf(r, "rdma");
+  EXPECT_EQ(s.state, "skipped");
+  EXPECT_THAT(s.note, HasSubstr("rdma unavailable on gpu1 (unavailable: no RDMA devices)"));
+  EXPECT_THAT(s.note, HasSubstr("fewer than 2 nodes up with RDMA"));
+  EXPECT_EQ(fleet_.rc_rounds, 0);
+}
+
+// A node whose RDMA UD network RTT is high toward every peer fails on it, with the figure, while
+// its UDP RTT is healthy (the host stack's path does not cross the RDMA NIC's queues).
+TEST_F(SuiteTest, RdmaUdRttOutlierFailsItsNode) {
+  auto nodes = Nodes(8);
+  fleet_.rdma_nodes = {nodes.begin(), nodes.end()};
+  fleet_.rdma_rtt_ns = [](const std::string& a, const std::string& b) {
+    return a == "gpu5" || b == "gpu5" ? int64_t{3'000'000} : int64_t{5'000};
+  };
+  ExpectOnlyFails(Run(nodes), "gpu5", "RDMA UD RTT p99 to 7 peers 3");
+}
+
+// RC goodput: a slow NIC is named against the set's median; a pair whose burst gave no result
+// warns with the reason.
+TEST_F(SuiteTest, RdmaRcSlowNodeFailsAndAMissingBurstWarns) {
+  auto nodes = Nodes(6);
+  fleet_.rdma_nodes = {nodes.begin(), nodes.end()};
+  fleet_.rc_goodput_bps = [](const std::string& a, const std::string& b) {
+    if (a == "gpu3" || b == "gpu3") return 5e9;
+    if (a == "gpu5" && b == "gpu6") return 0.0;
+    return 90e9;
+  };
+  SuiteRequest req = Request(nodes);
+  req.suite.bw_timeout_s = 0.3;  // the round with the missing result waits 0.6 s
+  req.suite.bw_round_slack_s = 0.3;
+  auto r = Run(req);
+  EXPECT_EQ(r.exit_code, 2);
+  const NodeResult& bad = Node(r, "gpu3");
+  EXPECT_EQ(bad.verdict, Verdict::kFail);
+  ASSERT_FALSE(bad.reasons.empty());
+  EXPECT_THAT(bad.reasons[0], HasSubstr("RDMA RC goodput"));
+  bool warned = false;
+  for (const PairResult& p : r.pairs) {
+    if (p.src == "gpu5" && p.dst == "gpu6") {
+      warned = true;
+      EXPECT_EQ(p.verdict, Verdict::kWarn);
+      EXPECT_THAT(p.reasons[0], HasSubstr("no RDMA RC write result from gpu5 to gpu6"));
+    }
+  }
+  EXPECT_TRUE(warned);
+}
+
+}  // namespace
+}  // namespace fw::qualify
+
+namespace fw::qualify {
+namespace {
+
+// The mesh waits for the fleet's scheduled collective job on the set to end, with the schedule
+// paused on the set for the run and resumed after, except where it was paused before.
+TEST_F(SuiteTest, MeshWaitsForScheduledCollectivesAndPausesThemForTheRun) {
+  auto nodes = Nodes(4);
+  fleet_.collective_busy_polls = 4;  // about 0.3 s at the suite's 100 ms polls
+  fleet_.already_paused = {"gpu2"};  // e.g. by the Slurm prolog
+  auto r = Run(nodes);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(StepOf(r, "mesh").note, HasSubstr("for a scheduled collective job to end; 12 pairs"));
+  EXPECT_EQ(fleet_.paused, (std::vector<std::string>{"gpu1", "gpu3", "gpu4"}));
+  EXPECT_EQ(fleet_.resumed, fleet_.paused);
 }
 
 }  // namespace
