@@ -13,6 +13,21 @@ namespace fw::agent {
 
 namespace v1 = fabricwatch::v1;
 
+namespace {
+
+// One rank's arrivals and exits, relative to its first measured arrival (small varints).
+void AddRankTimes(const collective::RankResult& r, v1::CollectiveResult& result) {
+  v1::CollectiveRankTimes* t = result.add_rank_times();
+  t->set_rank(static_cast<uint32_t>(r.rank));
+  const int64_t base = r.iterations.empty() ? 0 : r.iterations.front().arrive_ns;
+  for (const collective::IterationSample& s : r.iterations) {
+    t->add_arrive_ns(s.arrive_ns - base);
+    t->add_exit_ns(s.exit_ns - base);
+  }
+}
+
+}  // namespace
+
 StatusOr<v1::KvReply> UplinkKvStore::Request(std::string_view key, std::string value,
                                              std::chrono::milliseconds timeout) {
   if (Status s = collective::ValidateKvEntry(key, value.size()); !s.ok()) return s;
@@ -216,7 +231,10 @@ v1::CollectiveResult CollectiveRunner::Run(const v1::CollectiveJob& job) {
   result.set_bus_bandwidth_bps(r.busbw_bytes_per_s * 8);
   result.set_latency_s(r.median_seconds);
   result.set_rank(static_cast<uint32_t>(r.rank));
+  result.set_group_ranks(static_cast<uint32_t>(r.ranks));
+  result.set_op(std::string(collective::OpKindName(r.kind)));
   for (const collective::IterationSample& s : r.iterations) result.add_op_seconds(s.op_seconds);
+  AddRankTimes(r, result);
   return result;
 }
 

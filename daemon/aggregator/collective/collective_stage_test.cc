@@ -255,6 +255,27 @@ TEST(CollectiveStage, ZeroIntervalStartsNothing) {
   EXPECT_TRUE(f.TakeJobs().empty());
 }
 
+TEST(MemberTimesOf, ANodeOfSeveralRanksSpansItsFirstArrivalToItsLastExit) {
+  v1::CollectiveResult r;
+  r.add_op_seconds(0.01);
+  for (int k = 0; k < 2; ++k) {
+    v1::CollectiveRankTimes* t = r.add_rank_times();
+    t->set_rank(static_cast<uint32_t>(k));
+    t->add_arrive_ns(100 + k * 5);
+    t->add_exit_ns(1000 + k * 7);
+  }
+  MemberTimes m = MemberTimesOf(r);
+  EXPECT_EQ(m.arrive_ns, std::vector<int64_t>{100});
+  EXPECT_EQ(m.exit_ns, std::vector<int64_t>{1007});
+  EXPECT_EQ(m.op_seconds, std::vector<double>{0.01});
+  // Ranks of different lengths: no timestamps, the operation times stay.
+  r.mutable_rank_times(1)->add_arrive_ns(5);
+  r.mutable_rank_times(1)->add_exit_ns(6);
+  m = MemberTimesOf(r);
+  EXPECT_TRUE(m.arrive_ns.empty());
+  EXPECT_EQ(m.op_seconds.size(), 1u);
+}
+
 TEST(CollectiveNodesOf, ConnectedNodesOnTheirLeaf) {
   auto map = FabricMap::Parse(R"(routing: ecmp
 switches:
