@@ -25,6 +25,8 @@ void AddJobs(const std::vector<OutboundJob>& jobs, Outbound& out) {
     for (const std::string& member : j.job.members) cj->add_members(member);
     cj->set_bytes(j.job.bytes);
     cj->set_iterations(j.job.iterations);
+    cj->set_op(j.job.op);
+    cj->set_timeout_s(j.job.timeout_s);
     out.emplace_back(j.node, std::move(m));
   }
 }

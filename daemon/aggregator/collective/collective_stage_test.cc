@@ -47,6 +47,10 @@ OrchestratorConfig Config() {
 TEST(CollectiveStage, JobsRendezvousAndResultsOnTheWire) {
   Fixture f(Config());
   f.stage.Tick([] { return testing::TwoLeafFleet(); }, 0);
+  // Every job carries its operation and the agent's bound on rendezvous and each operation.
+  ASSERT_FALSE(f.sent.empty());
+  EXPECT_EQ(f.sent[0].second.collective_job().op(), "all_reduce");
+  EXPECT_DOUBLE_EQ(f.sent[0].second.collective_job().timeout_s(), 10);
   auto jobs = f.TakeJobs();
   ASSERT_EQ(jobs.size(), 4u);  // rails h0+h4, h1+h5, h2+h6, h3+h7
   const auto& [id, members] = *jobs.begin();
