@@ -13,6 +13,51 @@ namespace fw::agent {
 
 namespace v1 = fabricwatch::v1;
 
+namespace {
+
+// One rank's arrivals and exits, relative to its first measured arrival (small varints).
+void AddRankTimes(const collective::RankResult& r, v1::CollectiveResult& result) {
+  v1::CollectiveRankTimes* t = result.add_rank_times();
+  t->set_rank(static_cast<uint32_t>(r.rank));
+  const int64_t base = r.iterations.empty() ? 0 : r.iterations.front().arrive_ns;
+  for (const collective::IterationSample& s : r.iterations) {
+    t->add_arrive_ns(s.arrive_ns - base);
+    t->add_exit_ns(s.exit_ns - base);
+  }
+}
+
+// The job's operation, size, iterations and timeout within the agent's bounds.
+StatusOr<collective::OpSpec> OpOf(const v1::CollectiveJob& job, const CollectiveRunnerOptions& o) {
+  collective::OpSpec op;
+  if (job.op() == "all_gather") {
+    op.kind = collective::OpKind::kAllGather;
+  } else if (!job.op().empty() && job.op() != "all_reduce") {
+    return Status::InvalidArgument("unknown op '" + job.op() + "' (all_reduce | all_gather)");
+  }
+  op.bytes = std::min<uint64_t>(job.bytes() ? job.bytes() : 1 << 20, o.max_bytes);
+  op.iterations = static_cast<int>(std::clamp<uint32_t>(job.iterations(), 1, 1000));
+  op.warmup = std::min(5, op.iterations);
+  op.timeout = o.op_timeout;
+  if (job.timeout_s() > 0) {
+    // The job's bound, between 10 ms and 10 minutes (a NaN or huge value is clamped).
+    op.timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(std::clamp(job.timeout_s(), 0.01, 600.0) * 1000));
+  }
+  return op;
+}
+
+// What every member reports of its ranks: times per rank, the group's size and the operation.
+void AddRanks(const std::vector<collective::RankResult>& ranks, v1::CollectiveResult& result) {
+  const collective::RankResult& first = ranks.front();
+  result.set_rank(static_cast<uint32_t>(first.rank));
+  result.set_group_ranks(static_cast<uint32_t>(first.ranks));
+  result.set_op(std::string(collective::OpKindName(first.kind)));
+  for (const collective::IterationSample& s : first.iterations) result.add_op_seconds(s.op_seconds);
+  for (const collective::RankResult& r : ranks) AddRankTimes(r, result);
+}
+
+}  // namespace
+
 StatusOr<v1::KvReply> UplinkKvStore::Request(std::string_view key, std::string value,
                                              std::chrono::milliseconds timeout) {
   if (Status s = collective::ValidateKvEntry(key, value.size()); !s.ok()) return s;
@@ -201,26 +246,28 @@ v1::CollectiveResult CollectiveRunner::Run(const v1::CollectiveJob& job) {
     result.set_error("unknown backend '" + result.backend() + "'");
     return result;
   }
+  auto op = OpOf(job, options_);
+  if (!op.ok()) {
+    result.set_error(op.status().ToString());
+    return result;
+  }
   const collective::GroupSpec group{job.job_id(), members.size(), rank};
   collective::GlooOptions gloo;
   gloo.tcp_address = options_.tcp_address;
-  gloo.rendezvous_timeout = options_.rendezvous_timeout;
+  gloo.rendezvous_timeout = job.timeout_s() > 0
+                                ? std::chrono::duration_cast<std::chrono::milliseconds>(op->timeout)
+                                : options_.rendezvous_timeout;
   auto comm = collective::ConnectGloo(group, kv_, gloo);
   if (!comm.ok()) {
     result.set_error(comm.status().ToString());
     return result;
   }
-  collective::OpSpec op;
-  op.bytes = std::min<uint64_t>(job.bytes() ? job.bytes() : 1 << 20, options_.max_bytes);
-  op.iterations = static_cast<int>(std::clamp<uint32_t>(job.iterations(), 1, 1000));
-  op.warmup = std::min(5, op.iterations);
-  op.timeout = options_.op_timeout;
   collective::BeforeIteration before;
   if (options_.test_delay.count() > 0) {
     // Test-only straggler (--collective-test-delay-ms): this rank arrives late every iteration.
     before = [d = options_.test_delay](int) { std::this_thread::sleep_for(d); };
   }
-  auto runs = collective::RunOperation(**comm, op, before);
+  auto runs = collective::RunOperation(**comm, *op, before);
   if (!runs.ok()) {
     result.set_error(runs.status().ToString());
     return result;
@@ -228,8 +275,7 @@ v1::CollectiveResult CollectiveRunner::Run(const v1::CollectiveJob& job) {
   const collective::RankResult& r = runs->front();
   result.set_bus_bandwidth_bps(r.busbw_bytes_per_s * 8);
   result.set_latency_s(r.median_seconds);
-  result.set_rank(static_cast<uint32_t>(r.rank));
-  for (const collective::IterationSample& s : r.iterations) result.add_op_seconds(s.op_seconds);
+  AddRanks(*runs, result);
   return result;
 }
 
@@ -287,50 +333,94 @@ void CollectiveRunner::RunNccl(const v1::CollectiveJob& job, int rank,
   // that appears later is found without reloading 200 MB of NCCL every interval.
   if (!nccl_loaded_) {
     nccl_loaded_ = true;
-    SetNcclAvailability(collective::LoadAndCheckNccl(options_.nccl, &nccl_));
+    if (options_.nccl_api_for_test != nullptr) {
+      nccl_api_ = options_.nccl_api_for_test;
+      SetNcclAvailability(collective::CheckNccl(*nccl_api_));
+    } else {
+      SetNcclAvailability(collective::LoadAndCheckNccl(options_.nccl, &nccl_));
+      if (nccl_ != nullptr) nccl_api_ = &nccl_->api();
+    }
   }
-  if (nccl_ == nullptr) {
+  if (nccl_api_ == nullptr) {
     result.set_error(nccl_status());
     return;
   }
-  const collective::NcclAvailability a = collective::CheckNccl(nccl_->api());
+  const collective::NcclAvailability a = collective::CheckNccl(*nccl_api_);
   if (a.state != nccl_state_value_) SetNcclAvailability(a);
   if (a.state != collective::NcclState::kReady) {
     result.set_error(a.ToString());
     return;
   }
-  // One rank per local GPU: an intra-node job has this node as its only member.
-  if (job.members_size() != 1) {
-    result.set_error("nccl: jobs across nodes are not supported yet; run one node's GPUs");
+  // One rank per local GPU. A job of one node uses every GPU and needs no trip to the aggregator
+  // for the unique id; across nodes each member contributes member_gpus[i] ranks, starting after
+  // the members before it, and the id travels through the aggregator's key-value service.
+  int local = a.devices, first = 0, total = a.devices;
+  if (job.members_size() > 1 || job.member_gpus_size() > 0) {
+    if (job.member_gpus_size() != job.members_size()) {
+      result.set_error("nccl: a job across nodes needs member_gpus for each of its " +
+                       std::to_string(job.members_size()) + " members");
+      return;
+    }
+    total = 0;
+    for (int i = 0; i < job.member_gpus_size(); ++i) {
+      const uint32_t g = job.member_gpus(i);
+      if (g < 1 || g > 64) {
+        result.set_error("nccl: member_gpus " + std::to_string(g) + " outside 1..64");
+        return;
+      }
+      if (i < rank) first += static_cast<int>(g);
+      total += static_cast<int>(g);
+    }
+    local = static_cast<int>(job.member_gpus(rank));
+    if (local > a.devices) {
+      result.set_error("nccl: the job asks for " + std::to_string(local) + " GPUs on this node, " +
+                       std::to_string(a.devices) + " present");
+      return;
+    }
+  }
+  auto op = OpOf(job, options_);
+  if (!op.ok()) {
+    result.set_error(op.status().ToString());
     return;
   }
   collective::NcclOptions no;
-  for (int d = 0; d < a.devices; ++d) no.devices.push_back(d);
-  no.rendezvous_timeout = options_.rendezvous_timeout;
-  // Every rank is local, so the unique id needs no trip to the aggregator.
+  for (int d = 0; d < local; ++d) no.devices.push_back(d);
+  no.rendezvous_timeout = job.timeout_s() > 0
+                              ? std::chrono::duration_cast<std::chrono::milliseconds>(op->timeout)
+                              : options_.rendezvous_timeout;
   collective::InMemoryKvStore local_kv;
-  const collective::GroupSpec group{job.job_id(), a.devices, rank};
-  auto comm = collective::ConnectNccl(nccl_->api(), group, local_kv, no, nccl_counters_);
+  collective::KvStore& kv = local == total ? static_cast<collective::KvStore&>(local_kv) : kv_;
+  const collective::GroupSpec group{job.job_id(), total, first};
+  auto comm = collective::ConnectNccl(*nccl_api_, group, kv, no, nccl_counters_);
   if (!comm.ok()) {
     result.set_error(comm.status().ToString());
     return;
   }
-  collective::OpSpec op;
-  op.bytes = std::min<uint64_t>(job.bytes() ? job.bytes() : 1 << 20, options_.max_bytes);
-  op.iterations = static_cast<int>(std::clamp<uint32_t>(job.iterations(), 1, 1000));
-  op.timeout = options_.op_timeout;
-  auto runs = collective::RunOperation(**comm, op);
+  auto runs = collective::RunOperation(**comm, *op);
   if (!runs.ok()) {
     result.set_error(runs.status().ToString());
     return;
   }
-  auto summary = collective::SummarizeGroup(*runs);
-  if (!summary.ok()) {
-    result.set_error(summary.status().ToString());
-    return;
+  if (local == total) {
+    auto summary = collective::SummarizeGroup(*runs);
+    if (!summary.ok()) {
+      result.set_error(summary.status().ToString());
+      return;
+    }
+    result.set_bus_bandwidth_bps(summary->busbw_bytes_per_s * 8);
+    result.set_latency_s(summary->median_group_seconds);
+  } else {
+    // This node's part of a larger group: its slowest local rank (the aggregator takes the
+    // slowest member).
+    double busbw = runs->front().busbw_bytes_per_s, latency = 0;
+    for (const collective::RankResult& r : *runs) {
+      busbw = std::min(busbw, r.busbw_bytes_per_s);
+      latency = std::max(latency, r.median_seconds);
+    }
+    result.set_bus_bandwidth_bps(busbw * 8);
+    result.set_latency_s(latency);
   }
-  result.set_bus_bandwidth_bps(summary->busbw_bytes_per_s * 8);
-  result.set_latency_s(summary->median_group_seconds);
+  AddRanks(*runs, result);
 }
 
 }  // namespace fw::agent

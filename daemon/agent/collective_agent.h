@@ -58,6 +58,8 @@ struct CollectiveRunnerOptions {
   std::chrono::milliseconds rendezvous_timeout{30000};
   std::chrono::milliseconds op_timeout{10000};
   collective::NcclLibraryOptions nccl;
+  // Tests: this API (a fake NCCL) instead of loading the libraries; it must outlive the runner.
+  const collective::NcclApi* nccl_api_for_test = nullptr;
   // NVML for the busy-GPU check before an NCCL job (a node whose GPUs are busy skips it).
   std::string nvml_library = "libnvidia-ml.so.1";
   // Tests: replaces LoadNvml (e.g. with a FakeNvml).
@@ -101,6 +103,7 @@ class CollectiveRunner {
   UplinkKvStore kv_;
   collective::NcclCounters nccl_counters_;
   std::unique_ptr<collective::NcclLibrary> nccl_;  // runner thread only
+  const collective::NcclApi* nccl_api_ = nullptr;  // runner thread only: nccl_'s, or the test's
   bool nccl_loaded_ = false;                       // runner thread only: load attempted
   bool nccl_loaded_state_known_ = false;           // runner thread only
   collective::NcclState nccl_state_value_{};       // runner thread only: the last state seen

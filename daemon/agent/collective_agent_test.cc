@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "daemon/aggregator/collective/kv_service.h"
+#include "probes/collective/fake_nccl.h"
 
 namespace fw::agent {
 namespace {
@@ -63,6 +64,29 @@ v1::CollectiveJob Job(const std::string& id, std::vector<std::string> members,
   return j;
 }
 
+// One runner per node, wired to `agg`, each with its own registry; `api`: a fake NCCL (and no
+// NVML) for them.
+std::vector<std::unique_ptr<CollectiveRunner>> Runners(
+    FakeAggregator& agg, std::vector<std::unique_ptr<metrics::Registry>>& registries,
+    const std::vector<std::string>& nodes, const collective::NcclApi* api = nullptr) {
+  std::vector<std::unique_ptr<CollectiveRunner>> runners;
+  for (const std::string& node : nodes) {
+    CollectiveRunnerOptions o;
+    o.node = node;
+    o.nccl_api_for_test = api;
+    if (api != nullptr) {
+      o.nvml_loader = [] {
+        return StatusOr<std::unique_ptr<collective::NvmlApi>>(
+            Status::Unavailable("no nvml in this test"));
+      };
+    }
+    registries.push_back(std::make_unique<metrics::Registry>());
+    runners.push_back(std::make_unique<CollectiveRunner>(o, agg.SendFor(node), *registries.back()));
+    agg.runners[node] = runners.back().get();
+  }
+  return runners;
+}
+
 TEST(CollectiveRunner, GlooAllReduceThroughTheAggregatorKvService) {
   FakeAggregator agg;
   metrics::Registry registries[3];  // one agent each
@@ -84,9 +108,97 @@ TEST(CollectiveRunner, GlooAllReduceThroughTheAggregatorKvService) {
     EXPECT_EQ(r.job_id(), "job-1");
     EXPECT_GT(r.bus_bandwidth_bps(), 1e6) << node;  // bits/s
     EXPECT_GT(r.latency_s(), 0);
+    // Each rank's arrival and exit per measured iteration, on its own clock from its first arrival.
+    EXPECT_EQ(r.op(), "all_reduce");
+    EXPECT_EQ(r.group_ranks(), 3u);
+    ASSERT_EQ(r.rank_times_size(), 1) << node;
+    EXPECT_EQ(r.rank_times(0).rank(), r.rank());
+    ASSERT_EQ(r.rank_times(0).arrive_ns_size(), 5);
+    ASSERT_EQ(r.rank_times(0).exit_ns_size(), 5);
+    EXPECT_EQ(r.rank_times(0).arrive_ns(0), 0);
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_LT(r.rank_times(0).arrive_ns(i), r.rank_times(0).exit_ns(i));
+    }
   }
   EXPECT_GT(agg.kv.counters().sets, 0u);
   EXPECT_EQ(agg.kv.counters().refused_not_member, 0u);
+  for (auto& r : runners) r->Stop();
+}
+
+TEST(CollectiveRunner, NcclAcrossTwoAgentsSharesTheUniqueIdThroughTheAggregator) {
+  // Two agents (nodes a and b) on the fake NCCL, a with 2 GPU ranks and b with 1: the unique id
+  // travels through the aggregator's KvService, the three communicators form one group, and the
+  // all-gather's output verifies on every rank. The job's op and timeout are honoured.
+  collective::testing::FakeNcclState& fake = collective::testing::ResetFakeNccl();
+  fake.devices = 2;
+  const collective::NcclApi api = collective::testing::FakeNcclApi();
+  FakeAggregator agg;
+  std::vector<std::unique_ptr<metrics::Registry>> registries;
+  auto runners = Runners(agg, registries, {"a", "b"}, &api);
+  agg.kv.OpenGroup("job-n", {"a", "b"}, INT64_MAX);
+  v1::CollectiveJob job = Job("job-n", {"a", "b"}, "nccl");
+  job.add_member_gpus(2);
+  job.add_member_gpus(1);
+  job.set_op("all_gather");
+  job.set_timeout_s(5);
+  for (auto& r : runners) r->Start();
+  for (auto& r : runners) r->OnJob(job);
+  ASSERT_TRUE(agg.WaitResults(2));
+  for (auto& r : runners) r->Stop();
+  const v1::CollectiveResult& a = agg.results["a"];
+  const v1::CollectiveResult& b = agg.results["b"];
+  EXPECT_EQ(a.error(), "");
+  EXPECT_EQ(b.error(), "");
+  EXPECT_EQ(a.op(), "all_gather");
+  EXPECT_EQ(a.group_ranks(), 3u);
+  EXPECT_EQ(b.group_ranks(), 3u);
+  ASSERT_EQ(a.rank_times_size(), 2);  // ranks 0 and 1
+  ASSERT_EQ(b.rank_times_size(), 1);  // rank 2
+  EXPECT_EQ(a.rank_times(1).rank(), 1u);
+  EXPECT_EQ(b.rank_times(0).rank(), 2u);
+  EXPECT_GT(b.bus_bandwidth_bps(), 0);
+  EXPECT_EQ(fake.comms_created, 3);
+  EXPECT_EQ(fake.unique_ids, 1);  // one id, made by rank 0's member, read by the other
+  EXPECT_EQ(fake.comms_aborted, 0);
+  EXPECT_GT(agg.kv.counters().sets, 0u);
+
+  // A job that asks more GPUs of a node than it has fails there with a clear error.
+  agg.results.clear();
+  runners.clear();
+  std::vector<std::unique_ptr<metrics::Registry>> lone_registries;
+  auto lone = Runners(agg, lone_registries, {"b"}, &api);
+  lone[0]->Start();
+  v1::CollectiveJob big = Job("job-m", {"a", "b"}, "nccl");
+  big.add_member_gpus(1);
+  big.add_member_gpus(3);
+  lone[0]->OnJob(big);
+  ASSERT_TRUE(agg.WaitResults(1));
+  lone[0]->Stop();
+  EXPECT_EQ(agg.results["b"].error(), "nccl: the job asks for 3 GPUs on this node, 2 present");
+}
+
+TEST(CollectiveRunner, GlooHonoursTheJobsOpAndRefusesAnUnknownOne) {
+  FakeAggregator agg;
+  std::vector<std::unique_ptr<metrics::Registry>> registries;
+  auto runners = Runners(agg, registries, {"a", "b"});
+  agg.kv.OpenGroup("job-g", {"a", "b"}, INT64_MAX);
+  v1::CollectiveJob job = Job("job-g", {"a", "b"});
+  job.set_op("all_gather");
+  job.set_timeout_s(5);
+  for (auto& r : runners) r->Start();
+  for (auto& r : runners) r->OnJob(job);
+  ASSERT_TRUE(agg.WaitResults(2));
+  for (const auto& [node, r] : agg.results) {
+    EXPECT_EQ(r.error(), "") << node;
+    EXPECT_EQ(r.op(), "all_gather") << node;
+  }
+  agg.results.clear();
+  job.set_job_id("job-h");
+  job.set_op("broadcast");
+  runners[0]->OnJob(job);
+  ASSERT_TRUE(agg.WaitResults(1));
+  EXPECT_EQ(agg.results["a"].error(),
+            "INVALID_ARGUMENT: unknown op 'broadcast' (all_reduce | all_gather)");
   for (auto& r : runners) r->Stop();
 }
 

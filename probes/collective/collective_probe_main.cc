@@ -1,7 +1,9 @@
 // fw_collective_probe: run one collective probe from the command line and print key=value lines.
-// `nccl` runs an all-reduce over every local GPU through the agent's real NCCL path (dlopen), for
-// tests/device/nccl_check.sh; `gloo` runs N ranks as threads on loopback, or with --rank one rank
-// of a group whose processes rendezvous through files in --store-dir (tests/bench/collective).
+// `nccl` runs an all-reduce over every local GPU through the agent's real NCCL path (dlopen), or
+// with --store-dir this process's GPUs (--gpus) as ranks --first-rank.. of a group of --ranks whose
+// processes share the unique id through files, for tests/device/nccl_check.sh; `gloo` runs N ranks
+// as threads on loopback, or with --rank one rank of a group whose processes rendezvous through
+// files in --store-dir (tests/bench/collective).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -104,6 +106,37 @@ int RunNccl(const OpSpec& op, const NcclLibraryOptions& lib_options) {
   return 0;
 }
 
+// This process's GPUs as ranks first_rank.. of a multi-process NCCL group; the member holding rank
+// 0 writes the unique id to `store_dir`, the others read it (as the agent does through the
+// aggregator). Prints this process's slowest rank.
+int RunNcclRanks(const OpSpec& op, const NcclLibraryOptions& lib_options, int ranks, int first_rank,
+                 const std::vector<int>& gpus, const std::string& store_dir,
+                 const std::string& group) {
+  std::unique_ptr<NcclLibrary> lib;
+  const NcclAvailability a = LoadAndCheckNccl(lib_options, &lib);
+  std::printf("%s\n", a.ToString().c_str());
+  if (a.state != NcclState::kReady) return 1;
+  NcclOptions options;
+  options.devices = gpus;
+  DirectoryKvStore kv(store_dir);
+  NcclCounters counters;
+  auto comm = ConnectNccl(lib->api(), {group, ranks, first_rank}, kv, options, counters);
+  if (!comm.ok()) return Fail(comm.status());
+  auto results = RunOperation(**comm, op);
+  if (!results.ok()) return Fail(results.status());
+  const RankResult* slowest = &results->front();
+  for (const RankResult& r : *results) {
+    if (r.busbw_bytes_per_s < slowest->busbw_bytes_per_s) slowest = &r;
+  }
+  std::printf(
+      "backend=nccl op=%s bytes=%llu ranks=%d first_rank=%d local_ranks=%zu time_us=%.1f "
+      "busbw_GBps=%.3f\n",
+      std::string(OpKindName(op.kind)).c_str(), static_cast<unsigned long long>(slowest->bytes),
+      ranks, first_rank, results->size(), slowest->median_seconds * 1e6,
+      slowest->busbw_bytes_per_s * 1e-9);
+  return 0;
+}
+
 // One rank of a multi-process group: prints this rank's own figures (the group's busbw is the
 // lowest of its ranks').
 int RunGlooRank(const OpSpec& op, int ranks, int rank, const std::string& address,
@@ -192,12 +225,30 @@ int main(int argc, char** argv) {
                    "with --rank: rendezvous directory shared by the ranks");
   gloo->add_option("--group", group, "with --rank: group id (a fresh one per run)")
       ->capture_default_str();
-  app.get_subcommand("nccl")
-      ->add_option("--nccl-library", lib_options.nccl_library)
+  CLI::App* nccl = app.get_subcommand("nccl");
+  nccl->add_option("--nccl-library", lib_options.nccl_library)->capture_default_str();
+  int nccl_ranks = 0, first_rank = 0;
+  std::vector<int> gpus;
+  nccl->add_option("--ranks", nccl_ranks, "with --store-dir: ranks in the whole group");
+  nccl->add_option("--first-rank", first_rank, "with --store-dir: this process's first rank");
+  nccl->add_option("--gpus", gpus, "with --store-dir: this process's GPUs, one rank each")
+      ->delimiter(',');
+  nccl->add_option("--store-dir", store_dir,
+                   "several processes: rendezvous directory they share (the unique id)");
+  nccl->add_option("--group", group, "with --store-dir: group id (a fresh one per run)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   op.kind = kind == "all_gather" ? OpKind::kAllGather : OpKind::kAllReduce;
   op.timeout = std::chrono::milliseconds(timeout_ms);
+  if (app.got_subcommand("nccl") && !store_dir.empty()) {
+    if (gpus.empty() || first_rank < 0 || first_rank + static_cast<int>(gpus.size()) > nccl_ranks) {
+      std::fprintf(stderr,
+                   "fw_collective_probe: nccl --store-dir needs --gpus and --ranks >= "
+                   "--first-rank + GPUs\n");
+      return 2;
+    }
+    return RunNcclRanks(op, lib_options, nccl_ranks, first_rank, gpus, store_dir, group);
+  }
   if (app.got_subcommand("nccl")) return RunNccl(op, lib_options);
   if (rank >= 0) {
     if (store_dir.empty() || rank >= ranks) {

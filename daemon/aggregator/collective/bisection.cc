@@ -1,8 +1,12 @@
 // Bisection state machine (see bisection.h for the search).
 #include "daemon/aggregator/collective/bisection.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <utility>
+
+#include "daemon/aggregator/collective/arrivals.h"
 
 namespace fw::aggregator::collective {
 namespace {
@@ -28,6 +32,12 @@ std::vector<Member> OnLeaf(const std::vector<Member>& ms, const std::string& lea
 std::string Culprit::Location() const {
   if (kind == Kind::kNode) return "node " + node;
   return "link " + leaf_a + "-" + (leaf_b.empty() ? std::string("spine") : leaf_b);
+}
+
+std::string Culprit::Detail() const {
+  if (late_iterations == 0) return "";
+  return fmt::format("arrives {:.1f} ms late in {} of {} iterations", late_s * 1e3, late_iterations,
+                     iterations);
 }
 
 Bisection::Bisection(std::vector<Member> group, double measured, double expected,
@@ -74,6 +84,7 @@ uint64_t Bisection::Ask(std::vector<Member> members) {
 
 void Bisection::AddTask(Task t) {
   t.results.resize(t.sides.size());
+  t.late.resize(t.sides.size());
   // A side that could not be run counts as answered (and not slow).
   for (uint64_t id : t.runs) t.answered += id == 0 ? 1 : 0;
   if (t.answered == t.sides.size()) {
@@ -159,27 +170,82 @@ void Bisection::StartLeafLink(const std::vector<Member>& a, const std::vector<Me
   AddTask(std::move(t));
 }
 
-Culprit Bisection::NodeCulprit(const Member& m, const SubgroupResult& r) const {
-  const bool late = !r.lateness_s.empty() && r.group_seconds > 0 &&
-                    r.lateness_s[0] > config_.late_fraction * r.group_seconds;
+Culprit Bisection::NodeCulprit(const Member& m, const SubgroupResult& r, bool late) const {
   Culprit c;
   c.node = m.name;
   c.cause = late ? "late host" : "slow host link or NIC";
   c.measured_busbw = r.busbw_bytes_per_s;
   c.expected_busbw = expected_;
+  if (late) {
+    const LateTally& t = tallies_.at(m.name);
+    c.late_s = MedianOf(t.lateness_s);
+    c.late_iterations = t.late;
+    c.iterations = t.iterations;
+  }
   return c;
+}
+
+std::string Bisection::TallyLate(const std::vector<Member>& run, const SubgroupResult& r) {
+  const size_t iters = r.late_s.size() == run.size() ? r.late_s.front().size() : 0;
+  for (const std::vector<double>& l : r.late_s) {
+    if (l.size() != iters) return "";  // not one run's times
+  }
+  if (iters == 0) return "";
+  // The run's excess over the time its busbw would take at the expected rate; a late host's
+  // lateness accounts for it, a slow link's run has it with everyone on time.
+  double excess = 0;
+  if (!r.failed && r.busbw_bytes_per_s > 0 && expected_ > 0) {
+    excess = r.group_seconds * (1 - r.busbw_bytes_per_s / expected_);
+  }
+  std::vector<int> late(run.size(), 0);
+  for (size_t i = 0; i < iters; ++i) {
+    size_t last = 0;
+    for (size_t m = 1; m < run.size(); ++m) {
+      if (r.late_s[m][i] > r.late_s[last][i]) last = m;
+    }
+    if (excess > 0 && r.late_s[last][i] >= config_.late_share * excess) {
+      ++late[last];
+      tallies_[run[last].name].lateness_s.push_back(r.late_s[last][i]);
+    }
+  }
+  std::string named;
+  for (size_t m = 0; m < run.size(); ++m) {
+    LateTally& t = tallies_[run[m].name];
+    t.late += late[m];
+    t.iterations += static_cast<int>(iters);
+    const bool here = late[m] >= config_.late_iterations * static_cast<double>(iters);
+    const bool everywhere = t.late >= config_.late_iterations * t.iterations;
+    if (here && everywhere && late[m] > 0) named = run[m].name;
+  }
+  return named;
+}
+
+void Bisection::AddCulprit(Culprit c) {
+  // A late host shows in every run that holds it: one culprit however many named it.
+  for (const Culprit& have : culprits_) {
+    if (have.Location() == c.Location()) return;
+  }
+  culprits_.push_back(std::move(c));
+}
+
+const Member* Bisection::LateIn(const std::vector<Member>& side, const std::string& late) {
+  if (late.empty()) return nullptr;
+  auto it = std::find_if(side.begin(), side.end(), [&](const Member& m) { return m.name == late; });
+  return it == side.end() ? nullptr : &*it;
 }
 
 void Bisection::OnResult(uint64_t run_id, const SubgroupResult& result) {
   auto p =
       std::find_if(pending_.begin(), pending_.end(), [&](const Run& r) { return r.id == run_id; });
   if (p == pending_.end()) return;
+  const std::string late = TallyLate(p->members, result);
   pending_.erase(p);
   for (size_t i = 0; i < tasks_.size(); ++i) {
     Task& t = tasks_[i];
     auto it = std::find(t.runs.begin(), t.runs.end(), run_id);
     if (it == t.runs.end()) continue;
     t.results[static_cast<size_t>(it - t.runs.begin())] = result;
+    t.late[static_cast<size_t>(it - t.runs.begin())] = late;
     if (++t.answered < t.sides.size()) return;
     Task done = std::move(t);
     tasks_.erase(tasks_.begin() + static_cast<long>(i));
@@ -196,8 +262,10 @@ void Bisection::Resolve(const Task& t) {
     case TaskKind::kSplit: {
       for (size_t i = 0; i < t.sides.size(); ++i) {
         if (!slow[i]) continue;
-        if (t.sides[i].size() == 1) {
-          culprits_.push_back(NodeCulprit(t.sides[i][0], t.results[i]));
+        if (const Member* late = LateIn(t.sides[i], t.late[i])) {
+          AddCulprit(NodeCulprit(*late, t.results[i], true));
+        } else if (t.sides[i].size() == 1) {
+          culprits_.push_back(NodeCulprit(t.sides[i][0], t.results[i], false));
         } else {
           StartSplit(t.sides[i]);
         }
@@ -218,12 +286,23 @@ void Bisection::Resolve(const Task& t) {
     case TaskKind::kPairScan:
       for (size_t i = 0; i < t.sides.size(); ++i) {
         if (!slow[i]) continue;
+        if (const Member* late = LateIn(t.sides[i], t.late[i])) {
+          AddCulprit(NodeCulprit(*late, t.results[i], true));
+          continue;
+        }
         const auto leaves = LeavesOf(t.sides[i]);
         StartLeafLink(OnLeaf(t.sides[i], leaves[0]), OnLeaf(t.sides[i], leaves[1]));
       }
       if (slow_count == 0) inconclusive_ = true;
       return;
     case TaskKind::kLeafLink: {
+      bool named = false;
+      for (size_t i = 0; i < t.sides.size(); ++i) {
+        const Member* late = slow[i] ? LateIn(t.sides[i], t.late[i]) : nullptr;
+        if (late != nullptr) AddCulprit(NodeCulprit(*late, t.results[i], true));
+        named |= late != nullptr;
+      }
+      if (named) return;
       Culprit c;
       c.kind = Culprit::Kind::kLink;
       c.expected_busbw = expected_;

@@ -6,11 +6,18 @@
 // or by members within one leaf, and rerun each half. A slow half is split again; a half of one
 // member is rerun paired with a known-good member of the same leaf. When both halves are fine the
 // slowness lives between them: each side's leaf is rerun with a known-good leaf, which names one
-// leaf's uplink or, failing that, the leaf pair. Per-rank lateness tells a late host (it arrives
-// late) from a slow link or NIC at a host (it arrives on time and the group is still slow).
+// leaf's uplink or, failing that, the leaf pair.
+//
+// Per-rank arrivals tell a late host from a slow link: a run is slow by its excess time over what
+// the expected busbw implies; a member that arrives last, by at least late_share of that excess,
+// in at least late_iterations of the run's iterations and of all the iterations of every run it
+// was in ("late everywhere") is a late host. It is named at once, on any slow run (a split half,
+// a leaf-pair or leaf-uplink run), instead of the half being split further or a link being
+// blamed. A host that arrives on time while its runs are slow is a slow host link or NIC.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,15 +31,21 @@ struct Member {
 
 struct SubgroupResult {
   double busbw_bytes_per_s = 0;
-  double group_seconds = 0;        // median group time (GroupSummary)
-  std::vector<double> lateness_s;  // per member, in the order of the run's members
-  bool failed = false;             // the run did not complete (counts as slow)
+  double group_seconds = 0;  // median group time: first arrival to last exit (AlignArrivals)
+  // late_s[m][i]: how long after the first member member m arrived in iteration i, members in the
+  // order of the run's members (AlignArrivals). Empty when the run reported no times.
+  std::vector<std::vector<double>> late_s;
+  bool failed = false;  // the run did not complete (counts as slow)
 };
 
 struct BisectionConfig {
-  double slow_ratio = 0.90;     // slow: busbw below this fraction of the expected
-  double late_fraction = 0.25;  // late: lateness above this fraction of the group time
-  int max_runs = 64;            // a search that needs more ends inconclusive
+  double slow_ratio = 0.90;  // slow: busbw below this fraction of the expected
+  // Late in an iteration: the last to arrive, by at least this share of the run's excess time.
+  double late_share = 0.5;
+  // A late host: late in at least this fraction of a slow run's iterations, and of all the
+  // iterations of the runs it was in.
+  double late_iterations = 0.5;
+  int max_runs = 64;  // a search that needs more ends inconclusive
 };
 
 struct Culprit {
@@ -44,7 +57,14 @@ struct Culprit {
   std::string cause;  // "late host", "slow host link or NIC", "leaf uplink", "leaf pair"
   double measured_busbw = 0;
   double expected_busbw = 0;
+  // A late host: its median lateness over the iterations it was late in, and how many of the
+  // iterations of the runs it was in those were.
+  double late_s = 0;
+  int late_iterations = 0;
+  int iterations = 0;
   std::string Location() const;  // "node h3", "link leaf2-spine", "link leaf2-leaf3"
+  // "arrives 5.0 ms late in 18 of 20 iterations" for a late host; empty otherwise.
+  std::string Detail() const;
 };
 
 class Bisection {
@@ -79,7 +99,14 @@ class Bisection {
     std::vector<std::vector<Member>> sides;  // what each run tests (without partners)
     std::vector<uint64_t> runs;              // one per side; 0 where a side cannot be run
     std::vector<SubgroupResult> results;
+    std::vector<std::string> late;  // per side: the late host of its run, or empty
     size_t answered = 0;
+  };
+  // Each member's late iterations over every run it was in.
+  struct LateTally {
+    int late = 0;
+    int iterations = 0;
+    std::vector<double> lateness_s;  // in its late iterations
   };
 
   void StartSplit(const std::vector<Member>& slow);
@@ -93,7 +120,13 @@ class Bisection {
   const Member* Partner(const std::string& leaf) const;
   // A known-good member on neither leaf; null when there is none.
   const Member* ReferenceOutside(const std::string& leaf_a, const std::string& leaf_b) const;
-  Culprit NodeCulprit(const Member& m, const SubgroupResult& r) const;
+  Culprit NodeCulprit(const Member& m, const SubgroupResult& r, bool late) const;
+  // Adds the run's iterations to its members' tallies; returns the member that is a late host by
+  // this run and its tally (see the top of this file), or empty.
+  std::string TallyLate(const std::vector<Member>& run, const SubgroupResult& r);
+  void AddCulprit(Culprit c);  // once per location
+  // The member of `side` named late by its run, or null.
+  static const Member* LateIn(const std::vector<Member>& side, const std::string& late);
 
   const double measured_;
   const double expected_;
@@ -102,6 +135,7 @@ class Bisection {
   std::vector<Run> pending_;
   std::vector<Task> tasks_;
   std::vector<Culprit> culprits_;
+  std::map<std::string, LateTally> tallies_;  // by member name
   uint64_t next_id_ = 1;
   int runs_ = 0;
   bool inconclusive_ = false;

@@ -25,6 +25,8 @@ void AddJobs(const std::vector<OutboundJob>& jobs, Outbound& out) {
     for (const std::string& member : j.job.members) cj->add_members(member);
     cj->set_bytes(j.job.bytes);
     cj->set_iterations(j.job.iterations);
+    cj->set_op(j.job.op);
+    cj->set_timeout_s(j.job.timeout_s);
     out.emplace_back(j.node, std::move(m));
   }
 }
@@ -45,6 +47,7 @@ json FindingJson(const CollectiveSlowFinding& f) {
           {"location", f.location},
           {"node", f.node},
           {"cause", f.cause},
+          {"detail", f.detail},
           {"group", f.group},
           {"measured_busbw_bps", f.measured_bps},
           {"expected_busbw_bps", f.expected_bps}};
@@ -63,6 +66,13 @@ Finding AnalysisFinding(const CollectiveSlowFinding& f, const MeshLink* mesh) {
       f.group, measured, expected, f.location, f.cause);
   out.evidence = {{"busbw_gbps", measured}, {"expected_busbw_gbps", expected}};
   if (expected > 0) out.evidence["busbw_ratio"] = measured / expected;
+  if (!f.detail.empty()) {
+    // A late host: "node h3 (late host: arrives 5.0 ms late in 18 of 20 iterations)".
+    out.summary.insert(out.summary.size() - 1, ": " + f.detail);
+    out.evidence["late_ms"] = f.late_s * 1e3;
+    out.evidence["late_iterations"] = f.late_iterations;
+    out.evidence["iterations"] = f.iterations;
+  }
   if (!f.node.empty()) {
     out.location = FindingLocation{"node", f.node, f.node, "", 0};
   } else if (f.leaf_a.empty()) {
@@ -232,11 +242,36 @@ void CollectiveStage::OnKvRequest(const std::string& node, const v1::KvRequest& 
   if (!out.empty()) send_(std::move(out));
 }
 
+MemberTimes MemberTimesOf(const v1::CollectiveResult& result) {
+  MemberTimes t;
+  t.op_seconds.assign(result.op_seconds().begin(), result.op_seconds().end());
+  // A member that drove several ranks (NCCL, one per GPU) arrives with its first rank and leaves
+  // with its last. Ranks with differing iteration counts leave the member without timestamps.
+  const size_t ranks = std::min<size_t>(static_cast<size_t>(result.rank_times_size()), 64);
+  for (size_t k = 0; k < ranks; ++k) {
+    const v1::CollectiveRankTimes& r = result.rank_times(static_cast<int>(k));
+    const size_t n = std::min<size_t>(static_cast<size_t>(r.arrive_ns_size()), kMaxIterations);
+    if (static_cast<size_t>(r.exit_ns_size()) < n || (k > 0 && n != t.arrive_ns.size())) {
+      return {.op_seconds = std::move(t.op_seconds)};
+    }
+    if (k == 0) {
+      t.arrive_ns.assign(r.arrive_ns().begin(), r.arrive_ns().begin() + static_cast<long>(n));
+      t.exit_ns.assign(r.exit_ns().begin(), r.exit_ns().begin() + static_cast<long>(n));
+      continue;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      t.arrive_ns[i] = std::min(t.arrive_ns[i], r.arrive_ns(static_cast<int>(i)));
+      t.exit_ns[i] = std::max(t.exit_ns[i], r.exit_ns(static_cast<int>(i)));
+    }
+  }
+  return t;
+}
+
 void CollectiveStage::OnResult(const std::string& node, const v1::CollectiveResult& result) {
-  std::vector<double> op_seconds(result.op_seconds().begin(), result.op_seconds().end());
+  MemberTimes times = MemberTimesOf(result);
   MutexLock lock(mu_);
   Keep(orchestrator_.OnResult(node, result.job_id(), result.bus_bandwidth_bps(), result.latency_s(),
-                              result.error(), std::move(op_seconds)));
+                              result.error(), std::move(times)));
   DropRecovered();
   Export();
 }

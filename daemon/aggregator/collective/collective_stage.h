@@ -34,6 +34,10 @@ using Outbound = std::vector<std::pair<std::string, fabricwatch::v1::AggregatorM
 std::vector<CollectiveNode> CollectiveNodesOf(const std::vector<NodeView>& nodes,
                                               const FabricMap* map);
 
+// A CollectiveResult's times for the orchestrator: its ranks' arrivals and exits (a member of
+// several ranks spans from its first arrival to its last exit) and its operation times.
+MemberTimes MemberTimesOf(const fabricwatch::v1::CollectiveResult& result);
+
 class CollectiveStage {
  public:
   // `send` hands messages to the nodes' streams, best effort (a node without a stream misses them
@@ -100,8 +104,8 @@ class CollectiveStage {
   std::deque<CollectiveSlowFinding> findings_ FW_GUARDED_BY(mu_);
   struct Kept {
     CollectiveSlowFinding finding;
-    int64_t at_ns = 0;      // the tick clock; a result's findings take the last tick's time
-    std::string mesh_link;  // the map link the probe mesh corroborated, once it did
+    int64_t at_ns = 0;             // the tick clock; a result's findings take the last tick's time
+    std::string mesh_link;         // the map link the probe mesh corroborated, once it did
     std::set<std::string> groups;  // the slow groups whose bisections ended here
   };
   // Bisection location -> the newest finding there.

@@ -47,6 +47,10 @@ OrchestratorConfig Config() {
 TEST(CollectiveStage, JobsRendezvousAndResultsOnTheWire) {
   Fixture f(Config());
   f.stage.Tick([] { return testing::TwoLeafFleet(); }, 0);
+  // Every job carries its operation and the agent's bound on rendezvous and each operation.
+  ASSERT_FALSE(f.sent.empty());
+  EXPECT_EQ(f.sent[0].second.collective_job().op(), "all_reduce");
+  EXPECT_DOUBLE_EQ(f.sent[0].second.collective_job().timeout_s(), 10);
   auto jobs = f.TakeJobs();
   ASSERT_EQ(jobs.size(), 4u);  // rails h0+h4, h1+h5, h2+h6, h3+h7
   const auto& [id, members] = *jobs.begin();
@@ -253,6 +257,27 @@ TEST(CollectiveStage, ZeroIntervalStartsNothing) {
       0);
   EXPECT_FALSE(asked);
   EXPECT_TRUE(f.TakeJobs().empty());
+}
+
+TEST(MemberTimesOf, ANodeOfSeveralRanksSpansItsFirstArrivalToItsLastExit) {
+  v1::CollectiveResult r;
+  r.add_op_seconds(0.01);
+  for (int k = 0; k < 2; ++k) {
+    v1::CollectiveRankTimes* t = r.add_rank_times();
+    t->set_rank(static_cast<uint32_t>(k));
+    t->add_arrive_ns(100 + k * 5);
+    t->add_exit_ns(1000 + k * 7);
+  }
+  MemberTimes m = MemberTimesOf(r);
+  EXPECT_EQ(m.arrive_ns, std::vector<int64_t>{100});
+  EXPECT_EQ(m.exit_ns, std::vector<int64_t>{1007});
+  EXPECT_EQ(m.op_seconds, std::vector<double>{0.01});
+  // Ranks of different lengths: no timestamps, the operation times stay.
+  r.mutable_rank_times(1)->add_arrive_ns(5);
+  r.mutable_rank_times(1)->add_exit_ns(6);
+  m = MemberTimesOf(r);
+  EXPECT_TRUE(m.arrive_ns.empty());
+  EXPECT_EQ(m.op_seconds.size(), 1u);
 }
 
 TEST(CollectiveNodesOf, ConnectedNodesOnTheirLeaf) {

@@ -7,37 +7,6 @@
 
 namespace fw::aggregator::collective {
 
-namespace {
-double MedianOf(std::vector<double> v) {
-  if (v.empty()) return 0;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(mid), v.end());
-  if (v.size() % 2 == 1) return v[mid];
-  const double hi = v[mid];
-  return (*std::max_element(v.begin(), v.begin() + static_cast<long>(mid)) + hi) / 2;
-}
-constexpr size_t kMaxIterations = 1000;  // op_seconds kept per member
-}  // namespace
-
-Lateness ExitAlignedLateness(const std::vector<std::vector<double>>& op_seconds) {
-  Lateness out;
-  out.lateness_s.assign(op_seconds.size(), 0);
-  size_t n = op_seconds.empty() ? 0 : kMaxIterations;
-  for (const auto& v : op_seconds) n = std::min(n, v.size());
-  if (n == 0) return out;
-  std::vector<std::vector<double>> late(op_seconds.size());
-  std::vector<double> group(n);
-  for (size_t i = 0; i < n; ++i) {
-    double longest = 0;
-    for (const auto& v : op_seconds) longest = std::max(longest, v[i]);
-    group[i] = longest;
-    for (size_t m = 0; m < op_seconds.size(); ++m) late[m].push_back(longest - op_seconds[m][i]);
-  }
-  for (size_t m = 0; m < late.size(); ++m) out.lateness_s[m] = MedianOf(std::move(late[m]));
-  out.group_seconds = MedianOf(std::move(group));
-  return out;
-}
-
 CollectiveOrchestrator::CollectiveOrchestrator(OrchestratorConfig config)
     : config_(config),
       scheduler_(config.schedule, pauses_),
@@ -141,7 +110,7 @@ std::vector<KvDelivery> CollectiveOrchestrator::OnKvRequest(const std::string& n
 
 std::vector<CollectiveSlowFinding> CollectiveOrchestrator::OnResult(
     const std::string& node, const std::string& job_id, double busbw_bps, double latency_s,
-    const std::string& error, std::vector<double> op_seconds) {
+    const std::string& error, MemberTimes times) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return {};
   ActiveJob& j = it->second;
@@ -151,8 +120,11 @@ std::vector<CollectiveSlowFinding> CollectiveOrchestrator::OnResult(
     return {};
   }
   j.busbw[node] = busbw_bps;
-  if (op_seconds.size() > kMaxIterations) op_seconds.resize(kMaxIterations);
-  j.op_seconds[node] = std::move(op_seconds);
+  for (auto* v : {&times.arrive_ns, &times.exit_ns}) {
+    if (v->size() > kMaxIterations) v->resize(kMaxIterations);
+  }
+  if (times.op_seconds.size() > kMaxIterations) times.op_seconds.resize(kMaxIterations);
+  j.times[node] = std::move(times);
   j.latency_s = std::max(j.latency_s, latency_s);
   if (!error.empty()) {
     j.failed = true;
@@ -202,13 +174,13 @@ std::vector<CollectiveSlowFinding> CollectiveOrchestrator::Complete(ActiveJob jo
     r.busbw_bytes_per_s = busbw;
     r.group_seconds = job.latency_s;
     r.failed = job.failed;
-    // Per-rank lateness in the run's member order (the suspect first, then its partner).
-    std::vector<std::vector<double>> times;
-    for (const std::string& m : job.spec.members) times.push_back(job.op_seconds[m]);
-    const Lateness late = ExitAlignedLateness(times);
-    if (late.group_seconds > 0) {
-      r.group_seconds = late.group_seconds;
-      r.lateness_s = late.lateness_s;
+    // Per-member arrivals in the run's member order (the suspect first, then its partner).
+    std::vector<MemberTimes> times;
+    for (const std::string& m : job.spec.members) times.push_back(job.times[m]);
+    Arrivals arrivals = AlignArrivals(times);
+    if (arrivals.iterations > 0) {
+      r.group_seconds = arrivals.group_seconds;
+      r.late_s = std::move(arrivals.late_s);
     }
     b->second.search->OnResult(job.run_id, r);
     return Harvest(job.bisection);
@@ -272,11 +244,12 @@ std::vector<CollectiveSlowFinding> CollectiveOrchestrator::Harvest(uint64_t id) 
     const bool link = c.kind == Culprit::Kind::kLink;
     out.push_back({c.Location(), link ? std::string() : c.node, c.cause, b->second.group,
                    link ? c.leaf_a : std::string(), link ? c.leaf_b : std::string(),
-                   c.measured_busbw, c.expected_busbw});
+                   c.measured_busbw, c.expected_busbw, c.Detail(), c.late_s, c.late_iterations,
+                   c.iterations});
     SPDLOG_WARN(
         "component=collective msg=\"collective_slow\" location=\"{}\" cause=\"{}\" "
-        "group={} measured_bps={} expected_bps={}",
-        c.Location(), c.cause, b->second.group, c.measured_busbw, c.expected_busbw);
+        "detail=\"{}\" group={} measured_bps={} expected_bps={}",
+        c.Location(), c.cause, c.Detail(), b->second.group, c.measured_busbw, c.expected_busbw);
   }
   if (b->second.search->inconclusive() && out.empty()) {
     SPDLOG_INFO("component=collective msg=\"bisection inconclusive\" group={} runs={}",

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/aggregator/collective/arrivals.h"
 #include "daemon/aggregator/collective/bisection.h"
 #include "daemon/aggregator/collective/kv_service.h"
 #include "daemon/aggregator/collective/scheduler.h"
@@ -31,23 +32,17 @@ struct CollectiveSlowFinding {
   std::string location;  // "node h5", "link leaf2-spine", "link leaf2-leaf3"
   std::string node;      // the node, for a node culprit
   std::string cause;
-  std::string group;  // the group that was slow
+  std::string group;   // the group that was slow
   std::string leaf_a;  // a link culprit: a leaf's uplinks (leaf_b empty) or the leaf pair
   std::string leaf_b;
   double measured_bps = 0;
   double expected_bps = 0;
+  // A late host: "arrives 5.0 ms late in 18 of 20 iterations", with the numbers; else empty/0.
+  std::string detail;
+  double late_s = 0;
+  int late_iterations = 0;
+  int iterations = 0;
 };
-
-// Exit-aligned lateness (DESIGN.md principle 1: clocks of different hosts are never compared). A
-// collective ends at nearly the same moment on every rank, so in each iteration a member's arrival
-// offset is the group's longest operation time minus its own. Returns each member's median offset
-// (in `members` order; 0 for a member without times) and the median group time (longest operation
-// time per iteration). Iterations are those every member reported.
-struct Lateness {
-  std::vector<double> lateness_s;
-  double group_seconds = 0;
-};
-Lateness ExitAlignedLateness(const std::vector<std::vector<double>>& op_seconds);
 
 // One CollectiveJob for one member.
 struct OutboundJob {
@@ -87,12 +82,11 @@ class CollectiveOrchestrator {
   TickOutput Tick(const std::vector<CollectiveNode>& nodes, int64_t now_ns);
   std::vector<KvDelivery> OnKvRequest(const std::string& node, const std::string& key,
                                       std::string value, int64_t now_ns);
-  // A member's CollectiveResult (busbw in bit/s; `op_seconds`: its measured iterations' operation
-  // times, for per-rank lateness). Findings that the completed job produced.
+  // A member's CollectiveResult (busbw in bit/s; `times`: its measured iterations, for per-rank
+  // arrivals). Findings that the completed job produced.
   std::vector<CollectiveSlowFinding> OnResult(const std::string& node, const std::string& job_id,
                                               double busbw_bps, double latency_s,
-                                              const std::string& error,
-                                              std::vector<double> op_seconds = {});
+                                              const std::string& error, MemberTimes times = {});
 
   // Starts one Gloo job over `members` (rank order) now, outside the schedule and the slow-group
   // tracking (a qualification's all-reduce); it counts in the fleet's in-flight budget while it
@@ -119,8 +113,8 @@ class CollectiveOrchestrator {
   struct ActiveJob {
     JobSpec spec;
     int64_t started_ns = 0;
-    std::map<std::string, double> busbw;                    // by member
-    std::map<std::string, std::vector<double>> op_seconds;  // by member
+    std::map<std::string, double> busbw;       // by member
+    std::map<std::string, MemberTimes> times;  // by member
     double latency_s = 0;
     bool failed = false;
     uint64_t bisection = 0;  // non-zero: a run of that bisection

@@ -160,35 +160,72 @@ TEST(CollectiveOrchestrator, RendezvousIsOpenOnlyToAJobsMembers) {
   EXPECT_FALSE(o.OnKvRequest(outsider, key, "", kS)[0].found);
 }
 
-TEST(CollectiveOrchestrator, ExitAlignedLatenessNamesTheLateRank) {
+TEST(CollectiveOrchestrator, ArrivalsFromOperationTimesNameTheLateRank) {
   // Rank 1 arrives 30 ms late each iteration: its own operation is short, the others' hold the
-  // wait.
-  const Lateness l =
-      ExitAlignedLateness({{0.035, 0.036, 0.034}, {0.005, 0.006, 0.004}, {0.034, 0.035, 0.036}});
-  ASSERT_EQ(l.lateness_s.size(), 3u);
-  EXPECT_NEAR(l.lateness_s[1], 0.030, 1e-9);
-  EXPECT_NEAR(l.lateness_s[0], 0.0, 1e-9);
-  EXPECT_NEAR(l.lateness_s[2], 0.001, 1e-9);
-  EXPECT_NEAR(l.group_seconds, 0.036, 1e-9);
-  // A member without times gets 0 and no iteration is usable.
-  EXPECT_EQ(ExitAlignedLateness({{0.1}, {}}).group_seconds, 0);
+  // wait (an agent that sends no timestamps).
+  const Arrivals a = AlignArrivals({{.op_seconds = {0.035, 0.036, 0.034}},
+                                    {.op_seconds = {0.005, 0.006, 0.004}},
+                                    {.op_seconds = {0.034, 0.035, 0.036}}});
+  ASSERT_EQ(a.iterations, 3u);
+  EXPECT_NEAR(a.median_late_s[1], 0.030, 1e-9);
+  EXPECT_NEAR(a.median_late_s[0], 0.0, 1e-9);
+  EXPECT_NEAR(a.median_late_s[2], 0.001, 1e-9);
+  EXPECT_NEAR(a.group_seconds, 0.036, 1e-9);
+  // A member without times: no iteration is usable.
+  EXPECT_EQ(AlignArrivals({{.op_seconds = {0.1}}, {}}).iterations, 0u);
 }
 
-// Every member reports its own operation times: a late host's are short (it waits least), the
-// others' hold its delay, and every member's busbw reflects the group time.
+TEST(CollectiveOrchestrator, ArrivalsFromTimestampsAlignHostClocksOnExits) {
+  // Three hosts with unrelated clock origins; host 2 arrives 5 ms after the others each
+  // iteration (4 ms in the third); host 1 leaves 0.1 ms after the others once (the median offset
+  // over iterations ignores it).
+  const int64_t ms = 1'000'000;
+  auto member = [&](int64_t origin, std::vector<int64_t> arrive, std::vector<int64_t> exit) {
+    MemberTimes m;
+    for (int64_t a : arrive) m.arrive_ns.push_back(origin + a);
+    for (int64_t e : exit) m.exit_ns.push_back(origin + e);
+    return m;
+  };
+  const Arrivals a = AlignArrivals({
+      member(0, {0, 20 * ms, 40 * ms}, {15 * ms, 35 * ms, 55 * ms}),
+      member(7'000'000'000'000, {0, 20 * ms, 40 * ms}, {15 * ms, 35 * ms + ms / 10, 55 * ms}),
+      member(-3'000'000'000, {5 * ms, 25 * ms, 44 * ms}, {15 * ms, 35 * ms, 55 * ms}),
+  });
+  ASSERT_EQ(a.iterations, 3u);
+  EXPECT_NEAR(a.late_s[2][0], 0.005, 1e-6);
+  EXPECT_NEAR(a.late_s[2][2], 0.004, 1e-6);
+  EXPECT_NEAR(a.median_late_s[2], 0.005, 1e-6);
+  EXPECT_NEAR(a.median_late_s[0], 0.0, 1e-6);
+  EXPECT_NEAR(a.median_late_s[1], 0.0, 1e-6);
+  EXPECT_NEAR(a.group_seconds, 0.015, 1e-6);
+}
+
+// Every member reports its arrivals and exits on its own clock (each host's origin differs): a late
+// host arrives 3 ms after the others in every iteration of a 10 ms operation (a 23% longer group
+// time), and every member's busbw reflects the group time.
 std::vector<CollectiveSlowFinding> AnswerWithTimes(CollectiveOrchestrator& o,
                                                    const std::vector<OutboundJob>& jobs,
                                                    const std::string& late_host) {
+  constexpr int64_t kMs = 1'000'000;
   std::vector<CollectiveSlowFinding> findings;
   std::map<std::string, JobSpec> by_id;
   for (const OutboundJob& j : jobs) by_id[j.job.job_id] = j.job;
   for (const auto& [id, spec] : by_id) {
     const bool late =
         std::find(spec.members.begin(), spec.members.end(), late_host) != spec.members.end();
-    const double group_s = late ? 0.040 : 0.010;
+    const int64_t group_ns = late ? 13 * kMs : 10 * kMs;
     for (const std::string& m : spec.members) {
-      const double own = m == late_host ? 0.010 : group_s;
-      auto f = o.OnResult(m, id, 80e9 * 0.010 / group_s, own, "", std::vector<double>(10, own));
+      const int64_t origin = static_cast<int64_t>(std::hash<std::string>{}(m) % 1000) * 1000 * kMs;
+      const int64_t wait = m == late_host ? 3 * kMs : 0;
+      MemberTimes t;
+      for (int64_t i = 0; i < 10; ++i) {
+        t.arrive_ns.push_back(origin + i * 20 * kMs + wait);
+        t.exit_ns.push_back(origin + i * 20 * kMs + group_ns);
+        t.op_seconds.push_back(static_cast<double>(group_ns - wait) * 1e-9);
+      }
+      const double own_s = t.op_seconds[0];
+      auto f = o.OnResult(m, id, 80e9 * 10 * kMs / static_cast<double>(group_ns), own_s, "",
+                          std::move(t));
       findings.insert(findings.end(), f.begin(), f.end());
     }
   }
@@ -208,6 +245,8 @@ TEST(CollectiveOrchestrator, LateHostIsNamedFromWireTimes) {
   EXPECT_EQ(findings[0].location, "node h6");
   EXPECT_EQ(findings[0].node, "h6");
   EXPECT_EQ(findings[0].cause, "late host");
+  EXPECT_EQ(findings[0].detail, "arrives 3.0 ms late in 10 of 10 iterations");
+  EXPECT_EQ(findings[0].late_iterations, 10);
 }
 
 }  // namespace

@@ -39,6 +39,8 @@ std::vector<JobSpec> CollectiveScheduler::BuildGroups(const std::vector<Collecti
     j.shape = std::move(shape);
     j.bytes = config_.bytes;
     j.iterations = config_.iterations;
+    j.op = config_.op;
+    j.timeout_s = config_.op_timeout_s;
     groups.push_back(std::move(j));
   };
   if (config_.intra_node) {
@@ -157,6 +159,8 @@ JobSpec CollectiveScheduler::Adhoc(std::vector<std::string> members, const std::
   j.members = std::move(members);
   j.bytes = config_.bytes;
   j.iterations = config_.iterations;
+  j.op = config_.op;
+  j.timeout_s = config_.op_timeout_s;
   in_flight_.insert(j.job_id);
   return j;
 }

@@ -28,6 +28,8 @@ struct JobSpec {
   std::string shape;                 // e.g. "rail/4": groups expected to perform alike
   uint64_t bytes = 0;
   uint32_t iterations = 0;
+  std::string op = "all_reduce";  // all_reduce | all_gather
+  double timeout_s = 0;           // rendezvous and per-operation bound on the agent; 0: its own
 };
 
 struct SchedulerConfig {
@@ -36,6 +38,8 @@ struct SchedulerConfig {
   size_t max_jobs_per_interval = 64;      // fleet budget: jobs started per interval
   uint64_t bytes = 1 << 20;               // <= 8 MiB (kDefaultMaxProbeBytes)
   uint32_t iterations = 20;
+  std::string op = "all_reduce";  // the operation every scheduled job runs
+  double op_timeout_s = 10;       // CollectiveJob.timeout_s
   size_t rotating_group_size = 8;
   bool intra_node = true;
   bool rail_groups = true;
