@@ -25,6 +25,10 @@ DETECT_S = 30  # issue 5: the finding must appear within 30 s of the fault
 # Baselines need 30 RTT samples per pair in the long window and are refreshed every 30 ticks,
 # so latency findings need about a minute of healthy history before the fault.
 BASELINE_S = 65
+# Loss faults need no RTT baseline, only every planned flow seen in a full 10 s window: 25 s from
+# the start (as test_status_page_fault's link-down case) keeps the healthy fabric clear of
+# findings before the fault.
+LOSS_WARMUP_S = 25
 FABRIC = dict(spines=2, leaves=3, hosts_per_leaf=2)
 # Resolution waits shortened with the aggregator's test-only flags (production: 30 s good, which
 # analysis scenarios_test checks, and 60 s without a toggle for a flapping link). A resolution still
@@ -228,21 +232,21 @@ class HealthyTest(FindingsCase):
 class DropTest(FindingsCase):
     def test_five_percent_drop_is_link_degraded(self):
         with self.fabric() as run:
-            self.start(run, baseline_s=40)  # loss needs no RTT baseline
+            self.start(run, baseline_s=LOSS_WARMUP_S)
             self.drop_five_percent(run)
 
 
 class LinkDownTest(FindingsCase):
     def test_link_down_is_link_down(self):
         with self.fabric() as run:
-            self.start(run, baseline_s=40)
+            self.start(run, baseline_s=LOSS_WARMUP_S)
             self.link_down(run)
 
 
 class FlapTest(FindingsCase):
     def test_flap_loop_is_link_flapping(self):
         with self.fabric() as run:
-            self.start(run, baseline_s=40)
+            self.start(run, baseline_s=LOSS_WARMUP_S)
             self.flap(run)
 
 
@@ -287,7 +291,7 @@ class TbfDegradedTest(FindingsCase):
 class DropLinkDownFlapTest(FindingsCase):
     def test_drop_then_link_down_then_flap(self):
         with self.fabric() as run:
-            self.start(run, baseline_s=40)
+            self.start(run, baseline_s=LOSS_WARMUP_S)
             self.drop_five_percent(run)
             self.link_down(run)
             self.flap(run)
