@@ -5,11 +5,11 @@
 
 #include "common/config.h"
 #include "common/daemon_util.h"
+#include "common/http/http_client.h"
 #include "common/log.h"
 #include "common/sd_notify.h"
 #include "common/tls/tls_config.h"
 #include "daemon/aggregator/aggregator.h"
-#include "common/http/http_client.h"
 
 int main(int argc, char** argv) {
   fw::aggregator::AggregatorOptions o;
@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   fw::Seconds bw_interval{static_cast<double>(o.planner.bw_interval_s)};
   fw::Seconds latency_floor{o.analysis.latency_floor_s};
   fw::Seconds host_delay_floor{o.analysis.rdma_host_delay_floor_s};
+  fw::Seconds recovery{o.analysis.recovery_s}, flap_quiet{o.analysis.flap_quiet_s};
   fw::Seconds collective_interval{static_cast<double>(o.collective.schedule.interval_ns) * 1e-9};
   std::string log_level = "info";
   std::string config;
@@ -83,6 +84,16 @@ int main(int argc, char** argv) {
   app.add_option_function<std::string>("--test-rdma-host-delay-floor", duration(&host_delay_floor),
                                        "test only: rdma_host_delay_floor_s (default 1ms)")
       ->group("");
+  // Test only: the namespace findings tests shorten how long a finding waits before it resolves,
+  // so that each fault's resolution costs seconds, not the production default's half minute.
+  app.add_option_function<std::string>("--test-recovery", duration(&recovery),
+                                       "test only: an element stays good this long before its "
+                                       "finding resolves (default 30s)")
+      ->group("");
+  app.add_option_function<std::string>("--test-flap-quiet", duration(&flap_quiet),
+                                       "test only: a flapping element resolves after this long "
+                                       "without a toggle (default 60s)")
+      ->group("");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -93,6 +104,8 @@ int main(int argc, char** argv) {
   o.heartbeat_grace_max_s = hb_grace.value;
   o.analysis.latency_floor_s = latency_floor.value;
   o.analysis.rdma_host_delay_floor_s = host_delay_floor.value;
+  o.analysis.recovery_s = std::clamp(recovery.value, 1.0, 3600.0);
+  o.analysis.flap_quiet_s = std::clamp(flap_quiet.value, 1.0, 3600.0);
   o.collective.schedule.interval_ns =
       static_cast<int64_t>(std::clamp(collective_interval.value, 0.0, 86400.0) * 1e9);
   o.planner.bw_interval_s = static_cast<uint32_t>(std::clamp(bw_interval.value, 1.0, 86400.0));

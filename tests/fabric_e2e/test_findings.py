@@ -25,7 +25,16 @@ DETECT_S = 30  # issue 5: the finding must appear within 30 s of the fault
 # Baselines need 30 RTT samples per pair in the long window and are refreshed every 30 ticks,
 # so latency findings need about a minute of healthy history before the fault.
 BASELINE_S = 65
+# Loss faults need no RTT baseline, only every planned flow seen in a full 10 s window: 25 s from
+# the start (as test_status_page_fault's link-down case) keeps the healthy fabric clear of
+# findings before the fault.
+LOSS_WARMUP_S = 25
 FABRIC = dict(spines=2, leaves=3, hosts_per_leaf=2)
+# Resolution waits shortened with the aggregator's test-only flags (production: 30 s good, which
+# analysis scenarios_test checks, and 60 s without a toggle for a flapping link). A resolution still
+# needs the fault's evidence to age out of the 10 s short window and then the shortened run of good
+# ticks, so each fault clears for real before the next begins.
+RECOVERY_ARGS = ("--test-recovery", "10s", "--test-flap-quiet", "20s")
 # Host links run at a line rate so that bandwidth bursts measure links, not CPU (fwe2e).
 ACCESS_RATE = "1gbit"
 # The finding kinds the probe mesh can raise (DESIGN.md: links and switches, NICs and hosts,
@@ -58,7 +67,8 @@ class FindingsCase(unittest.TestCase):
     OBSERVE_S = 30  # observe_healthy()
 
     def fabric(self):
-        return fwe2e.DaemonFabric(routing="deterministic", aggregator_args=self.aggregator_args,
+        return fwe2e.DaemonFabric(routing="deterministic",
+                                  aggregator_args=[*RECOVERY_ARGS, *self.aggregator_args],
                                   access_rate=self.access_rate, **FABRIC)
 
     def start(self, run, baseline_s=BASELINE_S):
@@ -200,7 +210,7 @@ class FindingsCase(unittest.TestCase):
             run.pinning.stop_keeper()
             run.pinning.refresh()
 
-        # A flapping link resolves only after flap_quiet_s (60 s) without a toggle.
+        # A flapping link resolves only after flap_quiet_s (--test-flap-quiet) without a toggle.
         self.inject(run, {"link_flapping"}, {"flapping", "down"}, undo=undo, resolve_within=100)
 
     def congest(self, run):
@@ -222,21 +232,21 @@ class HealthyTest(FindingsCase):
 class DropTest(FindingsCase):
     def test_five_percent_drop_is_link_degraded(self):
         with self.fabric() as run:
-            self.start(run, baseline_s=40)  # loss needs no RTT baseline
+            self.start(run, baseline_s=LOSS_WARMUP_S)
             self.drop_five_percent(run)
 
 
 class LinkDownTest(FindingsCase):
     def test_link_down_is_link_down(self):
         with self.fabric() as run:
-            self.start(run, baseline_s=40)
+            self.start(run, baseline_s=LOSS_WARMUP_S)
             self.link_down(run)
 
 
 class FlapTest(FindingsCase):
     def test_flap_loop_is_link_flapping(self):
         with self.fabric() as run:
-            self.start(run, baseline_s=40)
+            self.start(run, baseline_s=LOSS_WARMUP_S)
             self.flap(run)
 
 
@@ -281,7 +291,7 @@ class TbfDegradedTest(FindingsCase):
 class DropLinkDownFlapTest(FindingsCase):
     def test_drop_then_link_down_then_flap(self):
         with self.fabric() as run:
-            self.start(run, baseline_s=40)
+            self.start(run, baseline_s=LOSS_WARMUP_S)
             self.drop_five_percent(run)
             self.link_down(run)
             self.flap(run)

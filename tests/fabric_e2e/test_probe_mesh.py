@@ -3,7 +3,8 @@
 
 HealthyTest: every planned pair has populated RTT windows and no pair loses more than 0.1%.
 DegradedTest: a tbf-shaped, loaded leaf1->spine1 link shows up in /api/v1/pairs on exactly the
-pairs whose probe flows cross it. Run as root: python3 test_probe_mesh.py [-v] [HealthyTest].
+pairs whose probe flows cross it. ctest runs HealthyThenDegradedTest: both on one fabric.
+Run as root: python3 test_probe_mesh.py [-v] [HealthyTest].
 """
 
 import os
@@ -53,22 +54,39 @@ def warm(run, timeout=45):
     return wait_for("full 10 s windows on every planned pair", ready, timeout)
 
 
-class HealthyTest(unittest.TestCase):
-    def test_every_planned_pair_has_rtt_windows_and_no_loss(self):
-        with fwe2e.DaemonFabric(spines=2, leaves=2, hosts_per_leaf=3) as run:
-            t0 = time.monotonic()
-            run.wait_connected()
-            warm(run)
-            # Let every window hold at least 20 s and every pair at least one TCP connect probe
-            # (one per 10 s per peer, first one within 10 s of the plan).
-            time.sleep(max(0.0, 30 - (time.monotonic() - t0)))
-            run.check_daemons_running()
-            udp = run.pairs("udp")
-            tcp = run.pairs("tcp_connect")
-            self.check_plan_shape(run, udp)
-            self.check_windows(run, udp)
-            self.check_connect_pairs(run, udp, tcp)
-            self.report(run, udp, tcp, time.monotonic() - t0)
+def fabric():
+    return fwe2e.DaemonFabric(spines=2, leaves=2, hosts_per_leaf=3)
+
+
+class ProbeMeshCase(unittest.TestCase):
+    """The two scenarios; the test classes below run them on a fabric of their own or, for ctest,
+    one after the other on one fabric."""
+
+    # The degraded scenario: tbf 20 Mbit/s on leaf1->spine1, then 26 Mbit/s of UDP pushed through
+    # it: the tbf queue holds ~60 ms (50 ms latency + 10 ms burst) and drops the excess; tbf alone
+    # would not delay 1 Hz probes. Probes that cross it, request or echo, must show it in
+    # /api/v1/pairs; the others must not.
+    LINK, SENDER, TOWARD = "leaf1~spine1", "leaf1", "spine1"
+    SHAPE, LOAD, SECONDS = "20mbit", "26mbit", 45
+    SLOW_S = 0.030  # the tbf queue adds ~60 ms; a crossing pair's quantile must reach this
+    CLEAN_S = 0.010  # a pair that does not cross must stay below this
+
+    def healthy(self, run):
+        """Every planned pair has full RTT windows, the planned shape, TCP connect probes and no
+        loss, 30 s after the start."""
+        t0 = time.monotonic()
+        run.wait_connected()
+        warm(run)
+        # Let every window hold at least 20 s and every pair at least one TCP connect probe
+        # (one per 10 s per peer, first one within 10 s of the plan).
+        time.sleep(max(0.0, 30 - (time.monotonic() - t0)))
+        run.check_daemons_running()
+        udp = run.pairs("udp")
+        tcp = run.pairs("tcp_connect")
+        self.check_plan_shape(run, udp)
+        self.check_windows(run, udp)
+        self.check_connect_pairs(run, udp, tcp)
+        self.report_healthy(run, udp, tcp, time.monotonic() - t0)
 
     def check_plan_shape(self, run, udp):
         have = {(p["src"], p["dst"]): p for p in udp}
@@ -126,7 +144,7 @@ class HealthyTest(unittest.TestCase):
             self.assertIsNotNone(w["rtt_p50_s"], f"tcp_connect {key}: {w}")
             self.assertLessEqual(w["loss_ratio"], MAX_HEALTHY_LOSS, f"tcp_connect {key}: {w}")
 
-    def report(self, run, udp, tcp, elapsed):
+    def report_healthy(self, run, udp, tcp, elapsed):
         print(f"\nhealthy fabric after {elapsed:.0f} s: {len(udp)} udp pairs, {len(tcp)} "
               "tcp_connect pairs", file=sys.stderr)
         for cls in ("intra_leaf", "inter_leaf"):
@@ -147,42 +165,31 @@ class HealthyTest(unittest.TestCase):
                 print(f"  {pair_name(p)}: {len(p['flows'])} flows, requests per spine "
                       f"{dict(sorted(spines.items()))}", file=sys.stderr)
 
-
-class DegradedTest(unittest.TestCase):
-    """tbf 20 Mbit/s on leaf1->spine1, then 26 Mbit/s of UDP pushed through it: the tbf queue
-    holds ~60 ms (50 ms latency + 10 ms burst) and drops the excess; tbf alone would not delay
-    1 Hz probes. Probes that
-    cross it, request or echo, must show it in /api/v1/pairs; the others must not."""
-
-    LINK, SENDER, TOWARD = "leaf1~spine1", "leaf1", "spine1"
-    SHAPE, LOAD, SECONDS = "20mbit", "26mbit", 45
-    SLOW_S = 0.030  # the tbf queue adds ~60 ms; a crossing pair's quantile must reach this
-    CLEAN_S = 0.010  # a pair that does not cross must stay below this
-
-    def test_flows_through_the_shaped_link_show_it_and_others_do_not(self):
-        with fwe2e.DaemonFabric(spines=2, leaves=2, hosts_per_leaf=3) as run:
-            run.wait_connected()
-            before = {(p["src"], p["dst"]): p for p in warm(run)}
-            hop = (self.SENDER, self.TOWARD)
-            crossing = {k: run.crossing_flows(p, [hop]) for k, p in before.items()}
-            self.assertTrue(any(crossing.values()),
-                            f"no planned flow crosses {hop}; the test cannot judge anything")
-            shaping = run.fab.limit_bandwidth(self.LINK, self.SHAPE, toward=self.TOWARD)
+    def degraded(self, run):
+        """The shaped, loaded link shows on exactly the pairs whose flows cross it, and they
+        recover once the load stops."""
+        run.wait_connected()
+        before = {(p["src"], p["dst"]): p for p in warm(run)}
+        hop = (self.SENDER, self.TOWARD)
+        crossing = {k: run.crossing_flows(p, [hop]) for k, p in before.items()}
+        self.assertTrue(any(crossing.values()),
+                        f"no planned flow crosses {hop}; the test cannot judge anything")
+        shaping = run.fab.limit_bandwidth(self.LINK, self.SHAPE, toward=self.TOWARD)
+        try:
+            goodput = self.goodput_through(run, hop)
+            self.assertLess(goodput.get(True, 0), 1.1 * 20e6, f"the tbf is not in effect: "
+                            f"{goodput}")
+            load = run.fab.congest(self.LINK, self.LOAD, self.SECONDS, toward=self.TOWARD)
             try:
-                goodput = self.goodput_through(run, hop)
-                self.assertLess(goodput.get(True, 0), 1.1 * 20e6, f"the tbf is not in effect: "
-                                f"{goodput}")
-                load = run.fab.congest(self.LINK, self.LOAD, self.SECONDS, toward=self.TOWARD)
-                try:
-                    time.sleep(12)  # the whole 10 s window now lies inside the fault
-                    during = {(p["src"], p["dst"]): p for p in run.pairs("udp")}
-                finally:
-                    summary = load.stop(timeout=30)
+                time.sleep(12)  # the whole 10 s window now lies inside the fault
+                during = {(p["src"], p["dst"]): p for p in run.pairs("udp")}
             finally:
-                shaping.undo()
-            self.report(before, during, crossing, goodput, summary)
-            self.check_during(run, during, crossing)
-            self.check_recovery(run, crossing)
+                summary = load.stop(timeout=30)
+        finally:
+            shaping.undo()
+        self.report_degraded(before, during, crossing, goodput, summary)
+        self.check_during(run, during, crossing)
+        self.check_recovery(run, crossing)
 
     def goodput_through(self, run, hop):
         """Our own bounded TCP transfer (1 MiB, before the load starts) node01 -> node04 on a
@@ -241,7 +248,7 @@ class DegradedTest(unittest.TestCase):
         print(f"  recovered: every pair's 10 s p99 below {fmt_ms(self.CLEAN_S)} "
               f"{time.monotonic() - start:.0f} s after the load stopped", file=sys.stderr)
 
-    def report(self, before, during, crossing, goodput, summary):
+    def report_degraded(self, before, during, crossing, goodput, summary):
         print(f"\n{self.LOAD} of UDP into tbf {self.SHAPE} on {self.SENDER}->{self.TOWARD}; "
               f"load summary {summary}", file=sys.stderr)
         if goodput:
@@ -257,6 +264,27 @@ class DegradedTest(unittest.TestCase):
                   f"{fmt_ms(b['rtt_p99_s'])} -> {fmt_ms(d.get('rtt_p99_s'))}, loss "
                   f"{b['loss_ratio']:.3f} -> {d.get('loss_ratio', float('nan')):.3f}",
                   file=sys.stderr)
+
+
+class HealthyTest(ProbeMeshCase):
+    def test_every_planned_pair_has_rtt_windows_and_no_loss(self):
+        with fabric() as run:
+            self.healthy(run)
+
+
+class DegradedTest(ProbeMeshCase):
+    def test_flows_through_the_shaped_link_show_it_and_others_do_not(self):
+        with fabric() as run:
+            self.degraded(run)
+
+
+# ctest runs this instead of the two classes above: the degraded scenario warms up as the healthy
+# one ends (full windows on every planned pair), so one fabric start-up and warm-up serves both.
+class HealthyThenDegradedTest(ProbeMeshCase):
+    def test_healthy_then_degraded(self):
+        with fabric() as run:
+            self.healthy(run)
+            self.degraded(run)
 
 
 if __name__ == "__main__":
