@@ -439,15 +439,18 @@ class Run {
     std::vector<Done> done;
     std::string note;
     if (!BurstRounds(up_, ProbeFamily::kIp, done, note)) {
-      for (const std::string& n : up_) {
-        if (NodeOf(n).verdict == Verdict::kPass) {
-          Mark(n, Verdict::kUnknown, "bandwidth not completed: " + note);
-        }
-      }
+      MarkUnfinished(up_, "bandwidth not completed: " + note);
       return note;
     }
     JudgeBursts(done);
     return note;
+  }
+
+  // Bursts cut short leave the nodes that had passed so far without a verdict, with the reason.
+  void MarkUnfinished(const std::vector<std::string>& nodes, const std::string& reason) {
+    for (const std::string& n : nodes) {
+      if (NodeOf(n).verdict == Verdict::kPass) Mark(n, Verdict::kUnknown, reason);
+    }
   }
 
   struct Done {
@@ -542,11 +545,7 @@ class Run {
     if (BurstRounds(rdma_up_, ProbeFamily::kRdma, done, rc_note)) {
       JudgeBursts(done);
     } else {
-      for (const std::string& n : rdma_up_) {
-        if (NodeOf(n).verdict == Verdict::kPass) {
-          Mark(n, Verdict::kUnknown, "RDMA RC bursts not completed: " + rc_note);
-        }
-      }
+      MarkUnfinished(rdma_up_, "RDMA RC bursts not completed: " + rc_note);
     }
     fam_ = {};
     note += "; " + rc_note;
