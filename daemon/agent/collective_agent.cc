@@ -46,6 +46,14 @@ StatusOr<collective::OpSpec> OpOf(const v1::CollectiveJob& job, const Collective
   return op;
 }
 
+// A job's own timeout bounds its rendezvous as it bounds each operation; without one, the agent's.
+std::chrono::milliseconds RendezvousTimeout(const v1::CollectiveJob& job,
+                                            const collective::OpSpec& op,
+                                            const CollectiveRunnerOptions& o) {
+  return job.timeout_s() > 0 ? std::chrono::duration_cast<std::chrono::milliseconds>(op.timeout)
+                             : o.rendezvous_timeout;
+}
+
 // What every member reports of its ranks: times per rank, the group's size and the operation.
 void AddRanks(const std::vector<collective::RankResult>& ranks, v1::CollectiveResult& result) {
   const collective::RankResult& first = ranks.front();
@@ -254,9 +262,7 @@ v1::CollectiveResult CollectiveRunner::Run(const v1::CollectiveJob& job) {
   const collective::GroupSpec group{job.job_id(), members.size(), rank};
   collective::GlooOptions gloo;
   gloo.tcp_address = options_.tcp_address;
-  gloo.rendezvous_timeout = job.timeout_s() > 0
-                                ? std::chrono::duration_cast<std::chrono::milliseconds>(op->timeout)
-                                : options_.rendezvous_timeout;
+  gloo.rendezvous_timeout = RendezvousTimeout(job, *op, options_);
   auto comm = collective::ConnectGloo(group, kv_, gloo);
   if (!comm.ok()) {
     result.set_error(comm.status().ToString());
@@ -385,9 +391,7 @@ void CollectiveRunner::RunNccl(const v1::CollectiveJob& job, int rank,
   }
   collective::NcclOptions no;
   for (int d = 0; d < local; ++d) no.devices.push_back(d);
-  no.rendezvous_timeout = job.timeout_s() > 0
-                              ? std::chrono::duration_cast<std::chrono::milliseconds>(op->timeout)
-                              : options_.rendezvous_timeout;
+  no.rendezvous_timeout = RendezvousTimeout(job, *op, options_);
   collective::InMemoryKvStore local_kv;
   collective::KvStore& kv = local == total ? static_cast<collective::KvStore&>(local_kv) : kv_;
   const collective::GroupSpec group{job.job_id(), total, first};
