@@ -141,6 +141,14 @@ Status Agent::Start() {
       }
       po.key = key;
     }
+    // The report loop drains the results (ReportLoop): one thread fewer than a batcher of its own.
+    po.own_batcher = false;
+    po.request_batch = [this] {
+      MutexLock lock(report_mu_);
+      batch_now_ = true;
+      report_cv_.NotifyAll();
+    };
+    batch_interval_s_ = po.batch_interval_s;
     probes_ = std::make_unique<ProbeScheduler>(
         po, buffer_,
         [this] {
@@ -177,6 +185,8 @@ Status Agent::Start() {
   // Gloo binds and announces this address; without --probe-address the node name must resolve.
   co.tcp_address = options_.probe_address.empty() ? options_.node_name : options_.probe_address;
   co.test_delay = std::chrono::milliseconds(options_.collective_test_delay_ms);
+  co.nvidia_driver_files.assign(std::begin(CollectiveRunnerOptions::kNvidiaDriverFiles),
+                                std::end(CollectiveRunnerOptions::kNvidiaDriverFiles));
   collective_ = std::make_unique<CollectiveRunner>(
       co, [this](v1::AgentMessage m) { uplink_->SendBestEffort(std::move(m)); }, registry_);
   uplink_->SetMessageHandler([this](const v1::AggregatorMessage& m) {
@@ -317,23 +327,41 @@ void Agent::SendCheckReport() {
   uplink_->SendBestEffort(std::move(m));
 }
 
+// One thread for everything periodic and light: the probe results into batches every
+// batch interval (or at once when a requested burst's result waits), and every sample interval the
+// counter pass, the traces' packet budget, the counter batch and, when due, the check report.
 void Agent::ReportLoop() {
   uint64_t last_seq = 0;
-  std::string last_findings;
+  std::string findings, last_findings;  // kept across passes: no allocation once they are sized
   auto last_report = std::chrono::steady_clock::now();
   auto period = std::chrono::milliseconds(
       static_cast<int64_t>(std::max(0.05, options_.sample_interval_s) * 1000));
+  auto batch_period =
+      std::chrono::milliseconds(static_cast<int64_t>(std::max(0.05, batch_interval_s_) * 1000));
   auto next_pass = std::chrono::steady_clock::now() + period;
+  auto next_batch = std::chrono::steady_clock::now() + batch_period;
   MutexLock lock(report_mu_);
   while (!stopping_) {
-    while (!stopping_ && !report_now_ && report_cv_.WaitUntil(report_mu_, next_pass)) {
+    const auto until = probes_ ? std::min(next_pass, next_batch) : next_pass;
+    while (!stopping_ && !report_now_ && !batch_now_ && report_cv_.WaitUntil(report_mu_, until)) {
     }
     if (stopping_) break;
     bool forced = report_now_;
+    bool batch_now = batch_now_;
     report_now_ = false;
+    batch_now_ = false;
     lock.Unlock();
+    auto now = std::chrono::steady_clock::now();
+    if (probes_ && (batch_now || now >= next_batch)) {
+      probes_->BatchNow();
+      if (now >= next_batch) next_batch = now + batch_period;
+    }
+    if (!forced && now < next_pass) {
+      lock.Lock();
+      continue;
+    }
     // A forced report (a reconnect) sends the latest pass and keeps the sampling period.
-    if (std::chrono::steady_clock::now() >= next_pass) {
+    if (now >= next_pass) {
       (void)node_->SampleNow();  // errors are logged and counted inside
       next_pass = std::chrono::steady_clock::now() + period;
     }
@@ -345,11 +373,13 @@ void Agent::ReportLoop() {
       *m.mutable_counter_batch() = CounterBatchToProto(snap);
       uplink_->SendBestEffort(std::move(m));
     }
-    std::string findings;
-    for (const Finding& f : snap.findings) findings += f.kind + f.location.id + f.summary + "\n";
-    auto now = std::chrono::steady_clock::now();
+    findings.clear();
+    for (const Finding& f : snap.findings) {
+      findings.append(f.kind).append(f.location.id).append(f.summary).push_back('\n');
+    }
+    now = std::chrono::steady_clock::now();
     if (forced || findings != last_findings || now - last_report >= kCheckReportPeriod) {
-      last_findings = findings;
+      findings.swap(last_findings);
       last_report = now;
       SendCheckReport();
     }

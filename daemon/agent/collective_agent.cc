@@ -1,8 +1,10 @@
 // Agent-side collective probes: uplink KvStore and the job runner.
 #include "daemon/agent/collective_agent.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -226,6 +228,9 @@ void CollectiveRunner::Loop() {
         .Inc();
     if (r.error().empty()) last_busbw_.Set(r.bus_bandwidth_bps() * 1e-9);
     Report(std::move(r));
+    // A job's buffers (up to max_bytes each) are freed into this thread's malloc arena, which
+    // keeps them resident after the thread ends; give the free pages back.
+    malloc_trim(0);
   }
 }
 
@@ -337,6 +342,20 @@ void CollectiveRunner::RunNccl(const v1::CollectiveJob& job, int rank,
   // The libraries are loaded once (the first NCCL job): a missing library stays missing until the
   // agent restarts, and a loaded one is only re-checked (cudaGetDeviceCount, cheap), so a driver
   // that appears later is found without reloading 200 MB of NCCL every interval.
+  if (!nccl_loaded_ && options_.nccl_api_for_test == nullptr &&
+      !options_.nvidia_driver_files.empty() &&
+      std::none_of(options_.nvidia_driver_files.begin(), options_.nvidia_driver_files.end(),
+                   [](const std::string& f) { return access(f.c_str(), F_OK) == 0; })) {
+    collective::NcclAvailability a;
+    a.state = collective::NcclState::kNoDriver;
+    std::string files;
+    for (const std::string& f : options_.nvidia_driver_files)
+      files += (files.empty() ? "" : ", ") + f;
+    a.detail = "no NVIDIA driver (none of " + files + " exists); NCCL not loaded";
+    if (!nccl_loaded_state_known_ || a.state != nccl_state_value_) SetNcclAvailability(a);
+    result.set_error(a.ToString());
+    return;
+  }
   if (!nccl_loaded_) {
     nccl_loaded_ = true;
     if (options_.nccl_api_for_test != nullptr) {

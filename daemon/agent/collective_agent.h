@@ -24,7 +24,7 @@ using AgentSendFn = std::function<void(fabricwatch::v1::AgentMessage)>;
 
 // KvStore over the uplink. Set waits for the aggregator's acknowledgement; Get waits for its
 // answer (the aggregator parks a get until a member sets the key). Thread-safe: the runner thread
-// calls Set/Get, the uplink's reader thread delivers replies.
+// calls Set/Get, the uplink's thread delivers replies.
 class UplinkKvStore final : public collective::KvStore {
  public:
   explicit UplinkKvStore(AgentSendFn send,
@@ -34,7 +34,7 @@ class UplinkKvStore final : public collective::KvStore {
   StatusOr<std::string> Get(std::string_view key, std::chrono::milliseconds timeout) override;
   // The aggregator erases a group's keys when the group ends; nothing is held here.
   size_t ErasePrefix(std::string_view) override { return 0; }
-  // A KvReply from the aggregator (reader thread). Replies nobody waits for are dropped.
+  // A KvReply from the aggregator (the uplink's thread). Replies nobody waits for are dropped.
   void OnReply(const fabricwatch::v1::KvReply& reply);
   // Fails every wait in progress and every later call (agent stop).
   void Cancel();
@@ -60,6 +60,13 @@ struct CollectiveRunnerOptions {
   collective::NcclLibraryOptions nccl;
   // Tests: this API (a fake NCCL) instead of loading the libraries; it must outlive the runner.
   const collective::NcclApi* nccl_api_for_test = nullptr;
+  // Files that show an NVIDIA kernel driver; any one present is enough. Empty: no check. When
+  // none exists, an NCCL job reports no_driver without loading NCCL and the CUDA runtime (1.6 MiB
+  // of libraries and about 2 MiB of heap their start-up leaves resident, for good: they are never
+  // unloaded), and each later job looks again. The agent sets kNvidiaDriverFiles.
+  std::vector<std::string> nvidia_driver_files;
+  static constexpr const char* kNvidiaDriverFiles[] = {"/proc/driver/nvidia/version",
+                                                       "/dev/nvidiactl"};
   // NVML for the busy-GPU check before an NCCL job (a node whose GPUs are busy skips it).
   std::string nvml_library = "libnvidia-ml.so.1";
   // Tests: replaces LoadNvml (e.g. with a FakeNvml).
@@ -77,7 +84,7 @@ class CollectiveRunner {
   // between jobs (most of the time) the node keeps no idle thread for them.
   void Start();
   void Stop();  // cancels rendezvous waits; a running operation ends at its timeout
-  // Uplink reader thread: a job to run, a rendezvous reply.
+  // The uplink's thread: a job to run, a rendezvous reply.
   void OnJob(const fabricwatch::v1::CollectiveJob& job);
   void OnKvReply(const fabricwatch::v1::KvReply& reply) { kv_.OnReply(reply); }
   // "nccl: ..." once NCCL was checked (the first NCCL job, or at Start), else empty.

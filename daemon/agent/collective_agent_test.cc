@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -238,20 +241,76 @@ TEST(CollectiveRunner, NcclJobWithoutADriverReportsTheState) {
   runner.Stop();
 }
 
-TEST(CollectiveRunner, NcclLibrariesAreLoadedOnceAndTheStatusIsKept) {
-  // A hidden library: every NCCL job answers "unavailable", but the load (and its log line) happens
-  // on the first job only.
-  std::ostringstream log;
-  auto previous = spdlog::default_logger();
-  auto capture = std::make_shared<spdlog::logger>(
-      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log));
-  capture->set_level(spdlog::level::info);
-  spdlog::set_default_logger(capture);
-  FakeAggregator agg;
-  metrics::Registry registry;
+// Captures the default logger's info lines for the test's life.
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()) {
+    auto capture = std::make_shared<spdlog::logger>(
+        "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log_));
+    capture->set_level(spdlog::level::info);
+    spdlog::set_default_logger(capture);
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  std::string text() const { return log_.str(); }
+
+ private:
+  std::ostringstream log_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+// Node "g" with the NCCL library hidden.
+CollectiveRunnerOptions HiddenNcclOptions() {
   CollectiveRunnerOptions o;
   o.node = "g";
   o.nccl.nccl_library = "/nonexistent/libnccl.so.2";
+  return o;
+}
+
+TEST(CollectiveRunner, WithoutTheDriverFilesNcclIsNotLoadedAndEachJobLooksAgain) {
+  LogCapture log;
+  FakeAggregator agg;
+  metrics::Registry registry;
+  CollectiveRunnerOptions o = HiddenNcclOptions();
+  const std::string driver =
+      ::testing::TempDir() + "/fw-collective-driver-" + std::to_string(getpid());
+  std::remove(driver.c_str());
+  o.nvidia_driver_files = {"/nonexistent/nvidiactl", driver};
+  CollectiveRunner runner(o, agg.SendFor("g"), registry);
+  agg.runners["g"] = &runner;
+  runner.Start();
+  for (const char* id : {"job-d1", "job-d2"}) {
+    agg.results.clear();
+    runner.OnJob(Job(id, {"g"}, "nccl"));
+    ASSERT_TRUE(agg.WaitResults(1));
+    EXPECT_EQ(agg.results["g"].error(),
+              "nccl: no driver (no NVIDIA driver (none of /nonexistent/nvidiactl, " + driver +
+                  " exists); NCCL not loaded)");
+  }
+  EXPECT_NE(
+      registry.RenderToString().find("fabricwatch_collective_nccl_state{state=\"no_driver\"} 1"),
+      std::string::npos);
+  // The driver appears: the next job loads the libraries (absent here: unavailable).
+  { std::ofstream(driver) << "NVRM version: test\n"; }
+  agg.results.clear();
+  runner.OnJob(Job("job-d3", {"g"}, "nccl"));
+  ASSERT_TRUE(agg.WaitResults(1));
+  EXPECT_EQ(agg.results["g"].error().rfind("nccl: unavailable", 0), 0u) << agg.results["g"].error();
+  runner.Stop();
+  // Only the job after the driver appeared tried to load the libraries.
+  const std::string text = log.text();
+  const size_t first = text.find("library absent");
+  EXPECT_NE(first, std::string::npos) << text;
+  EXPECT_EQ(text.find("library absent", first + 1), std::string::npos) << text;
+  std::remove(driver.c_str());
+}
+
+TEST(CollectiveRunner, NcclLibrariesAreLoadedOnceAndTheStatusIsKept) {
+  // A hidden library: every NCCL job answers "unavailable", but the load (and its log line) happens
+  // on the first job only.
+  LogCapture log;
+  FakeAggregator agg;
+  metrics::Registry registry;
+  CollectiveRunnerOptions o = HiddenNcclOptions();
   CollectiveRunner runner(o, agg.SendFor("g"), registry);
   agg.runners["g"] = &runner;
   runner.Start();
@@ -263,12 +322,11 @@ TEST(CollectiveRunner, NcclLibrariesAreLoadedOnceAndTheStatusIsKept) {
     errors.push_back(agg.results["g"].error());
   }
   runner.Stop();
-  spdlog::set_default_logger(previous);
   for (const std::string& e : errors) {
     EXPECT_EQ(e.rfind("nccl: unavailable", 0), 0u) << e;
     EXPECT_EQ(e, errors[0]);
   }
-  const std::string text = log.str();
+  const std::string text = log.text();
   size_t loads = 0;
   for (size_t at = text.find("library absent"); at != std::string::npos;
        at = text.find("library absent", at + 1)) {

@@ -152,10 +152,12 @@ Status ProbeScheduler::Start() {
   auto udp = net::UdpProber::Start(uo, clock_, queue_, budget_.get());
   if (!udp.ok()) return udp.status();
   udp_ = std::move(*udp);
-  batcher_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "fw-sched-batch");
-    BatchLoop();
-  });
+  if (options_.own_batcher) {
+    batcher_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "fw-sched-batch");
+      BatchLoop();
+    });
+  }
   slow_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "fw-sched-slow");
     SlowLoop();
@@ -173,7 +175,11 @@ void ProbeScheduler::Stop() {
   cv_.NotifyAll();
   if (slow_.joinable()) slow_.join();
   if (udp_) udp_->Stop();
-  if (batcher_.joinable()) batcher_.join();
+  if (batcher_.joinable()) {
+    batcher_.join();
+  } else {
+    BatchNow();  // the results the owner's last call left
+  }
   if (responder_) responder_->Stop();
 }
 
@@ -332,6 +338,10 @@ void ProbeScheduler::RunRequestedBurst(net::BandwidthProbe& probe, const BurstOr
   out.seq = order.round;  // the aggregator finds the round's results by it
   burst_requests_[static_cast<size_t>(outcome)]->Inc();
   queue_.TryPush(out);  // a full queue counts the drop itself
+  if (!options_.own_batcher) {
+    if (options_.request_batch) options_.request_batch();
+    return;
+  }
   {
     MutexLock lock(mu_);
     flush_ = true;
@@ -412,9 +422,6 @@ void ProbeScheduler::Publish(const net::ProbeResult& r) {
 }
 
 void ProbeScheduler::BatchLoop() {
-  std::vector<net::ProbeResult> results;
-  results.reserve(options_.max_batch_results);
-  std::unordered_map<std::string, uint32_t> names;  // peer name -> index in the batch's table
   auto period = std::chrono::duration<double>(options_.batch_interval_s);
   for (;;) {
     {
@@ -428,9 +435,19 @@ void ProbeScheduler::BatchLoop() {
       flush_ = false;
       if (stopping_ && queue_.size() == 0) return;
     }
+    BatchNow();
+  }
+}
+
+void ProbeScheduler::BatchNow() {
+  MutexLock batch_lock(batch_mu_);
+  std::vector<net::ProbeResult>& results = batch_results_;
+  std::unordered_map<std::string, uint32_t>& names = batch_names_;
+  results.reserve(options_.max_batch_results);
+  for (;;) {
     results.clear();
     queue_.PopBatch(results, options_.max_batch_results);
-    if (results.empty()) continue;
+    if (results.empty()) return;
     // Columns (ProbeBatch.columns): each peer name once, no sub-message per result. The
     // aggregator parses this several times faster than one ProbeResult message each.
     v1::ProbeBatch batch;

@@ -1,8 +1,10 @@
 // Runs the agent's probes from the aggregator's plan and turns their results into numbered batches.
 //
 // Threads: the echo responder and the UDP prober each own one (probes/net); this class adds a
-// batcher (drains results every batch interval into the outbound buffer) and a slow-probe thread
-// (TCP connect latency and the rare bandwidth bursts). ApplyPlan() may be called from any thread.
+// slow-probe thread (TCP connect latency and the rare bandwidth bursts) and, unless the owner
+// drains the results itself (own_batcher false: the agent does it on its report loop), a batcher
+// (drains results every batch interval into the outbound buffer). ApplyPlan() may be called from
+// any thread.
 #pragma once
 
 #include <atomic>
@@ -15,6 +17,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
@@ -39,6 +42,12 @@ struct ProbeSchedulerOptions {
   std::optional<std::string> key;        // shared probe key (HMAC); none: open
   double batch_interval_s = 1.0;         // a ProbeBatch at least this often...
   size_t max_batch_results = 4096;       // ... or sooner when this many results wait
+  // true: a thread of this class calls BatchNow() every batch_interval_s (and at once for a
+  // requested burst's result). false: no such thread; the owner calls BatchNow() at least every
+  // batch_interval_s, and soon after `request_batch` (called from the slow-probe thread when a
+  // requested burst's result waits). Stop() drains what is left either way.
+  bool own_batcher = true;
+  std::function<void()> request_batch;
   double tcp_connect_interval_s = 10.0;  // one connect probe per peer this often
   size_t result_queue_capacity = 65536;
   bool bandwidth_probes = true;
@@ -92,6 +101,9 @@ class ProbeScheduler {
   // The node's probe budget every prober pays from, the RDMA UD mesh included (it sets its rate
   // and burst from the plan). Null before Start().
   net::ProbeBudget* budget() const { return budget_.get(); }
+  // Moves every waiting result into the outbound buffer, as batches of at most
+  // max_batch_results (columns), and calls `notify` after each. Thread-safe.
+  void BatchNow();
   // Counts a result of a prober this class does not run (the RDMA UD mesh) in the probe metrics
   // (fabricwatch_probe_{sent,lost}_total, fabricwatch_probe_rtt_seconds by transport). Any thread.
   void RecordResult(const net::ProbeResult& r) { Publish(r); }
@@ -155,6 +167,10 @@ class ProbeScheduler {
   std::deque<std::pair<uint64_t, std::string>> bursts_seen_order_ FW_GUARDED_BY(mu_);
   bool plan_has_bursts_ FW_GUARDED_BY(mu_) = false;
   bool flush_ FW_GUARDED_BY(mu_) = false;  // batch now: a requested burst's result waits
+  // BatchNow()'s scratch: the popped results and each peer name's index in the batch's table.
+  Mutex batch_mu_;
+  std::vector<net::ProbeResult> batch_results_ FW_GUARDED_BY(batch_mu_);
+  std::unordered_map<std::string, uint32_t> batch_names_ FW_GUARDED_BY(batch_mu_);
   int64_t burst_invalid_logged_ns_ FW_GUARDED_BY(mu_) = 0;
   std::thread batcher_, slow_;
 

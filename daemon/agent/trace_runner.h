@@ -53,7 +53,7 @@ struct TraceRunnerStats {
   uint64_t reports_sent = 0;
 };
 
-// Thread-safe: OnPlan() comes from the uplink's reader thread, Pump() from the agent's report loop.
+// Thread-safe: OnPlan() comes from the uplink's thread, Pump() from the agent's report loop.
 class TraceRunner {
  public:
   static constexpr size_t kMaxRequestsPerPlan = 1024;

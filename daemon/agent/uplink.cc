@@ -1,6 +1,7 @@
 // gRPC client session with reconnect, resend and heartbeats.
 #include "daemon/agent/uplink.h"
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 #include <pthread.h>
 #include <spdlog/spdlog.h>
@@ -127,6 +128,7 @@ void Uplink::Stop() {
     if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
     if (active_context_ != nullptr) static_cast<grpc::ClientContext*>(active_context_)->TryCancel();
+    WakeSessionLocked();
   }
   cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
@@ -136,6 +138,7 @@ void Uplink::Notify() {
   {
     MutexLock lock(mu_);
     wake_ = true;
+    WakeSessionLocked();
   }
   cv_.NotifyAll();
 }
@@ -149,6 +152,7 @@ void Uplink::SendBestEffort(v1::AgentMessage msg) {
       side_dropped_.Inc();
     }
     wake_ = true;
+    WakeSessionLocked();
   }
   cv_.NotifyAll();
 }
@@ -185,134 +189,211 @@ void Uplink::Run() {
   }
 }
 
+namespace {
+
+// Completion-queue tags of one session: at most one of each is outstanding.
+enum class Op : intptr_t { kStart = 1, kRead, kWrite, kFinish, kWake };
+void* TagOf(Op op) { return reinterpret_cast<void*>(static_cast<intptr_t>(op)); }
+Op OpOf(void* tag) { return static_cast<Op>(reinterpret_cast<intptr_t>(tag)); }
+
+}  // namespace
+
+void Uplink::WakeSessionLocked() {
+  if (session_alarm_ == nullptr || alarm_armed_) return;
+  alarm_armed_ = true;
+  // A deadline in the past: the alarm's tag is queued at once.
+  static_cast<grpc::Alarm*>(session_alarm_)
+      ->Set(static_cast<grpc::CompletionQueue*>(session_cq_), gpr_time_0(GPR_CLOCK_MONOTONIC),
+            TagOf(Op::kWake));
+}
+
+// One session on gRPC's async API, driven from this one thread: at most one read, one write and
+// one wake-up alarm outstanding on the session's completion queue. Other threads hand work over
+// under mu_ (Notify, SendBestEffort, Stop) and arm the alarm to wake the loop. The session ends
+// when the stream breaks (a failed read or write) or on Stop(); it then waits for every
+// outstanding operation, finishes the call and drains the queue before anything is destroyed.
 void Uplink::RunSession() {
   auto channel = MakeChannel(options_);
   auto stub = v1::Aggregator::NewStub(channel);
   grpc::ClientContext ctx;
+  grpc::CompletionQueue cq;
+  grpc::Alarm alarm;
   {
     MutexLock lock(mu_);
     if (stopping_) return;
     active_context_ = &ctx;
-    stream_broken_ = false;
+    session_cq_ = &cq;
+    session_alarm_ = &alarm;
+    alarm_armed_ = false;
   }
-  auto clear_context = [&] {
-    MutexLock lock(mu_);
-    active_context_ = nullptr;
-  };
-  std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::AggregatorMessage>> stream =
-      stub->Connect(&ctx);
-  v1::AgentMessage hello_msg;
-  *hello_msg.mutable_hello() = hello_();
-  if (!stream->Write(hello_msg)) {
-    grpc::Status st = stream->Finish();
-    connect_failures_.Inc();
-    spdlog::warn("msg=\"cannot reach aggregator\" aggregator={} error=\"{}\"", options_.aggregator,
-                 st.error_message());
-    clear_context();
-    return;
-  }
+  std::unique_ptr<grpc::ClientAsyncReaderWriter<v1::AgentMessage, v1::AggregatorMessage>> stream =
+      stub->PrepareAsyncConnect(&ctx, &cq);
+  stream->StartCall(TagOf(Op::kStart));
 
-  // Reader: acks and plans. It ends when the stream ends; it then wakes the writer.
-  std::atomic<bool> got_first_ack{false};
-  std::thread reader([&] {
-    pthread_setname_np(pthread_self(), "fw-uplink-read");
-    v1::AggregatorMessage in;
-    while (stream->Read(&in)) {
-      if (in.has_ack()) {
-        buffer_.Ack(in.ack().seq());
-        if (!got_first_ack.exchange(true)) {
-          connected_ = true;
-          connected_gauge_.Set(1);
-          backoff_.Reset();
-          spdlog::info("msg=\"connected\" aggregator={} resume_ack={}", options_.aggregator,
-                       in.ack().seq());
-          if (on_connected_) on_connected_();
-        }
-      } else if (in.has_probe_plan()) {
-        if (on_plan_) on_plan_(in.probe_plan());
-      } else if (on_message_) {
-        on_message_(in);
-      }
-    }
-    MutexLock lock(mu_);
-    stream_broken_ = true;
-    cv_.NotifyAll();
-  });
-
+  std::deque<v1::AgentMessage> out;  // written in order, one at a time
+  *out.emplace_back().mutable_hello() = hello_();
+  v1::AgentMessage writing;  // the message of the outstanding write
+  v1::AggregatorMessage in;  // the target of the outstanding read
+  bool start_pending = true, read_pending = false, write_pending = false;
+  bool finish_pending = false, finished = false;
+  bool broken = false, read_ended = false, cancelled = false, hello_written = false;
+  bool got_first_ack = false;
+  grpc::Status st;
   auto next_heartbeat = std::chrono::steady_clock::now();
-  bool ok = true;
-  while (ok) {
+  const auto heartbeat_period =
+      std::chrono::milliseconds(static_cast<int64_t>(options_.heartbeat_interval_s * 1000));
+
+  // Next messages to write once `out` is empty: batches (only once the aggregator has answered
+  // Hello with its resume point), then the side messages, then a heartbeat when one is due.
+  auto refill = [&] {
     std::deque<v1::AgentMessage> side;
-    bool heartbeat_due = false;
     {
       MutexLock lock(mu_);
-      while (!stopping_ && !wake_ && !stream_broken_ && cv_.WaitUntil(mu_, next_heartbeat)) {
-      }
-      if (stopping_ || stream_broken_) break;
       wake_ = false;
       side.swap(side_);
-      heartbeat_due = std::chrono::steady_clock::now() >= next_heartbeat;
     }
-    // Batches are only sent once the aggregator has answered Hello with its resume point.
-    if (got_first_ack.load()) {
-      for (;;) {
-        auto batches = buffer_.TakeUnsent(options_.max_batches_per_wake);
-        if (batches.empty()) break;
-        for (auto& b : batches) {
-          v1::AgentMessage m;
-          *m.mutable_probe_batch() = std::move(b);
-          if (!stream->Write(m)) {
-            ok = false;
-            break;
-          }
-          batches_sent_.Inc();
-        }
-        if (!ok) break;
-      }
-    } else {
-      MutexLock lock(mu_);
-      wake_ = true;  // retry once the first ack lands
-    }
-    for (auto& m : side) {
-      if (!ok || !stream->Write(m)) {
-        ok = false;
-        break;
+    if (got_first_ack) {
+      for (auto& b : buffer_.TakeUnsent(options_.max_batches_per_wake)) {
+        *out.emplace_back().mutable_probe_batch() = std::move(b);
       }
     }
-    if (ok && heartbeat_due) {
-      v1::AgentMessage hb;
+    for (auto& m : side) out.push_back(std::move(m));
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_heartbeat) {
+      v1::AgentMessage& hb = out.emplace_back();
       hb.mutable_heartbeat()->set_sent_unix_ns(RealClock::Get().WallNanos());
       hb.mutable_heartbeat()->set_buffered_batches(buffer_.size());
       hb.mutable_heartbeat()->set_dropped_batches(buffer_.dropped());
-      ok = stream->Write(hb);
-      if (ok) heartbeats_sent_.Inc();
-      next_heartbeat =
-          std::chrono::steady_clock::now() +
-          std::chrono::milliseconds(static_cast<int64_t>(options_.heartbeat_interval_s * 1000));
+      next_heartbeat = now + heartbeat_period;
     }
-    if (!got_first_ack.load()) {
-      // Avoid spinning while waiting for the first ack.
-      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+  };
+
+  auto start_read = [&] {
+    stream->Read(&in, TagOf(Op::kRead));
+    read_pending = true;
+  };
+
+  while (!finished) {
+    if (!broken) {
       MutexLock lock(mu_);
-      while (!stopping_ && !stream_broken_ && cv_.WaitUntil(mu_, until)) {
+      if (stopping_) broken = true;
+    }
+    if (!broken && !start_pending && !write_pending) {
+      if (out.empty()) refill();
+      if (!out.empty()) {
+        writing = std::move(out.front());
+        out.pop_front();
+        stream->Write(writing, TagOf(Op::kWrite));
+        write_pending = true;
+      }
+    }
+    if (broken) {
+      // Cancel only when a read may still be waiting (Stop() or a failed write). When the stream
+      // ended by itself, Finish() then reports why (e.g. a keepalive timeout), not CANCELLED.
+      if (!read_ended && !cancelled) {
+        ctx.TryCancel();
+        cancelled = true;
+      }
+      if (!start_pending && !read_pending && !write_pending && !finish_pending) {
+        stream->Finish(&st, TagOf(Op::kFinish));
+        finish_pending = true;
+      }
+    }
+    void* tag = nullptr;
+    bool ok = false;
+    // The next heartbeat is the only deadline, and only while a write could start; otherwise a
+    // completion or the alarm wakes the loop (the 1 s bound is a fallback, not a poll).
+    const auto wait = broken || start_pending || write_pending
+                          ? std::chrono::milliseconds(1000)
+                          : std::chrono::duration_cast<std::chrono::milliseconds>(
+                                next_heartbeat - std::chrono::steady_clock::now());
+    const auto status = cq.AsyncNext(
+        &tag, &ok, std::chrono::system_clock::now() + std::max(wait, std::chrono::milliseconds(0)));
+    if (status == grpc::CompletionQueue::TIMEOUT) continue;
+    if (status == grpc::CompletionQueue::SHUTDOWN) break;  // not before the cq.Shutdown() below
+    switch (OpOf(tag)) {
+      case Op::kStart:
+        start_pending = false;
+        if (!ok) {
+          broken = true;
+          read_ended = true;  // no read was started
+        } else {
+          start_read();
+        }
+        break;
+      case Op::kRead:
+        read_pending = false;
+        if (!ok) {
+          broken = true;
+          read_ended = true;
+          break;
+        }
+        if (in.has_ack()) {
+          buffer_.Ack(in.ack().seq());
+          if (!got_first_ack) {
+            got_first_ack = true;
+            connected_ = true;
+            connected_gauge_.Set(1);
+            backoff_.Reset();
+            spdlog::info("msg=\"connected\" aggregator={} resume_ack={}", options_.aggregator,
+                         in.ack().seq());
+            if (on_connected_) on_connected_();
+          }
+        } else if (in.has_probe_plan()) {
+          if (on_plan_) on_plan_(in.probe_plan());
+        } else if (on_message_) {
+          on_message_(in);
+        }
+        if (!broken) start_read();
+        break;
+      case Op::kWrite:
+        write_pending = false;
+        if (!ok) {
+          broken = true;
+          break;
+        }
+        if (writing.has_hello()) {
+          hello_written = true;
+        } else if (writing.has_probe_batch()) {
+          batches_sent_.Inc();
+        } else if (writing.has_heartbeat()) {
+          heartbeats_sent_.Inc();
+        }
+        break;
+      case Op::kFinish:
+        finish_pending = false;
+        finished = true;
+        break;
+      case Op::kWake: {
+        MutexLock lock(mu_);
+        alarm_armed_ = false;
+        break;
       }
     }
   }
-  // Cancel only when the reader may still be blocked (Stop() or a failed write). When the stream
-  // ended by itself, Finish() then reports why (e.g. a keepalive timeout) instead of CANCELLED.
-  bool reader_ended;
   {
     MutexLock lock(mu_);
-    reader_ended = stream_broken_;
+    active_context_ = nullptr;
+    session_cq_ = nullptr;
+    session_alarm_ = nullptr;
+    if (alarm_armed_) alarm.Cancel();  // its tag comes back (not ok) in the drain below
+    alarm_armed_ = false;
   }
-  if (!reader_ended) ctx.TryCancel();
-  reader.join();
-  grpc::Status st = stream->Finish();
-  clear_context();
+  cq.Shutdown();
+  {
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq.Next(&tag, &ok)) {
+    }
+  }
   if (connected_.exchange(false)) {
     connected_gauge_.Set(0);
     spdlog::warn("msg=\"disconnected\" aggregator={} code={} error=\"{}\"", options_.aggregator,
                  static_cast<int>(st.error_code()), st.error_message());
+  } else if (!hello_written) {
+    connect_failures_.Inc();
+    spdlog::warn("msg=\"cannot reach aggregator\" aggregator={} error=\"{}\"", options_.aggregator,
+                 st.error_message());
   } else {
     connect_failures_.Inc();
     spdlog::warn("msg=\"session failed\" aggregator={} code={} error=\"{}\"", options_.aggregator,

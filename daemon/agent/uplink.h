@@ -1,8 +1,9 @@
 // The agent's session with the aggregator: Hello, batches with acks, heartbeats, reconnects.
 //
-// Only uplink.cc includes grpcpp. It uses the synchronous bidi stream with one reader thread and
-// one writer thread per connection: at one stream per agent this is simpler to reason about than a
-// reactor, and every blocking call is released by cancelling the ClientContext.
+// Only uplink.cc includes grpcpp. One thread (`fw-uplink`) runs the sessions one after the other,
+// each on gRPC's async API: the bidi stream's reads, writes and a wake-up alarm complete on one
+// completion queue that this thread alone drains. Other threads only hand work over (Notify,
+// SendBestEffort) and arm the alarm; Stop() cancels the ClientContext.
 #pragma once
 
 #include <atomic>
@@ -46,7 +47,7 @@ class Uplink {
   using PlanFn = std::function<void(const fabricwatch::v1::ProbePlan&)>;
   using ConnectedFn = std::function<void()>;
 
-  // `on_connected` runs on the reader thread each time a session is established (first ack).
+  // `on_connected` runs on the uplink's thread each time a session is established (first ack).
   Uplink(Options options, OutboundBuffer& buffer, HelloFn hello, PlanFn on_plan,
          metrics::Registry& registry, ConnectedFn on_connected = nullptr);
   ~Uplink();
@@ -60,7 +61,8 @@ class Uplink {
   // `kMaxSideMessages` are kept while disconnected.
   void SendBestEffort(fabricwatch::v1::AgentMessage msg);
   // Aggregator messages the uplink does not handle itself (collective jobs, rendezvous replies).
-  // Runs on the reader thread and must not block. Set before Start().
+  // Runs on the uplink's thread and must not block (no write goes out meanwhile). Set before
+  // Start().
   using MessageFn = std::function<void(const fabricwatch::v1::AggregatorMessage&)>;
   void SetMessageHandler(MessageFn fn) { on_message_ = std::move(fn); }
 
@@ -74,6 +76,8 @@ class Uplink {
   // One connection's life; returns when the stream ends or Stop() is called.
   void RunSession();
   bool SleepInterruptible(double seconds);
+  // Arms the session's alarm so that its loop wakes up (no-op between sessions or when armed).
+  void WakeSessionLocked() FW_REQUIRES(mu_);
 
   Options options_;
   OutboundBuffer& buffer_;
@@ -88,9 +92,13 @@ class Uplink {
   CondVar cv_;
   bool stopping_ FW_GUARDED_BY(mu_) = false;
   bool wake_ FW_GUARDED_BY(mu_) = false;
-  bool stream_broken_ FW_GUARDED_BY(mu_) = false;
   std::deque<fabricwatch::v1::AgentMessage> side_ FW_GUARDED_BY(mu_);
   void* active_context_ FW_GUARDED_BY(mu_) = nullptr;  // grpc::ClientContext*
+  // The running session's completion queue and alarm (nullptr between sessions); the alarm is
+  // armed at most once at a time.
+  void* session_cq_ FW_GUARDED_BY(mu_) = nullptr;     // grpc::CompletionQueue*
+  void* session_alarm_ FW_GUARDED_BY(mu_) = nullptr;  // grpc::Alarm*
+  bool alarm_armed_ FW_GUARDED_BY(mu_) = false;
   std::atomic<bool> connected_{false};
 
   metrics::Gauge& connected_gauge_;

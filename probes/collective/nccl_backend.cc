@@ -371,7 +371,7 @@ std::string NcclAvailability::ToString() const {
     case NcclState::kUnavailable:
       return "nccl: unavailable (" + detail + ")";
     case NcclState::kNoDriver:
-      return "nccl: no driver (" + detail + "; " + version + ")";
+      return "nccl: no driver (" + detail + (version.empty() ? "" : "; " + version) + ")";
     case NcclState::kNoDevice:
       return "nccl: no GPU (" + detail + "; " + version + ")";
     case NcclState::kError:

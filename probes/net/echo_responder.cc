@@ -1,6 +1,7 @@
-// Echo responder: a UDP thread that sleeps in recvmmsg itself, and a TCP thread with one epoll set
-// (listener, connections, stop event). A UDP request costs one wakeup and two system calls, as in
-// the simplest blocking echo; behind epoll it cost a third call and an extra wakeup step.
+// Echo responder: one thread with one epoll set (UDP socket, TCP listener, connections, stop
+// event). A UDP wakeup costs three system calls (epoll_wait, recvmmsg, sendmmsg), one more than a
+// thread blocked in recvmmsg alone, which is what the responder had before: the agent keeps one
+// thread fewer (issue 19's thread budget) for about a microsecond per wakeup.
 #include "probes/net/echo_responder.h"
 
 #include <pthread.h>
@@ -99,9 +100,9 @@ std::string_view ResponderDropName(ResponderDrop d) {
   }
 }
 
-// Everything the responder threads own. The UDP thread uses the UDP socket and buffers, the TCP
-// thread the epoll set and connections; admission (rate limits, allow list) is shared under
-// admit_mu_, and only the atomics are read from other threads.
+// Everything the responder thread owns: the epoll set, the sockets, connections and buffers.
+// Admission state (rate limits, allow list) is under admit_mu_ (the allow list is posted from other
+// threads), and only the atomics are read from other threads.
 class EchoResponder::Loop {
  public:
   Loop(ResponderOptions options, const Clock& clock)
@@ -112,13 +113,9 @@ class EchoResponder::Loop {
   }
 
   Status Open(uint16_t* port_out);
-  void Run();     // the TCP thread
-  void RunUdp();  // the UDP thread
+  void Run();  // the responder thread
   void RequestStop() {
     stopping_ = true;
-    // Wakes the UDP thread out of recvmmsg now (an unconnected UDP socket reports ENOTCONN but is
-    // shut down all the same); its 200 ms receive timeout is the fallback.
-    if (udp_fd_.valid()) (void)shutdown(udp_fd_.get(), SHUT_RD);
     uint64_t one = kStopToken;
     if (write(stop_fd_.get(), &one, sizeof one) != sizeof one) {
       // Cannot fail for a fresh eventfd; if it did, the epoll timeout (at most 1 s) still sees
@@ -128,7 +125,7 @@ class EchoResponder::Loop {
     }
   }
   ResponderStats Snapshot() const;
-  // Closes every socket. REQUIRES: both threads have exited.
+  // Closes every socket. REQUIRES: the thread has exited.
   void CloseAll() {
     conns_.clear();
     udp_fd_.Reset();
@@ -261,13 +258,8 @@ Status EchoResponder::Loop::Open(uint16_t* port_out) {
     StatusOr<SocketAddress> bound = LocalAddress(tcp.get());
     if (!bound.ok()) return bound.status();
     a.set_port(bound->port());
-    // Blocking: the UDP thread sleeps in recvmmsg, and wakes every 200 ms to see a stop.
-    Fd udp(socket(a.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    Fd udp(socket(a.family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!udp.valid()) return ErrnoStatus("socket(UDP)", errno);
-    const timeval rcv_timeout{0, 200'000};
-    if (setsockopt(udp.get(), SOL_SOCKET, SO_RCVTIMEO, &rcv_timeout, sizeof rcv_timeout) != 0) {
-      return ErrnoStatus("setsockopt(SO_RCVTIMEO)", errno);
-    }
     if (bind(udp.get(), a.get(), a.len) != 0) {
       last = ErrnoStatus("bind UDP " + a.ToString(), errno);
       if (errno == EADDRINUSE && options_.port == 0) continue;
@@ -279,7 +271,7 @@ Status EchoResponder::Loop::Open(uint16_t* port_out) {
     break;
   }
   if (!udp_fd_.valid()) return last;
-  for (int fd : {listen_fd_.get(), stop_fd_.get()}) {
+  for (int fd : {udp_fd_.get(), listen_fd_.get(), stop_fd_.get()}) {
     Status s = Watch(fd, EPOLLIN);
     if (!s.ok()) return s;
   }
@@ -327,13 +319,8 @@ bool EchoResponder::Loop::Admit(const sockaddr_storage& src) {
   return true;
 }
 
-void EchoResponder::Loop::RunUdp() {
-  pthread_setname_np(pthread_self(), "fw-resp-udp");
-  while (!stopping_.load()) HandleUdp();
-}
-
-// One blocking receive of up to kUdpBatch requests (it returns as soon as one is there), and
-// their replies.
+// One receive of up to kUdpBatch waiting requests (the socket is readable), and their replies.
+// Requests left over keep the socket readable: epoll reports it again on the next turn.
 void EchoResponder::Loop::HandleUdp() {
   const HmacSha256* key = key_ ? &*key_ : nullptr;
   for (size_t i = 0; i < kUdpBatch; ++i) {
@@ -343,9 +330,8 @@ void EchoResponder::Loop::HandleUdp() {
     rx_msgs_[i].msg_hdr.msg_iov = &rx_iov_[i];
     rx_msgs_[i].msg_hdr.msg_iovlen = 1;
   }
-  const int n = recvmmsg(udp_fd_.get(), rx_msgs_.data(), kUdpBatch, MSG_WAITFORONE, nullptr);
-  if (n <= 0 || stopping_.load()) {
-    // EAGAIN is the receive timeout; 0 only follows the shutdown of a stop.
+  const int n = recvmmsg(udp_fd_.get(), rx_msgs_.data(), kUdpBatch, MSG_DONTWAIT, nullptr);
+  if (n <= 0) {
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
       SocketError("recvmmsg", errno);
       // A persistent error must not spin a core: ENOMEM and the like clear with time.
@@ -578,7 +564,9 @@ void EchoResponder::Loop::Run() {
     for (int i = 0; i < n; ++i) {
       int fd = events[i].data.fd;
       if (fd == stop_fd_.get()) return;
-      if (fd == listen_fd_.get()) {
+      if (fd == udp_fd_.get()) {
+        HandleUdp();
+      } else if (fd == listen_fd_.get()) {
         AcceptTcp();
       } else {
         HandleTcp(fd, events[i].events);
@@ -617,7 +605,6 @@ StatusOr<std::unique_ptr<EchoResponder>> EchoResponder::Start(ResponderOptions o
   Status s = r->loop_->Open(&r->port_);
   if (!s.ok()) return s;
   r->thread_ = std::thread([loop = r->loop_.get()] { loop->Run(); });
-  r->udp_thread_ = std::thread([loop = r->loop_.get()] { loop->RunUdp(); });
   return r;
 }
 
@@ -627,7 +614,6 @@ void EchoResponder::Stop() {
   if (thread_.joinable()) {
     loop_->RequestStop();
     thread_.join();
-    udp_thread_.join();
     loop_->CloseAll();
   }
 }

@@ -74,7 +74,7 @@ struct ResponderStats {
 
 class EchoResponder {
  public:
-  // Binds the sockets and starts the UDP and TCP threads. Fails if the port is taken or options are
+  // Binds the sockets and starts the responder's thread. Fails if the port is taken or options are
   // invalid; never crashes on what it receives.
   static StatusOr<std::unique_ptr<EchoResponder>> Start(ResponderOptions options,
                                                         const Clock& clock);
@@ -82,7 +82,7 @@ class EchoResponder {
   EchoResponder(const EchoResponder&) = delete;
   EchoResponder& operator=(const EchoResponder&) = delete;
 
-  // Stops both threads and closes every socket. Idempotent; returns once they have exited.
+  // Stops the thread and closes every socket. Idempotent; returns once it has exited.
   void Stop();
   uint16_t port() const { return port_; }
   ResponderStats Stats() const;  // thread-safe snapshot
@@ -100,8 +100,7 @@ class EchoResponder {
 
   uint16_t port_ = 0;
   std::unique_ptr<Loop> loop_;
-  std::thread thread_;      // TCP
-  std::thread udp_thread_;  // UDP
+  std::thread thread_;  // the one loop: UDP, TCP, stop
 };
 
 }  // namespace fw::net
