@@ -276,6 +276,7 @@ Status Agent::Start() {
 
 void Agent::StartTracing() {
   net::PathTracerOptions to;
+  to.budget_fraction = options_.trace_budget_fraction;
   in_addr v4{};
   if (inet_pton(AF_INET, options_.probe_address.c_str(), &v4) == 1) {
     to.bind_address_v4 = options_.probe_address;
@@ -288,10 +289,13 @@ void Agent::StartTracing() {
         tracer.status().message());
     return;
   }
+  // The echoes this node sends back are traced too: they may cross another link than the probes.
   traces_ = std::make_unique<TraceRunner>(
       WrapPathTracer(std::move(*tracer)), to.bind_address_v4,
-      [this](v1::AgentMessage m) { uplink_->SendBestEffort(std::move(m)); });
-  spdlog::info("msg=\"path tracing on\"");
+      [this](v1::AgentMessage m) { uplink_->SendBestEffort(std::move(m)); },
+      probes_->responder_port());
+  probes_->TrackAnsweredUdpFlows(TraceRunner::kMaxEchoFlows);
+  spdlog::info("msg=\"path tracing on\" echo_port={}", probes_->responder_port());
 }
 
 void Agent::PumpTraces() {
@@ -300,6 +304,7 @@ void Agent::PumpTraces() {
   const uint64_t delta = sent >= traced_probes_sent_ ? sent - traced_probes_sent_ : 0;
   traced_probes_sent_ = sent;
   const Clock& clock = RealClock::Get();
+  traces_->OnAnswered(probes_->TakeAnsweredUdpFlows(), clock.MonotonicNanos());
   traces_->Pump(delta, probes_->UdpSourcePorts(), clock.MonotonicNanos(), clock.WallNanos());
 }
 

@@ -65,6 +65,9 @@ struct AgentOptions {
   double test_batch_rate = 20;
   // Test mode: this node's collective probes sleep this long before each iteration (a late rank).
   int collective_test_delay_ms = 0;
+  // Path-trace packets per probe packet sent (PathTracerOptions::budget_fraction). Tests on small
+  // fabrics, whose few probes would earn a trace every half minute, raise it.
+  double trace_budget_fraction = 0.02;
 };
 
 class Agent {

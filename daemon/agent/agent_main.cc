@@ -127,6 +127,10 @@ int main(int argc, char** argv) {
                  "test only: sleep before each collective iteration (a late rank)")
       ->check(CLI::Range(0, 10000))
       ->group("");
+  app.add_option("--test-trace-budget", o.trace_budget_fraction,
+                 "test only: path-trace packets per probe packet sent (default 0.02)")
+      ->check(CLI::Range(0.0, 100.0))
+      ->group("");
   app.add_option("--rdma", o.rdma, "auto|off: RDMA UD probes on every usable port (docs/rdma.md)")
       ->check(CLI::IsMember({"auto", "off"}))
       ->capture_default_str();

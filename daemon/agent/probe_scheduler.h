@@ -92,6 +92,15 @@ class ProbeScheduler {
   // carries any, the periodic bursts wait. Calls are serialized.
   void ApplyPlan(const fabricwatch::v1::ProbePlan& plan);
   uint16_t responder_port() const { return responder_ ? responder_->port() : 0; }
+  // For tracing the echoes: the responder remembers the UDP flows it answers (up to `max` between
+  // two takes; EchoResponder::TrackAnsweredUdpFlows), and hands them over. Thread-safe; nothing
+  // before Start().
+  void TrackAnsweredUdpFlows(size_t max) {
+    if (responder_) responder_->TrackAnsweredUdpFlows(max);
+  }
+  std::vector<net::AnsweredUdpFlow> TakeAnsweredUdpFlows() {
+    return responder_ ? responder_->TakeAnsweredUdpFlows() : std::vector<net::AnsweredUdpFlow>{};
+  }
   // For path tracing: the UDP prober's probes sent so far, and the local source port of its flow
   // j (0 and empty before Start()). Thread-safe.
   uint64_t UdpProbesSent() const { return udp_ ? udp_->Stats().sent : 0; }

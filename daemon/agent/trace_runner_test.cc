@@ -80,19 +80,33 @@ void Request(v1::ProbePlan& p, const std::string& peer, uint64_t id) {
   r->set_id(id);
 }
 
+constexpr uint16_t kResponderPort = 9753;
+
 class TraceRunnerTest : public ::testing::Test {
  protected:
   TraceRunnerTest() {
     auto t = std::make_unique<FakeTracer>(log_);
     tracer_ = t.get();
-    runner_ = std::make_unique<TraceRunner>(std::move(t), "198.18.0.1",
-                                            [this](v1::AgentMessage m) { sent_.push_back(m); });
+    runner_ = std::make_unique<TraceRunner>(
+        std::move(t), "198.18.0.1", [this](v1::AgentMessage m) { sent_.push_back(m); },
+        kResponderPort);
   }
-  // One second of probing: `packets` probe packets sent.
+  // One second of probing: `packets` probe packets sent, and `answered_` answered.
   void Second(uint64_t packets) {
     now_ += kSecond;
     tracer_->now_ns = now_;
+    runner_->OnAnswered(answered_, now_);
     runner_->Pump(packets, ports_, now_, 1'700'000'000 * kSecond + now_);
+  }
+  // The traces sent so far, echoes or not.
+  std::vector<v1::PathTrace> SentTraces(bool echo) const {
+    std::vector<v1::PathTrace> out;
+    for (const v1::AgentMessage& m : sent_) {
+      for (const v1::PathTrace& t : m.path_traces().traces()) {
+        if (t.echo() == echo) out.push_back(t);
+      }
+    }
+    return out;
   }
   size_t Traced(const std::string& peer) const {
     size_t n = 0;
@@ -105,6 +119,7 @@ class TraceRunnerTest : public ::testing::Test {
   std::unique_ptr<TraceRunner> runner_;
   std::vector<v1::AgentMessage> sent_;
   std::vector<uint16_t> ports_ = {40000, 40001, 40002, 40003};
+  std::vector<net::AnsweredUdpFlow> answered_;  // what the responder answers each second
   int64_t now_ = 0;
 };
 
@@ -197,6 +212,93 @@ TEST_F(TraceRunnerTest, TracesReachTheUplinkAsTheWireSaysThem) {
   EXPECT_EQ(t.hops(1).address(), "198.19.64.2");
   EXPECT_EQ(t.hops(0).rtt_ns(), 20'000u);
   EXPECT_EQ(t.hops(1).rtt_ns(), 45'000u);
+}
+
+// 198.18.1.1 is planned peer n0 (Plan); 198.18.7.7 probes this node but is no planned peer.
+constexpr uint32_t kN0 = 0xc6120101, kStranger = 0xc6120707;
+
+TEST_F(TraceRunnerTest, TheEchoOfEachAnsweredFlowIsTracedFromTheResponderPort) {
+  runner_->OnPlan(Plan(1, 1, 0));
+  answered_ = {{kN0, 41000}, {kStranger, 42000}, {kN0, 41000}};
+  for (int i = 0; i < 30; ++i) Second(1000);
+  const std::vector<v1::PathTrace> echoes = SentTraces(true);
+  ASSERT_EQ(echoes.size(), 2u);  // each answered flow once
+  std::map<uint32_t, v1::PathTrace> by_port;
+  for (const v1::PathTrace& t : echoes) by_port[t.dst_port()] = t;
+  ASSERT_TRUE(by_port.contains(41000) && by_port.contains(42000));
+  const v1::PathTrace& e = by_port[41000];
+  EXPECT_EQ(e.src_port(), kResponderPort);  // the echo's 5-tuple: responder port -> prober port
+  EXPECT_EQ(e.src_address(), "198.18.0.1");
+  EXPECT_EQ(e.dst_address(), "198.18.1.1");
+  EXPECT_EQ(e.dst_node(), "n0");  // the prober, named from the plan
+  EXPECT_EQ(e.transport(), v1::TRANSPORT_UDP);
+  EXPECT_EQ(by_port[42000].dst_address(), "198.18.7.7");
+  EXPECT_EQ(by_port[42000].dst_node(), "");  // unknown here: the aggregator names it by address
+  // The planned flow is traced as before, not as an echo.
+  ASSERT_EQ(SentTraces(false).size(), 1u);
+  EXPECT_EQ(SentTraces(false)[0].src_port(), 40000u);
+  const TraceRunnerStats s = runner_->stats();
+  EXPECT_EQ(s.echo_flows, 2u);
+  EXPECT_EQ(s.echo_traces_sent, 2u);
+  EXPECT_EQ(s.traces_sent, 3u);
+}
+
+TEST_F(TraceRunnerTest, EchoesShareTheBudgetWithThePlannedFlows) {
+  runner_->OnPlan(Plan(8, 4, 0));
+  for (uint16_t p = 0; p < 16; ++p)
+    answered_.push_back({kStranger, static_cast<uint16_t>(50000 + p)});
+  for (int i = 0; i < 20; ++i) Second(100);  // 2,000 probes: 40 packets, 5 traces at most
+  EXPECT_LE(log_.traced.size(), 6u);
+  for (int i = 0; i < 400; ++i) Second(100);
+  EXPECT_EQ(log_.traced.size(), 48u);  // 32 planned flows and 16 echoes, each once
+  EXPECT_LE(static_cast<double>(log_.traced.size() * kMaxTtl),
+            kFraction * static_cast<double>(log_.probe_packets) + kMaxTtl);
+}
+
+TEST_F(TraceRunnerTest, EchoesAreTracedAgainOnRefreshAndOnARequestNamingTheProber) {
+  runner_->OnPlan(Plan(2, 1, 30));
+  answered_ = {{kN0, 41000}, {kStranger, 42000}};
+  for (int i = 0; i < 25; ++i) Second(1000);
+  EXPECT_EQ(SentTraces(true).size(), 2u);
+  for (int i = 0; i < 30; ++i) Second(1000);  // to t = 55 s: one refresh of each
+  EXPECT_EQ(SentTraces(true).size(), 4u);
+  // Escalation asks both ends of the pair: this node's request names the prober n0, and the echo
+  // toward n0 is retraced as a suspect, with n0's own flows; the stranger's is not.
+  log_.changed.clear();
+  v1::ProbePlan p = Plan(2, 1, 30);
+  Request(p, "n0", 9);
+  runner_->OnPlan(p);
+  Second(1000);
+  size_t echo_suspects = 0;
+  for (const auto& [f, suspect] : log_.changed) {
+    if (f.src_port != kResponderPort) continue;
+    EXPECT_TRUE(suspect);
+    EXPECT_EQ(f.peer_address, kN0);
+    EXPECT_EQ(f.dst_port, 41000);
+    ++echo_suspects;
+  }
+  EXPECT_EQ(echo_suspects, 1u);
+  EXPECT_EQ(runner_->stats().echo_requested, 1u);
+  EXPECT_EQ(SentTraces(true).size(), 5u);
+}
+
+TEST_F(TraceRunnerTest, EchoFlowsThatStopAreForgottenAndNoneWithoutAResponderPort) {
+  runner_->OnPlan(Plan(1, 1, 0));
+  answered_ = {{kStranger, 42000}};
+  Second(1000);
+  EXPECT_EQ(runner_->stats().echo_flows, 1u);
+  answered_.clear();
+  for (int i = 0; i < 31; ++i) Second(1000);
+  EXPECT_EQ(runner_->stats().echo_flows, 0u);
+
+  FakeTracer::Log log;
+  TraceRunner plain(std::make_unique<FakeTracer>(log), "198.18.0.1", [](v1::AgentMessage) {});
+  plain.OnPlan(Plan(1, 1, 0));
+  plain.OnAnswered({{kStranger, 42000}}, kSecond);
+  plain.Pump(1000, ports_, kSecond, kSecond);
+  EXPECT_EQ(plain.stats().echo_flows, 0u);
+  ASSERT_EQ(log.traced.size(), 1u);
+  EXPECT_EQ(log.traced[0].src_port, 40000);
 }
 
 }  // namespace

@@ -91,7 +91,7 @@ Status Aggregator::Start() {
   }
   analyzer_ = std::make_unique<analysis::Analyzer>(clock_, map_, pairs_.get(), options_.analysis,
                                                    analysis::PathResolver{}, store_.get());
-  traces_ = std::make_unique<TraceIntake>(analyzer_->traced_paths(), clock_, registry_);
+  traces_ = std::make_unique<TraceIntake>(analyzer_->traced_paths(), clock_, registry_, map_.get());
   escalation_ = std::make_unique<EscalationStage>(
       options_.escalation, *analyzer_, *plans_, options_.planner.latency_pps_per_flow, clock_,
       registry_, static_cast<uint64_t>(clock_.WallNanos() / 1'000'000));

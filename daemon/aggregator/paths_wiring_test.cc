@@ -85,6 +85,31 @@ TEST(PathsWiring, TracesThroughIngestNameTheExactLink) {
   EXPECT_FALSE(Contains(text, "fabricwatch_path_traces_total{outcome=\"resolved\"} 0\n"));
 }
 
+// An echo trace from a responder that did not know its prober's name: the intake names the prober
+// by its address in the map's hosts; an address no host has is refused as "peer".
+TEST(PathsWiring, AnEchoWithoutTheProbersNameIsNamedByItsAddress) {
+  SyntheticFleet fleet(TracedEcmpShape());
+  metrics::Registry registry;
+  TraceIntake intake(fleet.analyzer().traced_paths(), fleet.clock(), registry, fleet.map().get());
+  const auto& nics = fleet.map()->host_nics();
+  ASSERT_GE(nics.size(), 2u);
+  v1::PathTraceReport r;
+  v1::PathTrace* e = r.add_traces();
+  e->set_dst_address(nics[0].address);
+  e->set_src_port(9753);
+  e->set_dst_port(40000);
+  e->set_transport(v1::TRANSPORT_UDP);
+  e->set_echo(true);
+  e->add_hops()->set_ttl(1);
+  v1::PathTrace stranger = *e;
+  stranger.set_dst_address("203.0.113.9");
+  *r.add_traces() = stranger;
+  intake.OnReport(nics.back().node, r);
+  EXPECT_EQ(fleet.analyzer().traced_paths()->stats().echoes, 1u);
+  EXPECT_TRUE(Contains(registry.RenderToString(),
+                       "fabricwatch_path_traces_refused_total{reason=\"peer\"} 1\n"));
+}
+
 TEST(PathsWiring, WithoutAMapTracesAreRefusedAsNoMap) {
   FleetShape shape = TracedEcmpShape();
   shape.with_map = false;

@@ -1,13 +1,32 @@
 // TraceIntake: wire check, record, count.
 #include "daemon/aggregator/trace_intake.h"
 
+#include <arpa/inet.h>
+
+#include <optional>
+
 #include "common/log.h"
 
 namespace fw::aggregator {
 
+namespace {
+
+std::optional<uint32_t> ParseV4(const std::string& s) {
+  in_addr a{};
+  if (inet_pton(AF_INET, s.c_str(), &a) != 1) return std::nullopt;
+  return ntohl(a.s_addr);
+}
+
+}  // namespace
+
 TraceIntake::TraceIntake(analysis::TracedPaths* traced, const Clock& clock,
-                         metrics::Registry& registry)
+                         metrics::Registry& registry, const FabricMap* map)
     : traced_(traced), clock_(clock) {
+  if (map) {
+    for (const HostNic& h : map->host_nics()) {
+      if (std::optional<uint32_t> a = ParseV4(h.address)) node_at_v4_.emplace(*a, h.node);
+    }
+  }
   auto& outcomes = registry.AddCounter(
       "fabricwatch_path_traces_total",
       "Path traces the agents reported and the analyzer recorded, by what the trace told: "
@@ -18,7 +37,8 @@ TraceIntake::TraceIntake(analysis::TracedPaths* traced, const Clock& clock,
   for (size_t i = 0; i < outcomes_.size(); ++i) outcomes_[i] = &outcomes.WithLabels({names[i]});
   auto& refused = registry.AddCounter(
       "fabricwatch_path_traces_refused_total",
-      "Path traces refused at ingest, by reason: transport (not UDP), peer, port, address (not a "
+      "Path traces refused at ingest, by reason: transport (not UDP), peer (none, or an echo's "
+      "prober at no host address of the map), port, address (not a "
       "numeric IP), hops (too many, or TTLs out of order), too_many (past 4,096 per report), "
       "no_map (the aggregator has no fabric map).",
       {"reason"});
@@ -52,13 +72,25 @@ void TraceIntake::OnReport(const std::string& node,
   const WireTraces w = TracesFromWire(report);
   for (size_t i = 0; i < kTraceRefusalCount; ++i) Refuse(i, w.refused[i], node);
   const int64_t now_ns = clock_.MonotonicNanos();
+  uint64_t unnamed = 0;
   for (const WireTrace& t : w.traces) {
+    const std::string* prober = &t.dst_node;
+    if (t.dst_node.empty()) {  // an echo whose responder did not know the prober's name
+      const std::optional<uint32_t> a = ParseV4(t.dst_address);
+      const auto it = a ? node_at_v4_.find(*a) : node_at_v4_.end();
+      if (it == node_at_v4_.end()) {
+        ++unnamed;
+        continue;
+      }
+      prober = &it->second;
+    }
     // An echo's trace is kept under the prober's flow: the peer and its source port.
     const analysis::TraceOutcome o =
-        t.echo ? traced_->RecordEcho(node, t.dst_node, t.dst_port, t.hops, now_ns)
-               : traced_->Record(node, t.dst_node, t.src_port, t.hops, now_ns);
+        t.echo ? traced_->RecordEcho(node, *prober, t.dst_port, t.hops, now_ns)
+               : traced_->Record(node, *prober, t.src_port, t.hops, now_ns);
     outcomes_[static_cast<size_t>(o.kind)]->Inc();
   }
+  Refuse(static_cast<size_t>(TraceRefusal::kPeer), unnamed, node);
 }
 
 }  // namespace fw::aggregator

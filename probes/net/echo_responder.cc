@@ -4,6 +4,7 @@
 // thread fewer (issue 19's thread budget) for about a microsecond per wakeup.
 #include "probes/net/echo_responder.h"
 
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -16,6 +17,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "common/log.h"
@@ -213,6 +215,16 @@ class EchoResponder::Loop {
   std::array<iovec, kUdpBatch> tx_iov_{};
   std::vector<uint8_t> bulk_scratch_ = std::vector<uint8_t>(kBulkScratch);
 
+  // Answered UDP flows (TrackAnsweredUdpFlows): the UDP thread adds a batch's under one lock.
+ public:
+  std::atomic<size_t> track_max_{0};
+  Mutex answered_mu_;
+  std::unordered_set<uint64_t> answered_ FW_GUARDED_BY(answered_mu_);  // address << 16 | port
+  uint64_t answered_not_kept_ FW_GUARDED_BY(answered_mu_) = 0;
+
+ private:
+  std::array<uint64_t, kUdpBatch> batch_flows_{};
+
   std::atomic<uint64_t> udp_requests_{0}, udp_replies_{0}, tcp_accepted_{0}, tcp_echo_replies_{0},
       bulk_acks_{0}, bytes_in_{0}, bytes_out_{0}, source_table_full_{0}, socket_errors_{0};
   std::array<std::atomic<uint64_t>, kResponderDropCount> dropped_{};
@@ -340,6 +352,8 @@ void EchoResponder::Loop::HandleUdp() {
     return;
   }
   size_t replies = 0;
+  const size_t track = track_max_.load(kRelaxed);
+  size_t tracked = 0;
   for (int i = 0; i < n; ++i) {
     size_t len = rx_msgs_[i].msg_len;
     Add(bytes_in_, len);
@@ -366,6 +380,11 @@ void EchoResponder::Loop::HandleUdp() {
       Count(ResponderDrop::kSendFailed);
       continue;
     }
+    if (track && rx_addr_[i].ss_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(&rx_addr_[i]);
+      batch_flows_[tracked++] =
+          (static_cast<uint64_t>(ntohl(in->sin_addr.s_addr)) << 16) | ntohs(in->sin_port);
+    }
     mmsghdr& m = tx_msgs_[replies++];
     m.msg_hdr = {};
     m.msg_hdr.msg_name = &rx_addr_[i];
@@ -373,6 +392,16 @@ void EchoResponder::Loop::HandleUdp() {
     tx_iov_[replies - 1] = {data, out};
     m.msg_hdr.msg_iov = &tx_iov_[replies - 1];
     m.msg_hdr.msg_iovlen = 1;
+  }
+  if (tracked > 0) {
+    MutexLock lock(answered_mu_);
+    for (size_t k = 0; k < tracked; ++k) {
+      if (answered_.size() < track || answered_.contains(batch_flows_[k])) {
+        answered_.insert(batch_flows_[k]);
+      } else {
+        ++answered_not_kept_;
+      }
+    }
   }
   size_t done = 0;
   while (done < replies) {
@@ -630,6 +659,27 @@ Status EchoResponder::SetAllowedPeers(const std::vector<std::string>& addresses,
   }
   loop_->PostAllowed(std::move(allowed), keep_previous.count());
   return Status::Ok();
+}
+
+void EchoResponder::TrackAnsweredUdpFlows(size_t max) {
+  loop_->track_max_.store(max, std::memory_order_relaxed);
+}
+
+std::vector<AnsweredUdpFlow> EchoResponder::TakeAnsweredUdpFlows(uint64_t* not_kept) {
+  std::unordered_set<uint64_t> taken;
+  uint64_t missed = 0;
+  {
+    MutexLock lock(loop_->answered_mu_);
+    taken.swap(loop_->answered_);
+    missed = std::exchange(loop_->answered_not_kept_, 0);
+  }
+  if (not_kept) *not_kept = missed;
+  std::vector<AnsweredUdpFlow> out;
+  out.reserve(taken.size());
+  for (uint64_t k : taken) {
+    out.push_back(AnsweredUdpFlow{static_cast<uint32_t>(k >> 16), static_cast<uint16_t>(k)});
+  }
+  return out;
 }
 
 }  // namespace fw::net

@@ -72,6 +72,14 @@ struct ResponderStats {
   std::array<uint64_t, kResponderDropCount> dropped{};
 };
 
+// An IPv4 UDP flow the responder answered: the prober's address (host order) and source port.
+// Path tracing follows the echoes of these flows back (TrackAnsweredSources).
+struct AnsweredUdpFlow {
+  uint32_t address = 0;
+  uint16_t port = 0;
+  bool operator==(const AnsweredUdpFlow&) const = default;
+};
+
 class EchoResponder {
  public:
   // Binds the sockets and starts the responder's thread. Fails if the port is taken or options are
@@ -93,6 +101,13 @@ class EchoResponder {
   // kInvalidArgument for an address that is not a numeric IP (nothing changes then).
   Status SetAllowedPeers(const std::vector<std::string>& addresses,
                          std::chrono::nanoseconds keep_previous = std::chrono::nanoseconds(0));
+  // From now on, remembers the distinct IPv4 UDP flows it answers, up to `max` between two
+  // TakeAnsweredUdpFlows() calls (further new ones are counted, not kept); 0 stops. Off by
+  // default: it costs the UDP thread one lock per received batch. Thread-safe.
+  void TrackAnsweredUdpFlows(size_t max);
+  // The flows answered since the last call (each once, in no order), and how many new flows did
+  // not fit since then. Thread-safe.
+  std::vector<AnsweredUdpFlow> TakeAnsweredUdpFlows(uint64_t* not_kept = nullptr);
 
  private:
   class Loop;

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 #include <vector>
 
@@ -278,6 +279,42 @@ TEST(EchoResponderTest, RejectsBadOptions) {
   o.per_source_rate = -1;
   EXPECT_EQ(EchoResponder::Start(o, RealClock::Get()).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// Path tracing learns which flows to follow back from the responder: each answered IPv4 flow once
+// per take, nothing while tracking is off, and new flows past the limit counted, not kept.
+TEST(EchoResponderTest, RemembersTheUdpFlowsItAnsweredWhenAsked) {
+  auto r = StartResponder();
+  ASSERT_TRUE(r);
+  Fd a = testing::UdpSocket(), b = testing::UdpSocket();
+  auto port_of = [](const Fd& fd) {
+    sockaddr_in sa{};
+    socklen_t len = sizeof sa;
+    EXPECT_EQ(getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sa), &len), 0);
+    return ntohs(sa.sin_port);
+  };
+  auto echo = [&](const Fd& fd) {
+    ASSERT_TRUE(SendTo(fd.get(), r->port(), Request(16, nullptr)));
+    ASSERT_TRUE(RecvWithin(fd.get(), 2000ms));
+  };
+  echo(a);
+  EXPECT_TRUE(r->TakeAnsweredUdpFlows().empty());  // off by default
+  r->TrackAnsweredUdpFlows(8);
+  echo(a);
+  echo(a);
+  echo(b);
+  std::vector<AnsweredUdpFlow> got = r->TakeAnsweredUdpFlows();
+  ASSERT_EQ(got.size(), 2u);
+  for (const AnsweredUdpFlow& f : got) EXPECT_EQ(f.address, 0x7f000001u);
+  EXPECT_NE(std::find(got.begin(), got.end(), AnsweredUdpFlow{0x7f000001u, port_of(a)}), got.end());
+  EXPECT_NE(std::find(got.begin(), got.end(), AnsweredUdpFlow{0x7f000001u, port_of(b)}), got.end());
+  EXPECT_TRUE(r->TakeAnsweredUdpFlows().empty());  // taken
+  r->TrackAnsweredUdpFlows(1);
+  echo(a);
+  echo(b);
+  uint64_t not_kept = 0;
+  EXPECT_EQ(r->TakeAnsweredUdpFlows(&not_kept).size(), 1u);
+  EXPECT_EQ(not_kept, 1u);
 }
 
 }  // namespace

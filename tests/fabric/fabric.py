@@ -249,9 +249,15 @@ class Fabric(FaultsMixin):
         netns.ip_batch([f"netns add {n}" for n in names])
         common = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
                   "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"]
+        # Switches answer TTL expiry (ICMP time exceeded), as Linux routers do, without the
+        # kernel's ICMP rate limits: 1 answer/s per destination after a burst of 6
+        # (icmp_ratelimit) and 1,000/s in all (icmp_msgs_per_sec) would hide hops from path
+        # traces that come in bursts (a fresh plan traces every flow).
         switch = ["net.ipv4.ip_forward=1"] + self._hash_sysctls() + [
                   "net.ipv4.conf.all.ignore_routes_with_linkdown=1",
-                  "net.ipv4.conf.default.ignore_routes_with_linkdown=1"]
+                  "net.ipv4.conf.default.ignore_routes_with_linkdown=1",
+                  "net.ipv4.icmp_ratelimit=0", "net.ipv4.icmp_msgs_per_sec=100000",
+                  "net.ipv4.icmp_msgs_burst=10000"]
         for n in names:
             extra = switch if any(s.ns == n for s in self.switches.values()) else []
             netns.sh(["ip", "netns", "exec", n, "sysctl", "-q", "-w"] + common + extra)
@@ -378,13 +384,26 @@ class Fabric(FaultsMixin):
 
     # ------------------------------------------------------------------ map and description
 
+    def switch_addresses(self, name):
+        """The addresses switch `name` holds (and answers TTL expiry from), sorted: a leaf's
+        host-port gateway and its uplink ends, a spine's downlink ends."""
+        seen = {lk.ends[name].address for lk in self._links_of(name)}
+        return sorted(seen, key=lambda a: tuple(int(x) for x in a.split(".")))
+
+    def switch_at(self, address):
+        """The switch that holds `address`, or None."""
+        return next((s for s in self.switches if address in self.switch_addresses(s)), None)
+
     def map_yaml(self):
-        """The fabric map in the DESIGN.md format."""
+        """The fabric map in the DESIGN.md format, with each switch's `addresses` (the addresses
+        its ICMP answers to path traces come from)."""
         self._require_up()
         out = [f"# fabric map of test fabric {self.prefix} "
                f"({self.spines} spines, {self.leaves} leaves, {self.hosts_per_leaf} hosts/leaf)",
                "routing: ecmp", "switches:"]
-        out += [f"  - {{name: {s.name}, tier: {s.tier}}}" for s in self.switches.values()]
+        out += [f"  - {{name: {s.name}, tier: {s.tier}, "
+                f"addresses: [{', '.join(self.switch_addresses(s.name))}]}}"
+                for s in self.switches.values()]
         out.append("links:")
         out += [f"  - {{a: {lk.a}, b: {lk.b}}}" for lk in self.links.values() if lk.kind == "fabric"]
         out.append("hosts:")
@@ -408,7 +427,9 @@ class Fabric(FaultsMixin):
             "mgmt": {"ns": self.mgmt_ns, "address": self.mgmt_address},
             "hosts": {h.name: {"ns": h.ns, "address": h.address, "nic": h.nic, "leaf": h.leaf,
                                "mgmt_address": h.mgmt_address} for h in self.hosts.values()},
-            "switches": {s.name: {"ns": s.ns, "tier": s.tier} for s in self.switches.values()},
+            "switches": {s.name: {"ns": s.ns, "tier": s.tier,
+                                  "addresses": self.switch_addresses(s.name)}
+                         for s in self.switches.values()},
             "links": {lk.id: {e.node: {"dev": e.dev, "address": e.address}
                               for e in lk.ends.values()} for lk in self.links.values()},
             "log_dir": self.log_dir,
@@ -496,6 +517,11 @@ class Fabric(FaultsMixin):
         """One bounded TCP transfer to a responder; {"bytes", "seconds", "bps", "sport"}."""
         return self.run_in(src, traffic.tcp_goodput, self._address_of(dst), port, nbytes, sport,
                            timeout, timeout=timeout + 10)
+
+    def trace(self, src, dst, sport, dport, max_ttl=8):
+        """The hop addresses a UDP flow's TTL-limited probes get answers from (traffic.udp_trace),
+        one per TTL (None: silent), ending at dst's own answer."""
+        return self.run_in(src, traffic.udp_trace, self._address_of(dst), sport, dport, max_ttl)
 
     def http_get(self, node, url, timeout=5.0):
         """HTTP GET from inside node's namespace (e.g. "mgmt" to read the aggregator's API)."""

@@ -40,7 +40,13 @@ def parse_flow_yaml(text):
         m = re.fullmatch(r"\s+-\s+\{(.*)\}\s*", line)
         if not m or not isinstance(out.get(section), list):
             raise ValueError(f"unexpected map line: {line!r}")
-        out[section].append(dict(kv.split(": ", 1) for kv in m.group(1).split(", ")))
+        # key: value pairs split on ", " outside [...] lists; a list becomes a Python list.
+        row = {}
+        for kv in re.findall(r"(\w+): (\[[^\]]*\]|[^,]+)", m.group(1)):
+            k, v = kv
+            row[k] = [x.strip() for x in v[1:-1].split(",") if x.strip()] if v.startswith("[") \
+                else v.strip()
+        out[section].append(row)
     return out
 
 
@@ -138,6 +144,15 @@ class FabricTest(unittest.TestCase):
         self.assertEqual(sorted((s["name"], s["tier"]) for s in m["switches"]),
                          [("leaf1", "leaf"), ("leaf2", "leaf"), ("spine1", "spine"),
                           ("spine2", "spine")])
+        # Each switch lists every address it holds (path traces map answers back to switches).
+        for s in m["switches"]:
+            held = json.loads(netns.sh(["ip", "-n", self.fab.ns(s["name"]), "-j", "addr",
+                                        "show"]).stdout)
+            mine = {a["local"] for dev in held for a in dev.get("addr_info", [])
+                    if a.get("family") == "inet" and not a["local"].startswith("127.")}
+            self.assertEqual(set(s["addresses"]), mine, s["name"])
+        self.assertEqual(m["switches"][0]["addresses"],
+                         ["198.18.1.1", "198.18.128.3", "198.18.129.3"])  # leaf1
         ids = sorted(f"{lk['a']}~{lk['b']}" for lk in m["links"])
         self.assertEqual(ids, ["leaf1~spine1", "leaf1~spine2", "leaf2~spine1", "leaf2~spine2"])
         self.assertTrue(all(lk["a"] < lk["b"] for lk in m["links"]))
@@ -174,6 +189,32 @@ class FabricTest(unittest.TestCase):
             # Counters also see the odd ARP packet; the kernel's hash prediction must match.
             self.assertLessEqual(abs(got[s] - predicted[s]), 3, f"counted {got}, predicted {predicted}")
         print(f"\n  ECMP: 128 flows leaf1->leaf2 split {got} (predicted {predicted})", file=sys.stderr)
+
+    def test_every_switch_hashes_the_5_tuple_and_answers_icmp_unlimited(self):
+        want = {"net.ipv4.fib_multipath_hash_policy": "3",
+                "net.ipv4.fib_multipath_hash_fields": "55",  # 0x37
+                "net.ipv4.icmp_ratelimit": "0"}
+        if not os.path.exists("/proc/sys/net/ipv4/fib_multipath_hash_fields"):
+            want = {"net.ipv4.fib_multipath_hash_policy": "1", "net.ipv4.icmp_ratelimit": "0"}
+        for sw in self.fab.switches:
+            out = self.fab.exec(sw, ["sysctl", "-n"] + list(want)).stdout.split()
+            self.assertEqual(dict(zip(want, out)), want, sw)
+
+    def test_switches_answer_ttl_expiry_for_each_flow(self):
+        """A trace of each UDP 5-tuple (TTL 1..3, node01 -> node04 across the spines) gets an
+        answer from every switch on that flow's own path: no ICMP rate limit hides a hop, even
+        for 12 traces in a burst (the kernel's default allows 6), and the answering addresses
+        name the switches path_of gives."""
+        sports = range(44000, 44012)
+        spines = set()
+        for sp in sports:
+            hops = self.fab.trace("node01", "node04", sp, UDP, max_ttl=3)
+            nodes, reached = self.fab.path_of("node01", "node04", "udp", sp, UDP)
+            self.assertTrue(reached)
+            self.assertNotIn(None, hops, f"sport {sp}: silent hop in {hops}")
+            self.assertEqual([self.fab.switch_at(a) for a in hops], nodes[1:-1], f"sport {sp}")
+            spines.add(nodes[2])
+        self.assertEqual(spines, {"spine1", "spine2"})
 
     def test_tbf_limits_goodput_only_on_its_link(self):
         limit = 40e6

@@ -328,6 +328,47 @@ def tcp_goodput(dst, port, nbytes, sport=0, timeout=30.0):
         s.close()
 
 
+def udp_trace(dst, sport, dport, max_ttl=8, timeout=0.5):
+    """A Paris-style trace of one UDP 5-tuple: a datagram from `sport` to dst:dport per TTL
+    1..max_ttl, and the ICMP answers (time exceeded from routers, port unreachable from dst).
+    Returns [address or None per TTL], cut after the first answer from dst itself. Runs in a
+    namespace (fabric.run_in); needs CAP_NET_RAW for the ICMP socket."""
+    icmp = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    hops = []
+    try:
+        udp.bind(("0.0.0.0", sport))
+        icmp.settimeout(timeout)
+        for ttl in range(1, max_ttl + 1):
+            udp.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+            udp.sendto(b"fwtrace" + bytes([ttl]), (dst, dport))
+            deadline = time.monotonic() + timeout
+            got = None
+            while got is None and time.monotonic() < deadline:
+                icmp.settimeout(max(0.001, deadline - time.monotonic()))
+                try:
+                    pkt, (src, _) = icmp.recvfrom(1500)
+                except socket.timeout:
+                    break
+                ihl = (pkt[0] & 0x0F) * 4
+                if len(pkt) < ihl + 8 + 20 + 8 or pkt[ihl] not in (3, 11):
+                    continue
+                q = pkt[ihl + 8:]
+                qihl = (q[0] & 0x0F) * 4
+                if len(q) < qihl + 8 or q[9] != socket.IPPROTO_UDP:
+                    continue
+                qs, qd = struct.unpack("!HH", q[qihl:qihl + 4])
+                if (qs, qd) == (sport, dport) and socket.inet_ntoa(q[16:20]) == dst:
+                    got = src
+            hops.append(got)
+            if got == dst:
+                break
+    finally:
+        icmp.close()
+        udp.close()
+    return hops
+
+
 def http_get(url, timeout=5.0):
     """GET url without any proxy; returns (status, body text)."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))

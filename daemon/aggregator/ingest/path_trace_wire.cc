@@ -21,7 +21,10 @@ bool NumericAddress(const std::string& s) {
 
 std::optional<TraceRefusal> Check(const v1::PathTrace& t) {
   if (t.transport() != v1::TRANSPORT_UDP) return TraceRefusal::kTransport;
-  if (t.dst_node().empty() || t.dst_node().size() > kMaxNodeName) return TraceRefusal::kPeer;
+  // A responder may not know the name of a node that probes it; the intake names it by address.
+  if ((t.dst_node().empty() && !t.echo()) || t.dst_node().size() > kMaxNodeName) {
+    return TraceRefusal::kPeer;
+  }
   if (t.src_port() == 0 || t.src_port() > 65535 || t.dst_port() == 0 || t.dst_port() > 65535) {
     return TraceRefusal::kPort;
   }
@@ -75,6 +78,7 @@ WireTraces TracesFromWire(const v1::PathTraceReport& report) {
     }
     WireTrace w;
     w.dst_node = t.dst_node();
+    w.dst_address = t.dst_address();
     w.src_port = static_cast<uint16_t>(t.src_port());
     w.dst_port = static_cast<uint16_t>(t.dst_port());
     w.echo = t.echo();

@@ -29,7 +29,8 @@ std::string_view TraceRefusalName(TraceRefusal r);
 
 // One accepted trace. hops[k] answered TTL k+1; "" is a silent hop (a TTL the report left out).
 struct WireTrace {
-  std::string dst_node;
+  std::string dst_node;  // "" only on an echo: the prober is then named by dst_address
+  std::string dst_address;
   uint16_t src_port = 0;
   uint16_t dst_port = 0;
   bool echo = false;  // an echo's trace: dst_port is the peer's probe source port

@@ -52,6 +52,23 @@ TEST(PathTraceWire, AnEchoTraceKeepsThePeersSourcePort) {
   EXPECT_TRUE(w.traces[0].echo);
   EXPECT_EQ(w.traces[0].src_port, 9753);
   EXPECT_EQ(w.traces[0].dst_port, 40001);
+  EXPECT_EQ(w.traces[0].dst_address, t.dst_address());
+}
+
+// A responder may not know the name of a node that probes it: its echo trace may leave the name
+// out (the intake names the prober by address); a forward trace may not.
+TEST(PathTraceWire, OnlyAnEchoMayComeWithoutThePeersName) {
+  v1::PathTraceReport r;
+  v1::PathTrace t = Good();
+  t.clear_dst_node();
+  *r.add_traces() = t;
+  t.set_echo(true);
+  *r.add_traces() = t;
+  const WireTraces w = TracesFromWire(r);
+  ASSERT_EQ(w.traces.size(), 1u);
+  EXPECT_TRUE(w.traces[0].echo);
+  EXPECT_EQ(w.traces[0].dst_node, "");
+  EXPECT_EQ(Refused(w, TraceRefusal::kPeer), 1u);
 }
 
 TEST(PathTraceWire, MissingTtlsAreSilentHops) {
