@@ -53,10 +53,13 @@ void TraceIntake::OnReport(const std::string& node,
   for (size_t i = 0; i < kTraceRefusalCount; ++i) Refuse(i, w.refused[i], node);
   const int64_t now_ns = clock_.MonotonicNanos();
   for (const WireTrace& t : w.traces) {
-    // An echo's trace is kept under the prober's flow: the peer and its source port.
-    const analysis::TraceOutcome o =
-        t.echo ? traced_->RecordEcho(node, t.dst_node, t.dst_port, t.hops, now_ns)
-               : traced_->Record(node, t.dst_node, t.src_port, t.hops, now_ns);
+    // An echo's trace is kept under the prober's flow: the peer and its source port. The
+    // addresses name the NICs, hence the rail, the flow was on.
+    const analysis::TraceOutcome o = t.echo
+                                         ? traced_->RecordEcho(node, t.dst_node, t.dst_port, t.hops,
+                                                               now_ns, t.src_address, t.dst_address)
+                                         : traced_->Record(node, t.dst_node, t.src_port, t.hops,
+                                                           now_ns, t.src_address, t.dst_address);
     outcomes_[static_cast<size_t>(o.kind)]->Inc();
   }
 }

@@ -33,6 +33,8 @@ struct WireTrace {
   uint16_t src_port = 0;
   uint16_t dst_port = 0;
   bool echo = false;  // an echo's trace: dst_port is the peer's probe source port
+  std::string src_address;  // the NIC the trace left from ("" when the agent did not say)
+  std::string dst_address;  // the peer NIC it went to
   std::vector<std::string> hops;
   bool reached_peer = false;
 };
