@@ -40,6 +40,9 @@ std::optional<uint32_t> RailIndex::Single(uint64_t bits) {
 
 std::optional<uint32_t> RailIndex::OfNic(HostNicIndex nic) const {
   if (nic >= map_.host_nics().size()) return std::nullopt;
+  // Only where rails are planes of their own: NICs of several rails on one leaf (a leaf per host)
+  // have a position, not a rail.
+  if (!OfSwitch(map_.host_nics()[nic].leaf)) return std::nullopt;
   return map_.RailOf(nic);
 }
 

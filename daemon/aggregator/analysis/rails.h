@@ -21,6 +21,7 @@ class RailIndex {
 
   // Some node has two NICs or more: findings say their rail.
   bool multi_rail() const { return multi_rail_; }
+  // A NIC's rail, when its leaf serves that rail alone.
   std::optional<uint32_t> OfNic(aggregator::HostNicIndex nic) const;
   std::optional<uint32_t> OfSwitch(aggregator::SwitchIndex sw) const;
   // An access link: its NIC's rail; a switch link: the one rail both ends serve.

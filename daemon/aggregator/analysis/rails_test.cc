@@ -264,6 +264,18 @@ TEST(RailIndex, NamesTheRailOfLinksSwitchesAndNics) {
   EXPECT_FALSE(rails.OfLocation({"switch", "r0-spine0,r1-spine1", "", "", 0}));
   EXPECT_FALSE(rails.OfLocation({"node", "n1-2", "n1-2", "", 0}));
   EXPECT_FALSE(RailIndex(*RailMap(true, 1)).multi_rail());
+  // A leaf per host: both NICs on one leaf are positions, not rails.
+  auto shared = FabricMap::Parse(
+      "switches:\n  - {name: leafA, tier: leaf}\n  - {name: leafB, tier: leaf}\n"
+      "  - {name: spine, tier: spine}\nlinks:\n  - {a: leafA, b: spine}\n  - {a: leafB, b: spine}\n"
+      "hosts:\n  - {node: a, nic: mlx5_0, address: 198.18.0.1, switch: leafA}\n"
+      "  - {node: a, nic: mlx5_1, address: 198.18.0.2, switch: leafA}\n"
+      "  - {node: b, nic: mlx5_0, address: 198.18.0.3, switch: leafB}\n"
+      "  - {node: b, nic: mlx5_1, address: 198.18.0.4, switch: leafB}\n");
+  ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+  const RailIndex per_host(*shared);
+  EXPECT_FALSE(per_host.OfNic(*shared->FindHostNic("a", "mlx5_1")));
+  EXPECT_FALSE(per_host.OfLink(*shared->FindLink("leafA~spine")));
 }
 
 ReportedProbe Result(const std::string& src_nic, const std::string& dst_nic, bool lost) {
