@@ -84,10 +84,13 @@ void TraceIntake::OnReport(const std::string& node,
       }
       prober = &it->second;
     }
-    // An echo's trace is kept under the prober's flow: the peer and its source port.
+    // An echo's trace is kept under the prober's flow: the peer and its source port. The
+    // addresses name the NICs, hence the rail, the flow was on.
     const analysis::TraceOutcome o =
-        t.echo ? traced_->RecordEcho(node, *prober, t.dst_port, t.hops, now_ns)
-               : traced_->Record(node, *prober, t.src_port, t.hops, now_ns);
+        t.echo ? traced_->RecordEcho(node, *prober, t.dst_port, t.hops, now_ns, t.src_address,
+                                     t.dst_address)
+               : traced_->Record(node, *prober, t.src_port, t.hops, now_ns, t.src_address,
+                                 t.dst_address);
     outcomes_[static_cast<size_t>(o.kind)]->Inc();
   }
   Refuse(static_cast<size_t>(TraceRefusal::kPeer), unnamed, node);

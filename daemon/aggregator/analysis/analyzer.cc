@@ -120,10 +120,21 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
       cur_.bw_ratio_sum += o.bw_ratio;
     }
 
-    if (!cur_.mapped) return;
-    o.src_access = pair.paths.src_access;
-    o.dst_access = pair.paths.dst_access;
-    o.core = pair.paths.core.get();
+    // The flow's own paths: its NIC pair's rail, leaves and access links when its results named
+    // NICs, else the pair's (as before NICs were reported).
+    const PathSet& paths = flow.paths ? *flow.paths : pair.paths;
+    const bool own_paths = &paths != &pair.paths;
+    const bool mapped = a_.map_ && paths.path_class != PathClass::kUnknown && paths.core;
+    if (!mapped) return;
+    if (own_paths && bad && !cur_.rail_bad) {
+      // The pair's findings (and escalation) look at the paths of its bad flows' rail.
+      cur_.mapped = true;
+      cur_.paths = paths;
+      cur_.rail_bad = true;
+    }
+    o.src_access = paths.src_access;
+    o.dst_access = paths.dst_access;
+    o.core = paths.core.get();
     o.path = flow.path;
     o.path_source = flow.path >= 0 || !o.core || o.core->paths.size() <= 1
                         ? PathSource::kMap
@@ -132,13 +143,15 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     // trace probes share their 5-tuple, and other transports hash differently.
     if (a_.traced_ && o.core && o.core->paths.size() > 1 && pair.transport == Transport::kUdp &&
         !a_.traced_->empty()) {
+      // Only a trace taken between the flow's own NICs: two rails may share source ports.
+      const FlowNics nics = NicsOfPaths(*a_.map_, paths);
       const std::optional<int32_t> traced =
-          a_.traced_->PathOf(pair.src, pair.dst, flow.src_port, now_ns_);
+          a_.traced_->PathOf(pair.src, pair.dst, flow.src_port, now_ns_, nics);
       if (traced && static_cast<size_t>(*traced) < o.core->paths.size()) {
         o.path = *traced;
         o.path_source = PathSource::kTraced;
         const std::optional<int32_t> echo =
-            a_.traced_->EchoPathOf(pair.src, pair.dst, flow.src_port, now_ns_);
+            a_.traced_->EchoPathOf(pair.src, pair.dst, flow.src_port, now_ns_, nics);
         if (echo && static_cast<size_t>(*echo) < o.core->paths.size()) o.echo_path = *echo;
       }
     }
@@ -225,6 +238,7 @@ Analyzer::Analyzer(const Clock& clock, std::shared_ptr<const FabricMap> map,
       store_(store),
       flows_(*pairs, std::move(resolver), config.bandwidth_window_s),
       traced_(map_ ? std::make_unique<TracedPaths>(map_, pairs->names()) : nullptr),
+      rails_(map_ ? std::make_unique<RailIndex>(*map_) : nullptr),
       tomography_(map_),
       tracker_(config) {
   if (store_) {
@@ -492,7 +506,8 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
   for (int s = 0; s < kSignalCount; ++s) {
     ev.blames[s] = tomography_.Localize(static_cast<Signal>(s), ev.specs[s]);
   }
-  BuildObservations(BlameContext{map_.get(), flows_, tomography_, config_, &tracker_}, ev);
+  BuildObservations(BlameContext{map_.get(), flows_, tomography_, config_, &tracker_, rails_.get()},
+                    ev);
 }
 
 void Analyzer::Publish(const ElementTracker::Changes& changes, const Evaluation& ev, double now_s,

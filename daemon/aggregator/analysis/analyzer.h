@@ -20,6 +20,7 @@
 #include "daemon/aggregator/analysis/element_tracker.h"
 #include "daemon/aggregator/analysis/flow_table.h"
 #include "daemon/aggregator/analysis/host_delay.h"
+#include "daemon/aggregator/analysis/rails.h"
 #include "daemon/aggregator/analysis/rdma_loss.h"
 #include "daemon/aggregator/analysis/tomography.h"
 #include "daemon/aggregator/analysis/traced_paths.h"
@@ -132,6 +133,7 @@ class Analyzer {
   FindingsStore* store_;
   FlowTable flows_;
   std::unique_ptr<TracedPaths> traced_;  // null without a map
+  std::unique_ptr<RailIndex> rails_;     // null without a map
   Tomography tomography_;
   ElementTracker tracker_;
   HostDelays host_delays_;

@@ -219,10 +219,15 @@ class Blamer {
     return worst >= c_.severe_latency_inflation ? 0 : c_.latency_confirm_ticks;
   }
 
+  // In a multi-rail fabric, the rail of the finding's element (evidence `rail`), said in its
+  // summary (blame_rail.cc).
+  void AddRail(Finding& f) const;
+
   // Emits `f` for `key`, or adds its evidence to an observation of `key` emitted this tick.
   void Merge(const std::string& key, Finding f);
 
   void Emit(std::string key, Finding f, bool can_flap, int confirm_ticks = 0) {
+    AddRail(f);
     ev_.observations.emplace_back(std::move(key),
                                   Observation{std::move(f), can_flap, confirm_ticks});
   }

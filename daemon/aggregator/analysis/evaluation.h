@@ -41,7 +41,8 @@ struct PairAgg {
   NodeId a = 0;  // a < b
   NodeId b = 0;
   bool mapped = false;
-  PathSet paths;  // of the a→b direction, when mapped
+  PathSet paths;  // of the a→b direction, when mapped; the rail of a bad flow that named NICs
+  bool rail_bad = false;  // `paths` are a bad flow's own NIC pair's
   uint32_t flows = 0;
   uint32_t bad_flows = 0;  // bad in any signal
   // Of those, per signal: a pair fires on the evidence of one signal, and its bad flows must be
@@ -96,6 +97,7 @@ struct BlameContext {
   const Tomography& tomography;
   const AnalysisConfig& config;
   const ElementTracker* tracker = nullptr;  // the state before this tick
+  const RailIndex* rails = nullptr;         // null without a map: findings name no rail
 };
 
 // Fills ev.observations, ev.instants and ev.link_elements.

@@ -77,7 +77,9 @@ void FlowTable::Scan(int64_t now_ns, Visitor& visitor) {
     for (const FlowSeen& f : p.flows) {
       const FlowWindow w = WindowOf(f, now_s);
       if (w.probes == 0 && w.goodput_bps == 0) continue;
-      visitor.Flow(ref, FlowRef{f.src_port, f.flow_id, f.path}, w);
+      const PathSet* paths =
+          f.nics == 0 || f.nics > p.nic_pairs.size() ? &p.paths : &p.nic_pairs[f.nics - 1].paths;
+      visitor.Flow(ref, FlowRef{f.src_port, f.flow_id, f.path, paths}, w);
     }
     visitor.EndPair(ref);
   });

@@ -60,6 +60,9 @@ struct FlowRef {
   uint16_t src_port = 0;
   uint32_t flow_id = 0;
   int32_t path = -1;  // resolved path index, -1 when every candidate path is possible
+  // The flow's own candidate paths: its NIC pair's (its rail, leaves and access links) when its
+  // results named NICs, else the pair's. `path` indexes these. Never null in a Scan.
+  const PathSet* paths = nullptr;
 };
 
 // Thread-safe: a view of an aggregator::PairTable, which ingest writes once per batch and which

@@ -44,8 +44,27 @@ TracedPaths::TracedPaths(std::shared_ptr<const FabricMap> map,
       max_flows_(max_flows),
       max_age_ns_(max_age_s * 1'000'000'000) {}
 
-TraceOutcome TracedPaths::Match(std::string_view src, std::string_view dst,
-                                std::span<const std::string> hops) const {
+FlowNics NicsOfPaths(const FabricMap& map, const PathSet& paths) {
+  FlowNics n;
+  const auto& links = map.links();
+  if (paths.src_access < links.size()) n.src = links[paths.src_access].host_nic;
+  if (paths.dst_access < links.size()) n.dst = links[paths.dst_access].host_nic;
+  return n;
+}
+
+PathSet TracedPaths::PathsOfTrace(std::string_view src, std::string_view dst,
+                                  std::string_view src_address,
+                                  std::string_view dst_address) const {
+  if (!map_) return PathSet{};
+  if (!src_address.empty() && !dst_address.empty()) {
+    const std::optional<aggregator::HostNicIndex> s = map_->HostNicAt(src, src_address);
+    const std::optional<aggregator::HostNicIndex> d = map_->HostNicAt(dst, dst_address);
+    if (s && d) return map_->Paths(*s, *d);
+  }
+  return map_->PathsBetweenNodes(src, dst);
+}
+
+TraceOutcome TracedPaths::Match(const PathSet& paths, std::span<const std::string> hops) const {
   TraceOutcome out;
   // Hop k as a switch of the map; nullopt for a silent hop or an address no switch lists.
   std::vector<std::optional<SwitchIndex>> at(hops.size());
@@ -58,8 +77,6 @@ TraceOutcome TracedPaths::Match(std::string_view src, std::string_view dst,
   out.unknown_hops.erase(std::unique(out.unknown_hops.begin(), out.unknown_hops.end()),
                          out.unknown_hops.end());
 
-  PathSet paths;
-  if (map_) paths = map_->PathsBetweenNodes(src, dst);
   if (paths.PathCount() == 0) return out;
   int matches = 0;
   for (size_t i = 0; i < paths.PathCount(); ++i) {
@@ -80,8 +97,9 @@ TraceOutcome TracedPaths::Match(std::string_view src, std::string_view dst,
   return out;
 }
 
-void TracedPaths::Store(PairMap& table, uint64_t key, uint16_t port, TraceOutcome& out,
-                        int64_t now_ns, std::string_view src, std::string_view dst) {
+void TracedPaths::Store(PairMap& table, uint64_t key, uint16_t port, FlowNics nics,
+                        TraceOutcome& out, int64_t now_ns, std::string_view src,
+                        std::string_view dst) {
   ++stats_.traces;
   switch (out.kind) {
     case TraceOutcome::kResolved:
@@ -98,8 +116,8 @@ void TracedPaths::Store(PairMap& table, uint64_t key, uint16_t port, TraceOutcom
       break;
   }
   std::vector<Entry>& flows = table[key];
-  auto it =
-      std::find_if(flows.begin(), flows.end(), [&](const Entry& e) { return e.src_port == port; });
+  auto it = std::find_if(flows.begin(), flows.end(),
+                         [&](const Entry& e) { return e.src_port == port && e.nics == nics; });
   if (it == flows.end()) {
     if (flows_ >= max_flows_) {
       LogRefusal(++stats_.refused, "table_full", src, dst);
@@ -112,6 +130,7 @@ void TracedPaths::Store(PairMap& table, uint64_t key, uint16_t port, TraceOutcom
     flow_count_.store(flows_, std::memory_order_relaxed);
     Entry fresh;
     fresh.src_port = port;
+    fresh.nics = nics;
     it = flows.insert(flows.end(), std::move(fresh));
   } else if (it->path >= 0 && out.path >= 0 && it->path != out.path) {
     ++stats_.moved;
@@ -123,23 +142,27 @@ void TracedPaths::Store(PairMap& table, uint64_t key, uint16_t port, TraceOutcom
 }
 
 TraceOutcome TracedPaths::Record(std::string_view src, std::string_view dst, uint16_t src_port,
-                                 std::span<const std::string> hops, int64_t now_ns) {
+                                 std::span<const std::string> hops, int64_t now_ns,
+                                 std::string_view src_address, std::string_view dst_address) {
   if (hops.size() > kMaxHops) {
     WriterLock lock(mu_);
     ++stats_.traces;
     LogRefusal(++stats_.refused, "too_many_hops", src, dst);
     return {};
   }
-  TraceOutcome out = Match(src, dst, hops);
+  const PathSet paths = PathsOfTrace(src, dst, src_address, dst_address);
+  TraceOutcome out = Match(paths, hops);
+  const FlowNics nics = map_ ? NicsOfPaths(*map_, paths) : FlowNics{};
   const uint64_t key = Key(names_->Intern(src), names_->Intern(dst));
   WriterLock lock(mu_);
-  Store(by_pair_, key, src_port, out, now_ns, src, dst);
+  Store(by_pair_, key, src_port, nics, out, now_ns, src, dst);
   return out;
 }
 
 TraceOutcome TracedPaths::RecordEcho(std::string_view responder, std::string_view prober,
                                      uint16_t prober_port, std::span<const std::string> hops,
-                                     int64_t now_ns) {
+                                     int64_t now_ns, std::string_view responder_address,
+                                     std::string_view prober_address) {
   if (hops.size() > kMaxHops) {
     WriterLock lock(mu_);
     ++stats_.traces;
@@ -147,12 +170,17 @@ TraceOutcome TracedPaths::RecordEcho(std::string_view responder, std::string_vie
     LogRefusal(++stats_.refused, "too_many_hops", responder, prober);
     return {};
   }
-  TraceOutcome out = Match(responder, prober, hops);
+  const PathSet back = PathsOfTrace(responder, prober, responder_address, prober_address);
+  TraceOutcome out = Match(back, hops);
+  // The prober -> responder path set between the same two NICs.
+  PathSet fwd;
+  if (map_ && back.src_access < map_->links().size() && back.dst_access < map_->links().size()) {
+    fwd = map_->Paths(map_->links()[back.dst_access].host_nic,
+                      map_->links()[back.src_access].host_nic);
+  }
   if (out.kind == TraceOutcome::kResolved) {
     // The same links in the prober -> responder path set: its paths list the same equal-cost
     // routes, not necessarily in the same order.
-    const PathSet back = map_->PathsBetweenNodes(responder, prober);
-    const PathSet fwd = map_->PathsBetweenNodes(prober, responder);
     const auto back_path = back.core->paths[static_cast<size_t>(out.path)];
     std::vector<aggregator::LinkIndex> want(back_path.begin(), back_path.end());
     std::sort(want.begin(), want.end());
@@ -171,16 +199,17 @@ TraceOutcome TracedPaths::RecordEcho(std::string_view responder, std::string_vie
   const uint64_t key = Key(names_->Intern(prober), names_->Intern(responder));
   WriterLock lock(mu_);
   ++stats_.echoes;
-  Store(echo_by_pair_, key, prober_port, out, now_ns, responder, prober);
+  Store(echo_by_pair_, key, prober_port, map_ ? NicsOfPaths(*map_, fwd) : FlowNics{}, out, now_ns,
+        responder, prober);
   return out;
 }
 
 std::optional<int32_t> TracedPaths::Lookup(const PairMap& table, uint64_t key, uint16_t port,
-                                           int64_t now_ns) const {
+                                           FlowNics nics, int64_t now_ns) const {
   auto p = table.find(key);
   if (p == table.end()) return std::nullopt;
   for (const Entry& e : p->second) {
-    if (e.src_port != port) continue;
+    if (e.src_port != port || (nics.known() && e.nics != nics)) continue;
     if (e.path < 0 || now_ns - e.at_ns > max_age_ns_) return std::nullopt;
     return e.path;
   }
@@ -188,15 +217,15 @@ std::optional<int32_t> TracedPaths::Lookup(const PairMap& table, uint64_t key, u
 }
 
 std::optional<int32_t> TracedPaths::PathOf(NodeId src, NodeId dst, uint16_t src_port,
-                                           int64_t now_ns) const {
+                                           int64_t now_ns, FlowNics nics) const {
   ReaderLock lock(mu_);
-  return Lookup(by_pair_, Key(src, dst), src_port, now_ns);
+  return Lookup(by_pair_, Key(src, dst), src_port, nics, now_ns);
 }
 
 std::optional<int32_t> TracedPaths::EchoPathOf(NodeId src, NodeId dst, uint16_t src_port,
-                                               int64_t now_ns) const {
+                                               int64_t now_ns, FlowNics nics) const {
   ReaderLock lock(mu_);
-  return Lookup(echo_by_pair_, Key(src, dst), src_port, now_ns);
+  return Lookup(echo_by_pair_, Key(src, dst), src_port, nics, now_ns);
 }
 
 std::vector<std::string> TracedPaths::UnknownHopsOf(NodeId src, NodeId dst) const {

@@ -39,6 +39,16 @@ struct TraceOutcome {
   std::vector<std::string> unknown_hops;
 };
 
+// The NICs (map indices) a flow leaves from and arrives at: which rail's paths its trace indexes.
+struct FlowNics {
+  aggregator::HostNicIndex src = aggregator::kNoIndex;
+  aggregator::HostNicIndex dst = aggregator::kNoIndex;
+  bool known() const { return src != aggregator::kNoIndex && dst != aggregator::kNoIndex; }
+  bool operator==(const FlowNics&) const = default;
+};
+// The NICs of a path set's access links; unknown when the set is not mapped.
+FlowNics NicsOfPaths(const aggregator::FabricMap& map, const aggregator::PathSet& paths);
+
 // Thread-safe: ingest records traces, the analyzer's tick reads them.
 class TracedPaths {
  public:
@@ -52,24 +62,32 @@ class TracedPaths {
 
   // A trace of the UDP flow src -> dst from source port `src_port`; hops[k] answered for ttl k+1
   // ("" when silent). A new trace of a flow replaces its last one (a path moves after a reroute).
+  // The trace's addresses (PathTrace.src_address, dst_address) name the NICs, hence the rail, it
+  // was taken on; when either is empty or no NIC of its node has it, the flow is taken to be on
+  // the nodes' first common rail (FabricMap::PathsBetweenNodes).
   TraceOutcome Record(std::string_view src, std::string_view dst, uint16_t src_port,
-                      std::span<const std::string> hops, int64_t now_ns);
+                      std::span<const std::string> hops, int64_t now_ns,
+                      std::string_view src_address = {}, std::string_view dst_address = {});
 
   // A trace of the echo that `responder` sends back for `prober`'s flow from `prober_port`
   // (PathTrace.echo). The echo hashes its own 5-tuple and may take another equal-cost path than
   // the probe; its path is kept as an index of the prober -> responder PathSet, so that it reads
   // like PathOf. The outcome's `path` is that index too.
+  // The addresses are the echo's: the responder's NIC, then the prober's.
   TraceOutcome RecordEcho(std::string_view responder, std::string_view prober, uint16_t prober_port,
-                          std::span<const std::string> hops, int64_t now_ns);
+                          std::span<const std::string> hops, int64_t now_ns,
+                          std::string_view responder_address = {},
+                          std::string_view prober_address = {});
 
   // The path index the flow's last trace gave, if resolved and no older than max_age. `src` and
-  // `dst` are ids of the interner this was built with (the pair table's).
+  // `dst` are ids of the interner this was built with (the pair table's). With `nics` known only
+  // a trace taken between those NICs answers (an index of their PathSet); without, any.
   std::optional<int32_t> PathOf(aggregator::NodeId src, aggregator::NodeId dst, uint16_t src_port,
-                                int64_t now_ns) const;
+                                int64_t now_ns, FlowNics nics = {}) const;
   // The path the echo of the flow src -> dst from `src_port` takes back, as an index of the
   // src -> dst PathSet (RecordEcho); nullopt when unknown, unresolved or too old.
   std::optional<int32_t> EchoPathOf(aggregator::NodeId src, aggregator::NodeId dst,
-                                    uint16_t src_port, int64_t now_ns) const;
+                                    uint16_t src_port, int64_t now_ns, FlowNics nics = {}) const;
   // No trace recorded yet: lets the analyzer skip the lookups (no lock).
   bool empty() const { return flow_count_.load(std::memory_order_relaxed) == 0; }
 
@@ -92,6 +110,7 @@ class TracedPaths {
  private:
   struct Entry {
     uint16_t src_port = 0;
+    FlowNics nics;  // the rail's NICs, prober -> responder
     int32_t path = -1;
     int64_t at_ns = 0;
     std::vector<std::string> unknown_hops;
@@ -100,13 +119,17 @@ class TracedPaths {
   static uint64_t Key(aggregator::NodeId s, aggregator::NodeId d) {
     return (static_cast<uint64_t>(s) << 32) | d;
   }
-  // Which path of the src -> dst map paths the hops match (no lock).
-  TraceOutcome Match(std::string_view src, std::string_view dst,
-                     std::span<const std::string> hops) const;
-  // Keeps the outcome as flow `port` of the pair `key` in `table`.
-  void Store(PairMap& table, uint64_t key, uint16_t port, TraceOutcome& out, int64_t now_ns,
-             std::string_view src, std::string_view dst) FW_REQUIRES(mu_);
-  std::optional<int32_t> Lookup(const PairMap& table, uint64_t key, uint16_t port,
+  // The paths a trace from `src` to `dst` between these addresses indexes: the NIC pair's when
+  // both addresses are NICs of those nodes, else the nodes' (no lock).
+  aggregator::PathSet PathsOfTrace(std::string_view src, std::string_view dst,
+                                   std::string_view src_address,
+                                   std::string_view dst_address) const;
+  // Which path of `paths` the hops match (no lock).
+  TraceOutcome Match(const aggregator::PathSet& paths, std::span<const std::string> hops) const;
+  // Keeps the outcome as flow (`port`, `nics`) of the pair `key` in `table`.
+  void Store(PairMap& table, uint64_t key, uint16_t port, FlowNics nics, TraceOutcome& out,
+             int64_t now_ns, std::string_view src, std::string_view dst) FW_REQUIRES(mu_);
+  std::optional<int32_t> Lookup(const PairMap& table, uint64_t key, uint16_t port, FlowNics nics,
                                 int64_t now_ns) const FW_REQUIRES_SHARED(mu_);
 
   std::shared_ptr<const aggregator::FabricMap> map_;

@@ -69,7 +69,14 @@ uint32_t PairTable::FindOrCreateLocked(Shard& shard, NodeId src, NodeId dst, Tra
   p.dst = dst;
   p.transport = t;
   p.live = true;
-  if (map_) p.paths = map_->PathsBetweenNodes(NameOf(src), NameOf(dst));
+  if (map_) {
+    p.paths = map_->PathsBetweenNodes(NameOf(src), NameOf(dst));
+    const auto& links = map_->links();
+    if (p.paths.src_access < links.size() && p.paths.dst_access < links.size()) {
+      p.own_src_nic = &map_->host_nics()[links[p.paths.src_access].host_nic].nic;
+      p.own_dst_nic = &map_->host_nics()[links[p.paths.dst_access].host_nic].nic;
+    }
+  }
   shard.by_key.emplace(key, index);
   shard.by_source[src].push_back(index);
   return index;
@@ -87,9 +94,38 @@ std::optional<PairHandle> PairTable::Resolve(std::string_view src, std::string_v
   return PairHandle{static_cast<uint32_t>(ShardOf(s)), index, shard.pairs[index].generation};
 }
 
-uint32_t PairTable::FlowOfLocked(Pair& p, uint16_t src_port, uint32_t flow_id) {
+bool PairTable::OwnNics(const Pair& p, std::string_view src_nic, std::string_view dst_nic) {
+  if ((src_nic.empty() && dst_nic.empty()) || !p.own_src_nic || !p.own_dst_nic) return true;
+  return *p.own_src_nic == src_nic && *p.own_dst_nic == dst_nic;
+}
+
+uint8_t PairTable::NicsOfLocked(Pair& p, std::string_view src_nic, std::string_view dst_nic) {
+  if (OwnNics(p, src_nic, dst_nic)) return 0;
+  if (!p.nic_pairs) p.nic_pairs = std::make_unique<std::vector<NicPair>>();
+  std::vector<NicPair>& pairs = *p.nic_pairs;
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    if (pairs[k].src_nic == src_nic && pairs[k].dst_nic == dst_nic) {
+      return static_cast<uint8_t>(k + 1);
+    }
+  }
+  if (pairs.size() >= kMaxNicPairs) return 0;
+  NicPair& added = pairs.emplace_back();
+  added.src_nic = src_nic;
+  added.dst_nic = dst_nic;
+  added.paths = map_->PathsBetweenNics(NameOf(p.src), src_nic, NameOf(p.dst), dst_nic);
+  return static_cast<uint8_t>(pairs.size());
+}
+
+bool PairTable::SameNicsLocked(const Pair& p, const FlowSeen& f, const ReportedProbe& r) {
+  if (f.nics == 0) return OwnNics(p, r.src_nic, r.dst_nic);
+  const NicPair& n = (*p.nic_pairs)[f.nics - 1];
+  return n.src_nic == r.src_nic && n.dst_nic == r.dst_nic;
+}
+
+uint32_t PairTable::FlowOfLocked(Pair& p, uint16_t src_port, uint32_t flow_id, uint8_t nics) {
   for (size_t i = 0; i < p.flows.size(); ++i) {
-    if (p.flows[i].src_port == src_port && p.flows[i].flow_id == flow_id) {
+    if (p.flows[i].src_port == src_port && p.flows[i].flow_id == flow_id &&
+        p.flows[i].nics == nics) {
       return static_cast<uint32_t>(i);
     }
   }
@@ -104,10 +140,12 @@ uint32_t PairTable::FlowOfLocked(Pair& p, uint16_t src_port, uint32_t flow_id) {
   }
   f->src_port = src_port;
   f->flow_id = flow_id;
-  if (resolver_ && p.paths.PathCount() > 0) {
+  f->nics = nics;
+  const PathSet& paths = nics == 0 ? p.paths : (*p.nic_pairs)[nics - 1].paths;
+  if (resolver_ && paths.PathCount() > 0) {
     const std::optional<uint32_t> path =
-        resolver_(NameOf(p.src), NameOf(p.dst), src_port, flow_id, p.paths);
-    if (path && *path < p.paths.PathCount() && *path <= INT16_MAX) {
+        resolver_(NameOf(p.src), NameOf(p.dst), src_port, flow_id, paths);
+    if (path && *path < paths.PathCount() && *path <= INT16_MAX) {
       f->path = static_cast<int16_t>(*path);
     }
   }
@@ -185,7 +223,7 @@ size_t PairTable::RecordBatch(std::span<const ReportedProbe> results, int64_t no
       if (cp.live && cp.generation == c->generation) {
         p = &cp;
         if (c->flow < cp.flows.size() && cp.flows[c->flow].src_port == r.src_port &&
-            cp.flows[c->flow].flow_id == r.flow_id) {
+            cp.flows[c->flow].flow_id == r.flow_id && SameNicsLocked(cp, cp.flows[c->flow], r)) {
           f = &cp.flows[c->flow];
         }
       }
@@ -202,7 +240,8 @@ size_t PairTable::RecordBatch(std::span<const ReportedProbe> results, int64_t no
         }
         p = &shard.pairs[index];
       }
-      const uint32_t flow = FlowOfLocked(*p, r.src_port, r.flow_id);
+      const uint32_t flow =
+          FlowOfLocked(*p, r.src_port, r.flow_id, NicsOfLocked(*p, r.src_nic, r.dst_nic));
       f = &p->flows[flow];
       runs.Remember(RecentPair{runs.dst(), r.transport, index, p->generation, flow});
     }
@@ -254,7 +293,9 @@ void PairTable::ForEachPairFlows(const std::function<void(const PairFlows&)>& fn
   for (Shard& shard : shards_) {
     MutexLock lock(shard.mu);
     for (Pair& p : shard.pairs) {
-      if (p.live) fn(PairFlows{p.src, p.dst, p.transport, p.paths, p.baseline, p.flows});
+      if (p.live) {
+        fn(PairFlows{p.src, p.dst, p.transport, p.paths, p.baseline, p.flows, NicPairsOf(p)});
+      }
     }
   }
 }
@@ -266,7 +307,7 @@ void PairTable::ForEachPairFlowsFrom(NodeId src, const std::function<void(const 
   if (it == shard.by_source.end()) return;
   for (uint32_t index : it->second) {
     Pair& p = shard.pairs[index];
-    fn(PairFlows{p.src, p.dst, p.transport, p.paths, p.baseline, p.flows});
+    fn(PairFlows{p.src, p.dst, p.transport, p.paths, p.baseline, p.flows, NicPairsOf(p)});
   }
 }
 
@@ -342,7 +383,10 @@ size_t PairTable::FlowBytes() const {
   size_t bytes = 0;
   for (const Shard& shard : shards_) {
     MutexLock lock(shard.mu);
-    for (const Pair& p : shard.pairs) bytes += p.flows.capacity() * sizeof(FlowSeen);
+    for (const Pair& p : shard.pairs) {
+      bytes += p.flows.capacity() * sizeof(FlowSeen);
+      if (p.nic_pairs) bytes += p.nic_pairs->capacity() * sizeof(NicPair);
+    }
   }
   return bytes;
 }

@@ -43,8 +43,17 @@ struct FlowSlot {
   uint16_t ratio_q = 0;  // Σ min(rtt/reference, kRatioClip) in 1/kRatioScale units, saturating
 };
 
-// One distinct flow (source port, flow id) seen on a pair: its short window as one-second slots,
-// the path it takes when known, and its last bandwidth sample.
+// One NIC pair that results of a node pair named (ReportedProbe::src_nic, dst_nic), other than the
+// pair's own (the nodes' first common rail), with the candidate paths between those NICs: each
+// rail of a multi-rail host has its own leaves and spines.
+struct NicPair {
+  std::string src_nic;
+  std::string dst_nic;
+  PathSet paths;  // FabricMap::PathsBetweenNics: the node pair's paths when the map lacks a NIC
+};
+
+// One distinct flow (NIC pair, source port, flow id) seen on a pair: its short window as one-second
+// slots, the path it takes when known, and its last bandwidth sample.
 struct FlowSeen {
   static constexpr int kSlots = 10;  // one-second slots: the 10 s short window
   static constexpr double kRatioClip = 64.0;
@@ -57,6 +66,10 @@ struct FlowSeen {
   uint32_t goodput_s = 0;
   float goodput_bps = 0;
   std::array<FlowSlot, kSlots> slots{};
+  // 0: the pair's paths (the results named no NIC, or the NICs of those paths, or the pair has no
+  // map paths); k: the pair's NIC pair k-1. Two rails may use the same source ports and flow ids:
+  // the NIC pair keeps their flows apart.
+  uint8_t nics = 0;
 };
 
 // The store's seconds for flows: aggregator monotonic seconds + 1, so that 0 means "never".
@@ -75,6 +88,7 @@ struct PairBaseline {
 };
 
 // Picks the one path (an index into PathSet::core->paths) a flow takes, when it can be known;
+// `paths` are the flow's own (its NIC pair's, else the pair's);
 // nullopt leaves the flow with every equal-cost path as a candidate. Called once per new flow,
 // under a table lock: must be fast and must not call back into the table.
 using PathResolver = std::function<std::optional<uint32_t>(std::string_view src,
@@ -96,6 +110,7 @@ struct PairFlows {
   const PathSet& paths;  // path_class kUnknown when the map does not know the pair
   PairBaseline& baseline;
   std::span<const FlowSeen> flows;
+  std::span<const NicPair> nic_pairs;  // FlowSeen::nics k > 0 is nic_pairs[k - 1]
 };
 
 // A read-only view of one pair, handed to visitors under the pair's shard lock.
@@ -120,6 +135,9 @@ class PairTable {
  public:
   static constexpr int kShards = 16;
   static constexpr size_t kMaxFlowsPerPair = 64;
+  // NIC pairs kept per node pair besides its own (8 rails each way is 64); results naming more
+  // take the pair's paths.
+  static constexpr size_t kMaxNicPairs = 64;
 
   static constexpr size_t kDefaultMaxPairs = 4'000'000;
 
@@ -193,8 +211,15 @@ class PairTable {
     bool live = false;
     uint32_t generation = 0;
     PathSet paths;
+    // The NIC names of `paths` (the map's strings), null when the pair has no map paths: checked
+    // for every result that names NICs, so kept at hand.
+    const std::string* own_src_nic = nullptr;
+    const std::string* own_dst_nic = nullptr;
     PairBaseline baseline;
     std::vector<FlowSeen> flows;
+    // Allocated at the first result naming another NIC pair than the pair's own: single-NIC fleets
+    // pay one pointer per pair.
+    std::unique_ptr<std::vector<NicPair>> nic_pairs;
     PairWindows windows;
   };
   // Where result k of a source's previous batch went: a pair slot and a flow in it. Agents send
@@ -229,9 +254,20 @@ class PairTable {
   // kNoIndex when the table is full.
   uint32_t FindOrCreateLocked(Shard& shard, NodeId src, NodeId dst, Transport t)
       FW_REQUIRES(shard.mu);
+  // REQUIRES: the pair's shard lock held. The FlowSeen::nics of a result naming these NICs (the
+  // NIC pair is added when new).
+  uint8_t NicsOfLocked(Pair& p, std::string_view src_nic, std::string_view dst_nic);
+  // REQUIRES: the pair's shard lock held. Whether flow `f` of `p` is the NIC pair a result names.
+  static bool SameNicsLocked(const Pair& p, const FlowSeen& f, const ReportedProbe& r);
+  // The NICs of the pair's own paths match these names; true when its paths are not mapped (NIC
+  // names cannot change them then).
+  static bool OwnNics(const Pair& p, std::string_view src_nic, std::string_view dst_nic);
+  static std::span<const NicPair> NicPairsOf(const Pair& p) {
+    return p.nic_pairs ? std::span<const NicPair>(*p.nic_pairs) : std::span<const NicPair>();
+  }
   // REQUIRES: the pair's shard lock held. The index of the flow in p.flows, created if new (the
   // flow seen longest ago makes room when the pair is full).
-  uint32_t FlowOfLocked(Pair& p, uint16_t src_port, uint32_t flow_id);
+  uint32_t FlowOfLocked(Pair& p, uint16_t src_port, uint32_t flow_id, uint8_t nics = 0);
   // REQUIRES: the pair's shard lock held.
   static void RecordLocked(Pair& p, FlowSeen& f, const ProbeSample& s, Transport t, int64_t now_ns);
   void VisitLocked(const Pair& p, const std::function<void(const PairView&)>& fn) const;

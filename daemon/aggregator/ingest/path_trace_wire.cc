@@ -78,10 +78,11 @@ WireTraces TracesFromWire(const v1::PathTraceReport& report) {
     }
     WireTrace w;
     w.dst_node = t.dst_node();
-    w.dst_address = t.dst_address();
     w.src_port = static_cast<uint16_t>(t.src_port());
     w.dst_port = static_cast<uint16_t>(t.dst_port());
     w.echo = t.echo();
+    w.src_address = t.src_address();
+    w.dst_address = t.dst_address();
     w.reached_peer = t.status() == v1::TRACE_STATUS_REACHED_PEER;
     if (t.hops_size() > 0) w.hops.resize(t.hops(t.hops_size() - 1).ttl());
     for (const v1::TraceHop& h : t.hops()) w.hops[h.ttl() - 1] = h.address();

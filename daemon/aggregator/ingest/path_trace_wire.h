@@ -30,10 +30,11 @@ std::string_view TraceRefusalName(TraceRefusal r);
 // One accepted trace. hops[k] answered TTL k+1; "" is a silent hop (a TTL the report left out).
 struct WireTrace {
   std::string dst_node;  // "" only on an echo: the prober is then named by dst_address
-  std::string dst_address;
   uint16_t src_port = 0;
   uint16_t dst_port = 0;
   bool echo = false;  // an echo's trace: dst_port is the peer's probe source port
+  std::string src_address;  // the NIC the trace left from ("" when the agent did not say)
+  std::string dst_address;  // the peer NIC it went to
   std::vector<std::string> hops;
   bool reached_peer = false;
 };

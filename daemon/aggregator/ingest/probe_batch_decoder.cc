@@ -137,6 +137,9 @@ void SetNodes(ReportedProbe& x, bool with_names, std::string_view node, NodeId n
 // An RDMA device name (mlx5_0), as Hello's endpoints allow (wire_convert.cc).
 constexpr size_t kMaxNicNameBytes = 64;
 
+// A NIC name that may end up in a finding's location: not too long, clean UTF-8.
+bool CleanNic(std::string_view s) { return s.size() <= kMaxNicNameBytes && IsCleanUtf8(s); }
+
 // Slots are reused: a row without the RDMA split must not keep an earlier row's.
 void ClearHostSplit(ReportedProbe& x) {
   x.prober_host_ns = 0;
@@ -145,17 +148,17 @@ void ClearHostSplit(ReportedProbe& x) {
   x.dst_nic.clear();
 }
 
-// The host delays of an rdma_ud result and its device names. The agent never exports a negative
-// delay; one that arrives anyway, or a name that is too long or not clean UTF-8 (it ends up in a
-// finding's location), is dropped alone: the RTT still counts.
+// The NICs a result went between (any transport: they name its rail) and the host delays of an
+// rdma_ud result. The agent never exports a negative delay; one that arrives anyway, or a name
+// that is too long or not clean UTF-8 (it ends up in a finding's location), is dropped alone: the
+// RTT still counts.
 void SetHostSplit(ReportedProbe& x, const v1::ProbeResult& r) {
   ClearHostSplit(x);
+  if (CleanNic(r.src_nic())) x.src_nic = r.src_nic();
+  if (CleanNic(r.dst_nic())) x.dst_nic = r.dst_nic();
   if (x.transport != Transport::kRdmaUd) return;
   x.prober_host_ns = std::max<int64_t>(r.prober_host_ns(), 0);
   x.responder_host_ns = std::max<int64_t>(r.responder_host_ns(), 0);
-  auto clean = [](const std::string& s) { return s.size() <= kMaxNicNameBytes && IsCleanUtf8(s); };
-  if (clean(r.src_nic())) x.src_nic = r.src_nic();
-  if (clean(r.dst_nic())) x.dst_nic = r.dst_nic();
 }
 
 bool SameNameTable(const v1::ProbeColumns& c, const PeerNameCache& cache) {
@@ -258,6 +261,15 @@ DecodeOutcome Decode(std::string_view node, NodeId node_id, const v1::ProbeBatch
         x.bytes = c.bytes().empty() ? 0 : c.bytes(row);
         x.goodput_bps = c.goodput_bps().empty() ? 0.0 : CleanGoodput(c.goodput_bps(row));
         ClearHostSplit(x);
+        // The NICs name the result's rail (the analyzer keys flows by them).
+        if (!c.src_nic().empty()) {
+          const std::string_view nic = name_of(c.src_nic(row));
+          if (CleanNic(nic)) x.src_nic.assign(nic);
+        }
+        if (!c.dst_nic().empty()) {
+          const std::string_view nic = name_of(c.dst_nic(row));
+          if (CleanNic(nic)) x.dst_nic.assign(nic);
+        }
       }
     } else if (cache) {
       cache->valid = false;

@@ -358,7 +358,7 @@ TEST(ProbeBatchDecoderTest, RdmaResultsCarryTheHostSplitAndReusedSlotsDoNot) {
   bad->set_src_nic(std::string("ml\x01x"));  // a control character
   v1::ProbeResult* udp = b.add_results();
   *udp = *r;
-  udp->set_transport(v1::TRANSPORT_UDP);  // the split means nothing elsewhere
+  udp->set_transport(v1::TRANSPORT_UDP);  // the split means nothing elsewhere; the NICs do
   std::vector<ReportedProbe> out;
   ASSERT_EQ(DecodeProbeBatch("me", b, kAnyPeer, out).appended, 3u);
   EXPECT_EQ(out[0].rtt_ns, 4'000);
@@ -372,11 +372,21 @@ TEST(ProbeBatchDecoderTest, RdmaResultsCarryTheHostSplitAndReusedSlotsDoNot) {
   EXPECT_EQ(out[1].src_nic, "");
   EXPECT_EQ(out[1].dst_nic, "");
   EXPECT_EQ(out[2].prober_host_ns, 0);
-  EXPECT_EQ(out[2].src_nic, "");
-  // The same slots, now rows of a columnar batch: nothing of the split survives.
+  EXPECT_EQ(out[2].src_nic, "mlx5_0");  // every transport names its rail
+  EXPECT_EQ(out[2].dst_nic, "mlx5_1");
+  // The same slots, now rows of a columnar batch: nothing of the split survives, and the NICs are
+  // the columns' own.
   DecodeProbeBatch("me", ColumnBatch(), kAnyPeer, out);
   EXPECT_EQ(out[0].prober_host_ns, 0);
   EXPECT_EQ(out[0].responder_host_ns, 0);
+  EXPECT_EQ(out[0].src_nic, "mlx5_0");
+  EXPECT_EQ(out[0].dst_nic, "mlx5_0");
+  // Columns without NICs (agents before them) leave the names empty.
+  v1::ProbeBatch plain = ColumnBatch();
+  plain.mutable_columns()->clear_src_nic();
+  plain.mutable_columns()->clear_dst_nic();
+  DecodeProbeBatch("me", plain, kAnyPeer, out);
+  EXPECT_EQ(out[0].src_nic, "");
   EXPECT_EQ(out[0].dst_nic, "");
 }
 

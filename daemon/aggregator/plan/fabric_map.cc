@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -385,6 +386,23 @@ std::optional<HostNicIndex> FabricMap::FindHostNic(std::string_view node,
     if (host_nics_[i].nic == nic) return i;
   }
   return std::nullopt;
+}
+
+std::optional<HostNicIndex> FabricMap::HostNicAt(std::string_view node,
+                                                 std::string_view address) const {
+  const std::optional<std::string> want = CanonicalAddress(address);
+  if (!want) return std::nullopt;
+  for (HostNicIndex i : NicsOfNode(node)) {
+    if (CanonicalAddress(host_nics_[i].address) == want) return i;
+  }
+  return std::nullopt;
+}
+
+uint32_t FabricMap::RailOf(HostNicIndex nic) const {
+  if (nic >= host_nics_.size()) return 0;
+  const std::vector<HostNicIndex>& mine = NicsOfNode(host_nics_[nic].node);
+  const auto it = std::find(mine.begin(), mine.end(), nic);
+  return static_cast<uint32_t>(it - mine.begin());
 }
 
 const std::vector<HostNicIndex>& FabricMap::NicsOfNode(std::string_view node) const {

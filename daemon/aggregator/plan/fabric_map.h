@@ -161,6 +161,17 @@ class FabricMap {
   // The same for two nodes: the first NIC pair on a common rail (same NIC name), else their first
   // NICs. kUnknown when either node is absent or no path exists.
   PathSet PathsBetweenNodes(std::string_view src_node, std::string_view dst_node) const;
+  // The candidate paths of one NIC pair named by node and device (a result's src_nic/dst_nic):
+  // Paths() of those NICs, on their own rail and leaves. When either device is empty or not in the
+  // map, PathsBetweenNodes: results that name no NIC are judged as before NICs were reported.
+  PathSet PathsBetweenNics(std::string_view src_node, std::string_view src_nic,
+                           std::string_view dst_node, std::string_view dst_nic) const;
+  // The NIC of `node` whose map address is `address` (any textual form inet_pton reads).
+  std::optional<HostNicIndex> HostNicAt(std::string_view node, std::string_view address) const;
+  // A NIC's rail: its position among its node's NICs in map order (0-based). Rail-optimized maps
+  // list each host's NICs in rail order, so mlx5_3 of every host is rail 3.
+  uint32_t RailOf(HostNicIndex nic) const;
+
   // Equal-cost shortest paths between two switches; null when none. Cached: the first call for a
   // source switch computes its paths to every switch with hosts at once.
   std::shared_ptr<const SwitchPaths> SwitchPathsBetween(SwitchIndex a, SwitchIndex b) const;

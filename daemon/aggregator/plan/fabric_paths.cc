@@ -136,4 +136,14 @@ PathSet FabricMap::PathsBetweenNodes(std::string_view src_node, std::string_view
   return Paths(src_nics.front(), dst_nics.front());
 }
 
+PathSet FabricMap::PathsBetweenNics(std::string_view src_node, std::string_view src_nic,
+                                    std::string_view dst_node, std::string_view dst_nic) const {
+  if (!src_nic.empty() && !dst_nic.empty()) {
+    const std::optional<HostNicIndex> s = FindHostNic(src_node, src_nic);
+    const std::optional<HostNicIndex> d = FindHostNic(dst_node, dst_nic);
+    if (s && d) return Paths(*s, *d);
+  }
+  return PathsBetweenNodes(src_node, dst_node);
+}
+
 }  // namespace fw::aggregator
