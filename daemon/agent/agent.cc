@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -79,6 +80,7 @@ v1::Hello Agent::MakeHello() const {
   }
   // RDMA endpoints go after the UDP/TCP ones and leave `nic` empty (rdma.device names the NIC),
   // so a planner that reads endpoints.front() or matches by nic still finds the echo port.
+  if (collective_) *h.mutable_collective() = collective_->capability();
   h.mutable_inventory()->set_rdma(rdma_ ? rdma::InventoryLine(rdma_->state())
                                         : "unavailable: disabled (--rdma off)");
   if (rdma_) {
@@ -189,6 +191,19 @@ Status Agent::Start() {
                                 std::end(CollectiveRunnerOptions::kNvidiaDriverFiles));
   collective_ = std::make_unique<CollectiveRunner>(
       co, [this](v1::AgentMessage m) { uplink_->SendBestEffort(std::move(m)); }, registry_);
+  if (NodeSnapshot gpus = node_->Latest();
+      gpus.inventory && !gpus.inventory->topology.gpus.empty()) {
+    // The Hello announces NCCL's state, so the aggregator knows which nodes can run NCCL groups
+    // across nodes. Only where GPUs and NVIDIA's driver are: elsewhere mapping the 200 MB library
+    // at every start is not worth it (a later NCCL job still loads it and reports the state).
+    std::error_code ec;
+    if (std::filesystem::exists("/dev/nvidiactl", ec)) {
+      collective_->CheckNccl();
+      spdlog::info("msg=\"collective probes: {}\"", collective_->nccl_status());
+    } else {
+      spdlog::info("msg=\"collective probes: NCCL not checked at start: no /dev/nvidiactl\"");
+    }
+  }
   uplink_->SetMessageHandler([this](const v1::AggregatorMessage& m) {
     if (m.has_kv_reply()) {
       collective_->OnKvReply(m.kv_reply());

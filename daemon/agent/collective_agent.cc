@@ -4,9 +4,11 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 
 #include "probes/collective/collective.h"
 #include "probes/collective/gloo_backend.h"
@@ -170,6 +172,12 @@ void CollectiveRunner::StartThreadIfNeeded() {
   running_ = true;
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "fw-collective");
+    // Probes yield the CPU to a user's work: this thread and the threads Gloo and NCCL start from
+    // it (a Linux thread inherits its creator's nice value) run at kCollectiveNice.
+    if (setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), kCollectiveNice) != 0) {
+      SPDLOG_WARN("component=collective msg=\"could not lower the runner's priority\" errno={}",
+                  errno);
+    }
     Loop();
   });
 }
@@ -189,6 +197,13 @@ std::string CollectiveRunner::nccl_status() const {
   MutexLock lock(mu_);
   return nccl_status_;
 }
+
+v1::CollectiveCapability CollectiveRunner::capability() const {
+  MutexLock lock(mu_);
+  return capability_;
+}
+
+void CollectiveRunner::CheckNccl() { LoadNcclOnce(); }
 
 void CollectiveRunner::OnJob(const v1::CollectiveJob& job) {
   {
@@ -298,9 +313,43 @@ void CollectiveRunner::SetNcclAvailability(const collective::NcclAvailability& a
   }
   nccl_loaded_state_known_ = true;
   nccl_state_value_ = a.state;
+  nccl_devices_value_ = a.devices;
   nccl_state_.WithLabels({std::string(collective::NcclStateName(a.state))}).Set(1);
   MutexLock lock(mu_);
   nccl_status_ = a.ToString();
+  capability_.set_nccl_state(std::string(collective::NcclStateName(a.state)));
+  capability_.set_nccl_gpus(
+      a.state == collective::NcclState::kReady ? static_cast<uint32_t>(std::max(0, a.devices)) : 0);
+  capability_.set_nccl_status(nccl_status_);
+}
+
+void CollectiveRunner::LoadNcclOnce() {
+  // The libraries are loaded once: a missing library stays missing until the agent restarts, and
+  // a loaded one is only re-checked (cudaGetDeviceCount, cheap) per job, so a driver that appears
+  // later is found without reloading 200 MB of NCCL every interval.
+  // Without a driver the libraries are not loaded at all (about 2 MiB resident for nothing); the
+  // driver files are looked for again at the next check.
+  if (nccl_loaded_) return;
+  if (options_.nccl_api_for_test == nullptr && !options_.nvidia_driver_files.empty() &&
+      std::none_of(options_.nvidia_driver_files.begin(), options_.nvidia_driver_files.end(),
+                   [](const std::string& f) { return access(f.c_str(), F_OK) == 0; })) {
+    collective::NcclAvailability a;
+    a.state = collective::NcclState::kNoDriver;
+    std::string files;
+    for (const std::string& f : options_.nvidia_driver_files)
+      files += (files.empty() ? "" : ", ") + f;
+    a.detail = "no NVIDIA driver (none of " + files + " exists); NCCL not loaded";
+    if (!nccl_loaded_state_known_ || a.state != nccl_state_value_) SetNcclAvailability(a);
+    return;
+  }
+  nccl_loaded_ = true;
+  if (options_.nccl_api_for_test != nullptr) {
+    nccl_api_ = options_.nccl_api_for_test;
+    SetNcclAvailability(collective::CheckNccl(*nccl_api_));
+  } else {
+    SetNcclAvailability(collective::LoadAndCheckNccl(options_.nccl, &nccl_));
+    if (nccl_ != nullptr) nccl_api_ = &nccl_->api();
+  }
 }
 
 bool CollectiveRunner::GpusBusy(v1::CollectiveResult& result) {
@@ -339,39 +388,13 @@ bool CollectiveRunner::GpusBusy(v1::CollectiveResult& result) {
 void CollectiveRunner::RunNccl(const v1::CollectiveJob& job, int rank,
                                v1::CollectiveResult& result) {
   if (GpusBusy(result)) return;
-  // The libraries are loaded once (the first NCCL job): a missing library stays missing until the
-  // agent restarts, and a loaded one is only re-checked (cudaGetDeviceCount, cheap), so a driver
-  // that appears later is found without reloading 200 MB of NCCL every interval.
-  if (!nccl_loaded_ && options_.nccl_api_for_test == nullptr &&
-      !options_.nvidia_driver_files.empty() &&
-      std::none_of(options_.nvidia_driver_files.begin(), options_.nvidia_driver_files.end(),
-                   [](const std::string& f) { return access(f.c_str(), F_OK) == 0; })) {
-    collective::NcclAvailability a;
-    a.state = collective::NcclState::kNoDriver;
-    std::string files;
-    for (const std::string& f : options_.nvidia_driver_files)
-      files += (files.empty() ? "" : ", ") + f;
-    a.detail = "no NVIDIA driver (none of " + files + " exists); NCCL not loaded";
-    if (!nccl_loaded_state_known_ || a.state != nccl_state_value_) SetNcclAvailability(a);
-    result.set_error(a.ToString());
-    return;
-  }
-  if (!nccl_loaded_) {
-    nccl_loaded_ = true;
-    if (options_.nccl_api_for_test != nullptr) {
-      nccl_api_ = options_.nccl_api_for_test;
-      SetNcclAvailability(collective::CheckNccl(*nccl_api_));
-    } else {
-      SetNcclAvailability(collective::LoadAndCheckNccl(options_.nccl, &nccl_));
-      if (nccl_ != nullptr) nccl_api_ = &nccl_->api();
-    }
-  }
+  LoadNcclOnce();
   if (nccl_api_ == nullptr) {
     result.set_error(nccl_status());
     return;
   }
   const collective::NcclAvailability a = collective::CheckNccl(*nccl_api_);
-  if (a.state != nccl_state_value_) SetNcclAvailability(a);
+  if (a.state != nccl_state_value_ || a.devices != nccl_devices_value_) SetNcclAvailability(a);
   if (a.state != collective::NcclState::kReady) {
     result.set_error(a.ToString());
     return;
@@ -380,7 +403,23 @@ void CollectiveRunner::RunNccl(const v1::CollectiveJob& job, int rank,
   // for the unique id; across nodes each member contributes member_gpus[i] ranks, starting after
   // the members before it, and the id travels through the aggregator's key-value service.
   int local = a.devices, first = 0, total = a.devices;
-  if (job.members_size() > 1 || job.member_gpus_size() > 0) {
+  std::vector<int> devices;  // empty: 0 .. local - 1
+  if (job.devices_size() > 0) {
+    if (job.members_size() != 1 || job.member_gpus_size() > 0) {
+      result.set_error("nccl: devices are for a job of one node");
+      return;
+    }
+    for (const uint32_t d : job.devices()) {
+      if (d >= static_cast<uint32_t>(a.devices) ||
+          std::find(devices.begin(), devices.end(), static_cast<int>(d)) != devices.end()) {
+        result.set_error("nccl: the job asks for GPU " + std::to_string(d) + " twice or of " +
+                         std::to_string(a.devices) + " present");
+        return;
+      }
+      devices.push_back(static_cast<int>(d));
+    }
+    local = total = static_cast<int>(devices.size());
+  } else if (job.members_size() > 1 || job.member_gpus_size() > 0) {
     if (job.member_gpus_size() != job.members_size()) {
       result.set_error("nccl: a job across nodes needs member_gpus for each of its " +
                        std::to_string(job.members_size()) + " members");
@@ -409,7 +448,8 @@ void CollectiveRunner::RunNccl(const v1::CollectiveJob& job, int rank,
     return;
   }
   collective::NcclOptions no;
-  for (int d = 0; d < local; ++d) no.devices.push_back(d);
+  no.devices = devices;
+  for (int d = 0; devices.empty() && d < local; ++d) no.devices.push_back(d);
   no.rendezvous_timeout = RendezvousTimeout(job, *op, options_);
   collective::InMemoryKvStore local_kv;
   collective::KvStore& kv = local == total ? static_cast<collective::KvStore&>(local_kv) : kv_;

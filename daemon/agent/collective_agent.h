@@ -76,6 +76,9 @@ struct CollectiveRunnerOptions {
   std::chrono::milliseconds test_delay{0};
 };
 
+// The nice value of the runner thread and of the Gloo and NCCL threads it starts.
+inline constexpr int kCollectiveNice = 10;
+
 class CollectiveRunner {
  public:
   CollectiveRunner(CollectiveRunnerOptions options, AgentSendFn send, metrics::Registry& registry);
@@ -87,8 +90,14 @@ class CollectiveRunner {
   // The uplink's thread: a job to run, a rendezvous reply.
   void OnJob(const fabricwatch::v1::CollectiveJob& job);
   void OnKvReply(const fabricwatch::v1::KvReply& reply) { kv_.OnReply(reply); }
-  // "nccl: ..." once NCCL was checked (the first NCCL job, or at Start), else empty.
+  // "nccl: ..." once NCCL was checked (CheckNccl, or the first NCCL job), else empty.
   std::string nccl_status() const;
+  // Loads and checks NCCL now, on the calling thread, so that the Hello can announce the state.
+  // Call before Start() (the runner thread owns the library afterwards). The agent calls it where
+  // its inventory lists GPUs; elsewhere NCCL is loaded on the first NCCL job, if one comes.
+  void CheckNccl();
+  // NCCL's state for the Hello (CollectiveCapability): empty until checked.
+  fabricwatch::v1::CollectiveCapability capability() const;
 
  private:
   void Loop();
@@ -101,6 +110,8 @@ class CollectiveRunner {
   bool GpusBusy(fabricwatch::v1::CollectiveResult& result);
   // Records NCCL's state: status text, the state gauge (the old state's series back to 0).
   void SetNcclAvailability(const collective::NcclAvailability& a);
+  // Loads the libraries once (or takes the test's API) and records the state found.
+  void LoadNcclOnce();
   // Starts a runner thread when started_, jobs are queued and none is running (a thread that has
   // ended is joined first).
   void StartThreadIfNeeded() FW_REQUIRES(mu_);
@@ -114,6 +125,7 @@ class CollectiveRunner {
   bool nccl_loaded_ = false;                       // runner thread only: load attempted
   bool nccl_loaded_state_known_ = false;           // runner thread only
   collective::NcclState nccl_state_value_{};       // runner thread only: the last state seen
+  int nccl_devices_value_ = 0;                     // runner thread only: and its device count
   std::unique_ptr<collective::NvmlApi> nvml_;      // runner thread only; null: check off
   bool nvml_loaded_ = false;                       // runner thread only: load attempted
   bool skipped_ = false;                           // runner thread only: the job was skipped
@@ -122,6 +134,7 @@ class CollectiveRunner {
   bool started_ FW_GUARDED_BY(mu_) = false;
   bool stopping_ FW_GUARDED_BY(mu_) = false;
   std::string nccl_status_ FW_GUARDED_BY(mu_);
+  fabricwatch::v1::CollectiveCapability capability_ FW_GUARDED_BY(mu_);
   bool running_ FW_GUARDED_BY(mu_) = false;  // Loop() has not yet decided to end
   std::thread thread_ FW_GUARDED_BY(mu_);    // the last runner thread, joined before the next
   metrics::Family<metrics::Counter>& runs_;  // {backend, outcome}

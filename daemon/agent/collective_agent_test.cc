@@ -6,13 +6,18 @@
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "daemon/aggregator/collective/kv_service.h"
 #include "probes/collective/fake_nccl.h"
@@ -203,6 +208,114 @@ TEST(CollectiveRunner, GlooHonoursTheJobsOpAndRefusesAnUnknownOne) {
   EXPECT_EQ(agg.results["a"].error(),
             "INVALID_ARGUMENT: unknown op 'broadcast' (all_reduce | all_gather)");
   for (auto& r : runners) r->Stop();
+}
+
+// Nice values of this process's threads named `name` (from /proc/self/task).
+std::vector<int> NiceOfThreads(const std::string& name) {
+  std::vector<int> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string n;
+    std::getline(comm, n);
+    if (n != name) continue;
+    const id_t tid = static_cast<id_t>(std::stol(task.path().filename().string()));
+    errno = 0;
+    const int nice = getpriority(PRIO_PROCESS, tid);
+    if (errno == 0) out.push_back(nice);
+  }
+  return out;
+}
+
+TEST(CollectiveRunner, RunsAtALowerPriority) {
+  // Two members, one a late rank (50 ms before each iteration), so the job runs long enough to
+  // look at the runner threads while they work.
+  FakeAggregator agg;
+  metrics::Registry registries[2];
+  std::vector<std::unique_ptr<CollectiveRunner>> runners;
+  for (const std::string node : {"a", "b"}) {
+    CollectiveRunnerOptions o;
+    o.node = node;
+    o.test_delay = std::chrono::milliseconds(node == "b" ? 50 : 0);
+    runners.push_back(
+        std::make_unique<CollectiveRunner>(o, agg.SendFor(node), registries[runners.size()]));
+    agg.runners[node] = runners.back().get();
+  }
+  agg.kv.OpenGroup("job-p", {"a", "b"}, INT64_MAX);
+  for (auto& r : runners) r->Start();
+  for (auto& r : runners) r->OnJob(Job("job-p", {"a", "b"}));
+  std::vector<int> nice;
+  for (int i = 0; i < 200 && nice.size() < 3; ++i) {
+    nice = NiceOfThreads("fw-collective");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(agg.WaitResults(2));
+  for (auto& r : runners) r->Stop();
+  // The runner threads and the Gloo threads they started (which inherit their name and nice).
+  ASSERT_GE(nice.size(), 2u);
+  for (int n : nice) EXPECT_EQ(n, kCollectiveNice);
+  EXPECT_EQ(agg.results["a"].error(), "");
+}
+
+// One agent, node a, on the fake NCCL with `devices` GPUs.
+struct FakeNcclAgent {
+  explicit FakeNcclAgent(int devices) : fake(collective::testing::ResetFakeNccl()) {
+    fake.devices = devices;
+    runners = Runners(agg, registries, {"a"}, &api);
+  }
+  collective::testing::FakeNcclState& fake;
+  const collective::NcclApi api = collective::testing::FakeNcclApi();
+  FakeAggregator agg;
+  std::vector<std::unique_ptr<metrics::Registry>> registries;
+  std::vector<std::unique_ptr<CollectiveRunner>> runners;
+};
+
+TEST(CollectiveRunner, CheckNcclAnnouncesTheStateForTheHello) {
+  FakeNcclAgent a(4);
+  auto& runners = a.runners;
+  auto& agg = a.agg;
+  EXPECT_EQ(runners[0]->capability().nccl_state(), "");  // not checked yet
+  runners[0]->CheckNccl();
+  EXPECT_EQ(runners[0]->capability().nccl_state(), "ready");
+  EXPECT_EQ(runners[0]->capability().nccl_gpus(), 4u);
+  EXPECT_EQ(runners[0]->capability().nccl_status(), "nccl: ready (NCCL 2.28.9, 4 GPUs)");
+  EXPECT_NE(a.registries[0]->RenderToString().find(
+                "fabricwatch_collective_nccl_state{state=\"ready\"} 1"),
+            std::string::npos);
+  // A hidden library: unavailable, no GPUs offered.
+  metrics::Registry registry;
+  CollectiveRunnerOptions o;
+  o.node = "b";
+  o.nccl.nccl_library = "/nonexistent/libnccl.so.2";
+  CollectiveRunner hidden(o, agg.SendFor("b"), registry);
+  hidden.CheckNccl();
+  EXPECT_EQ(hidden.capability().nccl_state(), "unavailable");
+  EXPECT_EQ(hidden.capability().nccl_gpus(), 0u);
+  EXPECT_EQ(hidden.capability().nccl_status().rfind("nccl: unavailable", 0), 0u);
+}
+
+TEST(CollectiveRunner, NcclJobOfOneNodeRunsOnTheDevicesItNames) {
+  FakeNcclAgent a(4);
+  auto& runners = a.runners;
+  auto& agg = a.agg;
+  runners[0]->Start();
+  v1::CollectiveJob pair = Job("job-d", {"a"}, "nccl");
+  pair.add_devices(1);
+  pair.add_devices(3);
+  runners[0]->OnJob(pair);
+  ASSERT_TRUE(agg.WaitResults(1));
+  EXPECT_EQ(agg.results["a"].error(), "");
+  EXPECT_EQ(agg.results["a"].group_ranks(), 2u);
+  EXPECT_EQ(a.fake.comms_created, 2);
+  for (const std::vector<uint32_t>& bad : {std::vector<uint32_t>{2, 2}, {4}}) {
+    agg.results.clear();
+    v1::CollectiveJob j = Job("job-e", {"a"}, "nccl");
+    for (uint32_t d : bad) j.add_devices(d);
+    runners[0]->OnJob(j);
+    ASSERT_TRUE(agg.WaitResults(1));
+    EXPECT_EQ(agg.results["a"].error().rfind("nccl: the job asks for GPU", 0), 0u)
+        << agg.results["a"].error();
+  }
+  runners[0]->Stop();
 }
 
 TEST(CollectiveRunner, NonMemberAndRefusedRendezvousFailCleanly) {

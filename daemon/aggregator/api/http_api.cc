@@ -60,13 +60,16 @@ json NodesJson(const FleetState& fleet, const NodesQuery& q) {
                            {"nic", e.nic()}});
     }
     const NodeIngest& in = n.ingest;
+    json inventory = InventoryJson(n.inventory, n.locality, q.WithTopology());
+    // NCCL's state as the agent announced it (docs/collectives.md); empty where not checked.
+    inventory["nccl"] = n.collective.nccl_status();
     out.push_back({{"name", n.name},
                    {"connected", n.connected && n.up},
                    {"last_seen", n.last_seen_wall_ns ? FormatRfc3339(n.last_seen_wall_ns) : ""},
                    {"last_report_age_s", n.last_report_age_s},
                    {"health", n.health},
                    {"version", n.version},
-                   {"inventory", InventoryJson(n.inventory, n.locality, q.WithTopology())},
+                   {"inventory", std::move(inventory)},
                    {"endpoints", endpoints},
                    {"ingest",
                     {{"session_id", in.session_id},

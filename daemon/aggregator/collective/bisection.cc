@@ -46,7 +46,17 @@ Bisection::Bisection(std::vector<Member> group, double measured, double expected
       expected_(expected),
       known_good_(std::move(known_good)),
       config_(config) {
-  if (group.size() < 2) {
+  if (group.size() == 1) {
+    // A group of one node (its GPUs, NVLink and PCIe): that node drags it; nothing to split.
+    Culprit c;
+    c.node = group.front().name;
+    c.cause = "slow GPUs or GPU links inside the node";
+    c.measured_busbw = measured;
+    c.expected_busbw = expected;
+    AddCulprit(std::move(c));
+    return;
+  }
+  if (group.empty()) {
     inconclusive_ = true;
     return;
   }

@@ -54,7 +54,9 @@ struct Culprit {
   std::string node;    // kNode
   std::string leaf_a;  // kLink: a leaf's uplink (leaf_b empty) or the pair leaf_a - leaf_b
   std::string leaf_b;
-  std::string cause;  // "late host", "slow host link or NIC", "leaf uplink", "leaf pair"
+  // "late host", "slow host link or NIC", "leaf uplink", "leaf pair", and for a group of one
+  // node's GPUs "slow GPUs or GPU links inside the node"
+  std::string cause;
   double measured_busbw = 0;
   double expected_busbw = 0;
   // A late host: its median lateness over the iterations it was late in, and how many of the
@@ -75,7 +77,8 @@ class Bisection {
   };
 
   // `group` was measured slow at `measured` against `expected` busbw. `known_good` are members of
-  // groups that are healthy now, used as partners and reference leaves.
+  // groups that are healthy now, used as partners and reference leaves. A group of one member
+  // (all GPUs of a node) ends at once at that member.
   Bisection(std::vector<Member> group, double measured, double expected,
             std::vector<Member> known_good, BisectionConfig config = {});
 

@@ -103,6 +103,18 @@ std::set<std::string> Locations(const Bisection& b) {
 const std::vector<Member> kGroup = Hosts({0, 1, 4, 5, 8, 9, 12, 13});
 const std::vector<Member> kGood = Hosts({2, 3, 6, 7, 10, 11, 14, 15});
 
+TEST(Bisection, GroupOfOneNodesGpusEndsAtThatNode) {
+  Bisection b({{"h3", "leaf0", 0}}, 30e9, 80e9, {});
+  EXPECT_TRUE(b.done());
+  EXPECT_FALSE(b.inconclusive());
+  EXPECT_EQ(b.runs(), 0);
+  ASSERT_EQ(b.culprits().size(), 1u);
+  EXPECT_EQ(b.culprits()[0].Location(), "node h3");
+  EXPECT_EQ(b.culprits()[0].cause, "slow GPUs or GPU links inside the node");
+  EXPECT_EQ(b.culprits()[0].measured_busbw, 30e9);
+  EXPECT_TRUE(Bisection({}, 1, 2, {}).inconclusive());
+}
+
 TEST(Bisection, SlowHostLinkEndsAtThatHost) {
   Fabric f;
   f.host_rate["h5"] = 4e9;

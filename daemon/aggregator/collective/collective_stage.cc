@@ -27,6 +27,8 @@ void AddJobs(const std::vector<OutboundJob>& jobs, Outbound& out) {
     cj->set_iterations(j.job.iterations);
     cj->set_op(j.job.op);
     cj->set_timeout_s(j.job.timeout_s);
+    for (const uint32_t g : j.job.member_gpus) cj->add_member_gpus(g);
+    for (const uint32_t d : j.job.devices) cj->add_devices(d);
     out.emplace_back(j.node, std::move(m));
   }
 }
@@ -46,6 +48,7 @@ json FindingJson(const CollectiveSlowFinding& f) {
   return {{"kind", "collective_slow"},
           {"location", f.location},
           {"node", f.node},
+          {"gpu", f.gpu},
           {"cause", f.cause},
           {"detail", f.detail},
           {"group", f.group},
@@ -73,7 +76,10 @@ Finding AnalysisFinding(const CollectiveSlowFinding& f, const MeshLink* mesh) {
     out.evidence["late_iterations"] = f.late_iterations;
     out.evidence["iterations"] = f.iterations;
   }
-  if (!f.node.empty()) {
+  if (!f.gpu.empty()) {
+    // A GPU, or the link between two ("GPU1-GPU2"), by CUDA device index on the node.
+    out.location = FindingLocation{"gpu", f.node + "/" + f.gpu, f.node, f.gpu, 0};
+  } else if (!f.node.empty()) {
     out.location = FindingLocation{"node", f.node, f.node, "", 0};
   } else if (f.leaf_a.empty()) {
     out.location = FindingLocation{"group", f.location, "", "", 0};
@@ -119,6 +125,10 @@ std::vector<CollectiveNode> CollectiveNodesOf(const std::vector<NodeView>& nodes
     CollectiveNode c;
     c.name = n.name;
     c.gpus = n.inventory.gpus_size();
+    if (n.collective.nccl_state() == "ready") {
+      c.nccl_gpus = static_cast<int>(std::min<uint32_t>(n.collective.nccl_gpus(), 64));
+    }
+    c.session = n.ingest.session_id;
     if (map) {
       const std::vector<HostNicIndex>& nics = map->NicsOfNode(n.name);
       if (!nics.empty()) {
@@ -414,6 +424,7 @@ void CollectiveStage::InstallHttp(http::Server& server) {
       const OrchestratorCounters& c = orchestrator_.counters();
       out["runs"] = c.runs;
       out["failures"] = c.failures;
+      out["skipped"] = c.skipped;
       out["bisections"] = c.bisections;
       out["jobs_in_flight"] = orchestrator_.jobs_in_flight();
       out["active_bisections"] = orchestrator_.active_bisections();

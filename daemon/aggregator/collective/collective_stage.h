@@ -30,7 +30,8 @@ namespace fw::aggregator::collective {
 using Outbound = std::vector<std::pair<std::string, fabricwatch::v1::AggregatorMessage>>;
 
 // The nodes collective jobs may use: connected and up, each placed on its first NIC's leaf when the
-// fabric map names it (no map: no leaf, so no group across nodes), with its inventory's GPUs.
+// fabric map names it (no map: no leaf, so no group across nodes), with its inventory's GPUs and
+// the GPUs its Hello announced NCCL ready on (none unless `ready`).
 std::vector<CollectiveNode> CollectiveNodesOf(const std::vector<NodeView>& nodes,
                                               const FabricMap* map);
 

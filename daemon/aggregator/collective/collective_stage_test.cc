@@ -309,6 +309,48 @@ hosts:
   EXPECT_EQ(nodes[1].leaf, "leaf2");
   EXPECT_EQ(nodes[2].leaf, "");
   EXPECT_EQ(CollectiveNodesOf(views, nullptr)[0].leaf, "");
+  EXPECT_EQ(nodes[0].nccl_gpus, 0);  // no NCCL announced
+
+  // NCCL as the Hello announced it: ready with its GPUs, anything else none.
+  views[0].collective.set_nccl_state("ready");
+  views[0].collective.set_nccl_gpus(2);
+  views[0].ingest.session_id = 7;
+  views[1].collective.set_nccl_state("no_driver");
+  views[1].collective.set_nccl_gpus(4);
+  const auto announced = CollectiveNodesOf(views, &*map);
+  EXPECT_EQ(announced[0].nccl_gpus, 2);
+  EXPECT_EQ(announced[0].session, 7u);
+  EXPECT_EQ(announced[1].nccl_gpus, 0);
+}
+
+TEST(CollectiveStage, NcclGroupAcrossNodesOnTheWireAndInMetrics) {
+  OrchestratorConfig c = Config();
+  c.schedule.intra_node = false;
+  Fixture f(c);
+  f.stage.Tick(
+      [] {
+        std::vector<CollectiveNode> nodes = testing::TwoLeafFleet();
+        for (CollectiveNode& n : nodes) n.gpus = n.nccl_gpus = 4;
+        return nodes;
+      },
+      0);
+  ASSERT_FALSE(f.sent.empty());
+  std::map<std::string, std::vector<std::string>> jobs;
+  for (const auto& [node, m] : f.sent) {
+    const v1::CollectiveJob& j = m.collective_job();
+    EXPECT_EQ(j.backend(), "nccl");
+    ASSERT_EQ(j.member_gpus_size(), 2);  // rails of two members, 4 GPU ranks each
+    EXPECT_EQ(j.member_gpus(0), 4u);
+    EXPECT_EQ(j.member_gpus(1), 4u);
+    jobs[j.job_id()].push_back(node);
+  }
+  f.sent.clear();
+  const auto& [id, members] = *jobs.begin();
+  Answer(f, id, members, 300e9);
+  const std::string metrics = f.registry.RenderToString();
+  EXPECT_NE(metrics.find("fabricwatch_collective_busbw_gbps{group_kind=\"nccl_rail\"} 300"),
+            std::string::npos)
+      << metrics;
 }
 
 }  // namespace

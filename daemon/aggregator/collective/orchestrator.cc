@@ -28,7 +28,16 @@ CollectiveOrchestrator::TickOutput CollectiveOrchestrator::Tick(
     const std::vector<CollectiveNode>& nodes, int64_t now_ns) {
   now_ns_ = now_ns;
   TickOutput out;
-  for (const CollectiveNode& n : nodes) leaf_of_[n.name] = n.leaf;
+  std::vector<CollectiveNode> usable = nodes;
+  for (CollectiveNode& n : usable) {
+    leaf_of_[n.name] = n.leaf;
+    session_of_[n.name] = n.session;
+    auto failed = nccl_failed_.find(n.name);
+    if (failed != nccl_failed_.end() && failed->second != n.session) nccl_failed_.erase(failed);
+    if (nccl_failed_.contains(n.name)) n.nccl_gpus = 0;
+    nccl_gpus_of_[n.name] = n.nccl_gpus;
+    gpus_of_[n.name] = n.gpus;
+  }
   // Jobs past their timeout fail; what they had is evaluated as failed.
   std::vector<std::string> late;
   for (const auto& [id, j] : jobs_) {
@@ -43,16 +52,28 @@ CollectiveOrchestrator::TickOutput CollectiveOrchestrator::Tick(
   }
   // Bisection runs first: they answer a question already asked.
   for (auto& [id, b] : bisections_) {
+    if (b.gpus) {
+      for (const GpuSearch::Run& run : b.gpus->pending()) {
+        bool started = false;
+        for (const auto& [jid, j] : jobs_) started |= j.bisection == id && j.run_id == run.id;
+        if (started || scheduler_.in_flight() >= config_.schedule.max_in_flight) continue;
+        JobSpec spec = scheduler_.Adhoc({b.node}, "gpu_search", "nccl");
+        spec.devices = run.devices;
+        StartJob(std::move(spec), now_ns, out, id, run.id);
+      }
+      continue;
+    }
     for (const Bisection::Run& run : b.search->pending()) {
       bool started = false;
       for (const auto& [jid, j] : jobs_) started |= j.bisection == id && j.run_id == run.id;
       if (started || scheduler_.in_flight() >= config_.schedule.max_in_flight) continue;
       std::vector<std::string> members;
       for (const Member& m : run.members) members.push_back(m.name);
-      StartJob(scheduler_.Adhoc(std::move(members), "bisection"), now_ns, out, id, run.id);
+      StartJob(scheduler_.Adhoc(std::move(members), "bisection", b.backend, b.gpus_per_member),
+               now_ns, out, id, run.id);
     }
   }
-  for (JobSpec& spec : scheduler_.Due(nodes, now_ns)) StartJob(std::move(spec), now_ns, out);
+  for (JobSpec& spec : scheduler_.Due(usable, now_ns)) StartJob(std::move(spec), now_ns, out);
   out.kv = kv_.Expire(now_ns);
   return out;
 }
@@ -126,6 +147,20 @@ std::vector<CollectiveSlowFinding> CollectiveOrchestrator::OnResult(
   if (times.op_seconds.size() > kMaxIterations) times.op_seconds.resize(kMaxIterations);
   j.times[node] = std::move(times);
   j.latency_s = std::max(j.latency_s, latency_s);
+  if (j.spec.backend == "nccl") {
+    if (error.starts_with("nccl: ")) {
+      // NCCL's state changed since the node's Hello (or it has fewer GPUs than announced).
+      if (nccl_failed_.emplace(node, session_of_[node]).second) {
+        SPDLOG_INFO(
+            "component=collective msg=\"node left out of NCCL groups across nodes until an NCCL "
+            "job on it succeeds or its agent restarts\" node={} error=\"{}\"",
+            node, error);
+      }
+    } else if (error.empty()) {
+      nccl_failed_.erase(node);
+    }
+  }
+  if (error.starts_with("skipped: ")) j.skipped = true;
   if (!error.empty()) {
     j.failed = true;
     j.errors[node] = error;
@@ -148,7 +183,11 @@ std::vector<CollectiveSlowFinding> CollectiveOrchestrator::Complete(ActiveJob jo
     busbw = job.busbw.begin()->second;
     for (const auto& [m, b] : job.busbw) busbw = std::min(busbw, b);
   }
-  if (job.failed) ++counters_.failures;
+  if (job.skipped) {
+    ++counters_.skipped;
+  } else if (job.failed) {
+    ++counters_.failures;
+  }
   if (job.on_demand) {
     OnDemandOutcome o;
     o.errors = std::move(job.errors);
@@ -170,6 +209,10 @@ std::vector<CollectiveSlowFinding> CollectiveOrchestrator::Complete(ActiveJob jo
   if (job.bisection != 0) {
     auto b = bisections_.find(job.bisection);
     if (b == bisections_.end()) return {};
+    if (b->second.gpus) {
+      b->second.gpus->OnResult(job.run_id, busbw, job.failed);
+      return Harvest(job.bisection);
+    }
     SubgroupResult r;
     r.busbw_bytes_per_s = busbw;
     r.group_seconds = job.latency_s;
@@ -214,8 +257,29 @@ void CollectiveOrchestrator::StartBisection(const ActiveJob& job, const GroupVer
   for (const auto& [id, b] : bisections_) {
     if (b.group == job.spec.group) return;  // one search per group at a time
   }
+  if (job.spec.kind == "intra_node" && job.spec.members.size() == 1) {
+    // The node's GPUs in pairs; the agent numbers them by CUDA device (its NCCL count when it
+    // announced one, else the inventory's).
+    const std::string& node = job.spec.members.front();
+    const int gpus = nccl_gpus_of_[node] > 0 ? nccl_gpus_of_[node] : gpus_of_[node];
+    ++counters_.bisections;
+    SPDLOG_INFO(
+        "component=collective msg=\"GPU search started\" group={} gpus={} measured_bps={} "
+        "expected_bps={} basis={}",
+        job.spec.group, gpus, v.measured, v.expected, v.basis);
+    ActiveBisection& b = bisections_[next_bisection_++];
+    b.group = job.spec.group;
+    b.backend = "nccl";
+    b.node = node;
+    b.gpus = std::make_unique<GpuSearch>(gpus, v.measured, v.expected, config_.bisect.slow_ratio);
+    return;
+  }
   std::vector<Member> members;
   for (const std::string& m : job.spec.members) members.push_back({m, leaf_of_[m], 0});
+  // An NCCL group is bisected with NCCL runs of as many GPU ranks per member, so its partners
+  // must drive that many GPUs with NCCL.
+  const bool nccl = job.spec.backend == "nccl";
+  const uint32_t gpus = job.spec.member_gpus.empty() ? 0 : job.spec.member_gpus.front();
   std::vector<Member> good;
   for (const auto& [group, ms] : healthy_members_) {
     for (const std::string& m : ms) {
@@ -223,7 +287,10 @@ void CollectiveOrchestrator::StartBisection(const ActiveJob& job, const GroupVer
           std::find(job.spec.members.begin(), job.spec.members.end(), m) != job.spec.members.end();
       const bool listed =
           std::any_of(good.begin(), good.end(), [&](const Member& g) { return g.name == m; });
-      if (!in_group && !listed && !pauses_.paused(m)) good.push_back({m, leaf_of_[m], 0});
+      const bool capable = !nccl || nccl_gpus_of_[m] >= static_cast<int>(gpus);
+      if (!in_group && !listed && capable && !pauses_.paused(m)) {
+        good.push_back({m, leaf_of_[m], 0});
+      }
     }
   }
   ++counters_.bisections;
@@ -232,14 +299,38 @@ void CollectiveOrchestrator::StartBisection(const ActiveJob& job, const GroupVer
       "expected_bps={} basis={}",
       job.spec.group, v.measured, v.expected, v.basis);
   bisections_[next_bisection_++] = {
-      job.spec.group, std::make_unique<Bisection>(members, v.measured, v.expected, std::move(good),
-                                                  config_.bisect)};
+      job.spec.group,
+      std::make_unique<Bisection>(members, v.measured, v.expected, std::move(good), config_.bisect),
+      job.spec.backend, gpus};
 }
 
 std::vector<CollectiveSlowFinding> CollectiveOrchestrator::Harvest(uint64_t id) {
   auto b = bisections_.find(id);
-  if (b == bisections_.end() || !b->second.search->done()) return {};
+  if (b == bisections_.end()) return {};
   std::vector<CollectiveSlowFinding> out;
+  if (b->second.gpus) {
+    if (!b->second.gpus->done()) return {};
+    const std::string& node = b->second.node;
+    for (const GpuSearch::Result& r : b->second.gpus->results()) {
+      CollectiveSlowFinding f;
+      f.location = r.gpu.empty() ? "node " + node : "gpu " + node + "/" + r.gpu;
+      f.node = node;
+      f.gpu = r.gpu;
+      f.cause = r.cause;
+      f.group = b->second.group;
+      f.measured_bps = r.measured_busbw;
+      f.expected_bps = r.expected_busbw;
+      SPDLOG_WARN(
+          "component=collective msg=\"collective_slow\" location=\"{}\" cause=\"{}\" group={} "
+          "measured_bps={} expected_bps={}",
+          f.location, f.cause, f.group, f.measured_bps, f.expected_bps);
+      out.push_back(std::move(f));
+    }
+    counters_.findings += out.size();
+    bisections_.erase(b);
+    return out;
+  }
+  if (!b->second.search->done()) return {};
   for (const Culprit& c : b->second.search->culprits()) {
     const bool link = c.kind == Culprit::Kind::kLink;
     out.push_back({c.Location(), link ? std::string() : c.node, c.cause, b->second.group,

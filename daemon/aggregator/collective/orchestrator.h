@@ -13,6 +13,7 @@
 
 #include "daemon/aggregator/collective/arrivals.h"
 #include "daemon/aggregator/collective/bisection.h"
+#include "daemon/aggregator/collective/gpu_search.h"
 #include "daemon/aggregator/collective/kv_service.h"
 #include "daemon/aggregator/collective/scheduler.h"
 #include "daemon/aggregator/collective/slow_group.h"
@@ -29,7 +30,7 @@ struct OrchestratorConfig {
 
 // A finding of kind collective_slow.
 struct CollectiveSlowFinding {
-  std::string location;  // "node h5", "link leaf2-spine", "link leaf2-leaf3"
+  std::string location;  // "node h5", "gpu h5/GPU3", "link leaf2-spine", "link leaf2-leaf3"
   std::string node;      // the node, for a node culprit
   std::string cause;
   std::string group;   // the group that was slow
@@ -42,6 +43,7 @@ struct CollectiveSlowFinding {
   double late_s = 0;
   int late_iterations = 0;
   int iterations = 0;
+  std::string gpu;  // inside `node`: "GPU3", or "GPU1-GPU2" for the link between two; else empty
 };
 
 // One CollectiveJob for one member.
@@ -53,9 +55,11 @@ struct OutboundJob {
 struct OrchestratorCounters {
   uint64_t runs = 0;        // jobs completed
   uint64_t failures = 0;    // jobs that failed or timed out
+  uint64_t skipped = 0;     // jobs a member skipped (its GPUs were busy): neither run nor failed
   uint64_t bisections = 0;  // bisections started
   uint64_t findings = 0;
-  std::map<std::string, double> busbw_bps_by_kind;  // last group busbw per job kind
+  // Last group busbw per job kind (Gloo and NCCL groups across nodes are different kinds).
+  std::map<std::string, double> busbw_bps_by_kind;
 };
 
 // How an on-demand job ended (CollectiveOrchestrator::StartOnDemand).
@@ -117,6 +121,7 @@ class CollectiveOrchestrator {
     std::map<std::string, MemberTimes> times;  // by member
     double latency_s = 0;
     bool failed = false;
+    bool skipped = false;    // a member skipped it (busy GPUs)
     uint64_t bisection = 0;  // non-zero: a run of that bisection
     uint64_t run_id = 0;
     bool on_demand = false;
@@ -125,6 +130,11 @@ class CollectiveOrchestrator {
   struct ActiveBisection {
     std::string group;
     std::unique_ptr<Bisection> search;
+    std::string backend;           // the slow group's: its runs use the same
+    uint32_t gpus_per_member = 0;  // NCCL: GPU ranks per member, as in the slow group
+    // A slow intra-node group: GPU pairs on `node` instead of `search`.
+    std::unique_ptr<GpuSearch> gpus;
+    std::string node;
   };
   void StartJob(JobSpec spec, int64_t now_ns, TickOutput& out, uint64_t bisection = 0,
                 uint64_t run_id = 0);
@@ -138,6 +148,13 @@ class CollectiveOrchestrator {
   KvService kv_;
   SlowGroupTracker tracker_;
   std::map<std::string, std::string> leaf_of_;  // node -> leaf, from the last Tick
+  std::map<std::string, int> nccl_gpus_of_;     // node -> usable NCCL GPUs, from the last Tick
+  std::map<std::string, int> gpus_of_;          // node -> GPUs in its inventory, from the last Tick
+  // Nodes whose NCCL failed in a job (an "nccl: ..." state error) by the session they had then:
+  // left out of NCCL groups across nodes until an NCCL job on them succeeds (their intra-node
+  // group) or their agent starts a new session, whatever their Hello said.
+  std::map<std::string, uint64_t> nccl_failed_;
+  std::map<std::string, uint64_t> session_of_;  // node -> agent session, from the last Tick
   std::map<std::string, ActiveJob> jobs_;       // by job id
   std::map<uint64_t, ActiveBisection> bisections_;
   std::map<std::string, std::vector<std::string>> healthy_members_;  // by group, last healthy run

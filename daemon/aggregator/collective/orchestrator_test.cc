@@ -67,6 +67,40 @@ TEST(CollectiveOrchestrator, SlowHostLinkBecomesOneFindingAtThatHost) {
   EXPECT_DOUBLE_EQ(o.counters().busbw_bps_by_kind.at("rail"), 80e9);  // the last rail group
 }
 
+TEST(CollectiveOrchestrator, SlowIntraNodeGroupIsSearchedDownToAGpu) {
+  // h0's 8 GPUs run their own NCCL group; after 4 healthy runs GPU 5 slows every collective it
+  // is in to 30 of 80 Gbit/s. The group turns slow and its GPU pairs name GPU 5.
+  OrchestratorConfig c = Config();
+  c.schedule.rail_groups = false;
+  CollectiveOrchestrator o(c);
+  std::vector<CollectiveSlowFinding> findings;
+  std::set<std::vector<uint32_t>> pairs;
+  for (int64_t t = 0; t < 200 && findings.empty(); ++t) {
+    auto out = o.Tick(testing::TwoLeafFleet(8), t * kS);
+    for (const OutboundJob& j : out.jobs) {
+      ASSERT_EQ(j.node, "h0");
+      EXPECT_EQ(j.job.backend, "nccl");
+      EXPECT_TRUE(j.job.member_gpus.empty());
+      const bool pair = j.job.kind == "gpu_search";
+      if (pair) pairs.insert(j.job.devices);
+      const bool with_5 =
+          pair ? std::count(j.job.devices.begin(), j.job.devices.end(), 5u) > 0 : t >= 40;
+      auto f = o.OnResult("h0", j.job.job_id, with_5 ? 30e9 : 80e9, 0.001, "");
+      findings.insert(findings.end(), f.begin(), f.end());
+    }
+  }
+  EXPECT_EQ(pairs.size(), 8u);
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].location, "gpu h0/GPU5");
+  EXPECT_EQ(findings[0].node, "h0");
+  EXPECT_EQ(findings[0].gpu, "GPU5");
+  EXPECT_EQ(findings[0].group, "node/h0");
+  EXPECT_EQ(findings[0].cause, "slow GPU");
+  EXPECT_NEAR(findings[0].measured_bps, 30e9, 1);
+  EXPECT_NEAR(findings[0].expected_bps, 80e9, 1);
+  EXPECT_EQ(o.counters().bisections, 1u);
+}
+
 TEST(CollectiveOrchestrator, HealthyFleetNeverBisects) {
   CollectiveOrchestrator o(Config());
   for (int64_t t = 0; t < 100; ++t) {
@@ -247,6 +281,99 @@ TEST(CollectiveOrchestrator, LateHostIsNamedFromWireTimes) {
   EXPECT_EQ(findings[0].cause, "late host");
   EXPECT_EQ(findings[0].detail, "arrives 3.0 ms late in 10 of 10 iterations");
   EXPECT_EQ(findings[0].late_iterations, 10);
+}
+
+// The two-leaf fleet with 2 GPUs per node and NCCL ready on them, except on `without`.
+std::vector<CollectiveNode> GpuNodes(const std::set<std::string>& without = {}) {
+  std::vector<CollectiveNode> nodes = Nodes();
+  for (CollectiveNode& n : nodes) {
+    n.gpus = 2;
+    n.nccl_gpus = without.contains(n.name) ? 0 : 2;
+  }
+  return nodes;
+}
+
+TEST(CollectiveOrchestrator, SlowNcclGroupIsBisectedWithNcclRunsToTheHost) {
+  // h4 has no usable NCCL: its rail group (h0, h4) runs Gloo and reads healthy, yet h4 is never a
+  // partner in the NCCL bisection of h5's slow NCCL rail group.
+  OrchestratorConfig c = Config();
+  c.schedule.intra_node = false;
+  CollectiveOrchestrator o(c);
+  const std::map<std::string, double> slow = {{"h5", 30e9}};
+  std::vector<CollectiveSlowFinding> findings;
+  size_t bisection_runs = 0;
+  for (int64_t t = 0; t < 120 && findings.empty(); ++t) {
+    auto out = o.Tick(GpuNodes({"h4"}), t * kS);
+    for (const OutboundJob& j : out.jobs) {
+      const bool with_h4 =
+          std::find(j.job.members.begin(), j.job.members.end(), "h4") != j.job.members.end();
+      if (with_h4) {
+        EXPECT_EQ(j.job.backend, "gloo") << j.job.kind;
+        continue;
+      }
+      EXPECT_EQ(j.job.backend, "nccl") << j.job.kind;
+      EXPECT_EQ(j.job.member_gpus, std::vector<uint32_t>(j.job.members.size(), 2));
+      if (j.job.kind == "bisection") ++bisection_runs;
+    }
+    auto f = Answer(o, out.jobs, slow);
+    findings.insert(findings.end(), f.begin(), f.end());
+  }
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].location, "node h5");
+  EXPECT_EQ(findings[0].group, "nccl_rail/1");
+  EXPECT_NEAR(findings[0].measured_bps, 30e9, 1);
+  EXPECT_NEAR(findings[0].expected_bps, 80e9, 1);
+  EXPECT_GT(bisection_runs, 0u);
+  // The NCCL rail groups' busbw is kept apart from the Gloo ones' (and from the history a
+  // qualification compares with, which is Gloo's).
+  EXPECT_DOUBLE_EQ(o.counters().busbw_bps_by_kind.at("nccl_rail"), 80e9);
+  EXPECT_DOUBLE_EQ(o.counters().busbw_bps_by_kind.at("rail"), 80e9);  // (h0, h4) on Gloo
+  EXPECT_EQ(o.LastAcrossNodesBusbw(1 << 20), 0);
+}
+
+TEST(CollectiveOrchestrator, NodeWhoseNcclFailsRunsGlooUntilItsAgentRestarts) {
+  OrchestratorConfig c = Config();
+  c.schedule.intra_node = false;
+  CollectiveOrchestrator o(c);
+  std::vector<CollectiveNode> nodes = GpuNodes();
+  for (CollectiveNode& n : nodes) n.session = 1;
+  auto out = o.Tick(nodes, 0);
+  std::map<std::string, JobSpec> jobs;
+  for (const OutboundJob& j : out.jobs) jobs[j.job.job_id] = j.job;
+  for (const auto& [id, spec] : jobs) {
+    EXPECT_EQ(spec.backend, "nccl");
+    for (const std::string& m : spec.members) {
+      o.OnResult(m, id, m == "h5" ? 0 : 80e9, 0.001,
+                 m == "h5" ? "nccl: no driver (cudaGetDeviceCount: CUDA error 35)" : "");
+    }
+  }
+  EXPECT_EQ(o.counters().failures, 1u);
+  auto backend_of = [](const std::vector<OutboundJob>& js, const std::string& node) {
+    for (const OutboundJob& j : js) {
+      if (j.node == node) return j.job.backend;
+    }
+    return std::string();
+  };
+  out = o.Tick(nodes, 10 * kS);  // the next interval
+  EXPECT_EQ(backend_of(out.jobs, "h5"), "gloo");
+  EXPECT_EQ(backend_of(out.jobs, "h1"), "gloo");  // its rail partner
+  EXPECT_EQ(backend_of(out.jobs, "h6"), "nccl");
+  Answer(o, out.jobs, {});
+  nodes[5].session = 2;  // h5's agent restarted: its new Hello is believed again
+  out = o.Tick(nodes, 20 * kS);
+  EXPECT_EQ(backend_of(out.jobs, "h5"), "nccl");
+}
+
+TEST(CollectiveOrchestrator, JobAMemberSkippedForBusyGpusIsNotAFailure) {
+  OrchestratorConfig c = Config();
+  c.schedule.intra_node = false;
+  CollectiveOrchestrator o(c);
+  auto out = o.Tick(GpuNodes(), 0);
+  const JobSpec job = out.jobs[0].job;
+  o.OnResult(job.members[0], job.job_id, 0, 0, "skipped: GPUs busy: gpu1 (utilization 87%)");
+  o.OnResult(job.members[1], job.job_id, 0, 0, "UNAVAILABLE: nccl init timed out");
+  EXPECT_EQ(o.counters().skipped, 1u);
+  EXPECT_EQ(o.counters().failures, 0u);
 }
 
 }  // namespace

@@ -53,9 +53,27 @@ std::vector<JobSpec> CollectiveScheduler::BuildGroups(const std::vector<Collecti
   }
   // Nodes by leaf, each leaf's in name order.
   std::map<std::string, std::vector<std::string>> by_leaf;
+  std::map<std::string, int> nccl_gpus;
   for (const CollectiveNode& n : nodes) {
     if (!n.leaf.empty()) by_leaf[n.leaf].push_back(n.name);
+    nccl_gpus[n.name] = n.nccl_gpus;
   }
+  // A group across leaves: NCCL when every member can drive GPUs with it, else Gloo. NCCL and
+  // Gloo groups have their own names and shapes, so their histories and peers never mix.
+  auto add_across = [&](const std::string& kind, std::vector<std::string> members,
+                        const std::string& name) {
+    int g = config_.nccl_across_nodes ? 64 : 0;
+    for (const std::string& m : members) g = std::min(g, nccl_gpus[m]);
+    const std::string n = std::to_string(members.size());
+    if (g < 1) {
+      add(kind, "gloo", std::move(members), kind + "/" + name, kind + "/" + n);
+      return;
+    }
+    const size_t count = members.size();
+    add("nccl_" + kind, "nccl", std::move(members), "nccl_" + kind + "/" + name,
+        "nccl_" + kind + "/" + n + "x" + std::to_string(g));
+    groups.back().member_gpus.assign(count, static_cast<uint32_t>(g));
+  };
   for (auto& [leaf, names] : by_leaf) std::sort(names.begin(), names.end());
   if (by_leaf.size() < 2) return groups;
   if (config_.rail_groups) {
@@ -67,10 +85,7 @@ std::vector<JobSpec> CollectiveScheduler::BuildGroups(const std::vector<Collecti
       for (const auto& [leaf, names] : by_leaf) {
         if (i < names.size()) members.push_back(names[i]);
       }
-      if (members.size() >= 2) {
-        const std::string shape = "rail/" + std::to_string(members.size());
-        add("rail", "gloo", std::move(members), "rail/" + std::to_string(i), shape);
-      }
+      if (members.size() >= 2) add_across("rail", std::move(members), std::to_string(i));
     }
   }
   if (config_.rotating_groups && config_.rotating_group_size >= 2) {
@@ -97,10 +112,9 @@ std::vector<JobSpec> CollectiveScheduler::BuildGroups(const std::vector<Collecti
       if (members.size() < 2) break;
       std::vector<std::string> sorted = members;
       std::sort(sorted.begin(), sorted.end());
-      std::string key = "rotating";
-      for (const std::string& m : sorted) key += "/" + m;
-      const std::string shape = "rotating/" + std::to_string(members.size());
-      add("rotating", "gloo", std::move(members), std::move(key), shape);
+      std::string key;
+      for (const std::string& m : sorted) key += (key.empty() ? "" : "/") + m;
+      add_across("rotating", std::move(members), key);
     }
   }
   return groups;
@@ -151,11 +165,15 @@ std::vector<JobSpec> CollectiveScheduler::Due(const std::vector<CollectiveNode>&
 
 void CollectiveScheduler::OnJobDone(const std::string& job_id) { in_flight_.erase(job_id); }
 
-JobSpec CollectiveScheduler::Adhoc(std::vector<std::string> members, const std::string& kind) {
+JobSpec CollectiveScheduler::Adhoc(std::vector<std::string> members, const std::string& kind,
+                                   const std::string& backend, uint32_t gpus_per_member) {
   JobSpec j;
   j.job_id = NextId();
   j.kind = kind;
-  j.backend = "gloo";
+  j.backend = backend;
+  if (backend == "nccl" && gpus_per_member > 0) {
+    j.member_gpus.assign(members.size(), gpus_per_member);
+  }
   j.members = std::move(members);
   j.bytes = config_.bytes;
   j.iterations = config_.iterations;

@@ -16,16 +16,23 @@ namespace fw::aggregator::collective {
 struct CollectiveNode {
   std::string name;
   std::string leaf;  // empty when the fabric map does not place it
-  int gpus = 0;
+  int gpus = 0;      // in the inventory
+  // GPUs NCCL can drive in a group across nodes: the count the agent announced with NCCL ready
+  // (Hello.collective), else 0.
+  int nccl_gpus = 0;
+  uint64_t session = 0;  // the agent's session id: a new one is a restarted agent
 };
 
 struct JobSpec {
   std::string job_id;
-  std::string kind;                  // intra_node | rail | rotating | bisection
-  std::string backend;               // nccl (inside a node) | gloo (across nodes)
+  // intra_node | rail | rotating (Gloo) | nccl_rail | nccl_rotating | bisection | qualify
+  std::string kind;
+  std::string backend;               // nccl | gloo
   std::vector<std::string> members;  // rank order
+  std::vector<uint32_t> member_gpus;  // NCCL across nodes: GPU ranks per member; else empty
+  std::vector<uint32_t> devices;      // NCCL, one node: its CUDA devices (GPU search); else all
   std::string group;                 // stable name across runs, for SlowGroupTracker
-  std::string shape;                 // e.g. "rail/4": groups expected to perform alike
+  std::string shape;  // e.g. "rail/4", "nccl_rail/4x8": groups expected to perform alike
   uint64_t bytes = 0;
   uint32_t iterations = 0;
   std::string op = "all_reduce";  // all_reduce | all_gather
@@ -44,6 +51,9 @@ struct SchedulerConfig {
   bool intra_node = true;
   bool rail_groups = true;
   bool rotating_groups = true;
+  // A rail or rotating group whose members all announced NCCL ready runs NCCL with the same number
+  // of GPU ranks on every member (the fewest any member has); any other group runs Gloo.
+  bool nccl_across_nodes = true;
 };
 
 // Nodes whose collective probes are paused. Thread-safe (the HTTP API writes, the tick reads).
@@ -74,7 +84,9 @@ class CollectiveScheduler {
   // A job ended (result, failure or timeout); frees its slot.
   void OnJobDone(const std::string& job_id);
   // Starts an extra job outside the schedule (bisection runs); it counts against max_in_flight.
-  JobSpec Adhoc(std::vector<std::string> members, const std::string& kind);
+  // An NCCL job with `gpus_per_member` > 0 gives every member that many GPU ranks.
+  JobSpec Adhoc(std::vector<std::string> members, const std::string& kind,
+                const std::string& backend = "gloo", uint32_t gpus_per_member = 0);
   size_t in_flight() const { return in_flight_.size(); }
 
  private:

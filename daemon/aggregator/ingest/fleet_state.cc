@@ -204,6 +204,7 @@ HelloResult FleetState::Admit(uint64_t conn_id, const v1::Hello& hello) {
       n.conn_id = conn_id;
       SetLiveLocked(n, true, n.view.up);
       n.view.version = hello.version();
+      n.view.collective = hello.collective();
       n.inventory = std::move(inventory);
       n.endpoints = std::move(endpoints);
       NodeIngest& in = n.view.ingest;

@@ -91,6 +91,7 @@ struct NodeView {
   NodeLocality locality;  // from the latest check report with a parsable document
   std::vector<fabricwatch::v1::ProbeEndpoint> endpoints;
   NodeIngest ingest;
+  fabricwatch::v1::CollectiveCapability collective;  // from the latest Hello (NCCL's state)
 };
 
 class FleetState {
