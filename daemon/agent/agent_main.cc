@@ -212,6 +212,9 @@ int main(int argc, char** argv) {
   rdma_selftest->add_option("--rc-bursts", selftest.rc_bursts, "RC write bursts (0: none)")
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
+  rdma_selftest->add_option("--rc-bytes", selftest.rc_burst_bytes, "bytes per RC write burst")
+      ->check(CLI::Range(uint64_t{65536}, uint64_t{1} << 34))
+      ->capture_default_str();
   auto* selftest_server =
       rdma_selftest->add_flag("--server", selftest.server, "wait for one peer on --tcp-port");
   rdma_selftest

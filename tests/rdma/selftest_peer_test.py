@@ -19,7 +19,8 @@ def main():
     agent = sys.argv[1]
     base = 41000 + (os.getpid() % 1000) * 10
     fake = lambda lid: ["--test-rdma-fake-lid", str(lid), "--test-rdma-fake-udp-base", str(base)]
-    common = ["--seconds", "0.5", "--rc-bursts", "2", "--timeout", "10", "--json"]
+    common = ["--seconds", "0.3", "--rc-bursts", "2", "--rc-bytes", "4194304", "--timeout", "10",
+              "--json"]
     server = subprocess.Popen(
         [agent] + fake(2) + ["rdma-selftest", "--server", "--tcp-port", "0"] + common,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
