@@ -17,6 +17,54 @@
 #include "probes/rdma/rdma_selftest.h"
 #include "probes/rdma/verbs_ibv.h"
 
+namespace {
+
+// Test only (--test-rdma-fake-*): a fake InfiniBand device mlx5_0 with this LID, linked to the
+// other processes' fake devices over loopback UDP (FakeFabric::EnableLoopbackLink, docs/rdma.md
+// "End to end with fake verbs"), with faults on its port.
+struct FakeRdmaFlags {
+  int lid = 0, udp_base = 0, rc_fail = 0;
+  double loss = 0, latency_us = 2, host_delay_us = 0;
+};
+
+fw::StatusOr<std::unique_ptr<fw::rdma::FakeFabric>> MakeFakeRdma(const FakeRdmaFlags& f) {
+  if (f.udp_base == 0) {
+    return fw::Status::InvalidArgument("--test-rdma-fake-lid needs --test-rdma-fake-udp-base");
+  }
+  auto fabric =
+      std::make_unique<fw::rdma::FakeFabric>(fw::RealClock::Get(), static_cast<uint64_t>(f.lid));
+  fw::rdma::FakeDeviceConfig d;
+  d.name = "mlx5_0";
+  fw::rdma::FakePortConfig p;
+  p.lid = static_cast<uint16_t>(f.lid);
+  p.latency_ns = static_cast<int64_t>(f.latency_us * 1e3);
+  // 2 Gb/s: an RC write's serialization (262 us per 64 KiB) hides the loopback UDP hop of its
+  // ack, so RC goodput reads the port's rate, not the build host's scheduling.
+  p.rate_gbps = 2;
+  fw::rdma::GidEntry g;
+  g.gid.raw[0] = 0xfe;
+  g.gid.raw[1] = 0x80;
+  g.gid.raw[14] = static_cast<uint8_t>(f.lid >> 8);
+  g.gid.raw[15] = static_cast<uint8_t>(f.lid);
+  g.type = fw::rdma::GidType::kIb;
+  p.gids = {g};
+  d.ports = {p};
+  d.node_guid = static_cast<uint64_t>(f.lid);
+  fabric->AddDevice(d);
+  fabric->SetLoss("mlx5_0", 1, f.loss);
+  fabric->SetPollDelay("mlx5_0", static_cast<int64_t>(f.host_delay_us * 1e3));
+  fabric->FailNextRcWrites("mlx5_0", f.rc_fail, fw::rdma::WcStatus::kRemAccessErr);
+  fw::Status ls = fabric->EnableLoopbackLink(static_cast<uint16_t>(f.udp_base));
+  if (!ls.ok()) return ls;
+  spdlog::warn(
+      "msg=\"test mode: fake RDMA verbs\" device=mlx5_0 lid={} udp_port={} loss={} "
+      "latency_us={} host_delay_us={}",
+      f.lid, f.udp_base + f.lid, f.loss, f.latency_us, f.host_delay_us);
+  return fabric;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // One malloc arena for the whole process, before any thread exists. glibc gives threads their
   // own arenas (up to 8 per core), and each keeps what its thread once freed resident: in the
@@ -137,37 +185,36 @@ int main(int argc, char** argv) {
   // Test only: fake RDMA verbs on a fake InfiniBand device mlx5_0 with this LID, linked to the
   // other agents' fake devices over loopback UDP (FakeFabric::EnableLoopbackLink, docs/rdma.md
   // "End to end with fake verbs"), with faults on its port.
-  int fake_lid = 0, fake_udp_base = 0;
-  double fake_loss = 0, fake_latency_us = 2, fake_host_delay_us = 0;
-  app.add_option("--test-rdma-fake-lid", fake_lid, "test only: fake RDMA device with this LID")
+  FakeRdmaFlags fake;
+  app.add_option("--test-rdma-fake-lid", fake.lid, "test only: fake RDMA device with this LID")
       ->check(CLI::Range(1, 0xbfff))
       ->group("");
-  app.add_option("--test-rdma-fake-udp-base", fake_udp_base,
+  app.add_option("--test-rdma-fake-udp-base", fake.udp_base,
                  "test only: the fake devices' loopback UDP ports are this + LID")
       ->check(CLI::Range(1024, 60000))
       ->group("");
-  app.add_option("--test-rdma-fake-loss", fake_loss, "test only: loss on the fake port")
+  app.add_option("--test-rdma-fake-loss", fake.loss, "test only: loss on the fake port")
       ->check(CLI::Range(0.0, 1.0))
       ->group("");
-  app.add_option("--test-rdma-fake-latency-us", fake_latency_us,
+  app.add_option("--test-rdma-fake-latency-us", fake.latency_us,
                  "test only: one-way latency of the fake port")
       ->check(CLI::Range(0.0, 1e6))
       ->group("");
-  app.add_option("--test-rdma-fake-host-delay-us", fake_host_delay_us,
+  app.add_option("--test-rdma-fake-host-delay-us", fake.host_delay_us,
                  "test only: host delay (completion to poll) of the fake device")
       ->check(CLI::Range(0.0, 1e6))
       ->group("");
-  int fake_rc_fail = 0;
-  app.add_option("--test-rdma-fake-rc-fail", fake_rc_fail,
+  app.add_option("--test-rdma-fake-rc-fail", fake.rc_fail,
                  "test only: the first N RC writes of the fake device fail (rem_access_err)")
       ->check(CLI::Range(0, 1000))
       ->group("");
   std::string port_file;
   app.add_option("--port-file", port_file, "write the bound HTTP port as JSON here once listening");
   fw::rdma::SelftestOptions selftest;
-  std::string selftest_peer;
   CLI::App* rdma_selftest = app.add_subcommand(
-      "rdma-selftest", "UD latency and RC write bandwidth on one RDMA port (loopback); exit 0/2/3");
+      "rdma-selftest",
+      "UD latency and RC write bandwidth on one RDMA port, in loopback or with a peer host "
+      "(--server on one, --peer on the other); exit 0/2/3");
   rdma_selftest->add_option("--device", selftest.device, "RDMA device")->capture_default_str();
   rdma_selftest->add_option("--port", selftest.port, "port (0: the first usable)");
   rdma_selftest->add_option("--seconds", selftest.seconds, "UD probing time")
@@ -176,7 +223,26 @@ int main(int argc, char** argv) {
   rdma_selftest->add_option("--rc-bursts", selftest.rc_bursts, "RC write bursts (0: none)")
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
-  rdma_selftest->add_option("--peer", selftest_peer, "a peer host (not implemented yet)");
+  rdma_selftest->add_option("--rc-bytes", selftest.rc_burst_bytes, "bytes per RC write burst")
+      ->check(CLI::Range(uint64_t{65536}, uint64_t{1} << 34))
+      ->capture_default_str();
+  auto* selftest_server =
+      rdma_selftest->add_flag("--server", selftest.server, "wait for one peer on --tcp-port");
+  rdma_selftest
+      ->add_option("--peer", selftest.peer,
+                   "the peer host running rdma-selftest --server: probe it and write into it")
+      ->excludes(selftest_server);
+  rdma_selftest
+      ->add_option("--tcp-port", selftest.tcp_port,
+                   "TCP port of the connection-data exchange with the peer")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  rdma_selftest
+      ->add_option("--timeout", selftest.timeout_s,
+                   "seconds to wait for the peer (accept, connect, each message)")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str();
+  rdma_selftest->add_flag("--json", selftest.json, "print one JSON object instead of text");
   CLI::App* check = app.add_subcommand("check", "check this node once and exit 0/1/2/3");
   check->add_option("--format", format, "text|json")
       ->check(CLI::IsMember({"text", "json"}))
@@ -198,10 +264,16 @@ int main(int argc, char** argv) {
   o.check_counter_interval_s = check_interval.value >= 0 ? check_interval.value : 1;
 
   if (*rdma_selftest) {
-    if (!selftest_peer.empty()) {
-      std::cerr << "rdma-selftest: --peer is not implemented yet: run it on each host (loopback) "
-                   "and compare with perftest (docs/rdma.md)\n";
-      return 3;
+    fw::InitLogging("rdma-selftest", log_level);  // on stderr: stdout is the report
+    selftest.progress = &std::cerr;
+    if (fake.lid > 0) {  // test only: a fake device on the loopback link instead of libibverbs
+      auto fabric = MakeFakeRdma(fake);
+      if (!fabric.ok()) {
+        std::cerr << "rdma-selftest: " << fabric.status().message() << "\n";
+        return 3;
+      }
+      auto verbs = (*fabric)->MakeVerbs({"mlx5_0"});
+      return fw::rdma::RunSelftest(*verbs, fw::RealClock::Get(), selftest, std::cout);
     }
     auto verbs = fw::rdma::MakeIbverbs(o.sysfs_root);
     return fw::rdma::RunSelftest(*verbs, fw::RealClock::Get(), selftest, std::cout);
@@ -227,44 +299,13 @@ int main(int argc, char** argv) {
   }
 
   std::unique_ptr<fw::rdma::FakeFabric> fake_fabric;  // outlives the agent, which uses its verbs
-  if (fake_lid > 0) {
-    if (fake_udp_base == 0) {
-      spdlog::critical(
-          "msg=\"cannot start: --test-rdma-fake-lid needs --test-rdma-fake-udp-base\"");
+  if (fake.lid > 0) {
+    auto made = MakeFakeRdma(fake);
+    if (!made.ok()) {
+      spdlog::critical("msg=\"cannot start\" error=\"{}\"", made.status().message());
       return 3;
     }
-    fake_fabric = std::make_unique<fw::rdma::FakeFabric>(fw::RealClock::Get(),
-                                                         static_cast<uint64_t>(fake_lid));
-    fw::rdma::FakeDeviceConfig d;
-    d.name = "mlx5_0";
-    fw::rdma::FakePortConfig p;
-    p.lid = static_cast<uint16_t>(fake_lid);
-    p.latency_ns = static_cast<int64_t>(fake_latency_us * 1e3);
-    // 2 Gb/s: an RC write's serialization (262 us per 64 KiB) hides the loopback UDP hop of its
-    // ack, so RC goodput reads the port's rate, not the build host's scheduling.
-    p.rate_gbps = 2;
-    fw::rdma::GidEntry g;
-    g.gid.raw[0] = 0xfe;
-    g.gid.raw[1] = 0x80;
-    g.gid.raw[14] = static_cast<uint8_t>(fake_lid >> 8);
-    g.gid.raw[15] = static_cast<uint8_t>(fake_lid);
-    g.type = fw::rdma::GidType::kIb;
-    p.gids = {g};
-    d.ports = {p};
-    d.node_guid = static_cast<uint64_t>(fake_lid);
-    fake_fabric->AddDevice(d);
-    fake_fabric->SetLoss("mlx5_0", 1, fake_loss);
-    fake_fabric->SetPollDelay("mlx5_0", static_cast<int64_t>(fake_host_delay_us * 1e3));
-    fake_fabric->FailNextRcWrites("mlx5_0", fake_rc_fail, fw::rdma::WcStatus::kRemAccessErr);
-    fw::Status ls = fake_fabric->EnableLoopbackLink(static_cast<uint16_t>(fake_udp_base));
-    if (!ls.ok()) {
-      spdlog::critical("msg=\"cannot start\" error=\"{}\"", ls.message());
-      return 3;
-    }
-    spdlog::warn(
-        "msg=\"test mode: fake RDMA verbs\" device=mlx5_0 lid={} udp_port={} loss={} "
-        "latency_us={} host_delay_us={}",
-        fake_lid, fake_udp_base + fake_lid, fake_loss, fake_latency_us, fake_host_delay_us);
+    fake_fabric = std::move(*made);
     fw::rdma::FakeFabric* f = fake_fabric.get();
     o.rdma_verbs = [f] { return f->MakeVerbs({"mlx5_0"}); };
     o.rdma_runner.mesh.unchanneled_poll_ns = 100'000;

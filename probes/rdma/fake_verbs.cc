@@ -213,6 +213,7 @@ struct FakeFabric::State {
   };
   uint16_t link_base = 0;
   std::vector<LinkSock> link_socks;
+  bool channels = false;  // CQs get a completion channel (EnableCompletionChannels, or the link)
   std::vector<uint8_t> link_buf;
   // RC writes sent over the link and not yet acknowledged, by token.
   struct LinkWrite {
@@ -401,9 +402,12 @@ struct FakeFabric::State {
       spdlog::warn("msg=\"fake rdma: timerfd_settime failed\" errno={}", errno);
     }
   }
-  // A packet now in flight may complete on any armed CQ of this process.
-  void WakeArmedBy(int64_t at) {
-    for (auto& [id, cq] : cqs) WakeBy(cq, at);
+  // A packet now in flight completes on CQs of its sender's and its receiver's devices: their
+  // armed CQs wake by its arrival (the others have nothing to poll for it).
+  void WakeArmedBy(int64_t at, size_t src_dev, size_t dst_dev) {
+    for (auto& [id, cq] : cqs) {
+      if (cq.dev == src_dev || cq.dev == dst_dev) WakeBy(cq, at);
+    }
   }
 
   void Complete(uint64_t cq_id, const WorkCompletion& wc, int64_t stamped_at, bool counts_send,
@@ -689,14 +693,21 @@ class FakeCq final : public Cq {
     std::lock_guard<std::mutex> l(s_->mu);
     auto& cq = s_->cqs.at(id_);
     if (cq.tfd < 0) return Status::Ok();
-    uint64_t expirations;
-    [[maybe_unused]] ssize_t n = ::read(cq.tfd, &expirations, sizeof(expirations));  // clear
-    itimerspec off{};
-    (void)::timerfd_settime(cq.tfd, 0, &off, nullptr);
-    cq.timer_at = 0;
+    if (cq.timer_at != 0) {  // a timer was set (and may have fired): clear and disarm it
+      uint64_t expirations;
+      [[maybe_unused]] ssize_t n = ::read(cq.tfd, &expirations, sizeof(expirations));
+      itimerspec off{};
+      (void)::timerfd_settime(cq.tfd, 0, &off, nullptr);
+      cq.timer_at = 0;
+    }
     cq.armed = true;
     if (!cq.q.empty()) s_->WakeBy(cq, cq.q.front().visible_at);
-    if (!s_->heap.empty()) s_->WakeBy(cq, s_->heap.front().at);
+    // The earliest packet in flight that completes on this CQ's device (sent or received).
+    int64_t next = 0;
+    for (const Packet& p : s_->heap) {
+      if ((p.src_dev == cq.dev || p.dst_dev == cq.dev) && (next == 0 || p.at < next)) next = p.at;
+    }
+    if (next != 0) s_->WakeBy(cq, next);
     return Status::Ok();
   }
 
@@ -983,9 +994,10 @@ class FakeQp final : public Qp {
       p.lost = false;  // RC retransmits: loss shows as delay, modelled as none here
     }
     const int64_t arrives = p.at;
+    const size_t src_dev = p.src_dev, dst_dev = p.dst_dev;
     s_->heap.push_back(std::move(p));
     std::push_heap(s_->heap.begin(), s_->heap.end(), PacketLater());
-    s_->WakeArmedBy(arrives);
+    s_->WakeArmedBy(arrives, src_dev, dst_dev);
     return Status::Ok();
   }
 
@@ -1127,7 +1139,7 @@ class FakeContext final : public Context {
     }
     const uint64_t id = s_->next_id++;
     FakeFabric::State::CqS& cq = s_->cqs[id] = {dev_, depth, ts, {}};
-    if (!s_->link_socks.empty()) {
+    if (!s_->link_socks.empty() || s_->channels) {
       cq.tfd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
       cq.epfd = ::epoll_create1(EPOLL_CLOEXEC);
       bool ok = cq.tfd >= 0 && cq.epfd >= 0;
@@ -1276,6 +1288,11 @@ std::unique_ptr<Verbs> FakeFabric::MakeNoRdmaStack() {
 void FakeFabric::SetAutoAdvance(FakeClock* clock) {
   std::lock_guard<std::mutex> l(state_->mu);
   state_->auto_clock = clock;
+}
+
+void FakeFabric::EnableCompletionChannels() {
+  std::lock_guard<std::mutex> l(state_->mu);
+  state_->channels = true;
 }
 
 Status FakeFabric::EnableLoopbackLink(uint16_t udp_base) {

@@ -90,6 +90,10 @@ class FakeFabric {
   // completion they may see and by the link sockets. Needs a RealClock (CLOCK_MONOTONIC). Fails
   // when a socket cannot be bound.
   Status EnableLoopbackLink(uint16_t udp_base);
+  // CQs created after this have a completion channel without the link: runners on several
+  // threads of one process wait on them as on a NIC's, and the fake delivers in memory, with no
+  // syscall per packet besides re-arming the receiving CQ's timer (fw_rdmaprobe cpu).
+  void EnableCompletionChannels();
 
   // Faults. Device and port must exist.
   void SetLoss(const std::string& device, uint8_t port, double probability);

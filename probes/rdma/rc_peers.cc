@@ -7,10 +7,19 @@
 
 namespace fw::rdma {
 
+uint32_t RailFlowId(std::string_view local_device, std::string_view remote_device) {
+  uint32_t h = 2166136261u;  // FNV-1a
+  for (std::string_view part : {local_device, std::string_view("\n"), remote_device}) {
+    for (char c : part) h = (h ^ static_cast<uint8_t>(c)) * 16777619u;
+  }
+  return h & 0xffff;
+}
+
 struct RcPeers::Session {
   enum class State : uint8_t { kIdle, kAwaitAnswer, kConnected };
   RcPeerPlan plan;
   State state = State::kIdle;
+  std::string remote_device;  // the peer's NIC, from its answer
   std::unique_ptr<RcWriteBw> qp;
   int64_t due = 0;  // idle: start the exchange; waiting: give up; connected: next burst
   uint64_t round = 0;       // the round whose burst is owed (0: none)
@@ -40,14 +49,14 @@ size_t RcPeers::connected() const {
 void RcPeers::SetPlan(std::vector<RcPeerPlan> peers, double interval_s, uint64_t bytes) {
   if (interval_s > 0) opts_.interval_s = interval_s;
   if (bytes > 0) opts_.write.burst_bytes = bytes;
-  std::map<std::string, std::unique_ptr<Session>> next;
+  std::map<RailKey, std::unique_ptr<Session>> next;
   const int64_t now = clock_.MonotonicNanos();
   for (RcPeerPlan& p : peers) {
-    if (p.peer.empty() || next.count(p.peer) != 0) continue;
-    auto it = probing_.find(p.peer);
+    RailKey key{p.peer, p.local_device, p.remote_device};
+    if (p.peer.empty() || next.count(key) != 0) continue;
+    auto it = probing_.find(key);
     std::unique_ptr<Session> s;
-    if (it != probing_.end() && it->second->plan.local_device == p.local_device &&
-        it->second->plan.remote_device == p.remote_device) {
+    if (it != probing_.end()) {
       s = std::move(it->second);
     } else {
       s = std::make_unique<Session>(seed_++, opts_.backoff_base_s, opts_.backoff_max_s);
@@ -60,7 +69,7 @@ void RcPeers::SetPlan(std::vector<RcPeerPlan> peers, double interval_s, uint64_t
       if (s->state == Session::State::kConnected) s->due = now;
     }
     s->plan = std::move(p);
-    next[s->plan.peer] = std::move(s);
+    next[std::move(key)] = std::move(s);
   }
   probing_ = std::move(next);
 }
@@ -98,19 +107,30 @@ void RcPeers::StartExchange(Session& s, int64_t now) {
   s.state = Session::State::kAwaitAnswer;
   s.due = now + static_cast<int64_t>(opts_.connect_timeout_s * 1e9);
   ++stats_.connects_sent;
-  send_({s.plan.peer, s.qp->local(), false});
+  send_({s.plan.peer, s.qp->local(), false, s.plan.remote_device});
 }
 
 void RcPeers::OnMessage(const RcConnectMsg& m) {
   const int64_t now = clock_.MonotonicNanos();
   if (m.reply) {
-    auto it = probing_.find(m.peer);
-    if (it == probing_.end() || it->second->state != Session::State::kAwaitAnswer) {
+    // The session waiting on this rail: our NIC is the answer's peer_device (any, from an older
+    // agent), the peer's the answering endpoint's device (any when the plan named none).
+    Session* found = nullptr;
+    for (auto& [key, session] : probing_) {
+      Session& c = *session;
+      if (c.plan.peer != m.peer || c.state != Session::State::kAwaitAnswer) continue;
+      if (!m.peer_device.empty() && c.qp->local().device != m.peer_device) continue;
+      if (!c.plan.remote_device.empty() && c.plan.remote_device != m.endpoint.device) continue;
+      found = &c;
+      break;
+    }
+    if (found == nullptr) {
       ++stats_.refused;
-      spdlog::info("msg=\"rdma rc: answer without a request\" peer={}", m.peer);
+      spdlog::info("msg=\"rdma rc: answer without a request\" peer={} device={} peer_device={}",
+                   m.peer, m.peer_device, m.endpoint.device);
       return;
     }
-    Session& s = *it->second;
+    Session& s = *found;
     Status st = s.qp->Connect(m.endpoint);
     if (!st.ok()) {
       ++stats_.refused;
@@ -119,11 +139,14 @@ void RcPeers::OnMessage(const RcConnectMsg& m) {
       return;
     }
     s.state = Session::State::kConnected;
+    s.remote_device = m.endpoint.device;
     s.due = now;  // the first burst at once
     return;
   }
-  // A request: a new answering QP replaces the earlier one, whose prober has started over.
-  answering_.erase(m.peer);
+  // A request: a new answering QP replaces the earlier one of the same rail, whose prober has
+  // started over.
+  const RailKey key{m.peer, m.endpoint.device, m.peer_device};
+  answering_.erase(key);
   if (answering_.size() >= opts_.max_answering) {
     ++stats_.refused;
     spdlog::warn("msg=\"rdma rc: too many answering QPs\" peer={} max={}", m.peer,
@@ -131,10 +154,10 @@ void RcPeers::OnMessage(const RcConnectMsg& m) {
     return;
   }
   RcDeviceRef ref;
-  if (!lookup_("", m.endpoint.link_layer, ref)) {
+  if (!lookup_(m.peer_device, m.endpoint.link_layer, ref)) {
     ++stats_.refused;
-    spdlog::info("msg=\"rdma rc: no port for a request\" peer={} link_layer={}", m.peer,
-                 LinkLayerName(m.endpoint.link_layer));
+    spdlog::info("msg=\"rdma rc: no port for a request\" peer={} device={} link_layer={}", m.peer,
+                 m.peer_device, LinkLayerName(m.endpoint.link_layer));
     return;
   }
   RcWriteOptions wo = opts_.write;
@@ -153,8 +176,8 @@ void RcPeers::OnMessage(const RcConnectMsg& m) {
     return;
   }
   ++stats_.answers_sent;
-  send_({m.peer, qp.value()->local(), true});
-  answering_[m.peer] = std::move(qp.value());
+  send_({m.peer, qp.value()->local(), true, m.endpoint.device});
+  answering_[key] = std::move(qp.value());
 }
 
 void RcPeers::RunBurst(Session& s, int64_t now) {
@@ -165,6 +188,8 @@ void RcPeers::RunBurst(Session& s, int64_t now) {
   s.round = 0;
   r.base.timestamp_ns = clock_.WallNanos();
   r.SetLocalDevice(s.qp->local().device);
+  r.SetPeerDevice(s.remote_device);
+  r.base.flow_id = RailFlowId(s.qp->local().device, s.remote_device);
   auto b = s.qp->RunBurst(clock_, budget_);
   const int64_t end = clock_.MonotonicNanos();
   if (b.ok()) {
@@ -184,8 +209,8 @@ void RcPeers::RunBurst(Session& s, int64_t now) {
   }
   ++stats_.burst_failures;
   if (s.qp->broken()) ++stats_.qp_errors;
-  spdlog::warn("msg=\"rdma rc: burst failed, reconnecting\" peer={} error=\"{}\"", s.plan.peer,
-               b.status().ToString());
+  spdlog::warn("msg=\"rdma rc: burst failed, reconnecting\" peer={} device={} error=\"{}\"",
+               s.plan.peer, s.qp->local().device, b.status().ToString());
   // No result: RC retransmits, so a failed burst says nothing about packet loss on the path; it
   // is a broken connection (the peer restarted, a QP error), counted and logged above.
   Restart(s, end, true);
@@ -204,7 +229,8 @@ int64_t RcPeers::Step() {
           break;
         case Session::State::kAwaitAnswer:
           ++stats_.connect_timeouts;
-          spdlog::info("msg=\"rdma rc: no answer, starting over\" peer={}", s.plan.peer);
+          spdlog::info("msg=\"rdma rc: no answer, starting over\" peer={} device={}", s.plan.peer,
+                       s.plan.local_device);
           Restart(s, now, false);
           break;
         case Session::State::kConnected:

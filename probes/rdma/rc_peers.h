@@ -1,5 +1,7 @@
-// RC write bandwidth toward the plan's peers for the agent: one RC QP pair per (prober, peer),
-// connected through the aggregator, bursts every interval, results as transport rdma_rc.
+// RC write bandwidth toward the plan's peers for the agent: one RC QP pair per same-rail NIC pair
+// (prober NIC, peer NIC) as the planner plans them, connected through the aggregator, bursts
+// every interval, results as transport rdma_rc with both NICs (src_nic, dst_nic). Each QP has its
+// own reconnect backoff, so a broken rail does not hold up the others.
 //
 // The exchange (messages carried by the aggregator, RdmaRcConnect on the wire):
 //   prober  : creates its QP, sends {to peer, its endpoint, reply=false}
@@ -21,6 +23,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "common/backoff.h"
@@ -42,10 +46,13 @@ struct RcPeerPlan {
 };
 
 // One connection message: outbound `peer` is the node it is for, inbound the node it came from.
+// `endpoint.device` is the sender's NIC; `peer_device` the receiver's NIC the QP is for ("" from
+// an older agent: the receiver's first port of the link layer).
 struct RcConnectMsg {
   std::string peer;
   RcEndpoint endpoint;
   bool reply = false;
+  std::string peer_device;
 };
 
 struct RcPeersOptions {
@@ -76,6 +83,10 @@ struct RcDeviceRef {
 };
 using RcDeviceLookup =
     std::function<bool(const std::string& device, LinkLayer want, RcDeviceRef& out)>;
+
+// The flow id of a rail's rdma_rc results: a hash of (our NIC, its NIC) in 16 bits, so that the
+// aggregator keeps each rail's bursts of a node pair as a flow of their own.
+uint32_t RailFlowId(std::string_view local_device, std::string_view remote_device);
 
 class RcPeers {
  public:
@@ -109,9 +120,12 @@ class RcPeers {
   SendFn send_;
   ResultSink* sink_;
   net::ProbeBudget* budget_;
+  // (peer, our NIC, its NIC) as planned; "" NICs as the plan gives them.
+  using RailKey = std::tuple<std::string, std::string, std::string>;
   std::vector<RcPeerPlan> plan_;
-  std::map<std::string, std::unique_ptr<Session>> probing_;  // by peer
-  std::map<std::string, std::unique_ptr<RcWriteBw>> answering_;
+  std::map<RailKey, std::unique_ptr<Session>> probing_;
+  // Answering QPs by (peer, its NIC, our NIC) as the request named them.
+  std::map<RailKey, std::unique_ptr<RcWriteBw>> answering_;
   uint64_t seq_ = 1;
   uint64_t seed_;
   RcPeersStats stats_;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <ctime>
 
 namespace fw::rdma {
 
@@ -124,8 +125,20 @@ RdmaState RdmaRunner::state() const {
   return state_;
 }
 
+int64_t RdmaRunner::thread_cpu_ns() const {
+  if (tid_.load() == 0 || !thread_.joinable()) return -1;
+  clockid_t cid;
+  timespec ts{};
+  if (pthread_getcpuclockid(const_cast<std::thread&>(thread_).native_handle(), &cid) != 0 ||
+      clock_gettime(cid, &ts) != 0) {
+    return -1;
+  }
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
 void RdmaRunner::Loop() {
   pthread_setname_np(pthread_self(), "fw-rdma-ud");  // per-thread CPU (procstat --threads)
+  tid_.store(static_cast<int>(::gettid()));
   int64_t last_flush = clock_.MonotonicNanos();
   const auto interval = static_cast<int64_t>(options_.batch_interval_s * 1e9);
   std::vector<pollfd> fds;
@@ -174,6 +187,7 @@ void RdmaRunner::Loop() {
     const timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000),
                       static_cast<long>(wait_ns % 1'000'000'000)};
     const int rc = ::ppoll(fds.data(), fds.size(), &ts, nullptr);
+    wakeups_.fetch_add(1, std::memory_order_relaxed);
     if (rc < 0 && errno != EINTR) {
       spdlog::warn("msg=\"rdma: ppoll failed\" errno={}", errno);
       ::usleep(10'000);  // never spin on a persistent failure

@@ -60,6 +60,11 @@ class RdmaRunner {
   // Null when not available.
   const UdMeshStats* stats() const { return mesh_ ? &mesh_->stats() : nullptr; }
   uint64_t results_dropped() const { return dropped_.load(); }
+  // The mesh thread, for CPU accounting (fw_rdmaprobe cpu): its kernel thread id (0 before it
+  // runs), its CPU time so far (-1 when not running), and how often it has woken.
+  int tid() const { return tid_.load(); }
+  int64_t thread_cpu_ns() const;
+  uint64_t wakeups() const { return wakeups_.load(); }
 
  private:
   class Sink;
@@ -84,6 +89,8 @@ class RdmaRunner {
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> dropped_{0};
+  std::atomic<int> tid_{0};
+  std::atomic<uint64_t> wakeups_{0};
   mutable Mutex mu_;
   std::optional<std::vector<UdTarget>> next_targets_ FW_GUARDED_BY(mu_);
   std::optional<RcPlan> next_rc_plan_ FW_GUARDED_BY(mu_);

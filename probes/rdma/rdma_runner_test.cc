@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "probes/rdma/fake_link.h"
@@ -147,22 +149,30 @@ TEST(FakeLink, DatagramRoundTripsAndBadOnesAreRefusedByCause) {
   EXPECT_FALSE(ParseLinkDatagram(w.data(), w.size(), back, why));
 }
 
-// Two fabrics, one fake device "mlx5_0" each (LIDs 1 and 2), joined by the loopback link at
-// `base`; empty when a socket could not be bound.
-std::vector<std::unique_ptr<FakeFabric>> LinkedFabrics(uint16_t base, double gbps) {
+// Two fabrics with `rails` fake devices each ("mlx5_<r>"; LIDs 1 + 2r and 2 + 2r), joined by the
+// loopback link at `base`; empty when a socket could not be bound.
+std::vector<std::unique_ptr<FakeFabric>> LinkedFabrics(uint16_t base, double gbps, int rails = 1) {
   std::vector<std::unique_ptr<FakeFabric>> fabrics;
   for (uint16_t lid : {1, 2}) {
     fabrics.push_back(std::make_unique<FakeFabric>(RealClock::Get()));
-    FakeDeviceConfig d;
-    d.name = "mlx5_0";
-    FakePortConfig p;
-    p.lid = lid;
-    p.rate_gbps = gbps;
-    d.ports = {p};
-    fabrics.back()->AddDevice(d);
+    for (int r = 0; r < rails; ++r) {
+      FakeDeviceConfig d;
+      d.name = "mlx5_" + std::to_string(r);
+      FakePortConfig p;
+      p.lid = static_cast<uint16_t>(lid + 2 * r);
+      p.rate_gbps = gbps;
+      d.ports = {p};
+      fabrics.back()->AddDevice(d);
+    }
     if (!fabrics.back()->EnableLoopbackLink(base).ok()) return {};
   }
   return fabrics;
+}
+
+std::vector<std::string> Rails(int rails) {
+  std::vector<std::string> out;
+  for (int r = 0; r < rails; ++r) out.push_back("mlx5_" + std::to_string(r));
+  return out;
 }
 
 // Two fabrics, as in two agent processes, joined by the loopback link: each sees only its own
@@ -221,7 +231,8 @@ struct RcPair {
   std::vector<RdmaProbeResult> got;
   std::unique_ptr<RdmaRunner> a, b;
 
-  RcPair(uint16_t base, const RdmaRunnerOptions& o) : fabrics(LinkedFabrics(base, 10)) {
+  RcPair(uint16_t base, const RdmaRunnerOptions& o, int rails = 1)
+      : fabrics(LinkedFabrics(base, 10, rails)) {
     if (fabrics.size() != 2) return;
     auto to = [](std::unique_ptr<RdmaRunner>& r, const char* from) {
       return [&r, from](const RcConnectMsg& m) {
@@ -231,14 +242,14 @@ struct RcPair {
       };
     };
     a = std::make_unique<RdmaRunner>(
-        fabrics[0]->MakeVerbs({"mlx5_0"}), RealClock::Get(), o,
+        fabrics[0]->MakeVerbs(Rails(rails)), RealClock::Get(), o,
         [this](std::vector<RdmaProbeResult>&& batch) {
           std::lock_guard<std::mutex> l(mu);
           got.insert(got.end(), batch.begin(), batch.end());
         },
         nullptr, to(b, "node-a"));
     b = std::make_unique<RdmaRunner>(
-        fabrics[1]->MakeVerbs({"mlx5_0"}), RealClock::Get(), o, [](auto&&) {}, nullptr,
+        fabrics[1]->MakeVerbs(Rails(rails)), RealClock::Get(), o, [](auto&&) {}, nullptr,
         to(a, "node-b"));
   }
   bool Start() { return fabrics.size() == 2 && a->Start().ok() && b->Start().ok(); }
@@ -248,15 +259,22 @@ struct RcPair {
   }
 };
 
-// RC write bursts between two processes' fabrics, the connection messages passed between the
-// runners as the aggregator passes them; a completion error tears the QP down and reconnects.
-TEST(RdmaRunner, RcBurstsCrossTheLinkAndAQpErrorReconnects) {
-  const uint16_t base = static_cast<uint16_t>(30000 + (::getpid() % 2000) * 10 + 5);
+// Quick batches and reconnects; the loopback link's ports at a per-test offset.
+RdmaRunnerOptions RcOptions() {
   RdmaRunnerOptions o;
   o.batch_interval_s = 0.05;
   o.rc.write.buffer_bytes = 1u << 20;
   o.rc.backoff_base_s = 0.1;
-  RcPair pair(base, o);
+  return o;
+}
+uint16_t RcBase(int offset) {
+  return static_cast<uint16_t>(30000 + (::getpid() % 2000) * 10 + offset);
+}
+
+// RC write bursts between two processes' fabrics, the connection messages passed between the
+// runners as the aggregator passes them; a completion error tears the QP down and reconnects.
+TEST(RdmaRunner, RcBurstsCrossTheLinkAndAQpErrorReconnects) {
+  RcPair pair(RcBase(5), RcOptions());
   ASSERT_TRUE(pair.Start());
   std::unique_ptr<RdmaRunner>& a = pair.a;
   std::unique_ptr<RdmaRunner>& b = pair.b;
@@ -292,6 +310,55 @@ TEST(RdmaRunner, RcBurstsCrossTheLinkAndAQpErrorReconnects) {
   EXPECT_EQ(st.burst_failures.load(), 1u);
   EXPECT_GE(fabrics[1]->stats().rdma_writes, 6u * 64);
   EXPECT_EQ(fabrics[0]->stats().link_refused + fabrics[1]->stats().link_refused, 0u);
+}
+
+// Two rails: one RC QP per same-rail NIC pair, each result naming both NICs and its own flow; a
+// QP error on one rail reconnects that rail alone while the other keeps bursting.
+TEST(RdmaRunner, RcRunsOneQpPerRailAndReconnectsEachApart) {
+  RcPair pair(RcBase(3), RcOptions(), 2);
+  ASSERT_TRUE(pair.Start());
+  pair.a->SetRcPlan({{"node-b", "mlx5_0", "mlx5_0"}, {"node-b", "mlx5_1", "mlx5_1"}}, 0.1,
+                    2u << 20);
+  auto per_rail = [&] {
+    std::lock_guard<std::mutex> l(pair.mu);
+    std::map<std::pair<std::string, std::string>, size_t> n;
+    for (const auto& r : pair.got) {
+      ++n[{std::string(r.LocalDevice()), std::string(r.PeerDevice())}];
+    }
+    return n;
+  };
+  auto both_at_least = [&](size_t k) {
+    auto n = per_rail();
+    return n[{"mlx5_0", "mlx5_0"}] >= k && n[{"mlx5_1", "mlx5_1"}] >= k;
+  };
+  for (int i = 0; i < 100 && !both_at_least(2); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(both_at_least(2));
+  EXPECT_EQ(pair.b->rc_stats()->answers_sent.load(), 2u) << "one answering QP per rail";
+  const size_t rail0_before = per_rail()[{"mlx5_0", "mlx5_0"}];
+  pair.fabrics[0]->FailNextRcWrites("mlx5_1", 1, WcStatus::kRemAccessErr);
+  for (int i = 0;
+       i < 100 && !(pair.a->rc_stats()->reconnects.load() == 1 && both_at_least(rail0_before + 3));
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  pair.a->Stop();
+  pair.b->Stop();
+  const RcPeersStats& st = *pair.a->rc_stats();
+  EXPECT_EQ(st.qp_errors.load(), 1u);
+  EXPECT_EQ(st.reconnects.load(), 1u);
+  EXPECT_EQ(st.connects_sent.load(), 3u) << "both rails once, the failed rail again";
+  EXPECT_GE(pair.b->rc_stats()->answers_sent.load(), 3u);
+  auto n = per_rail();
+  EXPECT_EQ(n.size(), 2u) << "only same-rail pairs, each naming both NICs";
+  const std::pair<std::string, std::string> rail1{"mlx5_1", "mlx5_1"};
+  EXPECT_GE(n[rail1], 3u) << "the failed rail bursts again after its reconnect";
+  std::lock_guard<std::mutex> l(pair.mu);
+  for (const auto& r : pair.got) {
+    EXPECT_EQ(r.base.flow_id, RailFlowId(r.LocalDevice(), r.PeerDevice()));
+  }
+  EXPECT_NE(RailFlowId("mlx5_0", "mlx5_0"), RailFlowId("mlx5_1", "mlx5_1"));
 }
 
 // A qualification round's burst runs at once, ahead of a long interval, once per round, and is

@@ -71,6 +71,7 @@ StatusOr<UdEndpoint> EndpointFromProto(const v1::RdmaEndpoint& p) {
 void RcConnectToProto(const RcConnectMsg& m, v1::RdmaRcConnect* out) {
   out->set_peer(m.peer);
   out->set_reply(m.reply);
+  out->set_peer_device(m.peer_device);
   const RcEndpoint& e = m.endpoint;
   v1::RdmaRcEndpoint* p = out->mutable_endpoint();
   AddressToProto(e, p);
@@ -85,9 +86,13 @@ StatusOr<RcConnectMsg> RcConnectFromProto(const v1::RdmaRcConnect& in) {
     return Status::InvalidArgument("rdma rc connect: bad peer name");
   }
   const v1::RdmaRcEndpoint& p = in.endpoint();
+  if (in.peer_device().size() > 64) {
+    return Status::InvalidArgument("rdma rc connect: bad peer device name");
+  }
   RcConnectMsg m;
   m.peer = in.peer();
   m.reply = in.reply();
+  m.peer_device = in.peer_device();
   RcEndpoint& e = m.endpoint;
   Status st = AddressFromProto(p, e, "rdma rc connect");
   if (!st.ok()) return st;
@@ -146,12 +151,14 @@ void ResultToProto(const RdmaProbeResult& r, v1::ProbeResult* out) {
   if (r.base.transport == net::Transport::kRdmaRc) {
     // A burst: bytes and goodput like tcp_bw; rtt_ns is left 0 (the burst's span is no RTT).
     out->set_transport(v1::TRANSPORT_RDMA_RC);
+    out->set_flow_id(r.base.flow_id);
     out->set_probe_seq(r.base.seq);
     out->set_lost(r.base.lost);
     out->set_bytes(r.base.bytes);
     out->set_goodput_bps(r.base.lost ? 0 : r.base.goodput_bps);
     out->set_sent_unix_ns(r.base.timestamp_ns);
     out->set_src_nic(std::string(r.LocalDevice()));
+    out->set_dst_nic(std::string(r.PeerDevice()));
     return;
   }
   out->set_transport(v1::TRANSPORT_RDMA_UD);

@@ -113,6 +113,7 @@ TEST(RdmaWire, RcConnectRoundTripsAndBadOnesAreRefused) {
   RcConnectMsg m;
   m.peer = "node-b";
   m.reply = true;
+  m.peer_device = "mlx5_3";
   RcEndpoint& e = m.endpoint;
   e.device = "mlx5_0";
   e.port = 1;
@@ -135,6 +136,7 @@ TEST(RdmaWire, RcConnectRoundTripsAndBadOnesAreRefused) {
   EXPECT_EQ(back->endpoint.addr, e.addr);
   EXPECT_EQ(back->endpoint.length, e.length);
   EXPECT_EQ(back->endpoint.lid, 7);
+  EXPECT_EQ(back->peer_device, "mlx5_3");
   for (auto breaker : std::vector<std::function<void(v1::RdmaRcConnect&)>>{
            [](auto& q) { q.mutable_endpoint()->set_qpn(1u << 24); },
            [](auto& q) { q.mutable_endpoint()->set_psn(1u << 24); },
@@ -145,6 +147,7 @@ TEST(RdmaWire, RcConnectRoundTripsAndBadOnesAreRefused) {
            [](auto& q) { q.mutable_endpoint()->set_lid(0); },
            [](auto& q) { q.set_peer(""); },
            [](auto& q) { q.set_peer(std::string(64, 'x')); },
+           [](auto& q) { q.set_peer_device(std::string(65, 'x')); },
        }) {
     v1::RdmaRcConnect bad = p;
     breaker(bad);
@@ -173,9 +176,13 @@ TEST(RdmaWire, RcPlanPeersAndResults) {
   r.base.goodput_bps = 97e9;
   r.base.rtt_ns = 345'000;
   r.SetLocalDevice("mlx5_0");
+  r.SetPeerDevice("mlx5_1");
+  r.base.flow_id = 4242;
   v1::ProbeResult out;
   ResultToProto(r, &out);
   EXPECT_EQ(out.transport(), v1::TRANSPORT_RDMA_RC);
+  EXPECT_EQ(out.dst_nic(), "mlx5_1");
+  EXPECT_EQ(out.flow_id(), 4242u);
   EXPECT_EQ(out.bytes(), 4u << 20);
   EXPECT_DOUBLE_EQ(out.goodput_bps(), 97e9);
   EXPECT_EQ(out.rtt_ns(), 0u);

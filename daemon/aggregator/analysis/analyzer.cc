@@ -461,11 +461,25 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
       h.noisy_in = h.noisy_in || h.noisy_in_by[k];
     }
   }
+  // A host with a high RDMA host delay (named by the host-delay level) posts and polls its
+  // bandwidth bursts late and answers its peers' late: its low bursts are the host's, so its
+  // flows' and pairs' bandwidth evidence blames no link and no pair.
+  std::vector<bool> slow_host(ev.hosts.size(), false);
+  for (const HostDelayVerdict& v : ev.host_delays) {
+    if (v.high && v.node < slow_host.size()) slow_host[v.node] = true;
+  }
+  for (auto& [key, p] : ev.pairs) {
+    if (p.a < slow_host.size() && p.b < slow_host.size() && (slow_host[p.a] || slow_host[p.b])) {
+      p.bw = p.bw_bad = 0;
+      p.bw_ratio_sum = 0;
+    }
+  }
   for (FlowObs& o : ev.deferred) {
     const HostStats& src = ev.hosts[o.src];
     const HostStats& dst = ev.hosts[o.dst];
     auto noisy = [&](Signal s) {
       const int k = static_cast<int>(s);
+      if (s == Signal::kBandwidth && (slow_host[o.src] || slow_host[o.dst])) return true;
       return src.noisy_out_by[k] || dst.noisy_in_by[k];
     };
     if (noisy(Signal::kLoss)) {
@@ -535,6 +549,7 @@ void Analyzer::Publish(const ElementTracker::Changes& changes, const Evaluation&
     }
     store_errors = store_->error_count();
   }
+  const uint64_t delay_refused = host_delays_.refused(), loss_refused = rdma_losses_.refused();
   MutexLock lock(views_mu_);
   links_view_ = std::move(links);
   active_view_ = std::move(active);
@@ -556,6 +571,8 @@ void Analyzer::Publish(const ElementTracker::Changes& changes, const Evaluation&
         return h.noisy_in || h.noisy_out;
       }));
   stats_.store_errors = store_errors;
+  stats_.rdma_host_delay_refused = delay_refused;
+  stats_.rdma_loss_refused = loss_refused;
 }
 
 std::vector<TrackedFinding> Analyzer::Findings(bool active_only) const {

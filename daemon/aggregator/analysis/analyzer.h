@@ -60,6 +60,9 @@ struct TickStats {
   size_t baselines_ready = 0;
   size_t noisy_hosts = 0;
   uint64_t store_errors = 0;
+  // rdma_ud series not created because their table was full (HostDelays, RdmaLosses::kMaxSeries).
+  uint64_t rdma_host_delay_refused = 0;
+  uint64_t rdma_loss_refused = 0;
 };
 
 class Analyzer {

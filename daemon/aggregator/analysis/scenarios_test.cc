@@ -2,6 +2,7 @@
 // right finding kind on exactly the right element, and a healthy fleet must give none.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -535,9 +536,12 @@ struct HostDelay {
   int64_t responder_ns = 9'000;
 };
 
-void SendAsRdma(SyntheticFleet& fleet, std::map<std::string, HostDelay>& slow) {
-  fleet.SetRewrite([&slow](std::vector<ReportedProbe>& batch) {
+// `bursts`, when given, sees each bandwidth result (tcp_bw) first.
+void SendAsRdma(SyntheticFleet& fleet, std::map<std::string, HostDelay>& slow,
+                std::function<void(ReportedProbe&)> bursts = nullptr) {
+  fleet.SetRewrite([&slow, bursts](std::vector<ReportedProbe>& batch) {
     for (ReportedProbe& r : batch) {
+      if (bursts && r.transport == Transport::kTcpBw) bursts(r);
       if (r.transport != Transport::kUdp) continue;
       r.transport = Transport::kRdmaUd;
       auto src = slow.find(r.src_node), dst = slow.find(r.dst_node);
@@ -592,6 +596,41 @@ TEST(RdmaScenarios, SlowHostIsHostNetworkNotALink) {
   slow.clear();
   fleet.Run(45);
   EXPECT_TRUE(fleet.Active().empty()) << Describe(fleet.Active());
+}
+
+// A host with a high RDMA host delay also posts and polls its RC bursts late, and its peers'
+// bursts toward it read low too: the host explains them (host_network), so neither its access
+// link nor its pairs get a bandwidth link_degraded. Limit: in this synthetic fleet one host's low
+// bursts raise no bandwidth finding even without the host delay (LowRcBurstsOfOneHost(false)
+// stays empty), so this checks that the host-delay path names the host alone, not that the
+// bandwidth evidence is set aside (Analyzer::Evaluate, slow_host).
+std::vector<TrackedFinding> LowRcBurstsOfOneHost(bool with_host_delay) {
+  FleetShape shape = NamespaceFabricShape();
+  shape.bw_every_s = 2;
+  SyntheticFleet fleet(shape);
+  std::map<std::string, HostDelay> slow;
+  bool low = false;
+  const std::string busy = SyntheticFleet::HostName(1, 0);
+  SendAsRdma(fleet, slow, [&low, &busy](ReportedProbe& r) {
+    r.transport = Transport::kRdmaRc;
+    if (low && (r.src_node == busy || r.dst_node == busy)) r.goodput_bps *= 0.3;
+  });
+  fleet.Run(kWarmup);
+  EXPECT_TRUE(fleet.Active().empty()) << Describe(fleet.Active());
+  low = true;
+  if (with_host_delay) slow[busy] = HostDelay{5'000'000, 5'000'000};
+  fleet.Run(30);
+  if (with_host_delay) {
+    for (const LinkView& l : fleet.analyzer().Links()) EXPECT_EQ(l.state, "ok") << l.id;
+  }
+  return fleet.Active();
+}
+
+TEST(RdmaScenarios, SlowHostsLowRcBurstsAreTheHostsNotALink) {
+  const auto active = LowRcBurstsOfOneHost(true);
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.kind, "host_network");
+  EXPECT_EQ(active[0].finding.location.id, SyntheticFleet::HostName(1, 0));
 }
 
 TEST(RdmaScenarios, HostDelayUnderTheFloorIsNoFinding) {

@@ -46,7 +46,14 @@ AnalysisMetrics::AnalysisMetrics(metrics::Registry& registry)
       store_errors_(registry
                         .AddCounter("fabricwatch_findings_store_errors_total",
                                     "Findings store errors (findings are kept in memory).")
-                        .WithLabels({})) {
+                        .WithLabels({})),
+      rdma_refused_(registry.AddCounter(
+          "fabricwatch_analysis_rdma_series_refused_total",
+          "RDMA UD series the analyzer did not create because its table was full (table: "
+          "host_delay, rdma_loss; 65,536 series each).",
+          {"table"})),
+      rdma_host_delay_refused_(rdma_refused_.WithLabels({"host_delay"})),
+      rdma_loss_refused_(rdma_refused_.WithLabels({"rdma_loss"})) {
   for (const char* kind : kKinds) {
     for (const char* severity : {"warning", "critical"}) {
       by_kind_[{kind, severity}] = &findings_active_.WithLabels({kind, severity});
@@ -116,6 +123,8 @@ void AnalysisMetrics::Update(const Analyzer& analyzer) {
   ticks_.Set(static_cast<double>(st.ticks));
   flows_.Set(static_cast<double>(st.flows));
   store_errors_.Set(static_cast<double>(st.store_errors));
+  rdma_host_delay_refused_.Set(static_cast<double>(st.rdma_host_delay_refused));
+  rdma_loss_refused_.Set(static_cast<double>(st.rdma_loss_refused));
 }
 
 }  // namespace fw::analysis

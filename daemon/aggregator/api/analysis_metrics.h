@@ -22,6 +22,7 @@ namespace fw::analysis {
 //   fabricwatch_finding_active{kind,severity,location}   1 while active; removed when resolved
 //   fabricwatch_analysis_tick_seconds, fabricwatch_analysis_ticks_total,
 //   fabricwatch_analysis_flows, fabricwatch_findings_store_errors_total
+//   fabricwatch_analysis_rdma_series_refused_total{table}   host_delay | rdma_loss
 // Cardinality is bounded by links and active findings, never by node pairs. Not thread-safe: call
 // Update() from the tick thread after Analyzer::Tick().
 class AnalysisMetrics {
@@ -49,6 +50,9 @@ class AnalysisMetrics {
   metrics::Counter& ticks_;
   metrics::Gauge& flows_;
   metrics::Counter& store_errors_;
+  metrics::Family<metrics::Counter>& rdma_refused_;
+  metrics::Counter& rdma_host_delay_refused_;
+  metrics::Counter& rdma_loss_refused_;
 
   std::vector<LinkSeries> links_;  // in map order, as Analyzer::Links() returns them
   std::map<std::pair<std::string, std::string>, metrics::Gauge*> by_kind_;

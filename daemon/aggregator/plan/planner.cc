@@ -472,7 +472,6 @@ void Planner::AddRdmaPeers(const AgentInfo& src, const AgentIndex& agent_of, Pla
     }
     const AgentInfo& dst = *it->second;
     const bool rc = config_.rdma_rc && plan.peers[k].bandwidth;
-    bool rc_done = false;
     for (size_t i = 0; i < src.rdma.size(); ++i) {
       const RdmaPort* to = RailPeer(src.rdma[i], i, dst.rdma);
       if (to == nullptr) continue;
@@ -489,15 +488,15 @@ void Planner::AddRdmaPeers(const AgentInfo& src, const AgentIndex& agent_of, Pla
       p.rate_pps = cap / p.flows;
       p.bandwidth = false;
       p.rdma = std::make_shared<const RdmaRoute>(RdmaRoute{src.rdma[i].device, *to});
-      if (rc && !rc_done) {
-        // RC write bursts on this rail: no probe rate; Finish counts it as a bandwidth peer.
+      if (rc) {
+        // RC write bursts on every rail (one RC QP per same-rail NIC pair): no probe rate;
+        // Finish counts each as a bandwidth peer, so the bandwidth interval stretches to fit.
         PlannedPeer w = p;
         w.transport = Transport::kRdmaRc;
         w.flows = 1;
         w.rate_pps = 0;
         w.bandwidth = true;
         plan.peers.push_back(std::move(w));
-        rc_done = true;
       }
       plan.peers.push_back(std::move(p));
     }

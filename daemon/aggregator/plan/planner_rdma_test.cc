@@ -105,22 +105,23 @@ TEST(PlannerRdmaTest, EachRailProbesTheSameRailOfEveryRdmaPeer) {
   EXPECT_EQ(without_rc.plans.at("r1").bw_interval_s, udp_only.plans.at("r1").bw_interval_s);
 }
 
-TEST(PlannerRdmaTest, BandwidthPeersGetOneRcPeerOnTheFirstRailPaidAsBandwidth) {
+TEST(PlannerRdmaTest, BandwidthPeersGetAnRcPeerOnEveryRailPaidAsBandwidth) {
   const std::vector<AgentInfo> agents = TwoRailFleet();
   const PlanSet set = Planner(PlannerConfig{}, nullptr).PlanFor(agents);
   const Plan& plan = set.plans.at("r1");
   const auto rc = RcPeers(plan);
-  ASSERT_EQ(rc.size(), 2u);  // r2 and r3, one rail each
-  std::set<std::string> nodes;
+  ASSERT_EQ(rc.size(), 4u);  // r2 and r3, both rails each
+  std::set<std::pair<std::string, std::string>> pairs;
   for (const PlannedPeer* p : rc) {
     ASSERT_NE(p->rdma, nullptr);
-    EXPECT_EQ(p->rdma->src_device, "mlx5_0");
-    EXPECT_EQ(p->rdma->dst.device, "mlx5_0");
+    EXPECT_EQ(p->rdma->src_device, p->rdma->dst.device) << "same rail";
     EXPECT_TRUE(p->bandwidth);
     EXPECT_EQ(p->rate_pps, 0);
-    nodes.insert(p->node);
+    EXPECT_EQ(p->flows, 1u);
+    pairs.insert({p->node, p->rdma->src_device});
   }
-  EXPECT_EQ(nodes, (std::set<std::string>{"r2", "r3"}));
+  EXPECT_EQ(pairs, (std::set<std::pair<std::string, std::string>>{
+                       {"r2", "mlx5_0"}, {"r2", "mlx5_1"}, {"r3", "mlx5_0"}, {"r3", "mlx5_1"}}));
   // The RC bursts share the bandwidth budget: the interval stretches, never shrinks.
   PlannerConfig no_rc;
   no_rc.rdma_rc = false;

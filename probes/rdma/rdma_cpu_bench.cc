@@ -1,0 +1,149 @@
+// fw_rdmaprobe cpu: the agent RDMA thread's CPU at a UD probe rate, against the in-memory fake.
+#include "probes/rdma/rdma_cpu_bench.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "probes/rdma/fake_verbs.h"
+#include "probes/rdma/rdma_runner.h"
+
+namespace fw::rdma {
+namespace {
+
+// utime and stime of a thread of this process, in ns (clock ticks from /proc).
+std::pair<int64_t, int64_t> ThreadUserSys(int tid) {
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/stat");
+  std::string line;
+  std::getline(f, line);
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos) return {-1, -1};
+  std::istringstream rest(line.substr(close + 2));
+  std::string field;
+  int64_t utime = -1, stime = -1;
+  for (int i = 3; rest >> field; ++i) {  // field 3 is the state
+    if (i == 14) utime = std::stoll(field);
+    if (i == 15) {
+      stime = std::stoll(field);
+      break;
+    }
+  }
+  const int64_t tick_ns = 1'000'000'000 / ::sysconf(_SC_CLK_TCK);
+  return {utime * tick_ns, stime * tick_ns};
+}
+
+std::string Fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof(b), f, v);
+  return b;
+}
+
+void Sleep(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+}  // namespace
+
+int RunCpuBench(const CpuBenchOptions& o, std::ostream& out) {
+  const Clock& clock = RealClock::Get();
+  FakeFabric fabric(clock);
+  fabric.EnableCompletionChannels();
+  auto add = [&fabric](const std::string& name, uint16_t lid) {
+    FakeDeviceConfig d;
+    d.name = name;
+    FakePortConfig p;
+    p.lid = lid;
+    d.ports = {p};
+    fabric.AddDevice(d);
+  };
+  add("agent", 1);
+  for (int i = 0; i < o.targets; ++i) add("peer" + std::to_string(i), static_cast<uint16_t>(2 + i));
+  std::atomic<uint64_t> results{0};
+  RdmaRunnerOptions ro;
+  auto agent = std::make_unique<RdmaRunner>(
+      fabric.MakeVerbs({"agent"}), clock, ro,
+      [&results](std::vector<RdmaProbeResult>&& b) { results += b.size(); });
+  std::vector<std::unique_ptr<RdmaRunner>> peers;
+  for (int i = 0; i < o.targets; ++i) {
+    peers.push_back(std::make_unique<RdmaRunner>(fabric.MakeVerbs({"peer" + std::to_string(i)}),
+                                                 clock, ro, [](auto&&) {}));
+  }
+  Status st = agent->Start();
+  for (auto& p : peers) {
+    if (st.ok()) st = p->Start();
+  }
+  if (!st.ok()) {
+    out << "cpu: cannot start the fake runners: " << st.message() << "\n";
+    return 3;
+  }
+  std::vector<UdTarget> targets;
+  const UdEndpoint me = agent->state().endpoints.front();
+  for (int i = 0; i < o.targets; ++i) {
+    UdTarget t;
+    t.peer = "peer" + std::to_string(i);
+    t.remote = peers[i]->state().endpoints.front();
+    t.flows = o.flows;
+    t.rate_hz = o.rate_hz;
+    targets.push_back(t);
+    if (o.answer) {
+      UdTarget back = t;
+      back.peer = "agent";
+      back.remote = me;
+      peers[i]->SetTargets({back});
+    }
+  }
+  agent->SetTargets(targets);
+  for (int i = 0; i < 100 && agent->tid() == 0; ++i) Sleep(0.01);
+  out << "cpu: agent thread tid " << agent->tid() << "\n" << std::flush;
+  Sleep(o.warmup_s);
+
+  const UdMeshStats& ms = *agent->stats();
+  const auto us0 = ThreadUserSys(agent->tid());
+  const int64_t cpu0 = agent->thread_cpu_ns();
+  const uint64_t w0 = agent->wakeups(), s0 = ms.sent.load(), a0 = ms.responder_answers.load();
+  const uint64_t r0 = results.load();
+  int64_t peers0 = 0;
+  for (auto& p : peers) peers0 += p->thread_cpu_ns();
+  const int64_t t0 = clock.MonotonicNanos();
+  out << "cpu: window start\n" << std::flush;
+  Sleep(o.seconds);
+  const int64_t t1 = clock.MonotonicNanos();
+  const int64_t cpu1 = agent->thread_cpu_ns();
+  const auto us1 = ThreadUserSys(agent->tid());
+  const uint64_t w1 = agent->wakeups(), s1 = ms.sent.load(), a1 = ms.responder_answers.load();
+  const uint64_t r1 = results.load();
+  int64_t peers1 = 0;
+  for (auto& p : peers) peers1 += p->thread_cpu_ns();
+  out << "cpu: window end\n" << std::flush;
+  if (o.linger_s > 0) Sleep(o.linger_s);
+  agent->Stop();
+  for (auto& p : peers) p->Stop();
+
+  const double span = static_cast<double>(t1 - t0) * 1e-9;
+  const double cpu = static_cast<double>(cpu1 - cpu0) * 1e-9;
+  const double sent = static_cast<double>(s1 - s0) / span;
+  const double answered = static_cast<double>(a1 - a0) / span;
+  const double ends = static_cast<double>((s1 - s0) + (a1 - a0));
+  out << "cpu: " << Fmt("%.1f", span) << " s, agent thread probes " << Fmt("%.1f", sent)
+      << "/s sent to " << o.targets << " targets (" << o.flows << " flows x "
+      << Fmt("%.3g", o.rate_hz) << "/s), answers " << Fmt("%.1f", answered) << "/s, results "
+      << Fmt("%.1f", static_cast<double>(r1 - r0) / span) << "/s\n";
+  out << "cpu: agent RDMA thread " << Fmt("%.3f", 100 * cpu / span) << " % of a core (user "
+      << Fmt("%.3f", 100 * static_cast<double>(us1.first - us0.first) * 1e-9 / span)
+      << " % + system "
+      << Fmt("%.3f", 100 * static_cast<double>(us1.second - us0.second) * 1e-9 / span)
+      << " %, /proc ticks), wakeups " << Fmt("%.1f", static_cast<double>(w1 - w0) / span) << "/s, "
+      << Fmt("%.0f", ends > 0 ? cpu * 1e9 / ends : 0) << " ns per exchange end\n";
+  out << "cpu: the " << o.targets << " peer threads together "
+      << Fmt("%.3f", 100 * static_cast<double>(peers1 - peers0) * 1e-9 / span) << " % of a core\n";
+  return 0;
+}
+
+}  // namespace fw::rdma

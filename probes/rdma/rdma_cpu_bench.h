@@ -1,0 +1,25 @@
+// `fw_rdmaprobe cpu`: what the agent's RDMA thread costs at a given UD probe rate, with the fake
+// delivering in memory (no loopback link, so no syscall per packet besides the receiving CQ's
+// timer re-arm). One process: an "agent" runner probing `targets` fake peers and answering their
+// probes at the same rate, each peer its own runner on its own thread, as on a fleet. Prints the
+// agent thread's CPU (user and system), wakeups, and CPU per exchange end (docs/rdma.md "Agent
+// CPU"); tests/rdma/rdma_cpu_bench.py adds the per-function split and the syscalls.
+#pragma once
+
+#include <ostream>
+
+namespace fw::rdma {
+
+struct CpuBenchOptions {
+  int targets = 8;
+  int flows = 2;
+  double rate_hz = 4;  // per flow: targets x flows x rate_hz probes/s sent (64 by default)
+  bool answer = true;  // the peers probe the agent back at the same rate
+  double warmup_s = 3;
+  double seconds = 15;  // the measured window
+  double linger_s = 0;  // kept running after the window (for strace)
+};
+
+int RunCpuBench(const CpuBenchOptions& o, std::ostream& out);
+
+}  // namespace fw::rdma
