@@ -29,6 +29,11 @@ struct AnalysisConfig {
   // Loss over the most recent two seconds that makes a bad element "down".
   double down_loss_ratio = 0.9;
 
+  // Links whose loss reaches this significance (weaker than `loss_significance`) are escalated
+  // before they are suspect: the denser data crosses the significance of a finding sooner. Only
+  // escalation acts on it; 0 turns it off.
+  double escalate_loss_significance = 4.0;
+
   // --- Latency
   // ------------------------------------------------------------------------------------ A sample
   // is "slow" when its RTT exceeds the pair baseline median by this factor...

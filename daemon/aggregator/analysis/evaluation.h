@@ -87,6 +87,8 @@ struct Analyzer::Evaluation {
 
   // Outputs.
   std::vector<std::pair<std::string, Observation>> observations;
+  // Loss blames at `escalate_loss_significance` (weaker than a finding's): escalation only.
+  std::vector<LinkBlame> weak_loss;
   std::vector<std::pair<std::string, bool>> instants;  // element, down
   std::vector<std::string> superseded;  // elements explained by a larger one in this tick
   // Per link: the element whose finding speaks for it and the confidence of this tick's verdict.
