@@ -150,6 +150,7 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
       if (traced && static_cast<size_t>(*traced) < o.core->paths.size()) {
         o.path = *traced;
         o.path_source = PathSource::kTraced;
+        ++ev_.traced_flows;
         const std::optional<int32_t> echo =
             a_.traced_->EchoPathOf(pair.src, pair.dst, flow.src_port, now_ns_, nics);
         if (echo && static_cast<size_t>(*echo) < o.core->paths.size()) o.echo_path = *echo;
@@ -165,6 +166,10 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
   void EndPair(const PairRef& pair) override {
     if (!has_data_) return;
     ++ev_.pairs_seen;
+    if (JudgesLatency(pair.transport)) {
+      ++ev_.latency_pairs;
+      ev_.latency_pairs_ready += pair.baseline.median_s > 0;
+    }
     HostStats& s = ev_.hosts[pair.src];
     HostStats& d = ev_.hosts[pair.dst];
     ++s.out_pairs;
@@ -307,8 +312,11 @@ void Analyzer::SetSourceFindings(const std::string& source, std::vector<Finding>
 }
 
 void Analyzer::RefreshBaselines(int64_t now_ns) {
-  const int every = std::max(1, config_.baseline_refresh_ticks);
+  const int every = std::max(
+      1, baseline_warmup_ ? config_.baseline_warmup_refresh_ticks : config_.baseline_refresh_ticks);
   const auto bucket = static_cast<NodeId>(tick_count_ % every);
+  const auto min_samples = static_cast<uint64_t>(std::max(
+      1, baseline_warmup_ ? config_.baseline_warmup_min_samples : config_.baseline_min_samples));
   const size_t nodes = flows_.NodeCount();
   struct Fresh {
     MedianMad stats;
@@ -323,7 +331,7 @@ void Analyzer::RefreshBaselines(int64_t now_ns) {
       aggregator::LogHistogram h;
       uint64_t probes = 0, lost = 0;
       v.windows.MergeInto(now_ns, aggregator::Window::k600s, h, &probes, &lost);
-      if (h.Count() < static_cast<uint64_t>(config_.baseline_min_samples)) return;
+      if (h.Count() < min_samples) return;
       Fresh& f = fresh[std::string(v.dst)][static_cast<int>(v.transport)];
       f.stats = HistogramMedianMad(h);
       f.found = true;
@@ -426,7 +434,7 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
       cls.bw_median = Median(g);
     }
   }
-  if (tick_count_ % 10 == 0) {
+  if (tick_count_ % 10 == 0 || baseline_warmup_) {
     // Class RTT baselines: median and MAD of the pairs' own medians (fleet comparison).
     std::array<std::vector<double>, kClassCount> medians;
     flows_.ForEachPair([&](const PairRef& r) {
@@ -522,6 +530,14 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
   }
   BuildObservations(BlameContext{map_.get(), flows_, tomography_, config_, &tracker_, rails_.get()},
                     ev);
+  if (c.escalate_loss_significance > 0 && c.escalate_loss_significance < c.loss_significance) {
+    SignalSpec weak = ev.specs[static_cast<int>(Signal::kLoss)];
+    weak.significance = c.escalate_loss_significance;
+    ev.weak_loss = tomography_.Localize(Signal::kLoss, weak);
+  }
+  // A fresh start: until half of the pairs have a baseline of their own, baselines refresh more
+  // often, so that latency is judged (against the class first) seconds after the first samples.
+  baseline_warmup_ = 2 * ev.latency_pairs_ready < ev.latency_pairs;
 }
 
 void Analyzer::Publish(const ElementTracker::Changes& changes, const Evaluation& ev, double now_s,

@@ -142,6 +142,7 @@ class Analyzer {
   HostDelays host_delays_;
   RdmaLosses rdma_losses_;
   int64_t tick_count_ = 0;
+  bool baseline_warmup_ = true;  // fewer than half of the pairs had a baseline at the last tick
   std::vector<aggregator::EscalationRequest> escalation_candidates_;          // tick thread
   std::map<std::string, aggregator::EscalationBudget::Escalated> escalated_;  // tick thread
   // Elements observed while escalated: their evidence, kept until the element is ok again.

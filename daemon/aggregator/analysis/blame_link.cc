@@ -18,6 +18,7 @@ void Blamer::LinkLevel() {
       for (LinkIndex l : group) blamed_.insert(l);
     }
   }
+  ConfirmBandwidthGroups(verdicts);
   // Switches: all (most) of a switch's links bad is one switch fault, not many link faults.
   std::vector<uint32_t> with_data(map.switches().size(), 0);
   for (LinkIndex l = 0; l < map.links().size(); ++l) {
@@ -214,14 +215,16 @@ void Blamer::FarEndFinding(const std::vector<aggregator::SwitchIndex>& far,
               Fmt(": one of these %.0f switches (or all of them) is ", far.size()) +
               (congestion ? "congested" : "at fault") +
               "; ECMP hides which one: check their buffers and counters, or list the switches' "
-              "addresses in the map so that traced paths tell them apart.";
+              "addresses in the map so that traced paths tell them apart." +
+              WorstFigures(list, f);
   f.confidence = conf / far.size();
   const std::string element = "switches:" + names;
   for (const Verdict* v : list) {
     for (LinkIndex l : v->group) ev_.link_elements[l] = {element, f.confidence};
     ev_.superseded.push_back(GroupKey(*v));
   }
-  Emit(element, std::move(f), false, congestion ? LatencyConfirm(list) : 0);
+  Emit(element, std::move(f), false,
+       std::max(congestion ? LatencyConfirm(list, bad) : 0, BandwidthWait(list)));
 }
 
 // The last complete second read as down (≥ down_loss_ratio) or up (< 50 %), for flapping.
@@ -263,7 +266,8 @@ void Blamer::Ambiguous(const Verdict& v) {
   for (LinkIndex l : v.group) ev_.link_elements[l] = {element, f.confidence};
   // One of the group goes down and up: the group flaps, not link_down, since it came back.
   Instants(v, element);
-  Emit(element, std::move(f), true, level == Level::kLatency ? LatencyConfirm({&v}) : 0);
+  Emit(element, std::move(f), true,
+       std::max(level == Level::kLatency ? LatencyConfirm({&v}) : 0, BandwidthWait({&v})));
 }
 
 void Blamer::SwitchFinding(aggregator::SwitchIndex sw, const std::vector<const Verdict*>& list,
@@ -283,7 +287,8 @@ void Blamer::SwitchFinding(aggregator::SwitchIndex sw, const std::vector<const V
               (latency_only ? "show inflated latency with little loss; the switch is congested "
                               "(look at its buffers and the traffic through it)."
                             : "look bad; suspect the switch itself (line card, fabric, power) "
-                              "before its links.");
+                              "before its links.") +
+              WorstFigures(list, f);
   f.confidence = conf;
   PathSources(list, f);
   const std::string element = "switch:" + name;
@@ -292,7 +297,8 @@ void Blamer::SwitchFinding(aggregator::SwitchIndex sw, const std::vector<const V
     ev_.superseded.push_back(GroupKey(*v));
   }
   for (LinkIndex l : alike) ev_.link_elements[l] = {element, conf};
-  Emit(element, std::move(f), false, latency_only ? LatencyConfirm(list) : 0);
+  Emit(element, std::move(f), false,
+       std::max(latency_only ? LatencyConfirm(list, bad_links) : 0, BandwidthWait(list)));
 }
 
 void Blamer::SwitchLink(const Verdict& v) {

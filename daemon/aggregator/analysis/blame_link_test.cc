@@ -1,6 +1,8 @@
 // Link level: a blamed fabric link is that link, down or degraded by its recent loss.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "daemon/aggregator/analysis/testing/blame_fixture.h"
 
 namespace fw::analysis {
@@ -36,6 +38,145 @@ TEST(BlameLinkLevel, NothingBlamedGivesNothing) {
   testing::BlameFixture t(testing::TwoLeafMap());
   t.MakeBlamer().LinkLevel();
   EXPECT_TRUE(t.ev.observations.empty());
+}
+
+// Leaves l1, l2, l3 (one host each) under spine s1: a switch with three fabric links.
+std::shared_ptr<const FabricMap> ThreeLeafMap() {
+  auto m = FabricMap::Parse(R"(
+switches: [{name: l1, tier: leaf}, {name: l2, tier: leaf}, {name: l3, tier: leaf},
+           {name: s1, tier: spine}]
+links: [{a: l1, b: s1}, {a: l2, b: s1}, {a: l3, b: s1}]
+hosts:
+  - {node: a, nic: e0, address: 198.18.0.1, switch: l1}
+  - {node: b, nic: e0, address: 198.18.1.1, switch: l2}
+  - {node: c, nic: e0, address: 198.18.2.1, switch: l3}
+  - {node: d, nic: e0, address: 198.18.2.2, switch: l3}
+)");
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return std::make_shared<const FabricMap>(std::move(m).value());
+}
+
+// A bad flow in the fixture's tomography; returns its index for a blame's `explained`.
+uint32_t AddBadFlow(testing::BlameFixture& t, PathSource source, bool slow) {
+  FlowObs o;
+  o.probes = o.rtt = 10;
+  o.slow = slow ? 5 : 0;
+  o.ratio_sum = 30;
+  o.bw_ratio = slow ? -1.0f : 0.6f;
+  o.bw_bad = !slow;
+  o.path_source = source;
+  t.tomography().Add(o);
+  return static_cast<uint32_t>(t.tomography().bad_flows().size() - 1);
+}
+
+LinkBlame BandwidthGroupBlame(LinkIndex l, LinkIndex tied, uint32_t flow) {
+  LinkBlame b;
+  b.link = l;
+  b.tied = {tied};
+  b.signal = Signal::kBandwidth;
+  b.estimate = 1;
+  b.expected = 4;
+  b.bad = 4;
+  b.bad_flows = 4;
+  b.bandwidth_ratio = 0.6;
+  b.explained = {flow};
+  return b;
+}
+
+LinkBlame LatencyBlame(LinkIndex l, uint32_t flow, double inflation) {
+  LinkBlame b;
+  b.link = l;
+  b.signal = Signal::kLatency;
+  b.estimate = 0.6;
+  b.expected = 100;
+  b.bad = 60;
+  b.bad_flows = 6;
+  b.inflation = inflation;
+  b.explained = {flow};
+  return b;
+}
+
+// Congested spine under ECMP: untraced TCP bursts are low on one uplink of every leaf, which
+// tomography can only call "one of the leaf's uplinks"; traced UDP flows name the congested link.
+// The group is that finding's, not one of its own.
+TEST(BlameLinkLevel, BandwidthGroupIsExplainedByTracedLatencyOnAMember) {
+  testing::BlameFixture t(testing::TwoLeafMap());
+  t.ev.traced_flows = 8;
+  const uint32_t burst = AddBadFlow(t, PathSource::kCandidates, false);
+  const uint32_t traced = AddBadFlow(t, PathSource::kTraced, true);
+  const LinkIndex l1 = t.LinkOf("l1", "s1"), l2 = t.LinkOf("l2", "s1");
+  t.ev.blames[static_cast<int>(Signal::kBandwidth)].push_back(BandwidthGroupBlame(l1, l2, burst));
+  t.ev.blames[static_cast<int>(Signal::kLatency)].push_back(LatencyBlame(l2, traced, 4));
+  t.MakeBlamer().LinkLevel();
+  for (const auto& [key, o] : t.ev.observations) {
+    EXPECT_NE(key.rfind("links:", 0), 0u) << "the bandwidth group fired: " << o.finding.summary;
+  }
+  EXPECT_NE(std::find(t.ev.superseded.begin(), t.ev.superseded.end(), "links:l1~s1,l2~s1"),
+            t.ev.superseded.end());
+  EXPECT_NE(t.Find("link:l2~s1"), nullptr);
+}
+
+// Without traced evidence on any member the group waits as long as latency alone does: low
+// bursts on candidate paths are not confirmed by where they went.
+TEST(BlameLinkLevel, BandwidthGroupOverCandidatesWaitsOnATracedFabric) {
+  testing::BlameFixture t(testing::TwoLeafMap());
+  t.ev.traced_flows = 8;
+  const uint32_t burst = AddBadFlow(t, PathSource::kCandidates, false);
+  t.ev.blames[static_cast<int>(Signal::kBandwidth)].push_back(
+      BandwidthGroupBlame(t.LinkOf("l1", "s1"), t.LinkOf("l2", "s1"), burst));
+  t.MakeBlamer().LinkLevel();
+  ASSERT_EQ(t.ev.observations.size(), 1u);
+  const Observation& o = t.ev.observations.front().second;
+  EXPECT_EQ(o.confirm_ticks, t.config.latency_confirm_ticks);
+  EXPECT_NE(o.finding.summary.find("delivers 60% of the expected bandwidth"), std::string::npos)
+      << o.finding.summary;
+  EXPECT_EQ(o.finding.summary.find("drops"), std::string::npos) << o.finding.summary;
+}
+
+// No traced flow anywhere: nothing else can localize, and the group keeps the usual confirmation.
+TEST(BlameLinkLevel, BandwidthGroupWithoutTracingKeepsTheUsualConfirmation) {
+  testing::BlameFixture t(testing::TwoLeafMap());
+  const uint32_t burst = AddBadFlow(t, PathSource::kCandidates, false);
+  t.ev.blames[static_cast<int>(Signal::kBandwidth)].push_back(
+      BandwidthGroupBlame(t.LinkOf("l1", "s1"), t.LinkOf("l2", "s1"), burst));
+  t.MakeBlamer().LinkLevel();
+  ASSERT_EQ(t.ev.observations.size(), 1u);
+  EXPECT_EQ(t.ev.observations.front().second.confirm_ticks, 0);
+}
+
+// Queueing on three links of one switch at once is the switch (background episodes are
+// independent per link): it confirms in correlated_latency_confirm_ticks, and the summary quotes
+// the worst link's figures.
+TEST(BlameLinkLevel, CorrelatedQueueingOnASwitchConfirmsQuicklyAndSaysHowMuch) {
+  testing::BlameFixture t(ThreeLeafMap());
+  std::vector<LinkBlame>& lat = t.ev.blames[static_cast<int>(Signal::kLatency)];
+  for (const char* leaf : {"l1", "l2", "l3"}) {
+    lat.push_back(LatencyBlame(t.LinkOf(leaf, "s1"), AddBadFlow(t, PathSource::kTraced, true), 4));
+  }
+  lat.back().bad_flows = 9;
+  lat.back().inflation = 5.5;
+  t.MakeBlamer().LinkLevel();
+  const Observation* o = t.Find("switch:s1");
+  ASSERT_NE(o, nullptr);
+  EXPECT_EQ(o->finding.kind, "congestion");
+  EXPECT_EQ(o->confirm_ticks, t.config.correlated_latency_confirm_ticks);
+  EXPECT_NE(o->finding.summary.find("Worst: l3~s1, which inflates RTT"), std::string::npos)
+      << o->finding.summary;
+  EXPECT_NE(o->finding.summary.find("5.5x the baseline"), std::string::npos) << o->finding.summary;
+  EXPECT_DOUBLE_EQ(o->finding.evidence.at("latency_inflation"), 5.5);
+}
+
+// Two links of a two-link switch are not enough correlation: the usual latency wait.
+TEST(BlameLinkLevel, QueueingOnTwoLinksWaitsTheUsualLatencyConfirmation) {
+  testing::BlameFixture t(testing::TwoLeafMap());
+  std::vector<LinkBlame>& lat = t.ev.blames[static_cast<int>(Signal::kLatency)];
+  for (const char* leaf : {"l1", "l2"}) {
+    lat.push_back(LatencyBlame(t.LinkOf(leaf, "s1"), AddBadFlow(t, PathSource::kTraced, true), 4));
+  }
+  t.MakeBlamer().LinkLevel();
+  const Observation* o = t.Find("switch:s1");
+  ASSERT_NE(o, nullptr);
+  EXPECT_EQ(o->confirm_ticks, t.config.latency_confirm_ticks);
 }
 
 }  // namespace

@@ -28,6 +28,9 @@ inline std::string Fmt(const char* format, double a, double b = 0, double c = 0,
 struct Verdict {
   std::vector<LinkIndex> group;
   std::array<const LinkBlame*, kSignalCount> sig{};
+  // A group blamed on bandwidth alone, over untraced candidates, where traced flows exist and none
+  // blames one of its links yet: it waits (ConfirmBandwidthGroups).
+  bool bandwidth_unconfirmed = false;
   const LinkBlame* loss() const { return sig[static_cast<int>(Signal::kLoss)]; }
   const LinkBlame* latency() const { return sig[static_cast<int>(Signal::kLatency)]; }
   const LinkBlame* bandwidth() const { return sig[static_cast<int>(Signal::kBandwidth)]; }
@@ -210,14 +213,32 @@ class Blamer {
     f.severity = congestion ? Severity::kWarning : Severity::kCritical;
   }
 
-  // Confirmation of a latency-only verdict: long for mild queueing, the usual for a severe one.
-  int LatencyConfirm(const std::vector<const Verdict*>& list) const {
+  // Confirmation of a latency-only verdict: long for mild queueing, the usual for a severe one,
+  // short for queueing on `correlated_links` links of one switch at once (a switch or far-end
+  // roll-up: background episodes are independent per link).
+  int LatencyConfirm(const std::vector<const Verdict*>& list, size_t correlated_links = 0) const {
     double worst = 0;
     for (const Verdict* v : list) {
       if (const LinkBlame* lat = v->latency()) worst = std::max(worst, lat->inflation);
     }
-    return worst >= c_.severe_latency_inflation ? 0 : c_.latency_confirm_ticks;
+    if (worst >= c_.severe_latency_inflation) return 0;
+    if (correlated_links >= static_cast<size_t>(std::max(2, c_.correlated_latency_links))) {
+      return c_.correlated_latency_confirm_ticks;
+    }
+    return c_.latency_confirm_ticks;
   }
+  // Unconfirmed bandwidth groups (every verdict of `list`) wait as long as latency alone does.
+  int BandwidthWait(const std::vector<const Verdict*>& list) const {
+    const bool all = !list.empty() && std::all_of(list.begin(), list.end(), [](const Verdict* v) {
+      return v->bandwidth_unconfirmed;
+    });
+    return all ? c_.latency_confirm_ticks : 0;
+  }
+  // Drops bandwidth-only candidate groups that traced evidence explains; marks the rest waiting.
+  void ConfirmBandwidthGroups(std::map<LinkIndex, Verdict>& verdicts);
+  // " Worst link: leaf1~spine2, which drops 4.8% ...": the figures of the verdict of `list` with
+  // the most bad flows, for the summaries of roll-ups; its evidence goes into `f` as well.
+  std::string WorstFigures(const std::vector<const Verdict*>& list, Finding& f) const;
 
   // In a multi-rail fabric, the rail of the finding's element (evidence `rail`), said in its
   // summary (blame_rail.cc).

@@ -29,6 +29,11 @@ struct AnalysisConfig {
   // Loss over the most recent two seconds that makes a bad element "down".
   double down_loss_ratio = 0.9;
 
+  // Links whose loss reaches this significance (weaker than `loss_significance`) are escalated
+  // before they are suspect: the denser data crosses the significance of a finding sooner. Only
+  // escalation acts on it; 0 turns it off.
+  double escalate_loss_significance = 4.0;
+
   // --- Latency
   // ------------------------------------------------------------------------------------ A sample
   // is "slow" when its RTT exceeds the pair baseline median by this factor...
@@ -46,6 +51,14 @@ struct AnalysisConfig {
   int baseline_min_samples = 30;
   // Baselines of one in N source nodes are refreshed per tick (so each every N ticks).
   int baseline_refresh_ticks = 30;
+  // ...one in this many while fewer than half of the pairs seen have a baseline (a fresh start),
+  // from this many samples, and the class baselines every tick instead of every 10: a pair probed
+  // by one flow at 1 Hz has 30 samples only after 30 s, and latency would not be judged at all
+  // before then. A provisional baseline is replaced at the pair's next refresh after warm-up
+  // (every 30 s, from `baseline_min_samples`); the slow threshold's 1.5x floor bounds what a
+  // median of 8 samples can get wrong.
+  int baseline_warmup_refresh_ticks = 3;
+  int baseline_warmup_min_samples = 8;
 
   // --- Bandwidth
   // ---------------------------------------------------------------------------------- Bandwidth
@@ -74,6 +87,11 @@ struct AnalysisConfig {
   // busy fraction of all its CPUs over the burst) measures the host, not the path: it is not a
   // bandwidth sample.
   double bandwidth_cpu_busy_limit = 0.9;
+  // Bursts say nothing about which equal-cost link they crossed (TCP is not traced). Where traced
+  // UDP flows cross the same links, a group of candidate links blamed on bandwidth alone is
+  // dropped when traced loss or latency evidence blames one of its links (that finding speaks
+  // for the flows), and otherwise waits `latency_confirm_ticks` before it fires.
+  bool traced_explains_bandwidth_groups = true;
 
   // --- Host noise guard
   // --------------------------------------------------------------------------- A host whose flows
@@ -125,10 +143,19 @@ struct AnalysisConfig {
   // after `confirm_ticks` like loss does. Background episodes have an exponential spread: in the
   // fleet simulator a quarter of them reach 3x a 22 us RTT, 0.14 % reach 10x, 10^-6 reach 20x.
   double severe_latency_inflation = 20.0;
+  // ...or when it is correlated: queueing without loss on at least `correlated_latency_links`
+  // links of one switch at once (a switch roll-up, which also needs `switch_fraction` of its
+  // links, or the far-end roll-up of unresolved ECMP) fires after this many. Background episodes
+  // are independent per link (one per link every 20 minutes, 3 s on average, plus the window's
+  // ~4 s: a link's evaluations are bad ~0.6 % of the time), so three of a leaf's four uplinks at
+  // once is a chance of ~10^-6 per leaf and tick, six of a spine's eight ~10^-12.
+  int correlated_latency_confirm_ticks = 5;
+  int correlated_latency_links = 3;
   // Seconds an element must stay good before its finding resolves.
   double recovery_s = 30.0;
-  // Flapping: at least `flap_toggles` up/down changes within `flap_window_s`.
-  int flap_toggles = 4;
+  // Flapping: at least `flap_toggles` up/down changes within `flap_window_s`. Three is down, up
+  // and down again: a link that failed twice. One outage and its recovery make two.
+  int flap_toggles = 3;
   double flap_window_s = 300.0;
   // A flapping element resolves only after this long without a toggle.
   double flap_quiet_s = 60.0;

@@ -50,10 +50,24 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
                                                     const ElementTracker& tracker) {
   std::vector<EscalationRequest> out;
   std::set<std::string> seen;
+  std::vector<std::string> elements;
   for (const auto& [element, obs] : ev.observations) {
-    if (tracker.HealthOf(element) != ElementHealth::kSuspect || !seen.insert(element).second) {
-      continue;
+    if (tracker.HealthOf(element) == ElementHealth::kSuspect) elements.push_back(element);
+  }
+  // Links whose loss is significant only at the weak level: denser data decides them sooner.
+  if (ctx.map) {
+    for (const LinkBlame& b : ev.weak_loss) {
+      std::vector<LinkIndex> group{b.link};
+      group.insert(group.end(), b.tied.begin(), b.tied.end());
+      for (LinkIndex l : group) {
+        if (ctx.map->links()[l].IsAccess()) continue;
+        const std::string element = "link:" + ctx.map->links()[l].id;
+        if (tracker.HealthOf(element) == ElementHealth::kOk) elements.push_back(element);
+      }
     }
+  }
+  for (const std::string& element : elements) {
+    if (!seen.insert(element).second) continue;
     // What a pair must cross (or be) to speak for the element.
     std::function<bool(const PairAgg&)> crosses;
     if (element.starts_with("link:") && ctx.map) {

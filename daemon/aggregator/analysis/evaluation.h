@@ -76,6 +76,10 @@ struct Analyzer::Evaluation {
   size_t bad_flows = 0;
   size_t pairs_seen = 0;
   size_t baselines_ready = 0;
+  size_t traced_flows = 0;  // flows judged on their traced path
+  // Pairs with data whose latency is judged, and of those the ones with a baseline of their own.
+  size_t latency_pairs = 0;
+  size_t latency_pairs_ready = 0;
   std::map<std::tuple<std::string, std::string, int>, PortSample> ports;  // fresh samples only
   std::map<std::string, std::vector<Finding>> node_findings;
   std::map<std::string, std::vector<Finding>> source_findings;  // other stages', by source
@@ -84,6 +88,8 @@ struct Analyzer::Evaluation {
 
   // Outputs.
   std::vector<std::pair<std::string, Observation>> observations;
+  // Loss blames at `escalate_loss_significance` (weaker than a finding's): escalation only.
+  std::vector<LinkBlame> weak_loss;
   std::vector<std::pair<std::string, bool>> instants;  // element, down
   std::vector<std::string> superseded;  // elements explained by a larger one in this tick
   // Per link: the element whose finding speaks for it and the confidence of this tick's verdict.

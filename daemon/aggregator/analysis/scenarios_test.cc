@@ -121,6 +121,23 @@ TEST(Scenarios, FlappingLink) {
   EXPECT_EQ(active[0].finding.location.id, "leaf1~spine0");
 }
 
+// The traced suite's flap (3 s down every 10 s): down, up and down again is flapping at the second
+// outage, ~10 s after the first; the first outage alone is link_down.
+TEST(Scenarios, SecondOutageMakesAFlap) {
+  SyntheticFleet fleet(Shape());
+  fleet.Run(kWarmup);
+  fleet.SetLinkFault("leaf1~spine0", LinkFault{1.0});
+  fleet.Run(3);
+  fleet.ClearFaults();
+  fleet.Run(7);
+  ASSERT_EQ(fleet.Active().size(), 1u) << Describe(fleet.Active());
+  EXPECT_EQ(fleet.Active()[0].finding.kind, "link_down");
+  fleet.SetLinkFault("leaf1~spine0", LinkFault{1.0});
+  const int ttd = TimeToDetect(fleet, "link_flapping", "leaf1~spine0", 3);
+  EXPECT_GT(ttd, 0) << Describe(fleet.Active());
+  EXPECT_EQ(fleet.Active().size(), 1u) << Describe(fleet.Active());
+}
+
 // Regression (fleet simulator, link_flap with ECMP): toggles were read only for single links, so
 // an ambiguous group (a leaf's uplinks) that went down and up stayed link_down.
 TEST(Scenarios, EcmpFlappingLinkFlapsAsAGroup) {
@@ -168,6 +185,26 @@ TEST(Scenarios, CongestedSpine) {
   EXPECT_EQ(active[0].finding.kind, "congestion");
   EXPECT_EQ(active[0].finding.location.type, "switch");
   EXPECT_EQ(active[0].finding.location.id, "spine2");
+}
+
+// A spine congested 12 s after the analyzer started, before pairs have 60 s of data: pair
+// baselines refresh every few ticks until half the pairs have one (judged against their class
+// before that), and queueing on most of a switch's links at once confirms in
+// correlated_latency_confirm_ticks.
+TEST(Scenarios, CongestedSpineSoonAfterTheStartIsFoundWithinFifteenSeconds) {
+  SyntheticFleet fleet(Shape());
+  fleet.Run(12);
+  for (int l = 0; l < 8; ++l) {
+    fleet.SetLinkFault("leaf" + std::to_string(l) + "~spine2", LinkFault{0, 4});
+  }
+  const int ttd = TimeToDetect(fleet, "congestion", "spine2", 30);
+  ASSERT_GT(ttd, 0) << Describe(fleet.Active());
+  EXPECT_LE(ttd, 15);
+  std::printf("congested spine 12 s after the start: detected in %d s\n", ttd);
+  fleet.Run(10);
+  const auto all = fleet.analyzer().Findings(false);
+  ASSERT_EQ(all.size(), 1u) << Describe(all);
+  EXPECT_EQ(all[0].finding.location.id, "spine2");
 }
 
 // Regression (fleet simulator, congested_spine with deterministic routing, 16 leaves): explain-away

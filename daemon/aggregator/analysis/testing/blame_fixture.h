@@ -88,6 +88,9 @@ class BlameFixture {
     return nullptr;
   }
 
+  // Bad flows added here are what blames' `explained` indices point at.
+  Tomography& tomography() { return tomography_; }
+
   AnalysisConfig config;
   Analyzer::Evaluation ev;
 
