@@ -67,9 +67,9 @@ fw::StatusOr<std::unique_ptr<fw::rdma::FakeFabric>> MakeFakeRdma(const FakeRdmaF
 
 int main(int argc, char** argv) {
   // One malloc arena for the whole process, before any thread exists. glibc gives threads their
-  // own arenas (up to 8 per core), and each keeps what its thread once freed resident: in the
-  // agent that was 3-4 MiB of its 25-28 MiB (docs/performance.md). The agent's threads allocate a
-  // few times a second at most, so sharing one arena's lock costs nothing measurable.
+  // own arenas (up to 8 per core), and each keeps what its thread once freed resident: 3-4 MiB of
+  // this agent's footprint with per-thread arenas (docs/performance.md). The agent's threads
+  // allocate a few times a second at most, so sharing one arena's lock costs nothing measurable.
   mallopt(M_ARENA_MAX, 1);
   fw::agent::AgentOptions o;
   fw::Seconds heartbeat{o.heartbeat_interval_s}, sample{o.sample_interval_s};

@@ -68,22 +68,6 @@ class EcmpTracedTest(FindingsCase):
         print(f"\n  traced: {flows} planned UDP flows, traces {got} after "
               f"{time.monotonic() - start:.1f} s", file=sys.stderr)
 
-    def wait_switch_finding(self, run, switch, within=DETECT_S):
-        start = time.monotonic()
-
-        def found():
-            run.check_daemons_running()
-            active = net_findings(run, active_only=True)
-            for f in active:
-                loc = f.get("location", {})
-                if loc.get("type") == "switch" and loc.get("id") == switch:
-                    return f
-            return Pending("active: " + ("; ".join(brief(f) for f in active) or "none"))
-
-        f = wait_for(f"a finding on switch {switch}", found, timeout=within)
-        print(f"\n  {brief(f)} after {time.monotonic() - start:.1f} s", file=sys.stderr)
-        return f
-
     def fault(self, run, name, inject, wait, undo, resolve=True, after_ok=()):
         """Injects, waits for the right finding, asserts nothing else is named, undoes; then
         waits until it resolved with nothing else left. `after_ok`: link ids that may be named
@@ -151,7 +135,7 @@ class EcmpTracedTest(FindingsCase):
             spine = {}
             self.fault(run, "drop 5% in " + SPINE,
                        inject=lambda: spine.setdefault("f", run.fab.drop(SPINE, 5.0)),
-                       wait=lambda: self.wait_switch_finding(run, SPINE),
+                       wait=lambda: self.wait_finding(run, None, SPINE, element="switch")[0],
                        undo=lambda: spine["f"].undo(),
                        # Not exact yet: as the spine's links age out of the 10 s window at
                        # different rates, the switch finding resolves first and one of its links

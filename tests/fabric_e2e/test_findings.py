@@ -100,9 +100,10 @@ class FindingsCase(unittest.TestCase):
 
         wait_for(f">= 3 planned flows across {LINK}", crossing, timeout=40)
 
-    def wait_finding(self, run, kinds, link=LINK, within=DETECT_S):
-        """Waits for an active finding of one of `kinds` located on link `link`; returns it and
-        the seconds it took. Fails naming every active finding when it does not come."""
+    def wait_finding(self, run, kinds, link=LINK, within=DETECT_S, element="link"):
+        """Waits for an active finding of one of `kinds` (None: any kind) located on the
+        `element` (a location type) whose id is `link`; returns it and the seconds it took.
+        Fails naming every active finding when it does not come."""
         start = time.monotonic()
 
         def found():
@@ -110,11 +111,13 @@ class FindingsCase(unittest.TestCase):
             active = net_findings(run, active_only=True)
             for f in active:
                 loc = f.get("location", {})
-                if f.get("kind") in kinds and loc.get("type") == "link" and loc.get("id") == link:
+                if ((kinds is None or f.get("kind") in kinds) and loc.get("type") == element
+                        and loc.get("id") == link):
                     return f
             return Pending("active: " + ("; ".join(brief(f) for f in active) or "none"))
 
-        f = wait_for(f"a {'/'.join(kinds)} finding on link {link}", found, timeout=within)
+        what = "a finding" if kinds is None else f"a {'/'.join(sorted(kinds))} finding"
+        f = wait_for(f"{what} on {element} {link}", found, timeout=within)
         took = time.monotonic() - start
         print(f"\n  {brief(f)} after {took:.1f} s", file=sys.stderr)
         return f, took
