@@ -140,15 +140,18 @@ class FindingsCase(unittest.TestCase):
         self.assertIn(link, rows, f"/api/v1/links has no {link}: {sorted(rows)}")
         self.assertIn(rows[link]["state"], states, f"{link}: {rows[link]}")
 
-    def inject(self, run, kinds, states, undo, resolve_within, stats=None):
+    def inject(self, run, kinds, states, undo, resolve_within, stats=None, during=None):
         """With the fault already injected: the right finding on LINK within DETECT_S, the link's
-        state in `states`, nothing else blamed; then undo() and the finding resolves."""
+        state in `states`, nothing else blamed, then during(run, finding) if given, while the fault
+        is still on; then undo() and the finding resolves."""
         try:
             f, _ = self.wait_finding(run, kinds)
             self.assert_link_state(run, LINK, states)
             self.assert_only(run, f)
             if stats:
                 print(f"  fault so far: {stats()}", file=sys.stderr)
+            if during:
+                during(run, f)
         finally:
             undo()
         return self.wait_resolved(run, f, within=resolve_within)
@@ -199,7 +202,12 @@ class FindingsCase(unittest.TestCase):
             fault.undo()
             run.pinning.refresh()  # link_up restores the main routes, not the pinned ones
 
-        self.inject(run, {"link_down"}, {"down"}, undo=undo, resolve_within=60)
+        self.inject(run, {"link_down"}, {"down"}, undo=undo, resolve_within=60,
+                    during=self.while_link_down)
+
+    def while_link_down(self, run, finding):
+        """More checks while LINK is down and its link_down finding is active (none here; the
+        status page test adds its page, tests/browser/test_status_page_fault.py)."""
 
     FLAP_PERIOD, FLAP_COUNT = 6.0, 10  # 3 s down, 3 s up; the loop stops once the finding is out
 
@@ -288,7 +296,9 @@ class TbfDegradedTest(FindingsCase):
             self.inject(run, {"link_degraded"}, {"degraded"}, undo=fault.undo, resolve_within=240)
 
 
-# ctest runs these two instead of the five classes they combine: each fabric costs ~40-65 s of
+# ctest runs these two instead of the five classes they combine (DropLinkDownFlapTest through
+# tests/browser/test_status_page_fault.py's DropLinkDownFlapPageTest, which adds the status page
+# while the link is down): each fabric costs ~40-65 s of
 # start-up and baseline on 2 cores, and a fault that resolved cleanly leaves the fabric as healthy
 # as a new one (inject() asserts that nothing else is blamed after the undo).
 class DropLinkDownFlapTest(FindingsCase):
