@@ -102,8 +102,10 @@ class FakeFabric {
   // when a socket cannot be bound.
   Status EnableLoopbackLink(uint16_t udp_base);
   // CQs created after this have a completion channel without the link: runners on several
-  // threads of one process wait on them as on a NIC's, and the fake delivers in memory, with no
-  // syscall per packet besides re-arming the receiving CQ's timer (fw_rdmaprobe cpu).
+  // threads of one process wait on them as on a NIC's, and the fake delivers in memory. Its only
+  // syscalls besides those a NIC's channel needs (one read per event) are timer sets making an
+  // armed CQ's channel readable when a completion is due, counted in HwCostOfThread
+  // (fw_rdmaprobe cpu).
   void EnableCompletionChannels();
 
   // Faults. Device and port must exist.

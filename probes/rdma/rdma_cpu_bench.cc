@@ -1,6 +1,8 @@
 // fw_rdmaprobe cpu: the agent RDMA thread's CPU at a UD probe rate, against the in-memory fake.
 #include "probes/rdma/rdma_cpu_bench.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -103,6 +105,30 @@ double LockWaitNs(int n) {
   }
   holder.join();
   return static_cast<double>(waited - clocks) / n;
+}
+
+// The CPU of a bare thread that only wakes `rate` times a second from a ppoll on an eventfd
+// (what each RDMA thread wakeup costs before any work), over `seconds`, as % of a core.
+double BareWakeupsPct(double rate, double seconds) {
+  const int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (efd < 0 || rate <= 0) return -1;
+  double pct = -1;
+  std::thread t([&] {
+    const int64_t c0 = ThisThreadCpuNs();
+    const auto start = std::chrono::steady_clock::now();
+    const long period_ns = static_cast<long>(1e9 / rate);
+    for (int i = 0; i < static_cast<int>(rate * seconds); ++i) {
+      pollfd p{efd, POLLIN, 0};
+      const timespec ts{period_ns / 1'000'000'000, period_ns % 1'000'000'000};
+      (void)::ppoll(&p, 1, &ts, nullptr);
+    }
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    pct = 100.0 * static_cast<double>(ThisThreadCpuNs() - c0) * 1e-9 / std::max(wall, 1e-9);
+  });
+  t.join();
+  ::close(efd);
+  return pct;
 }
 
 }  // namespace
@@ -217,6 +243,10 @@ int RunCpuBench(const CpuBenchOptions& o, std::ostream& out) {
       << " % of a core, " << Fmt("%.0f", ends > 0 ? ours_ns / ends : 0)
       << " ns per exchange end, " << Fmt("%.0f", ends > 0 ? ours_ns / (ends / 2) : 0)
       << " ns per probe (one sent + one answered)\n";
+  const double wake_rate = static_cast<double>(w1 - w0) / span;
+  out << "cpu: a bare thread waking as often (" << Fmt("%.1f", wake_rate)
+      << "/s, ppoll on an eventfd, nothing else) " << Fmt("%.3f", BareWakeupsPct(wake_rate, 5))
+      << " % of a core: the floor of the wakeups alone at this load\n";
   out << "cpu: the " << o.targets << " peer threads together "
       << Fmt("%.3f", 100 * static_cast<double>(peers1 - peers0) * 1e-9 / span) << " % of a core\n";
   return 0;
