@@ -204,6 +204,12 @@ struct FakeFabric::State {
   std::vector<Packet> heap;
   std::vector<std::vector<uint8_t>> spare_buffers;
   FakeFabricStats stats;
+  // What the fake did on each thread in place of a NIC (FakeFabric::HwCostOfThread), by tid.
+  std::unordered_map<int, FakeHwCost> hw_cost;
+  FakeHwCost& CostOfThisThread() {
+    thread_local const int tid = static_cast<int>(::gettid());
+    return hw_cost[tid];
+  }
   // The loopback link (EnableLoopbackLink): one socket per local InfiniBand port with a LID.
   struct LinkSock {
     int fd;
@@ -398,15 +404,32 @@ struct FakeFabric::State {
     const int64_t when = std::max<int64_t>(at, 1);
     t.it_value.tv_sec = static_cast<time_t>(when / 1'000'000'000);
     t.it_value.tv_nsec = static_cast<long>(when % 1'000'000'000);
+    ++CostOfThisThread().timer_sets;
     if (::timerfd_settime(cq.tfd, TFD_TIMER_ABSTIME, &t, nullptr) != 0) {
       spdlog::warn("msg=\"fake rdma: timerfd_settime failed\" errno={}", errno);
     }
   }
-  // A packet now in flight completes on CQs of its sender's and its receiver's devices: their
-  // armed CQs wake by its arrival (the others have nothing to poll for it).
-  void WakeArmedBy(int64_t at, size_t src_dev, size_t dst_dev) {
-    for (auto& [id, cq] : cqs) {
-      if (cq.dev == src_dev || cq.dev == dst_dev) WakeBy(cq, at);
+  // The CQs a packet in flight completes on: its sender QP's send CQ and, for a UD datagram,
+  // the receiving QP's receive CQ (0 where there is none). Only they wake for it: a NIC raises
+  // an event on the CQ that gets the completion, not on every CQ of the device.
+  std::pair<uint64_t, uint64_t> CompletionCqs(const Packet& p) const {
+    uint64_t send = 0, recv = 0;
+    auto s = qps.find(p.src_qp_id);
+    if (s != qps.end()) send = s->second.scq;
+    if (p.kind == PacketKind::kUd && p.dst_dev < devices.size()) {
+      auto q = devices[p.dst_dev].qp_by_qpn.find(p.dst_qpn);
+      if (q != devices[p.dst_dev].qp_by_qpn.end()) {
+        auto d = qps.find(q->second);
+        if (d != qps.end()) recv = d->second.rcq;
+      }
+    }
+    return {send, recv};
+  }
+  // Armed CQs wake by a packet's arrival when it completes on them.
+  void WakeArmedBy(int64_t at, std::pair<uint64_t, uint64_t> cq_ids) {
+    for (uint64_t id : {cq_ids.first, cq_ids.second}) {
+      auto it = cqs.find(id);
+      if (id != 0 && it != cqs.end()) WakeBy(it->second, at);
     }
   }
 
@@ -507,6 +530,26 @@ struct FakeFabric::State {
     }
   }
 };
+
+namespace {
+// The fabric's one mutex; a thread that finds it held counts a lock wait (FakeHwCost): a NIC's
+// queues take no lock shared with other hosts.
+class StateLock {
+ public:
+  explicit StateLock(FakeFabric::State& s) : s_(s) {
+    if (!s.mu.try_lock()) {
+      s.mu.lock();
+      ++s.CostOfThisThread().lock_waits;
+    }
+  }
+  ~StateLock() { s_.mu.unlock(); }
+  StateLock(const StateLock&) = delete;
+  StateLock& operator=(const StateLock&) = delete;
+
+ private:
+  FakeFabric::State& s_;
+};
+}  // namespace
 
 void FakeFabric::State::Deliver(Packet& p) {
   Device& dst = devices[p.dst_dev];
@@ -654,7 +697,7 @@ class FakeMr final : public Mr {
  public:
   FakeMr(StateP s, uint32_t lkey, uint32_t rkey) : s_(std::move(s)), lkey_(lkey), rkey_(rkey) {}
   ~FakeMr() override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     auto it = s_->mrs.find(lkey_);
     if (it != s_->mrs.end()) {
       s_->devices[it->second.dev].locked_bytes -= static_cast<int64_t>(it->second.len);
@@ -674,7 +717,7 @@ class FakeCq final : public Cq {
  public:
   FakeCq(StateP s, uint64_t id, CqTimestamps ts) : s_(std::move(s)), id_(id), ts_(ts) {}
   ~FakeCq() override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     auto it = s_->cqs.find(id_);
     if (it == s_->cqs.end()) return;
     if (it->second.epfd >= 0) ::close(it->second.epfd);
@@ -686,33 +729,45 @@ class FakeCq final : public Cq {
   // The fake delivers packets when a CQ is polled. In one process there is no channel to wait
   // on; with the loopback link each CQ has one (CqS::epfd).
   int event_fd() const override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     return s_->cqs.at(id_).epfd;
   }
+  // As a NIC's channel: a fired timer is the one event an arm can raise, read here as
+  // ibv_get_cq_event reads it (one read, only once it is due); a timer not yet due stays set, as
+  // it is already for the earliest completion this CQ may see (WakeBy only moves it earlier).
+  // The only other syscall is the timer set for what is pending, which stands for the NIC's
+  // interrupt and counts in FakeHwCost::timer_sets.
   Status Arm() override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     auto& cq = s_->cqs.at(id_);
     if (cq.tfd < 0) return Status::Ok();
-    if (cq.timer_at != 0) {  // a timer was set (and may have fired): clear and disarm it
+    cq.armed = true;
+    if (cq.timer_at != 0) {
+      if (cq.timer_at > s_->Now()) return Status::Ok();
       uint64_t expirations;
-      [[maybe_unused]] ssize_t n = ::read(cq.tfd, &expirations, sizeof(expirations));
-      itimerspec off{};
-      (void)::timerfd_settime(cq.tfd, 0, &off, nullptr);
+      if (::read(cq.tfd, &expirations, sizeof(expirations)) != sizeof(expirations)) {
+        return Status::Ok();  // due but not fired yet: it fires, and the next Arm reads it
+      }
       cq.timer_at = 0;
     }
-    cq.armed = true;
     if (!cq.q.empty()) s_->WakeBy(cq, cq.q.front().visible_at);
-    // The earliest packet in flight that completes on this CQ's device (sent or received).
+    // The earliest packet in flight that completes on this CQ (sent or received).
     int64_t next = 0;
     for (const Packet& p : s_->heap) {
-      if ((p.src_dev == cq.dev || p.dst_dev == cq.dev) && (next == 0 || p.at < next)) next = p.at;
+      if (next != 0 && p.at >= next) continue;
+      // An RC write from the link completes nowhere here, but only a poll on its device carries
+      // it out (a NIC would on its own): any CQ of that device wakes for it.
+      const auto ids = s_->CompletionCqs(p);
+      if (ids.first == id_ || ids.second == id_ || (p.from_link && p.dst_dev == cq.dev)) {
+        next = p.at;
+      }
     }
     if (next != 0) s_->WakeBy(cq, next);
     return Status::Ok();
   }
 
   StatusOr<int> Poll(WorkCompletion* out, int max) override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     auto& cq = s_->cqs.at(id_);
     if (s_->devices[cq.dev].removed) return Gone(s_->devices[cq.dev].cfg.name);
     s_->Pump();
@@ -758,7 +813,7 @@ class FakeAh final : public Ah {
  public:
   FakeAh(StateP s, uint64_t id) : s_(std::move(s)), id_(id) {}
   ~FakeAh() override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     s_->ahs.erase(id_);
   }
   uint64_t id() const { return id_; }
@@ -794,7 +849,7 @@ class FakeQp final : public Qp {
   FakeQp(StateP s, uint64_t id, uint32_t qpn, QpType type)
       : s_(std::move(s)), id_(id), qpn_(qpn), type_(type) {}
   ~FakeQp() override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     auto it = s_->qps.find(id_);
     if (it == s_->qps.end()) return;
     s_->devices[it->second.dev].qp_by_qpn.erase(qpn_);
@@ -804,7 +859,7 @@ class FakeQp final : public Qp {
   QpType type() const override { return type_; }
 
   Status Modify(const QpAttr& a, uint32_t mask) override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     auto& qp = s_->qps.at(id_);
     auto& d = s_->devices[qp.dev];
     if (d.removed) return Gone(d.cfg.name);
@@ -867,7 +922,7 @@ class FakeQp final : public Qp {
   }
 
   Status PostSend(const SendWr& w) override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     auto& qp = s_->qps.at(id_);
     auto& d = s_->devices[qp.dev];
     if (d.removed) return Gone(d.cfg.name);
@@ -994,15 +1049,15 @@ class FakeQp final : public Qp {
       p.lost = false;  // RC retransmits: loss shows as delay, modelled as none here
     }
     const int64_t arrives = p.at;
-    const size_t src_dev = p.src_dev, dst_dev = p.dst_dev;
+    const auto cq_ids = s_->CompletionCqs(p);
     s_->heap.push_back(std::move(p));
     std::push_heap(s_->heap.begin(), s_->heap.end(), PacketLater());
-    s_->WakeArmedBy(arrives, src_dev, dst_dev);
+    s_->WakeArmedBy(arrives, cq_ids);
     return Status::Ok();
   }
 
   Status PostRecv(const RecvWr& w) override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     auto& qp = s_->qps.at(id_);
     auto& d = s_->devices[qp.dev];
     if (d.removed) return Gone(d.cfg.name);
@@ -1035,14 +1090,14 @@ class FakeContext final : public Context {
   FakeContext(StateP s, size_t dev, uint64_t id, int efd)
       : s_(std::move(s)), dev_(dev), id_(id), efd_(efd), name_(s_->devices[dev].cfg.name) {}
   ~FakeContext() override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     s_->ctxs.erase(id_);
     ::close(efd_);
   }
   const std::string& name() const override { return name_; }
 
   StatusOr<DeviceAttr> QueryDevice() override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     const auto& d = s_->devices[dev_];
     if (d.removed) return Gone(name_);
     DeviceAttr a;
@@ -1055,7 +1110,7 @@ class FakeContext final : public Context {
   }
 
   StatusOr<PortAttr> QueryPort(uint8_t port) override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     const auto& d = s_->devices[dev_];
     if (d.removed) return Gone(name_);
     if (port < 1 || port > d.ports.size()) {
@@ -1072,7 +1127,7 @@ class FakeContext final : public Context {
   }
 
   StatusOr<std::vector<GidEntry>> QueryGids(uint8_t port) override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     const auto& d = s_->devices[dev_];
     if (d.removed) return Gone(name_);
     if (port < 1 || port > d.ports.size()) {
@@ -1082,7 +1137,7 @@ class FakeContext final : public Context {
   }
 
   StatusOr<uint64_t> QueryRawClock() override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     const auto& d = s_->devices[dev_];
     if (d.removed) return Gone(name_);
     if (d.cfg.timestamps == CqTimestamps::kNone) {
@@ -1095,13 +1150,13 @@ class FakeContext final : public Context {
   }
 
   StatusOr<std::unique_ptr<Pd>> AllocPd() override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     if (s_->devices[dev_].removed) return Gone(name_);
     return std::unique_ptr<Pd>(std::make_unique<FakePd>(s_, s_->next_id++));
   }
 
   StatusOr<std::unique_ptr<Mr>> RegMr(Pd& pd, void* addr, size_t len, uint32_t access) override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     auto& d = s_->devices[dev_];
     if (d.removed) return Gone(name_);
     if (addr == nullptr || len == 0) return Status::InvalidArgument("ibv_reg_mr: empty range");
@@ -1125,7 +1180,7 @@ class FakeContext final : public Context {
   }
 
   StatusOr<std::unique_ptr<Cq>> CreateCq(int depth, CqTimestamps ts) override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     const auto& d = s_->devices[dev_];
     if (d.removed) return Gone(name_);
     if (depth <= 0) return Status::InvalidArgument("ibv_create_cq_ex: cqe must be > 0");
@@ -1163,7 +1218,7 @@ class FakeContext final : public Context {
 
   StatusOr<std::unique_ptr<Qp>> CreateQp(Pd& pd, Cq& send_cq, Cq& recv_cq, QpType type,
                                          const QpCaps& caps) override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     auto& d = s_->devices[dev_];
     if (d.removed) return Gone(name_);
     if (caps.max_send_wr == 0 || caps.max_recv_wr == 0 || caps.max_send_wr > 8192 ||
@@ -1186,7 +1241,7 @@ class FakeContext final : public Context {
   }
 
   StatusOr<std::unique_ptr<Ah>> CreateAh(Pd&, const AhAttr& attr) override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     const auto& d = s_->devices[dev_];
     if (d.removed) return Gone(name_);
     Status st = CheckAv(d, attr);
@@ -1199,7 +1254,7 @@ class FakeContext final : public Context {
   int async_fd() const override { return efd_; }
 
   StatusOr<AsyncEvent> GetAsyncEvent() override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     auto& c = s_->ctxs.at(id_);
     if (c.events.empty()) return Status::NotFound("no async event");
     AsyncEvent ev = c.events.front();
@@ -1228,7 +1283,7 @@ class FakeVerbsImpl final : public Verbs {
     if (s_ == nullptr) {
       return Status::Unavailable("ibv_get_device_list: Function not implemented (errno 38)");
     }
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     std::vector<DeviceInfo> out;
     for (const std::string& n : devices_) {
       auto it = s_->device_index.find(n);
@@ -1242,7 +1297,7 @@ class FakeVerbsImpl final : public Verbs {
     if (s_ == nullptr) {
       return Status::Unavailable("ibv_get_device_list: Function not implemented (errno 38)");
     }
-    std::lock_guard<std::mutex> l(s_->mu);
+    StateLock l(*s_);
     if (std::find(devices_.begin(), devices_.end(), device) == devices_.end()) {
       return Status::NotFound("no RDMA device named " + std::string(device));
     }
@@ -1269,7 +1324,7 @@ FakeFabric::FakeFabric(const Clock& clock, uint64_t seed)
 FakeFabric::~FakeFabric() = default;
 
 void FakeFabric::AddDevice(FakeDeviceConfig config) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  StateLock l(*state_);
   State::Device d;
   for (const FakePortConfig& p : config.ports) d.ports.push_back({p, 0.0, 0});
   d.cfg = std::move(config);
@@ -1286,17 +1341,23 @@ std::unique_ptr<Verbs> FakeFabric::MakeNoRdmaStack() {
 }
 
 void FakeFabric::SetAutoAdvance(FakeClock* clock) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  StateLock l(*state_);
   state_->auto_clock = clock;
 }
 
+FakeHwCost FakeFabric::HwCostOfThread(int tid) const {
+  StateLock l(*state_);
+  auto it = state_->hw_cost.find(tid);
+  return it == state_->hw_cost.end() ? FakeHwCost{} : it->second;
+}
+
 void FakeFabric::EnableCompletionChannels() {
-  std::lock_guard<std::mutex> l(state_->mu);
+  StateLock l(*state_);
   state_->channels = true;
 }
 
 Status FakeFabric::EnableLoopbackLink(uint16_t udp_base) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  StateLock l(*state_);
   State& s = *state_;
   if (!s.link_socks.empty()) return Status::FailedPrecondition("the loopback link is already on");
   std::vector<State::LinkSock> socks;
@@ -1330,41 +1391,41 @@ Status FakeFabric::EnableLoopbackLink(uint16_t udp_base) {
 }
 
 void FakeFabric::SetLoss(const std::string& device, uint8_t port, double probability) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  StateLock l(*state_);
   state_->PortOf(device, port).loss = probability;
 }
 
 void FakeFabric::SetLatency(const std::string& device, uint8_t port, int64_t one_way_ns) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  StateLock l(*state_);
   state_->PortOf(device, port).cfg.latency_ns = one_way_ns;
 }
 
 void FakeFabric::SetRate(const std::string& device, uint8_t port, double gbps) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  StateLock l(*state_);
   state_->PortOf(device, port).cfg.rate_gbps = gbps;
 }
 
 void FakeFabric::SetPollDelay(const std::string& device, int64_t ns) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  StateLock l(*state_);
   state_->Dev(device).poll_delay_ns = ns;
 }
 
 void FakeFabric::FailNextSends(const std::string& device, int count, WcStatus status) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  StateLock l(*state_);
   State::Device& d = state_->Dev(device);
   d.fail_sends = count;
   d.fail_status = status;
 }
 
 void FakeFabric::FailNextRcWrites(const std::string& device, int count, WcStatus status) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  StateLock l(*state_);
   State::Device& d = state_->Dev(device);
   d.fail_rc_writes = count;
   d.fail_rc_status = status;
 }
 
 void FakeFabric::SetPortState(const std::string& device, uint8_t port, PortState st) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  StateLock l(*state_);
   state_->PortOf(device, port).cfg.state = st;
   state_->RaiseEvent(
       state_->device_index.at(device),
@@ -1373,7 +1434,7 @@ void FakeFabric::SetPortState(const std::string& device, uint8_t port, PortState
 }
 
 void FakeFabric::RemoveDevice(const std::string& device) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  StateLock l(*state_);
   const size_t i = state_->device_index.at(device);
   state_->devices[i].removed = true;
   for (auto& [id, qp] : state_->qps) {
@@ -1383,18 +1444,18 @@ void FakeFabric::RemoveDevice(const std::string& device) {
 }
 
 void FakeFabric::SetGids(const std::string& device, uint8_t port, std::vector<GidEntry> gids) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  StateLock l(*state_);
   state_->PortOf(device, port).cfg.gids = std::move(gids);
   state_->RaiseEvent(state_->device_index.at(device), {AsyncEventType::kGidChange, port, 0});
 }
 
 FakeFabricStats FakeFabric::stats() const {
-  std::lock_guard<std::mutex> l(state_->mu);
+  StateLock l(*state_);
   return state_->stats;
 }
 
 size_t FakeFabric::pending() const {
-  std::lock_guard<std::mutex> l(state_->mu);
+  StateLock l(*state_);
   size_t n = state_->heap.size();
   for (const auto& [id, cq] : state_->cqs) n += cq.q.size();
   return n;

@@ -61,6 +61,17 @@ struct FakeFabricStats {
   uint64_t link_refused = 0;   // malformed link datagrams, or for a LID not on this socket
 };
 
+// What the fake did on one thread in place of a NIC, for benchmarks that subtract it: syscalls
+// a NIC needs none of on the host's threads.
+struct FakeHwCost {
+  // timerfd_settime calls making a CQ's channel readable when a completion is due: a NIC raises
+  // that event with an interrupt, not on the poster's or the poller's thread.
+  uint64_t timer_sets = 0;
+  // Acquisitions of the fabric's one mutex that found it held (a futex wait): a NIC's queues
+  // share no lock between hosts.
+  uint64_t lock_waits = 0;
+};
+
 class FakeFabric {
  public:
   explicit FakeFabric(const Clock& clock, uint64_t seed = 1);
@@ -91,8 +102,10 @@ class FakeFabric {
   // when a socket cannot be bound.
   Status EnableLoopbackLink(uint16_t udp_base);
   // CQs created after this have a completion channel without the link: runners on several
-  // threads of one process wait on them as on a NIC's, and the fake delivers in memory, with no
-  // syscall per packet besides re-arming the receiving CQ's timer (fw_rdmaprobe cpu).
+  // threads of one process wait on them as on a NIC's, and the fake delivers in memory. Its only
+  // syscalls besides those a NIC's channel needs (one read per event) are timer sets making an
+  // armed CQ's channel readable when a completion is due, counted in HwCostOfThread
+  // (fw_rdmaprobe cpu).
   void EnableCompletionChannels();
 
   // Faults. Device and port must exist.
@@ -114,6 +127,8 @@ class FakeFabric {
   void SetGids(const std::string& device, uint8_t port, std::vector<GidEntry> gids);
 
   FakeFabricStats stats() const;
+  // The fake's work in place of a NIC done so far on the thread with this tid (gettid).
+  FakeHwCost HwCostOfThread(int tid) const;
   // Packets in flight and completions not yet visible.
   size_t pending() const;
 

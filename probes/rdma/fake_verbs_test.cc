@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -499,6 +500,49 @@ TEST_F(FakeVerbsTest, RdmaWriteNeedsTheRightRkey) {
   wcs = a.Drain(*a.scq);
   ASSERT_EQ(wcs.size(), 1u);
   EXPECT_EQ(wcs[0].status, WcStatus::kRemAccessErr);
+}
+
+// With completion channels, a packet makes readable only the channels of the CQs it completes
+// on, as a NIC raises events: the receiver's receive CQ and the sender's send CQ, never the
+// sender's receive CQ. Arm reads a fired channel (as ibv_get_cq_event) and leaves it quiet.
+TEST(FakeChannels, APacketWakesOnlyTheCqsItCompletesOn) {
+  FakeFabric fabric(RealClock::Get());
+  fabric.EnableCompletionChannels();
+  fabric.AddDevice(IbDevice("a", 1));
+  fabric.AddDevice(IbDevice("b", 2));
+  auto verbs = fabric.MakeVerbs({"a", "b"});
+  Endpoint a(*verbs, "a", QpType::kUd), b(*verbs, "b", QpType::kUd);
+  ASSERT_TRUE(a.UdToRts().ok());
+  ASSERT_TRUE(b.UdToRts().ok());
+  ASSERT_TRUE(a.Recv(6, 0, 256).ok());
+  ASSERT_TRUE(b.Recv(5, 0, 256).ok());
+  for (Cq* cq : {a.scq.get(), a.rcq.get(), b.scq.get(), b.rcq.get()}) {
+    ASSERT_GE(cq->event_fd(), 0);
+    ASSERT_TRUE(cq->Arm().ok());
+  }
+  const int tid = static_cast<int>(::gettid());
+  const FakeHwCost before = fabric.HwCostOfThread(tid);
+  auto ah = std::move(a.ctx->CreateAh(*a.pd, {.port = 1, .dlid = 2}).value());
+  SendWr w;
+  w.wr_id = 77;
+  w.sge = a.At(4096, 64);
+  w.ah = ah.get();
+  w.remote_qpn = b.qp->qp_num();
+  w.remote_qkey = kProbeQkey;
+  ASSERT_TRUE(a.qp->PostSend(w).ok());
+  auto readable = [](Cq& cq, int ms) {
+    pollfd p{cq.event_fd(), POLLIN, 0};
+    return ::poll(&p, 1, ms) == 1;
+  };
+  EXPECT_TRUE(readable(*b.rcq, 2000)) << "the receiver's receive CQ";
+  EXPECT_TRUE(readable(*a.scq, 2000)) << "the sender's send CQ";
+  EXPECT_FALSE(readable(*a.rcq, 50)) << "nothing completes on the sender's receive CQ";
+  EXPECT_FALSE(readable(*b.scq, 0));
+  EXPECT_GE(fabric.HwCostOfThread(tid).timer_sets - before.timer_sets, 2u) << "counted";
+  EXPECT_EQ(b.Drain(*b.rcq).size(), 1u);
+  EXPECT_EQ(a.Drain(*a.scq).size(), 1u);
+  ASSERT_TRUE(b.rcq->Arm().ok());
+  EXPECT_FALSE(readable(*b.rcq, 0)) << "the event was read";
 }
 
 TEST(FakeNoRdma, ListDevicesFailsLikeEnosys) {

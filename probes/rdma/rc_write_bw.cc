@@ -141,9 +141,7 @@ Status RcWriteBw::Reconnect(const RcEndpoint* remote) {
 Status RcWriteBw::WaitForCompletion(int64_t deadline_ns, const Clock& clock) {
   const int64_t left = deadline_ns - clock.MonotonicNanos();
   if (left <= 0) return Status::Unavailable("RC write burst timed out");
-  if (cq_->event_fd() >= 0) {
-    Status st = cq_->Arm();
-    if (!st.ok()) return st;
+  if (cq_->event_fd() >= 0) {  // armed by the caller, which polled once more since
     pollfd p{cq_->event_fd(), POLLIN, 0};
     const int ms = static_cast<int>(std::min<int64_t>(left / 1'000'000 + 1, 1000));
     if (::poll(&p, 1, ms) < 0 && errno != EINTR) {
@@ -175,6 +173,7 @@ StatusOr<RcBurstResult> RcWriteBw::RunBurst(const Clock& clock, net::ProbeBudget
   const int64_t start = clock.MonotonicNanos();
   const int64_t deadline = start + opts_.timeout_ns;
   WorkCompletion wcs[32];
+  bool armed = false;  // armed since the last empty poll: wait on the channel
   while (done < writes_total) {
     while (posted < writes_total && posted - done < static_cast<uint64_t>(opts_.queue_depth)) {
       SendWr w;
@@ -210,6 +209,16 @@ StatusOr<RcBurstResult> RcWriteBw::RunBurst(const Clock& clock, net::ProbeBudget
       }
       ++done;
     }
+    if (*n == 0 && cq_->event_fd() >= 0 && !armed) {
+      // Arm, then poll once more: a completion that came before the arm raises no event.
+      Status st = cq_->Arm();
+      if (!st.ok()) {
+        broken_ = true;
+        return st;
+      }
+      armed = true;
+      continue;
+    }
     if (*n == 0) {
       Status st = WaitForCompletion(deadline, clock);
       if (!st.ok()) {
@@ -217,6 +226,7 @@ StatusOr<RcBurstResult> RcWriteBw::RunBurst(const Clock& clock, net::ProbeBudget
         return st;
       }
     }
+    armed = false;
   }
   RcBurstResult r;
   r.bytes = bytes_total;

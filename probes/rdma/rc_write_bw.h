@@ -85,6 +85,8 @@ class RcWriteBw {
   RcWriteBw(Context& ctx, Pd& pd, uint8_t port, RcWriteOptions opts)
       : ctx_(ctx), pd_(pd), port_(port), opts_(opts) {}
   Status ToInit();
+  // Waits for the CQ's channel (armed by the caller, which polled once more after arming) or,
+  // without a channel, sleeps 50 us; Unavailable past the deadline.
   Status WaitForCompletion(int64_t deadline_ns, const Clock& clock);
 
   Context& ctx_;

@@ -1,13 +1,19 @@
 // fw_rdmaprobe cpu: the agent RDMA thread's CPU at a UD probe rate, against the in-memory fake.
 #include "probes/rdma/rdma_cpu_bench.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -48,6 +54,82 @@ std::string Fmt(const char* f, double v) {
 }
 
 void Sleep(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+int64_t ThisThreadCpuNs() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The thread CPU one timerfd_settime costs here, now (the fake's stand-in for a NIC interrupt),
+// averaged over `n` calls that each move an armed timer.
+double TimerSetNs(int n) {
+  const int fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (fd < 0) return -1;
+  itimerspec t{};
+  const int64_t t0 = ThisThreadCpuNs();
+  for (int i = 0; i < n; ++i) {
+    t.it_value.tv_sec = 3600 + (i & 1);  // an hour ahead: never fires
+    (void)::timerfd_settime(fd, 0, &t, nullptr);
+  }
+  const int64_t t1 = ThisThreadCpuNs();
+  ::close(fd);
+  return static_cast<double>(t1 - t0) / n;
+}
+
+// The thread CPU of taking a mutex that another thread holds (the futex wait, the switch away
+// and back), averaged over `n` waits; the CPU-clock reads around each wait are taken out.
+double LockWaitNs(int n) {
+  std::mutex m;
+  std::atomic<int> phase{0};
+  std::thread holder([&] {
+    for (int i = 0; i < n; ++i) {
+      m.lock();
+      phase.store(2 * i + 1);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      m.unlock();
+      while (phase.load() != 2 * i + 2) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  });
+  int64_t waited = 0, clocks = 0;
+  for (int i = 0; i < n; ++i) {
+    while (phase.load() != 2 * i + 1) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    const int64_t c0 = ThisThreadCpuNs();
+    const int64_t c1 = ThisThreadCpuNs();
+    if (!m.try_lock()) m.lock();
+    const int64_t c2 = ThisThreadCpuNs();
+    m.unlock();
+    phase.store(2 * i + 2);
+    clocks += c1 - c0;
+    waited += c2 - c1;
+  }
+  holder.join();
+  return static_cast<double>(waited - clocks) / n;
+}
+
+// The CPU of a bare thread that only wakes `rate` times a second from a ppoll on an eventfd
+// (what each RDMA thread wakeup costs before any work), over `seconds`, as % of a core.
+double BareWakeupsPct(double rate, double seconds) {
+  const int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (efd < 0 || rate <= 0) return -1;
+  double pct = -1;
+  std::thread t([&] {
+    const int64_t c0 = ThisThreadCpuNs();
+    const auto start = std::chrono::steady_clock::now();
+    const long period_ns = static_cast<long>(1e9 / rate);
+    for (int i = 0; i < static_cast<int>(rate * seconds); ++i) {
+      pollfd p{efd, POLLIN, 0};
+      const timespec ts{period_ns / 1'000'000'000, period_ns % 1'000'000'000};
+      (void)::ppoll(&p, 1, &ts, nullptr);
+    }
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    pct = 100.0 * static_cast<double>(ThisThreadCpuNs() - c0) * 1e-9 / std::max(wall, 1e-9);
+  });
+  t.join();
+  ::close(efd);
+  return pct;
+}
 
 }  // namespace
 
@@ -111,6 +193,7 @@ int RunCpuBench(const CpuBenchOptions& o, std::ostream& out) {
   const uint64_t r0 = results.load();
   int64_t peers0 = 0;
   for (auto& p : peers) peers0 += p->thread_cpu_ns();
+  const FakeHwCost hw0 = fabric.HwCostOfThread(agent->tid());
   const int64_t t0 = clock.MonotonicNanos();
   out << "cpu: window start\n" << std::flush;
   Sleep(o.seconds);
@@ -121,10 +204,14 @@ int RunCpuBench(const CpuBenchOptions& o, std::ostream& out) {
   const uint64_t r1 = results.load();
   int64_t peers1 = 0;
   for (auto& p : peers) peers1 += p->thread_cpu_ns();
+  const FakeHwCost hw1 = fabric.HwCostOfThread(agent->tid());
   out << "cpu: window end\n" << std::flush;
   if (o.linger_s > 0) Sleep(o.linger_s);
   agent->Stop();
   for (auto& p : peers) p->Stop();
+  // Unit costs under the same load, after the runners stopped (their threads would compete).
+  const double timer_set_ns = TimerSetNs(20'000);
+  const double lock_wait_ns = LockWaitNs(300);
 
   const double span = static_cast<double>(t1 - t0) * 1e-9;
   const double cpu = static_cast<double>(cpu1 - cpu0) * 1e-9;
@@ -141,6 +228,25 @@ int RunCpuBench(const CpuBenchOptions& o, std::ostream& out) {
       << Fmt("%.3f", 100 * static_cast<double>(us1.second - us0.second) * 1e-9 / span)
       << " %, /proc ticks), wakeups " << Fmt("%.1f", static_cast<double>(w1 - w0) / span) << "/s, "
       << Fmt("%.0f", ends > 0 ? cpu * 1e9 / ends : 0) << " ns per exchange end\n";
+  // The fake's work in place of a NIC on the agent thread, subtracted at the unit costs just
+  // measured: what remains is our code plus the verbs calls a NIC's path also makes (the
+  // ppoll, the channel read, post and poll), with the fake's in-memory post and poll inside.
+  const double sets = static_cast<double>(hw1.timer_sets - hw0.timer_sets);
+  const double waits = static_cast<double>(hw1.lock_waits - hw0.lock_waits);
+  const double fake_ns = sets * timer_set_ns + waits * lock_wait_ns;
+  const double ours_ns = std::max(0.0, cpu * 1e9 - fake_ns);
+  out << "cpu: the fake's NIC stand-ins on the agent thread: " << Fmt("%.1f", sets / span)
+      << " timer sets/s x " << Fmt("%.0f", timer_set_ns) << " ns + " << Fmt("%.1f", waits / span)
+      << " lock waits/s x " << Fmt("%.0f", lock_wait_ns) << " ns = "
+      << Fmt("%.3f", 100 * fake_ns * 1e-9 / span) << " % of a core\n";
+  out << "cpu: agent RDMA thread without them " << Fmt("%.3f", 100 * ours_ns * 1e-9 / span)
+      << " % of a core, " << Fmt("%.0f", ends > 0 ? ours_ns / ends : 0)
+      << " ns per exchange end, " << Fmt("%.0f", ends > 0 ? ours_ns / (ends / 2) : 0)
+      << " ns per probe (one sent + one answered)\n";
+  const double wake_rate = static_cast<double>(w1 - w0) / span;
+  out << "cpu: a bare thread waking as often (" << Fmt("%.1f", wake_rate)
+      << "/s, ppoll on an eventfd, nothing else) " << Fmt("%.3f", BareWakeupsPct(wake_rate, 5))
+      << " % of a core: the floor of the wakeups alone at this load\n";
   out << "cpu: the " << o.targets << " peer threads together "
       << Fmt("%.3f", 100 * static_cast<double>(peers1 - peers0) * 1e-9 / span) << " % of a core\n";
   return 0;

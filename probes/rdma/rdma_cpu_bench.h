@@ -1,9 +1,11 @@
 // `fw_rdmaprobe cpu`: what the agent's RDMA thread costs at a given UD probe rate, with the fake
-// delivering in memory (no loopback link, so no syscall per packet besides the receiving CQ's
-// timer re-arm). One process: an "agent" runner probing `targets` fake peers and answering their
-// probes at the same rate, each peer its own runner on its own thread, as on a fleet. Prints the
-// agent thread's CPU (user and system), wakeups, and CPU per exchange end (docs/rdma.md "Agent
-// CPU"); tests/rdma/rdma_cpu_bench.py adds the per-function split and the syscalls.
+// delivering in memory (no loopback link, so no datagram per message). One process: an "agent"
+// runner probing `targets` fake peers and answering their probes at the same rate, each peer its
+// own runner on its own thread, as on a fleet. Prints the agent thread's CPU (user and system),
+// wakeups, CPU per exchange end, the same less what the fake did on that thread in place of a
+// NIC (FakeFabric::HwCostOfThread at unit costs measured in the same run), and the CPU of a bare
+// thread waking as often (docs/rdma.md "Agent CPU"); tests/rdma/rdma_cpu_bench.py adds the
+// per-function split and the syscalls.
 #pragma once
 
 #include <ostream>

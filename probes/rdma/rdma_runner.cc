@@ -183,7 +183,7 @@ void RdmaRunner::Loop() {
     wait_ns = std::min<int64_t>(wait_ns, std::max<int64_t>(0, last_flush + interval - now));
     fds.clear();
     fds.push_back({stop_fd_, POLLIN, 0});
-    for (int fd : mesh_->WaitFds()) fds.push_back({fd, POLLIN, 0});
+    mesh_->AppendWaitFds(fds);
     const timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000),
                       static_cast<long>(wait_ns % 1'000'000'000)};
     const int rc = ::ppoll(fds.data(), fds.size(), &ts, nullptr);

@@ -12,6 +12,10 @@ namespace {
 constexpr size_t kOutstandingSlots = 4096;  // probes in flight per mesh (power of two)
 constexpr size_t kPendingSlots = 1024;      // acks in flight on the responder side
 constexpr int kPollBatch = 32;
+// How long a wakeup that posted acks polls for their send completions (AwaitAckStamps), and how
+// long a report may then wait for the next wakeup.
+constexpr int64_t kAckStampSpinNs = 20'000;
+constexpr int64_t kReportWaitNs = 20'000'000;
 
 uint32_t GrhFlowLabel(const uint8_t* grh) {
   return static_cast<uint32_t>((grh[1] & 0xf) << 16 | grh[2] << 8 | grh[3]);
@@ -216,14 +220,44 @@ std::vector<TsSource> UdMesh::TimestampSources() const {
 }
 
 std::vector<int> UdMesh::WaitFds() const {
+  std::vector<pollfd> p;
+  AppendWaitFds(p);
   std::vector<int> fds;
+  for (const pollfd& f : p) fds.push_back(f.fd);
+  return fds;
+}
+
+void UdMesh::AppendWaitFds(std::vector<pollfd>& fds) const {
   for (const auto& d : devices_) {
-    if (d->ctx != nullptr && d->ctx->async_fd() >= 0) fds.push_back(d->ctx->async_fd());
+    if (d->ctx != nullptr && d->ctx->async_fd() >= 0) fds.push_back({d->ctx->async_fd(), POLLIN, 0});
     for (const auto& p : d->ports) {
-      if (p->cq().event_fd() >= 0) fds.push_back(p->cq().event_fd());
+      if (p->cq().event_fd() >= 0) fds.push_back({p->cq().event_fd(), POLLIN, 0});
     }
   }
-  return fds;
+}
+
+bool UdMesh::AcksWaitForSendStamps() const { return free_pending_.size() < kPendingSlots; }
+
+void UdMesh::AwaitAckStamps() {
+  // A NIC completes a 64-byte UD send a few microseconds after the post: polling the send CQs
+  // that long sends the reports with this wakeup instead of one of their own. Acks that take
+  // longer get their reports at the next wakeup, within kReportWaitNs (Step's wait); the
+  // turnaround they report is NIC time either way, so the wait only delays the result.
+  if (!AcksWaitForSendStamps()) return;
+  const int64_t start = clock_.MonotonicNanos();
+  int64_t last = start;
+  for (int round = 0; round < 256; ++round) {
+    for (size_t di = 0; di < devices_.size(); ++di) {
+      if (devices_[di]->dead) continue;
+      for (size_t pi = 0; pi < devices_[di]->ports.size(); ++pi) {
+        if (!PollCq(di, pi, /*send=*/true, start)) break;
+      }
+    }
+    const int64_t t = clock_.MonotonicNanos();
+    // A clock that did not move (a test's FakeClock) would make this spin for nothing.
+    if (!AcksWaitForSendStamps() || t - start >= kAckStampSpinNs || t == last) return;
+    last = t;
+  }
 }
 
 int UdMesh::SetTargets(std::vector<UdTarget> targets) {
@@ -367,6 +401,7 @@ int64_t UdMesh::Step() {
         any_unchanneled = true;  // polled on a timer (the fake)
         continue;
       }
+      // Only receives wake the mesh: send CQs are never armed (see AwaitAckStamps).
       Status st = cq.Arm();
       if (!st.ok()) {
         any_unchanneled = true;
@@ -375,6 +410,7 @@ int64_t UdMesh::Step() {
       PollPort(di, pi, now);  // what arrived before the arm raised no event
     }
   }
+  AwaitAckStamps();
   SendDue(now);
   ExpireTimeouts(now);
 
@@ -391,6 +427,7 @@ int64_t UdMesh::Step() {
     }
   }
   if (any_unchanneled) next = std::min(next, now + std::max<int64_t>(1, opts_.unchanneled_poll_ns));
+  if (AcksWaitForSendStamps()) next = std::min(next, now + kReportWaitNs);
   return std::max<int64_t>(0, next - now);
 }
 
@@ -507,20 +544,29 @@ void UdMesh::PortFailed(size_t dev, size_t port, int64_t now, const char* why) {
 }
 
 void UdMesh::PollPort(size_t dev, size_t port, int64_t now) {
-  UdPort& p = *devices_[dev]->ports[port];
+  // Sends first: a probe's send stamp is usually there before its ack (either order finishes).
+  if (!PollCq(dev, port, /*send=*/true, now)) return;
+  PollCq(dev, port, /*send=*/false, now);
+}
+
+bool UdMesh::PollCq(size_t dev, size_t port, bool send, int64_t now) {
   WorkCompletion wcs[kPollBatch];
   for (int rounds = 0; rounds < 64; ++rounds) {
-    auto n = p.cq().Poll(wcs, kPollBatch);
+    UdPort& p = *devices_[dev]->ports[port];
+    auto n = (send ? p.send_cq() : p.cq()).Poll(wcs, kPollBatch);
     if (!n.ok()) {
       PortFailed(dev, port, now, "poll_failed");
-      return;
+      return false;
     }
     // The software stamp of this batch: when the poll returned it (T6 / T3 without NIC stamps).
     const int64_t polled = *n > 0 ? clock_.MonotonicNanos() : now;
     for (int i = 0; i < *n; ++i) HandleCompletion(dev, port, wcs[i], polled);
-    if (*n < kPollBatch) return;
-    if (dev >= devices_.size() || devices_[dev]->dead) return;
+    if (dev >= devices_.size() || devices_[dev]->dead || port >= devices_[dev]->ports.size()) {
+      return false;
+    }
+    if (*n < kPollBatch) return true;
   }
+  return true;
 }
 
 void UdMesh::HandleCompletion(size_t dev, size_t port, const WorkCompletion& wc, int64_t now) {

@@ -12,6 +12,8 @@
 // Threading: one thread owns a UdMesh and calls Step(); stats() may be read from any thread.
 #pragma once
 
+#include <poll.h>
+
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -126,6 +128,8 @@ class UdMesh {
   // channels. Wait on them (poll) for at most what Step() returned. Changes when a device closes
   // or reopens: ask again after every Step().
   std::vector<int> WaitFds() const;
+  // The same, appended to `fds` as POLLIN entries (no allocation once `fds` has grown).
+  void AppendWaitFds(std::vector<pollfd>& fds) const;
 
   const UdMeshStats& stats() const { return stats_; }
   // An open, up port for other QPs of this process (RC bandwidth): of `device` when named, else
@@ -147,6 +151,12 @@ class UdMesh {
   void HandleAsyncEvents(Device& d, int64_t now);
   void RecoverPorts(Device& d, int64_t now);
   void PollPort(size_t dev, size_t port, int64_t now);
+  // One of the port's CQs until empty; false when the port or device went away meanwhile.
+  bool PollCq(size_t dev, size_t port, bool send, int64_t now);
+  // An answered probe's ack is not yet sent: its report waits for the send stamp.
+  bool AcksWaitForSendStamps() const;
+  // Polls the send CQs for up to kAckStampSpinNs while acks wait for their send stamps.
+  void AwaitAckStamps();
   void HandleCompletion(size_t dev, size_t port, const WorkCompletion& wc, int64_t now);
   void OnProbe(size_t dev, size_t port, UdPort& p, int qp, const UdMessage& m, uint64_t t3,
                uint32_t grh_flow);

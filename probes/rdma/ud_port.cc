@@ -47,6 +47,14 @@ StatusOr<std::unique_ptr<UdPort>> UdPort::Create(Context& ctx, Pd& pd, const Dev
     if (ts == CqTimestamps::kNone) return cq.status();
   }
 
+  // The send CQ has the receive CQ's timestamps: both are this NIC's clock.
+  const CqTimestamps chosen = p->ts_source_ == TsSource::kNicWallclock ? CqTimestamps::kWallclock
+                              : p->ts_source_ == TsSource::kNicRaw     ? CqTimestamps::kRaw
+                                                                       : CqTimestamps::kNone;
+  auto scq = ctx.CreateCq(opts.send_slots + 16, chosen);
+  if (!scq.ok()) return scq.status();
+  p->scq_ = std::move(scq.value());
+
   const size_t recv_slots = static_cast<size_t>(opts.source_qps) * opts.recv_depth;
   p->send_slot_count_ = static_cast<size_t>(opts.send_slots);
   p->mem_.assign(recv_slots * kRecvStride + p->send_slot_count_ * kUdMessageBytes, 0);
@@ -62,7 +70,7 @@ StatusOr<std::unique_ptr<UdPort>> UdPort::Create(Context& ctx, Pd& pd, const Dev
   caps.max_send_wr = static_cast<uint32_t>(opts.send_slots);
   caps.max_recv_wr = static_cast<uint32_t>(opts.recv_depth);
   for (int q = 0; q < opts.source_qps; ++q) {
-    auto qp = ctx.CreateQp(pd, *p->cq_, *p->cq_, QpType::kUd, caps);
+    auto qp = ctx.CreateQp(pd, *p->scq_, *p->cq_, QpType::kUd, caps);
     if (!qp.ok()) return qp.status();
     p->qps_.push_back(std::move(qp.value()));
     st = p->BringUp(*p->qps_.back());

@@ -73,7 +73,12 @@ class UdPort {
   const DeviceAttr& device_attr() const { return dev_; }
   bool up() const { return up_; }
   void set_up(bool up) { up_ = up; }
+  // Receive completions (probes, acks, reports). The mesh keeps it armed.
   Cq& cq() { return *cq_; }
+  // Send completions, apart so that they wake the mesh only when it waits for one: a responder
+  // needs its ack's send stamp for the report at once, a prober's probe stamps can wait for the
+  // wakeup its ack brings (UdMesh::Step).
+  Cq& send_cq() { return *scq_; }
   int qp_count() const { return static_cast<int>(qps_.size()); }
   uint8_t epoch() const { return epoch_; }
   uint32_t QpNum(int qp) const { return qps_[static_cast<size_t>(qp)]->qp_num(); }
@@ -127,6 +132,7 @@ class UdPort {
   // Destruction order: AHs and QPs before the CQ and MR (members destroy bottom-up).
   std::unique_ptr<Mr> mr_;
   std::unique_ptr<Cq> cq_;
+  std::unique_ptr<Cq> scq_;
   std::vector<std::unique_ptr<Qp>> qps_;
   std::map<AhKey, std::unique_ptr<Ah>> ahs_;
   std::vector<uint16_t> free_slots_;

@@ -637,26 +637,31 @@ TEST(RdmaScenarios, SlowHostIsHostNetworkNotALink) {
 
 // A host with a high RDMA host delay also posts and polls its RC bursts late, and its peers'
 // bursts toward it read low too: the host explains them (host_network), so neither its access
-// link nor its pairs get a bandwidth link_degraded. Limit: in this synthetic fleet one host's low
-// bursts raise no bandwidth finding even without the host delay (LowRcBurstsOfOneHost(false)
-// stays empty), so this checks that the host-delay path names the host alone, not that the
-// bandwidth evidence is set aside (Analyzer::Evaluate, slow_host).
+// link nor its pairs get a bandwidth finding (Analyzer::Evaluate, slow_host). The busy host is
+// l1h1, a representative of two of the 56 leaf pairs in this shape (bursts from l0h1 and to
+// l0h3), so its low bursts are a minority of the fleet's and alone name its NIC
+// (LowRcBurstsWithoutHostDelayAreFindings): the host-delay case then shows the setting aside.
 std::vector<TrackedFinding> LowRcBurstsOfOneHost(bool with_host_delay) {
-  FleetShape shape = NamespaceFabricShape();
+  FleetShape shape = Shape();
   shape.bw_every_s = 2;
   SyntheticFleet fleet(shape);
   std::map<std::string, HostDelay> slow;
   bool low = false;
-  const std::string busy = SyntheticFleet::HostName(1, 0);
-  SendAsRdma(fleet, slow, [&low, &busy](ReportedProbe& r) {
+  const std::string busy = SyntheticFleet::HostName(1, 1);
+  int low_bursts = 0;
+  SendAsRdma(fleet, slow, [&low, &busy, &low_bursts](ReportedProbe& r) {
     r.transport = Transport::kRdmaRc;
-    if (low && (r.src_node == busy || r.dst_node == busy)) r.goodput_bps *= 0.3;
+    if (low && (r.src_node == busy || r.dst_node == busy)) {
+      r.goodput_bps *= 0.3;
+      ++low_bursts;
+    }
   });
   fleet.Run(kWarmup);
   EXPECT_TRUE(fleet.Active().empty()) << Describe(fleet.Active());
   low = true;
   if (with_host_delay) slow[busy] = HostDelay{5'000'000, 5'000'000};
   fleet.Run(30);
+  EXPECT_GE(low_bursts, 20) << "the busy host bursts";
   if (with_host_delay) {
     for (const LinkView& l : fleet.analyzer().Links()) EXPECT_EQ(l.state, "ok") << l.id;
   }
@@ -667,7 +672,16 @@ TEST(RdmaScenarios, SlowHostsLowRcBurstsAreTheHostsNotALink) {
   const auto active = LowRcBurstsOfOneHost(true);
   ASSERT_EQ(active.size(), 1u) << Describe(active);
   EXPECT_EQ(active[0].finding.kind, "host_network");
-  EXPECT_EQ(active[0].finding.location.id, SyntheticFleet::HostName(1, 0));
+  EXPECT_EQ(active[0].finding.location.id, SyntheticFleet::HostName(1, 1));
+}
+
+// The control of the case above: the same low bursts without the host delay are bandwidth
+// evidence against the host's NIC (its access link reads 0.3 of its bandwidth).
+TEST(RdmaScenarios, LowRcBurstsWithoutHostDelayAreFindings) {
+  const auto active = LowRcBurstsOfOneHost(false);
+  ASSERT_EQ(active.size(), 1u) << Describe(active);
+  EXPECT_EQ(active[0].finding.kind, "nic_degraded") << Describe(active);
+  EXPECT_EQ(active[0].finding.location.id, SyntheticFleet::HostName(1, 1) + "/mlx5_0");
 }
 
 TEST(RdmaScenarios, HostDelayUnderTheFloorIsNoFinding) {
