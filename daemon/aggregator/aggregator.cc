@@ -203,6 +203,7 @@ void Aggregator::TickLoop() {
     plans_->PushPending([this](const std::function<bool(const std::string&)>& wanted) {
       if (grpc_) grpc_->PushPlans(wanted);
     });
+    analyzer_->SetIngestLag(fleet_.data_lag_s());
     analyzer_->Tick();
     // Suspects of this tick raise their pairs' probe rates; the next MaybeReplan() sends them.
     escalation_->Tick();

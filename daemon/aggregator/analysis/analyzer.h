@@ -111,6 +111,9 @@ class Analyzer {
   const std::vector<aggregator::EscalationRequest>& escalation_candidates() const {
     return escalation_candidates_;
   }
+  // Tick thread, before Tick(): how late ingest reads the agents' data (FleetState::ingest_lag_s).
+  // Confirmations that ask for persistence count data time, not only ticks (ElementTracker).
+  void SetIngestLag(double lag_s) { tracker_.SetIngestLag(lag_s); }
   void SetEscalated(std::map<std::string, aggregator::EscalationBudget::Escalated> escalated) {
     escalated_ = std::move(escalated);
   }

@@ -179,5 +179,44 @@ TEST(BlameLinkLevel, QueueingOnTwoLinksWaitsTheUsualLatencyConfirmation) {
   EXPECT_EQ(o->confirm_ticks, t.config.latency_confirm_ticks);
 }
 
+// The two-rail simulator run's false nic_degraded: one host's pairs over a lossy uplink were
+// escalated (10x the probes), so its access link's loss estimate (lost probes of its flows over
+// its flows' probes) rose to the uplink's own, above it in some ticks, and its access link was
+// blamed first. Its bad flows all cross that uplink, so they cannot tell its NIC from the uplink:
+// the uplink, which other hosts' flows cross too, is blamed and the NIC is not.
+TEST(TomographyAccessLinks, EscalatedFlowsOverALossyUplinkDoNotBlameTheHostsNic) {
+  const std::shared_ptr<const FabricMap> map = testing::TwoLeafMap();
+  testing::BlameFixture t(map);
+  Tomography& tomo = t.tomography();
+  auto flow = [&](const char* src, const char* dst, uint32_t probes, uint32_t lost) {
+    const aggregator::PathSet paths = map->PathsBetweenNodes(src, dst);
+    FlowObs o;
+    o.src = t.Id(src);
+    o.dst = t.Id(dst);
+    o.src_access = paths.src_access;
+    o.dst_access = paths.dst_access;
+    o.core = paths.core.get();
+    o.path = o.core && !o.core->paths.empty() ? 0 : -1;
+    o.path_source = PathSource::kTraced;
+    o.probes = probes;
+    o.lost = lost;
+    tomo.Add(o);
+  };
+  flow("a", "c", 100, 6);  // escalated, over l1~s1
+  flow("c", "a", 100, 6);  // escalated, over l1~s1
+  flow("a", "d", 10, 1);
+  flow("a", "b", 10, 0);   // intra-leaf: a's NIC only
+  flow("b", "a", 10, 0);
+  flow("b", "c", 10, 0);   // b's flows over l1~s1, not escalated, happen to lose nothing yet
+  flow("b", "d", 10, 0);
+  flow("c", "b", 10, 0);
+  flow("d", "b", 10, 0);
+  SignalSpec spec;  // loss: 0.5 %, 3 flows, 20 probes, significance 9 over 1e-4
+  const std::vector<LinkBlame> blames = tomo.Localize(Signal::kLoss, spec);
+  ASSERT_EQ(blames.size(), 1u);
+  EXPECT_EQ(blames[0].link, t.LinkOf("l1", "s1")) << map->links()[blames[0].link].id;
+  EXPECT_EQ(blames[0].bad_flows, 3u);
+}
+
 }  // namespace
 }  // namespace fw::analysis

@@ -71,6 +71,17 @@ void ElementTracker::Instant(const std::string& element, bool down, double now_s
   }
 }
 
+bool ElementTracker::CoversDataTime(const Element& e, double now_s) const {
+  if (e.confirm_needed <= config_.confirm_ticks || e.consecutive_bad < 2) return true;
+  // The evaluations took `real` seconds; the data they judged spans `real` less the lag's growth.
+  // They must cover the data time that confirm_needed evaluations take at this tick rate, with one
+  // second of slack for the lag's own jitter (it is read from heartbeats).
+  const double real = now_s - e.first_bad_s;
+  const double data = real - (ingest_lag_s_ - e.first_bad_lag_s);
+  const double needed = real * (e.confirm_needed - 1) / (e.consecutive_bad - 1);
+  return data + 1.0 >= needed;
+}
+
 int ElementTracker::ToggleCount(const std::string& element, double now_s) const {
   auto it = toggles_.find(element);
   if (it == toggles_.end()) return 0;
@@ -126,6 +137,7 @@ ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_n
         e.health = ElementHealth::kSuspect;
         e.consecutive_bad = 0;
         e.first_bad_s = now_s;
+        e.first_bad_lag_s = ingest_lag_s_;
         e.first_bad_wall_ns = now_wall_ns;
         e.confirm_needed = 0;
         e.quick_run = 0;
@@ -137,8 +149,10 @@ ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_n
       const int toggles = ToggleCount(key, now_s);
       if (e.pending.can_flap && toggles >= config_.flap_toggles) e.flapping = true;
       if (e.flapping) ApplyFlapping(e.pending.finding, toggles, config_.flap_window_s);
-      const bool confirmed = e.quick_run >= config_.confirm_ticks ||
-                             e.consecutive_bad >= std::max(config_.confirm_ticks, e.confirm_needed);
+      const bool confirmed =
+          e.quick_run >= config_.confirm_ticks ||
+          (e.consecutive_bad >= std::max(config_.confirm_ticks, e.confirm_needed) &&
+           CoversDataTime(e, now_s));
       if (e.health == ElementHealth::kSuspect && confirmed) {
         Fire(key, e, now_wall_ns, changes);
       } else if (e.health == ElementHealth::kFiring && e.finding) {

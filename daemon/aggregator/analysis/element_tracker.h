@@ -44,6 +44,12 @@ class ElementTracker {
   void Supersede(const std::string& element);
   // During a tick: a per-second up/down reading of a link or NIC (for flapping).
   void Instant(const std::string& element, bool down, double now_s);
+  // How late the aggregator reads its agents' data (FleetState::ingest_lag_s), for the next
+  // EndTick. A confirmation that asks for persistence (more than `confirm_ticks` evaluations) must
+  // also cover as much data time as those evaluations took: when the lag grows, the data reaches
+  // the aggregator slower than its ticks run, and a few seconds of a fabric's queueing would
+  // otherwise last 30 evaluations.
+  void SetIngestLag(double lag_s) { ingest_lag_s_ = lag_s; }
 
   // Ends the tick. Elements not observed in it count as good. Returns the findings that were
   // opened, changed kind or severity, or resolved in this tick (`material`), and separately every
@@ -66,6 +72,7 @@ class ElementTracker {
     ElementHealth health = ElementHealth::kOk;
     int consecutive_bad = 0;
     double first_bad_s = 0;
+    double first_bad_lag_s = 0;  // the ingest lag when it became suspect
     int64_t first_bad_wall_ns = 0;
     double last_bad_s = 0;
     double good_since_s = 0;
@@ -87,9 +94,12 @@ class ElementTracker {
     std::deque<double> times;
   };
   int ToggleCount(const std::string& element, double now_s) const;
+  // Whether a confirmation that asks for persistence covers enough data time (SetIngestLag).
+  bool CoversDataTime(const Element& e, double now_s) const;
   void Fire(const std::string& key, Element& e, int64_t now_wall_ns, Changes& changes);
 
   AnalysisConfig config_;
+  double ingest_lag_s_ = 0;
   std::map<std::string, Element> elements_;
   std::unordered_map<std::string, Toggles> toggles_;
 };

@@ -486,6 +486,33 @@ TEST(Scenarios, QuickRuleDoesNotFireWhatASlowRuleHolds) {
   EXPECT_EQ(tracker.HealthOf("node:h"), ElementHealth::kSuspect);
 }
 
+// The healthy 16,000-agent simulator run's false host_network (98 % of node00260's samples slow,
+// 12x the baseline, "for at least 30 evaluations"): the CPU-starved simulator sent a simulated
+// second every few real seconds, so one queueing episode of a few seconds on the host's cable
+// filled 30 one-second evaluations. The ingest lag (how late heartbeats are read) grew by as much
+// as the data fell behind; a latency-only confirmation now counts the data time it covered.
+TEST(Scenarios, LatencyAloneOverALaggingIngestWaitsForDataTime) {
+  Observation slow;
+  slow.finding.kind = "host_network";
+  slow.confirm_ticks = 30;
+  auto fired_at = [&](double lag_growth_per_tick) {
+    ElementTracker tracker(AnalysisConfig{});
+    for (int t = 1; t <= 400; ++t) {
+      tracker.SetIngestLag(lag_growth_per_tick * t);
+      tracker.Observe("node:h", slow);
+      if (!tracker.EndTick(t, t * 1'000'000'000LL).material.empty()) return t;
+    }
+    return 0;
+  };
+  EXPECT_EQ(fired_at(0), 30);     // a steady lag: 30 evaluations as before
+  EXPECT_EQ(fired_at(0.02), 30);  // heartbeat jitter does not delay it
+  // Data a quarter as fast as the ticks: 30 evaluations are 7.5 s of the fabric's time; it fires
+  // once the evaluations cover 29 s of data.
+  const int t = fired_at(0.75);
+  EXPECT_GT(t, 100);
+  EXPECT_LT(t, 125);
+}
+
 TEST(Scenarios, BandwidthHalved) {
   FleetShape shape = Shape();
   shape.bw_every_s = 5;

@@ -191,6 +191,36 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
     return out;
   };
   std::vector<uint8_t> blamed(n, 0);
+  // An access link whose unexplained bad flows all surely cross one switch-to-switch link cannot
+  // be told from that link by these flows; the shared link is the likelier cause (a NIC fault
+  // also spoils the host's intra-leaf flows and its flows over other links). It is not blamed
+  // while that holds: escalated flows over a lossy uplink otherwise weigh one host's access link
+  // up to the uplink's own estimate.
+  std::vector<uint32_t> sure(n, 0);
+  uint32_t sure_seq = 0;
+  auto one_core_link_explains = [&](LinkIndex l) {
+    if (!map_ || !map_->links()[l].IsAccess()) return false;
+    const std::vector<uint32_t> mine = unexplained_of(l);
+    if (mine.empty()) return false;
+    // sure[x] == base + k: core link x is surely crossed by the first k flows (values of earlier
+    // calls are all below base).
+    const uint32_t base = sure_seq;
+    uint32_t k = 0;
+    bool any = false;
+    for (uint32_t i : mine) {
+      any = false;
+      ForEachCandidate(bad_[i], [&](LinkIndex x, double w) {
+        if (w < 0.999 || map_->links()[x].IsAccess()) return;
+        if (k != 0 && sure[x] != base + k) return;
+        sure[x] = base + k + 1;
+        any = true;
+      });
+      ++k;
+      if (!any) break;
+    }
+    sure_seq = base + static_cast<uint32_t>(mine.size()) + 1;
+    return any;  // some core link was crossed by every flow, the last included
+  };
 
   for (int round = 0; round < kMaxBlamesPerSignal; ++round) {
     LinkIndex best = aggregator::kNoIndex;
@@ -205,6 +235,7 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
       if (estimate < spec.threshold) continue;
       const double surprise = PoissonSurprise(bad[l], expected[l] * spec.background);
       if (surprise < spec.significance) continue;
+      if (one_core_link_explains(l)) continue;
       const bool better = best == aggregator::kNoIndex || estimate > best_estimate + 1e-12 ||
                           (std::abs(estimate - best_estimate) <= 1e-12 &&
                            (bad[l] > bad[best] || (bad[l] == bad[best] && l < best)));

@@ -413,6 +413,7 @@ void FleetState::Sweep() {
       const size_t k = std::min(lags.size() - 1, lags.size() * 9 / 10);
       std::nth_element(lags.begin(), lags.begin() + static_cast<ptrdiff_t>(k), lags.end());
       lag = std::min(lags[k], grace_max);
+      data_lag_s_ = lags[k];
     }
     ingest_lag_s_ = lag;
     retired = RetireLocked(now);
@@ -551,6 +552,11 @@ size_t FleetState::size() const {
 double FleetState::ingest_lag_s() const {
   MutexLock lock(mu_);
   return ingest_lag_s_;
+}
+
+double FleetState::data_lag_s() const {
+  MutexLock lock(mu_);
+  return data_lag_s_;
 }
 
 std::vector<NodeView> FleetState::Nodes(const std::string& only) const {

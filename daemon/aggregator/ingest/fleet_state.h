@@ -153,6 +153,9 @@ class FleetState {
   void Sweep();
   // The ingest lag the last Sweep used, in seconds.
   double ingest_lag_s() const;
+  // The same 90th percentile before the cap (each node's lag is clamped to an hour): how far the
+  // data the aggregator reads is behind, which the analyzer's persistence rules compare over time.
+  double data_lag_s() const;
 
   // Every node's view, or only the node named `only` when it is not empty. The inventory, locality
   // and endpoints are shared immutable snapshots under the lock and copied into the views after
@@ -221,6 +224,7 @@ class FleetState {
   std::map<std::string, Node> nodes_ FW_GUARDED_BY(mu_);
   size_t live_count_ FW_GUARDED_BY(mu_) = 0;  // nodes connected and up
   double ingest_lag_s_ FW_GUARDED_BY(mu_) = 0;
+  double data_lag_s_ FW_GUARDED_BY(mu_) = 0;
   bool mass_deferring_ FW_GUARDED_BY(mu_) = false;  // a mass timeout is being deferred
   std::set<std::string> dirty_ FW_GUARDED_BY(mu_);  // ingest records not yet journaled
   bool track_dirty_ FW_GUARDED_BY(mu_) = false;

@@ -148,6 +148,19 @@ TEST(FleetStateTest, IngestLagStretchesTheTimeout) {
   EXPECT_EQ(fleet.connected(), 99u);
 }
 
+// The timeout stretches by at most --heartbeat-grace-max; the analyzer's persistence rules read
+// how far behind the data is past that cap too.
+TEST(FleetStateTest, DataLagIsNotCappedByTheGrace) {
+  FakeClock clock;
+  metrics::Registry reg;
+  FleetState fleet(clock, reg, {.heartbeat_timeout_s = 15, .heartbeat_grace_max_s = 105});
+  Connect(fleet, 100);
+  HeartbeatFrom(fleet, clock, 0, 100, 300);
+  fleet.Sweep();
+  EXPECT_DOUBLE_EQ(fleet.ingest_lag_s(), 105);
+  EXPECT_DOUBLE_EQ(fleet.data_lag_s(), 300);
+}
+
 TEST(FleetStateTest, OneAgentsWrongClockDoesNotStretchTheTimeout) {
   FakeClock clock;
   metrics::Registry reg;
