@@ -74,7 +74,7 @@ v1::Hello Agent::MakeHello() const {
   }
   h.set_session_id(session_id_);
   h.set_next_seq(buffer_.next_seq());
-  if (probes_ && !probes_->prober_nic(0).name.empty()) {
+  if (probes_ && probes_->prober_count() > 0 && !probes_->prober_nic(0).name.empty()) {
     // One endpoint per fabric NIC that probes, named by the NIC, first NIC first (a planner
     // without a map probes endpoints.front()).
     for (auto t : {v1::TRANSPORT_UDP, v1::TRANSPORT_TCP_CONNECT, v1::TRANSPORT_TCP_BW}) {
