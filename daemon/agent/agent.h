@@ -121,7 +121,8 @@ class Agent {
   std::vector<NicTraces> traces_;
   // The plan as the tracer of prober `i` sees it: the peers probed from that NIC.
   fabricwatch::v1::ProbePlan PlanForProber(const fabricwatch::v1::ProbePlan& plan, size_t i) const;
-  std::unique_ptr<rdma::RdmaRunner> rdma_;    // null with --rdma off
+
+  std::unique_ptr<rdma::RdmaRunner> rdma_;  // null with --rdma off
   // RC connection messages that failed to parse; registered (and set) only with RDMA on, before
   // the uplink starts.
   metrics::Counter* rdma_rc_refused_ = nullptr;

@@ -38,8 +38,8 @@ StatusOr<std::vector<FabricNic>> ParseFabricNics(std::string_view spec,
   size_t start = 0;
   while (start <= spec.size()) {
     const size_t comma = spec.find(',', start);
-    std::string_view entry =
-        spec.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    std::string_view entry = spec.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     start = comma == std::string_view::npos ? spec.size() + 1 : comma + 1;
     if (entry.empty()) continue;
     const size_t eq = entry.find('=');

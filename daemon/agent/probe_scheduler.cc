@@ -60,14 +60,14 @@ Status CheckNicSocket(FabricNic& nic) {
   if (!addr.ok()) return addr.status();
   net::Fd fd(socket(addr->family(), SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return net::ErrnoStatus("socket(UDP)", errno);
-  if (!nic.device.empty() &&
-      setsockopt(fd.get(), SOL_SOCKET, SO_BINDTODEVICE, nic.device.c_str(),
-                 static_cast<socklen_t>(nic.device.size())) != 0) {
+  if (!nic.device.empty() && setsockopt(fd.get(), SOL_SOCKET, SO_BINDTODEVICE, nic.device.c_str(),
+                                        static_cast<socklen_t>(nic.device.size())) != 0) {
     const int err = errno;
     if (err != EPERM) return net::ErrnoStatus("SO_BINDTODEVICE " + nic.device, err);
-    spdlog::warn("msg=\"fabric nic: SO_BINDTODEVICE not permitted; probing by address and route\" "
-                 "nic={} device={}",
-                 nic.name, nic.device);
+    spdlog::warn(
+        "msg=\"fabric nic: SO_BINDTODEVICE not permitted; probing by address and route\" "
+        "nic={} device={}",
+        nic.name, nic.device);
     nic.device.clear();
   }
   if (bind(fd.get(), addr->get(), addr->len) != 0) {
@@ -602,7 +602,9 @@ void ProbeScheduler::SlowLoop() {
           probe_errors_.Inc();
           continue;
         }
-        if (k < connect_nics.size()) std::tie(results[k]->src_nic, results[k]->dst_nic) = connect_nics[k];
+        if (k < connect_nics.size()) {
+          std::tie(results[k]->src_nic, results[k]->dst_nic) = connect_nics[k];
+        }
         queue_.TryPush(*results[k]);  // a full queue counts the drop itself
       }
     }

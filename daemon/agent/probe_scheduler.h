@@ -55,9 +55,6 @@ struct NicState {
 struct ProbeSchedulerOptions {
   // The responder's bind address; when it names one address, probes are also sent from it.
   std::string listen_address = "0.0.0.0";
-  // The fabric NICs to probe from, one UDP prober (sockets bound to the NIC's address, and
-  // device) each. Empty: one prober from listen_address, whose results name no NIC.
-  std::vector<FabricNic> nics;
   int port = 9753;                       // UDP and TCP echo port
   std::optional<std::string> key;        // shared probe key (HMAC); none: open
   double batch_interval_s = 1.0;         // a ProbeBatch at least this often...
@@ -87,6 +84,9 @@ struct ProbeSchedulerOptions {
   // How long a replaced allow list stays admitted: the aggregator pushes a re-plan's plans over a
   // few ticks, so a peer may still probe by its previous plan for that long.
   std::chrono::nanoseconds allowed_probers_grace = std::chrono::seconds(30);
+  // The fabric NICs to probe from, one UDP prober (sockets bound to the NIC's address, and
+  // device) each. Empty: one prober from listen_address, whose results name no NIC.
+  std::vector<FabricNic> nics;
 };
 
 class ProbeScheduler {

@@ -482,7 +482,8 @@ TEST(ProbeScheduler, EachFabricNicProbesItsPeersAndABadNicIsSkipped) {
             {"bad", "192.0.2.1", "", ""},  // TEST-NET-1: no interface here holds it
             {"none", "", "", "interface none has no IPv4 address"},
             {"lo_b", "127.0.0.2", "", ""}};
-  ProbeScheduler scheduler(o, buffer, [] {}, registry);
+  ProbeScheduler scheduler(
+      o, buffer, [] {}, registry);
   ASSERT_TRUE(scheduler.Start().ok());
   ASSERT_EQ(scheduler.prober_count(), 2u);
   EXPECT_EQ(scheduler.prober_nic(0).name, "lo_a");
@@ -535,7 +536,8 @@ TEST(ProbeScheduler, NoUsableFabricNicFailsStart) {
   metrics::Registry registry;
   ProbeSchedulerOptions o = LoopbackOptions();
   o.nics = {{"bad", "192.0.2.1", "", ""}, {"none", "", "", ""}};
-  ProbeScheduler scheduler(o, buffer, [] {}, registry);
+  ProbeScheduler scheduler(
+      o, buffer, [] {}, registry);
   Status s = scheduler.Start();
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("bad: bind"), std::string::npos) << s.message();

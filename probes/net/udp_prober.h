@@ -32,7 +32,7 @@ struct PeerTarget {
   std::string name;     // the peer's node name; copied into every ProbeResult (max 63 chars)
   std::string address;  // numeric IPv4 or IPv6
   uint16_t port = 9753;
-  uint32_t flows = 1;  // distinct source ports toward this peer, to cover ECMP paths
+  uint32_t flows = 1;    // distinct source ports toward this peer, to cover ECMP paths
   uint16_t src_nic = 0;  // copied into every result of this peer (ProbeResult::src_nic)
   uint16_t dst_nic = 0;
 };
