@@ -18,6 +18,7 @@ Run as root: python3 test_two_rails.py -v.
 """
 
 import os
+import re
 import sys
 import time
 import unittest
@@ -95,10 +96,16 @@ class TwoRailsTest(FindingsCase):
                                  + "\n".join(brief(g) for g in rail1))
             finally:
                 fault.undo()
+            text = run.metrics()
+            traces = {o: re.search(rf'^fabricwatch_path_traces_total{{outcome="{o}"}} (\S+)$',
+                                   text, re.M)
+                      for o in ("resolved", "ambiguous", "no_match", "unmapped")}
+            traces = {o: float(m.group(1)) if m else 0.0 for o, m in traces.items()}
         with open("/proc/loadavg") as fh:
             load = fh.read().split()[0]
         print(f"\n  both rails probed after {probed_s:.1f} s; {LINK} found after {took:.1f} s; "
-              f"whole run {time.monotonic() - t_start:.1f} s, load {load}", file=sys.stderr)
+              f"path traces {traces}; whole run {time.monotonic() - t_start:.1f} s, load {load}",
+              file=sys.stderr)
 
 
 if __name__ == "__main__":
