@@ -2,15 +2,19 @@
 #include "daemon/agent/agent.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <unordered_map>
 
+#include "daemon/agent/fabric_nics.h"
 #include "daemon/agent/node_report.h"
 #include "probes/rdma/rdma_wire.h"
 #include "probes/rdma/verbs_ibv.h"
@@ -70,7 +74,19 @@ v1::Hello Agent::MakeHello() const {
   }
   h.set_session_id(session_id_);
   h.set_next_seq(buffer_.next_seq());
-  if (!options_.probe_address.empty() && probes_) {
+  if (probes_ && probes_->prober_count() > 0 && !probes_->prober_nic(0).name.empty()) {
+    // One endpoint per fabric NIC that probes, named by the NIC, first NIC first (a planner
+    // without a map probes endpoints.front()).
+    for (auto t : {v1::TRANSPORT_UDP, v1::TRANSPORT_TCP_CONNECT, v1::TRANSPORT_TCP_BW}) {
+      for (size_t i = 0; i < probes_->prober_count(); ++i) {
+        v1::ProbeEndpoint* e = h.add_endpoints();
+        e->set_transport(t);
+        e->set_address(probes_->prober_nic(i).address);
+        e->set_port(probes_->responder_port());
+        e->set_nic(probes_->prober_nic(i).name);
+      }
+    }
+  } else if (!options_.probe_address.empty() && probes_) {
     for (auto t : {v1::TRANSPORT_UDP, v1::TRANSPORT_TCP_CONNECT, v1::TRANSPORT_TCP_BW}) {
       v1::ProbeEndpoint* e = h.add_endpoints();
       e->set_transport(t);
@@ -132,7 +148,23 @@ Status Agent::Start() {
     po.ceilings.max_pps = options_.plan_max_pps;
     po.ceilings.max_bytes_per_s = options_.plan_max_bytes_per_s;
     po.responder_allow_any = options_.responder_allow_any;
-    if (!options_.probe_address.empty()) po.listen_address = options_.probe_address;
+    if (!options_.probe_nics.empty()) {
+      auto nics = ParseFabricNics(options_.probe_nics, InterfaceAddressV4);
+      if (!nics.ok()) return nics.status();
+      po.nics = std::move(*nics);
+      // The responder answers on every fabric address (docs/probes.md, "Every fabric NIC").
+      po.listen_address = "0.0.0.0";
+      if (options_.probe_address.empty()) {
+        for (const FabricNic& n : po.nics) {
+          if (!n.address.empty()) {
+            options_.probe_address = n.address;
+            break;
+          }
+        }
+      }
+    } else if (!options_.probe_address.empty()) {
+      po.listen_address = options_.probe_address;
+    }
     if (!options_.probe_key_file.empty()) {
       std::ifstream in(options_.probe_key_file);
       std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -169,7 +201,9 @@ Status Agent::Start() {
       uo, buffer_, [this] { return MakeHello(); },
       [this](const v1::ProbePlan& plan) {
         if (probes_) probes_->ApplyPlan(plan);
-        if (traces_) traces_->OnPlan(plan);
+        for (NicTraces& t : traces_) {
+          t.runner->OnPlan(probes_->prober_count() == 1 ? plan : PlanForProber(plan, t.prober));
+        }
         if (rdma_) {
           rdma_->SetTargets(rdma::UdTargetsFromPlan(plan, nullptr));
           rdma_->SetRcPlan(rdma::RcPeersFromPlan(plan), plan.rdma_rc_interval_s(),
@@ -290,37 +324,105 @@ Status Agent::Start() {
 }
 
 void Agent::StartTracing() {
-  net::PathTracerOptions to;
-  to.budget_fraction = options_.trace_budget_fraction;
-  in_addr v4{};
-  if (inet_pton(AF_INET, options_.probe_address.c_str(), &v4) == 1) {
-    to.bind_address_v4 = options_.probe_address;
+  for (size_t i = 0; i < probes_->prober_count(); ++i) {
+    const FabricNic& nic = probes_->prober_nic(i);
+    net::PathTracerOptions to;
+    to.budget_fraction = options_.trace_budget_fraction;
+    // Each NIC's flows are traced from that NIC (its address and device), so a trace takes the
+    // egress its flow takes; without NICs, from the probe address.
+    const std::string& source = nic.name.empty() ? options_.probe_address : nic.address;
+    in_addr v4{};
+    if (inet_pton(AF_INET, source.c_str(), &v4) == 1) to.bind_address_v4 = source;
+    to.bind_device = nic.device;
+    auto tracer = net::PathTracer::Start(to);
+    if (!tracer.ok()) {
+      spdlog::warn(
+          "msg=\"path tracing off: findings under ECMP name candidate groups, not links\" "
+          "nic={} error=\"{}\" hint=\"needs CAP_NET_RAW\"",
+          nic.name.empty() ? "-" : nic.name, tracer.status().message());
+      continue;
+    }
+    // The echoes this node sends back are traced too: they may cross another link than the
+    // probes.
+    NicTraces t;
+    t.prober = i;
+    t.address = to.bind_address_v4.empty() ? 0 : ntohl(v4.s_addr);
+    t.runner = std::make_unique<TraceRunner>(
+        WrapPathTracer(std::move(*tracer)), to.bind_address_v4,
+        [this](v1::AgentMessage m) { uplink_->SendBestEffort(std::move(m)); },
+        probes_->responder_port());
+    traces_.push_back(std::move(t));
   }
-  auto tracer = net::PathTracer::Start(to);
-  if (!tracer.ok()) {
-    spdlog::warn(
-        "msg=\"path tracing off: findings under ECMP name candidate groups, not links\" "
-        "error=\"{}\" hint=\"needs CAP_NET_RAW\"",
-        tracer.status().message());
-    return;
-  }
-  // The echoes this node sends back are traced too: they may cross another link than the probes.
-  traces_ = std::make_unique<TraceRunner>(
-      WrapPathTracer(std::move(*tracer)), to.bind_address_v4,
-      [this](v1::AgentMessage m) { uplink_->SendBestEffort(std::move(m)); },
-      probes_->responder_port());
+  if (traces_.empty()) return;
   probes_->TrackAnsweredUdpFlows(TraceRunner::kMaxEchoFlows);
-  spdlog::info("msg=\"path tracing on\" echo_port={}", probes_->responder_port());
+  spdlog::info("msg=\"path tracing on\" echo_port={} tracers={}", probes_->responder_port(),
+               traces_.size());
 }
 
+v1::ProbePlan Agent::PlanForProber(const v1::ProbePlan& plan, size_t i) const {
+  v1::ProbePlan out = plan;
+  out.clear_peers();
+  for (const v1::PlannedPeer& p : plan.peers()) {
+    if (probes_->ProberFor(p) == i) *out.add_peers() = p;
+  }
+  return out;
+}
+
+namespace {
+
+// The local IPv4 address the routing table sends to `address` (host order) from; 0 when unknown.
+uint32_t SourceToward(uint32_t address) {
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_port = htons(9);
+  dst.sin_addr.s_addr = htonl(address);
+  sockaddr_in local{};
+  socklen_t len = sizeof local;
+  uint32_t out = 0;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&dst), sizeof dst) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+    out = ntohl(local.sin_addr.s_addr);
+  }
+  close(fd);
+  return out;
+}
+
+}  // namespace
+
 void Agent::PumpTraces() {
-  if (!traces_ || !probes_) return;
-  const uint64_t sent = probes_->UdpProbesSent();
-  const uint64_t delta = sent >= traced_probes_sent_ ? sent - traced_probes_sent_ : 0;
-  traced_probes_sent_ = sent;
+  if (traces_.empty() || !probes_) return;
   const Clock& clock = RealClock::Get();
-  traces_->OnAnswered(probes_->TakeAnsweredUdpFlows(), clock.MonotonicNanos());
-  traces_->Pump(delta, probes_->UdpSourcePorts(), clock.MonotonicNanos(), clock.WallNanos());
+  std::vector<net::AnsweredUdpFlow> answered = probes_->TakeAnsweredUdpFlows();
+  if (traces_.size() == 1) {
+    traces_[0].runner->OnAnswered(answered, clock.MonotonicNanos());
+  } else {
+    // An echo leaves by the route to its prober: the tracer of the NIC with that source address
+    // traces it (the first NIC's when none matches). One route lookup per prober address.
+    std::vector<std::vector<net::AnsweredUdpFlow>> per(traces_.size());
+    std::unordered_map<uint32_t, size_t> by_address;
+    for (const net::AnsweredUdpFlow& f : answered) {
+      auto [it, added] = by_address.try_emplace(f.address, 0);
+      if (added) {
+        const uint32_t src = SourceToward(f.address);
+        for (size_t k = 0; k < traces_.size(); ++k) {
+          if (traces_[k].address != 0 && traces_[k].address == src) it->second = k;
+        }
+      }
+      per[it->second].push_back(f);
+    }
+    for (size_t k = 0; k < traces_.size(); ++k) {
+      traces_[k].runner->OnAnswered(per[k], clock.MonotonicNanos());
+    }
+  }
+  for (NicTraces& t : traces_) {
+    const uint64_t sent = probes_->UdpProbesSent(t.prober);
+    const uint64_t delta = sent >= t.probes_sent ? sent - t.probes_sent : 0;
+    t.probes_sent = sent;
+    t.runner->Pump(delta, probes_->UdpSourcePorts(t.prober), clock.MonotonicNanos(),
+                   clock.WallNanos());
+  }
 }
 
 void Agent::TestBatchLoop() {

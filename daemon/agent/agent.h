@@ -29,6 +29,10 @@ struct AgentOptions {
   std::string aggregator = "127.0.0.1:9750";
   std::string node_name;  // default: hostname
   std::string probe_address;
+  // The fabric NICs to probe from (--probe-nics, fabric_nics.h): "eth0,eth1" or "mlx5_0=10.0.0.5".
+  // Empty: one prober from probe_address. With NICs the responder listens on every address, and
+  // an empty probe_address becomes the first NIC's.
+  std::string probe_nics;
   int probe_port = 9753;           // 0 picks a free port (tests, several agents on one host)
   std::string probe_key_file;      // shared probe key; empty: probes are not authenticated
   int probe_source_port_base = 0;  // flow j uses base + j; 0: ephemeral ports
@@ -106,9 +110,19 @@ class Agent {
   OutboundBuffer buffer_;
   std::unique_ptr<Uplink> uplink_;
   std::unique_ptr<ProbeScheduler> probes_;
-  std::unique_ptr<TraceRunner> traces_;       // null without tracing; set before the uplink starts
-  uint64_t traced_probes_sent_ = 0;           // report thread only
-  std::unique_ptr<rdma::RdmaRunner> rdma_;    // null with --rdma off
+  // One path tracer per prober (fabric NIC), tracing that NIC's flows from its address (and
+  // device); empty without tracing. Set before the uplink starts.
+  struct NicTraces {
+    size_t prober = 0;
+    uint32_t address = 0;  // the NIC's IPv4 address, host order (0: by route)
+    std::unique_ptr<TraceRunner> runner;
+    uint64_t probes_sent = 0;  // report thread only
+  };
+  std::vector<NicTraces> traces_;
+  // The plan as the tracer of prober `i` sees it: the peers probed from that NIC.
+  fabricwatch::v1::ProbePlan PlanForProber(const fabricwatch::v1::ProbePlan& plan, size_t i) const;
+
+  std::unique_ptr<rdma::RdmaRunner> rdma_;  // null with --rdma off
   // RC connection messages that failed to parse; registered (and set) only with RDMA on, before
   // the uplink starts.
   metrics::Counter* rdma_rc_refused_ = nullptr;

@@ -80,6 +80,7 @@ int main(int argc, char** argv) {
   binding.Bind("aggregator", &o.aggregator);
   binding.Bind("node-name", &o.node_name);
   binding.Bind("probe-address", &o.probe_address);
+  binding.Bind("probe-nics", &o.probe_nics);
   binding.Bind("probe-port", &o.probe_port);
   binding.Bind("http-listen", &o.http_listen);
   binding.Bind("sysfs-root", &o.sysfs_root);
@@ -115,6 +116,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--node-name", o.node_name, "this node's name (default: hostname)");
   app.add_option("--probe-address", o.probe_address, "the address peers probe");
+  app.add_option("--probe-nics", o.probe_nics,
+                 "fabric NICs to probe from, one socket each: eth0,eth1 (each interface's IPv4 "
+                 "address, bound to it) or mlx5_0=10.0.0.5 (docs/probes.md, \"Every fabric NIC\")");
   app.add_option("--probe-port", o.probe_port, "UDP and TCP echo port (0: any free port)")
       ->capture_default_str();
   app.add_option("--probe-key-file", o.probe_key_file,

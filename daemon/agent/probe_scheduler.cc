@@ -3,16 +3,19 @@
 
 #include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 
 #include "common/log.h"
 #include "probes/net/bandwidth_probe.h"
 #include "probes/net/probe_packet.h"
+#include "probes/net/socket_util.h"
 #include "probes/net/tcp_prober.h"
 
 namespace fw::agent {
@@ -48,6 +51,31 @@ constexpr double kMaxBurstTimeout_s = 60;
 const std::vector<double> kRttBuckets = {1e-5,   2.5e-5, 5e-5, 1e-4,   2.5e-4, 5e-4, 1e-3,
                                          2.5e-3, 5e-3,   1e-2, 2.5e-2, 0.1,    0.25, 1.0};
 
+// Whether a UDP socket can be bound to the NIC's address (and device), as the prober's will be:
+// a NIC that fails here is skipped at start rather than failing every plan entry later.
+// SO_BINDTODEVICE refused for want of privilege (before Linux 5.7 it needs CAP_NET_RAW) clears
+// `device`: the NIC then probes by its address and the routing table, and says so.
+Status CheckNicSocket(FabricNic& nic) {
+  StatusOr<net::SocketAddress> addr = net::ParseAddress(nic.address, 0);
+  if (!addr.ok()) return addr.status();
+  net::Fd fd(socket(addr->family(), SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return net::ErrnoStatus("socket(UDP)", errno);
+  if (!nic.device.empty() && setsockopt(fd.get(), SOL_SOCKET, SO_BINDTODEVICE, nic.device.c_str(),
+                                        static_cast<socklen_t>(nic.device.size())) != 0) {
+    const int err = errno;
+    if (err != EPERM) return net::ErrnoStatus("SO_BINDTODEVICE " + nic.device, err);
+    spdlog::warn(
+        "msg=\"fabric nic: SO_BINDTODEVICE not permitted; probing by address and route\" "
+        "nic={} device={}",
+        nic.name, nic.device);
+    nic.device.clear();
+  }
+  if (bind(fd.get(), addr->get(), addr->len) != 0) {
+    return net::ErrnoStatus("bind " + addr->ToString(), errno);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 ProbeScheduler::ProbeScheduler(ProbeSchedulerOptions options, OutboundBuffer& buffer,
@@ -75,6 +103,13 @@ ProbeScheduler::ProbeScheduler(ProbeSchedulerOptions options, OutboundBuffer& bu
                  .WithLabels({})),
       planned_peers_(r.AddGauge("fabricwatch_probe_planned_peers", "Peers in the current plan.")
                          .WithLabels({})),
+      nic_setup_failures_(r.AddCounter("fabricwatch_probe_nic_setup_failures_total",
+                                       "Fabric NICs the agent could not probe from at start, by "
+                                       "reason: no_address, bind.",
+                                       {"reason"})),
+      nics_probing_(r.AddGauge("fabricwatch_probe_nics",
+                               "Fabric NICs the agent probes from (1 without --probe-nics).")
+                        .WithLabels({})),
       malformed_replies_(r.AddCounter("fabricwatch_probe_malformed_replies_total",
                                       "Probe replies dropped as malformed, by reason.",
                                       {"reason"})),
@@ -140,18 +175,7 @@ Status ProbeScheduler::Start() {
   auto responder = net::EchoResponder::Start(ro, clock_);
   if (!responder.ok()) return responder.status();
   responder_ = std::move(*responder);
-  net::UdpProberOptions uo;
-  // Probes leave from the probe address (when it is one), so that the peers' allow lists, which
-  // hold it, admit them whichever interface the route to a peer takes.
-  if (const std::string& src = ProbeSource(); !src.empty()) {
-    (src.find(':') == std::string::npos ? uo.bind_address_v4 : uo.bind_address_v6) = src;
-  }
-  uo.key = options_.key;
-  uo.src_port_base = static_cast<uint16_t>(options_.source_port_base);
-  uo.busy_poll.max_window_ns = options_.busy_poll_ns;
-  auto udp = net::UdpProber::Start(uo, clock_, queue_, budget_.get());
-  if (!udp.ok()) return udp.status();
-  udp_ = std::move(*udp);
+  if (Status s = StartProbers(); !s.ok()) return s;
   if (options_.own_batcher) {
     batcher_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "fw-sched-batch");
@@ -174,7 +198,7 @@ void ProbeScheduler::Stop() {
   }
   cv_.NotifyAll();
   if (slow_.joinable()) slow_.join();
-  if (udp_) udp_->Stop();
+  for (NicProber& p : udp_) p.udp->Stop();
   if (batcher_.joinable()) {
     batcher_.join();
   } else {
@@ -192,21 +216,32 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
   const GuardedPlan g = GuardPlan(plan, options_.ceilings);
   ReportGuard(plan.version(), g);
 
-  net::UdpProbePlan udp;
+  std::vector<net::UdpProbePlan> udp(udp_.size());
   std::vector<SlowTarget> slow;
   std::mt19937_64 rng(plan.version());
   const int64_t now = clock_.MonotonicNanos();
+  size_t udp_peers = 0;
   for (const v1::PlannedPeer* p : g.peers) {
+    // From the NIC the plan names; results name both NICs (none when this agent has no NICs).
+    const size_t i = udp_.empty() ? 0 : ProberFor(*p);
+    const uint16_t src_nic = udp_.empty() ? 0 : udp_[i].id;
+    const uint16_t dst_nic = src_nic == 0 ? 0 : NicId(p->dst_nic());
     if (p->transport() == v1::TRANSPORT_UDP || p->transport() == v1::TRANSPORT_UNSPECIFIED) {
       net::PeerTarget t;
       t.name = p->node();
       t.address = p->address();
       t.port = static_cast<uint16_t>(p->port());
       t.flows = static_cast<uint32_t>(std::max(1, p->src_ports_size()));
-      udp.peers.push_back(std::move(t));
+      t.src_nic = src_nic;
+      t.dst_nic = dst_nic;
+      if (i < udp.size()) udp[i].peers.push_back(std::move(t));
+      ++udp_peers;
     }
     SlowTarget s;
     s.node = p->node();
+    s.source = src_nic != 0 ? udp_[i].nic.address : ProbeSource();
+    s.src_nic = src_nic;
+    s.dst_nic = dst_nic;
     s.address = p->address();
     s.port = static_cast<uint16_t>(p->port());
     s.bandwidth = p->bandwidth() && options_.bandwidth_probes;
@@ -218,9 +253,12 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
         now + static_cast<int64_t>((0.1 + jitter(rng)) * g.bandwidth_interval_s * 1e9);
     slow.push_back(std::move(s));
   }
-  udp.rate_hz = g.udp_rate_hz;
-  const size_t peers = udp.peers.size();
-  Status st = udp_ ? udp_->SetPlan(std::move(udp)) : Status::FailedPrecondition("not started");
+  const size_t peers = udp_peers;
+  Status st = udp_.empty() ? Status::FailedPrecondition("not started") : Status::Ok();
+  for (size_t i = 0; i < udp_.size() && st.ok(); ++i) {
+    udp[i].rate_hz = g.udp_rate_hz;
+    st = udp_[i].udp->SetPlan(std::move(udp[i]));
+  }
   if (!st.ok()) {
     spdlog::warn("msg=\"probe plan rejected\" version={} error={}", plan.version(),
                  LogQuote(st.message()));
@@ -304,7 +342,7 @@ void ProbeScheduler::RunRequestedBurst(net::BandwidthProbe& probe, const BurstOr
   net::BandwidthOptions bo;
   bo.bytes = order.bytes;
   bo.timeout = order.timeout;
-  const net::TcpTarget target{order.node, order.address, order.port, ProbeSource()};
+  const net::TcpTarget target{order.node, order.address, order.port, ProbeSource()};  // by route
   // The probe budget may be drained by the latency probes of the moment (or by a first attempt
   // the peer refused): wait for it, up to 2 s. The peer's responder may apply the plan that
   // admits us a moment after we apply ours (both come with one re-plan) and refuses by closing
@@ -465,16 +503,29 @@ void ProbeScheduler::BatchNow() {
     c.mutable_goodput_bps()->Reserve(n);
     c.mutable_sent_unix_ns_delta()->Reserve(n);
     names.clear();
+    auto name_index = [&](std::string_view name) {
+      auto [it, added] = names.try_emplace(std::string(name), c.name_lengths_size());
+      if (added) {
+        c.mutable_names()->append(name);
+        c.add_name_lengths(static_cast<uint32_t>(name.size()));
+      }
+      return it->second;
+    };
+    // NIC columns only when some result names a NIC (an agent without --probe-nics sends none).
+    const bool nic_columns = std::any_of(results.begin(), results.end(), [](const auto& r) {
+      return r.src_nic != 0 || r.dst_nic != 0;
+    });
+    if (nic_columns) {
+      MutexLock nic_lock(nic_names_mu_);
+      for (const net::ProbeResult& r : results) {
+        c.add_src_nic(name_index(r.src_nic < nic_names_.size() ? nic_names_[r.src_nic] : ""));
+        c.add_dst_nic(name_index(r.dst_nic < nic_names_.size() ? nic_names_[r.dst_nic] : ""));
+      }
+    }
     int64_t prev_sent = 0;
     for (const net::ProbeResult& r : results) {
       Publish(r);
-      const std::string_view peer = r.PeerName();
-      auto [it, added] = names.try_emplace(std::string(peer), c.name_lengths_size());
-      if (added) {
-        c.mutable_names()->append(peer);
-        c.add_name_lengths(static_cast<uint32_t>(peer.size()));
-      }
-      c.add_peer(it->second);
+      c.add_peer(name_index(r.PeerName()));
       c.add_transport(ToWire(r.transport));
       c.add_src_port(r.src_port);
       c.add_dst_port(r.dst_port);
@@ -499,7 +550,9 @@ void ProbeScheduler::SlowLoop() {
   net::BandwidthProbe bandwidth(clock_, budget_.get(), options_.key);
   for (;;) {
     std::vector<net::TcpTarget> due_connect;
+    std::vector<std::pair<uint16_t, uint16_t>> connect_nics;  // (src, dst) per due_connect entry
     std::optional<net::TcpTarget> due_bw;
+    std::pair<uint16_t, uint16_t> bw_nics;
     std::vector<BurstOrder> requested;
     uint64_t bw_bytes = 0;
     {
@@ -526,13 +579,15 @@ void ProbeScheduler::SlowLoop() {
       int64_t now = clock_.MonotonicNanos();
       for (SlowTarget& t : slow_targets_) {
         if (now >= t.next_connect_ns) {
-          due_connect.push_back({t.node, t.address, t.port, ProbeSource()});
+          due_connect.push_back({t.node, t.address, t.port, t.source});
+          connect_nics.emplace_back(t.src_nic, t.dst_nic);
           t.next_connect_ns = now + static_cast<int64_t>(options_.tcp_connect_interval_s * 1e9);
         }
         // At most one burst at a time: bursts to different peers must not overlap.
         // Requested bursts own the NIC while a plan carries them: the periodic ones wait.
         if (!due_bw && t.bandwidth && now >= t.next_bandwidth_ns && !plan_has_bursts_) {
-          due_bw = net::TcpTarget{t.node, t.address, t.port, ProbeSource()};
+          due_bw = net::TcpTarget{t.node, t.address, t.port, t.source};
+          bw_nics = {t.src_nic, t.dst_nic};
           t.next_bandwidth_ns = now + static_cast<int64_t>(bandwidth_interval_s_ * 1e9);
         }
       }
@@ -541,12 +596,16 @@ void ProbeScheduler::SlowLoop() {
     // Requested bursts first: the aggregator waits for them to end its round.
     for (const BurstOrder& o : requested) RunRequestedBurst(bandwidth, o);
     if (!due_connect.empty()) {
-      for (auto& r : connect.ProbeAll(due_connect, std::chrono::seconds(1))) {
-        if (!r.ok()) {
+      auto results = connect.ProbeAll(due_connect, std::chrono::seconds(1));
+      for (size_t k = 0; k < results.size(); ++k) {
+        if (!results[k].ok()) {
           probe_errors_.Inc();
           continue;
         }
-        queue_.TryPush(*r);  // a full queue counts the drop itself
+        if (k < connect_nics.size()) {
+          std::tie(results[k]->src_nic, results[k]->dst_nic) = connect_nics[k];
+        }
+        queue_.TryPush(*results[k]);  // a full queue counts the drop itself
       }
     }
     if (due_bw) {
@@ -557,15 +616,110 @@ void ProbeScheduler::SlowLoop() {
         // A burst refused by the budget is counted by the budget itself.
         if (r.status().code() != StatusCode::kResourceExhausted) probe_errors_.Inc();
       } else {
+        std::tie(r->src_nic, r->dst_nic) = bw_nics;
         queue_.TryPush(*r);
       }
     }
   }
 }
 
+Status ProbeScheduler::StartProbers() {
+  net::UdpProberOptions base;
+  base.key = options_.key;
+  base.src_port_base = static_cast<uint16_t>(options_.source_port_base);
+  base.busy_poll.max_window_ns = options_.busy_poll_ns;
+  if (options_.nics.empty()) {
+    net::UdpProberOptions uo = base;
+    // Probes leave from the probe address (when it is one), so that the peers' allow lists,
+    // which hold it, admit them whichever interface the route to a peer takes.
+    if (const std::string& src = ProbeSource(); !src.empty()) {
+      (src.find(':') == std::string::npos ? uo.bind_address_v4 : uo.bind_address_v6) = src;
+    }
+    auto udp = net::UdpProber::Start(uo, clock_, queue_, budget_.get());
+    if (!udp.ok()) return udp.status();
+    udp_.push_back({FabricNic{}, 0, std::move(*udp)});
+    nics_probing_.Set(1);
+    return Status::Ok();
+  }
+  std::string failures;
+  for (FabricNic nic : options_.nics) {
+    NicState state{nic.name, nic.address, false, ""};
+    Status s = nic.address.empty()
+                   ? Status::NotFound(nic.skip_reason.empty() ? "no address" : nic.skip_reason)
+                   : CheckNicSocket(nic);
+    const char* reason = nic.address.empty() ? "no_address" : "bind";
+    if (s.ok()) {
+      net::UdpProberOptions uo = base;
+      (nic.address.find(':') == std::string::npos ? uo.bind_address_v4 : uo.bind_address_v6) =
+          nic.address;
+      uo.bind_device = nic.device;
+      auto udp = net::UdpProber::Start(uo, clock_, queue_, budget_.get());
+      if (udp.ok()) {
+        state.probing = true;
+        const uint16_t id = NicId(nic.name);
+        spdlog::info("msg=\"fabric nic: probing\" nic={} address={} device={}", nic.name,
+                     nic.address, nic.device.empty() ? "-" : nic.device);
+        udp_.push_back({std::move(nic), id, std::move(*udp)});
+      } else {
+        s = udp.status();
+      }
+    }
+    if (!state.probing) {
+      state.reason = std::string(reason) + ": " + s.message();
+      nic_setup_failures_.WithLabels({reason}).Inc();
+      spdlog::warn("msg=\"fabric nic skipped; the other NICs probe\" nic={} reason={}", state.name,
+                   LogQuote(state.reason));
+      failures += (failures.empty() ? "" : "; ") + state.name + ": " + state.reason;
+    }
+    nic_states_.push_back(std::move(state));
+  }
+  nics_probing_.Set(static_cast<double>(udp_.size()));
+  if (udp_.empty()) {
+    return Status::FailedPrecondition("no fabric NIC can be probed from (" + failures + ")");
+  }
+  return Status::Ok();
+}
+
+uint16_t ProbeScheduler::NicId(const std::string& name) {
+  if (name.empty()) return 0;
+  MutexLock lock(nic_names_mu_);
+  if (auto it = nic_ids_.find(name); it != nic_ids_.end()) return it->second;
+  if (nic_names_.size() >= kMaxNicNames) return 0;  // unnamed rather than unbounded
+  const auto id = static_cast<uint16_t>(nic_names_.size());
+  nic_names_.push_back(name);
+  nic_ids_.emplace(name, id);
+  return id;
+}
+
+size_t ProbeScheduler::ProberFor(const v1::PlannedPeer& p) const {
+  for (size_t i = 0; i < udp_.size(); ++i) {
+    if (!p.src_nic().empty() && udp_[i].nic.name == p.src_nic()) return i;
+  }
+  return 0;
+}
+
+uint64_t ProbeScheduler::UdpProbesSent() const {
+  uint64_t n = 0;
+  for (const NicProber& p : udp_) n += p.udp->Stats().sent;
+  return n;
+}
+
+uint64_t ProbeScheduler::UdpProbesSent(size_t i) const {
+  return i < udp_.size() ? udp_[i].udp->Stats().sent : 0;
+}
+
+std::vector<uint16_t> ProbeScheduler::UdpSourcePorts(size_t i) const {
+  return i < udp_.size() ? udp_[i].udp->SourcePorts() : std::vector<uint16_t>{};
+}
+
 void ProbeScheduler::RefreshStats() {
-  if (udp_) {
-    net::UdpProberStats s = udp_->Stats();
+  if (!udp_.empty()) {
+    net::UdpProberStats s;
+    for (const NicProber& p : udp_) {
+      const net::UdpProberStats one = p.udp->Stats();
+      for (size_t i = 0; i < net::kPlanSkipCount; ++i) s.plan_skipped[i] += one.plan_skipped[i];
+      for (size_t i = 0; i < net::kDropReasonCount; ++i) s.dropped[i] += one.dropped[i];
+    }
     // GuardPlan checks everything else the prober would skip; only the socket cause is its own.
     constexpr size_t kSocket = static_cast<size_t>(net::PlanSkip::kSocket);
     plan_skipped_[kSocket]->Set(static_cast<double>(s.plan_skipped[kSocket]));

@@ -35,6 +35,23 @@
 
 namespace fw::agent {
 
+// One fabric NIC the agent probes from (docs/probes.md, "Every fabric NIC").
+struct FabricNic {
+  std::string name;     // as the fabric map names it (eth1, mlx5_3); results' src_nic
+  std::string address;  // numeric; empty: the NIC is skipped (skip_reason says why)
+  // The interface probes are bound to (SO_BINDTODEVICE); empty: the address alone, the routing
+  // table picks the egress.
+  std::string device;
+  std::string skip_reason;  // set by discovery when it found no address
+};
+
+// What became of one configured fabric NIC at Start().
+struct NicState {
+  std::string name, address;
+  bool probing = false;
+  std::string reason;  // why not: "no_address: ...", "bind: ..."
+};
+
 struct ProbeSchedulerOptions {
   // The responder's bind address; when it names one address, probes are also sent from it.
   std::string listen_address = "0.0.0.0";
@@ -67,6 +84,9 @@ struct ProbeSchedulerOptions {
   // How long a replaced allow list stays admitted: the aggregator pushes a re-plan's plans over a
   // few ticks, so a peer may still probe by its previous plan for that long.
   std::chrono::nanoseconds allowed_probers_grace = std::chrono::seconds(30);
+  // The fabric NICs to probe from, one UDP prober (sockets bound to the NIC's address, and
+  // device) each. Empty: one prober from listen_address, whose results name no NIC.
+  std::vector<FabricNic> nics;
 };
 
 class ProbeScheduler {
@@ -101,12 +121,22 @@ class ProbeScheduler {
   std::vector<net::AnsweredUdpFlow> TakeAnsweredUdpFlows() {
     return responder_ ? responder_->TakeAnsweredUdpFlows() : std::vector<net::AnsweredUdpFlow>{};
   }
-  // For path tracing: the UDP prober's probes sent so far, and the local source port of its flow
-  // j (0 and empty before Start()). Thread-safe.
-  uint64_t UdpProbesSent() const { return udp_ ? udp_->Stats().sent : 0; }
-  std::vector<uint16_t> UdpSourcePorts() const {
-    return udp_ ? udp_->SourcePorts() : std::vector<uint16_t>{};
-  }
+  // For path tracing: the UDP probes sent so far (all NICs), and the local source port of the
+  // first NIC's flow j (0 and empty before Start()). Thread-safe.
+  uint64_t UdpProbesSent() const;
+  std::vector<uint16_t> UdpSourcePorts() const { return UdpSourcePorts(0); }
+  // Per prober (one per fabric NIC that probes; one in all without NICs), in the order of
+  // options.nics: its NIC's name and address ("" without NICs), probes sent and source ports.
+  // Fixed after Start(); thread-safe.
+  size_t prober_count() const { return udp_.size(); }
+  const FabricNic& prober_nic(size_t i) const { return udp_[i].nic; }
+  uint64_t UdpProbesSent(size_t i) const;
+  std::vector<uint16_t> UdpSourcePorts(size_t i) const;
+  // The prober a planned UDP or TCP peer is probed from: the NIC named src_nic (the map's name,
+  // which --probe-nics must use), else the first. After Start().
+  size_t ProberFor(const fabricwatch::v1::PlannedPeer& p) const;
+  // Each configured fabric NIC: probing, or why not (after Start()).
+  const std::vector<NicState>& nic_states() const { return nic_states_; }
   // The node's probe budget every prober pays from, the RDMA UD mesh included (it sets its rate
   // and burst from the plan). Null before Start().
   net::ProbeBudget* budget() const { return budget_.get(); }
@@ -120,6 +150,8 @@ class ProbeScheduler {
  private:
   struct SlowTarget {
     std::string node, address;
+    std::string source;  // the local address to connect from ("" by route)
+    uint16_t src_nic = 0, dst_nic = 0;
     uint16_t port = 0;
     bool bandwidth = false;
     int64_t next_connect_ns = 0;
@@ -156,7 +188,21 @@ class ProbeScheduler {
   net::ResultQueue queue_;
   std::unique_ptr<net::ProbeBudget> budget_;
   std::unique_ptr<net::EchoResponder> responder_;
-  std::unique_ptr<net::UdpProber> udp_;
+  struct NicProber {
+    FabricNic nic;
+    uint16_t id = 0;  // the NIC's name id (0 without NICs: results name none)
+    std::unique_ptr<net::UdpProber> udp;
+  };
+  std::vector<NicProber> udp_;  // set by Start(), fixed after
+  std::vector<NicState> nic_states_;
+  // Starts one prober per usable fabric NIC (or the single one); counts the NICs it skips.
+  Status StartProbers();
+  // The id of a NIC name in results (0 for ""); append-only, at most kMaxNicNames names.
+  uint16_t NicId(const std::string& name);
+  static constexpr size_t kMaxNicNames = 4096;
+  Mutex nic_names_mu_;
+  std::vector<std::string> nic_names_ FW_GUARDED_BY(nic_names_mu_){""};
+  std::unordered_map<std::string, uint16_t> nic_ids_ FW_GUARDED_BY(nic_names_mu_);
 
   // Held through ApplyPlan: version check, probers, version record. Taken before mu_.
   Mutex apply_mu_ FW_ACQUIRED_BEFORE(mu_);
@@ -194,6 +240,8 @@ class ProbeScheduler {
   metrics::Counter& plans_;
   std::array<metrics::Counter*, static_cast<size_t>(BurstOutcome::kCount)> burst_requests_{};
   metrics::Gauge& planned_peers_;
+  metrics::Family<metrics::Counter>& nic_setup_failures_;
+  metrics::Gauge& nics_probing_;
   std::array<metrics::Counter*, net::kPlanSkipCount> plan_skipped_{};
   std::array<metrics::Counter*, kPlanTrimCount> plan_trimmed_{};
   metrics::Family<metrics::Counter>& malformed_replies_;

@@ -69,17 +69,23 @@ TEST(ProbeScheduler, DefaultBudgetAdmitsBandwidthBursts) {
   EXPECT_GT(MetricValue(text, "fabricwatch_probe_goodput_bps"), 0) << text;
 }
 
+// A column block's name table, name k at index k.
+std::vector<std::string> ColumnNames(const v1::ProbeColumns& c) {
+  std::vector<std::string> names;
+  size_t at = 0;
+  for (uint32_t len : c.name_lengths()) {
+    names.push_back(c.names().substr(at, len));
+    at += len;
+  }
+  return names;
+}
+
 // The peer names of the UDP results batched so far.
 std::set<std::string> UdpPeersProbed(OutboundBuffer& buffer) {
   std::set<std::string> peers;
   for (const v1::ProbeBatch& b : buffer.TakeUnsent(1 << 20)) {
     const v1::ProbeColumns& c = b.columns();
-    std::vector<std::string> names;
-    size_t at = 0;
-    for (uint32_t len : c.name_lengths()) {
-      names.push_back(c.names().substr(at, len));
-      at += len;
-    }
+    const std::vector<std::string> names = ColumnNames(c);
     for (int i = 0; i < c.peer_size(); ++i) {
       if (c.transport(i) == v1::TRANSPORT_UDP && !c.lost(i)) peers.insert(names.at(c.peer(i)));
     }
@@ -448,6 +454,95 @@ TEST(RdmaAgent, ProbesPayFromTheSchedulersNodeBudget) {
   EXPECT_EQ(MetricValue(text, R"(fabricwatch_probe_sent_total{transport="rdma_ud"})"),
             static_cast<double>(results.load()))
       << text;
+}
+
+// The (src_nic, dst_nic) names of the answered UDP results batched so far.
+std::set<std::pair<std::string, std::string>> UdpNicPairs(OutboundBuffer& buffer) {
+  std::set<std::pair<std::string, std::string>> out;
+  for (const v1::ProbeBatch& b : buffer.TakeUnsent(1 << 20)) {
+    const v1::ProbeColumns& c = b.columns();
+    const std::vector<std::string> names = ColumnNames(c);
+    for (int i = 0; i < c.peer_size(); ++i) {
+      if (c.transport(i) != v1::TRANSPORT_UDP || c.lost(i)) continue;
+      out.emplace(i < c.src_nic_size() ? names.at(c.src_nic(i)) : "",
+                  i < c.dst_nic_size() ? names.at(c.dst_nic(i)) : "");
+    }
+  }
+  return out;
+}
+
+// Every fabric NIC (docs/probes.md): one prober per NIC bound to its address. A NIC whose
+// address cannot be bound (not on this host) and one without an address are skipped, counted and
+// said why; the others probe, each its own plan entries, and results name both NICs.
+TEST(ProbeScheduler, EachFabricNicProbesItsPeersAndABadNicIsSkipped) {
+  OutboundBuffer buffer(1000, 64 << 20);
+  metrics::Registry registry;
+  ProbeSchedulerOptions o = LoopbackOptions();
+  o.nics = {{"lo_a", "127.0.0.1", "", ""},
+            {"bad", "192.0.2.1", "", ""},  // TEST-NET-1: no interface here holds it
+            {"none", "", "", "interface none has no IPv4 address"},
+            {"lo_b", "127.0.0.2", "", ""}};
+  ProbeScheduler scheduler(
+      o, buffer, [] {}, registry);
+  ASSERT_TRUE(scheduler.Start().ok());
+  ASSERT_EQ(scheduler.prober_count(), 2u);
+  EXPECT_EQ(scheduler.prober_nic(0).name, "lo_a");
+  EXPECT_EQ(scheduler.prober_nic(1).name, "lo_b");
+  const auto& states = scheduler.nic_states();
+  ASSERT_EQ(states.size(), 4u);
+  EXPECT_TRUE(states[0].probing);
+  EXPECT_FALSE(states[1].probing);
+  EXPECT_EQ(states[1].reason.rfind("bind: ", 0), 0u) << states[1].reason;
+  EXPECT_FALSE(states[2].probing);
+  EXPECT_EQ(states[2].reason, "no_address: interface none has no IPv4 address");
+  EXPECT_TRUE(states[3].probing);
+
+  v1::ProbePlan plan;
+  plan.set_version(1);
+  AddUdpPeer(plan, "peer", "127.0.0.1", scheduler.responder_port());
+  plan.mutable_peers(0)->set_src_nic("lo_a");
+  plan.mutable_peers(0)->set_dst_nic("p0");
+  AddUdpPeer(plan, "peer", "127.0.0.1", scheduler.responder_port());
+  plan.mutable_peers(1)->set_src_nic("lo_b");
+  plan.mutable_peers(1)->set_dst_nic("p1");
+  EXPECT_EQ(scheduler.ProberFor(plan.peers(0)), 0u);
+  EXPECT_EQ(scheduler.ProberFor(plan.peers(1)), 1u);
+  v1::PlannedPeer unknown;
+  unknown.set_src_nic("mlx5_9");
+  EXPECT_EQ(scheduler.ProberFor(unknown), 0u);  // a NIC we do not probe from: the first
+  scheduler.ApplyPlan(plan);
+  std::set<std::pair<std::string, std::string>> pairs;
+  for (int i = 0; i < 50 && pairs.size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    scheduler.BatchNow();
+    for (const auto& p : UdpNicPairs(buffer)) pairs.insert(p);
+  }
+  const std::string text = registry.RenderToString();
+  scheduler.Stop();
+  EXPECT_EQ(pairs, (std::set<std::pair<std::string, std::string>>{{"lo_a", "p0"}, {"lo_b", "p1"}}));
+  EXPECT_GT(scheduler.UdpProbesSent(0), 0u);
+  EXPECT_GT(scheduler.UdpProbesSent(1), 0u);
+  EXPECT_EQ(MetricValue(text, R"(fabricwatch_probe_nic_setup_failures_total{reason="bind"})"), 1)
+      << text;
+  EXPECT_EQ(MetricValue(text, R"(fabricwatch_probe_nic_setup_failures_total{reason="no_address"})"),
+            1)
+      << text;
+  EXPECT_EQ(MetricValue(text, "fabricwatch_probe_nics"), 2) << text;
+}
+
+// No NIC usable at all: Start fails and names each NIC's reason.
+TEST(ProbeScheduler, NoUsableFabricNicFailsStart) {
+  OutboundBuffer buffer(100, 1 << 20);
+  metrics::Registry registry;
+  ProbeSchedulerOptions o = LoopbackOptions();
+  o.nics = {{"bad", "192.0.2.1", "", ""}, {"none", "", "", ""}};
+  ProbeScheduler scheduler(
+      o, buffer, [] {}, registry);
+  Status s = scheduler.Start();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("bad: bind"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("none: no_address"), std::string::npos) << s.message();
+  scheduler.Stop();
 }
 
 }  // namespace

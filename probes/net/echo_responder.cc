@@ -213,6 +213,17 @@ class EchoResponder::Loop {
   std::array<sockaddr_storage, kUdpBatch> rx_addr_{};
   std::array<mmsghdr, kUdpBatch> tx_msgs_{};
   std::array<iovec, kUdpBatch> tx_iov_{};
+  // Listening on the IPv4 wildcard (several fabric NICs): each request's destination address
+  // (IP_PKTINFO) becomes its reply's source, so a prober on any NIC hears back from the address
+  // it probed, whichever NIC the route to it prefers.
+  bool pktinfo_ = false;
+  struct alignas(cmsghdr) Control {
+    char bytes[CMSG_SPACE(sizeof(in_pktinfo))];
+  };
+  std::array<Control, kUdpBatch> rx_ctl_{};
+  std::array<Control, kUdpBatch> tx_ctl_{};
+  // Points `tx`'s control data (in `ctl`) at a pktinfo whose source is `rx`'s destination.
+  static void SetReplySource(const msghdr& rx, Control& ctl, msghdr& tx);
   std::vector<uint8_t> bulk_scratch_ = std::vector<uint8_t>(kBulkScratch);
 
   // Answered UDP flows (TrackAnsweredUdpFlows): the UDP thread adds a batch's under one lock.
@@ -229,6 +240,26 @@ class EchoResponder::Loop {
       bulk_acks_{0}, bytes_in_{0}, bytes_out_{0}, source_table_full_{0}, socket_errors_{0};
   std::array<std::atomic<uint64_t>, kResponderDropCount> dropped_{};
 };
+
+void EchoResponder::Loop::SetReplySource(const msghdr& rx, Control& ctl, msghdr& tx) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(const_cast<msghdr*>(&rx)); c != nullptr;
+       c = CMSG_NXTHDR(const_cast<msghdr*>(&rx), c)) {
+    if (c->cmsg_level != IPPROTO_IP || c->cmsg_type != IP_PKTINFO) continue;
+    in_pktinfo got{};
+    std::memcpy(&got, CMSG_DATA(c), sizeof got);
+    in_pktinfo want{};
+    want.ipi_spec_dst = got.ipi_addr;  // the address the request was sent to
+    std::memset(ctl.bytes, 0, sizeof ctl.bytes);
+    tx.msg_control = ctl.bytes;
+    tx.msg_controllen = sizeof ctl.bytes;
+    cmsghdr* out = CMSG_FIRSTHDR(&tx);
+    out->cmsg_level = IPPROTO_IP;
+    out->cmsg_type = IP_PKTINFO;
+    out->cmsg_len = CMSG_LEN(sizeof want);
+    std::memcpy(CMSG_DATA(out), &want, sizeof want);
+    return;
+  }
+}
 
 Status EchoResponder::Loop::Watch(int fd, uint32_t events, int op) {
   epoll_event ev{};
@@ -276,6 +307,13 @@ Status EchoResponder::Loop::Open(uint16_t* port_out) {
       last = ErrnoStatus("bind UDP " + a.ToString(), errno);
       if (errno == EADDRINUSE && options_.port == 0) continue;
       return last;
+    }
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a.get());
+    if (a.family() == AF_INET && in->sin_addr.s_addr == htonl(INADDR_ANY)) {
+      if (setsockopt(udp.get(), IPPROTO_IP, IP_PKTINFO, &one, sizeof one) != 0) {
+        return ErrnoStatus("setsockopt(IP_PKTINFO)", errno);
+      }
+      pktinfo_ = true;
     }
     udp_fd_ = std::move(udp);
     listen_fd_ = std::move(tcp);
@@ -341,6 +379,10 @@ void EchoResponder::Loop::HandleUdp() {
     rx_msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_storage);
     rx_msgs_[i].msg_hdr.msg_iov = &rx_iov_[i];
     rx_msgs_[i].msg_hdr.msg_iovlen = 1;
+    if (pktinfo_) {
+      rx_msgs_[i].msg_hdr.msg_control = rx_ctl_[i].bytes;
+      rx_msgs_[i].msg_hdr.msg_controllen = sizeof rx_ctl_[i].bytes;
+    }
   }
   const int n = recvmmsg(udp_fd_.get(), rx_msgs_.data(), kUdpBatch, MSG_DONTWAIT, nullptr);
   if (n <= 0) {
@@ -392,6 +434,7 @@ void EchoResponder::Loop::HandleUdp() {
     tx_iov_[replies - 1] = {data, out};
     m.msg_hdr.msg_iov = &tx_iov_[replies - 1];
     m.msg_hdr.msg_iovlen = 1;
+    if (pktinfo_) SetReplySource(rx_msgs_[i].msg_hdr, tx_ctl_[replies - 1], m.msg_hdr);
   }
   if (tracked > 0) {
     MutexLock lock(answered_mu_);

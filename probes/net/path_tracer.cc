@@ -66,6 +66,13 @@ class PathTracer::Loop {
     if (setsockopt(udp_.get(), SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) != 0) {
       return ErrnoStatus("setsockopt(SO_ATTACH_FILTER)", errno);
     }
+    for (int fd : {icmp_.get(), udp_.get()}) {
+      if (!options_.bind_device.empty() &&
+          setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, options_.bind_device.c_str(),
+                     static_cast<socklen_t>(options_.bind_device.size())) != 0) {
+        return ErrnoStatus("setsockopt(SO_BINDTODEVICE " + options_.bind_device + ")", errno);
+      }
+    }
     if (!options_.bind_address_v4.empty()) {
       StatusOr<SocketAddress> a = ParseAddress(options_.bind_address_v4, 0);
       if (!a.ok()) return a.status();

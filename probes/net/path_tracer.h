@@ -33,6 +33,9 @@ struct PathTracerOptions {
   int64_t hop_timeout_ns = 300'000'000;
   size_t max_concurrent = 8;    // traces in flight
   std::string bind_address_v4;  // empty: the kernel picks the source address by route
+  // Non-empty: both sockets are bound to this interface (SO_BINDTODEVICE), so traces leave
+  // through the NIC whose flows they trace, and only that NIC's answers are read.
+  std::string bind_device;
 };
 
 struct PathTracerStats {

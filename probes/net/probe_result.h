@@ -36,6 +36,10 @@ struct ProbeResult {
   uint64_t bytes = 0;        // bytes sent by this probe (the whole burst for tcp_bw)
   double goodput_bps = 0;    // tcp_bw only: payload bits per second
   int64_t timestamp_ns = 0;  // wall clock when the probe was sent, for windowing
+  // The local and the peer's fabric NIC, as ids the agent's probe scheduler hands out (0: not
+  // named); the scheduler turns them into the result's src_nic/dst_nic names.
+  uint16_t src_nic = 0;
+  uint16_t dst_nic = 0;
 
   void SetPeer(std::string_view name);
   std::string_view PeerName() const { return std::string_view(peer.data()); }

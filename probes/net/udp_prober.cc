@@ -243,6 +243,11 @@ StatusOr<size_t> UdpProber::Loop::SocketFor(int family, uint32_t j) {
         return ErrnoStatus("setsockopt(SO_TIMESTAMPING)", errno);
       }
     }
+    if (!options_.bind_device.empty() &&
+        setsockopt(s.fd.get(), SOL_SOCKET, SO_BINDTODEVICE, options_.bind_device.c_str(),
+                   static_cast<socklen_t>(options_.bind_device.size())) != 0) {
+      return ErrnoStatus("setsockopt(SO_BINDTODEVICE " + options_.bind_device + ")", errno);
+    }
     if (bind(s.fd.get(), bind_addr->get(), bind_addr->len) != 0) {
       return ErrnoStatus("bind probe source port " + bind_addr->ToString(), errno);
     }
@@ -323,6 +328,8 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
       f.result_template.src_port = sockets_[socks[j]].port;
       f.result_template.dst_port = p.port;
       f.result_template.flow_id = j;
+      f.result_template.src_nic = p.src_nic;
+      f.result_template.dst_nic = p.dst_nic;
       f.result_template.bytes = packet_len;
       flows.push_back(std::move(f));
     }

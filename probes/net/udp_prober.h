@@ -32,7 +32,9 @@ struct PeerTarget {
   std::string name;     // the peer's node name; copied into every ProbeResult (max 63 chars)
   std::string address;  // numeric IPv4 or IPv6
   uint16_t port = 9753;
-  uint32_t flows = 1;  // distinct source ports toward this peer, to cover ECMP paths
+  uint32_t flows = 1;    // distinct source ports toward this peer, to cover ECMP paths
+  uint16_t src_nic = 0;  // copied into every result of this peer (ProbeResult::src_nic)
+  uint16_t dst_nic = 0;
 };
 
 // A probe plan as the aggregator sends it. Replace it at any time with UdpProber::SetPlan.
@@ -49,6 +51,10 @@ struct UdpProberOptions {
   uint16_t src_port_base = 0;
   std::string bind_address_v4 = "0.0.0.0";
   std::string bind_address_v6 = "::";
+  // Non-empty: every probe socket is also bound to this interface (SO_BINDTODEVICE), so probes
+  // leave through it whatever the routing table prefers for the destination (several fabric NICs
+  // on one subnet). A socket that cannot be bound fails like a bind error (PlanSkip::kSocket).
+  std::string bind_device;
   // Each period is cut into this many send slots; flows are spread across them round-robin, so
   // each wakeup sends one sendmmsg batch per socket instead of one syscall per probe.
   uint32_t send_slots = 10;

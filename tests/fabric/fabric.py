@@ -54,6 +54,25 @@ from netns import FabricError, NeedRoot  # noqa: E402,F401
 
 FABRIC_NET = "198.18.0.0/16"
 MGMT_GATEWAY = "198.19.255.1"
+# Rail r's first two address octets and the prefix its hosts route over it (rails=2: rail 2 uses
+# 198.19.0.0/17, below the management /24 at 198.19.255.0).
+RAIL_BASE = {1: "198.18", 2: "198.19"}
+RAIL_NET = {1: FABRIC_NET, 2: "198.19.0.0/17"}
+
+
+def rail_switch(rail, name):
+    """A switch's name on `rail`: rail 1 keeps leaf1/spine1, rail 2 is r2leaf1/r2spine1."""
+    return name if rail == 1 else f"r{rail}{name}"
+
+
+class HostNic:
+    """One fabric NIC of a host: eth(rail-1) on its rail's leaf."""
+
+    def __init__(self, nic, rail, address, gateway, leaf):
+        self.nic, self.rail, self.address, self.gateway, self.leaf = nic, rail, address, gateway, leaf
+
+    def __repr__(self):
+        return f"HostNic({self.nic}, rail={self.rail}, address={self.address}, leaf={self.leaf})"
 
 
 class Host:
@@ -62,14 +81,15 @@ class Host:
         self.leaf_index, self.index = leaf_index, index
         self.address, self.gateway, self.mgmt_address = address, gateway, mgmt_address
         self.nic = "eth0"
+        self.nics = []  # HostNic per rail, rail 1 (eth0, address, leaf) first
 
     def __repr__(self):
         return f"Host({self.name}, ns={self.ns}, address={self.address}, leaf={self.leaf})"
 
 
 class Switch:
-    def __init__(self, name, ns, tier, index):
-        self.name, self.ns, self.tier, self.index = name, ns, tier, index
+    def __init__(self, name, ns, tier, index, rail=1):
+        self.name, self.ns, self.tier, self.index, self.rail = name, ns, tier, index, rail
 
     def __repr__(self):
         return f"Switch({self.name}, tier={self.tier}, ns={self.ns})"
@@ -104,9 +124,10 @@ class Fabric(FaultsMixin):
     _instances = 0
 
     def __init__(self, spines=2, leaves=2, hosts_per_leaf=3, prefix=None, log_dir=None,
-                 handle_signals=True):
-        for what, value, top in (("spines", spines, 128), ("leaves", leaves, 127),
-                                 ("hosts_per_leaf", hosts_per_leaf, 253)):
+                 handle_signals=True, rails=1):
+        for what, value, top in (("spines", spines, 128 if rails == 1 else 127),
+                                 ("leaves", leaves, 127), ("hosts_per_leaf", hosts_per_leaf, 253),
+                                 ("rails", rails, 2)):
             if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top:
                 raise FabricError(f"{what} must be an integer in 1..{top}, got {value!r}")
         if leaves * hosts_per_leaf > 253:
@@ -115,6 +136,9 @@ class Fabric(FaultsMixin):
         if prefix is not None and not netns.PREFIX_RE.match(prefix):
             raise FabricError(f"bad prefix {prefix!r}: 2-40 letters, digits, '_' or '.', then '-'")
         self.spines, self.leaves, self.hosts_per_leaf = spines, leaves, hosts_per_leaf
+        # rails=2: a second, separate leaf-spine fabric (r2leaf*, r2spine*); every host has eth1
+        # on it, on the leaf of the same number as its eth0's (a rail-optimized fabric).
+        self.rails = rails
         self.prefix = prefix
         self.handle_signals = handle_signals
         self._user_log_dir = log_dir
@@ -137,28 +161,41 @@ class Fabric(FaultsMixin):
         p = self.prefix
         self.mgmt_ns = p + "mgmt"
         self.switches, self.hosts, self.links = {}, {}, {}
-        for li in range(1, self.leaves + 1):
-            self.switches[f"leaf{li}"] = Switch(f"leaf{li}", f"{p}leaf{li}", "leaf", li)
-        for si in range(1, self.spines + 1):
-            self.switches[f"spine{si}"] = Switch(f"spine{si}", f"{p}spine{si}", "spine", si)
+        for rail in range(1, self.rails + 1):
+            for li in range(1, self.leaves + 1):
+                name = rail_switch(rail, f"leaf{li}")
+                self.switches[name] = Switch(name, p + name, "leaf", li, rail)
+            for si in range(1, self.spines + 1):
+                name = rail_switch(rail, f"spine{si}")
+                self.switches[name] = Switch(name, p + name, "spine", si, rail)
         n = 0
         for li in range(1, self.leaves + 1):
-            leaf = f"leaf{li}"
             for k in range(1, self.hosts_per_leaf + 1):
                 n += 1
                 name = f"node{n:02d}"
-                h = Host(name, p + name, leaf, li, n, f"198.18.{li}.{k + 1}", f"198.18.{li}.1",
-                         f"198.19.255.{n + 1}")
+                h = Host(name, p + name, f"leaf{li}", li, n, f"198.18.{li}.{k + 1}",
+                         f"198.18.{li}.1", f"198.19.255.{n + 1}")
                 self.hosts[name] = h
-                lk = Link(End(name, h.ns, "eth0", h.address),
-                          End(leaf, self.switches[leaf].ns, name, h.gateway), "host")
-                self.links[lk.id] = lk
-            for si in range(1, self.spines + 1):
-                spine = f"spine{si}"
-                lk = Link(End(leaf, self.switches[leaf].ns, spine, f"198.18.{127 + si}.{2 * li + 1}"),
-                          End(spine, self.switches[spine].ns, leaf, f"198.18.{127 + si}.{2 * li}"),
-                          "fabric")
-                self.links[lk.id] = lk
+                for rail in range(1, self.rails + 1):
+                    base, leaf = RAIL_BASE[rail], rail_switch(rail, f"leaf{li}")
+                    nic = HostNic(f"eth{rail - 1}", rail, f"{base}.{li}.{k + 1}", f"{base}.{li}.1",
+                                  leaf)
+                    h.nics.append(nic)
+                    lk = Link(End(name, h.ns, nic.nic, nic.address),
+                              End(leaf, self.switches[leaf].ns, name, nic.gateway), "host")
+                    self.links[lk.id] = lk
+        for rail in range(1, self.rails + 1):
+            base = RAIL_BASE[rail]
+            for li in range(1, self.leaves + 1):
+                leaf = rail_switch(rail, f"leaf{li}")
+                for si in range(1, self.spines + 1):
+                    spine = rail_switch(rail, f"spine{si}")
+                    lk = Link(End(leaf, self.switches[leaf].ns, spine,
+                                  f"{base}.{127 + si}.{2 * li + 1}"),
+                              End(spine, self.switches[spine].ns, leaf,
+                                  f"{base}.{127 + si}.{2 * li}"),
+                              "fabric")
+                    self.links[lk.id] = lk
 
     def ns(self, node):
         """The namespace of a host, a switch or "mgmt"."""
@@ -307,14 +344,19 @@ class Fabric(FaultsMixin):
         up = [lk for lk in self._links_of(node) if lk.id not in self._down]
         if node in self.hosts:
             h = self.hosts[node]
-            if not up:
-                return []
-            return [f"route replace {h.gateway}/32 dev eth0 scope link",
-                    f"route replace {FABRIC_NET} via {h.gateway} dev eth0 src {h.address}"]
+            lines = []
+            for nic in h.nics:
+                if "~".join(sorted((node, nic.leaf))) in self._down:
+                    continue
+                lines += [f"route replace {nic.gateway}/32 dev {nic.nic} scope link",
+                          f"route replace {RAIL_NET[nic.rail]} via {nic.gateway} dev {nic.nic} "
+                          f"src {nic.address}"]
+            return lines
         sw = self.switches[node]
+        base = RAIL_BASE[sw.rail]
         lines = []
         if sw.tier == "leaf":
-            lines.append(f"route replace unreachable 198.18.{sw.index}.0/24")
+            lines.append(f"route replace unreachable {base}.{sw.index}.0/24")
             hops = []
             for lk in up:
                 peer = lk.other(node)
@@ -323,14 +365,15 @@ class Fabric(FaultsMixin):
                                  f"src {lk.ends[node].address}")
                 else:
                     hops.append(f"via {lk.ends[peer].address} dev {peer}")
+            net = RAIL_NET[sw.rail]
             if len(hops) == 1:
-                lines.append(f"route replace {FABRIC_NET} {hops[0]}")
+                lines.append(f"route replace {net} {hops[0]}")
             elif hops:
-                lines.append(f"route replace {FABRIC_NET} " + " ".join(f"nexthop {h}" for h in hops))
+                lines.append(f"route replace {net} " + " ".join(f"nexthop {h}" for h in hops))
         else:
             for lk in up:
                 peer = lk.other(node)
-                lines.append(f"route replace 198.18.{self.switches[peer].index}.0/24 "
+                lines.append(f"route replace {base}.{self.switches[peer].index}.0/24 "
                              f"via {lk.ends[peer].address} dev {peer}")
         return lines
 
@@ -407,8 +450,8 @@ class Fabric(FaultsMixin):
         out.append("links:")
         out += [f"  - {{a: {lk.a}, b: {lk.b}}}" for lk in self.links.values() if lk.kind == "fabric"]
         out.append("hosts:")
-        out += [f"  - {{node: {h.name}, nic: {h.nic}, address: {h.address}, switch: {h.leaf}}}"
-                for h in self.hosts.values()]
+        out += [f"  - {{node: {h.name}, nic: {n.nic}, address: {n.address}, switch: {n.leaf}}}"
+                for h in self.hosts.values() for n in h.nics]
         return "\n".join(out) + "\n"
 
     def write_map(self, path):
@@ -426,7 +469,10 @@ class Fabric(FaultsMixin):
             "prefix": self.prefix,
             "mgmt": {"ns": self.mgmt_ns, "address": self.mgmt_address},
             "hosts": {h.name: {"ns": h.ns, "address": h.address, "nic": h.nic, "leaf": h.leaf,
-                               "mgmt_address": h.mgmt_address} for h in self.hosts.values()},
+                               "mgmt_address": h.mgmt_address,
+                               "nics": [{"nic": n.nic, "rail": n.rail, "address": n.address,
+                                         "leaf": n.leaf} for n in h.nics]}
+                      for h in self.hosts.values()},
             "switches": {s.name: {"ns": s.ns, "tier": s.tier,
                                   "addresses": self.switch_addresses(s.name)}
                          for s in self.switches.values()},

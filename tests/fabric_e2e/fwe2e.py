@@ -107,10 +107,11 @@ class DaemonFabric:
     """A namespace fabric running the real aggregator (in mgmt) and one real agent per host."""
 
     def __init__(self, spines=2, leaves=2, hosts_per_leaf=3, aggregator_args=(), agent_args=(),
-                 routing="ecmp", access_rate=None):
+                 routing="ecmp", access_rate=None, rails=1):
         if routing not in ("ecmp", "deterministic"):
             raise ValueError(f"routing must be ecmp or deterministic, got {routing!r}")
-        self.fab = fabric.Fabric(spines=spines, leaves=leaves, hosts_per_leaf=hosts_per_leaf)
+        self.fab = fabric.Fabric(spines=spines, leaves=leaves, hosts_per_leaf=hosts_per_leaf,
+                                 rails=rails)
         self.routing = routing
         # A line rate for every host link (tbf, both directions), e.g. "1gbit". Unshaped veth
         # moves as many bits as the CPU can copy, so on a shared 2-core machine a bandwidth burst
@@ -120,6 +121,9 @@ class DaemonFabric:
         self.pinning = None
         self.aggregator_args = list(aggregator_args)
         self.agent_args = list(agent_args)
+        if rails > 1:
+            # Every fabric NIC probes: eth0 on rail 1, eth1 on rail 2 (docs/probes.md).
+            self.agent_args += ["--probe-nics", ",".join(f"eth{r}" for r in range(rails))]
         self.agg = None
         self.agents = {}
         self.base = f"http://{fabric.MGMT_GATEWAY}:{HTTP_PORT}"

@@ -185,7 +185,13 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live) {
       for (uint32_t f = 0; f < peer.flows; ++f) pp->add_src_ports(f);
       pp->set_rate_pps(peer.rate_pps);
       pp->set_bandwidth(peer.bandwidth);
-      if (peer.rdma) RdmaToWire(*peer.rdma, *pp);
+      if (peer.rdma) {
+        RdmaToWire(*peer.rdma, *pp);
+      } else {
+        // Which fabric NIC probes, and which it probes (docs/probes.md, "Every fabric NIC").
+        if (!peer.src_nic.empty()) pp->set_src_nic(peer.src_nic);
+        if (!peer.dst_nic.empty()) pp->set_dst_nic(peer.dst_nic);
+      }
       if (peer.rdma_rc_round != 0) pp->set_rdma_rc_round(peer.rdma_rc_round);
     }
     for (const TraceRequest& r : plan.trace_requests) {

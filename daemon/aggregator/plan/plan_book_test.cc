@@ -6,6 +6,9 @@
 
 #include <chrono>
 #include <set>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "common/testing/temp_dir.h"
 #include "exporter/registry.h"
@@ -97,6 +100,55 @@ TEST_F(PlanBookTest, OverlayBurstsReachTheSendersPlan) {
   ASSERT_TRUE(book_.MaybeReplan(clock_.MonotonicNanos(), [&] { return live; }));
   EXPECT_EQ(book_.PlanFor("a")->bursts_size(), 0);
   EXPECT_GT(book_.PlanFor("a")->version(), with);
+}
+
+}  // namespace
+}  // namespace fw::aggregator
+
+namespace fw::aggregator {
+namespace {
+
+// Every NIC on the wire (issue 16): a map with two rails of one leaf each; each UDP peer names the
+// NIC that probes (src_nic, whose socket the agent sends from) and the NIC it probes (dst_nic, at
+// `address`), both on one rail; the receiver admits both of the prober's NIC addresses.
+TEST(PlanBookRailsTest, UdpPeersNameBothNics) {
+  auto m = FabricMap::Parse(
+      "routing: ecmp\nswitches:\n  - {name: leaf1, tier: leaf}\n  - {name: r2leaf1, tier: leaf}\n"
+      "hosts:\n"
+      "  - {node: n1, nic: eth0, address: 198.18.1.2, switch: leaf1}\n"
+      "  - {node: n1, nic: eth1, address: 198.19.1.2, switch: r2leaf1}\n"
+      "  - {node: n2, nic: eth0, address: 198.18.1.3, switch: leaf1}\n"
+      "  - {node: n2, nic: eth1, address: 198.19.1.3, switch: r2leaf1}\n");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  fw::testing::TempDir dir{"fw-planbook-rails"};
+  FakeClock clock;
+  metrics::Registry registry;
+  PlanBook book(PlannerConfig{}, std::make_shared<const FabricMap>(std::move(m).value()), clock,
+                registry);
+  ASSERT_TRUE(book.Start(dir.path()).ok());
+  std::vector<AgentInfo> live(2);
+  for (int i = 0; i < 2; ++i) {
+    live[i].node = "n" + std::to_string(i + 1);
+    live[i].endpoints = {{"198.18.1." + std::to_string(i + 2), 9753, "eth0"},
+                         {"198.19.1." + std::to_string(i + 2), 9753, "eth1"}};
+  }
+  book.NoteMembershipChange();
+  clock.Advance(std::chrono::seconds(60));
+  ASSERT_TRUE(book.MaybeReplan(clock.MonotonicNanos(), [&] { return live; }));
+  auto plan = book.PlanFor("n1");
+  ASSERT_TRUE(plan.has_value());
+  std::set<std::tuple<std::string, std::string, std::string>> udp;
+  for (const fabricwatch::v1::PlannedPeer& p : plan->peers()) {
+    if (p.transport() != fabricwatch::v1::TRANSPORT_UDP) continue;
+    udp.emplace(p.src_nic(), p.dst_nic(), p.address());
+  }
+  EXPECT_EQ(udp, (std::set<std::tuple<std::string, std::string, std::string>>{
+                     {"eth0", "eth0", "198.18.1.3"}, {"eth1", "eth1", "198.19.1.3"}}));
+  // n2 admits both of n1's NIC addresses.
+  auto n2 = book.PlanFor("n2");
+  ASSERT_TRUE(n2.has_value());
+  EXPECT_EQ(std::set<std::string>(n2->allowed_probers().begin(), n2->allowed_probers().end()),
+            (std::set<std::string>{"198.18.1.2", "198.19.1.2"}));
 }
 
 }  // namespace

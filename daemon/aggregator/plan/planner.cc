@@ -303,6 +303,8 @@ void Planner::PlanLeaves(FleetDemand& d, const AgentIndex& agent_of,
     p.address = dst.address;
     p.port = PortFor(*agent_of.at(dst.node), dst, config_.default_port);
     p.src_address = nics[s].address;
+    p.src_nic = nics[s].nic;
+    p.dst_nic = dst.nic;
     p.flows = flows;
     p.transport = config_.latency_transport;
     p.rate_pps = rate;

@@ -96,6 +96,9 @@ struct PlannedPeer {
   std::string address;  // the peer's responder address
   uint16_t port = 0;
   std::string src_address;  // the local address to probe from; empty: any
+  // The map's NICs at either end (with a map): the agent probes from src_nic's socket, and the
+  // results name both, so the analyzer judges each NIC pair on its own rail.
+  std::string src_nic, dst_nic;
   // Flow ids 0..flows-1 (at most 65,535). The agent gives each its own source port, which is what
   // spreads the flows over the ECMP paths; each result reports the source port it used.
   uint32_t flows = 1;

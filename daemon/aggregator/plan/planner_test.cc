@@ -527,6 +527,9 @@ TEST(PlannerTest, TwoRailsEveryNicProbesItsOwnRail) {
       ASSERT_FALSE(p.src_address.empty()) << node << " -> " << p.node;
       EXPECT_EQ(rail_of(p.src_address), rail_of(p.address))
           << node << " probes " << p.node << " across rails";
+      // The peer names both NICs (the agent probes from src_nic's socket; results name both).
+      EXPECT_EQ(p.src_nic, "mlx5_" + p.src_address.substr(7, 1)) << node << " -> " << p.node;
+      EXPECT_EQ(p.dst_nic, p.src_nic) << node << " -> " << p.node;
       classes_by_rail[rail_of(p.src_address)].insert(p.path_class);
       inter_leaf_by_rail[rail_of(p.src_address)] += p.path_class == PathClass::kInterLeaf;
     }
@@ -538,6 +541,33 @@ TEST(PlannerTest, TwoRailsEveryNicProbesItsOwnRail) {
   // Both leaf pairs of each rail, both ways.
   EXPECT_GE(inter_leaf_by_rail["198.18.0."], 2u);
   EXPECT_GE(inter_leaf_by_rail["198.18.1."], 2u);
+}
+
+// A leaf-per-host fabric (every NIC of a host on the host's one leaf): every NIC probes every
+// NIC of the other hosts, each peer naming its two NICs.
+TEST(PlannerTest, LeafPerHostEveryNicProbesEveryOtherHostsNics) {
+  std::string y = "routing: ecmp\nswitches:\n  - {name: leaf1, tier: leaf}\nhosts:\n";
+  std::vector<AgentInfo> agents;
+  for (int h = 0; h < 2; ++h) {
+    AgentInfo a{Fmt("n%d", h), {}};
+    for (int n = 0; n < 2; ++n) {
+      const std::string addr = Fmt("198.18.1.%d", 10 * h + n + 2);
+      y += Fmt("  - {node: n%d, nic: eth%d, address: %s, switch: leaf1}\n", h, n, addr.c_str());
+      a.endpoints.push_back({addr, 9753, Fmt("eth%d", n)});
+    }
+    agents.push_back(std::move(a));
+  }
+  auto m = FabricMap::Parse(y);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  Planner planner(PlannerConfig{}, std::make_shared<const FabricMap>(std::move(m).value()));
+  const PlanSet set = planner.PlanFor(agents);
+  std::set<std::pair<std::string, std::string>> n0;
+  for (const PlannedPeer& p : set.plans.at("n0").peers) {
+    EXPECT_EQ(p.node, "n1");
+    n0.emplace(p.src_nic, p.dst_nic);
+  }
+  EXPECT_EQ(n0, (std::set<std::pair<std::string, std::string>>{
+                    {"eth0", "eth0"}, {"eth0", "eth1"}, {"eth1", "eth0"}, {"eth1", "eth1"}}));
 }
 
 // One note per node over its budget would be 16,000 log lines at scale: the list is bounded.
