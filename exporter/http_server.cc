@@ -17,6 +17,7 @@
 
 #include "common/http/host_port.h"
 #include "common/http/web_client.h"
+#include "common/private_lib.h"
 
 namespace fw::http {
 
@@ -53,18 +54,8 @@ Status LoadCivetwebTlsShims() {
   static std::once_flag once;
   static Status result;
   std::call_once(once, [] {
-    std::vector<std::string> dirs;
-    if (const char* env = std::getenv("FW_CIVETWEB_TLS_DIR")) dirs.emplace_back(env);
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-      std::string path(exe, static_cast<size_t>(n));
-      size_t slash = path.rfind('/');
-      if (slash != std::string::npos) {
-        dirs.push_back(path.substr(0, slash) + "/../lib/" + path.substr(slash + 1));
-      }
-    }
-    dirs.emplace_back(FW_CIVETWEB_TLS_BUILD_DIR);
+    const std::vector<std::string> dirs =
+        PrivateLibraryDirs("FW_CIVETWEB_TLS_DIR", FW_CIVETWEB_TLS_BUILD_DIR);
     std::string tried;
     for (const auto& dir : dirs) {
       void* crypto = dlopen((dir + "/libcrypto.so").c_str(), RTLD_NOW);

@@ -13,6 +13,7 @@
 #include "common/tls/tls_config.h"
 #include "daemon/agent/agent.h"
 #include "daemon/agent/check_main.h"
+#include "daemon/agent/event_engine.h"
 #include "probes/rdma/fake_verbs.h"
 #include "probes/rdma/rdma_selftest.h"
 #include "probes/rdma/verbs_ibv.h"
@@ -71,6 +72,9 @@ int main(int argc, char** argv) {
   // this agent's footprint with per-thread arenas (docs/performance.md). The agent's threads
   // allocate a few times a second at most, so sharing one arena's lock costs nothing measurable.
   mallopt(M_ARENA_MAX, 1);
+  // gRPC's closures and timers on one thread of ours instead of libgrpc's engine threads
+  // (daemon/agent/event_engine.h); before any gRPC object exists.
+  fw::agent::UseOneThreadEventEngine();
   fw::agent::AgentOptions o;
   fw::Seconds heartbeat{o.heartbeat_interval_s}, sample{o.sample_interval_s};
   fw::Seconds check_interval{o.check_counter_interval_s};

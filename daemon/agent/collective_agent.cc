@@ -11,7 +11,7 @@
 #include <cerrno>
 
 #include "probes/collective/collective.h"
-#include "probes/collective/gloo_backend.h"
+#include "probes/collective/gloo_module.h"
 
 namespace fw::agent {
 
@@ -283,7 +283,7 @@ v1::CollectiveResult CollectiveRunner::Run(const v1::CollectiveJob& job) {
   collective::GlooOptions gloo;
   gloo.tcp_address = options_.tcp_address;
   gloo.rendezvous_timeout = RendezvousTimeout(job, *op, options_);
-  auto comm = collective::ConnectGloo(group, kv_, gloo);
+  auto comm = collective::ConnectGlooModule(group, kv_, gloo);
   if (!comm.ok()) {
     result.set_error(comm.status().ToString());
     return result;

@@ -25,6 +25,7 @@ expected_agent="/etc/fabricwatch/agent.yaml
 /lib/systemd/system/fabricwatch-agent.service
 /usr/bin/fabricwatch-agent
 /usr/lib/fabricwatch-agent/libcrypto.so
+/usr/lib/fabricwatch-agent/libfabricwatch-gloo.so
 /usr/lib/fabricwatch-agent/libssl.so
 /usr/share/doc/fabricwatch-agent/changelog.gz
 /usr/share/doc/fabricwatch-agent/copyright
@@ -257,6 +258,16 @@ check_package() {
   check_man_page "$pkg" "$root"
   if [ "$comp" = agent ]; then
     "$root/usr/bin/fabricwatch-agent" check --help >/dev/null || fail "$pkg: check --help failed"
+    # Gloo is a module the agent loads on its first Gloo job, from <exe dir>/../lib/<exe name>/
+    # (probes/collective/gloo_module.h): the binary itself must not link it.
+    if readelf -d "$root/usr/bin/fabricwatch-agent" | grep -q 'libgloo'; then
+      fail "$pkg: fabricwatch-agent links libgloo (it must load it through the module)"
+    fi
+    local module="$root/usr/lib/fabricwatch-agent/libfabricwatch-gloo.so"
+    if ldd "$module" | grep -q "not found"; then
+      fail "$pkg: the Gloo module has unresolved libraries: $(ldd "$module" | grep 'not found')"
+    fi
+    check_needed_in_depends "$pkg" "$module" "$depends"
   fi
   if [ "$comp" != cli ]; then
     "$root/usr/bin/fabricwatch-$comp" --config "$root/etc/fabricwatch/$comp.yaml" --help \
