@@ -182,7 +182,6 @@ Status Agent::Start() {
       batch_now_ = true;
       report_cv_.NotifyAll();
     };
-    batch_interval_s_ = po.batch_interval_s;
     probes_ = std::make_unique<ProbeScheduler>(
         po, buffer_,
         [this] {
@@ -449,8 +448,8 @@ void Agent::SendCheckReport() {
   uplink_->SendBestEffort(std::move(m));
 }
 
-// One thread for everything periodic and light: the probe results into batches every
-// batch interval (or at once when a requested burst's result waits), and every sample interval the
+// One thread for everything periodic and light: the probe results into batches every report
+// interval (sooner when an urgent result waits: BatchPacer), and every sample interval the
 // counter pass, the traces' packet budget, the counter batch and, when due, the check report.
 void Agent::ReportLoop() {
   uint64_t last_seq = 0;
@@ -458,25 +457,30 @@ void Agent::ReportLoop() {
   auto last_report = std::chrono::steady_clock::now();
   auto period = std::chrono::milliseconds(
       static_cast<int64_t>(std::max(0.05, options_.sample_interval_s) * 1000));
-  auto batch_period =
-      std::chrono::milliseconds(static_cast<int64_t>(std::max(0.05, batch_interval_s_) * 1000));
   auto next_pass = std::chrono::steady_clock::now() + period;
-  auto next_batch = std::chrono::steady_clock::now() + batch_period;
+  auto last_batch = std::chrono::steady_clock::now();
   MutexLock lock(report_mu_);
+  // The next batch is due by the plan's report interval, or sooner when an urgent result waits
+  // (batch_now_: BatchPacer).
+  auto batch_due = [&]() FW_REQUIRES(report_mu_) {
+    return BatchPacer::Due(last_batch, probes_->BatchInterval(), batch_now_);
+  };
   while (!stopping_) {
-    const auto until = probes_ ? std::min(next_pass, next_batch) : next_pass;
-    while (!stopping_ && !report_now_ && !batch_now_ && report_cv_.WaitUntil(report_mu_, until)) {
+    while (!stopping_ && !report_now_) {
+      const auto until = probes_ ? std::min(next_pass, batch_due()) : next_pass;
+      if (std::chrono::steady_clock::now() >= until) break;
+      (void)report_cv_.WaitUntil(report_mu_, until);
     }
     if (stopping_) break;
     bool forced = report_now_;
-    bool batch_now = batch_now_;
     report_now_ = false;
-    batch_now_ = false;
-    lock.Unlock();
     auto now = std::chrono::steady_clock::now();
-    if (probes_ && (batch_now || now >= next_batch)) {
+    const bool batch = probes_ && now >= batch_due();
+    if (batch) batch_now_ = false;
+    lock.Unlock();
+    if (batch) {
       probes_->BatchNow();
-      if (now >= next_batch) next_batch = now + batch_period;
+      last_batch = now;
     }
     if (!forced && now < next_pass) {
       lock.Lock();

@@ -136,7 +136,6 @@ class Agent {
   CondVar report_cv_;
   bool report_now_ FW_GUARDED_BY(report_mu_) = false;
   bool batch_now_ FW_GUARDED_BY(report_mu_) = false;  // a requested burst's result waits
-  double batch_interval_s_ = 1.0;                     // the probe scheduler's, set before Start
 };
 
 }  // namespace fw::agent

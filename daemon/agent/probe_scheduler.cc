@@ -161,6 +161,16 @@ ProbeScheduler::ProbeScheduler(ProbeSchedulerOptions options, OutboundBuffer& bu
     burst_requests_[i] = &bursts.WithLabels({kOutcomes[i]});
   }
   r.AddBeforeRender([this] { RefreshStats(); });
+  // Bad news and escalated flows' results do not wait for the report interval (BatchPacer).
+  queue_.SetPushHook([this](const net::ProbeResult& result) {
+    if (!pacer_.Urgent(result) || urgent_.exchange(true)) return;
+    if (!options_.own_batcher) {
+      if (options_.request_batch) options_.request_batch();
+      return;
+    }
+    { MutexLock lock(mu_); }  // BatchLoop checks urgent_ under mu_: no lost wakeup
+    cv_.NotifyAll();
+  });
 }
 
 ProbeScheduler::~ProbeScheduler() { Stop(); }
@@ -215,6 +225,7 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
   }
   const GuardedPlan g = GuardPlan(plan, options_.ceilings);
   ReportGuard(plan.version(), g);
+  pacer_.SetPlan(plan);
 
   std::vector<net::UdpProbePlan> udp(udp_.size());
   std::vector<SlowTarget> slow;
@@ -460,25 +471,25 @@ void ProbeScheduler::Publish(const net::ProbeResult& r) {
 }
 
 void ProbeScheduler::BatchLoop() {
-  auto period = std::chrono::duration<double>(options_.batch_interval_s);
+  auto last = BatchPacer::Clock::now();
   for (;;) {
     {
-      const auto until = std::chrono::steady_clock::now() +
-                         std::chrono::duration_cast<std::chrono::nanoseconds>(period);
       MutexLock lock(mu_);
       // Wake early when the queue fills up, so a batch never waits past max_batch_results.
       while (!stopping_ && !flush_ && queue_.size() < options_.max_batch_results &&
-             cv_.WaitUntil(mu_, until)) {
+             cv_.WaitUntil(mu_, BatchPacer::Due(last, pacer_.interval(), urgent_.load()))) {
       }
       flush_ = false;
       if (stopping_ && queue_.size() == 0) return;
     }
+    last = BatchPacer::Clock::now();
     BatchNow();
   }
 }
 
 void ProbeScheduler::BatchNow() {
   MutexLock batch_lock(batch_mu_);
+  urgent_.store(false);  // an urgent result pushed from here on asks for the next batch
   std::vector<net::ProbeResult>& results = batch_results_;
   std::unordered_map<std::string, uint32_t>& names = batch_names_;
   results.reserve(options_.max_batch_results);

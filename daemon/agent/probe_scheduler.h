@@ -23,6 +23,7 @@
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "common/status.h"
+#include "daemon/agent/batch_pacer.h"
 #include "daemon/agent/outbound_buffer.h"
 #include "daemon/agent/plan_guard.h"
 #include "exporter/registry.h"
@@ -57,12 +58,14 @@ struct ProbeSchedulerOptions {
   std::string listen_address = "0.0.0.0";
   int port = 9753;                       // UDP and TCP echo port
   std::optional<std::string> key;        // shared probe key (HMAC); none: open
-  double batch_interval_s = 1.0;         // a ProbeBatch at least this often...
+  // A ProbeBatch at least this often (the plan's report_interval_ms replaces it, BatchPacer)...
+  double batch_interval_s = 1.0;
   size_t max_batch_results = 4096;       // ... or sooner when this many results wait
-  // true: a thread of this class calls BatchNow() every batch_interval_s (and at once for a
-  // requested burst's result). false: no such thread; the owner calls BatchNow() at least every
-  // batch_interval_s, and soon after `request_batch` (called from the slow-probe thread when a
-  // requested burst's result waits). Stop() drains what is left either way.
+  // true: a thread of this class calls BatchNow() every BatchInterval() (and soon, by
+  // BatchPacer::Due, when an urgent result waits). false: no such thread; the owner calls
+  // BatchNow() at least every BatchInterval(), and by BatchPacer::Due after `request_batch`
+  // (called on a prober's thread when an urgent result, or a requested burst's, waits). Stop()
+  // drains what is left either way.
   bool own_batcher = true;
   std::function<void()> request_batch;
   double tcp_connect_interval_s = 10.0;  // one connect probe per peer this often
@@ -143,6 +146,9 @@ class ProbeScheduler {
   // Moves every waiting result into the outbound buffer, as batches of at most
   // max_batch_results (columns), and calls `notify` after each. Thread-safe.
   void BatchNow();
+  // The report interval the current plan asks for (report_interval_ms; batch_interval_s before
+  // one). Any thread.
+  std::chrono::nanoseconds BatchInterval() const { return pacer_.interval(); }
   // Counts a result of a prober this class does not run (the RDMA UD mesh) in the probe metrics
   // (fabricwatch_probe_{sent,lost}_total, fabricwatch_probe_rtt_seconds by transport). Any thread.
   void RecordResult(const net::ProbeResult& r) { Publish(r); }
@@ -186,6 +192,10 @@ class ProbeScheduler {
   std::function<void()> notify_;
   const Clock& clock_;
   net::ResultQueue queue_;
+  BatchPacer pacer_{std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(options_.batch_interval_s))};
+  // An urgent result (BatchPacer::Urgent) waits and the next batch was asked for; BatchNow clears.
+  std::atomic<bool> urgent_{false};
   std::unique_ptr<net::ProbeBudget> budget_;
   std::unique_ptr<net::EchoResponder> responder_;
   struct NicProber {

@@ -37,20 +37,23 @@ void ProbeResult::SetPeer(std::string_view name) {
 ResultQueue::ResultQueue(size_t capacity) { ring_.reserve(std::max<size_t>(capacity, 1)); }
 
 bool ResultQueue::TryPush(const ProbeResult& r) {
-  MutexLock lock(mu_);
-  if (count_ == ring_.size()) {
-    if (ring_.size() == ring_.capacity()) {
-      ++dropped_;
-      return false;
+  {
+    MutexLock lock(mu_);
+    if (count_ == ring_.size()) {
+      if (ring_.size() == ring_.capacity()) {
+        ++dropped_;
+        return false;
+      }
+      // Full at the current size: put the oldest first, then grow within the reservation (no
+      // reallocation, so the ring's storage never moves).
+      std::rotate(ring_.begin(), ring_.begin() + static_cast<std::ptrdiff_t>(head_), ring_.end());
+      head_ = 0;
+      ring_.resize(std::min(ring_.capacity(), std::max<size_t>(64, 2 * ring_.size())));
     }
-    // Full at the current size: put the oldest first, then grow within the reservation (no
-    // reallocation, so the ring's storage never moves).
-    std::rotate(ring_.begin(), ring_.begin() + static_cast<std::ptrdiff_t>(head_), ring_.end());
-    head_ = 0;
-    ring_.resize(std::min(ring_.capacity(), std::max<size_t>(64, 2 * ring_.size())));
+    ring_[(head_ + count_) % ring_.size()] = r;
+    ++count_;
   }
-  ring_[(head_ + count_) % ring_.size()] = r;
-  ++count_;
+  if (push_hook_) push_hook_(r);
   return true;
 }
 

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -53,6 +54,9 @@ class ResultQueue {
 
   // Returns false (and counts a drop) when the queue is full.
   bool TryPush(const ProbeResult& r);
+  // Called by TryPush with each result the queue took, on the pusher's thread, after the queue's
+  // lock is released; must be quick. Set it before any pusher starts.
+  void SetPushHook(std::function<void(const ProbeResult&)> hook) { push_hook_ = std::move(hook); }
   // Moves up to `max` results into `out` (appending); returns how many.
   size_t PopBatch(std::vector<ProbeResult>& out, size_t max);
   size_t size() const;
@@ -64,6 +68,7 @@ class ResultQueue {
   size_t head_ FW_GUARDED_BY(mu_) = 0;
   size_t count_ FW_GUARDED_BY(mu_) = 0;
   uint64_t dropped_ FW_GUARDED_BY(mu_) = 0;
+  std::function<void(const ProbeResult&)> push_hook_;
 };
 
 }  // namespace fw::net

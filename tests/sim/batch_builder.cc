@@ -1,6 +1,7 @@
 // Per-second batch filling.
 #include "tests/sim/batch_builder.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <string_view>
@@ -21,15 +22,15 @@ void BatchBuilder::SetStatic(const Flow& f, v1::Transport t, v1::ProbeResult* r)
 }
 
 void BatchBuilder::Fill(const std::vector<Flow>& flows, int64_t second, int64_t second_unix_ns,
-                        Rng& rng, v1::ProbeBatch& batch) const {
-  if (encoding_ == BatchEncoding::kColumns) {
-    FillColumns(flows, second, second_unix_ns, rng, batch);
+                        Rng& rng, v1::ProbeBatch& batch, int seconds) const {
+  if (encoding_ == BatchEncoding::kColumns || seconds > 1) {
+    FillColumns(flows, second, second_unix_ns, rng, batch, std::max(1, seconds));
   } else {
     FillResults(flows, second, second_unix_ns, rng, batch);
   }
 }
 
-void BatchBuilder::BuildColumns(const std::vector<Flow>& flows, int slots,
+void BatchBuilder::BuildColumns(const std::vector<Flow>& flows, int slots, int seconds,
                                 v1::ProbeColumns& c) const {
   c.Clear();
   // Name table: every peer and NIC once, peers first in flow order.
@@ -45,7 +46,9 @@ void BatchBuilder::BuildColumns(const std::vector<Flow>& flows, int slots,
   };
   // The per-row columns that stay fixed: the bandwidth rows' entries are rewritten every second.
   const int n = static_cast<int>(flows.size());
-  for (int i = 0; i < n + slots; ++i) {
+  const int rows = (n + slots) * seconds;
+  for (int row = 0; row < rows; ++row) {
+    const int i = row % (n + slots);
     const Flow& f = flows[static_cast<size_t>(i < n ? i : (i - n) % n)];
     c.add_peer(name(tree_.NodeName(static_cast<int>(f.dst_host))));
     c.add_transport(i < n ? v1::TRANSPORT_UDP : v1::TRANSPORT_TCP_BW);
@@ -56,52 +59,59 @@ void BatchBuilder::BuildColumns(const std::vector<Flow>& flows, int slots,
     c.add_dst_nic(name(tree_.NicName(f.rail)));
   }
   // The columns rewritten every second, sized once.
-  c.mutable_probe_seq()->Resize(n + slots, 0);
-  c.mutable_lost()->Resize(n + slots, false);
-  c.mutable_rtt_ns()->Resize(n + slots, 0);
-  c.mutable_sent_unix_ns_delta()->Resize(n + slots, 0);
+  c.mutable_probe_seq()->Resize(rows, 0);
+  c.mutable_lost()->Resize(rows, false);
+  c.mutable_rtt_ns()->Resize(rows, 0);
+  c.mutable_sent_unix_ns_delta()->Resize(rows, 0);
   if (slots > 0) {
-    c.mutable_bytes()->Resize(n + slots, 0);
-    c.mutable_goodput_bps()->Resize(n + slots, 0.0);
+    c.mutable_bytes()->Resize(rows, 0);
+    c.mutable_goodput_bps()->Resize(rows, 0.0);
   }
 }
 
-void BatchBuilder::FillColumns(const std::vector<Flow>& flows, int64_t second,
-                               int64_t second_unix_ns, Rng& rng, v1::ProbeBatch& batch) const {
+void BatchBuilder::FillColumns(const std::vector<Flow>& flows, int64_t last_second,
+                               int64_t last_second_unix_ns, Rng& rng, v1::ProbeBatch& batch,
+                               int seconds) const {
   const int n = static_cast<int>(flows.size());
   const int slots = n > 0 ? bandwidth_slots_ : 0;
   v1::ProbeColumns& c = *batch.mutable_columns();
-  if (c.peer_size() != n + slots) BuildColumns(flows, slots, c);
+  if (c.peer_size() != (n + slots) * seconds) BuildColumns(flows, slots, seconds, c);
   const int64_t spacing_ns = n > 0 ? 1'000'000'000 / n : 0;
   int64_t prev_sent = 0;
-  for (int i = 0; i < n; ++i) {
-    LatencySample s = model_.SampleLatency(flows[static_cast<size_t>(i)], rng);
-    const int64_t sent = second_unix_ns + i * spacing_ns;
-    c.set_probe_seq(i, static_cast<uint64_t>(second));
-    c.set_sent_unix_ns_delta(i, sent - prev_sent);
-    prev_sent = sent;
-    c.set_lost(i, s.lost);
-    c.set_rtt_ns(i, s.lost ? 0 : s.rtt_ns);
-  }
-  for (int k = 0; k < slots; ++k) {
-    const int row = n + k;
-    const int fi = static_cast<int>((second * slots + k) % n);
-    const Flow& f = flows[static_cast<size_t>(fi)];
-    // Peer and NIC indices: flow fi's row carries the same names.
-    c.set_peer(row, c.peer(fi));
-    c.set_src_nic(row, c.src_nic(fi));
-    c.set_dst_nic(row, c.dst_nic(fi));
-    c.set_src_port(row, f.src_port);
-    c.set_flow_id(row, f.flow_id);
-    BandwidthSample b = model_.SampleBandwidth(f, kBandwidthBytes, rng);
-    const int64_t sent = second_unix_ns + k * 1000;
-    c.set_probe_seq(row, static_cast<uint64_t>(second));
-    c.set_sent_unix_ns_delta(row, sent - prev_sent);
-    prev_sent = sent;
-    c.set_lost(row, b.lost);
-    c.set_bytes(row, b.lost ? 0 : kBandwidthBytes);
-    c.set_goodput_bps(row, b.lost ? 0 : b.goodput_bps);
-    c.set_rtt_ns(row, b.lost ? 0 : b.duration_ns);
+  for (int block = 0; block < seconds; ++block) {
+    const int64_t back = seconds - 1 - block;
+    const int64_t second = last_second - back;
+    const int64_t second_unix_ns = last_second_unix_ns - back * 1'000'000'000;
+    const int base = block * (n + slots);
+    for (int i = 0; i < n; ++i) {
+      LatencySample s = model_.SampleLatency(flows[static_cast<size_t>(i)], rng);
+      const int64_t sent = second_unix_ns + i * spacing_ns;
+      c.set_probe_seq(base + i, static_cast<uint64_t>(second));
+      c.set_sent_unix_ns_delta(base + i, sent - prev_sent);
+      prev_sent = sent;
+      c.set_lost(base + i, s.lost);
+      c.set_rtt_ns(base + i, s.lost ? 0 : s.rtt_ns);
+    }
+    for (int k = 0; k < slots; ++k) {
+      const int row = base + n + k;
+      const int fi = static_cast<int>((second * slots + k) % n);
+      const Flow& f = flows[static_cast<size_t>(fi)];
+      // Peer and NIC indices: flow fi's row carries the same names.
+      c.set_peer(row, c.peer(fi));
+      c.set_src_nic(row, c.src_nic(fi));
+      c.set_dst_nic(row, c.dst_nic(fi));
+      c.set_src_port(row, f.src_port);
+      c.set_flow_id(row, f.flow_id);
+      BandwidthSample b = model_.SampleBandwidth(f, kBandwidthBytes, rng);
+      const int64_t sent = second_unix_ns + k * 1000;
+      c.set_probe_seq(row, static_cast<uint64_t>(second));
+      c.set_sent_unix_ns_delta(row, sent - prev_sent);
+      prev_sent = sent;
+      c.set_lost(row, b.lost);
+      c.set_bytes(row, b.lost ? 0 : kBandwidthBytes);
+      c.set_goodput_bps(row, b.lost ? 0 : b.goodput_bps);
+      c.set_rtt_ns(row, b.lost ? 0 : b.duration_ns);
+    }
   }
 }
 

@@ -32,17 +32,20 @@ class BatchBuilder {
 
   // Writes the results of simulated second `second` (wall time `second_unix_ns`) for `flows` into
   // `batch`: one UDP result per flow, then the bandwidth slots. The first call for a batch builds
-  // the static fields (names, ports); later calls rewrite only what changes.
+  // the static fields (names, ports); later calls rewrite only what changes. `seconds` > 1 (columns
+  // only): the batch holds the `seconds` seconds that end with `second`, one block each, as an
+  // agent paced to send every `seconds` seconds does.
   void Fill(const std::vector<Flow>& flows, int64_t second, int64_t second_unix_ns, Rng& rng,
-            fabricwatch::v1::ProbeBatch& batch) const;
+            fabricwatch::v1::ProbeBatch& batch, int seconds = 1) const;
 
  private:
   void FillResults(const std::vector<Flow>& flows, int64_t second, int64_t second_unix_ns, Rng& rng,
                    fabricwatch::v1::ProbeBatch& batch) const;
   void FillColumns(const std::vector<Flow>& flows, int64_t second, int64_t second_unix_ns, Rng& rng,
-                   fabricwatch::v1::ProbeBatch& batch) const;
-  // Builds the name table and the columns that stay fixed for this agent's flows.
-  void BuildColumns(const std::vector<Flow>& flows, int slots,
+                   fabricwatch::v1::ProbeBatch& batch, int seconds) const;
+  // Builds the name table and the columns that stay fixed for this agent's flows, `seconds`
+  // blocks of them.
+  void BuildColumns(const std::vector<Flow>& flows, int slots, int seconds,
                     fabricwatch::v1::ProbeColumns& c) const;
   void SetStatic(const Flow& f, fabricwatch::v1::Transport t,
                  fabricwatch::v1::ProbeResult* r) const;

@@ -69,6 +69,12 @@ int main(int argc, char** argv) {
                  "per stream: no new batch while this many are unacknowledged")
       ->check(CLI::Range(1, 200))
       ->capture_default_str();
+  app.add_option("--batch-seconds", o.batch_seconds,
+                 "each agent sends its results every N simulated seconds, and at once when they "
+                 "hold a lost probe or it has escalated flows; 0: as the aggregator's plans pace it "
+                 "(ProbePlan.report_interval_ms)")
+      ->check(CLI::Range(0, 10))
+      ->capture_default_str();
   std::string encoding = "columns";
   app.add_option("--batch-encoding", encoding,
                  "columns (ProbeBatch.columns, as the agent sends) or results (one message each)")

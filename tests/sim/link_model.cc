@@ -113,6 +113,21 @@ LatencySample FabricModel::SampleLatency(const Flow& f, Rng& rng) const {
   return s;
 }
 
+double FabricModel::AllAnsweredProbability(const std::vector<Flow>& flows) const {
+  double p = 1;
+  for (const Flow& f : flows) {
+    for (int i = 0; i < f.traversal_count; ++i) {
+      const LinkState& l = links_[static_cast<size_t>(f.links[i])];
+      if (l.down) return 0;
+      p *= 1.0 - std::min(1.0, static_cast<double>(l.loss));
+    }
+    for (uint32_t h : {f.src_host, f.dst_host}) {
+      p *= 1.0 - std::min(1.0, static_cast<double>(hosts_[h].loss));
+    }
+  }
+  return p;
+}
+
 BandwidthSample FabricModel::SampleBandwidth(const Flow& f, uint64_t bytes, Rng& rng) const {
   const NoiseSpec& noise = scenario_.noise;
   BandwidthSample s;

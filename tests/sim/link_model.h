@@ -75,6 +75,9 @@ class FabricModel {
   void Advance(double t);
 
   LatencySample SampleLatency(const Flow& f, Rng& rng) const;
+  // The chance that one latency probe of every flow in `flows` all come back this second: an
+  // agent's batch holds bad news (a lost probe) with 1 minus this.
+  double AllAnsweredProbability(const std::vector<Flow>& flows) const;
   // A short TCP transfer of `bytes` over the flow's forward path.
   BandwidthSample SampleBandwidth(const Flow& f, uint64_t bytes, Rng& rng) const;
 

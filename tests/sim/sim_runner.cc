@@ -158,13 +158,17 @@ class PlanFollower {
       if (auto h = tree_.FindHost(r.peer())) a.retrace.insert(*h);
     }
     a.factors = std::move(factors);
+    a.report_ms = plan.report_interval_ms();
     a.plans++;
   }
 
   // The rate factor per destination host (absent: 1) and the peers to trace again (taken).
-  void Take(int agent, std::unordered_map<int, double>* factors, std::set<int>* retrace) {
+  // And the report interval its last plan set (0: none).
+  void Take(int agent, std::unordered_map<int, double>* factors, std::set<int>* retrace,
+            uint32_t* report_ms) {
     Agent& a = agents_[static_cast<size_t>(agent)];
     MutexLock lock(a.mu);
+    *report_ms = a.report_ms;
     *factors = a.factors;
     retrace->merge(a.retrace);
     a.retrace.clear();
@@ -177,6 +181,7 @@ class PlanFollower {
     std::set<int> retrace FW_GUARDED_BY(mu);
     std::set<uint64_t> trace_ids FW_GUARDED_BY(mu);
     uint64_t plans FW_GUARDED_BY(mu) = 0;
+    uint32_t report_ms FW_GUARDED_BY(mu) = 0;
   };
   const FatTree& tree_;
   std::vector<Agent> agents_;
@@ -369,6 +374,9 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
   uint64_t base_this_second = 0, escalated_agent_seconds = 0;
   std::unordered_map<int, double> factors;
   std::vector<Flow> expanded;
+  // Report pacing: the seconds of results each agent holds, not yet sent.
+  std::vector<int> held(static_cast<size_t>(tree.hosts()), 0);
+  uint32_t report_ms = 0;
   for (int t = 0; t < seconds; ++t) {
     model.Advance(t);
     int64_t second_ns = epoch_ns + int64_t{t} * 1'000'000'000;
@@ -384,7 +392,7 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
       for (int i = k; i < tree.hosts(); i += slots) {
         const auto& flows = plan[static_cast<size_t>(i)];
         const auto ui = static_cast<size_t>(i);
-        follower.Take(i, &factors, &retrace[ui]);
+        follower.Take(i, &factors, &retrace[ui], &report_ms);
         if (tracing && (trace_all[ui] || !retrace[ui].empty())) {
           BuildTraces(tree, flows, answered[ui], silent, trace_all[ui] ? nullptr : &retrace[ui],
                       second_ns, traces);
@@ -411,11 +419,24 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
           extra = expanded.size() - flows.size();
           send = &expanded;
         }
-        if (pool->SendBatch(
-                i, [&](v1::ProbeBatch& b) { builder.Fill(*send, t, second_ns, rng, b); })) {
-          base_this_second += flows.size();
-          extra_this_second += extra;
-          escalated_agent_seconds += extra > 0;
+        // An agent sends what it holds every `every` seconds (agents spread over the phases), and
+        // at once when it holds bad news (drawn with the chance that this second's probes lose
+        // one) or escalated flows' results.
+        const int every = options.batch_seconds > 0
+                              ? options.batch_seconds
+                              : std::max(1, static_cast<int>((report_ms + 500) / 1000));
+        const int hold = ++held[ui];
+        const bool due = (t + i) % every == every - 1 || hold >= every || extra > 0 ||
+                         rng.Uniform() >= model.AllAnsweredProbability(flows);
+        if (due) {
+          held[ui] = 0;
+          if (pool->SendBatch(i, [&](v1::ProbeBatch& b) {
+                builder.Fill(*send, t, second_ns, rng, b, hold);
+              })) {
+            base_this_second += flows.size() * static_cast<uint64_t>(hold);
+            extra_this_second += extra * static_cast<uint64_t>(hold);
+            escalated_agent_seconds += extra > 0;
+          }
         }
         if (hb > 0 && (t + i) % hb == 0) pool->SendHeartbeat(i, second_ns);
       }

@@ -22,6 +22,10 @@ struct RunOptions {
   double findings_poll_s = 1;   // how often the scorer polls /api/v1/findings
   double warmup_s = 5;          // real seconds of streaming before the ingest window opens
   BatchEncoding batch_encoding = BatchEncoding::kColumns;  // how results go on the wire
+  // Report pacing (docs/uplink.md): each agent sends its results every this many simulated
+  // seconds, and at once (that second) when they hold a lost probe or it has escalated flows; 0:
+  // every ProbePlan.report_interval_ms the aggregator sends it (1 s before its first plan).
+  int batch_seconds = 0;
 };
 
 // Streams the scenario in (scaled) real time and scores it. The report's layout is documented in

@@ -1,4 +1,4 @@
-// The gRPC Aggregator service on the callback API: one reactor per agent stream.
+// The gRPC Aggregator service on the async API: one session per agent stream, and the unary calls.
 //
 // This is the only aggregator file that includes grpcpp headers (they cost seconds per unit).
 #pragma once

@@ -201,6 +201,7 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live) {
       t->set_id(r.id);
     }
     p.set_trace_refresh_s(trace_refresh_s_);
+    p.set_report_interval_ms(ReportIntervalMs(live.size()));
     for (const PlannedBurst& b : plan.bursts) BurstToWire(b, *p.add_bursts());
     plan = {};
     bytes = Deterministic(p);

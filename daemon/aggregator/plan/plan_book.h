@@ -32,6 +32,17 @@ namespace fw::aggregator {
 // A planned burst as the agent receives it (ProbePlan.bursts).
 void BurstToWire(const PlannedBurst& b, fabricwatch::v1::BurstRequest& out);
 
+// Report pacing (ProbePlan.report_interval_ms, docs/uplink.md): agents send their results every
+// 2 s in a fleet of kLargeFleetNodes or more, every second in a smaller one. Each batch costs the
+// aggregator a read, a decode, a journal ack and an ack write whatever it carries, so at fleet
+// scale halving the batches halves that share of ingest (docs/performance.md); detection does not
+// wait, since agents send bad news and escalated flows' results at once. A small fleet costs
+// little either way and keeps 1 s freshness.
+inline constexpr size_t kLargeFleetNodes = 1000;
+inline uint32_t ReportIntervalMs(size_t fleet_nodes) {
+  return fleet_nodes >= kLargeFleetNodes ? 2000 : 1000;
+}
+
 // Threading: NoteMembershipChange() and PlanFor() are thread-safe; MaybeReplan() and
 // PushPending() are called by one thread (the tick).
 class PlanBook {

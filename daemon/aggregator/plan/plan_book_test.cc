@@ -55,6 +55,10 @@ TEST_F(PlanBookTest, EachPlanCarriesTheAddressesOfItsProbers) {
   const uint64_t v1 = book_.PlanFor("a")->version();
   EXPECT_GT(v1, 0u);
   EXPECT_FALSE(book_.PlanFor("unknown").has_value());
+  // Report pacing: a small fleet reports every second, a large one every 2 s (docs/uplink.md).
+  EXPECT_EQ(book_.PlanFor("a")->report_interval_ms(), 1000u);
+  EXPECT_EQ(ReportIntervalMs(kLargeFleetNodes - 1), 1000u);
+  EXPECT_EQ(ReportIntervalMs(kLargeFleetNodes), 2000u);
 
   // The same fleet again: nothing changed, no new version.
   Replan({Agent("a", "10.0.0.1"), Agent("b", "10.0.0.2"), Agent("c", "10.0.0.3")});

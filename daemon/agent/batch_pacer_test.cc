@@ -1,0 +1,64 @@
+// The agent's report pacing: the plan's interval, and which results go at once.
+#include "daemon/agent/batch_pacer.h"
+
+#include <gtest/gtest.h>
+
+namespace fw::agent {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+net::ProbeResult Result(const char* peer, bool lost) {
+  net::ProbeResult r;
+  r.SetPeer(peer);
+  r.lost = lost;
+  return r;
+}
+
+TEST(BatchPacerTest, IntervalComesFromThePlanWithinBounds) {
+  BatchPacer p(seconds(1));
+  EXPECT_EQ(p.interval(), seconds(1));
+  fabricwatch::v1::ProbePlan plan;
+  plan.set_report_interval_ms(2000);
+  p.SetPlan(plan);
+  EXPECT_EQ(p.interval(), seconds(2));
+  plan.set_report_interval_ms(0);  // an aggregator that does not pace: the default
+  p.SetPlan(plan);
+  EXPECT_EQ(p.interval(), seconds(1));
+  plan.set_report_interval_ms(10);
+  p.SetPlan(plan);
+  EXPECT_EQ(p.interval(), BatchPacer::kMinInterval);
+  plan.set_report_interval_ms(3'600'000);
+  p.SetPlan(plan);
+  EXPECT_EQ(p.interval(), BatchPacer::kMaxInterval);
+}
+
+TEST(BatchPacerTest, BadNewsAndEscalatedFlowsAreUrgent) {
+  BatchPacer p(seconds(1));
+  EXPECT_TRUE(p.Urgent(Result("b", /*lost=*/true)));  // loss, timeout, failed burst
+  EXPECT_FALSE(p.Urgent(Result("b", false)));
+  fabricwatch::v1::ProbePlan plan;
+  plan.set_report_interval_ms(2000);
+  plan.add_trace_requests()->set_peer("b");  // escalation traces the suspect pair's flows
+  p.SetPlan(plan);
+  EXPECT_TRUE(p.Urgent(Result("b", false)));
+  EXPECT_FALSE(p.Urgent(Result("c", false)));
+  EXPECT_TRUE(p.Urgent(Result("c", true)));
+  plan.clear_trace_requests();  // the escalation ended
+  p.SetPlan(plan);
+  EXPECT_FALSE(p.Urgent(Result("b", false)));
+}
+
+TEST(BatchPacerTest, UrgentResultsGoAtOnceButAtMostEveryMinGap) {
+  const auto last = BatchPacer::Clock::now();
+  EXPECT_EQ(BatchPacer::Due(last, seconds(2), false), last + seconds(2));
+  // Urgent: 250 ms after the previous batch (at once when that is longer ago).
+  EXPECT_EQ(BatchPacer::Due(last, seconds(2), true), last + BatchPacer::kMinUrgentGap);
+  EXPECT_LT(BatchPacer::Due(last - seconds(1), seconds(2), true), last);
+  // Never later than the interval itself.
+  EXPECT_EQ(BatchPacer::Due(last, milliseconds(100), true), last + milliseconds(100));
+}
+
+}  // namespace
+}  // namespace fw::agent
