@@ -514,7 +514,7 @@ void ProbeScheduler::BatchNow() {
     c.mutable_goodput_bps()->Reserve(n);
     c.mutable_sent_unix_ns_delta()->Reserve(n);
     names.clear();
-    auto name_index = [&](std::string_view name) {
+    auto name_index = [&](std::string_view name) FW_REQUIRES(batch_mu_) {
       auto [it, added] = names.try_emplace(std::string(name), c.name_lengths_size());
       if (added) {
         c.mutable_names()->append(name);
