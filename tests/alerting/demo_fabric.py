@@ -102,19 +102,22 @@ class Demo:
         for f in rows:
             if f.get("kind") not in NET_KINDS:
                 continue
-            key, active = f.get("id"), f.get("active")
-            if self.seen_findings.get(key) == active:
+            # A finding keeps its id when its kind escalates (link_degraded while the loss
+            # builds up, then link_down): the new kind is printed, and the CLI shown again.
+            key, active, kind = f.get("id"), f.get("active"), f.get("kind")
+            if self.seen_findings.get(key) == (active, kind):
                 continue
             first = key not in self.seen_findings
-            self.seen_findings[key] = active
+            self.seen_findings[key] = (active, kind)
             if first and not active:
                 continue
             loc = f.get("location", {})
             say(f"[{self.clock()}] finding {'RESOLVED' if not active else 'ACTIVE'}: "
-                f"{f.get('kind')} ({f.get('severity')}) on {loc.get('type')} {loc.get('id')}: "
+                f"{kind} ({f.get('severity')}) on {loc.get('type')} {loc.get('id')}: "
                 f"{f.get('summary')}")
-            if active and self.fault and loc.get("id") == self.args.link and not self.cli_shown:
-                self.cli_shown = True
+            if (active and self.fault and loc.get("id") == self.args.link
+                    and self.cli_shown != kind):
+                self.cli_shown = kind
                 say(f"  {time.monotonic() - self.t_fault:.0f} s after the fault. The CLI says:")
                 self.show_cli()
 
