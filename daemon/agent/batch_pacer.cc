@@ -11,7 +11,7 @@ void BatchPacer::SetPlan(const fabricwatch::v1::ProbePlan& plan) {
         std::chrono::milliseconds(plan.report_interval_ms()), kMinInterval, kMaxInterval);
   }
   interval_ns_.store(interval.count());
-  auto peers = std::make_shared<std::unordered_set<std::string>>();
+  auto peers = std::make_shared<PeerSet>();
   for (const auto& t : plan.trace_requests()) peers->insert(t.peer());
   const bool any = !peers->empty();
   {
@@ -24,12 +24,8 @@ void BatchPacer::SetPlan(const fabricwatch::v1::ProbePlan& plan) {
 bool BatchPacer::Urgent(const net::ProbeResult& r) const {
   if (r.lost) return true;
   if (!any_escalated_.load(std::memory_order_relaxed)) return false;
-  std::shared_ptr<const std::unordered_set<std::string>> peers;
-  {
-    MutexLock lock(mu_);
-    peers = escalated_;
-  }
-  return peers && peers->count(std::string(r.PeerName())) > 0;
+  MutexLock lock(mu_);
+  return escalated_ && escalated_->contains(r.PeerName());
 }
 
 }  // namespace fw::agent

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "common/mutex.h"
+#include "common/string_hash.h"
 #include "fabricwatch.pb.h"
 #include "probes/net/probe_result.h"
 
@@ -51,7 +52,9 @@ class BatchPacer {
   std::atomic<int64_t> interval_ns_{0};
   std::atomic<bool> any_escalated_{false};
   mutable Mutex mu_;
-  std::shared_ptr<const std::unordered_set<std::string>> escalated_ FW_GUARDED_BY(mu_);
+  // Looked up by a result's peer name (a string_view) without allocating.
+  using PeerSet = std::unordered_set<std::string, StringHash, std::equal_to<>>;
+  std::shared_ptr<const PeerSet> escalated_ FW_GUARDED_BY(mu_);
 };
 
 }  // namespace fw::agent

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "common/mutex.h"
+#include "common/string_hash.h"
 
 namespace fw::aggregator {
 
@@ -54,10 +55,6 @@ class NameInterner {
   }
 
  private:
-  struct StringHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
   mutable SharedMutex mu_;
   std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> ids_ FW_GUARDED_BY(mu_);
   std::deque<std::string> names_ FW_GUARDED_BY(mu_);  // a deque keeps elements in place
