@@ -180,7 +180,11 @@ void RdmaRunner::Loop() {
         state_.endpoints_version = mesh_->endpoints_version();
       }
     }
-    wait_ns = std::min<int64_t>(wait_ns, std::max<int64_t>(0, last_flush + interval - now));
+    // Results waiting bound the wait; with none there is nothing to hand over (an agent with no
+    // targets would otherwise spin here once the interval has passed).
+    if (!collector_->pending.empty()) {
+      wait_ns = std::min<int64_t>(wait_ns, std::max<int64_t>(0, last_flush + interval - now));
+    }
     fds.clear();
     fds.push_back({stop_fd_, POLLIN, 0});
     mesh_->AppendWaitFds(fds);
