@@ -12,10 +12,13 @@ namespace {
 constexpr size_t kOutstandingSlots = 4096;  // probes in flight per mesh (power of two)
 constexpr size_t kPendingSlots = 1024;      // acks in flight on the responder side
 constexpr int kPollBatch = 32;
-// How long a wakeup that posted acks polls for their send completions (AwaitAckStamps), and how
-// long a report may then wait for the next wakeup.
+// How long a wakeup that posted acks from a port with software stamps polls for their send
+// completions (AwaitAckStamps), and when the next wakeup comes if some are still not in.
 constexpr int64_t kAckStampSpinNs = 20'000;
 constexpr int64_t kReportWaitNs = 20'000'000;
+// An ack whose send completion is not in this long after its report's hold is given up (its
+// port failed, or a completion was lost): no report goes for it.
+constexpr int64_t kAckStampLimitNs = 1'000'000'000;
 
 uint32_t GrhFlowLabel(const uint8_t* grh) {
   return static_cast<uint32_t>((grh[1] & 0xf) << 16 | grh[2] << 8 | grh[3]);
@@ -33,8 +36,6 @@ UdMessage MessageFrom(const UdPort& p, UdType type, uint64_t seq, uint32_t flow)
   m.src_gid = p.endpoint().gid;
   return m;
 }
-
-constexpr int64_t kSendCoalesceNs = 10'000'000;
 
 // Truncates to the array, always NUL-terminated.
 void CopyName(std::string_view name, std::array<char, 32>& out) {
@@ -94,15 +95,21 @@ struct UdMesh::Outstanding {
   int64_t wall = 0;
 };
 
+// A probe answered by this responder: its ack in flight, then its report held.
 struct UdMesh::Pending {
   bool in_use = false;
+  bool ready = false;  // the ack's send completion is in: turnaround holds the report's value
   uint64_t t3 = 0;
   const Ah* ah = nullptr;
   uint32_t remote_qpn = 0;
+  uint16_t remote_lid = 0;
+  Gid remote_gid;
   uint64_t seq = 0;
   uint32_t flow = 0;
   size_t dev = 0, port = 0;
   int qp = 0;
+  int64_t answered = 0;  // monotonic; the hold counts from here
+  int64_t turnaround = 0;
 };
 
 UdMesh::UdMesh(Verbs& verbs, const Clock& clock, UdMeshOptions opts, ResultSink* sink,
@@ -236,14 +243,23 @@ void UdMesh::AppendWaitFds(std::vector<pollfd>& fds) const {
   }
 }
 
-bool UdMesh::AcksWaitForSendStamps() const { return free_pending_.size() < kPendingSlots; }
+bool UdMesh::SoftwareAcksUnstamped() const {
+  for (const uint32_t pi : live_pending_) {
+    const Pending& pe = pending_[pi];
+    if (pe.ready) continue;
+    const Device& d = *devices_[pe.dev];
+    if (!d.dead && pe.port < d.ports.size() && d.ports[pe.port]->ts_source() == TsSource::kSoftware) {
+      return true;
+    }
+  }
+  return false;
+}
 
 void UdMesh::AwaitAckStamps() {
-  // A NIC completes a 64-byte UD send a few microseconds after the post: polling the send CQs
-  // that long sends the reports with this wakeup instead of one of their own. Acks that take
-  // longer get their reports at the next wakeup, within kReportWaitNs (Step's wait); the
-  // turnaround they report is NIC time either way, so the wait only delays the result.
-  if (!AcksWaitForSendStamps()) return;
+  // With software stamps an ack's T4 is the poll that sees its send completion: a NIC completes
+  // a 64-byte UD send a few microseconds after the post, so polling the send CQs that long keeps
+  // the turnaround a turnaround. With NIC stamps T4 is the NIC's, whenever it is polled: no wait.
+  if (!SoftwareAcksUnstamped()) return;
   const int64_t start = clock_.MonotonicNanos();
   int64_t last = start;
   for (int round = 0; round < 256; ++round) {
@@ -255,7 +271,7 @@ void UdMesh::AwaitAckStamps() {
     }
     const int64_t t = clock_.MonotonicNanos();
     // A clock that did not move (a test's FakeClock) would make this spin for nothing.
-    if (!AcksWaitForSendStamps() || t - start >= kAckStampSpinNs || t == last) return;
+    if (!SoftwareAcksUnstamped() || t - start >= kAckStampSpinNs || t == last) return;
     last = t;
   }
 }
@@ -310,8 +326,10 @@ int UdMesh::SetTargets(std::vector<UdTarget> targets) {
       f.qp = j % devices_[dev]->ports[port]->qp_count();
       f.flow_label = (opts_.flow_label_base + static_cast<uint32_t>(j)) & 0xfffff;
       f.period_ns = static_cast<int64_t>(1e9 / rate);
-      // Spread the first sends over one period so the flows do not go out in a burst.
-      f.next_send = now + f.period_ns * static_cast<int64_t>(flows_.size() % 16) / 16;
+      // The targets' first sends spread over one period; a target's flows go out together, so
+      // that one wakeup at each end (the responder's for the probes, ours for the acks) serves
+      // all of them.
+      f.next_send = now + f.period_ns * static_cast<int64_t>(target % 16) / 16;
       flows_.push_back(f);
     }
     targets_.push_back(std::move(t));
@@ -411,6 +429,7 @@ int64_t UdMesh::Step() {
     }
   }
   AwaitAckStamps();
+  FlushReports(now, /*all=*/false);
   SendDue(now);
   ExpireTimeouts(now);
 
@@ -427,7 +446,15 @@ int64_t UdMesh::Step() {
     }
   }
   if (any_unchanneled) next = std::min(next, now + std::max<int64_t>(1, opts_.unchanneled_poll_ns));
-  if (AcksWaitForSendStamps()) next = std::min(next, now + kReportWaitNs);
+  // A held report is due when its hold ends; an ack whose send completion is not in by then is
+  // polled again every kReportWaitNs (never in a loop), and given up after kAckStampLimitNs.
+  const int64_t hold = ReportHoldNs();
+  for (const uint32_t pi : live_pending_) {
+    const Pending& pe = pending_[pi];
+    next = std::min(next, pe.ready ? pe.answered + hold
+                                   : std::max(pe.answered + hold, now + kReportWaitNs));
+  }
+  if (SoftwareAcksUnstamped()) next = std::min(next, now + kReportWaitNs);
   return std::max<int64_t>(0, next - now);
 }
 
@@ -523,11 +550,9 @@ void UdMesh::AbandonPort(size_t dev, size_t port) {
       stats_.abandoned++;
     }
   }
-  for (uint32_t i = 0; i < pending_.size(); ++i) {
-    if (pending_[i].in_use && pending_[i].dev == dev && pending_[i].port == port) {
-      pending_[i].in_use = false;
-      free_pending_.push_back(i);
-    }
+  for (size_t i = live_pending_.size(); i > 0; --i) {
+    const uint32_t pi = live_pending_[i - 1];
+    if (pending_[pi].dev == dev && pending_[pi].port == port) ReleasePending(pi);
   }
 }
 
@@ -639,6 +664,8 @@ void UdMesh::OnProbe(size_t dev, size_t port, UdPort& p, int qp, const UdMessage
     stats_.stray++;
     return;
   }
+  // Held reports take answer slots: send them early rather than refuse a probe.
+  if (free_pending_.size() < kPendingSlots / 4) FlushReports(0, /*all=*/true);
   if (free_pending_.empty()) {
     stats_.responder_busy++;
     return;
@@ -667,8 +694,21 @@ void UdMesh::OnProbe(size_t dev, size_t port, UdPort& p, int qp, const UdMessage
   }
   const uint32_t pi = free_pending_.back();
   free_pending_.pop_back();
+  live_pending_.push_back(pi);
   Pending& pe = pending_[pi];
-  pe = Pending{true, t3, ah, m.src_qpn, m.seq, m.flow, dev, port, qp};
+  pe = Pending{};
+  pe.in_use = true;
+  pe.t3 = t3;
+  pe.ah = ah;
+  pe.remote_qpn = m.src_qpn;
+  pe.remote_lid = m.src_lid;
+  pe.remote_gid = m.src_gid;
+  pe.seq = m.seq;
+  pe.flow = m.flow;
+  pe.dev = dev;
+  pe.port = port;
+  pe.qp = qp;
+  pe.answered = clock_.MonotonicNanos();
   UdMessage ack = MessageFrom(p, UdType::kAck, m.seq, m.flow);
   WriteUdMessage(ack, p.SendBuffer(slot));
   Status st = p.PostSend(qp, slot, *ah, m.src_qpn, kProbeQkey,
@@ -676,11 +716,84 @@ void UdMesh::OnProbe(size_t dev, size_t port, UdPort& p, int qp, const UdMessage
   if (!st.ok()) {
     stats_.post_failures++;
     p.ReleaseSendSlot(slot);
-    pe.in_use = false;
-    free_pending_.push_back(pi);
+    ReleasePending(pi);
     return;
   }
   stats_.responder_answers++;
+  SendReportsWithAck(pi);
+}
+
+int64_t UdMesh::ReportHoldNs() const {
+  return std::clamp<int64_t>(opts_.report_hold_ns, 0, std::max<int64_t>(0, opts_.timeout_ns / 4));
+}
+
+void UdMesh::ReleasePending(uint32_t pi) {
+  pending_[pi].in_use = false;
+  pending_[pi].ready = false;
+  free_pending_.push_back(pi);
+  const auto it = std::find(live_pending_.begin(), live_pending_.end(), pi);
+  if (it != live_pending_.end()) live_pending_.erase(it);
+}
+
+void UdMesh::SendReport(uint32_t pi) {
+  Pending& pe = pending_[pi];
+  Device& d = *devices_[pe.dev];
+  if (d.dead || pe.port >= d.ports.size() || d.rt[pe.port].broken) {
+    ReleasePending(pi);
+    return;
+  }
+  UdPort& p = *d.ports[pe.port];
+  const int slot = p.AcquireSendSlot();
+  if (slot < 0) {
+    stats_.no_send_slot++;
+    ReleasePending(pi);
+    return;
+  }
+  UdMessage rep = MessageFrom(p, UdType::kReport, pe.seq, pe.flow);
+  rep.ts_source = p.ts_source();
+  rep.turnaround_ns = std::clamp<int64_t>(pe.turnaround, 0, 10'000'000'000);
+  WriteUdMessage(rep, p.SendBuffer(slot));
+  Status st = p.PostSend(pe.qp, slot, *pe.ah, pe.remote_qpn, kProbeQkey,
+                         MakeWrId(WrKind::kReport, p.epoch(), 0, static_cast<uint16_t>(slot)));
+  if (!st.ok()) {
+    stats_.post_failures++;
+    p.ReleaseSendSlot(slot);
+  }
+  ReleasePending(pi);
+}
+
+void UdMesh::SendReportsWithAck(uint32_t ack) {
+  const Pending a = pending_[ack];
+  for (size_t i = 0; i < live_pending_.size();) {
+    const uint32_t pi = live_pending_[i];
+    const Pending& pe = pending_[pi];
+    if (pi != ack && pe.ready && pe.dev == a.dev && pe.port == a.port &&
+        pe.remote_qpn == a.remote_qpn && pe.remote_lid == a.remote_lid &&
+        pe.remote_gid == a.remote_gid) {
+      stats_.reports_with_ack++;
+      SendReport(pi);  // erases live_pending_[i]
+      continue;
+    }
+    ++i;
+  }
+}
+
+void UdMesh::FlushReports(int64_t now, bool all) {
+  const int64_t hold = ReportHoldNs();
+  for (size_t i = 0; i < live_pending_.size();) {
+    const uint32_t pi = live_pending_[i];
+    const Pending& pe = pending_[pi];
+    if (pe.ready && (all || now >= pe.answered + hold)) {
+      stats_.reports_after_hold++;
+      SendReport(pi);  // erases live_pending_[i]
+      continue;
+    }
+    if (!pe.ready && !all && now >= pe.answered + hold + kAckStampLimitNs) {
+      ReleasePending(pi);
+      continue;
+    }
+    ++i;
+  }
 }
 
 void UdMesh::OnAckSent(size_t dev, size_t port, UdPort& p, const WorkCompletion& wc, int64_t now) {
@@ -692,21 +805,11 @@ void UdMesh::OnAckSent(size_t dev, size_t port, UdPort& p, const WorkCompletion&
     return;
   }
   Pending& pe = pending_[pi];
-  const uint64_t t4 = Stamp(p, wc, now);
-  const int64_t turnaround = SpanNs(p, pe.t3, t4);
-  // The ack's slot carries the report: the turnaround on this NIC's clock.
-  UdMessage rep = MessageFrom(p, UdType::kReport, pe.seq, pe.flow);
-  rep.ts_source = p.ts_source();
-  rep.turnaround_ns = std::clamp<int64_t>(turnaround, 0, 10'000'000'000);
-  WriteUdMessage(rep, p.SendBuffer(slot));
-  Status st = p.PostSend(pe.qp, slot, *pe.ah, pe.remote_qpn, kProbeQkey,
-                         MakeWrId(WrKind::kReport, p.epoch(), 0, static_cast<uint16_t>(slot)));
-  if (!st.ok()) {
-    stats_.post_failures++;
-    p.ReleaseSendSlot(slot);
-  }
-  pe.in_use = false;
-  free_pending_.push_back(pi);
+  p.ReleaseSendSlot(slot);
+  if (pe.ready) return;
+  // The turnaround on this NIC's clock (T4 - T3); the report carrying it waits in the hold.
+  pe.turnaround = SpanNs(p, pe.t3, Stamp(p, wc, now));
+  pe.ready = true;
 }
 
 void UdMesh::OnAck(size_t dev, size_t port, const UdMessage& m, uint64_t t5, int64_t now) {
@@ -792,10 +895,11 @@ RdmaProbeResult UdMesh::ResultFor(const Outstanding& o) const {
 void UdMesh::SendDue(int64_t now) {
   for (uint32_t fi = 0; fi < flows_.size(); ++fi) {
     Flow& f = flows_[fi];
-    // A flow due within the coalescing window goes out with this wakeup, a little early, rather
-    // than costing a wakeup of its own: the flows' phases are spread over a period, and each
-    // wakeup is most of what the mesh costs. A quarter period at most, so the rate holds.
-    if (now + std::min(kSendCoalesceNs, f.period_ns / 4) < f.next_send) continue;
+    // A flow due within a quarter of its period goes out with this wakeup, early, rather than
+    // costing a wakeup of its own: each wakeup is most of what the mesh costs, and the thread
+    // wakes for answers and acks anyway. The schedule stays anchored (next_send advances by whole
+    // periods), so the rate holds; one interval shortens by at most a quarter period.
+    if (now + f.period_ns / 4 < f.next_send) continue;
     // One probe per period; after a stall the schedule re-anchors instead of bursting.
     f.next_send += f.period_ns;
     if (f.next_send <= now) f.next_send = now + f.period_ns;

@@ -58,6 +58,13 @@ struct UdMeshOptions {
   // prober's host delay: the agent's fake mode polls every 100 us so that a healthy fake fleet's
   // host delays stay far below the analyzer's 1 ms floor.
   int64_t unchanneled_poll_ns = 1'000'000;
+  // How long a responder may hold a turnaround report before it sends it on its own. A report
+  // goes with the next ack to the same prober when there is one within the hold (posted right
+  // after that ack, so the prober's wakeup for the ack reads it too) and costs no wakeup of the
+  // prober's own. The turnaround is fixed when the ack's send completes, so the hold delays the
+  // result, never its value. At most a quarter of timeout_ns: the prober waits for a report until
+  // its probe's timeout. 0: each report goes at the first wakeup after its ack's send stamp.
+  int64_t report_hold_ns = 250'000'000;
 };
 
 struct RdmaProbeResult {
@@ -91,6 +98,9 @@ struct UdMeshStats {
   std::atomic<uint64_t> invalid_split{0};  // a negative difference: rejected, never exported
   std::atomic<uint64_t> reports_missing{0}, late{0}, stray{0};
   std::atomic<uint64_t> responder_answers{0}, responder_busy{0};
+  // Reports sent right after an ack to the same prober / after the hold ran out (or early, when
+  // the responder's table of answers in flight fills up).
+  std::atomic<uint64_t> reports_with_ack{0}, reports_after_hold{0};
   std::atomic<uint64_t> budget_skipped{0}, no_send_slot{0}, skipped_port_down{0};
   std::atomic<uint64_t> ah_failures{0}, post_failures{0}, repost_failures{0};
   std::atomic<uint64_t> qp_recoveries{0}, recovery_failures{0};
@@ -153,10 +163,19 @@ class UdMesh {
   void PollPort(size_t dev, size_t port, int64_t now);
   // One of the port's CQs until empty; false when the port or device went away meanwhile.
   bool PollCq(size_t dev, size_t port, bool send, int64_t now);
-  // An answered probe's ack is not yet sent: its report waits for the send stamp.
-  bool AcksWaitForSendStamps() const;
-  // Polls the send CQs for up to kAckStampSpinNs while acks wait for their send stamps.
+  // An ack posted from a port with software stamps has no send stamp yet (its T4 is the poll
+  // that sees its send completion, so that poll must not wait for the next wakeup).
+  bool SoftwareAcksUnstamped() const;
+  // Polls the send CQs for up to kAckStampSpinNs while SoftwareAcksUnstamped().
   void AwaitAckStamps();
+  int64_t ReportHoldNs() const;
+  // Sends the reports that are ready: all when `all`, else those whose hold ran out.
+  void FlushReports(int64_t now, bool all);
+  // Sends the ready reports for the prober that pending_[ack] answers (after its ack).
+  void SendReportsWithAck(uint32_t ack);
+  // Posts pending_[pi]'s report (a failure is counted) and frees the entry.
+  void SendReport(uint32_t pi);
+  void ReleasePending(uint32_t pi);
   void HandleCompletion(size_t dev, size_t port, const WorkCompletion& wc, int64_t now);
   void OnProbe(size_t dev, size_t port, UdPort& p, int qp, const UdMessage& m, uint64_t t3,
                uint32_t grh_flow);
@@ -187,6 +206,7 @@ class UdMesh {
   size_t timeout_head_ = 0, timeout_count_ = 0;
   std::vector<Pending> pending_;  // responder: acks in flight
   std::vector<uint32_t> free_pending_;
+  std::vector<uint32_t> live_pending_;  // in use, in the order answered
   uint64_t next_seq_ = 1;
   uint16_t generation_ = 0;
   uint64_t endpoints_version_ = 1;

@@ -74,7 +74,10 @@ FakeDeviceConfig Roce(const std::string& name, uint8_t host) {
 // Two hosts, each with one device, probing each other.
 class MeshTest : public ::testing::Test {
  protected:
+  // Reports go at the first wakeup after their ack's send stamp unless a test keeps the hold
+  // (keep_hold_): most tests look at one exchange within microseconds.
   void Start(FakeDeviceConfig a, FakeDeviceConfig b, UdMeshOptions opts = {}) {
+    if (!keep_hold_) opts.report_hold_ns = 0;
     name_a = a.name;
     name_b = b.name;
     fabric.AddDevice(a);
@@ -105,6 +108,7 @@ class MeshTest : public ::testing::Test {
     }
   }
 
+  bool keep_hold_ = false;
   FakeClock clock;
   FakeFabric fabric{clock, 7};
   std::string name_a, name_b;
@@ -211,6 +215,7 @@ TEST_F(MeshTest, SourceQpsRotateOnIb) {
 }
 
 TEST_F(MeshTest, LossIsCountedAfterTheTimeout) {
+  keep_hold_ = true;  // reports held up to a quarter of the timeout, most sent with acks
   UdMeshOptions o;
   o.timeout_ns = 5'000'000;
   Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2), o);
@@ -227,6 +232,86 @@ TEST_F(MeshTest, LossIsCountedAfterTheTimeout) {
   EXPECT_NEAR(lost, 1 - 0.7 * 0.7, 0.05) << "a loss is a probe or its ack missing";
   EXPECT_NEAR(answered, 0.343, 0.05);
   EXPECT_GT(a_->stats().reports_missing.load(), 0u) << "ack through, report lost: not a loss";
+  EXPECT_GT(b_->stats().reports_with_ack.load(), 0u);
+}
+
+TEST_F(MeshTest, HeldReportsGoWithTheNextAckAndChangeNoValue) {
+  keep_hold_ = true;  // the default: 250 ms, a quarter of the 1 s timeout
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2));
+  fabric.SetPollDelay("mlx5_1", 30'000);
+  fabric.SetPollDelay("mlx5_0", 20'000);
+  Target(/*flows=*/1, /*rate=*/100);
+  Run(95ms, 5us);
+  const uint64_t sent = a_->stats().sent.load();
+  ASSERT_GE(sent, 10u);
+  auto got = sink_a.answered();
+  // Each report rides after the next probe's ack: all but the last probe have their result.
+  EXPECT_EQ(got.size(), sent - 1);
+  EXPECT_EQ(sink_a.lost(), 0u);
+  EXPECT_EQ(b_->stats().reports_with_ack.load(), sent - 1);
+  EXPECT_EQ(b_->stats().reports_after_hold.load(), 0u);
+  for (const auto& r : got) {
+    // The same values as a report sent at once (IbNetworkRttLeavesOutTheRespondersHostDelay).
+    EXPECT_NEAR(r.network_rtt_ns, 10'000, 5);
+    EXPECT_GE(r.responder_host_ns, 30'000);
+    EXPECT_LE(r.responder_host_ns, 35'000);
+    EXPECT_GE(r.prober_host_ns, 20'000);
+    EXPECT_LE(r.prober_host_ns, 25'000);
+  }
+}
+
+TEST_F(MeshTest, AHeldReportGoesAloneWhenItsHoldRunsOut) {
+  keep_hold_ = true;
+  UdMeshOptions o;
+  o.report_hold_ns = 40'000'000;
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2), o);
+  Target(/*flows=*/1, /*rate=*/5);  // one probe per 200 ms: no next ack within the hold
+  Run(39ms, 10us);
+  EXPECT_EQ(a_->stats().sent.load(), 1u);
+  EXPECT_EQ(a_->stats().acked.load(), 1u);
+  EXPECT_TRUE(sink_a.results.empty()) << "the report is held";
+  // The responder's Step asks to be woken when the hold ends, not before.
+  const int64_t wait = b_->Step();
+  EXPECT_GT(wait, 0);
+  EXPECT_LE(wait, 1'000'000);
+  Run(2ms, 10us);
+  ASSERT_EQ(sink_a.answered().size(), 1u);
+  EXPECT_EQ(b_->stats().reports_after_hold.load(), 1u);
+  EXPECT_EQ(b_->stats().reports_with_ack.load(), 0u);
+}
+
+TEST_F(MeshTest, HeldSoftwareStampedReportsKeepTheirTurnaround) {
+  keep_hold_ = true;
+  FakeDeviceConfig a = Ib("mlx5_0", 1), b = Ib("mlx5_1", 2);
+  a.timestamps = b.timestamps = CqTimestamps::kNone;
+  Start(a, b);
+  fabric.SetPollDelay("mlx5_1", 30'000);
+  Target(/*flows=*/1, /*rate=*/100);
+  Run(55ms, 1us);
+  auto got = sink_a.answered();
+  ASSERT_GE(got.size(), 4u);
+  for (const auto& r : got) {
+    // As SoftwareTimestampsWhenTheNicHasNone, where each report goes at once.
+    EXPECT_EQ(r.responder_source, TsSource::kSoftware);
+    EXPECT_GE(r.network_rtt_ns, 10'000);
+    EXPECT_LE(r.network_rtt_ns, 14'000);
+    EXPECT_GE(r.responder_host_ns, 30'000);
+  }
+  EXPECT_GT(b_->stats().reports_with_ack.load(), 0u);
+}
+
+TEST_F(MeshTest, ATargetsFlowsGoOutInOneWakeup) {
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2));
+  Target(/*flows=*/4, /*rate=*/10);
+  a_->Step();
+  EXPECT_EQ(a_->stats().sent.load(), 4u) << "one wakeup at the responder answers all four";
+  // The next round goes with a wakeup within a quarter period before it is due.
+  clock.Advance(74ms);
+  a_->Step();
+  EXPECT_EQ(a_->stats().sent.load(), 4u);
+  clock.Advance(2ms);
+  a_->Step();
+  EXPECT_EQ(a_->stats().sent.load(), 8u);
 }
 
 TEST_F(MeshTest, AnAnswerAfterTheTimeoutIsLateNotAResult) {
