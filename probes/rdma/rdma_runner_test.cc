@@ -84,6 +84,25 @@ TEST(RdmaRunner, ProbesOnItsThreadAndHandsOverBatches) {
   EXPECT_GE(answered, got.size() - 1);
 }
 
+TEST(RdmaRunner, WithNoTargetsItSleeps) {
+  FakeFabric fabric(RealClock::Get());
+  FakeDeviceConfig d;
+  d.name = "mlx5_0";
+  FakePortConfig p;
+  p.lid = 1;
+  d.ports = {p};
+  fabric.AddDevice(d);
+  fabric.EnableCompletionChannels();
+  RdmaRunnerOptions o;
+  o.batch_interval_s = 0.02;  // long past after the sleep below, with no result to hand over
+  RdmaRunner r(fabric.MakeVerbs({"mlx5_0"}), RealClock::Get(), o, [](auto&&) {});
+  ASSERT_TRUE(r.Start().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const uint64_t w = r.wakeups();
+  r.Stop();
+  EXPECT_LT(w, 20u) << "an idle runner wakes for its mesh's 1 s timer, not in a loop";
+}
+
 TEST(FakeLink, DatagramRoundTripsAndBadOnesAreRefusedByCause) {
   LinkDatagram d;
   d.dlid = 7;
