@@ -99,6 +99,7 @@ struct UdMesh::Outstanding {
 struct UdMesh::Pending {
   bool in_use = false;
   bool ready = false;  // the ack's send completion is in: turnaround holds the report's value
+  bool software = false;  // answered from a port with software stamps
   uint64_t t3 = 0;
   const Ah* ah = nullptr;
   uint32_t remote_qpn = 0;
@@ -243,17 +244,7 @@ void UdMesh::AppendWaitFds(std::vector<pollfd>& fds) const {
   }
 }
 
-bool UdMesh::SoftwareAcksUnstamped() const {
-  for (const uint32_t pi : live_pending_) {
-    const Pending& pe = pending_[pi];
-    if (pe.ready) continue;
-    const Device& d = *devices_[pe.dev];
-    if (!d.dead && pe.port < d.ports.size() && d.ports[pe.port]->ts_source() == TsSource::kSoftware) {
-      return true;
-    }
-  }
-  return false;
-}
+bool UdMesh::SoftwareAcksUnstamped() const { return sw_unstamped_ > 0; }
 
 void UdMesh::AwaitAckStamps() {
   // With software stamps an ack's T4 is the poll that sees its send completion: a NIC completes
@@ -448,9 +439,10 @@ int64_t UdMesh::Step() {
   if (any_unchanneled) next = std::min(next, now + std::max<int64_t>(1, opts_.unchanneled_poll_ns));
   // A held report is due when its hold ends; an ack whose send completion is not in by then is
   // polled again every kReportWaitNs (never in a loop), and given up after kAckStampLimitNs.
-  const int64_t hold = ReportHoldNs();
-  for (const uint32_t pi : live_pending_) {
-    const Pending& pe = pending_[pi];
+  // live_pending_ is in answer order: the first entry's hold ends first.
+  if (!live_pending_.empty()) {
+    const Pending& pe = pending_[live_pending_.front()];
+    const int64_t hold = ReportHoldNs();
     next = std::min(next, pe.ready ? pe.answered + hold
                                    : std::max(pe.answered + hold, now + kReportWaitNs));
   }
@@ -709,6 +701,8 @@ void UdMesh::OnProbe(size_t dev, size_t port, UdPort& p, int qp, const UdMessage
   pe.port = port;
   pe.qp = qp;
   pe.answered = clock_.MonotonicNanos();
+  pe.software = p.ts_source() == TsSource::kSoftware;
+  if (pe.software) ++sw_unstamped_;
   UdMessage ack = MessageFrom(p, UdType::kAck, m.seq, m.flow);
   WriteUdMessage(ack, p.SendBuffer(slot));
   Status st = p.PostSend(qp, slot, *ah, m.src_qpn, kProbeQkey,
@@ -728,8 +722,14 @@ int64_t UdMesh::ReportHoldNs() const {
 }
 
 void UdMesh::ReleasePending(uint32_t pi) {
-  pending_[pi].in_use = false;
-  pending_[pi].ready = false;
+  Pending& pe = pending_[pi];
+  if (pe.ready) {
+    --ready_count_;
+  } else if (pe.software) {
+    --sw_unstamped_;
+  }
+  pe.in_use = false;
+  pe.ready = false;
   free_pending_.push_back(pi);
   const auto it = std::find(live_pending_.begin(), live_pending_.end(), pi);
   if (it != live_pending_.end()) live_pending_.erase(it);
@@ -763,6 +763,7 @@ void UdMesh::SendReport(uint32_t pi) {
 }
 
 void UdMesh::SendReportsWithAck(uint32_t ack) {
+  if (ready_count_ == 0) return;
   const Pending a = pending_[ack];
   for (size_t i = 0; i < live_pending_.size();) {
     const uint32_t pi = live_pending_[i];
@@ -780,6 +781,10 @@ void UdMesh::SendReportsWithAck(uint32_t ack) {
 
 void UdMesh::FlushReports(int64_t now, bool all) {
   const int64_t hold = ReportHoldNs();
+  // In answer order: when the oldest's hold has not ended, no other's has.
+  if (live_pending_.empty() || (!all && now < pending_[live_pending_.front()].answered + hold)) {
+    return;
+  }
   for (size_t i = 0; i < live_pending_.size();) {
     const uint32_t pi = live_pending_[i];
     const Pending& pe = pending_[pi];
@@ -810,6 +815,8 @@ void UdMesh::OnAckSent(size_t dev, size_t port, UdPort& p, const WorkCompletion&
   // The turnaround on this NIC's clock (T4 - T3); the report carrying it waits in the hold.
   pe.turnaround = SpanNs(p, pe.t3, Stamp(p, wc, now));
   pe.ready = true;
+  ++ready_count_;
+  if (pe.software) --sw_unstamped_;
 }
 
 void UdMesh::OnAck(size_t dev, size_t port, const UdMessage& m, uint64_t t5, int64_t now) {

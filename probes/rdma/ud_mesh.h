@@ -207,6 +207,8 @@ class UdMesh {
   std::vector<Pending> pending_;  // responder: acks in flight
   std::vector<uint32_t> free_pending_;
   std::vector<uint32_t> live_pending_;  // in use, in the order answered
+  size_t ready_count_ = 0;              // of those, with their report ready
+  size_t sw_unstamped_ = 0;             // of those, software-stamped without their send stamp
   uint64_t next_seq_ = 1;
   uint16_t generation_ = 0;
   uint64_t endpoints_version_ = 1;
