@@ -27,13 +27,13 @@ namespace {
 // HTTP workers and how long each waits for a request. civetweb keeps a connection on one worker
 // until it ends, so a client that sends its request slowly, or never, holds a worker until the
 // request timeout. The agent serves one scraper and its own watchdog's /healthz with small answers
-// (a write to a reader on the fabric's network takes well under a second), so it keeps 3 workers
-// and a 1 s timeout: each slow client (a port scanner, a half-open connection) costs a worker at
-// most 1 s, and N of them delay a scrape by at most ceil(N / 3) s instead of taking the port for
-// 5 s each. BadInputTest holds five such clients on the agent's port and wants /metrics within
-// 2 s. Idle workers cost a thread each and no CPU (docs/performance.md).
-constexpr int kHttpWorkers = 3;
-constexpr int kHttpRequestTimeoutMs = 1000;
+// that fit a socket's send buffer, and a client on the fabric's network sends its request within
+// milliseconds of connecting, so one worker with a 250 ms timeout serves them: N slow clients (a
+// port scanner, half-open connections) delay a scrape by at most N x 250 ms, less than the
+// ceil(N / 3) s of three workers with a 1 s timeout, and two threads fewer (docs/performance.md).
+// BadInputTest holds five such clients on the agent's port and wants /metrics within 2 s.
+constexpr int kHttpWorkers = 1;
+constexpr int kHttpRequestTimeoutMs = 250;
 
 std::string Hostname() {
   char buf[256] = {};
