@@ -177,8 +177,8 @@ int WaitForTerminationWithWatchdog(const ServiceNotifier& notifier,
       next_work = work->run();
       continue;
     }
-    const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(
-        std::min(next, next_work) - now);
+    const auto wait =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::min(next, next_work) - now);
     if (work == nullptr) {
       timespec ts{};
       ts.tv_sec = static_cast<time_t>(wait.count() / 1'000'000'000);
@@ -223,8 +223,8 @@ int RunAsNotifyService(std::string_view status, const std::function<bool(int tim
   const std::chrono::microseconds watchdog = WatchdogInterval();
   notifier.NotifyOrLog("READY=1\nSTATUS=" + std::string(status));
   const int check_ms = static_cast<int>(std::clamp<int64_t>(watchdog.count() / 8000, 100, 5000));
-  const int sig =
-      WaitForTerminationWithWatchdog(notifier, watchdog, [&] { return alive(check_ms); }, work);
+  const int sig = WaitForTerminationWithWatchdog(
+      notifier, watchdog, [&] { return alive(check_ms); }, work);
   notifier.NotifyOrLog("STOPPING=1\nSTATUS=shutting down");
   return sig;
 }

@@ -252,8 +252,8 @@ TEST(WatchdogLoopTest, RunsTheWorkWhenDueAndWhenWokenBesideThePings) {
                    },
                    wake};
   SignalWaitThread loop([&] {
-    return WaitForTerminationWithWatchdog(n, std::chrono::milliseconds(200), [] { return true; },
-                                          &work);
+    return WaitForTerminationWithWatchdog(
+        n, std::chrono::milliseconds(200), [] { return true; }, &work);
   });
   EXPECT_EQ(listener.Receive(1000), "WATCHDOG=1");
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);

@@ -475,9 +475,10 @@ std::chrono::steady_clock::time_point Agent::NextReportDue() {
   if (report_now_) return std::chrono::steady_clock::time_point::min();
   // The next batch is due by the plan's report interval, or sooner when an urgent result waits
   // (batch_now_: BatchPacer).
-  return probes_ ? std::min(report_.next_pass, BatchPacer::Due(report_.last_batch,
-                                                               probes_->BatchInterval(), batch_now_))
-                 : report_.next_pass;
+  return probes_
+             ? std::min(report_.next_pass,
+                        BatchPacer::Due(report_.last_batch, probes_->BatchInterval(), batch_now_))
+             : report_.next_pass;
 }
 
 void Agent::ReportLoop() {
@@ -503,8 +504,7 @@ std::chrono::steady_clock::time_point Agent::RunReportWork() {
   report_now_ = false;
   auto now = std::chrono::steady_clock::now();
   const bool batch =
-      probes_ &&
-      now >= BatchPacer::Due(report_.last_batch, probes_->BatchInterval(), batch_now_);
+      probes_ && now >= BatchPacer::Due(report_.last_batch, probes_->BatchInterval(), batch_now_);
   if (batch) batch_now_ = false;
   lock.Unlock();
   if (batch) {

@@ -154,7 +154,7 @@ class Agent {
   CondVar report_cv_;
   bool report_now_ FW_GUARDED_BY(report_mu_) = false;
   bool batch_now_ FW_GUARDED_BY(report_mu_) = false;  // a requested burst's result waits
-  int report_wake_fd_ = -1;                            // eventfd, kCaller only
+  int report_wake_fd_ = -1;                           // eventfd, kCaller only
   // The report loop's own state; only the thread running RunReportWork() touches it.
   struct ReportState {
     uint64_t last_seq = 0;

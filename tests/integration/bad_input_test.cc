@@ -112,10 +112,9 @@ TEST(BadInputTest, GarbageAndSlowClientsOnBothPortsCrashNothingAndHangNobody) {
   // "fw-report"). A collective job may add its own threads for a while; they are not counted.
   const std::map<std::string, int> steady = {
       {"fabricwatch-age", 1}, {"civetweb-master", 1}, {"civetweb-worker", 1},
-      {"fw-uplink", 1},       {"fw-sched-slow", 1},
-      {"fw-path-trace", 1},   {"fw-udp-prober", 1},   {"fw-responder", 1},
-      {"fw-grpc-ee", 1},      {"default-executo", 1}, {"resolver-execut", 1},
-      {"grpc_global_tim", 2}};
+      {"fw-uplink", 1},       {"fw-sched-slow", 1},   {"fw-path-trace", 1},
+      {"fw-udp-prober", 1},   {"fw-responder", 1},    {"fw-grpc-ee", 1},
+      {"default-executo", 1}, {"resolver-execut", 1}, {"grpc_global_tim", 2}};
   const std::map<std::string, int> threads = ThreadNames(fleet.agents_["node-a"]->pid());
   int counted = 0;
   std::string listing;
