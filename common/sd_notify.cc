@@ -1,6 +1,8 @@
 // sd_notify(3) over a plain AF_UNIX datagram socket, and a signal wait that feeds the watchdog.
 #include "common/sd_notify.h"
 
+#include <poll.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -11,6 +13,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "common/log.h"
 
@@ -119,20 +122,38 @@ std::chrono::microseconds WatchdogInterval() {
 
 int WaitForTerminationWithWatchdog(const ServiceNotifier& notifier,
                                    std::chrono::microseconds watchdog,
-                                   const std::function<bool()>& alive) {
+                                   const std::function<bool()>& alive, const ServiceWork* work) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
-  if (watchdog.count() <= 0) {
+  if (watchdog.count() <= 0 && work == nullptr) {
     int sig = 0;
     while (sigwait(&set, &sig) != 0) {
     }
     return sig;
   }
+  // With work, the wait also watches the work's wake fd, so the signals come through a signalfd.
+  // Without one (out of descriptors) a signal is seen at the next work or watchdog time.
+  int sfd = -1;
+  if (work != nullptr) {
+    sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sfd < 0) {
+      spdlog::warn("msg=\"signalfd failed; SIGTERM is seen at the next periodic wakeup\" error={}",
+                   LogQuote(std::strerror(errno)));
+    }
+  }
+  struct CloseFd {
+    int fd;
+    ~CloseFd() {
+      if (fd >= 0) close(fd);
+    }
+  } close_sfd{sfd};
   using Clock = std::chrono::steady_clock;
   const auto step = std::chrono::duration_cast<Clock::duration>(watchdog) / 4;
-  auto next = Clock::now();  // the first ping goes out at once: READY=1 has just been sent
+  // The first ping goes out at once: READY=1 has just been sent.
+  auto next = watchdog.count() > 0 ? Clock::now() : Clock::time_point::max();
+  auto next_work = work != nullptr ? Clock::now() : Clock::time_point::max();
   bool was_alive = true;
   for (;;) {
     const auto now = Clock::now();
@@ -152,24 +173,58 @@ int WaitForTerminationWithWatchdog(const ServiceNotifier& notifier,
       if (next <= Clock::now()) next = Clock::now() + step;  // alive() overran: don't burst
       continue;
     }
-    const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(next - now);
-    timespec ts{};
-    ts.tv_sec = static_cast<time_t>(wait.count() / 1'000'000'000);
-    ts.tv_nsec = static_cast<long>(wait.count() % 1'000'000'000);
-    int sig = sigtimedwait(&set, nullptr, &ts);
-    if (sig > 0) return sig;
-    // EAGAIN: the period elapsed; EINTR: another signal's handler ran. Both loop.
+    if (now >= next_work) {
+      next_work = work->run();
+      continue;
+    }
+    const auto wait =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::min(next, next_work) - now);
+    if (work == nullptr) {
+      timespec ts{};
+      ts.tv_sec = static_cast<time_t>(wait.count() / 1'000'000'000);
+      ts.tv_nsec = static_cast<long>(wait.count() % 1'000'000'000);
+      int sig = sigtimedwait(&set, nullptr, &ts);
+      if (sig > 0) return sig;
+      // EAGAIN: the period elapsed; EINTR: another signal's handler ran. Both loop.
+      continue;
+    }
+    pollfd fds[2] = {{sfd, POLLIN, 0}, {work->wake_fd, POLLIN, 0}};  // poll skips fd -1
+    // Rounded up, so that the work is not called a moment early and the wait spun.
+    const int64_t ms = std::min<int64_t>((wait.count() + 999'999) / 1'000'000, 3'600'000);
+    if (poll(fds, 2, static_cast<int>(ms)) < 0 && errno != EINTR) {
+      spdlog::error("msg=\"poll failed in the service loop\" error={}",
+                    LogQuote(std::strerror(errno)));
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));  // no spin on a broken poll
+    }
+    if (sfd >= 0 && (fds[0].revents & POLLIN) != 0) {
+      signalfd_siginfo si{};
+      if (read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+        return static_cast<int>(si.ssi_signo);
+      }
+    } else if (sfd < 0) {
+      timespec zero{};
+      int sig = sigtimedwait(&set, nullptr, &zero);
+      if (sig > 0) return sig;
+    }
+    if ((fds[1].revents & POLLIN) != 0) {
+      uint64_t wakes = 0;
+      if (read(work->wake_fd, &wakes, sizeof wakes) < 0) {
+        // EAGAIN: another read took it first; the work runs now either way.
+      }
+      next_work = Clock::now();
+    }
   }
 }
 
-int RunAsNotifyService(std::string_view status, const std::function<bool(int timeout_ms)>& alive) {
+int RunAsNotifyService(std::string_view status, const std::function<bool(int timeout_ms)>& alive,
+                       const ServiceWork* work) {
   // Both read the environment before anything is sent, so what they see is what we started with.
   ServiceNotifier notifier;
   const std::chrono::microseconds watchdog = WatchdogInterval();
   notifier.NotifyOrLog("READY=1\nSTATUS=" + std::string(status));
   const int check_ms = static_cast<int>(std::clamp<int64_t>(watchdog.count() / 8000, 100, 5000));
-  const int sig =
-      WaitForTerminationWithWatchdog(notifier, watchdog, [&] { return alive(check_ms); });
+  const int sig = WaitForTerminationWithWatchdog(
+      notifier, watchdog, [&] { return alive(check_ms); }, work);
   notifier.NotifyOrLog("STOPPING=1\nSTATUS=shutting down");
   return sig;
 }

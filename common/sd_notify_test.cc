@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <pthread.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -233,6 +234,47 @@ TEST(WatchdogLoopTest, NoWatchdogJustWaitsForTheSignal) {
   EXPECT_EQ(listener.Receive(300), std::nullopt);
   EXPECT_EQ(loop.Terminate(), SIGTERM);
   EXPECT_EQ(checks.load(), 0);
+}
+
+// The agent's report loop rides on this wait (ServiceWork): it runs when due, at once when its
+// eventfd is written, beside the watchdog pings, and SIGTERM still ends the wait.
+TEST(WatchdogLoopTest, RunsTheWorkWhenDueAndWhenWokenBesideThePings) {
+  NotifyListener listener("@" + UniqueName());
+  ServiceNotifier n(listener.name());
+  const int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  ASSERT_GE(wake, 0);
+  std::atomic<int> runs{0};
+  std::atomic<bool> soon{true};  // due again in 20 ms, else in an hour (only a wake runs it)
+  ServiceWork work{[&] {
+                     ++runs;
+                     return std::chrono::steady_clock::now() +
+                            (soon ? std::chrono::milliseconds(20) : std::chrono::hours(1));
+                   },
+                   wake};
+  SignalWaitThread loop([&] {
+    return WaitForTerminationWithWatchdog(
+        n, std::chrono::milliseconds(200), [] { return true; }, &work);
+  });
+  EXPECT_EQ(listener.Receive(1000), "WATCHDOG=1");
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (runs < 5 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(runs.load(), 5) << "work due every 20 ms";
+  soon = false;
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the last 20 ms run is over
+  const int before = runs;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(runs.load(), before) << "not due, not woken";
+  EXPECT_EQ(listener.Receive(1000), "WATCHDOG=1") << "pings go on between the runs";
+  ASSERT_EQ(eventfd_write(wake, 1), 0);
+  const auto woken = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (runs == before && std::chrono::steady_clock::now() < woken) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(runs.load(), before + 1) << "one run per wake";
+  EXPECT_EQ(loop.Terminate(), SIGTERM);
+  close(wake);
 }
 
 TEST(RunAsNotifyServiceTest, ReadyThenWatchdogThenStopping) {

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -27,13 +28,13 @@ namespace {
 // HTTP workers and how long each waits for a request. civetweb keeps a connection on one worker
 // until it ends, so a client that sends its request slowly, or never, holds a worker until the
 // request timeout. The agent serves one scraper and its own watchdog's /healthz with small answers
-// (a write to a reader on the fabric's network takes well under a second), so it keeps 3 workers
-// and a 1 s timeout: each slow client (a port scanner, a half-open connection) costs a worker at
-// most 1 s, and N of them delay a scrape by at most ceil(N / 3) s instead of taking the port for
-// 5 s each. BadInputTest holds five such clients on the agent's port and wants /metrics within
-// 2 s. Idle workers cost a thread each and no CPU (docs/performance.md).
-constexpr int kHttpWorkers = 3;
-constexpr int kHttpRequestTimeoutMs = 1000;
+// that fit a socket's send buffer, and a client on the fabric's network sends its request within
+// milliseconds of connecting, so one worker with a 250 ms timeout serves them: N slow clients (a
+// port scanner, half-open connections) delay a scrape by at most N x 250 ms, less than the
+// ceil(N / 3) s of three workers with a 1 s timeout, and two threads fewer (docs/performance.md).
+// BadInputTest holds five such clients on the agent's port and wants /metrics within 2 s.
+constexpr int kHttpWorkers = 1;
+constexpr int kHttpRequestTimeoutMs = 250;
 
 std::string Hostname() {
   char buf[256] = {};
@@ -60,7 +61,10 @@ Agent::Agent(AgentOptions options)
   node_ = std::make_unique<NodeMetrics>(std::move(no), registry_, RealClock::Get());
 }
 
-Agent::~Agent() { Stop(); }
+Agent::~Agent() {
+  Stop();
+  if (report_wake_fd_ >= 0) close(report_wake_fd_);
+}
 
 v1::Hello Agent::MakeHello() const {
   v1::Hello h;
@@ -112,7 +116,11 @@ v1::Hello Agent::MakeHello() const {
   return h;
 }
 
-Status Agent::Start() {
+Status Agent::Start(ReportOn report_on) {
+  if (report_on == ReportOn::kCaller) {
+    report_wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (report_wake_fd_ < 0) return Status::Internal("eventfd for the report loop failed");
+  }
   // The first check and counter pass; after it the report loop samples (node_ gets no thread of
   // its own), so one thread wakes once per period and reports the pass it has just made.
   Status d = node_->SampleNow();
@@ -180,7 +188,7 @@ Status Agent::Start() {
     po.request_batch = [this] {
       MutexLock lock(report_mu_);
       batch_now_ = true;
-      report_cv_.NotifyAll();
+      WakeReport();
     };
     probes_ = std::make_unique<ProbeScheduler>(
         po, buffer_,
@@ -213,7 +221,7 @@ Status Agent::Start() {
       [this] {
         MutexLock lock(report_mu_);
         report_now_ = true;
-        report_cv_.NotifyAll();
+        WakeReport();
       });
   CollectiveRunnerOptions co;
   co.node = options_.node_name;
@@ -305,10 +313,20 @@ Status Agent::Start() {
   if (probes_) StartTracing();
   collective_->Start();
   uplink_->Start();
-  report_thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "fw-report");
-    ReportLoop();
-  });
+  {
+    const auto now = std::chrono::steady_clock::now();
+    report_.period = std::chrono::milliseconds(
+        static_cast<int64_t>(std::max(0.05, options_.sample_interval_s) * 1000));
+    report_.next_pass = now + report_.period;
+    report_.last_batch = now;
+    report_.last_report = now;
+  }
+  if (report_on == ReportOn::kOwnThread) {
+    report_thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "fw-report");
+      ReportLoop();
+    });
+  }
   if (options_.test_batches > 0) {
     test_thread_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "fw-test-batches");
@@ -448,76 +466,87 @@ void Agent::SendCheckReport() {
   uplink_->SendBestEffort(std::move(m));
 }
 
-// One thread for everything periodic and light: the probe results into batches every report
-// interval (sooner when an urgent result waits: BatchPacer), and every sample interval the
-// counter pass, the traces' packet budget, the counter batch and, when due, the check report.
-void Agent::ReportLoop() {
-  uint64_t last_seq = 0;
-  std::string findings, last_findings;  // kept across passes: no allocation once they are sized
-  auto last_report = std::chrono::steady_clock::now();
-  auto period = std::chrono::milliseconds(
-      static_cast<int64_t>(std::max(0.05, options_.sample_interval_s) * 1000));
-  auto next_pass = std::chrono::steady_clock::now() + period;
-  auto last_batch = std::chrono::steady_clock::now();
-  MutexLock lock(report_mu_);
+void Agent::WakeReport() {
+  report_cv_.NotifyAll();
+  if (report_wake_fd_ >= 0) (void)eventfd_write(report_wake_fd_, 1);
+}
+
+std::chrono::steady_clock::time_point Agent::NextReportDue() {
+  if (report_now_) return std::chrono::steady_clock::time_point::min();
   // The next batch is due by the plan's report interval, or sooner when an urgent result waits
   // (batch_now_: BatchPacer).
-  auto batch_due = [&]() FW_REQUIRES(report_mu_) {
-    return BatchPacer::Due(last_batch, probes_->BatchInterval(), batch_now_);
-  };
+  return probes_
+             ? std::min(report_.next_pass,
+                        BatchPacer::Due(report_.last_batch, probes_->BatchInterval(), batch_now_))
+             : report_.next_pass;
+}
+
+void Agent::ReportLoop() {
+  MutexLock lock(report_mu_);
   while (!stopping_) {
-    while (!stopping_ && !report_now_) {
-      const auto until = probes_ ? std::min(next_pass, batch_due()) : next_pass;
-      if (std::chrono::steady_clock::now() >= until) break;
+    const auto until = NextReportDue();
+    if (std::chrono::steady_clock::now() < until) {
       (void)report_cv_.WaitUntil(report_mu_, until);
-    }
-    if (stopping_) break;
-    bool forced = report_now_;
-    report_now_ = false;
-    auto now = std::chrono::steady_clock::now();
-    const bool batch = probes_ && now >= batch_due();
-    if (batch) batch_now_ = false;
-    lock.Unlock();
-    if (batch) {
-      probes_->BatchNow();
-      last_batch = now;
-    }
-    if (!forced && now < next_pass) {
-      lock.Lock();
       continue;
     }
-    // A forced report (a reconnect) sends the latest pass and keeps the sampling period.
-    if (now >= next_pass) {
+    lock.Unlock();
+    (void)RunReportWork();
+    lock.Lock();
+  }
+}
+
+// Everything periodic and light, on one thread: the probe results into batches every report
+// interval (sooner when an urgent result waits: BatchPacer), and every sample interval the
+// counter pass, the traces' packet budget, the counter batch and, when due, the check report.
+std::chrono::steady_clock::time_point Agent::RunReportWork() {
+  MutexLock lock(report_mu_);
+  const bool forced = report_now_;
+  report_now_ = false;
+  auto now = std::chrono::steady_clock::now();
+  const bool batch =
+      probes_ && now >= BatchPacer::Due(report_.last_batch, probes_->BatchInterval(), batch_now_);
+  if (batch) batch_now_ = false;
+  lock.Unlock();
+  if (batch) {
+    probes_->BatchNow();
+    report_.last_batch = now;
+  }
+  // A forced report (a reconnect) sends the latest pass and keeps the sampling period.
+  if (forced || now >= report_.next_pass) {
+    if (now >= report_.next_pass) {
       (void)node_->SampleNow();  // errors are logged and counted inside
-      next_pass = std::chrono::steady_clock::now() + period;
+      report_.next_pass = std::chrono::steady_clock::now() + report_.period;
     }
     PumpTraces();
     NodeSnapshot snap = node_->Latest();
-    if (snap.seq != last_seq && !snap.ports.empty()) {
-      last_seq = snap.seq;
+    if (snap.seq != report_.last_seq && !snap.ports.empty()) {
+      report_.last_seq = snap.seq;
       v1::AgentMessage m;
       *m.mutable_counter_batch() = CounterBatchToProto(snap);
       uplink_->SendBestEffort(std::move(m));
     }
+    std::string& findings = report_.findings;
     findings.clear();
     for (const Finding& f : snap.findings) {
       findings.append(f.kind).append(f.location.id).append(f.summary).push_back('\n');
     }
     now = std::chrono::steady_clock::now();
-    if (forced || findings != last_findings || now - last_report >= kCheckReportPeriod) {
-      findings.swap(last_findings);
-      last_report = now;
+    if (forced || findings != report_.last_findings ||
+        now - report_.last_report >= kCheckReportPeriod) {
+      findings.swap(report_.last_findings);
+      report_.last_report = now;
       SendCheckReport();
     }
-    lock.Lock();
   }
+  lock.Lock();
+  return NextReportDue();
 }
 
 void Agent::Stop() {
   if (stopping_.exchange(true)) return;
   {
     MutexLock lock(report_mu_);
-    report_cv_.NotifyAll();
+    WakeReport();
   }
   if (report_thread_.joinable()) report_thread_.join();
   if (test_thread_.joinable()) test_thread_.join();

@@ -78,8 +78,20 @@ class Agent {
  public:
   explicit Agent(AgentOptions options);
   ~Agent();
-  Status Start();
+  // Where the report loop (counter pass, batches, check reports) runs: on a thread of the agent's
+  // own ("fw-report"), or on the caller's, which then calls RunReportWork() whenever it is due or
+  // report_wake_fd() is readable (the daemon's main thread, between its signal and watchdog
+  // waits: one thread fewer, docs/performance.md).
+  enum class ReportOn { kOwnThread, kCaller };
+  Status Start(ReportOn report_on = ReportOn::kOwnThread);
   void Stop();
+  // kCaller only: does the report work that is due and returns when it is next due. One caller
+  // thread at a time.
+  std::chrono::steady_clock::time_point RunReportWork();
+  // kCaller only: an eventfd that becomes readable when report work is wanted before the time
+  // RunReportWork() returned (a reconnect, an urgent batch); the caller reads it (resets it)
+  // before calling RunReportWork(). -1 with kOwnThread.
+  int report_wake_fd() const { return report_wake_fd_; }
   int http_port() const { return http_ ? http_->port() : 0; }
   // The watchdog probe: this agent's own /healthz answers (over HTTPS with a TLS web config).
   bool HttpHealthy(int timeout_ms) const {
@@ -91,8 +103,14 @@ class Agent {
   fabricwatch::v1::Hello MakeHello() const;
   void TestBatchLoop();
   // Makes the counter pass every sample interval and sends its samples, and the check report when
-  // it changes, every kCheckReportPeriod, and after every (re)connect.
+  // it changes, every kCheckReportPeriod, and after every (re)connect: RunReportWork() whenever
+  // it is due, on fw-report (kOwnThread).
   void ReportLoop();
+  // When report work is next due: now when a report is forced, else the next counter pass or
+  // batch.
+  std::chrono::steady_clock::time_point NextReportDue() FW_REQUIRES(report_mu_);
+  // Wakes the report loop, wherever it runs; after a flag it reads was set under report_mu_.
+  void WakeReport() FW_REQUIRES(report_mu_);
   void SendCheckReport();
   // Starts path tracing beside the UDP prober when raw sockets are allowed (CAP_NET_RAW);
   // otherwise says so once and runs without.
@@ -136,6 +154,15 @@ class Agent {
   CondVar report_cv_;
   bool report_now_ FW_GUARDED_BY(report_mu_) = false;
   bool batch_now_ FW_GUARDED_BY(report_mu_) = false;  // a requested burst's result waits
+  int report_wake_fd_ = -1;                           // eventfd, kCaller only
+  // The report loop's own state; only the thread running RunReportWork() touches it.
+  struct ReportState {
+    uint64_t last_seq = 0;
+    std::string findings, last_findings;  // kept across passes: no allocation once they are sized
+    std::chrono::steady_clock::time_point last_report, next_pass, last_batch;
+    std::chrono::steady_clock::duration period{};
+  };
+  ReportState report_;
 };
 
 }  // namespace fw::agent

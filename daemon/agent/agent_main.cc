@@ -330,7 +330,8 @@ int main(int argc, char** argv) {
         agent.node_name(), fmt::format("{}", fmt::join(o.tls->names, ",")));
     return 3;
   }
-  fw::Status st = agent.Start();
+  // The report loop runs on this thread between its signal and watchdog waits (below).
+  fw::Status st = agent.Start(fw::agent::Agent::ReportOn::kCaller);
   if (!st.ok()) {
     spdlog::critical("msg=\"cannot start\" error=\"{}\"", st.message());
     return 3;
@@ -344,9 +345,12 @@ int main(int argc, char** argv) {
   // Every listener accepts now (Start() returned): READY=1 lets units ordered after this one
   // start. The watchdog is fed while this daemon's own /healthz answers over loopback, i.e. while
   // the HTTP workers that Prometheus and the probes' peers depend on still serve.
+  // The main thread also runs the report loop (counter pass, batches, check reports), so a slow
+  // self-check delays that work by at most its timeout.
   const std::string status = "serving: HTTP port " + std::to_string(agent.http_port());
-  int sig =
-      fw::RunAsNotifyService(status, [&](int timeout_ms) { return agent.HttpHealthy(timeout_ms); });
+  fw::ServiceWork report{[&] { return agent.RunReportWork(); }, agent.report_wake_fd()};
+  int sig = fw::RunAsNotifyService(
+      status, [&](int timeout_ms) { return agent.HttpHealthy(timeout_ms); }, &report);
   spdlog::info("msg=\"shutting down\" signal={}", sig);
   agent.Stop();
   return 0;

@@ -48,6 +48,10 @@ namespace {
 //   (OutboundBuffer) on a new stream instead.
 // - USE_LOCAL_SUBCHANNEL_POOL 1: each session's channel makes a connection of its own, never one
 //   from the process-wide pool that a previous session's channel may still hold.
+// - HTTP2_BDP_PROBE 0: gRPC's bandwidth-delay estimator pings the aggregator after data arrives,
+//   to grow the receive window for bulk transfers; the agent receives acks and plans, a few kB a
+//   second, so those pings (one every 1-2 s, each a timer wakeup here and a ping answered by the
+//   aggregator; strace of an agent, docs/performance.md) bought nothing.
 std::shared_ptr<grpc::Channel> MakeChannel(const Uplink::Options& o) {
   auto ms = [](double s) { return static_cast<int>(s * 1000); };
   grpc::ChannelArguments args;
@@ -57,6 +61,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const Uplink::Options& o) {
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   return grpc::CreateCustomChannel(o.aggregator, tls::ChannelCredentials(o.tls), args);
 }
 

@@ -8,6 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <random>
 #include <regex>
 #include <thread>
@@ -80,6 +83,19 @@ double MetricValue(const std::string& metrics, const std::string& series) {
   return std::strtod(metrics.c_str() + pos + line.size(), nullptr);
 }
 
+// Thread names (/proc/PID/task/*/comm, 15 characters at most) of a running process, with counts.
+std::map<std::string, int> ThreadNames(pid_t pid) {
+  std::map<std::string, int> names;
+  std::error_code ec;
+  for (const auto& t :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::ifstream in(t.path() / "comm");
+    std::string name;
+    if (std::getline(in, name)) ++names[name];
+  }
+  return names;
+}
+
 TEST(BadInputTest, GarbageAndSlowClientsOnBothPortsCrashNothingAndHangNobody) {
   TempDir dir;
   Fleet fleet(dir);
@@ -91,13 +107,35 @@ TEST(BadInputTest, GarbageAndSlowClientsOnBothPortsCrashNothingAndHangNobody) {
   int agg_http = std::stoi(fleet.http_.substr(fleet.http_.rfind(':') + 1));
   std::string agent_addr = "127.0.0.1:" + std::to_string(agent_http);
 
+  // The agent's steady threads (docs/performance.md): one HTTP worker, so the slow clients below
+  // are what that one worker must survive, and the report loop on the main thread (no
+  // "fw-report"). A collective job may add its own threads for a while; they are not counted.
+  const std::map<std::string, int> steady = {
+      {"fabricwatch-age", 1}, {"civetweb-master", 1}, {"civetweb-worker", 1},
+      {"fw-uplink", 1},       {"fw-sched-slow", 1},   {"fw-path-trace", 1},
+      {"fw-udp-prober", 1},   {"fw-responder", 1},    {"fw-grpc-ee", 1},
+      {"default-executo", 1}, {"resolver-execut", 1}, {"grpc_global_tim", 2}};
+  const std::map<std::string, int> threads = ThreadNames(fleet.agents_["node-a"]->pid());
+  int counted = 0;
+  std::string listing;
+  for (const auto& [name, n] : threads) {
+    listing += name + " x" + std::to_string(n) + "; ";
+    if (auto it = steady.find(name); it != steady.end()) {
+      EXPECT_LE(n, it->second) << name << " in " << listing;
+      counted += n;
+    }
+  }
+  EXPECT_EQ(threads.count("civetweb-worker") ? threads.at("civetweb-worker") : 0, 1) << listing;
+  EXPECT_EQ(threads.count("fw-report"), 0u) << listing;
+  EXPECT_LE(counted, 13) << listing;
+
   std::mt19937 rng(20240601);
   Sockets held;
   // Slow clients that stay open for the rest of the test: a request cut off mid-header, a
   // connection that never says anything, an HTTP/2 preface that never finishes. On the
-  // aggregator the HTTP counts stay below its worker count (see http::Server); the agent has 3
-  // workers and a 1 s request timeout (daemon/agent/agent.cc), so its five slow clients are timed
-  // out two rounds at most before the /metrics below is served.
+  // aggregator the HTTP counts stay below its worker count (see http::Server); the agent has one
+  // worker and a 250 ms request timeout (daemon/agent/agent.cc), so its five slow clients hold it
+  // about 1.25 s in all before the /metrics below is served.
   for (int i = 0; i < 12; ++i) held.Open(agg_http, "GET /metrics HTTP/1.1\r\nHost: x\r\n");
   for (int i = 0; i < 8; ++i) held.Open(agg_http);
   for (int i = 0; i < 3; ++i) held.Open(agent_http, "GET /metrics HTTP/1.1\r\nHost: x\r\n");
