@@ -22,12 +22,35 @@ void BatchBuilder::SetStatic(const Flow& f, v1::Transport t, v1::ProbeResult* r)
 }
 
 void BatchBuilder::Fill(const std::vector<Flow>& flows, int64_t second, int64_t second_unix_ns,
-                        Rng& rng, v1::ProbeBatch& batch, int seconds) const {
-  if (encoding_ == BatchEncoding::kColumns || seconds > 1) {
-    FillColumns(flows, second, second_unix_ns, rng, batch, std::max(1, seconds));
-  } else {
-    FillResults(flows, second, second_unix_ns, rng, batch);
+                        Rng& rng, v1::ProbeBatch& batch, int seconds, uint64_t* layout) const {
+  bool rebuild = false;
+  if (layout != nullptr) {
+    const uint64_t key = LayoutKey(flows, seconds);
+    rebuild = key != *layout;
+    *layout = key;
   }
+  if (encoding_ == BatchEncoding::kColumns || seconds > 1) {
+    FillColumns(flows, second, second_unix_ns, rng, batch, std::max(1, seconds), rebuild);
+  } else {
+    FillResults(flows, second, second_unix_ns, rng, batch, rebuild);
+  }
+}
+
+uint64_t BatchBuilder::LayoutKey(const std::vector<Flow>& flows, int seconds) {
+  // FNV-1a over what the static fields hold.
+  uint64_t h = 0xcbf29ce484222325ULL;
+  auto mix = [&h](uint64_t v) {
+    h ^= v;
+    h *= 0x100000001b3ULL;
+  };
+  mix(static_cast<uint64_t>(seconds));
+  mix(flows.size());
+  for (const Flow& f : flows) {
+    mix(f.dst_host);
+    mix(uint64_t{f.rail} << 32 | uint64_t{f.src_port} << 16);
+    mix(f.flow_id);
+  }
+  return h == 0 ? 1 : h;
 }
 
 void BatchBuilder::BuildColumns(const std::vector<Flow>& flows, int slots, int seconds,
@@ -71,11 +94,11 @@ void BatchBuilder::BuildColumns(const std::vector<Flow>& flows, int slots, int s
 
 void BatchBuilder::FillColumns(const std::vector<Flow>& flows, int64_t last_second,
                                int64_t last_second_unix_ns, Rng& rng, v1::ProbeBatch& batch,
-                               int seconds) const {
+                               int seconds, bool rebuild) const {
   const int n = static_cast<int>(flows.size());
   const int slots = n > 0 ? bandwidth_slots_ : 0;
   v1::ProbeColumns& c = *batch.mutable_columns();
-  if (c.peer_size() != (n + slots) * seconds) BuildColumns(flows, slots, seconds, c);
+  if (rebuild || c.peer_size() != (n + slots) * seconds) BuildColumns(flows, slots, seconds, c);
   const int64_t spacing_ns = n > 0 ? 1'000'000'000 / n : 0;
   int64_t prev_sent = 0;
   for (int block = 0; block < seconds; ++block) {
@@ -116,10 +139,11 @@ void BatchBuilder::FillColumns(const std::vector<Flow>& flows, int64_t last_seco
 }
 
 void BatchBuilder::FillResults(const std::vector<Flow>& flows, int64_t second,
-                               int64_t second_unix_ns, Rng& rng, v1::ProbeBatch& batch) const {
+                               int64_t second_unix_ns, Rng& rng, v1::ProbeBatch& batch,
+                               bool rebuild) const {
   const int n = static_cast<int>(flows.size());
   const int slots = n > 0 ? bandwidth_slots_ : 0;
-  if (batch.results_size() != n + slots) {
+  if (rebuild || batch.results_size() != n + slots) {
     batch.clear_results();
     for (int i = 0; i < n; ++i) {
       SetStatic(flows[static_cast<size_t>(i)], v1::TRANSPORT_UDP, batch.add_results());

@@ -34,15 +34,22 @@ class BatchBuilder {
   // `batch`: one UDP result per flow, then the bandwidth slots. The first call for a batch builds
   // the static fields (names, ports); later calls rewrite only what changes. `seconds` > 1 (columns
   // only): the batch holds the `seconds` seconds that end with `second`, one block each, as an
-  // agent paced to send every `seconds` seconds does.
+  // agent paced to send every `seconds` seconds does. `layout`, when not null, is the caller's key
+  // of the flows `batch`'s static fields were built for: they are rebuilt when `flows` differ from
+  // them (a list that changes from batch to batch at the same length, as plans with fractional or
+  // raised rates give), and the key updated. Without it they are rebuilt only when the row count
+  // changes, which is enough for a flow list that never changes.
   void Fill(const std::vector<Flow>& flows, int64_t second, int64_t second_unix_ns, Rng& rng,
-            fabricwatch::v1::ProbeBatch& batch, int seconds = 1) const;
+            fabricwatch::v1::ProbeBatch& batch, int seconds = 1, uint64_t* layout = nullptr) const;
+
+  // The key of `flows`' static fields in a batch of `seconds` blocks (0 is never a key).
+  static uint64_t LayoutKey(const std::vector<Flow>& flows, int seconds);
 
  private:
   void FillResults(const std::vector<Flow>& flows, int64_t second, int64_t second_unix_ns, Rng& rng,
-                   fabricwatch::v1::ProbeBatch& batch) const;
+                   fabricwatch::v1::ProbeBatch& batch, bool rebuild) const;
   void FillColumns(const std::vector<Flow>& flows, int64_t second, int64_t second_unix_ns, Rng& rng,
-                   fabricwatch::v1::ProbeBatch& batch, int seconds) const;
+                   fabricwatch::v1::ProbeBatch& batch, int seconds, bool rebuild) const;
   // Builds the name table and the columns that stay fixed for this agent's flows, `seconds`
   // blocks of them.
   void BuildColumns(const std::vector<Flow>& flows, int slots, int seconds,

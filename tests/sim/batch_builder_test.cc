@@ -102,5 +102,33 @@ TEST_F(BatchBuilderTest, ColumnsCarryTheSameResultsAndAreRewrittenInPlace) {
   EXPECT_EQ(b.columns().src_port(static_cast<int>(flows.size())), flows[2].src_port);
 }
 
+// A flow list that changes at the same length (a plan's fractional rates pick other flows each
+// second) gets its own names with a layout key; without one the first list's names stayed.
+TEST_F(BatchBuilderTest, ALayoutKeyRebuildsTheNamesOfAnotherListOfTheSameLength) {
+  BatchBuilder cols(*tree, *model, 0, BatchEncoding::kColumns);
+  const auto& flows = plan[9];
+  ASSERT_GE(flows.size(), 4u);
+  const std::vector<Flow> first(flows.begin(), flows.begin() + 2);
+  const std::vector<Flow> second(flows.end() - 2, flows.end());
+  ASSERT_NE(first[0].dst_host, second[0].dst_host);
+  fabricwatch::v1::ProbeBatch b;
+  Rng rng(3);
+  uint64_t layout = 0;
+  cols.Fill(first, 0, 1'000'000'000'000, rng, b, 1, &layout);
+  const uint64_t first_key = layout;
+  cols.Fill(second, 1, 1'000'000'001'000, rng, b, 1, &layout);
+  EXPECT_NE(layout, first_key);
+  const auto& c = b.columns();
+  ASSERT_EQ(c.peer_size(), 2);
+  const std::string& peer = tree->NodeName(static_cast<int>(second[0].dst_host));
+  EXPECT_EQ(c.names().substr(0, c.name_lengths(static_cast<int>(c.peer(0)))), peer);
+  EXPECT_EQ(c.flow_id(1), second[1].flow_id);
+  EXPECT_EQ(c.src_port(1), second[1].src_port);
+  // The same list again keeps the built fields.
+  const char* names_before = c.names().data();
+  cols.Fill(second, 2, 1'000'000'002'000, rng, b, 1, &layout);
+  EXPECT_EQ(b.columns().names().data(), names_before);
+}
+
 }  // namespace
 }  // namespace fw::sim

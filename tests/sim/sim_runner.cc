@@ -4,10 +4,13 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <set>
@@ -19,6 +22,7 @@
 #include "tests/sim/agent_pool.h"
 #include "tests/sim/batch_builder.h"
 #include "tests/sim/link_model.h"
+#include "tests/sim/plan_follower.h"
 #include "tests/sim/run_report.h"
 
 namespace fw::sim {
@@ -124,67 +128,6 @@ class FindingsPoller {
   CondVar cv_;
   bool stop_ FW_GUARDED_BY(mu_) = false;
   std::thread thread_;
-};
-
-// What each simulated agent's latest plan asks beyond its base: escalation overlays raise the rate
-// of the flows toward a peer, and trace requests ask for those flows' paths again. Plans arrive on
-// gRPC threads; the generator reads per agent between its batches.
-class PlanFollower {
- public:
-  PlanFollower(const FatTree& tree, int agents)
-      : tree_(tree), agents_(static_cast<size_t>(agents)) {}
-
-  void OnPlan(int agent, const v1::ProbePlan& plan) {
-    // The base is the plan's median per-flow UDP rate: escalations raise a few peers only.
-    std::vector<double> rates;
-    for (const v1::PlannedPeer& p : plan.peers()) {
-      if (p.transport() == v1::TRANSPORT_UDP && p.rate_pps() > 0) rates.push_back(p.rate_pps());
-    }
-    std::unordered_map<int, double> factors;
-    if (!rates.empty()) {
-      std::nth_element(rates.begin(), rates.begin() + static_cast<std::ptrdiff_t>(rates.size() / 2),
-                       rates.end());
-      const double base = rates[rates.size() / 2];
-      for (const v1::PlannedPeer& p : plan.peers()) {
-        if (p.transport() != v1::TRANSPORT_UDP || p.rate_pps() <= base * 1.01) continue;
-        if (auto h = tree_.FindHost(p.node())) factors[*h] = p.rate_pps() / base;
-      }
-    }
-    std::vector<int> retrace;
-    Agent& a = agents_[static_cast<size_t>(agent)];
-    MutexLock lock(a.mu);
-    for (const v1::TraceRequest& r : plan.trace_requests()) {
-      if (!a.trace_ids.insert(r.id()).second) continue;
-      if (auto h = tree_.FindHost(r.peer())) a.retrace.insert(*h);
-    }
-    a.factors = std::move(factors);
-    a.report_ms = plan.report_interval_ms();
-    a.plans++;
-  }
-
-  // The rate factor per destination host (absent: 1) and the peers to trace again (taken).
-  // And the report interval its last plan set (0: none).
-  void Take(int agent, std::unordered_map<int, double>* factors, std::set<int>* retrace,
-            uint32_t* report_ms) {
-    Agent& a = agents_[static_cast<size_t>(agent)];
-    MutexLock lock(a.mu);
-    *report_ms = a.report_ms;
-    *factors = a.factors;
-    retrace->merge(a.retrace);
-    a.retrace.clear();
-  }
-
- private:
-  struct Agent {
-    Mutex mu;
-    std::unordered_map<int, double> factors FW_GUARDED_BY(mu);
-    std::set<int> retrace FW_GUARDED_BY(mu);
-    std::set<uint64_t> trace_ids FW_GUARDED_BY(mu);
-    uint64_t plans FW_GUARDED_BY(mu) = 0;
-    uint32_t report_ms FW_GUARDED_BY(mu) = 0;
-  };
-  const FatTree& tree_;
-  std::vector<Agent> agents_;
 };
 
 // Adds the trace a TTL-limited trace of `switches` would give, silent where the switch does not
@@ -370,10 +313,16 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
   v1::PathTraceReport traces;
   uint64_t traces_sent = 0, retraces_sent = 0;
   // Escalation: results the base plan asks for and those the raised rates add.
-  uint64_t base_results = 0, extra_results = 0, peak_extra = 0, extra_this_second = 0;
-  uint64_t base_this_second = 0, escalated_agent_seconds = 0;
-  std::unordered_map<int, double> factors;
+  // Counted as the rates' expectations (plans' rates may be fractional), rounded when reported.
+  double base_results = 0, extra_results = 0, peak_extra = 0, extra_this_second = 0;
+  double base_this_second = 0;
+  uint64_t escalated_agent_seconds = 0, sent_results = 0;
+  // What the plans ask of the simulated flows per second, summed over the fleet in the last second.
+  double planned_last_second = 0;
+  std::shared_ptr<const FollowedRates> rates;
   std::vector<Flow> expanded;
+  // Per agent: the key of the flows its batch's static fields hold (BatchBuilder::Fill).
+  std::vector<uint64_t> layout(static_cast<size_t>(tree.hosts()), 0);
   // Report pacing: the seconds of results each agent holds, not yet sent.
   std::vector<int> held(static_cast<size_t>(tree.hosts()), 0);
   uint32_t report_ms = 0;
@@ -392,7 +341,7 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
       for (int i = k; i < tree.hosts(); i += slots) {
         const auto& flows = plan[static_cast<size_t>(i)];
         const auto ui = static_cast<size_t>(i);
-        follower.Take(i, &factors, &retrace[ui], &report_ms);
+        follower.Take(i, &rates, &retrace[ui], &report_ms);
         if (tracing && (trace_all[ui] || !retrace[ui].empty())) {
           BuildTraces(tree, flows, answered[ui], silent, trace_all[ui] ? nullptr : &retrace[ui],
                       second_ns, traces);
@@ -402,40 +351,32 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
             retrace[ui].clear();
           }
         }
-        const std::vector<Flow>* send = &flows;
-        uint64_t extra = 0;
-        if (!factors.empty()) {
-          // A raised rate of x gives floor(x) probes per flow and second, one more with
-          // probability frac(x).
-          expanded.clear();
-          for (const Flow& f : flows) {
-            int copies = 1;
-            if (auto it = factors.find(static_cast<int>(f.dst_host)); it != factors.end()) {
-              copies = static_cast<int>(it->second);
-              if (rng.Uniform() < it->second - copies) ++copies;
-            }
-            for (int c = 0; c < copies; ++c) expanded.push_back(f);
-          }
-          extra = expanded.size() - flows.size();
-          send = &expanded;
+        // Each flow probes at its plan's rate (ExpandFlows). An agent sends what it holds every
+        // `every` seconds (agents spread over the phases), and at once when it holds bad news
+        // (drawn with the chance that this second's probes lose one) or escalated flows' results.
+        const bool raised = std::any_of(flows.begin(), flows.end(),
+                                        [&](const Flow& f) { return rates->Raised(f); });
+        if (t == seconds - 1) {
+          for (const Flow& f : flows) planned_last_second += rates->RateOf(f);
         }
-        // An agent sends what it holds every `every` seconds (agents spread over the phases), and
-        // at once when it holds bad news (drawn with the chance that this second's probes lose
-        // one) or escalated flows' results.
         const int every = options.batch_seconds > 0
                               ? options.batch_seconds
                               : std::max(1, static_cast<int>((report_ms + 500) / 1000));
         const int hold = ++held[ui];
-        const bool due = (t + i) % every == every - 1 || hold >= every || extra > 0 ||
+        const bool due = (t + i) % every == every - 1 || hold >= every || raised ||
                          rng.Uniform() >= model.AllAnsweredProbability(flows);
         if (due) {
           held[ui] = 0;
-          if (pool->SendBatch(i, [&](v1::ProbeBatch& b) {
-                builder.Fill(*send, t, second_ns, rng, b, hold);
+          double base = 0, extra = 0;
+          ExpandFlows(flows, *rates, rng, expanded, &base, &extra);
+          // Nothing probed (low planned rates): an agent sends no empty batch.
+          if (!expanded.empty() && pool->SendBatch(i, [&](v1::ProbeBatch& b) {
+                builder.Fill(expanded, t, second_ns, rng, b, hold, &layout[ui]);
               })) {
-            base_this_second += flows.size() * static_cast<uint64_t>(hold);
-            extra_this_second += extra * static_cast<uint64_t>(hold);
+            base_this_second += base * hold;
+            extra_this_second += extra * hold;
             escalated_agent_seconds += extra > 0;
+            sent_results += expanded.size() * static_cast<uint64_t>(hold);
           }
         }
         if (hb > 0 && (t + i) % hb == 0) pool->SendHeartbeat(i, second_ns);
@@ -497,12 +438,15 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
   // Escalation traffic against the base plan's latency probes (both counted as results sent).
   const double base_per_s = seconds > 0 ? static_cast<double>(base_results) / seconds : 0;
   report["escalation"] = {
-      {"base_results", base_results},
-      {"extra_results", extra_results},
-      {"extra_share", base_results > 0 ? static_cast<double>(extra_results) / base_results : 0.0},
-      {"peak_extra_per_s", peak_extra},
-      {"peak_extra_share", base_per_s > 0 ? static_cast<double>(peak_extra) / base_per_s : 0.0},
+      {"base_results", std::llround(base_results)},
+      {"extra_results", std::llround(extra_results)},
+      {"extra_share", base_results > 0 ? extra_results / base_results : 0.0},
+      {"peak_extra_per_s", std::llround(peak_extra)},
+      {"peak_extra_share", base_per_s > 0 ? peak_extra / base_per_s : 0.0},
       {"escalated_agent_seconds", escalated_agent_seconds},
+      {"sent_results", sent_results},
+      {"sent_per_s", seconds > 0 ? static_cast<double>(sent_results) / seconds : 0.0},
+      {"planned_per_s_last_second", planned_last_second},
       {"plans_received", final_stats.plans_received}};
   report["tracing"] = {{"enabled", tracing},
                        {"silent_switches", scenario.tracing.silent.size()},

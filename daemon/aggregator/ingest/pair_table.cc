@@ -207,6 +207,9 @@ size_t PairTable::RecordBatch(std::span<const ReportedProbe> results) {
 size_t PairTable::RecordBatch(std::span<const ReportedProbe> results, int64_t now_ns) {
   size_t recorded = 0;
   SourceRuns<Shard> runs(*names_, shards_);
+  // The current source's SourcePairIndex (in its shard, whose lock `runs` holds).
+  NodeId index_src = kNoNode;
+  SourcePairIndex* source_index = nullptr;
   for (const ReportedProbe& r : results) {
     if (static_cast<int>(r.transport) >= kTransportCount) {
       rejected_.fetch_add(1, std::memory_order_relaxed);
@@ -233,10 +236,29 @@ size_t PairTable::RecordBatch(std::span<const ReportedProbe> results, int64_t no
       if (p != nullptr) {
         index = c->index;
       } else {
-        index = FindOrCreateLocked(shard, runs.src(), runs.dst(), r.transport);
+        // The source's own index first (one small block per batch), then the shard's map.
+        if (index_src != runs.src()) {
+          index_src = runs.src();
+          source_index = &shard.pair_index[index_src];
+        }
+        index = kNoIndex;
+        if (const SourcePairIndex::Hit* h = source_index->Find(runs.dst(), r.transport);
+            h != nullptr && h->index < shard.pairs.size()) {
+          const Pair& hint = shard.pairs[h->index];
+          if (hint.live && hint.generation == h->generation && hint.src == runs.src() &&
+              hint.dst == runs.dst() && hint.transport == r.transport) {
+            index = h->index;
+          }
+        }
         if (index == kNoIndex) {
-          rejected_.fetch_add(1, std::memory_order_relaxed);
-          continue;
+          index = FindOrCreateLocked(shard, runs.src(), runs.dst(), r.transport);
+          if (index == kNoIndex) {
+            rejected_.fetch_add(1, std::memory_order_relaxed);
+            continue;
+          }
+          const auto live = shard.by_source.find(index_src);
+          source_index->Put(runs.dst(), r.transport, {index, shard.pairs[index].generation},
+                            live == shard.by_source.end() ? 0 : live->second.size());
         }
         p = &shard.pairs[index];
       }
@@ -340,6 +362,7 @@ size_t PairTable::DropIdle(int64_t now_ns, int64_t idle_seconds) {
       if (list.empty()) {
         shard.by_source.erase(p.src);
         shard.recent.erase(p.src);  // a source with no pairs left has no batch worth caching
+        shard.pair_index.erase(p.src);
       }
       const uint32_t generation = p.generation;
       p = Pair{};  // releases the buckets' memory

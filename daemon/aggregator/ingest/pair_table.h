@@ -20,6 +20,7 @@
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "daemon/aggregator/ingest/pair_windows.h"
+#include "daemon/aggregator/ingest/source_pair_index.h"
 #include "daemon/aggregator/model/name_interner.h"
 #include "daemon/aggregator/model/reported_probe.h"
 #include "daemon/aggregator/plan/fabric_map.h"
@@ -238,6 +239,9 @@ class PairTable {
     mutable Mutex mu;
     std::unordered_map<NodeId, std::vector<RecentPair>> recent FW_GUARDED_BY(mu);  // by source
     std::unordered_map<uint64_t, uint32_t> by_key FW_GUARDED_BY(mu);
+    // By source: where its pairs are, for batches whose rows differ from the source's previous
+    // batch (`recent` then misses: plans with fractional rates send other flows each batch).
+    std::unordered_map<NodeId, SourcePairIndex> pair_index FW_GUARDED_BY(mu);
     std::unordered_map<NodeId, std::vector<uint32_t>> by_source FW_GUARDED_BY(mu);
     std::deque<Pair> pairs FW_GUARDED_BY(mu);  // stable
     std::vector<uint32_t> free FW_GUARDED_BY(mu);

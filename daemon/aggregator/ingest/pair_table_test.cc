@@ -216,5 +216,37 @@ TEST(PairTableTest, ResultsByIdLandWhereResultsByNameDo) {
   EXPECT_EQ(visited, 1);
 }
 
+// A source's rows differ from batch to batch (plans with fractional rates send other flows each
+// time), so the positional cache misses: every result must still land in its own pair and flow,
+// found through the source's index, also after its pairs were dropped and recreated.
+TEST(PairTableTest, BatchesWithOtherRowsEachTimeLandInTheRightPairs) {
+  FakeClock clock;
+  PairTable table(clock, SmallMap());
+  const std::vector<std::vector<ReportedProbe>> batches = {
+      {Result("a", "b", 40000, 20'000), Result("a", "c", 40001, 60'000)},
+      {Result("a", "c", 40001, 61'000)},
+      {Result("a", "c", 40002, 62'000, true), Result("a", "b", 40000, 21'000),
+       Result("a", "c", 40001, 63'000)},
+      {Result("a", "b", 40000, 22'000)},
+  };
+  auto probes = [&] {
+    std::map<std::string, uint64_t> n;
+    table.ForEachPairFrom("a", [&](const PairView& v) {
+      n[std::string(v.dst)] = v.windows.Snapshot(clock.MonotonicNanos(), Window::k10s).probes;
+      for (const FlowSeen& f : v.flows) EXPECT_EQ(f.flow_id, f.src_port % 100) << v.dst;
+    });
+    return n;
+  };
+  for (const auto& b : batches) EXPECT_EQ(table.RecordBatch(b), b.size());
+  EXPECT_EQ(probes(), (std::map<std::string, uint64_t>{{"b", 3}, {"c", 4}}));
+  EXPECT_EQ(table.PairCount(), 2u);
+
+  clock.Advance(std::chrono::seconds(700));
+  EXPECT_EQ(table.DropIdle(clock.MonotonicNanos()), 2u);
+  for (const auto& b : batches) EXPECT_EQ(table.RecordBatch(b), b.size());
+  EXPECT_EQ(probes(), (std::map<std::string, uint64_t>{{"b", 3}, {"c", 4}}));
+  EXPECT_EQ(table.PairCount(), 2u);
+}
+
 }  // namespace
 }  // namespace fw::aggregator

@@ -1,0 +1,83 @@
+// How the simulated agents follow their probe plans: each simulated flow probes at the per-flow
+// rate its agent's latest plan gives the peer it targets, so a fleet sends what the aggregator
+// planned (the fleet cap's scaled rates included), and an escalation adds only what it raises.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "common/mutex.h"
+#include "fabricwatch.pb.h"
+#include "tests/sim/flows.h"
+#include "tests/sim/link_model.h"
+#include "tests/sim/topology.h"
+
+namespace fw::sim {
+
+// One agent's rates from its latest plan. Before any plan: every flow at 1 probe/s.
+struct FollowedRates {
+  // The planned per-flow UDP rate toward a host (the highest of its UDP peers, one per rail).
+  std::unordered_map<int, double> rate;
+  // The baseline of each path class (the peers in the agent's leaf, intra, and outside it, inter):
+  // the plan's lowest per-flow UDP rate over the class's peers that no trace request names. The
+  // planner gives every peer of a class one rate (the fleet cap scales the two classes by
+  // different factors; the node budget and the rate grid scale all alike), and an escalation only
+  // raises the peers it names in trace requests. A class whose every peer is named (an escalated
+  // host, a small leaf) takes the other class's baseline. (A median over all peers, as before,
+  // read the fleet cap's scaled inter-leaf rate as every in-leaf peer escalated.)
+  double base_intra = 1.0;
+  double base_inter = 1.0;
+
+  // The rate at which `f` (a flow of this agent) probes, and the baseline of its class.
+  double RateOf(const Flow& f) const {
+    auto it = rate.find(static_cast<int>(f.dst_host));
+    return it != rate.end() ? it->second : BaseOf(f);
+  }
+  double BaseOf(const Flow& f) const { return f.inter_leaf ? base_inter : base_intra; }
+  // Whether the plan raises `f` above its class's baseline (an escalation; 1% for rounding).
+  bool Raised(const Flow& f) const { return RateOf(f) > BaseOf(f) * 1.01; }
+};
+
+// The rates `plan` asks of agent `agent`'s flows (hosts the tree does not know are skipped).
+FollowedRates RatesFromPlan(const FatTree& tree, int agent, const fabricwatch::v1::ProbePlan& plan);
+
+// What one agent sends for one simulated second: each flow of `flows` `floor(r)` times, and once
+// more with probability frac(r) (r its rate; no draw when r is whole, so plans at whole rates draw
+// nothing; a raised flow draws once, whole or not). `out` gets the copies in flow order; `base` and
+// `extra` (both added to) split them into the class baselines' expected share and what the raised
+// rates add.
+void ExpandFlows(const std::vector<Flow>& flows, const FollowedRates& rates, Rng& rng,
+                 std::vector<Flow>& out, double* base, double* extra);
+
+// The latest plan of every simulated agent, and the peers its trace requests ask to trace again.
+// Plans arrive on gRPC threads; the generator reads per agent between its batches.
+class PlanFollower {
+ public:
+  PlanFollower(const FatTree& tree, int agents)
+      : tree_(tree), agents_(static_cast<size_t>(agents)) {}
+
+  void OnPlan(int agent, const fabricwatch::v1::ProbePlan& plan);
+
+  // The agent's rates (shared, immutable: taking them copies no map), the peers to trace again
+  // (taken) and the report interval its last plan set (0: none yet).
+  void Take(int agent, std::shared_ptr<const FollowedRates>* rates, std::set<int>* retrace,
+            uint32_t* report_ms);
+
+ private:
+  struct Agent {
+    Mutex mu;
+    std::shared_ptr<const FollowedRates> rates FW_GUARDED_BY(mu) =
+        std::make_shared<const FollowedRates>();
+    std::set<int> retrace FW_GUARDED_BY(mu);
+    std::set<uint64_t> trace_ids FW_GUARDED_BY(mu);
+    uint64_t plans FW_GUARDED_BY(mu) = 0;
+    uint32_t report_ms FW_GUARDED_BY(mu) = 0;
+  };
+  const FatTree& tree_;
+  std::vector<Agent> agents_;
+};
+
+}  // namespace fw::sim

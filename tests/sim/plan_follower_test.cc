@@ -1,0 +1,155 @@
+// The simulated agents probe at their plans' rates: the fleet cap's scaled rates are the baseline,
+// and only a raised peer (an escalation) adds results.
+#include "tests/sim/plan_follower.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+namespace fw::sim {
+namespace {
+
+namespace v1 = fabricwatch::v1;
+
+// The rates the planner gives a 16,000-node fleet under the fleet cap (docs/planner.md).
+constexpr double kIntra = 0.40;
+constexpr double kInter = 0.0069;
+
+// A 2-spine, 4-leaf, 8-host-per-leaf fat-tree and agent 9's flows: 7 peers in its leaf, 24 outside.
+class PlanFollowerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto t = FatTree::Build({.spines = 2, .leaves = 4, .hosts_per_leaf = 8});
+    ASSERT_TRUE(t.ok());
+    tree = std::make_unique<FatTree>(std::move(*t));
+    flows = BuildFlowPlan(*tree, {.inter_leaf_flows = 4})[kAgent];
+  }
+
+  // A plan for agent 9 naming every other host, in its leaf at `intra`, outside at `inter`, and
+  // `raised_host` (if not -1) at `raised`.
+  v1::ProbePlan Plan(double intra, double inter, int raised_host = -1, double raised = 0) const {
+    v1::ProbePlan plan;
+    for (int h = 0; h < tree->hosts(); ++h) {
+      if (h == kAgent) continue;
+      v1::PlannedPeer* p = plan.add_peers();
+      p->set_node(tree->NodeName(h));
+      p->set_transport(v1::TRANSPORT_UDP);
+      const bool same_leaf = tree->LeafGroup(h) == tree->LeafGroup(kAgent);
+      p->set_rate_pps(h == raised_host ? raised : same_leaf ? intra : inter);
+    }
+    return plan;
+  }
+
+  // The results per second the plan asks of the agent's flows.
+  double Planned(const FollowedRates& r) const {
+    double sum = 0;
+    for (const Flow& f : flows) sum += r.RateOf(f);
+    return sum;
+  }
+
+  // Results sent in kSeconds seconds at `r` (draws seeded with `seed`); adds to base and extra.
+  double Send(const FollowedRates& r, uint64_t seed, double* base, double* extra) const {
+    Rng rng(seed);
+    std::vector<Flow> out;
+    uint64_t sent = 0;
+    for (int s = 0; s < kSeconds; ++s) {
+      ExpandFlows(flows, r, rng, out, base, extra);
+      sent += out.size();
+    }
+    return static_cast<double>(sent);
+  }
+
+  static constexpr int kAgent = 9;
+  static constexpr int kSeconds = 20'000;
+  std::unique_ptr<FatTree> tree;
+  std::vector<Flow> flows;
+};
+
+TEST_F(PlanFollowerTest, ScaledPlanIsTheBaselineAndSendsWhatItPlans) {
+  const FollowedRates r = RatesFromPlan(*tree, kAgent, Plan(kIntra, kInter));
+  EXPECT_DOUBLE_EQ(r.base_intra, kIntra);
+  EXPECT_DOUBLE_EQ(r.base_inter, kInter);
+  int intra = 0, inter = 0;
+  for (const Flow& f : flows) {
+    EXPECT_FALSE(r.Raised(f)) << "flow to host " << f.dst_host;
+    EXPECT_DOUBLE_EQ(r.RateOf(f), f.inter_leaf ? kInter : kIntra);
+    (f.inter_leaf ? inter : intra)++;
+  }
+  ASSERT_GT(intra, 0);
+  ASSERT_GT(inter, 0);
+  const double planned = Planned(r);
+  EXPECT_NEAR(planned, intra * kIntra + inter * kInter, 1e-9);
+
+  // Sent over many seconds: the planned rate, none of it escalation. (Reading the scaled
+  // inter-leaf rate, the plan's median, as the baseline made every in-leaf flow an escalation of
+  // 0.40 / 0.0069 = 58 times.)
+  double base = 0, extra = 0;
+  const double sent = Send(r, 7, &base, &extra);
+  EXPECT_NEAR(sent / kSeconds, planned, 0.03 * planned);
+  EXPECT_EQ(extra, 0);
+  EXPECT_DOUBLE_EQ(base, sent);
+}
+
+TEST_F(PlanFollowerTest, AnEscalatedPeerAddsOnlyWhatItsRaisedRateAdds) {
+  // An escalation overlay raises a pair to 10x the unscaled base rate (1/s): 10 probes/s a flow.
+  const int peer = static_cast<int>(flows.front().dst_host);
+  const FollowedRates r = RatesFromPlan(*tree, kAgent, Plan(kIntra, kInter, peer, 10.0));
+  int raised_flows = 0;
+  for (const Flow& f : flows) {
+    EXPECT_EQ(r.Raised(f), static_cast<int>(f.dst_host) == peer);
+    raised_flows += r.Raised(f);
+  }
+  ASSERT_GT(raised_flows, 0);
+  const double base_rate = flows.front().inter_leaf ? kInter : kIntra;
+  double base = 0, extra = 0;
+  const double sent = Send(r, 8, &base, &extra);
+  EXPECT_NEAR(extra / kSeconds, raised_flows * (10.0 - base_rate), 1e-6);
+  EXPECT_NEAR(sent / kSeconds, Planned(r), 0.03 * Planned(r));
+  EXPECT_NEAR(base + extra, sent, 1e-6);
+}
+
+TEST_F(PlanFollowerTest, UnscaledPlanSendsOneProbeAFlowAndDrawsOnlyForRaisedFlows) {
+  // The suite's fleets are below the fleet cap: every rate is 1/s and a raised flow draws once,
+  // as before plans were followed literally, so their random streams are unchanged.
+  const int peer = static_cast<int>(flows.back().dst_host);
+  const FollowedRates r = RatesFromPlan(*tree, kAgent, Plan(1.0, 1.0, peer, 10.0));
+  Rng rng(9), expected(9);
+  std::vector<Flow> out;
+  double base = 0, extra = 0;
+  ExpandFlows(flows, r, rng, out, &base, &extra);
+  size_t want = 0;
+  for (const Flow& f : flows) {
+    const bool raised = static_cast<int>(f.dst_host) == peer;
+    want += raised ? 10 : 1;
+    if (raised) expected.Uniform();
+  }
+  EXPECT_EQ(out.size(), want);
+  EXPECT_EQ(rng.Next(), expected.Next());
+  EXPECT_DOUBLE_EQ(base + extra, static_cast<double>(want));
+
+  // Before any plan: one probe a flow, no draw.
+  Rng untouched(10), reference(10);
+  ExpandFlows(flows, FollowedRates{}, untouched, out, &base, &extra);
+  EXPECT_EQ(out.size(), flows.size());
+  EXPECT_EQ(untouched.Next(), reference.Next());
+}
+
+TEST_F(PlanFollowerTest, AClassWhoseEveryPeerIsEscalatedKeepsTheBaseline) {
+  // An escalated host: every peer outside its leaf raised to 3/s, each named in a trace request.
+  v1::ProbePlan plan = Plan(1.0, 3.0);
+  for (int h = 0; h < tree->hosts(); ++h) {
+    if (tree->LeafGroup(h) == tree->LeafGroup(kAgent)) continue;
+    v1::TraceRequest* t = plan.add_trace_requests();
+    t->set_peer(tree->NodeName(h));
+    t->set_id(5);
+  }
+  const FollowedRates r = RatesFromPlan(*tree, kAgent, plan);
+  EXPECT_DOUBLE_EQ(r.base_intra, 1.0);
+  EXPECT_DOUBLE_EQ(r.base_inter, 1.0);
+  for (const Flow& f : flows) EXPECT_EQ(r.Raised(f), f.inter_leaf) << "flow to " << f.dst_host;
+}
+
+}  // namespace
+}  // namespace fw::sim
