@@ -53,8 +53,8 @@ bool ParseTimes(std::string_view rest, CpuTimes& out) {
   return true;
 }
 
-double Share(uint64_t busy0, uint64_t total0, uint64_t busy1, uint64_t total1) {
-  if (total1 <= total0 || busy1 < busy0) return -1;
+double Share(uint64_t busy0, uint64_t total0, uint64_t busy1, uint64_t total1, uint64_t min) {
+  if (total1 < total0 || total1 - total0 < std::max<uint64_t>(min, 1) || busy1 < busy0) return -1;
   const double share = static_cast<double>(busy1 - busy0) / static_cast<double>(total1 - total0);
   return std::clamp(share, 0.0, 1.0);
 }
@@ -104,14 +104,12 @@ Status ParseProcStat(std::string_view text, CpuSnapshot& out, size_t max_cpus) {
 
 CpuBusy BusyBetween(const CpuSnapshot& before, const CpuSnapshot& after) {
   CpuBusy b;
-  b.all = Share(before.all.busy, before.all.total, after.all.busy, after.all.total);
+  b.all = Share(before.all.busy, before.all.total, after.all.busy, after.all.total, kMinAllUnits);
   if (b.all < 0 || before.cpus.size() != after.cpus.size()) return b;
   for (size_t i = 0; i < after.cpus.size(); ++i) {
     const CpuTimes& x = before.cpus[i];
     const CpuTimes& y = after.cpus[i];
-    // An idle CPU whose counters did not tick in a short burst is simply not the busiest.
-    if (y.total == x.total) continue;
-    b.busiest = std::max(b.busiest, Share(x.busy, x.total, y.busy, y.total));
+    b.busiest = std::max(b.busiest, Share(x.busy, x.total, y.busy, y.total, kMinCpuUnits));
   }
   return b;
 }

@@ -32,12 +32,18 @@ struct CpuSnapshot {
 // is not a decimal number that fits 64 bits, or there are more than `max_cpus` CPU lines.
 Status ParseProcStat(std::string_view text, CpuSnapshot& out, size_t max_cpus = 8192);
 
-// The busy shares between two snapshots: fractions in [0, 1]. A negative value means unknown: no
-// time passed, the counters went backwards, or the CPU sets differ (a CPU came online).
+// The busy shares between two snapshots: fractions in [0, 1]. A negative value means unknown:
+// too little time passed for the counters' resolution, the counters went backwards, or the CPU
+// sets differ (a CPU came online).
 struct CpuBusy {
   double all = -1;      // share of all CPUs' time that was busy
   double busiest = -1;  // the busiest single CPU's share
 };
+// The kernel counts CPU time in USER_HZ units (10 ms) from its timer tick, so a share needs enough
+// units to mean anything: `all` needs kMinAllUnits over all CPUs together (a 5 ms burst on a
+// 128-CPU host has 64), `busiest` kMinCpuUnits on a CPU (100 ms), each share then within 1/n.
+inline constexpr uint64_t kMinAllUnits = 20;
+inline constexpr uint64_t kMinCpuUnits = 10;
 CpuBusy BusyBetween(const CpuSnapshot& before, const CpuSnapshot& after);
 
 // The wire form of a busy share (ProbeResult.cpu_busy_permille, docs/probes.md): thousandths,

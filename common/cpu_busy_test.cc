@@ -93,6 +93,11 @@ TEST(CpuBusy, SharesBetweenTwoSnapshots) {
   CpuSnapshot c;
   ASSERT_TRUE(ParseProcStat("cpu 300 0 0 300 0 0 0 0\ncpu0 150 0 0 150\n", c).ok());
   EXPECT_LT(BusyBetween(b, c).busiest, 0);
+  // Under the counters' resolution: 19 units over all CPUs, 9 on each.
+  CpuSnapshot d;
+  ASSERT_TRUE(ParseProcStat("cpu 229 0 0 190 0 0 0 0\ncpu0 159 0 0 50\ncpu1 70 0 0 139\n", d).ok());
+  EXPECT_LT(BusyBetween(b, d).all, 0);
+  EXPECT_LT(BusyBetween(b, d).busiest, 0);
 }
 
 TEST(CpuBusy, PermilleKeepsZeroForNotMeasured) {
