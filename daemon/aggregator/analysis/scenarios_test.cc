@@ -726,10 +726,13 @@ TEST(RdmaScenarios, HostDelayUnderTheFloorIsNoFinding) {
 // The bursts l1h1 sends read 0.3 of the expected goodput, and its agent reports its CPUs
 // `busy_permille` busy during them; every other burst reports 30 %. (A host's CPU limits the
 // bursts it sends; the bursts toward it are its peers', which report their own CPUs.)
-std::vector<TrackedFinding> LowBurstsOfOneHostWithCpu(uint16_t busy_permille, int* set_aside) {
+std::vector<TrackedFinding> LowBurstsOfOneHostWithCpu(uint16_t busy_permille, int* set_aside,
+                                                      double cpu_busy_limit = 0.9) {
   FleetShape shape = Shape();
   shape.bw_every_s = 2;
-  SyntheticFleet fleet(shape);
+  AnalysisConfig config;
+  config.bandwidth_cpu_busy_limit = cpu_busy_limit;
+  SyntheticFleet fleet(shape, config);
   bool low = false;
   const std::string busy = SyntheticFleet::HostName(1, 1);
   int low_bursts = 0;
@@ -772,14 +775,17 @@ TEST(Scenarios, LowBurstsOfACpuSaturatedHostAreTheHostsNotALink) {
   EXPECT_NE(f.summary.find("not the fabric"), std::string::npos) << f.summary;
 }
 
-// The control: the same low bursts on a host at 40 % CPU are evidence against the fabric.
+// The control: the same low bursts on a host at 40 % CPU are evidence against its NIC (its
+// access link carries every one of them), and so are the saturated host's without the rule.
 TEST(Scenarios, LowBurstsWithoutCpuSaturationAreLinkEvidence) {
-  int set_aside = 0;
-  const auto active = LowBurstsOfOneHostWithCpu(400, &set_aside);
-  EXPECT_EQ(set_aside, 0);
-  ASSERT_FALSE(active.empty());
-  for (const TrackedFinding& f : active) {
-    EXPECT_EQ(f.finding.evidence.count("cpu_saturated_bursts"), 0u) << f.finding.summary;
+  for (const auto& [busy, limit] : {std::pair<uint16_t, double>{400, 0.9}, {970, 0.0}}) {
+    int set_aside = 0;
+    const auto active = LowBurstsOfOneHostWithCpu(busy, &set_aside, limit);
+    EXPECT_EQ(set_aside, 0);
+    ASSERT_EQ(active.size(), 1u) << Describe(active);
+    EXPECT_EQ(active[0].finding.kind, "nic_degraded") << busy;
+    EXPECT_EQ(active[0].finding.location.id, SyntheticFleet::HostName(1, 1) + "/mlx5_0");
+    EXPECT_EQ(active[0].finding.evidence.count("cpu_saturated_bursts"), 0u);
   }
 }
 
