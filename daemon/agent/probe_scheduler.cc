@@ -89,6 +89,15 @@ ProbeScheduler::ProbeScheduler(ProbeSchedulerOptions options, OutboundBuffer& bu
       goodput_(r.AddGauge("fabricwatch_probe_goodput_bps",
                           "Goodput of the most recent bandwidth burst, bits/s.")
                    .WithLabels({})),
+      burst_cpu_busy_(r.AddGauge("fabricwatch_probe_burst_cpu_busy_ratio",
+                                 "This host's CPU busy share (all CPUs) over the most recent TCP "
+                                 "bandwidth burst and its lead; a saturated host's bursts measure "
+                                 "the host, not the path.")
+                          .WithLabels({})),
+      cpu_read_errors_(r.AddCounter("fabricwatch_probe_cpu_read_errors_total",
+                                    "Readings of /proc/stat around TCP bandwidth bursts that "
+                                    "failed; those bursts report no CPU share.")
+                           .WithLabels({})),
       queue_dropped_(r.AddCounter("fabricwatch_probe_results_dropped_total",
                                   "Probe results dropped because the result queue was full.")
                          .WithLabels({})),
@@ -367,6 +376,7 @@ void ProbeScheduler::RunRequestedBurst(net::BandwidthProbe& probe, const BurstOr
     std::this_thread::sleep_for(std::chrono::milliseconds(budget ? 100 : 300));
     r = probe.Run(target, bo);
   }
+  cpu_read_errors_.Set(static_cast<double>(probe.cpu_read_failures()));
   net::ProbeResult out;
   BurstOutcome outcome = BurstOutcome::kRun;
   if (r.ok()) {
@@ -467,7 +477,10 @@ void ProbeScheduler::Publish(const net::ProbeResult& r) {
     // Bursts (tcp_bw, rdma_rc) have a goodput, no round trip.
     rtt_[t]->Observe(static_cast<double>(r.rtt_ns) * 1e-9);
   }
-  if (r.transport == net::Transport::kTcpBw && !r.lost) goodput_.Set(r.goodput_bps);
+  if (r.transport == net::Transport::kTcpBw && !r.lost) {
+    goodput_.Set(r.goodput_bps);
+    if (r.cpu_busy_permille != 0) burst_cpu_busy_.Set(r.cpu_busy_permille / 1000.0);
+  }
 }
 
 void ProbeScheduler::BatchLoop() {
@@ -531,6 +544,14 @@ void ProbeScheduler::BatchNow() {
       for (const net::ProbeResult& r : results) {
         c.add_src_nic(name_index(r.src_nic < nic_names_.size() ? nic_names_[r.src_nic] : ""));
         c.add_dst_nic(name_index(r.dst_nic < nic_names_.size() ? nic_names_[r.dst_nic] : ""));
+      }
+    }
+    // CPU columns only when some burst measured its host's CPU (most batches carry none).
+    if (std::any_of(results.begin(), results.end(),
+                    [](const auto& r) { return r.cpu_busy_permille != 0; })) {
+      for (const net::ProbeResult& r : results) {
+        c.add_cpu_busy_permille(r.cpu_busy_permille);
+        c.add_cpu_peak_permille(r.cpu_peak_permille);
       }
     }
     int64_t prev_sent = 0;
@@ -623,6 +644,7 @@ void ProbeScheduler::SlowLoop() {
       net::BandwidthOptions bo;
       bo.bytes = bw_bytes;
       auto r = bandwidth.Run(*due_bw, bo);
+      cpu_read_errors_.Set(static_cast<double>(bandwidth.cpu_read_failures()));
       if (!r.ok()) {
         // A burst refused by the budget is counted by the budget itself.
         if (r.status().code() != StatusCode::kResourceExhausted) probe_errors_.Inc();

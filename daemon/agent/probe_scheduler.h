@@ -244,6 +244,8 @@ class ProbeScheduler {
   std::array<metrics::Counter*, 6> sent_{};
   std::array<metrics::Counter*, 6> lost_{};
   metrics::Gauge& goodput_;
+  metrics::Gauge& burst_cpu_busy_;
+  metrics::Counter& cpu_read_errors_;
   metrics::Counter& queue_dropped_;
   metrics::Counter& budget_rejected_;
   metrics::Counter& probe_errors_;

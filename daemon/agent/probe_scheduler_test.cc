@@ -67,6 +67,27 @@ TEST(ProbeScheduler, DefaultBudgetAdmitsBandwidthBursts) {
   EXPECT_GE(sent, 2) << text;
   EXPECT_EQ(MetricValue(text, "fabricwatch_probe_budget_rejected_total"), 0) << text;
   EXPECT_GT(MetricValue(text, "fabricwatch_probe_goodput_bps"), 0) << text;
+  // Each burst carries this host's CPU busy share over its lead and itself (/proc/stat), in the
+  // batch's CPU columns; the latency rows of the same batches say "not measured".
+  int bursts = 0;
+  for (const v1::ProbeBatch& b : buffer.TakeUnsent(1 << 20)) {
+    const v1::ProbeColumns& c = b.columns();
+    if (c.cpu_busy_permille().empty()) continue;
+    ASSERT_EQ(c.cpu_busy_permille_size(), c.peer_size());
+    ASSERT_EQ(c.cpu_peak_permille_size(), c.peer_size());
+    for (int i = 0; i < c.peer_size(); ++i) {
+      if (c.transport(i) != v1::TRANSPORT_TCP_BW) {
+        EXPECT_EQ(c.cpu_busy_permille(i), 0u);
+        continue;
+      }
+      if (c.lost(i)) continue;
+      ++bursts;
+      EXPECT_GE(c.cpu_busy_permille(i), 1u);
+      EXPECT_LE(c.cpu_busy_permille(i), 1000u);
+      EXPECT_GE(c.cpu_peak_permille(i), c.cpu_busy_permille(i));
+    }
+  }
+  EXPECT_GE(bursts, 1);
 }
 
 // A column block's name table, name k at index k.

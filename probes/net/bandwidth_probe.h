@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/cpu_busy.h"
 #include "common/status.h"
 #include "probes/net/probe_result.h"
 #include "probes/net/sha256.h"
@@ -20,6 +21,10 @@ namespace fw::net {
 struct BandwidthOptions {
   uint64_t bytes = 4u << 20;                                    // burst size (payload bytes)
   std::chrono::nanoseconds timeout = std::chrono::seconds(10);  // connect + burst + ack
+  // The host's CPU busy share is read over this lead plus the burst: the kernel's CPU times count
+  // in 10 ms units, and a burst of a few milliseconds alone is below their resolution on small
+  // hosts (common/cpu_busy.h). The prober waits this long before it connects.
+  std::chrono::nanoseconds cpu_lead = std::chrono::milliseconds(120);
 };
 
 // Bytes on the wire of one burst of `payload_bytes` (payload plus 52 bytes of headers per 1448-byte
@@ -36,15 +41,20 @@ class BandwidthProbe {
   BandwidthProbe(const Clock& clock, ProbeBudget* budget, std::optional<std::string> key);
 
   // Runs one burst. Returns a tcp_bw ProbeResult (lost = true when the ack did not arrive in
-  // time), or an error: ResourceExhausted (budget), InvalidArgument (target, size), Unavailable
+  // time; otherwise with the host's CPU busy share from the first byte sent to the ack), or an error: ResourceExhausted (budget), InvalidArgument (target, size), Unavailable
   // (connect refused, reset, a malformed or mismatched ack).
   StatusOr<ProbeResult> Run(const TcpTarget& target, const BandwidthOptions& options);
+  // Readings of the host's CPU times that failed (the result then says "not measured").
+  uint64_t cpu_read_failures() const { return cpu_.failures(); }
+  // Reads another file than /proc/stat (tests).
+  void SetCpuStatPath(std::string path) { cpu_ = CpuBusyMeter(std::move(path)); }
 
  private:
   const Clock& clock_;
   ProbeBudget* const budget_;
   std::optional<HmacSha256> key_;
   std::vector<uint8_t> chunk_;  // zeros streamed as the payload, allocated once
+  CpuBusyMeter cpu_;            // /proc/stat over each burst; its buffers are reused
   uint64_t seq_ = 0;
 };
 

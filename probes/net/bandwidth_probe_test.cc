@@ -32,12 +32,33 @@ TEST(BandwidthProbeTest, BurstGoodputIsPlausibleAndTheReplyIsOnlyAnAck) {
   EXPECT_GT(r->goodput_bps, 100e6);
   EXPECT_LT(r->goodput_bps, 1e12);
   EXPECT_NEAR(r->goodput_bps, (8u << 20) * 8.0 / (r->rtt_ns * 1e-9), 1.0);
+  // This host's CPU share over the 120 ms lead and the burst, from /proc/stat.
+  EXPECT_GE(r->cpu_busy_permille, 1);
+  EXPECT_LE(r->cpu_busy_permille, 1000);
+  EXPECT_EQ(probe.cpu_read_failures(), 0u);
   // The responder counts its send just after the ack leaves: give it a moment.
   testing::Eventually([&] { return responder->Stats().bytes_out > 0; }, 2s);
   ResponderStats s = responder->Stats();
   EXPECT_EQ(s.bulk_acks, 1u);
   EXPECT_EQ(s.bytes_out, kHeaderSize);
   EXPECT_GE(s.bytes_in, (8u << 20) + kHeaderSize);
+}
+
+// An unreadable CPU file leaves the burst's share "not measured" and counts the failure; the
+// goodput is measured as ever.
+TEST(BandwidthProbeTest, AnUnreadableCpuFileIsCountedAndTheBurstStillMeasures) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  BandwidthProbe probe(RealClock::Get(), nullptr, std::nullopt);
+  probe.SetCpuStatPath("/nonexistent/stat");
+  BandwidthOptions o;
+  o.bytes = 1u << 20;
+  auto r = probe.Run({"peer", "127.0.0.1", responder->port()}, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_GT(r->goodput_bps, 0);
+  EXPECT_EQ(r->cpu_busy_permille, 0);
+  EXPECT_EQ(r->cpu_peak_permille, 0);
+  EXPECT_EQ(probe.cpu_read_failures(), 1u);
 }
 
 TEST(BandwidthProbeTest, BudgetRefusesABurstItCannotPayFor) {

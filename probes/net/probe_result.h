@@ -41,6 +41,10 @@ struct ProbeResult {
   // named); the scheduler turns them into the result's src_nic/dst_nic names.
   uint16_t src_nic = 0;
   uint16_t dst_nic = 0;
+  // Bursts (tcp_bw, rdma_rc): the prober host's CPU busy share over the burst, all CPUs and the
+  // busiest one, in thousandths (common/cpu_busy.h BusyPermille); 0: not measured.
+  uint16_t cpu_busy_permille = 0;
+  uint16_t cpu_peak_permille = 0;
 
   void SetPeer(std::string_view name);
   std::string_view PeerName() const { return std::string_view(peer.data()); }

@@ -190,10 +190,19 @@ void RcPeers::RunBurst(Session& s, int64_t now) {
   r.SetLocalDevice(s.qp->local().device);
   r.SetPeerDevice(s.remote_device);
   r.base.flow_id = RailFlowId(s.qp->local().device, s.remote_device);
+  // The host's CPU over the burst: a saturated host posts and polls late, and its low goodput is
+  // the host's (docs/analysis.md). No lead as for tcp_bw (the UD mesh shares this thread): on a
+  // small host a short burst stays under the counters' resolution and reads "not measured".
+  const bool cpu = cpu_.Start().ok();
   auto b = s.qp->RunBurst(clock_, budget_);
   const int64_t end = clock_.MonotonicNanos();
   if (b.ok()) {
     ++stats_.bursts;
+    if (cpu) {
+      const CpuBusy busy = cpu_.Stop();
+      r.base.cpu_busy_permille = static_cast<uint16_t>(BusyPermille(busy.all));
+      r.base.cpu_peak_permille = static_cast<uint16_t>(BusyPermille(busy.busiest));
+    }
     s.backoff.Reset();
     r.base.bytes = b->bytes;
     r.base.goodput_bps = b->gbps * 1e9;

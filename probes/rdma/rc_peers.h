@@ -29,6 +29,7 @@
 
 #include "common/backoff.h"
 #include "common/clock.h"
+#include "common/cpu_busy.h"
 #include "common/status.h"
 #include "probes/net/token_bucket.h"
 #include "probes/rdma/rc_write_bw.h"
@@ -129,6 +130,7 @@ class RcPeers {
   uint64_t seq_ = 1;
   uint64_t seed_;
   RcPeersStats stats_;
+  CpuBusyMeter cpu_;  // the host's CPU over each burst (its buffers are reused)
 };
 
 }  // namespace fw::rdma

@@ -89,6 +89,8 @@ void BatchBuilder::BuildColumns(const std::vector<Flow>& flows, int slots, int s
   if (slots > 0) {
     c.mutable_bytes()->Resize(rows, 0);
     c.mutable_goodput_bps()->Resize(rows, 0.0);
+    c.mutable_cpu_busy_permille()->Resize(rows, 0);
+    c.mutable_cpu_peak_permille()->Resize(rows, 0);
   }
 }
 
@@ -134,6 +136,8 @@ void BatchBuilder::FillColumns(const std::vector<Flow>& flows, int64_t last_seco
       c.set_bytes(row, b.lost ? 0 : kBandwidthBytes);
       c.set_goodput_bps(row, b.lost ? 0 : b.goodput_bps);
       c.set_rtt_ns(row, b.lost ? 0 : b.duration_ns);
+      c.set_cpu_busy_permille(row, b.lost ? 0 : b.cpu_busy_permille);
+      c.set_cpu_peak_permille(row, b.lost ? 0 : b.cpu_peak_permille);
     }
   }
 }
@@ -172,6 +176,8 @@ void BatchBuilder::FillResults(const std::vector<Flow>& flows, int64_t second,
     r->set_bytes(b.lost ? 0 : kBandwidthBytes);
     r->set_goodput_bps(b.lost ? 0 : b.goodput_bps);
     r->set_rtt_ns(b.lost ? 0 : b.duration_ns);
+    r->set_cpu_busy_permille(b.lost ? 0 : b.cpu_busy_permille);
+    r->set_cpu_peak_permille(b.lost ? 0 : b.cpu_peak_permille);
   }
 }
 

@@ -87,6 +87,12 @@ TEST_F(BatchBuilderTest, ColumnsCarryTheSameResultsAndAreRewrittenInPlace) {
     EXPECT_EQ(c.lost(i), r.lost()) << i;
     EXPECT_EQ(c.rtt_ns(i), r.rtt_ns()) << i;
     EXPECT_EQ(c.goodput_bps(i), r.goodput_bps()) << i;
+    EXPECT_EQ(c.cpu_busy_permille(i), r.cpu_busy_permille()) << i;
+    EXPECT_EQ(c.cpu_peak_permille(i), r.cpu_peak_permille()) << i;
+    if (r.transport() == fabricwatch::v1::TRANSPORT_TCP_BW && !r.lost()) {
+      EXPECT_GE(r.cpu_busy_permille(), 200u) << i;  // a healthy prober: 20-40 %
+      EXPECT_LE(r.cpu_busy_permille(), 400u) << i;
+    }
     EXPECT_EQ(sent, r.sent_unix_ns()) << i;
   }
   // Names appear once each: fewer table entries than rows.

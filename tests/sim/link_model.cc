@@ -10,6 +10,7 @@ namespace {
 constexpr double kCongestionLoss = 0.0005;   // default loss of an injected congestion
 constexpr double kCongestedBwShare = 0.6;    // goodput share left on a congested link
 constexpr double kNicDefaultLatencyUs = 20;  // a bad NIC also answers late
+constexpr double kCpuBusyDefaultFactor = 0.3;  // goodput share of a saturated host's bursts
 
 }  // namespace
 
@@ -83,6 +84,12 @@ void FabricModel::Advance(double t) {
         h.loss = static_cast<float>(f.loss);
         break;
       }
+      case FaultKind::kHostCpuBusy: {
+        HostState& h = hosts_[static_cast<size_t>(f.host)];
+        h.cpu_busy = static_cast<float>(f.cpu_busy);
+        h.bw_factor = static_cast<float>(f.factor < 1 ? f.factor : kCpuBusyDefaultFactor);
+        break;
+      }
     }
   }
   for (LinkState& l : links_) l.loss = std::min(l.loss, 1.f);
@@ -148,7 +155,16 @@ BandwidthSample FabricModel::SampleBandwidth(const Flow& f, uint64_t bytes, Rng&
   // TCP backs off under loss: a crude penalty that reaches 5% of line rate at 10% loss.
   double penalty = std::max(0.05, 1.0 - 9.5 * loss);
   double eff = noise.bandwidth_efficiency * (1.0 + noise.bandwidth_noise * rng.Normalish());
-  s.goodput_bps = std::max(1.0, capacity_bps * std::clamp(eff, 0.05, 1.0) * penalty);
+  // A healthy prober's CPUs are 20-40 % busy over a burst; a saturated one's as its fault says,
+  // and it gets only its share of the goodput.
+  const HostState& src = hosts_[f.src_host];
+  // (From the flow, not the generator: the runs' other samples stay as they were.)
+  const double busy =
+      src.cpu_busy > 0 ? src.cpu_busy : 0.2 + 0.2 * ((f.src_port * 2654435761u) % 1000) / 1000.0;
+  s.cpu_busy_permille = static_cast<uint32_t>(std::clamp(std::lround(busy * 1000), 1L, 1000L));
+  s.cpu_peak_permille = std::min<uint32_t>(1000, s.cpu_busy_permille + 150);
+  s.goodput_bps =
+      std::max(1.0, capacity_bps * std::clamp(eff, 0.05, 1.0) * penalty * src.bw_factor);
   s.duration_ns =
       static_cast<uint64_t>(static_cast<double>(bytes) * 8.0 / s.goodput_bps * 1e9) + f.base_rtt_ns;
   return s;

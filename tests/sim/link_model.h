@@ -43,6 +43,8 @@ struct HostState {
   float spike_prob = 0;
   float spike_us = 0;
   float loss = 0;  // probes timing out in the host's own stack
+  float cpu_busy = 0;   // the CPU busy share its bursts report; 0: the healthy default
+  float bw_factor = 1;  // multiplies the goodput of the bursts it sends (a saturated sender)
 };
 
 struct LatencySample {
@@ -62,6 +64,9 @@ struct BandwidthSample {
   bool lost = false;
   double goodput_bps = 0;
   uint64_t duration_ns = 0;
+  // The prober's CPU busy share over the burst, in thousandths (ProbeResult.cpu_busy_permille).
+  uint32_t cpu_busy_permille = 0;
+  uint32_t cpu_peak_permille = 0;
 };
 
 // REQUIRES: Advance() and Sample*() are not called concurrently (Advance rewrites the state that

@@ -28,6 +28,7 @@ constexpr KindInfo kKinds[] = {
     {FaultKind::kSwitchCongestion, "switch_congestion", "congestion"},
     {FaultKind::kNicDegraded, "nic_degraded", "nic_degraded"},
     {FaultKind::kHostNoise, "host_noise", "host_network"},
+    {FaultKind::kHostCpuBusy, "host_cpu_busy", "host_network"},
 };
 
 // Reads one YAML mapping, remembering which keys were consumed so leftovers can be reported.
@@ -142,6 +143,7 @@ Status ParseFault(const YAML::Node& n, const std::string& where, const std::stri
   FW_RETURN_IF_ERROR(r.Duration("down", &f->down_s));
   FW_RETURN_IF_ERROR(r.Double("spike_prob", &f->spike_prob, 0, 1));
   FW_RETURN_IF_ERROR(r.Double("spike_us", &f->spike_us, 0, 1e6));
+  FW_RETURN_IF_ERROR(r.Double("cpu_busy", &f->cpu_busy, 0, 1));
   if (f->kind == FaultKind::kLinkFlap && (f->period_s <= 0 || f->down_s >= f->period_s)) {
     return r.Error("down", "a flap needs 0 < down < period");
   }
@@ -167,7 +169,8 @@ Status ParseFault(const YAML::Node& n, const std::string& where, const std::stri
       break;
     }
     case FaultKind::kNicDegraded:
-    case FaultKind::kHostNoise: {
+    case FaultKind::kHostNoise:
+    case FaultKind::kHostCpuBusy: {
       if (!r.Has("node")) return r.Error("node", "required for " + kind);
       FW_RETURN_IF_ERROR(r.String("node", &f->target));
       auto h = tree.FindHost(f->target);

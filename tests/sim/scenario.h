@@ -19,6 +19,8 @@ enum class FaultKind {
   kSwitchCongestion,  // kLinkCongestion on every fabric link of a switch
   kNicDegraded,       // loss and latency on one host NIC's cable, toward every peer
   kHostNoise,         // the host's own stack: latency spikes and timeouts on all its probes
+  kHostCpuBusy,       // the host's CPUs saturated: its bursts get `factor` of the goodput and
+                      // report `cpu_busy`; the fabric is fine
 };
 std::string_view FaultKindName(FaultKind k);
 
@@ -54,6 +56,7 @@ struct Fault {
   double down_s = 3;
   double spike_prob = 0;
   double spike_us = 0;
+  double cpu_busy = 0.97;  // kHostCpuBusy: the CPU busy share its bursts report
   // Ground truth: the finding kinds that count as a correct detection (defaults per kind).
   std::vector<std::string> expect_kinds;
 

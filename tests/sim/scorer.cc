@@ -149,6 +149,7 @@ std::vector<Truth> GroundTruth(const Scenario& s, const FatTree& tree, double ru
         t.label += ":" + f.nic;
         break;
       case FaultKind::kHostNoise:
+      case FaultKind::kHostCpuBusy:
         t.type = "node";
         t.node = tree.NodeName(f.host);
         t.id = t.node;

@@ -73,12 +73,26 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     o.last_probes = w.last_probes;
     o.last_lost = w.last_lost;
     o.ratio_sum = static_cast<float>(w.ratio_sum);
+    // A low burst from a prober whose CPUs were saturated during it measures the host, not the
+    // path: it is set aside (neither a bandwidth sample nor a bad flow) and counted against the
+    // host (HostStats::cpu_saturated_bursts). A saturated host's burst that reached the expected
+    // goodput still counts: the path delivered it.
+    bool cpu_set_aside = false;
+    double set_aside_ratio = 0;
     if (w.goodput_bps > 0) {
-      ev_.goodputs[ci].push_back(static_cast<float>(w.goodput_bps));
       const double median = a_.class_stats_[ci].bw_median;
-      if (median > 0) {
-        o.bw_ratio = static_cast<float>(w.goodput_bps / median);
-        o.bw_bad = o.bw_ratio < a_.config_.bandwidth_ratio;
+      const double limit = a_.config_.bandwidth_cpu_busy_limit;
+      const bool low = median > 0 && w.goodput_bps / median < a_.config_.bandwidth_ratio;
+      if (low && limit > 0 && w.goodput_cpu_busy >= limit) {
+        cpu_set_aside = true;
+        set_aside_ratio = w.goodput_bps / median;
+        ++ev_.cpu_saturated_bursts;
+      } else {
+        ev_.goodputs[ci].push_back(static_cast<float>(w.goodput_bps));
+        if (median > 0) {
+          o.bw_ratio = static_cast<float>(w.goodput_bps / median);
+          o.bw_bad = low;
+        }
       }
     }
     const bool bad = o.lost > 0 || o.slow > 0 || o.bw_bad;
@@ -98,6 +112,15 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     HostStats& d = ev_.hosts[pair.dst];
     ++s.out_flows;
     ++d.in_flows;
+    if (w.goodput_bps > 0) {
+      ++s.bursts;
+      if (cpu_set_aside) {
+        ++s.cpu_saturated_bursts;
+        s.cpu_busy_sum += w.goodput_cpu_busy;
+        s.cpu_peak_max = std::max(s.cpu_peak_max, w.goodput_cpu_peak);
+        s.cpu_bw_ratio_sum += set_aside_ratio;
+      }
+    }
     if (guard_bad) {
       ++s.out_bad;
       ++d.in_bad;
@@ -582,6 +605,7 @@ void Analyzer::Publish(const ElementTracker::Changes& changes, const Evaluation&
   stats_.pairs = ev.pairs_seen;
   stats_.active_findings = active_view_.size();
   stats_.baselines_ready = ev.baselines_ready;
+  stats_.cpu_saturated_bursts = ev.cpu_saturated_bursts;
   stats_.noisy_hosts =
       static_cast<size_t>(std::count_if(ev.hosts.begin(), ev.hosts.end(), [](const HostStats& h) {
         return h.noisy_in || h.noisy_out;

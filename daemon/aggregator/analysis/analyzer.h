@@ -59,6 +59,9 @@ struct TickStats {
   size_t active_findings = 0;
   size_t baselines_ready = 0;
   size_t noisy_hosts = 0;
+  // Low bursts in the bandwidth window set aside as link evidence: their prober's CPUs were at
+  // least AnalysisConfig::bandwidth_cpu_busy_limit busy during them.
+  size_t cpu_saturated_bursts = 0;
   uint64_t store_errors = 0;
   // rdma_ud series not created because their table was full (HostDelays, RdmaLosses::kMaxSeries).
   uint64_t rdma_host_delay_refused = 0;

@@ -83,10 +83,13 @@ struct AnalysisConfig {
   // needs `min_flows` distinct flows with a low burst. One low burst is often the host, not the
   // path (a busy 2-core host measured 0.23 of the expected goodput on loopback).
   int bandwidth_confirm_bursts = 2;
-  // A burst during which the prober's host CPU was at least this busy (the agent reports the
-  // busy fraction of all its CPUs over the burst) measures the host, not the path: it is not a
-  // bandwidth sample.
+  // A low burst during which the prober's host CPUs were at least this busy (the agent reports the
+  // busy share of all its CPUs over the burst, docs/probes.md) measures the host, not the path: it
+  // is set aside, not a bandwidth sample. 0 turns the rule off.
   double bandwidth_cpu_busy_limit = 0.9;
+  // A host whose CPUs were saturated during at least this many of its bursts in the bandwidth
+  // window (repeatedly: one busy moment is no finding) gets a host_network finding that says so.
+  int host_cpu_saturated_bursts = 2;
   // Bursts say nothing about which equal-cost link they crossed (TCP is not traced). Where traced
   // UDP flows cross the same links, a group of candidate links blamed on bandwidth alone is
   // dropped when traced loss or latency evidence blames one of its links (that finding speaks

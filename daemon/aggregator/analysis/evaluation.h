@@ -31,6 +31,14 @@ struct HostStats {
   std::array<uint32_t, kSignalCount> in_bad_pairs_by{};
   std::array<bool, kSignalCount> noisy_out_by{};
   std::array<bool, kSignalCount> noisy_in_by{};
+  // Its bursts (as prober) in the bandwidth window, and of those the low ones set aside because
+  // its CPUs were saturated during them (AnalysisConfig::bandwidth_cpu_busy_limit), with their
+  // mean CPU busy share, the busiest single CPU's highest, and their mean bandwidth ratio.
+  uint32_t bursts = 0;
+  uint32_t cpu_saturated_bursts = 0;
+  double cpu_busy_sum = 0;
+  double cpu_peak_max = -1;
+  double cpu_bw_ratio_sum = 0;
   bool noisy_out = false;  // its own probes are bad in some signal while its peers' are clean
   bool noisy_in = false;   // probes to it are bad in some signal while its own probes are clean
 };
@@ -77,6 +85,7 @@ struct Analyzer::Evaluation {
   size_t pairs_seen = 0;
   size_t baselines_ready = 0;
   size_t traced_flows = 0;  // flows judged on their traced path
+  size_t cpu_saturated_bursts = 0;  // low bursts set aside: the prober's CPUs were saturated
   // Pairs with data whose latency is judged, and of those the ones with a baseline of their own.
   size_t latency_pairs = 0;
   size_t latency_pairs_ready = 0;

@@ -46,6 +46,10 @@ struct FlowWindow {
   uint32_t last_probes = 0;  // the one complete second before the tick's second
   uint32_t last_lost = 0;
   double goodput_bps = 0;  // last bandwidth sample within the bandwidth window, else 0
+  // That sample's prober host CPU busy share over the burst (all CPUs, the busiest one), in
+  // [0.01, 1]; -1: not measured.
+  double goodput_cpu_busy = -1;
+  double goodput_cpu_peak = -1;
 };
 
 struct PairRef {

@@ -43,6 +43,12 @@ AnalysisMetrics::AnalysisMetrics(metrics::Registry& registry)
                  .AddGauge("fabricwatch_analysis_flows",
                            "Probe flows with data in the analyzer's short window.")
                  .WithLabels({})),
+      cpu_saturated_bursts_(
+          registry
+              .AddGauge("fabricwatch_analysis_cpu_saturated_bursts",
+                        "Low bandwidth bursts in the bandwidth window set aside as link evidence "
+                        "because their prober's CPUs were saturated during them.")
+              .WithLabels({})),
       store_errors_(registry
                         .AddCounter("fabricwatch_findings_store_errors_total",
                                     "Findings store errors (findings are kept in memory).")
@@ -122,6 +128,7 @@ void AnalysisMetrics::Update(const Analyzer& analyzer) {
   tick_seconds_.Set(st.last_tick_seconds);
   ticks_.Set(static_cast<double>(st.ticks));
   flows_.Set(static_cast<double>(st.flows));
+  cpu_saturated_bursts_.Set(static_cast<double>(st.cpu_saturated_bursts));
   store_errors_.Set(static_cast<double>(st.store_errors));
   rdma_host_delay_refused_.Set(static_cast<double>(st.rdma_host_delay_refused));
   rdma_loss_refused_.Set(static_cast<double>(st.rdma_loss_refused));

@@ -21,7 +21,8 @@ namespace fw::analysis {
 //   fabricwatch_findings_active{kind,severity}      every known kind × severity, 0 when none
 //   fabricwatch_finding_active{kind,severity,location}   1 while active; removed when resolved
 //   fabricwatch_analysis_tick_seconds, fabricwatch_analysis_ticks_total,
-//   fabricwatch_analysis_flows, fabricwatch_findings_store_errors_total
+//   fabricwatch_analysis_flows, fabricwatch_analysis_cpu_saturated_bursts,
+//   fabricwatch_findings_store_errors_total
 //   fabricwatch_analysis_rdma_series_refused_total{table}   host_delay | rdma_loss
 // Cardinality is bounded by links and active findings, never by node pairs. Not thread-safe: call
 // Update() from the tick thread after Analyzer::Tick().
@@ -49,6 +50,7 @@ class AnalysisMetrics {
   metrics::Gauge& tick_seconds_;
   metrics::Counter& ticks_;
   metrics::Gauge& flows_;
+  metrics::Gauge& cpu_saturated_bursts_;
   metrics::Counter& store_errors_;
   metrics::Family<metrics::Counter>& rdma_refused_;
   metrics::Counter& rdma_host_delay_refused_;

@@ -15,6 +15,12 @@ void SaturatingAdd(T& v, uint32_t add) {
   v = static_cast<T>(std::min<uint32_t>(kMax, static_cast<uint32_t>(v) + add));
 }
 
+// Thousandths (0: not measured) to FlowSeen's percent, at least 1 when measured.
+uint8_t CpuPercent(uint16_t permille) {
+  if (permille == 0) return 0;
+  return static_cast<uint8_t>(std::clamp((permille + 5) / 10, 1, 100));
+}
+
 }  // namespace
 
 std::optional<uint32_t> DeterministicPath(std::string_view, std::string_view, uint16_t,
@@ -175,6 +181,8 @@ void PairTable::RecordLocked(Pair& p, FlowSeen& f, const ProbeSample& sample, Tr
     if (sample.goodput_bps > 0 && std::isfinite(sample.goodput_bps)) {
       f.goodput_bps = static_cast<float>(sample.goodput_bps);
       f.goodput_s = s;
+      f.goodput_cpu_busy_pct = CpuPercent(sample.cpu_busy_permille);
+      f.goodput_cpu_peak_pct = CpuPercent(sample.cpu_peak_permille);
     }
     return;
   }
@@ -268,7 +276,10 @@ size_t PairTable::RecordBatch(std::span<const ReportedProbe> results, int64_t no
       runs.Remember(RecentPair{runs.dst(), r.transport, index, p->generation, flow});
     }
     runs.Advance();
-    RecordLocked(*p, *f, ProbeSample{r.lost, r.rtt_ns, r.goodput_bps}, r.transport, now_ns);
+    RecordLocked(*p, *f,
+                 ProbeSample{r.lost, r.rtt_ns, r.goodput_bps, r.cpu_busy_permille,
+                             r.cpu_peak_permille},
+                 r.transport, now_ns);
     ++recorded;
   }
   return recorded;

@@ -71,6 +71,10 @@ struct FlowSeen {
   // map paths); k: the pair's NIC pair k-1. Two rails may use the same source ports and flow ids:
   // the NIC pair keeps their flows apart.
   uint8_t nics = 0;
+  // The last bandwidth sample's prober CPU busy share in percent (1..100; all CPUs, the busiest
+  // one); 0: not measured. Fits the struct's padding.
+  uint8_t goodput_cpu_busy_pct = 0;
+  uint8_t goodput_cpu_peak_pct = 0;
 };
 
 // The store's seconds for flows: aggregator monotonic seconds + 1, so that 0 means "never".

@@ -24,6 +24,10 @@ struct ProbeSample {
   bool lost = false;
   int64_t rtt_ns = 0;        // ignored when lost, and for bandwidth-only pairs
   double goodput_bps = 0.0;  // > 0 only for bandwidth probes
+  // Bursts: the prober host's CPU busy share (all CPUs, the busiest one) in thousandths; 0: not
+  // measured (ReportedProbe).
+  uint16_t cpu_busy_permille = 0;
+  uint16_t cpu_peak_permille = 0;
 };
 
 struct WindowStats {

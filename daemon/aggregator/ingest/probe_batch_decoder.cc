@@ -78,7 +78,8 @@ ColumnError CheckColumns(const v1::ProbeColumns& c, size_t names) {
   if (!fits(c.transport_size()) || !fits(c.src_port_size()) || !fits(c.dst_port_size()) ||
       !fits(c.flow_id_size()) || !fits(c.probe_seq_size()) || !fits(c.lost_size()) ||
       !fits(c.rtt_ns_size()) || !fits(c.bytes_size()) || !fits(c.goodput_bps_size()) ||
-      !fits(c.sent_unix_ns_delta_size()) || !fits(c.src_nic_size()) || !fits(c.dst_nic_size())) {
+      !fits(c.sent_unix_ns_delta_size()) || !fits(c.src_nic_size()) || !fits(c.dst_nic_size()) ||
+      !fits(c.cpu_busy_permille_size()) || !fits(c.cpu_peak_permille_size())) {
     return ColumnError::kColumnLength;
   }
   auto in_range = [names](const google::protobuf::RepeatedField<uint32_t>& col) {
@@ -140,10 +141,16 @@ constexpr size_t kMaxNicNameBytes = 64;
 // A NIC name that may end up in a finding's location: not too long, clean UTF-8.
 bool CleanNic(std::string_view s) { return s.size() <= kMaxNicNameBytes && IsCleanUtf8(s); }
 
+// A CPU busy share in thousandths; one over 1000 (no agent sends it) is dropped alone, as "not
+// measured": the burst's goodput still counts.
+uint16_t CleanPermille(uint32_t v) { return v <= 1000 ? static_cast<uint16_t>(v) : 0; }
+
 // Slots are reused: a row without the RDMA split must not keep an earlier row's.
 void ClearHostSplit(ReportedProbe& x) {
   x.prober_host_ns = 0;
   x.responder_host_ns = 0;
+  x.cpu_busy_permille = 0;
+  x.cpu_peak_permille = 0;
   x.src_nic.clear();
   x.dst_nic.clear();
 }
@@ -156,6 +163,8 @@ void SetHostSplit(ReportedProbe& x, const v1::ProbeResult& r) {
   ClearHostSplit(x);
   if (CleanNic(r.src_nic())) x.src_nic = r.src_nic();
   if (CleanNic(r.dst_nic())) x.dst_nic = r.dst_nic();
+  x.cpu_busy_permille = CleanPermille(r.cpu_busy_permille());
+  x.cpu_peak_permille = CleanPermille(r.cpu_peak_permille());
   if (x.transport != Transport::kRdmaUd) return;
   x.prober_host_ns = std::max<int64_t>(r.prober_host_ns(), 0);
   x.responder_host_ns = std::max<int64_t>(r.responder_host_ns(), 0);
@@ -269,6 +278,12 @@ DecodeOutcome Decode(std::string_view node, NodeId node_id, const v1::ProbeBatch
         if (!c.dst_nic().empty()) {
           const std::string_view nic = name_of(c.dst_nic(row));
           if (CleanNic(nic)) x.dst_nic.assign(nic);
+        }
+        if (!c.cpu_busy_permille().empty()) {
+          x.cpu_busy_permille = CleanPermille(c.cpu_busy_permille(row));
+        }
+        if (!c.cpu_peak_permille().empty()) {
+          x.cpu_peak_permille = CleanPermille(c.cpu_peak_permille(row));
         }
       }
     } else if (cache) {

@@ -46,6 +46,9 @@ v1::ProbeBatch ColumnBatch() {
     c.add_src_nic(nic);
     c.add_dst_nic(nic);
   }
+  // The burst's host CPU: 95.0 % over all CPUs, its busiest at 100 %; the latency rows have none.
+  for (uint32_t v : {0u, 0u, 950u}) c.add_cpu_busy_permille(v);
+  for (uint32_t v : {0u, 0u, 1000u}) c.add_cpu_peak_permille(v);
   return b;
 }
 
@@ -67,6 +70,8 @@ v1::ProbeBatch RowBatch() {
     r->set_rtt_ns(c.rtt_ns(i));
     r->set_bytes(c.bytes(i));
     r->set_goodput_bps(c.goodput_bps(i));
+    r->set_cpu_busy_permille(c.cpu_busy_permille(i));
+    r->set_cpu_peak_permille(c.cpu_peak_permille(i));
   }
   return b;
 }
@@ -82,6 +87,8 @@ void ExpectSame(const ReportedProbe& a, const ReportedProbe& b) {
   EXPECT_EQ(a.rtt_ns, b.rtt_ns);
   EXPECT_EQ(a.bytes, b.bytes);
   EXPECT_EQ(a.goodput_bps, b.goodput_bps);
+  EXPECT_EQ(a.cpu_busy_permille, b.cpu_busy_permille);
+  EXPECT_EQ(a.cpu_peak_permille, b.cpu_peak_permille);
 }
 
 TEST(ProbeBatchDecoderTest, ColumnsAndResultsDecodeToTheSameResults) {
@@ -98,6 +105,42 @@ TEST(ProbeBatchDecoderTest, ColumnsAndResultsDecodeToTheSameResults) {
   EXPECT_EQ(from_cols[2].transport, Transport::kTcpBw);
   EXPECT_EQ(from_cols[2].goodput_bps, 9.5e9);
   EXPECT_TRUE(from_cols[1].lost);
+  // The CPU columns arrive (a decoder that dropped them would read "not measured").
+  EXPECT_EQ(from_cols[2].cpu_busy_permille, 950);
+  EXPECT_EQ(from_cols[2].cpu_peak_permille, 1000);
+  EXPECT_EQ(from_cols[0].cpu_busy_permille, 0);
+}
+
+// A column block through its wire bytes and back: the CPU columns survive serialization, a
+// malformed share (over 1000) is dropped alone, and a short CPU column refuses the block.
+TEST(ProbeBatchDecoderTest, CpuColumnsSurviveTheWireAndAreChecked) {
+  v1::ProbeBatch wire;
+  ASSERT_TRUE(wire.ParseFromString(ColumnBatch().SerializeAsString()));
+  std::vector<ReportedProbe> out;
+  ASSERT_EQ(DecodeProbeBatch("me", wire, kAnyPeer, out).appended, 3u);
+  EXPECT_EQ(out[2].cpu_busy_permille, 950);
+  EXPECT_EQ(out[2].cpu_peak_permille, 1000);
+
+  v1::ProbeBatch bad = ColumnBatch();
+  bad.mutable_columns()->set_cpu_busy_permille(2, 5000);
+  const DecodeOutcome o = DecodeProbeBatch("me", bad, kAnyPeer, out);
+  ASSERT_EQ(o.appended, 3u);
+  EXPECT_EQ(out[2].cpu_busy_permille, 0);  // not measured
+  EXPECT_EQ(out[2].cpu_peak_permille, 1000);
+  EXPECT_EQ(out[2].goodput_bps, 9.5e9);  // the goodput still counts
+
+  v1::ProbeBatch short_col = ColumnBatch();
+  short_col.mutable_columns()->mutable_cpu_peak_permille()->RemoveLast();
+  EXPECT_EQ(DecodeProbeBatch("me", short_col, kAnyPeer, out).column_error,
+            ColumnError::kColumnLength);
+
+  // A reused slot does not keep an earlier row's CPU share.
+  v1::ProbeBatch plain = ColumnBatch();
+  plain.mutable_columns()->clear_cpu_busy_permille();
+  plain.mutable_columns()->clear_cpu_peak_permille();
+  ASSERT_EQ(DecodeProbeBatch("me", plain, kAnyPeer, out).appended, 3u);
+  EXPECT_EQ(out[2].cpu_busy_permille, 0);
+  EXPECT_EQ(out[2].cpu_peak_permille, 0);
 }
 
 TEST(ProbeBatchDecoderTest, ABatchWithBothFormsYieldsResultsThenRows) {

@@ -50,6 +50,11 @@ struct ReportedProbe {
   // split off: the prober's posting and polling, the responder's turnaround. 0: not measured.
   int64_t prober_host_ns = 0;
   int64_t responder_host_ns = 0;
+  // Bursts (tcp_bw, rdma_rc): the prober host's CPU busy share over the burst, all CPUs and the
+  // busiest one, in thousandths (1..1000); 0: not measured. A burst on a saturated host measures
+  // the host, not the path (AnalysisConfig::bandwidth_cpu_busy_limit).
+  uint16_t cpu_busy_permille = 0;
+  uint16_t cpu_peak_permille = 0;
   std::string src_nic;  // the RDMA devices at either end, when the agent named them
   std::string dst_nic;
 };
