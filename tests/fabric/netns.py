@@ -276,10 +276,23 @@ class ProcessTable:
         return proc.popen.returncode
 
     def stop_all(self, grace=3.0):
+        """Stops every process by PID: SIGTERM to all of them (newest first), then SIGKILL to any
+        still running after grace seconds. They shut down together, so a teardown costs the
+        slowest exit once instead of the sum of every exit (a fabric's agents take 0.1-2 s each
+        under load)."""
         with self._lock:
             procs = list(reversed(self._procs))
         for p in procs:
-            self.stop(p, grace=grace)
+            if p.running():
+                try:
+                    os.kill(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(p.running() for p in procs):
+            time.sleep(0.02)
+        for p in procs:
+            self.stop(p, grace=0.0)  # SIGKILL for what is left; forgets the rest
 
     def all(self):
         with self._lock:
