@@ -149,8 +149,10 @@ ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_n
       const int toggles = ToggleCount(key, now_s);
       if (e.pending.can_flap && toggles >= config_.flap_toggles) e.flapping = true;
       if (e.flapping) ApplyFlapping(e.pending.finding, toggles, config_.flap_window_s);
+      const bool dense = e.pending.dense_confirmed && e.confirm_needed <= config_.confirm_ticks &&
+                         e.consecutive_bad >= std::max(1, config_.dense_confirm_ticks);
       const bool confirmed =
-          e.quick_run >= config_.confirm_ticks ||
+          dense || e.quick_run >= config_.confirm_ticks ||
           (e.consecutive_bad >= std::max(config_.confirm_ticks, e.confirm_needed) &&
            CoversDataTime(e, now_s));
       if (e.health == ElementHealth::kSuspect && confirmed) {

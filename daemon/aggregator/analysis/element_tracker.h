@@ -26,6 +26,10 @@ struct Observation {
   // confirm_ticks. Evidence that transient causes mimic (latency alone on one access link) asks
   // for more.
   int confirm_ticks = 0;
+  // The freshest data (the last two complete seconds) shows the loss on its own, significant at a
+  // finding's level: the element may fire after `dense_confirm_ticks` instead of `confirm_ticks`
+  // (AnalysisConfig), unless it asks for persistence.
+  bool dense_confirmed = false;
 };
 
 // Not thread-safe: the analyzer's tick thread owns it.
