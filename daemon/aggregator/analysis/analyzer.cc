@@ -389,6 +389,13 @@ void Analyzer::Tick() {
   for (auto& [element, obs] : ev.observations) tracker_.Observe(element, std::move(obs));
   for (const auto& [element, down] : ev.instants) tracker_.Instant(element, down, now_s);
   for (const std::string& element : ev.superseded) tracker_.Supersede(element);
+  if (map_) {
+    for (const LinkBlame& b : ev.weak_loss) {
+      if (b.tied.empty() && !map_->links()[b.link].IsAccess()) {
+        tracker_.Weak("link:" + map_->links()[b.link].id);
+      }
+    }
+  }
   const ElementTracker::Changes changes = tracker_.EndTick(now_s, wall_ns);
   if (spdlog::should_log(spdlog::level::debug)) LogTimeline(ev);
   escalation_candidates_ =

@@ -513,6 +513,28 @@ TEST(Scenarios, FreshLossConfirmsInTwoEvaluations) {
   EXPECT_EQ(fired_at(true, 5), 5);
 }
 
+// Weak loss evidence (escalated, not yet suspect) in the evaluation before the suspicion counts as
+// its first: the fresh data alone confirms what the weak evidence raised, at the suspicion. Weak
+// evidence two evaluations back, or none, does not.
+TEST(Scenarios, WeakEvidenceThenFreshLossConfirmsAtTheSuspicion) {
+  auto fired_at = [](int weak_tick, bool dense) {
+    ElementTracker tracker(AnalysisConfig{});
+    Observation o;
+    o.finding.kind = "link_degraded";
+    o.dense_confirmed = dense;
+    for (int t = 1; t <= 10; ++t) {
+      if (t == weak_tick) tracker.Weak("link:x");
+      if (t >= 3) tracker.Observe("link:x", o);
+      if (!tracker.EndTick(t, t * 1'000'000'000LL).material.empty()) return t;
+    }
+    return 0;
+  };
+  EXPECT_EQ(fired_at(2, true), 3);   // weak at 2, suspect and fresh at 3
+  EXPECT_EQ(fired_at(1, true), 4);   // weak too long ago: two evaluations
+  EXPECT_EQ(fired_at(0, true), 4);
+  EXPECT_EQ(fired_at(2, false), 5);  // no fresh confirmation: three evaluations
+}
+
 // On a fleet whose links carry dense probes (32 flows per inter-leaf pair), 5 % loss on one link
 // is confirmed by its freshest seconds: one evaluation sooner than with three consecutive ones.
 TEST(Scenarios, DenseLossIsConfirmedOneEvaluationSooner) {
