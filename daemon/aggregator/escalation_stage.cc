@@ -33,7 +33,7 @@ EscalationStage::EscalationStage(EscalationConfig config, analysis::Analyzer& an
       budget_pps_(registry
                       .AddGauge("fabricwatch_escalation_budget_probes_per_second",
                                 "The most probes per second all escalations together may add: "
-                                "a share of the fleet's planned probes (3 %, at least 150/s).")
+                                "a share of the fleet's planned probes (3 %, at least 40/s).")
                       .WithLabels({})),
       started_(registry
                    .AddCounter("fabricwatch_escalation_started_total",
@@ -88,12 +88,6 @@ void EscalationStage::Tick() {
     spdlog::info(
         "msg=\"escalation\" active_elements={} active_pairs={} extra_pps={:.1f} budget_pps={:.1f}",
         s.active_elements, s.active_pairs, s.extra_pps, budget_.BudgetPps(baseline));
-    if (spdlog::should_log(spdlog::level::debug)) {
-      for (const auto& [element, e] : budget_.Escalations()) {
-        spdlog::debug("msg=\"escalated\" element={} since_s={:.2f} pairs={}", element, e.since_s,
-                      e.pairs.size());
-      }
-    }
   }
   last_ = s;
 }

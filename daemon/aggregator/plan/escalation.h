@@ -29,11 +29,9 @@ struct EscalationConfig {
   // The extra probes of all escalations together stay within this share of the fleet's planned
   // probes per second (the target: escalation under 5 % of baseline probe traffic).
   double budget_fraction = 0.03;
-  // ...and never less than this many extra probes per second: a small fleet still escalates one
-  // element's max_pairs_per_element single-flow pairs at the full rate_factor (8 pairs x 2
-  // directions x 9 extra probes/s = 144), so that its suspicion is confirmed or dropped from
-  // dense data in seconds. It is spent only while something is suspect.
-  double min_budget_pps = 150;
+  // ...and never less than this many extra probes per second (a small fleet still escalates one
+  // pair).
+  double min_budget_pps = 40;
   // Pairs escalated per element at most: enough flows to separate the element from its
   // neighbours, not every pair that crosses a spine.
   size_t max_pairs_per_element = 8;
