@@ -193,6 +193,12 @@ void Aggregator::TickLoop() {
     if (stopping_) break;
     lock.Unlock();
     fleet_.Sweep();
+    analyzer_->SetIngestLag(fleet_.data_lag_s());
+    analyzer_->Tick();
+    // Suspects of this tick raise their pairs' probe rates (plan overlays)...
+    escalation_->Tick();
+    // ...which the re-plan sends in this tick: the dense data a suspicion is confirmed or dropped
+    // from starts a tick sooner than if it waited for the next one.
     int64_t now = clock_.MonotonicNanos();
     const bool replanned = plans_->MaybeReplan(now, [this] {
       const std::vector<NodeView> nodes = fleet_.Nodes();
@@ -203,10 +209,6 @@ void Aggregator::TickLoop() {
     plans_->PushPending([this](const std::function<bool(const std::string&)>& wanted) {
       if (grpc_) grpc_->PushPlans(wanted);
     });
-    analyzer_->SetIngestLag(fleet_.data_lag_s());
-    analyzer_->Tick();
-    // Suspects of this tick raise their pairs' probe rates; the next MaybeReplan() sends them.
-    escalation_->Tick();
     collective_->Tick([this] { return collective::CollectiveNodesOf(fleet_.Nodes(), map_.get()); },
                       now);
     // Tracked from the analyzer's next tick on, so /api/v1/findings and the status page show them.

@@ -412,7 +412,15 @@ void Analyzer::Tick() {
   for (auto& [element, obs] : ev.observations) tracker_.Observe(element, std::move(obs));
   for (const auto& [element, down] : ev.instants) tracker_.Instant(element, down, now_s);
   for (const std::string& element : ev.superseded) tracker_.Supersede(element);
+  if (map_) {
+    for (const LinkBlame& b : ev.weak_loss) {
+      if (b.tied.empty() && !map_->links()[b.link].IsAccess()) {
+        tracker_.Weak("link:" + map_->links()[b.link].id);
+      }
+    }
+  }
   const ElementTracker::Changes changes = tracker_.EndTick(now_s, wall_ns);
+  if (spdlog::should_log(spdlog::level::debug)) LogTimeline(ev);
   escalation_candidates_ =
       EscalationCandidates(BlameContext{map_.get(), flows_, tomography_, config_}, ev, tracker_);
   std::erase_if(escalation_evidence_,
@@ -421,6 +429,31 @@ void Analyzer::Tick() {
   Publish(changes, ev, now_s, wall_ns);
   MutexLock lock(views_mu_);
   stats_.last_tick_seconds = (RealClock::Get().MonotonicNanos() - started) * 1e-9;
+}
+
+void Analyzer::LogTimeline(const Evaluation& ev) const {
+  if (map_) {
+    for (int s = 0; s < kSignalCount; ++s) {
+      for (const LinkBlame& b : ev.blames[s]) {
+        spdlog::debug(
+            "component=analysis msg=\"link blamed\" link={} signal={} estimate={:.4f} "
+            "significance={:.1f} bad={} expected={:.0f} flows={}",
+            map_->links()[b.link].id, SignalName(b.signal), b.estimate, b.significance, b.bad,
+            b.expected, b.bad_flows);
+      }
+    }
+    for (const LinkBlame& b : ev.weak_loss) {
+      spdlog::debug(
+          "component=analysis msg=\"link weakly lossy\" link={} estimate={:.4f} "
+          "significance={:.1f} bad={} expected={:.0f}",
+          map_->links()[b.link].id, b.estimate, b.significance, b.bad, b.expected);
+    }
+  }
+  for (const auto& [element, obs] : ev.observations) {
+    spdlog::debug("component=analysis msg=\"element bad\" element={} kind={} health={} escalated={}",
+                  element, obs.finding.kind, ElementHealthName(tracker_.HealthOf(element)),
+                  escalated_.contains(element) ? 1 : 0);
+  }
 }
 
 void Analyzer::AddEscalationEvidence(Evaluation& ev, double now_s) {

@@ -132,6 +132,9 @@ class Analyzer {
   void Evaluate(Evaluation& ev, double now_s);
   // The escalation in force on each observed element, as evidence of its finding.
   void AddEscalationEvidence(Evaluation& ev, double now_s);
+  // At debug level, each tick: the links blamed (and weakly lossy) with their figures and the bad
+  // elements with their state, the timeline docs/analysis.md's detection-time breakdown reads.
+  void LogTimeline(const Evaluation& ev) const;
   void Publish(const ElementTracker::Changes& changes, const Evaluation& ev, double now_s,
                int64_t now_wall_ns);
 

@@ -336,7 +336,11 @@ void Blamer::SwitchLink(const Verdict& v) {
   }
   const std::string element = "link:" + link.id;
   ev_.link_elements[v.group.front()] = {element, f.confidence};
-  Emit(element, std::move(f), true, level == Level::kLatency ? LatencyConfirm({&v}) : 0);
+  // How the decision can be made: the freshest two seconds alone show the loss (dense data).
+  const bool fresh = level != Level::kLatency && FreshLoss(v);
+  if (fresh) f.evidence["recent_probes"] = v.loss()->recent_probes;
+  if (level != Level::kLatency) f.evidence["fresh_loss_confirmed"] = fresh ? 1 : 0;
+  Emit(element, std::move(f), true, level == Level::kLatency ? LatencyConfirm({&v}) : 0, fresh);
 }
 
 }  // namespace fw::analysis::blame

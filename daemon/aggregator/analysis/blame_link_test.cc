@@ -34,6 +34,28 @@ TEST(BlameLinkLevel, LinkLosingEverythingRecentlyIsDown) {
   EXPECT_EQ(t.ev.observations.front().second.finding.severity, Severity::kCritical);
 }
 
+// The last two complete seconds alone show the loss at a finding's significance: the freshest
+// (escalated) data confirms the suspicion, and the link may fire after two evaluations. A loss
+// that is all in the older part of the 10 s window, or fresh seconds too thin to tell, do not.
+TEST(BlameLinkLevel, LossOnTheFreshestSecondsAloneConfirmsDensely) {
+  auto fresh = [](double recent_loss, double recent_probes) {
+    testing::BlameFixture t(testing::TwoLeafMap());
+    LinkBlame b = testing::LossBlame(t.LinkOf("l1", "s1"), 0.05, recent_loss);
+    b.recent_probes = recent_probes;
+    t.ev.blames[static_cast<int>(Signal::kLoss)].push_back(b);
+    t.MakeBlamer().LinkLevel();
+    EXPECT_EQ(t.ev.observations.size(), 1u);
+    if (t.ev.observations.empty()) return false;
+    const Observation& o = t.ev.observations.front().second;
+    EXPECT_EQ(o.finding.evidence.at("fresh_loss_confirmed"), o.dense_confirmed ? 1 : 0);
+    return o.dense_confirmed;
+  };
+  EXPECT_TRUE(fresh(0.1, 100));    // 10 of 100 fresh probes lost
+  EXPECT_FALSE(fresh(0.0, 100));   // a past burst: the fresh seconds are clean
+  EXPECT_FALSE(fresh(0.01, 100));  // 1 lost: not significant on its own
+  EXPECT_FALSE(fresh(0.2, 20));    // too few fresh probes to tell
+}
+
 TEST(BlameLinkLevel, NothingBlamedGivesNothing) {
   testing::BlameFixture t(testing::TwoLeafMap());
   t.MakeBlamer().LinkLevel();

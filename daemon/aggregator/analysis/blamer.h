@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -247,10 +248,24 @@ class Blamer {
   // Emits `f` for `key`, or adds its evidence to an observation of `key` emitted this tick.
   void Merge(const std::string& key, Finding f);
 
-  void Emit(std::string key, Finding f, bool can_flap, int confirm_ticks = 0) {
+  void Emit(std::string key, Finding f, bool can_flap, int confirm_ticks = 0,
+            bool dense_confirmed = false) {
     AddRail(f);
-    ev_.observations.emplace_back(std::move(key),
-                                  Observation{std::move(f), can_flap, confirm_ticks});
+    ev_.observations.emplace_back(
+        std::move(key), Observation{std::move(f), can_flap, confirm_ticks, dense_confirmed});
+  }
+
+  // Whether the verdict's loss is significant on the last two complete seconds alone, at a
+  // finding's level (loss_significance and loss_ratio against this tick's background, from at
+  // least dense_confirm_min_probes probes): the freshest data, escalated where escalation is in
+  // force, confirms the suspicion (Observation::dense_confirmed).
+  bool FreshLoss(const Verdict& v) const {
+    const LinkBlame* loss = v.loss();
+    if (!loss || loss->recent_probes < c_.dense_confirm_min_probes) return false;
+    const SignalSpec& spec = ev_.specs[static_cast<int>(Signal::kLoss)];
+    const double lost = std::round(loss->recent_loss * loss->recent_probes);
+    return loss->recent_loss >= spec.threshold &&
+           PoissonSurprise(lost, spec.background * loss->recent_probes) >= spec.significance;
   }
 
   // Unresolved ECMP groups. One group is "one of these links" (Ambiguous). When most of the

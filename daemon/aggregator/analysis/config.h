@@ -32,7 +32,7 @@ struct AnalysisConfig {
   // Links whose loss reaches this significance (weaker than `loss_significance`) are escalated
   // before they are suspect: the denser data crosses the significance of a finding sooner. Only
   // escalation acts on it; 0 turns it off.
-  double escalate_loss_significance = 4.0;
+  double escalate_loss_significance = 3.0;
 
   // --- Latency
   // ------------------------------------------------------------------------------------ A sample
@@ -136,6 +136,13 @@ struct AnalysisConfig {
   // ------------------------------------------------------------------------------ Consecutive bad
   // evaluations (ticks) before a suspect element fires.
   int confirm_ticks = 3;
+  // ...or this many, when the loss that made it suspect is significant again on the freshest data
+  // alone: the last two complete seconds (at least `dense_confirm_min_probes` probes, most of them
+  // escalated ones once escalation is in force) reach `loss_significance` and `loss_ratio` on
+  // their own. The loss is then going on now, not a past burst still inside the 10 s window.
+  // Confirmations that ask for persistence (latency alone) are not shortened.
+  int dense_confirm_ticks = 2;
+  double dense_confirm_min_probes = 40;
   // Latency alone (queueing without loss: congestion on a link, a group of links or a switch, a
   // slow host's NIC cable) fires only after this many: background queueing episodes of a few
   // seconds look the same for as long as they last; a hot spot or a slow host worth acting on

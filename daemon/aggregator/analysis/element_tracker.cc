@@ -141,6 +141,7 @@ ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_n
         e.first_bad_wall_ns = now_wall_ns;
         e.confirm_needed = 0;
         e.quick_run = 0;
+        e.weak_lead = weak_prev_.contains(key) ? 1 : 0;
       }
       ++e.consecutive_bad;
       e.confirm_needed = std::max(e.confirm_needed, e.pending.confirm_ticks);
@@ -149,8 +150,11 @@ ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_n
       const int toggles = ToggleCount(key, now_s);
       if (e.pending.can_flap && toggles >= config_.flap_toggles) e.flapping = true;
       if (e.flapping) ApplyFlapping(e.pending.finding, toggles, config_.flap_window_s);
+      const bool dense =
+          e.pending.dense_confirmed && e.confirm_needed <= config_.confirm_ticks &&
+          e.consecutive_bad + e.weak_lead >= std::max(1, config_.dense_confirm_ticks);
       const bool confirmed =
-          e.quick_run >= config_.confirm_ticks ||
+          dense || e.quick_run >= config_.confirm_ticks ||
           (e.consecutive_bad >= std::max(config_.confirm_ticks, e.confirm_needed) &&
            CoversDataTime(e, now_s));
       if (e.health == ElementHealth::kSuspect && confirmed) {
@@ -211,6 +215,8 @@ ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_n
     e.superseded = false;
     it = erase ? elements_.erase(it) : std::next(it);
   }
+  weak_prev_.swap(weak_now_);
+  weak_now_.clear();
   return changes;
 }
 

@@ -6,6 +6,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -26,6 +27,10 @@ struct Observation {
   // confirm_ticks. Evidence that transient causes mimic (latency alone on one access link) asks
   // for more.
   int confirm_ticks = 0;
+  // The freshest data (the last two complete seconds) shows the loss on its own, significant at a
+  // finding's level: the element may fire after `dense_confirm_ticks` instead of `confirm_ticks`
+  // (AnalysisConfig), unless it asks for persistence.
+  bool dense_confirmed = false;
 };
 
 // Not thread-safe: the analyzer's tick thread owns it.
@@ -42,6 +47,11 @@ class ElementTracker {
   // During a tick: the element's evidence is now explained by a larger element (a switch, a host):
   // its finding resolves at the end of this tick instead of after the recovery period.
   void Supersede(const std::string& element);
+  // During a tick: the element's loss is significant only at the weak level that escalates it
+  // (AnalysisConfig::escalate_loss_significance), not yet at a finding's. If it turns suspect at
+  // the next evaluation, that evaluation counts towards `dense_confirm_ticks`: the fresh, escalated
+  // data then confirms on its own a suspicion that the earlier data raised.
+  void Weak(const std::string& element) { weak_now_.insert(element); }
   // During a tick: a per-second up/down reading of a link or NIC (for flapping).
   void Instant(const std::string& element, bool down, double now_s);
   // How late the aggregator reads its agents' data (FleetState::ingest_lag_s), for the next
@@ -85,6 +95,7 @@ class ElementTracker {
     // suspect (`confirm_needed`): one tick of a quick rule must not fire what a slow rule holds.
     int confirm_needed = 0;
     int quick_run = 0;
+    int weak_lead = 0;  // 1 when the evaluation before it turned suspect was Weak()
     Observation pending;
     std::optional<TrackedFinding> finding;
   };
@@ -102,6 +113,8 @@ class ElementTracker {
   double ingest_lag_s_ = 0;
   std::map<std::string, Element> elements_;
   std::unordered_map<std::string, Toggles> toggles_;
+  std::set<std::string> weak_now_;   // Weak() in this tick
+  std::set<std::string> weak_prev_;  // ...in the last one
 };
 
 }  // namespace fw::analysis

@@ -491,6 +491,66 @@ TEST(Scenarios, QuickRuleDoesNotFireWhatASlowRuleHolds) {
 // second every few real seconds, so one queueing episode of a few seconds on the host's cable
 // filled 30 one-second evaluations. The ingest lag (how late heartbeats are read) grew by as much
 // as the data fell behind; a latency-only confirmation now counts the data time it covered.
+// Dense confirmation: a suspect whose loss the freshest data shows again on its own fires at its
+// second bad evaluation instead of its third; one without such data, and a latency-only suspect
+// (which asks for persistence), keep their confirmations.
+TEST(Scenarios, FreshLossConfirmsInTwoEvaluations) {
+  auto fired_at = [](bool dense, int confirm_ticks) {
+    ElementTracker tracker(AnalysisConfig{});
+    Observation o;
+    o.finding.kind = "link_degraded";
+    o.dense_confirmed = dense;
+    o.confirm_ticks = confirm_ticks;
+    for (int t = 1; t <= 40; ++t) {
+      tracker.Observe("link:x", o);
+      if (!tracker.EndTick(t, t * 1'000'000'000LL).material.empty()) return t;
+    }
+    return 0;
+  };
+  EXPECT_EQ(fired_at(false, 0), 3);
+  EXPECT_EQ(fired_at(true, 0), 2);
+  EXPECT_EQ(fired_at(true, 30), 30);
+  EXPECT_EQ(fired_at(true, 5), 5);
+}
+
+// Weak loss evidence (escalated, not yet suspect) in the evaluation before the suspicion counts as
+// its first: the fresh data alone confirms what the weak evidence raised, at the suspicion. Weak
+// evidence two evaluations back, or none, does not.
+TEST(Scenarios, WeakEvidenceThenFreshLossConfirmsAtTheSuspicion) {
+  auto fired_at = [](int weak_tick, bool dense) {
+    ElementTracker tracker(AnalysisConfig{});
+    Observation o;
+    o.finding.kind = "link_degraded";
+    o.dense_confirmed = dense;
+    for (int t = 1; t <= 10; ++t) {
+      if (t == weak_tick) tracker.Weak("link:x");
+      if (t >= 3) tracker.Observe("link:x", o);
+      if (!tracker.EndTick(t, t * 1'000'000'000LL).material.empty()) return t;
+    }
+    return 0;
+  };
+  EXPECT_EQ(fired_at(2, true), 3);   // weak at 2, suspect and fresh at 3
+  EXPECT_EQ(fired_at(1, true), 4);   // weak too long ago: two evaluations
+  EXPECT_EQ(fired_at(0, true), 4);
+  EXPECT_EQ(fired_at(2, false), 5);  // no fresh confirmation: three evaluations
+}
+
+// On a fleet whose links carry dense probes (32 flows per inter-leaf pair), 5 % loss on one link
+// is confirmed by its freshest seconds: one evaluation sooner than with three consecutive ones.
+TEST(Scenarios, DenseLossIsConfirmedOneEvaluationSooner) {
+  auto ttd = [](int dense_ticks) {
+    AnalysisConfig c;
+    c.dense_confirm_ticks = dense_ticks;
+    SyntheticFleet fleet(Shape(), c);
+    fleet.Run(kWarmup);
+    fleet.SetLinkFault("leaf2~spine1", LinkFault{0.05});
+    return TimeToDetect(fleet, "link_degraded", "leaf2~spine1", 20);
+  };
+  const int dense = ttd(2), counted = ttd(3);
+  ASSERT_GT(dense, 0);
+  EXPECT_EQ(dense, counted - 1) << "dense " << dense << " s, three evaluations " << counted << " s";
+}
+
 TEST(Scenarios, LatencyAloneOverALaggingIngestWaitsForDataTime) {
   Observation slow;
   slow.finding.kind = "host_network";
