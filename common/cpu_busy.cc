@@ -111,6 +111,9 @@ CpuBusy BusyBetween(const CpuSnapshot& before, const CpuSnapshot& after) {
     const CpuTimes& y = after.cpus[i];
     b.busiest = std::max(b.busiest, Share(x.busy, x.total, y.busy, y.total, kMinCpuUnits));
   }
+  // The busiest CPU is at least as busy as all of them together. CPUs under the resolution are
+  // skipped above, so without this the busiest of the rest can read below the mean.
+  if (b.busiest >= 0) b.busiest = std::max(b.busiest, b.all);
   return b;
 }
 

@@ -98,6 +98,12 @@ TEST(CpuBusy, SharesBetweenTwoSnapshots) {
   ASSERT_TRUE(ParseProcStat("cpu 229 0 0 190 0 0 0 0\ncpu0 159 0 0 50\ncpu1 70 0 0 139\n", d).ok());
   EXPECT_LT(BusyBetween(b, d).all, 0);
   EXPECT_LT(BusyBetween(b, d).busiest, 0);
+  // cpu0 idle for 11 units, cpu1 busy for its 9 (under the resolution, skipped): the busiest is
+  // never below the mean of all CPUs.
+  CpuSnapshot e;
+  ASSERT_TRUE(ParseProcStat("cpu 229 0 0 191 0 0 0 0\ncpu0 150 0 0 61\ncpu1 79 0 0 130\n", e).ok());
+  EXPECT_DOUBLE_EQ(BusyBetween(b, e).all, 9.0 / 20.0);
+  EXPECT_DOUBLE_EQ(BusyBetween(b, e).busiest, 9.0 / 20.0);
 }
 
 TEST(CpuBusy, PermilleKeepsZeroForNotMeasured) {
