@@ -20,9 +20,8 @@ inline size_t ThreadCount() {
 
 // The thread count once exiting threads are gone, waiting up to 2 s for it to reach `expected`.
 // pthread_join returns when the kernel clears the thread's tid, which is before the task leaves
-// /proc/self/task: right after a join the count can still include the joined thread (seen on a
-// loaded CI machine as 2 where 1 was expected). A thread that is really left behind keeps the
-// count above `expected` for the whole wait.
+// /proc/self/task: right after a join the count can still include the joined thread. A thread
+// that is really left behind keeps the count above `expected` for the whole wait.
 inline size_t ThreadCountSettledAt(size_t expected) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   size_t n = ThreadCount();
