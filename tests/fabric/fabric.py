@@ -283,7 +283,7 @@ class Fabric(FaultsMixin):
         names = [s.ns for s in self.switches.values()] + [h.ns for h in self.hosts.values()]
         names.append(self.mgmt_ns)
         self._created = list(names)
-        netns.ip_batch([f"netns add {n}" for n in names])
+        netns.add_namespaces(names)
         common = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
                   "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"]
         # Switches answer TTL expiry (ICMP time exceeded), as Linux routers do, without the

@@ -2,6 +2,7 @@
 
 import ctypes
 import ctypes.util
+import fcntl
 import os
 import re
 import shutil
@@ -58,6 +59,26 @@ def ip_batch(lines, ns=None, force=False):
         return
     argv = ["ip"] + (["-n", ns] if ns else []) + (["-force"] if force else []) + ["-batch", "-"]
     sh(argv, input="\n".join(lines) + "\n", check=not force)
+
+
+# Held while namespaces are added. The first 'ip netns add' on a machine makes NETNS_RUN_DIR a
+# shared bind mount of itself; two runs doing that at once (scripts/test runs two fabric tests at a
+# time) can stack two mounts, and the namespace files bound under the lower one disappear from
+# view. One 'ip netns add' batch at a time keeps that first step single.
+CREATE_LOCK = "/run/fw-fabric-netns.lock"
+
+
+def add_namespaces(names):
+    """Creates the named network namespaces in one 'ip -batch', one creator at a time."""
+    try:
+        lock = os.open(CREATE_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        raise FabricError(f"cannot open {CREATE_LOCK}: {e}") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ip_batch([f"netns add {n}" for n in names])
+    finally:
+        os.close(lock)  # releases the lock
 
 
 def list_namespaces(prefix=""):

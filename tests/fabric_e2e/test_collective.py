@@ -21,6 +21,7 @@ Run as root: python3 test_collective.py [-v] CollectiveTest. Without root it exi
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -63,6 +64,7 @@ def series(text, name):
 class CollectiveTest(unittest.TestCase):
     def test_gloo_groups_pause_host_and_leaf_uplink_faults(self):
         empty_sysfs = tempfile.mkdtemp(prefix="fw-collective-sysfs.")
+        self.addCleanup(shutil.rmtree, empty_sysfs, ignore_errors=True)
         fwe2e.SYSFS_ROOT, fwe2e.HWLOC_XML = empty_sysfs, ONE_GPU_HWLOC
         t0 = time.monotonic()
         with fwe2e.DaemonFabric(spines=1, leaves=3, hosts_per_leaf=2, access_rate=LINK_RATE,

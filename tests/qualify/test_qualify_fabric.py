@@ -17,6 +17,7 @@ Run as root: FW_BUILD_DIR=build python3 tests/qualify/test_qualify_fabric.py
 """
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -47,6 +48,7 @@ def only_noise_outliers(report):
 class QualifyFabricTest(unittest.TestCase):
     def test_issue_table(self):
         fwe2e.SYSFS_ROOT = tempfile.mkdtemp(prefix="fw-q-sys.")
+        self.addCleanup(shutil.rmtree, fwe2e.SYSFS_ROOT, ignore_errors=True)
         run = fwe2e.DaemonFabric(spines=1, leaves=2, hosts_per_leaf=3)
         with run:
             run.wait_connected()

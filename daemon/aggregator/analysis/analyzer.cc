@@ -80,7 +80,7 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     bool cpu_set_aside = false;
     double set_aside_ratio = 0;
     if (w.goodput_bps > 0) {
-      const double median = a_.class_stats_[ci].bw_median;
+      const double median = a_.class_stats_[ci].bw_expected;
       const double limit = a_.config_.bandwidth_cpu_busy_limit;
       const bool low = median > 0 && w.goodput_bps / median < a_.config_.bandwidth_ratio;
       if (low && limit > 0 && w.goodput_cpu_busy >= limit) {
@@ -478,7 +478,6 @@ void Analyzer::AddEscalationEvidence(Evaluation& ev, double now_s) {
 }
 
 void Analyzer::Evaluate(Evaluation& ev, double now_s) {
-  (void)now_s;
   // Fleet background per class for the next tick's judgements and for this tick's significance.
   for (int c = 0; c < kClassCount; ++c) {
     ClassStats& cls = class_stats_[c];
@@ -488,6 +487,19 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
     if (!ev.goodputs[c].empty()) {
       std::vector<double> g(ev.goodputs[c].begin(), ev.goodputs[c].end());
       cls.bw_median = Median(g);
+      cls.bw_history.emplace_back(now_s, cls.bw_median);
+    }
+    while (!cls.bw_history.empty() &&
+           cls.bw_history.front().first < now_s - config_.bandwidth_window_s) {
+      cls.bw_history.pop_front();
+    }
+    if (cls.bw_history.empty()) {
+      cls.bw_expected = cls.bw_median;
+    } else {
+      std::vector<double> h;
+      h.reserve(cls.bw_history.size());
+      for (const auto& [t, m] : cls.bw_history) h.push_back(m);
+      cls.bw_expected = std::max(cls.bw_median, Median(h));
     }
   }
   if (tick_count_ % 10 == 0 || baseline_warmup_) {

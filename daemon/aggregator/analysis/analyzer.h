@@ -161,7 +161,15 @@ class Analyzer {
   struct ClassStats {
     double loss = 0;
     double slow = 0;
-    double bw_median = 0;
+    double bw_median = 0;  // of the bursts in view last tick
+    // The goodput a burst is judged against: the larger of bw_median and the median of the
+    // per-tick medians of the last bandwidth_window_s. A fault on a link that most of a class's
+    // bursts cross (a small fabric) drags bw_median down to its own goodput within one burst
+    // round, after which its bursts no longer read low and a few bursts of other links, judged
+    // against a median in motion, look like the fault; the history holds the expected figure for
+    // half the window. A fleet that got faster is followed at once.
+    double bw_expected = 0;
+    std::deque<std::pair<double, double>> bw_history;  // (tick time s, bw_median)
     double rtt_median_s = 0;
     double rtt_mad_s = 0;
   };
