@@ -209,8 +209,8 @@ void PeerNameMemo::Put(std::string_view name, uint32_t hash, NodeId id, size_t m
     slots_.assign(std::max<size_t>(16, slots_.size() * 2), 0);
     for (uint32_t e = 0; e < entries_.size(); ++e) Insert(e);
   }
-  entries_.push_back({static_cast<uint32_t>(blob_.size()), static_cast<uint32_t>(name.size()),
-                      hash, id});
+  entries_.push_back(
+      {static_cast<uint32_t>(blob_.size()), static_cast<uint32_t>(name.size()), hash, id});
   blob_.append(name);
   Insert(static_cast<uint32_t>(entries_.size() - 1));
 }

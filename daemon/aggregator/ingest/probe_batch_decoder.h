@@ -83,7 +83,8 @@ class PeerNameMemo {
   void Insert(uint32_t entry);
   std::string blob_;
   std::vector<Entry> entries_;
-  std::vector<uint32_t> slots_;  // entry index + 1, 0: empty; a power of two, at least twice entries_
+  std::vector<uint32_t>
+      slots_;  // entry index + 1, 0: empty; a power of two, at least twice entries_
 };
 
 // One source's previous column name table and what each of its names resolved to. An agent that
