@@ -297,7 +297,7 @@ DecodeOutcome Decode(std::string_view node, NodeId node_id, const v1::ProbeBatch
         cache->memo.Clear();
         cache->memo_epoch = epoch;
       }
-      const size_t memo_max = std::max(PeerNameCache::kMinMemoNames, 4 * ids->size());
+      const size_t memo_max = std::max(PeerNameCache::kMinMemoNames, 2 * ids->size());
       auto resolve_once = [&](std::string_view name) -> NodeId {
         if (cache == nullptr) return resolve(name);
         const uint32_t hash = PeerNameMemo::Hash(name);

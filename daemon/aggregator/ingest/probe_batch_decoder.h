@@ -100,7 +100,8 @@ struct PeerNameCache {
   std::vector<NodeId> ids;  // per name: its id, kNoNode (refused) or kUnresolved
   static constexpr NodeId kUnresolved = kNoNode - 1;
   // Every name resolved under `memo_epoch`, whichever table it came in. Bounded: past
-  // max(kMinMemoNames, 4 x the names of the current table) it starts over.
+  // max(kMinMemoNames, 2 x the names of the current table) it starts over, so a source holds at
+  // most about three times what its largest table holds (kMaxNames names of kMaxNameBytes).
   PeerNameMemo memo;
   uint64_t memo_epoch = 0;
   static constexpr size_t kMinMemoNames = 256;
