@@ -147,9 +147,10 @@ FleetState::FleetState(const Clock& clock, metrics::Registry& registry, Options 
 metrics::Counter& FleetState::Refused(const char* reason) { return refused_.WithLabels({reason}); }
 
 FleetState::Node& FleetState::GetLocked(const std::string& name) {
-  auto it = nodes_.find(name);
-  if (it != nodes_.end()) return it->second;
-  Node& n = nodes_[name];
+  if (Node* found = FindLocked(name)) return *found;
+  auto [it, added] = nodes_.try_emplace(name);
+  Node& n = it->second;
+  by_name_.emplace(it->first, &n);
   n.view.name = name;
   n.view.health = "unknown";
   n.up_gauge = &agent_up_.WithLabels({name});
@@ -192,7 +193,7 @@ HelloResult FleetState::Admit(uint64_t conn_id, const v1::Hello& hello) {
                                                                           hello.endpoints().end());
   {
     MutexLock lock(mu_);
-    if (nodes_.find(hello.node()) == nodes_.end() && nodes_.size() >= options_.max_nodes) {
+    if (FindLocked(hello.node()) == nullptr && nodes_.size() >= options_.max_nodes) {
       r.admitted = false;
       refused_.WithLabels({"node_limit"}).Inc();
     } else {
@@ -227,7 +228,7 @@ HelloResult FleetState::Admit(uint64_t conn_id, const v1::Hello& hello) {
           }
         }
         while (in.recent.size() > kRecentSessions) in.recent.erase(in.recent.begin());
-        MarkDirtyLocked(hello.node());
+        MarkDirtyLocked(n);
       }
       r.ack = in.last_seq;
       Touch(n);
@@ -256,8 +257,8 @@ BatchVerdict FleetState::OnProbeBatch(const std::string& node, const v1::ProbeBa
 BatchVerdict FleetState::OnProbeBatch(const std::string& node, uint64_t conn_id,
                                       const v1::ProbeBatch& batch, uint64_t* ack) {
   MutexLock lock(mu_);
-  auto found = nodes_.find(node);
-  if (conn_id != 0 && (found == nodes_.end() || found->second.conn_id != conn_id)) {
+  Node* found = FindLocked(node);
+  if (conn_id != 0 && (found == nullptr || found->conn_id != conn_id)) {
     // This stream lost the node to a newer session (or the node was retired): its sequence space
     // is no longer the node's current one, so nothing from it is stored or acked.
     superseded_batches_.Inc();
@@ -265,9 +266,9 @@ BatchVerdict FleetState::OnProbeBatch(const std::string& node, uint64_t conn_id,
     *ack = 0;
     return BatchVerdict::kSuperseded;
   }
-  Node& n = found != nodes_.end() ? found->second : GetLocked(node);
+  Node& n = found != nullptr ? *found : GetLocked(node);
   Touch(n);
-  MarkDirtyLocked(node);
+  MarkDirtyLocked(n);
   NodeIngest& in = n.view.ingest;
   if (batch.seq() <= in.last_seq) {
     ++in.duplicates;
@@ -345,9 +346,9 @@ size_t FleetState::BoundCounterBatch(const std::string& node, v1::CounterBatch* 
   bool log = false;
   {
     MutexLock lock(mu_);
-    auto it = nodes_.find(node);
-    if (it == nodes_.end()) return 0;
-    auto& keys = it->second.port_keys;
+    Node* found = FindLocked(node);
+    if (found == nullptr) return 0;
+    auto& keys = found->port_keys;
     auto* ports = batch->mutable_ports();
     int out = 0;
     for (int i = 0; i < ports->size(); ++i) {
@@ -365,7 +366,7 @@ size_t FleetState::BoundCounterBatch(const std::string& node, v1::CounterBatch* 
     if (out < ports->size()) ports->DeleteSubrange(out, ports->size() - out);
     if (dropped > 0) {
       refused_.WithLabels({"inventory_devices"}).Inc(static_cast<double>(dropped));
-      log = !std::exchange(it->second.port_limit_logged, true);
+      log = !std::exchange(found->port_limit_logged, true);
     }
   }
   if (log) {
@@ -380,9 +381,9 @@ size_t FleetState::BoundCounterBatch(const std::string& node, v1::CounterBatch* 
 void FleetState::OnDisconnect(const std::string& node, uint64_t conn_id) {
   {
     MutexLock lock(mu_);
-    auto it = nodes_.find(node);
-    if (it == nodes_.end() || it->second.conn_id != conn_id) return;  // a newer stream took over
-    Node& n = it->second;
+    Node* found = FindLocked(node);
+    if (found == nullptr || found->conn_id != conn_id) return;  // a newer stream took over
+    Node& n = *found;
     if (!n.view.connected) return;
     SetLiveLocked(n, false, false);
     disconnects_.Inc();
@@ -486,39 +487,59 @@ std::vector<std::string> FleetState::RetireLocked(int64_t now) {
     if (n.view.up) SetLiveLocked(n, false, false);
     agent_up_.Remove({it->first});
     agent_age_.Remove({it->first});
-    MarkDirtyLocked(it->first);
+    if (n.dirty) {
+      dirty_nodes_.erase(std::find(dirty_nodes_.begin(), dirty_nodes_.end(), &n));
+    }
+    MarkRetiredLocked(it->first);
     out.push_back(it->first);
     nodes_retired_.Inc();
+    by_name_.erase(it->first);
     it = nodes_.erase(it);
   }
   return out;
 }
 
+IngestRecord FleetState::RecordOfLocked(const Node& n) const {
+  IngestRecord r;
+  r.node = n.view.name;
+  const NodeIngest& in = n.view.ingest;
+  r.session_id = in.session_id;
+  r.last_seq = in.last_seq;
+  r.batches = in.batches;
+  r.results = in.results;
+  r.duplicates = in.duplicates;
+  r.gaps = in.gaps;
+  r.recent = in.recent;
+  r.test_batches = in.test_batches;
+  r.test_ids.assign(in.test_ids.begin(), in.test_ids.end());
+  return r;
+}
+
 std::vector<IngestRecord> FleetState::TakeDirtyRecords() {
   MutexLock lock(mu_);
   std::vector<IngestRecord> out;
-  out.reserve(dirty_.size());
-  for (const std::string& name : dirty_) {
+  out.reserve(dirty_nodes_.size() + dirty_retired_.size());
+  // One record per name: a retired name whose node exists again gives that node's record.
+  std::set<std::string_view> retired_seen;
+  for (const std::string& name : dirty_retired_) {
+    if (!retired_seen.insert(name).second) continue;
+    if (Node* n = FindLocked(name)) {
+      out.push_back(RecordOfLocked(*n));
+      n->dirty = false;
+      continue;
+    }
     IngestRecord r;
     r.node = name;
-    auto it = nodes_.find(name);
-    if (it == nodes_.end()) {
-      r.retired = true;
-    } else {
-      const NodeIngest& in = it->second.view.ingest;
-      r.session_id = in.session_id;
-      r.last_seq = in.last_seq;
-      r.batches = in.batches;
-      r.results = in.results;
-      r.duplicates = in.duplicates;
-      r.gaps = in.gaps;
-      r.recent = in.recent;
-      r.test_batches = in.test_batches;
-      r.test_ids.assign(in.test_ids.begin(), in.test_ids.end());
-    }
+    r.retired = true;
     out.push_back(std::move(r));
   }
-  dirty_.clear();
+  for (Node* n : dirty_nodes_) {
+    if (!n->dirty) continue;  // taken above under its name
+    out.push_back(RecordOfLocked(*n));
+    n->dirty = false;
+  }
+  dirty_nodes_.clear();
+  dirty_retired_.clear();
   return out;
 }
 
@@ -541,7 +562,13 @@ void FleetState::ImportRecords(const std::vector<IngestRecord>& records) {
 
 void FleetState::RequeueDirty(const std::vector<IngestRecord>& records) {
   MutexLock lock(mu_);
-  for (const IngestRecord& r : records) MarkDirtyLocked(r.node);
+  for (const IngestRecord& r : records) {
+    if (Node* n = FindLocked(r.node)) {
+      MarkDirtyLocked(*n);
+    } else {
+      MarkRetiredLocked(r.node);
+    }
+  }
 }
 
 size_t FleetState::size() const {
@@ -576,8 +603,7 @@ std::vector<NodeView> FleetState::Nodes(const std::string& only) const {
       shared.push_back({n.inventory, n.locality, n.endpoints});
     };
     if (!only.empty()) {
-      auto it = nodes_.find(only);
-      if (it != nodes_.end()) take(it->second);
+      if (const Node* n = FindLocked(only)) take(*n);
     } else {
       out.reserve(nodes_.size());
       shared.reserve(nodes_.size());

@@ -10,6 +10,8 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
@@ -204,17 +206,33 @@ class FleetState {
     double heartbeat_lag_s = 0;                            // how late the latest heartbeat was read
     std::set<std::pair<std::string, uint32_t>> port_keys;  // at most max_devices_per_node
     bool port_limit_logged = false;  // one log line per node; the counter has every sample
+    bool dirty = false;              // in dirty_nodes_: its ingest record is not yet journaled
     metrics::Gauge* up_gauge = nullptr;
     metrics::Gauge* age_gauge = nullptr;
   };
   Node& GetLocked(const std::string& name) FW_REQUIRES(mu_);
+  // The node named `name`, or null. A hash lookup: every batch and heartbeat does one.
+  Node* FindLocked(std::string_view name) const FW_REQUIRES(mu_) {
+    auto it = by_name_.find(name);
+    return it == by_name_.end() ? nullptr : it->second;
+  }
   void Touch(Node& n) FW_REQUIRES(mu_);
   // Keeps `live_count_` and the gauge in step when a node's liveness flips.
   void SetLiveLocked(Node& n, bool connected, bool up) FW_REQUIRES(mu_);
   void NotifyMembership() FW_EXCLUDES(mu_);
-  void MarkDirtyLocked(const std::string& name) FW_REQUIRES(mu_) {
-    if (track_dirty_) dirty_.insert(name);
+  // Queues the node's record for the journal's next commit (once, however many batches change
+  // it before then: a flag, no allocation per batch).
+  void MarkDirtyLocked(Node& n) FW_REQUIRES(mu_) {
+    if (!track_dirty_ || n.dirty) return;
+    n.dirty = true;
+    dirty_nodes_.push_back(&n);
   }
+  // Queues the deletion of a node's record (it is being retired), or, should a node of that name
+  // exist again at the commit, that node's record.
+  void MarkRetiredLocked(const std::string& name) FW_REQUIRES(mu_) {
+    if (track_dirty_) dirty_retired_.push_back(name);
+  }
+  IngestRecord RecordOfLocked(const Node& n) const FW_REQUIRES(mu_);
   // Forgets nodes without a live stream silent for retire_after_s; returns their names.
   std::vector<std::string> RetireLocked(int64_t now_mono_ns) FW_REQUIRES(mu_);
 
@@ -222,11 +240,16 @@ class FleetState {
   Options options_;
   mutable Mutex mu_;
   std::map<std::string, Node> nodes_ FW_GUARDED_BY(mu_);
+  // nodes_ by name (the keys are views of nodes_' keys), for the lookups of every batch.
+  std::unordered_map<std::string_view, Node*> by_name_ FW_GUARDED_BY(mu_);
   size_t live_count_ FW_GUARDED_BY(mu_) = 0;  // nodes connected and up
   double ingest_lag_s_ FW_GUARDED_BY(mu_) = 0;
   double data_lag_s_ FW_GUARDED_BY(mu_) = 0;
   bool mass_deferring_ FW_GUARDED_BY(mu_) = false;  // a mass timeout is being deferred
-  std::set<std::string> dirty_ FW_GUARDED_BY(mu_);  // ingest records not yet journaled
+  // Ingest records not yet journaled: nodes with `dirty` set (a node leaves this list before it
+  // is erased), and names of retired nodes.
+  std::vector<Node*> dirty_nodes_ FW_GUARDED_BY(mu_);
+  std::vector<std::string> dirty_retired_ FW_GUARDED_BY(mu_);
   bool track_dirty_ FW_GUARDED_BY(mu_) = false;
   std::function<void()> listener_ FW_GUARDED_BY(mu_);  // copied out, called unlocked
 

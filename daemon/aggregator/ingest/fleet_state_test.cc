@@ -346,5 +346,59 @@ TEST(FleetStateTest, DirtyRecordsCarryWhatAnAckPromises) {
   EXPECT_TRUE(fleet.TakeDirtyRecords().empty());
 }
 
+// A node's record is taken once however many batches changed it, a failed commit's records come
+// back, and a node retired and admitted again before the commit gives its new record only.
+TEST(FleetStateTest, DirtyRecordsOncePerNodeAndRetiredNamesThatCameBack) {
+  FakeClock clock;
+  metrics::Registry reg;
+  FleetState fleet(clock, reg, {.heartbeat_timeout_s = 15, .retire_after_s = 60});
+  fleet.TrackDirty();
+  fleet.Admit(1, MakeHello("a", 1));
+  fleet.Admit(2, MakeHello("b", 2));
+  uint64_t ack;
+  for (uint64_t seq = 1; seq <= 5; ++seq) fleet.OnProbeBatch("a", 1, Batch(seq, 2), &ack);
+  auto recs = fleet.TakeDirtyRecords();
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_EQ(recs[0].node, "a");
+  EXPECT_EQ(recs[0].last_seq, 5u);
+  EXPECT_EQ(recs[1].node, "b");
+  // The commit failed: both come back, each once.
+  fleet.RequeueDirty(recs);
+  fleet.RequeueDirty(recs);
+  EXPECT_EQ(fleet.TakeDirtyRecords().size(), 2u);
+  EXPECT_TRUE(fleet.TakeDirtyRecords().empty());
+
+  // "b" departs and is retired, with a batch of "a" pending.
+  fleet.OnDisconnect("b", 2);
+  fleet.OnProbeBatch("a", 1, Batch(6, 2), &ack);
+  for (int m = 0; m < 3; ++m) {
+    clock.Advance(std::chrono::minutes(1));
+    fleet.OnHeartbeat("a");
+    fleet.Sweep();
+  }
+  ASSERT_EQ(fleet.size(), 1u);
+  recs = fleet.TakeDirtyRecords();
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_EQ(recs[0].node, "b");
+  EXPECT_TRUE(recs[0].retired);
+  EXPECT_EQ(recs[1].node, "a");
+  EXPECT_EQ(recs[1].last_seq, 6u);
+
+  // Retired, then back before the next commit: one record, the new node's.
+  fleet.OnDisconnect("a", 1);
+  for (int m = 0; m < 3; ++m) {
+    clock.Advance(std::chrono::minutes(1));
+    fleet.Sweep();
+  }
+  ASSERT_EQ(fleet.size(), 0u);
+  fleet.Admit(3, MakeHello("a", 9));
+  recs = fleet.TakeDirtyRecords();
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].node, "a");
+  EXPECT_FALSE(recs[0].retired);
+  EXPECT_EQ(recs[0].session_id, 9u);
+  EXPECT_EQ(recs[0].last_seq, 0u);
+}
+
 }  // namespace
 }  // namespace fw::aggregator

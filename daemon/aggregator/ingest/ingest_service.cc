@@ -1024,10 +1024,11 @@ class GrpcServerImpl final : public GrpcServer {
 
  private:
   // Each queue's outstanding operations are about 1/kCompletionQueues of the streams' (see the top
-  // of this file); a queue's thread sleeps in Next() while it has nothing to do. Eight: with two,
+  // of this file); a queue's thread sleeps in Next() while it has nothing to do. Four: with two,
   // 16,000 streams on a loaded 2-core host fell about 100 s behind while the fleet connected and
-  // 8,000-10,100 of them were ended early; eight kept every stream (docs/performance.md).
-  static constexpr int kCompletionQueues = 8;
+  // 8,000-10,100 of them were ended early; four kept every stream at load 10-14 and cost about 10%
+  // less per result than eight, whose threads wake each other more (docs/performance.md).
+  static constexpr int kCompletionQueues = 4;
   static constexpr int kRequestsPerQueue = 4;
   Service service_;
   metrics::Registry& registry_;

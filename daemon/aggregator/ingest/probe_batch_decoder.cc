@@ -170,6 +170,59 @@ void SetHostSplit(ReportedProbe& x, const v1::ProbeResult& r) {
   x.responder_host_ns = std::max<int64_t>(r.responder_host_ns(), 0);
 }
 
+}  // namespace
+
+uint32_t PeerNameMemo::Hash(std::string_view name) {
+  // FNV-1a: names are short, and one source's few dozen names need no stronger hash.
+  uint32_t h = 2166136261u;
+  for (const char c : name) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 16777619u;
+  }
+  return h;
+}
+
+const NodeId* PeerNameMemo::Find(std::string_view name, uint32_t hash) const {
+  if (slots_.empty()) return nullptr;
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    const uint32_t s = slots_[i];
+    if (s == 0) return nullptr;
+    const Entry& e = entries_[s - 1];
+    if (e.hash == hash && e.length == name.size() &&
+        std::string_view(blob_).substr(e.offset, e.length) == name) {
+      return &e.id;
+    }
+  }
+}
+
+void PeerNameMemo::Insert(uint32_t entry) {
+  const size_t mask = slots_.size() - 1;
+  size_t i = entries_[entry].hash & mask;
+  while (slots_[i] != 0) i = (i + 1) & mask;
+  slots_[i] = entry + 1;
+}
+
+void PeerNameMemo::Put(std::string_view name, uint32_t hash, NodeId id, size_t max_names) {
+  if (entries_.size() >= max_names) Clear();
+  if ((entries_.size() + 1) * 2 > slots_.size()) {
+    slots_.assign(std::max<size_t>(16, slots_.size() * 2), 0);
+    for (uint32_t e = 0; e < entries_.size(); ++e) Insert(e);
+  }
+  entries_.push_back(
+      {static_cast<uint32_t>(blob_.size()), static_cast<uint32_t>(name.size()), hash, id});
+  blob_.append(name);
+  Insert(static_cast<uint32_t>(entries_.size() - 1));
+}
+
+void PeerNameMemo::Clear() {
+  blob_.clear();
+  entries_.clear();
+  std::fill(slots_.begin(), slots_.end(), 0);
+}
+
+namespace {
+
 bool SameNameTable(const v1::ProbeColumns& c, const PeerNameCache& cache) {
   return c.names() == cache.names && std::equal(c.name_lengths().begin(), c.name_lengths().end(),
                                                 cache.lengths.begin(), cache.lengths.end());
@@ -238,6 +291,21 @@ DecodeOutcome Decode(std::string_view node, NodeId node_id, const v1::ProbeBatch
       }
     }
     if (o.column_error == ColumnError::kNone) {
+      // The memo answers a name this source sent under this epoch in any earlier table; it holds
+      // what `resolve` answered then, which the epoch guarantees it would answer now.
+      if (cache && cache->memo_epoch != epoch) {
+        cache->memo.Clear();
+        cache->memo_epoch = epoch;
+      }
+      const size_t memo_max = std::max(PeerNameCache::kMinMemoNames, 2 * ids->size());
+      auto resolve_once = [&](std::string_view name) -> NodeId {
+        if (cache == nullptr) return resolve(name);
+        const uint32_t hash = PeerNameMemo::Hash(name);
+        if (const NodeId* known = cache->memo.Find(name, hash)) return *known;
+        const NodeId id = resolve(name);
+        cache->memo.Put(name, hash, id, memo_max);
+        return id;
+      };
       // On a cache hit the names are split only if a row needs a name not resolved before (once,
       // so a batch costs O(names + rows) whatever its rows refer to).
       bool split = !cached;
@@ -251,7 +319,7 @@ DecodeOutcome Decode(std::string_view node, NodeId node_id, const v1::ProbeBatch
         NodeId& id = (*ids)[peer];
         if (id == PeerNameCache::kUnresolved) {
           const std::string_view name = name_of(peer);
-          id = !name.empty() && name != node ? resolve(name) : kNoNode;
+          id = !name.empty() && name != node ? resolve_once(name) : kNoNode;
         }
         const auto t = c.transport().empty() ? std::nullopt : TransportFromWire(c.transport(row));
         const uint32_t src_port = c.src_port().empty() ? 0 : c.src_port(row);

@@ -58,10 +58,40 @@ DecodeOutcome DecodeProbeBatch(std::string_view node, const fabricwatch::v1::Pro
 // `results`.
 using PeerResolver = std::function<NodeId(std::string_view peer)>;
 
-// One source's previous column name table and what each of its names resolved to. An agent sends
-// the same peers every second, so its next name table is usually byte for byte the same; then
-// nothing is split, checked or resolved again. Owned by the caller, one per source node; the
-// decoder fills and reads it.
+// Names one source sent before, in any of its name tables, under one resolver epoch, and what
+// each resolved to. Plans with fractional rates make an agent's name table differ from batch to
+// batch while the names repeat, so a new table resolves only names the source never sent before.
+// Open-addressed in the source's own blocks: a lookup touches no structure other sources share.
+// Not thread-safe (the decoder's caller serializes a source's batches).
+class PeerNameMemo {
+ public:
+  // What `name` resolved to, or null.
+  const NodeId* Find(std::string_view name, uint32_t hash) const;
+  // Remembers name -> id; a memo already holding `max_names` names starts over first.
+  void Put(std::string_view name, uint32_t hash, NodeId id, size_t max_names);
+  void Clear();
+  size_t size() const { return entries_.size(); }
+  static uint32_t Hash(std::string_view name);
+
+ private:
+  struct Entry {
+    uint32_t offset = 0;  // into blob_
+    uint32_t length = 0;
+    uint32_t hash = 0;
+    NodeId id = kNoNode;
+  };
+  void Insert(uint32_t entry);
+  std::string blob_;
+  std::vector<Entry> entries_;
+  std::vector<uint32_t>
+      slots_;  // entry index + 1, 0: empty; a power of two, at least twice entries_
+};
+
+// One source's previous column name table and what each of its names resolved to. An agent that
+// sends the same peers every batch sends the same name table byte for byte; then nothing is split,
+// checked or resolved again. A table that differs (plans with fractional rates send other peers
+// each batch) resolves each name through `memo` first. Owned by the caller, one per source node;
+// the decoder fills and reads it.
 struct PeerNameCache {
   uint64_t epoch = 0;  // the resolver's epoch the ids belong to
   bool valid = false;
@@ -69,6 +99,12 @@ struct PeerNameCache {
   std::vector<uint32_t> lengths;
   std::vector<NodeId> ids;  // per name: its id, kNoNode (refused) or kUnresolved
   static constexpr NodeId kUnresolved = kNoNode - 1;
+  // Every name resolved under `memo_epoch`, whichever table it came in. Bounded: past
+  // max(kMinMemoNames, 2 x the names of the current table) it starts over, so a source holds at
+  // most about three times what its largest table holds (kMaxNames names of kMaxNameBytes).
+  PeerNameMemo memo;
+  uint64_t memo_epoch = 0;
+  static constexpr size_t kMinMemoNames = 256;
 };
 
 // The same as above, but the results carry ids instead of names: src_id = `node_id` and dst_id =

@@ -369,6 +369,88 @@ TEST(ProbeBatchDecoderTest, CacheHitResolvesANameFirstUsedNow) {
   EXPECT_EQ(names.NameOf(out[0].dst_id), "node-a");
 }
 
+// Tables that differ from batch to batch (other peers, other order) resolve each name once per
+// epoch: the memo answers names an earlier table carried, with the ids resolve gave then.
+TEST(ProbeBatchDecoderTest, OtherTablesResolveOnlyNamesNeverSentBefore) {
+  NameInterner names;
+  std::vector<std::string> asked;
+  bool refuse_b = false;
+  const PeerResolver resolve = [&](std::string_view p) {
+    asked.emplace_back(p);
+    return refuse_b && p == "node-b" ? kNoNode : names.Intern(p);
+  };
+  PeerNameCache cache;
+  std::vector<ReportedProbe> out;
+  ASSERT_EQ(DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 1).appended, 3u);
+  EXPECT_EQ(asked, (std::vector<std::string>{"node-a", "node-b"}));
+
+  // node-c first, then node-b and node-a: another table, one new name.
+  auto other_table = [] {
+    v1::ProbeBatch b;
+    v1::ProbeColumns& c = *b.mutable_columns();
+    const uint32_t cc = AddName(c, "node-c");
+    const uint32_t bb = AddName(c, "node-b");
+    const uint32_t a = AddName(c, "node-a");
+    for (uint32_t p : {cc, bb, a, bb}) {
+      c.add_peer(p);
+      c.add_transport(v1::TRANSPORT_UDP);
+      c.add_rtt_ns(1000);
+    }
+    return b;
+  };
+  const DecodeOutcome o = DecodeProbeBatch("me", 0, other_table(), resolve, out, &cache, 1);
+  ASSERT_EQ(o.appended, 4u);
+  EXPECT_EQ(asked, (std::vector<std::string>{"node-a", "node-b", "node-c"}));
+  EXPECT_EQ(names.NameOf(out[0].dst_id), "node-c");
+  EXPECT_EQ(names.NameOf(out[1].dst_id), "node-b");
+  EXPECT_EQ(names.NameOf(out[2].dst_id), "node-a");
+  EXPECT_EQ(out[3].dst_id, out[1].dst_id);
+  // Back to the first table: nothing new.
+  ASSERT_EQ(DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 1).appended, 3u);
+  EXPECT_EQ(asked.size(), 3u);
+
+  // A new epoch forgets every answer: node-b is refused now, in whichever table.
+  refuse_b = true;
+  const DecodeOutcome o2 = DecodeProbeBatch("me", 0, other_table(), resolve, out, &cache, 2);
+  EXPECT_EQ(asked.size(), 6u);
+  EXPECT_EQ(o2.appended, 2u);
+  EXPECT_EQ(o2.invalid_results, 2u);
+  const DecodeOutcome o3 = DecodeProbeBatch("me", 0, ColumnBatch(), resolve, out, &cache, 2);
+  EXPECT_EQ(asked.size(), 6u);  // node-a and node-b (refused) came from the memo
+  EXPECT_EQ(o3.appended, 2u);
+  EXPECT_EQ(o3.invalid_results, 1u);
+}
+
+// The memo is bounded: a source that names ever new peers makes it start over, and every id
+// stays right across the restarts.
+TEST(ProbeBatchDecoderTest, NameMemoStartsOverPastItsBound) {
+  NameInterner names;
+  int asked = 0;
+  const PeerResolver resolve = [&](std::string_view p) {
+    ++asked;
+    return names.Intern(p);
+  };
+  PeerNameCache cache;
+  std::vector<ReportedProbe> out;
+  const size_t rounds = PeerNameCache::kMinMemoNames * 3;
+  for (size_t i = 0; i < rounds; ++i) {
+    v1::ProbeBatch b;
+    v1::ProbeColumns& c = *b.mutable_columns();
+    // A fresh name, and one every batch repeats.
+    c.add_peer(AddName(c, "peer-" + std::to_string(i)));
+    c.add_peer(AddName(c, "always"));
+    c.add_transport(v1::TRANSPORT_UDP);
+    c.add_transport(v1::TRANSPORT_UDP);
+    ASSERT_EQ(DecodeProbeBatch("me", 0, b, resolve, out, &cache, 1).appended, 2u);
+    EXPECT_EQ(names.NameOf(out[0].dst_id), "peer-" + std::to_string(i));
+    EXPECT_EQ(names.NameOf(out[1].dst_id), "always");
+    EXPECT_LE(cache.memo.size(), PeerNameCache::kMinMemoNames);
+  }
+  // One resolve per fresh name, plus "always" once per fill of the memo.
+  EXPECT_GT(asked, static_cast<int>(rounds));
+  EXPECT_LT(asked, static_cast<int>(rounds + rounds / (PeerNameCache::kMinMemoNames / 2)));
+}
+
 // A cached table still checks each batch's columns: a bad peer index is refused, not read.
 TEST(ProbeBatchDecoderTest, CacheHitStillChecksTheColumns) {
   NameInterner names;
