@@ -301,7 +301,9 @@ TEST_F(MeshTest, HeldSoftwareStampedReportsKeepTheirTurnaround) {
 }
 
 TEST_F(MeshTest, ATargetsFlowsGoOutInOneWakeup) {
-  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2));
+  UdMeshOptions o;
+  o.send_window_ns = 0;  // each target on its own phase
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2), o);
   Target(/*flows=*/4, /*rate=*/10);
   a_->Step();
   EXPECT_EQ(a_->stats().sent.load(), 4u) << "one wakeup at the responder answers all four";
@@ -314,114 +316,144 @@ TEST_F(MeshTest, ATargetsFlowsGoOutInOneWakeup) {
   EXPECT_EQ(a_->stats().sent.load(), 8u);
 }
 
-TEST_F(MeshTest, AnAnswerAfterTheTimeoutIsLateNotAResult) {
-  UdMeshOptions o;
-  o.timeout_ns = 1'000'000;
-  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2), o);
-  fabric.SetLatency("mlx5_1", 1, 2'000'000);  // 2 ms each way into and out of B
-  Target(1, 10);
-  Run(10ms, 10us);
-  ASSERT_EQ(sink_a.results.size(), 1u);
-  EXPECT_TRUE(sink_a.results[0].base.lost);
-  EXPECT_EQ(a_->stats().late.load(), 2u) << "the ack and the report";
-}
-
-TEST_F(MeshTest, ACompletionErrorResetsTheQpsAfterABackoffAndProbingResumes) {
-  UdMeshOptions o;
-  o.recovery_backoff_base_s = 0.01;
-  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2), o);
-  Target(1, 1000);
-  Run(5ms, 5us);
-  const size_t before = sink_a.answered().size();
-  ASSERT_GT(before, 3u);
-  fabric.FailNextSends("mlx5_0", 1, WcStatus::kGeneralErr);
-  Run(5ms, 5us);
-  EXPECT_EQ(a_->stats().completion_errors[static_cast<size_t>(WcStatus::kGeneralErr)].load(), 1u);
-  Run(30ms, 5us);
-  EXPECT_EQ(a_->stats().qp_recoveries.load(), 1u);
-  EXPECT_EQ(a_->stats().recovery_failures.load(), 0u);
-  EXPECT_GT(sink_a.answered().size(), before + 10) << "probing resumed after the reset";
-  EXPECT_GT(a_->stats().skipped_port_down.load(), 0u) << "no sends while the port was broken";
-}
-
-TEST_F(MeshTest, PortDownStopsProbingAndPortActiveResumesIt) {
-  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2));
-  Target(1, 1000);
-  Run(5ms, 5us);
-  const uint64_t sent = a_->stats().sent.load();
-  fabric.SetPortState("mlx5_0", 1, PortState::kDown);
-  Run(20ms, 5us);
-  EXPECT_EQ(a_->stats().port_down_events.load(), 1u);
-  EXPECT_LE(a_->stats().sent.load(), sent + 1) << "nothing sent from a down port";
-  EXPECT_GE(a_->stats().skipped_port_down.load(), 15u);
-  fabric.SetPortState("mlx5_0", 1, PortState::kActive);
-  const size_t answered = sink_a.answered().size();
-  Run(20ms, 5us);
-  EXPECT_EQ(a_->stats().port_up_events.load(), 1u);
-  EXPECT_GT(sink_a.answered().size(), answered + 10);
-}
-
-TEST_F(MeshTest, DeviceRemovalIsSurvivedAndReopenIsRetriedWithBackoff) {
-  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2));
-  Target(1, 1000);
-  Run(5ms, 5us);
-  fabric.RemoveDevice("mlx5_0");
-  int64_t max_wait = 0;
-  for (int i = 0; i < 200; ++i) {
-    const int64_t wait = a_->Step();
-    max_wait = std::max(max_wait, wait);
-    b_->Step();
-    clock.Advance(100ms);
+TEST_F(MeshTest, SendWindowsSendOnlyAtTheirStartsOnTheWallClocksGrid) {
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2));  // the default window, 125 ms
+  clock.Advance(30ms);  // the FakeClock starts on a window start: move off it
+  Target(/*flows=*/4, /*rate=*/10);  // period 100 ms: the window shrinks to 100 ms
+  a_->Step();
+  EXPECT_EQ(a_->stats().sent.load(), 4u) << "target 0 goes in the current window";
+  // Wakeups inside the window (this fake without channels is polled every 1 ms) send nothing
+  // new; the next window starts 70 ms later, on the wall clock's 100 ms grid.
+  int ms = 0;
+  while (a_->stats().sent.load() == 4 && ms < 200) {
+    clock.Advance(1ms);
+    ++ms;
+    a_->Step();
   }
-  EXPECT_EQ(a_->stats().device_fatal_events.load(), 1u);
-  EXPECT_LT(a_->stats().device_reopens.load(), 12u) << "20 s of retries, backed off to 60 s";
-  EXPECT_GE(a_->stats().device_reopens.load(), 3u);
-  EXPECT_GT(max_wait, 0) << "no busy loop while the device is gone";
+  EXPECT_EQ(ms, 70);
+  EXPECT_EQ(a_->stats().sent.load(), 8u);
+  EXPECT_EQ(clock.WallNanos() % 100'000'000, 0);
+  EXPECT_EQ(a_->stats().send_rounds.load(), 2u);
 }
 
-TEST_F(MeshTest, TargetsThatCannotBeProbedAreSkipped) {
-  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2));
-  UdTarget good;
-  good.peer = "b";
-  good.remote = b_->Endpoints().front();
-  UdTarget roce = good;
-  roce.remote.link_layer = LinkLayer::kEthernet;
-  roce.remote.gid = V4Gid(9);  // no local RoCE port to reach it from
-  UdTarget no_lid = good;
-  no_lid.remote.lid = 0;
-  UdTarget bad_rate = good;
-  bad_rate.rate_hz = 0;
-  EXPECT_EQ(a_->SetTargets({good, roce, no_lid, bad_rate}), 3);
-  Run(1ms);
-  EXPECT_EQ(sink_a.answered().size(), 1u);
+// One prober and eight responders on one fake clock, each probed with 2 flows at 4/s (64/s),
+// stepped every 100 us: what the send windows change and what they must not.
+class MeshFleetTest : public ::testing::Test {
+ protected:
+  void Start(UdMeshOptions opts, CqTimestamps ts = CqTimestamps::kWallclock) {
+    opts.report_hold_ns = 0;
+    for (int i = 0; i <= kPeers; ++i) {
+      FakeDeviceConfig d = Ib("mlx5_" + std::to_string(i), static_cast<uint16_t>(i + 1));
+      d.timestamps = ts;
+      fabric->AddDevice(d);
+      verbs.push_back(fabric->MakeVerbs({d.name}));
+      auto m = UdMesh::Create(*verbs.back(), clock, opts, i == 0 ? &sink : &ignored);
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
+      meshes.push_back(std::move(m.value()));
+    }
+    std::vector<UdTarget> targets;
+    for (int i = 1; i <= kPeers; ++i) {
+      UdTarget t;
+      t.peer = "peer" + std::to_string(i);
+      t.remote = meshes[static_cast<size_t>(i)]->Endpoints().front();
+      t.flows = 2;
+      t.rate_hz = 4;
+      targets.push_back(t);
+    }
+    ASSERT_EQ(meshes[0]->SetTargets(targets), 0);
+  }
+  // A fresh fabric and fleet (the clock goes on) with send windows of `window_ns`.
+  void StartWithWindow(int64_t window_ns, CqTimestamps ts = CqTimestamps::kWallclock) {
+    meshes.clear();
+    verbs.clear();
+    sink.results.clear();
+    fabric = std::make_unique<FakeFabric>(clock, 7);
+    UdMeshOptions o;
+    o.send_window_ns = window_ns;
+    Start(o, ts);
+  }
+  void Run(std::chrono::nanoseconds total) {
+    for (int64_t t = 0; t < total.count(); t += 100'000) {
+      for (auto& m : meshes) m->Step();
+      clock.Advance(100us);
+    }
+  }
+  static constexpr int kPeers = 8;
+  FakeClock clock{1'000'000'000, 1'700'000'000'017'000'000};  // 17 ms past a window start
+  std::unique_ptr<FakeFabric> fabric = std::make_unique<FakeFabric>(clock, 7);
+  std::vector<std::unique_ptr<Verbs>> verbs;  // after the fabric, before the meshes
+  std::vector<std::unique_ptr<UdMesh>> meshes;
+  Collect sink, ignored;
+};
+
+TEST_F(MeshFleetTest, SendWindowsPostEveryTargetDueInAWindowInOneWakeup) {
+  Start(UdMeshOptions{});  // 125 ms windows: 8 a second
+  Run(2000ms);
+  const UdMeshStats& s = meshes[0]->stats();
+  // 64/s for 2 s; the windows cut at both ends add at most one window's 8.
+  EXPECT_GE(s.sent.load(), 128u) << "the rate holds";
+  EXPECT_LE(s.sent.load(), 136u);
+  EXPECT_EQ(s.send_rounds.load(), 17u) << "8 send wakeups a second, 17 windows begun in 2 s";
+  EXPECT_GE(sink.answered().size(), 128u);
+  EXPECT_EQ(sink.lost(), 0u);
 }
 
-TEST(MeshNoDevice, NoRdmaStackIsUnavailable) {
-  FakeClock clock;
-  auto verbs = FakeFabric::MakeNoRdmaStack();
-  auto m = UdMesh::Create(*verbs, clock, {}, nullptr);
-  ASSERT_FALSE(m.ok());
-  EXPECT_EQ(m.status().code(), StatusCode::kUnavailable);
+TEST_F(MeshFleetTest, WithoutSendWindowsTheTargetsPhasesCostMoreSendWakeups) {
+  UdMeshOptions o;
+  o.send_window_ns = 0;
+  Start(o);
+  Run(2000ms);
+  const UdMeshStats& s = meshes[0]->stats();
+  EXPECT_GE(s.sent.load(), 128u);
+  EXPECT_LE(s.sent.load(), 136u);
+  EXPECT_GE(s.send_rounds.load(), 24u) << "the control of the test above: " << s.send_rounds;
 }
 
-TEST(MeshNoDevice, NoUsablePortIsNotFound) {
-  FakeClock clock;
-  FakeFabric fabric(clock);
-  FakeDeviceConfig roce_without_v4;
-  roce_without_v4.name = "mlx5_9";
-  FakePortConfig p;
-  p.link_layer = LinkLayer::kEthernet;
-  Gid ll;
-  ll.raw[0] = 0xfe;
-  ll.raw[1] = 0x80;
-  p.gids = {{0, ll, GidType::kRoceV1, "eth0"}};
-  roce_without_v4.ports = {p};
-  fabric.AddDevice(roce_without_v4);
-  auto verbs = fabric.MakeVerbs({"mlx5_9"});
-  auto m = UdMesh::Create(*verbs, clock, {}, nullptr);
-  ASSERT_FALSE(m.ok());
-  EXPECT_EQ(m.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(m.status().message().find("RoCE v2"), std::string::npos) << m.status().message();
+// A fake with a fixed 5 us latency each way reports a 10 us network RTT for every probe, with
+// the windows on or off: batching sends (16 probes posted back to back, their acks coming back
+// together) moves host delays, never the network RTT.
+TEST_F(MeshFleetTest, SendWindowsLeaveTheNetworkRttOfAFixedLatency) {
+  for (const int64_t window : {int64_t{125'000'000}, int64_t{0}}) {
+    SCOPED_TRACE(window);
+    StartWithWindow(window);
+    fabric->SetPollDelay("mlx5_3", 30'000);  // one slow responder: its delay is its host's
+    Run(1000ms);
+    const auto got = sink.answered();
+    ASSERT_GE(got.size(), 56u);
+    for (const auto& r : got) {
+      EXPECT_NEAR(r.network_rtt_ns, 10'000, 5);
+      EXPECT_GE(r.prober_host_ns, 0);
+      if (r.base.PeerName() == "peer3") {
+        EXPECT_GE(r.responder_host_ns, 30'000);
+        EXPECT_LE(r.responder_host_ns, 131'000) << "plus at most one 100 us step";
+      } else {
+        EXPECT_LE(r.responder_host_ns, 101'000);
+      }
+    }
+  }
+}
+
+// With software stamps the network RTT holds what neither end can split off (each end's poll
+// granularity, 100 us steps here), so the windows must not add to it either: both ends still
+// poll as soon as a message is there, and the same probes read the same with and without them.
+TEST_F(MeshFleetTest, SendWindowsLeaveTheSoftwareStampedRttToo) {
+  std::vector<double> means;
+  for (const int64_t window : {int64_t{125'000'000}, int64_t{0}}) {
+    SCOPED_TRACE(window);
+    StartWithWindow(window, CqTimestamps::kNone);
+    Run(1000ms);
+    const auto got = sink.answered();
+    ASSERT_GE(got.size(), 56u);
+    double sum = 0;
+    for (const auto& r : got) {
+      EXPECT_EQ(r.source, TsSource::kSoftware);
+      EXPECT_GE(r.network_rtt_ns, 10'000);
+      EXPECT_LE(r.network_rtt_ns, 210'000) << "plus the 100 us steps at each end";
+      sum += static_cast<double>(r.network_rtt_ns);
+    }
+    means.push_back(sum / static_cast<double>(got.size()));
+  }
+  EXPECT_NEAR(means[0], means[1], 1'000) << "windows on: " << means[0] << ", off: " << means[1];
 }
 
 }  // namespace
