@@ -406,7 +406,8 @@ TEST_F(MeshFleetTest, WithoutSendWindowsTheTargetsPhasesCostMoreSendWakeups) {
   const UdMeshStats& s = meshes[0]->stats();
   EXPECT_GE(s.sent.load(), 128u);
   EXPECT_LE(s.sent.load(), 136u);
-  EXPECT_GE(s.send_rounds.load(), 24u) << "the control of the test above: " << s.send_rounds;
+  // Each target on its own phase (64 rounds here): the control of the test above.
+  EXPECT_GE(s.send_rounds.load(), 48u) << s.send_rounds.load();
 }
 
 // A fake with a fixed 5 us latency each way reports a 10 us network RTT for every probe, with
