@@ -457,5 +457,115 @@ TEST_F(MeshFleetTest, SendWindowsLeaveTheSoftwareStampedRttToo) {
   EXPECT_NEAR(means[0], means[1], 1'000) << "windows on: " << means[0] << ", off: " << means[1];
 }
 
+TEST_F(MeshTest, AnAnswerAfterTheTimeoutIsLateNotAResult) {
+  UdMeshOptions o;
+  o.timeout_ns = 1'000'000;
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2), o);
+  fabric.SetLatency("mlx5_1", 1, 2'000'000);  // 2 ms each way into and out of B
+  Target(1, 10);
+  Run(10ms, 10us);
+  ASSERT_EQ(sink_a.results.size(), 1u);
+  EXPECT_TRUE(sink_a.results[0].base.lost);
+  EXPECT_EQ(a_->stats().late.load(), 2u) << "the ack and the report";
+}
+
+TEST_F(MeshTest, ACompletionErrorResetsTheQpsAfterABackoffAndProbingResumes) {
+  UdMeshOptions o;
+  o.recovery_backoff_base_s = 0.01;
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2), o);
+  Target(1, 1000);
+  Run(5ms, 5us);
+  const size_t before = sink_a.answered().size();
+  ASSERT_GT(before, 3u);
+  fabric.FailNextSends("mlx5_0", 1, WcStatus::kGeneralErr);
+  Run(5ms, 5us);
+  EXPECT_EQ(a_->stats().completion_errors[static_cast<size_t>(WcStatus::kGeneralErr)].load(), 1u);
+  Run(30ms, 5us);
+  EXPECT_EQ(a_->stats().qp_recoveries.load(), 1u);
+  EXPECT_EQ(a_->stats().recovery_failures.load(), 0u);
+  EXPECT_GT(sink_a.answered().size(), before + 10) << "probing resumed after the reset";
+  EXPECT_GT(a_->stats().skipped_port_down.load(), 0u) << "no sends while the port was broken";
+}
+
+TEST_F(MeshTest, PortDownStopsProbingAndPortActiveResumesIt) {
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2));
+  Target(1, 1000);
+  Run(5ms, 5us);
+  const uint64_t sent = a_->stats().sent.load();
+  fabric.SetPortState("mlx5_0", 1, PortState::kDown);
+  Run(20ms, 5us);
+  EXPECT_EQ(a_->stats().port_down_events.load(), 1u);
+  EXPECT_LE(a_->stats().sent.load(), sent + 1) << "nothing sent from a down port";
+  EXPECT_GE(a_->stats().skipped_port_down.load(), 15u);
+  fabric.SetPortState("mlx5_0", 1, PortState::kActive);
+  const size_t answered = sink_a.answered().size();
+  Run(20ms, 5us);
+  EXPECT_EQ(a_->stats().port_up_events.load(), 1u);
+  EXPECT_GT(sink_a.answered().size(), answered + 10);
+}
+
+TEST_F(MeshTest, DeviceRemovalIsSurvivedAndReopenIsRetriedWithBackoff) {
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2));
+  Target(1, 1000);
+  Run(5ms, 5us);
+  fabric.RemoveDevice("mlx5_0");
+  int64_t max_wait = 0;
+  for (int i = 0; i < 200; ++i) {
+    const int64_t wait = a_->Step();
+    max_wait = std::max(max_wait, wait);
+    b_->Step();
+    clock.Advance(100ms);
+  }
+  EXPECT_EQ(a_->stats().device_fatal_events.load(), 1u);
+  EXPECT_LT(a_->stats().device_reopens.load(), 12u) << "20 s of retries, backed off to 60 s";
+  EXPECT_GE(a_->stats().device_reopens.load(), 3u);
+  EXPECT_GT(max_wait, 0) << "no busy loop while the device is gone";
+}
+
+TEST_F(MeshTest, TargetsThatCannotBeProbedAreSkipped) {
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2));
+  UdTarget good;
+  good.peer = "b";
+  good.remote = b_->Endpoints().front();
+  UdTarget roce = good;
+  roce.remote.link_layer = LinkLayer::kEthernet;
+  roce.remote.gid = V4Gid(9);  // no local RoCE port to reach it from
+  UdTarget no_lid = good;
+  no_lid.remote.lid = 0;
+  UdTarget bad_rate = good;
+  bad_rate.rate_hz = 0;
+  EXPECT_EQ(a_->SetTargets({good, roce, no_lid, bad_rate}), 3);
+  Run(1ms);
+  EXPECT_EQ(sink_a.answered().size(), 1u);
+}
+
+TEST(MeshNoDevice, NoRdmaStackIsUnavailable) {
+  FakeClock clock;
+  auto verbs = FakeFabric::MakeNoRdmaStack();
+  auto m = UdMesh::Create(*verbs, clock, {}, nullptr);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kUnavailable);
+}
+
+TEST(MeshNoDevice, NoUsablePortIsNotFound) {
+  FakeClock clock;
+  FakeFabric fabric(clock);
+  FakeDeviceConfig roce_without_v4;
+  roce_without_v4.name = "mlx5_9";
+  FakePortConfig p;
+  p.link_layer = LinkLayer::kEthernet;
+  Gid ll;
+  ll.raw[0] = 0xfe;
+  ll.raw[1] = 0x80;
+  p.gids = {{0, ll, GidType::kRoceV1, "eth0"}};
+  roce_without_v4.ports = {p};
+  fabric.AddDevice(roce_without_v4);
+  auto verbs = fabric.MakeVerbs({"mlx5_9"});
+  auto m = UdMesh::Create(*verbs, clock, {}, nullptr);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(m.status().message().find("RoCE v2"), std::string::npos) << m.status().message();
+}
+
 }  // namespace
 }  // namespace fw::rdma
