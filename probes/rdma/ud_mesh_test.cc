@@ -351,6 +351,10 @@ class MeshFleetTest : public ::testing::Test {
       ASSERT_TRUE(m.ok()) << m.status().ToString();
       meshes.push_back(std::move(m.value()));
     }
+    ASSERT_EQ(meshes[0]->SetTargets(PeerTargets()), 0);
+  }
+  // The eight responders, each with 2 flows at 4/s.
+  std::vector<UdTarget> PeerTargets() const {
     std::vector<UdTarget> targets;
     for (int i = 1; i <= kPeers; ++i) {
       UdTarget t;
@@ -360,7 +364,7 @@ class MeshFleetTest : public ::testing::Test {
       t.rate_hz = 4;
       targets.push_back(t);
     }
-    ASSERT_EQ(meshes[0]->SetTargets(targets), 0);
+    return targets;
   }
   // A fresh fabric and fleet (the clock goes on) with send windows of `window_ns`.
   void StartWithWindow(int64_t window_ns, CqTimestamps ts = CqTimestamps::kWallclock) {
@@ -408,6 +412,54 @@ TEST_F(MeshFleetTest, WithoutSendWindowsTheTargetsPhasesCostMoreSendWakeups) {
   EXPECT_LE(s.sent.load(), 136u);
   // Each target on its own phase (64 rounds here): the control of the test above.
   EXPECT_GE(s.send_rounds.load(), 48u) << s.send_rounds.load();
+}
+
+// Another host's clock: its own monotonic origin, the same (NTP-synced) wall clock.
+class OtherHostClock final : public Clock {
+ public:
+  OtherHostClock(const Clock& base, int64_t mono_offset) : base_(base), offset_(mono_offset) {}
+  int64_t MonotonicNanos() const override { return base_.MonotonicNanos() + offset_; }
+  int64_t WallNanos() const override { return base_.WallNanos(); }
+
+ private:
+  const Clock& base_;
+  int64_t offset_;
+};
+
+// Two probers on hosts whose monotonic clocks share nothing, given their plans 37 ms apart, send
+// at the same wall-clock instants: their targets' probes meet at the responders.
+TEST_F(MeshFleetTest, ProbersOnOtherHostsSendAtTheSameWallInstants) {
+  Start(UdMeshOptions{});
+  clock.Advance(37ms);
+  FakeDeviceConfig d = Ib("mlx5_9", 10);
+  fabric->AddDevice(d);
+  auto verbs2 = fabric->MakeVerbs({d.name});
+  OtherHostClock other(clock, 987'654'321'123);
+  UdMeshOptions o;
+  o.report_hold_ns = 0;
+  auto second = UdMesh::Create(*verbs2, other, o, &ignored);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  ASSERT_EQ((*second)->SetTargets(PeerTargets()), 0);
+  std::set<int64_t> first_rounds, second_rounds;
+  for (int step = 0; step < 10'000; ++step) {  // 1 s of 100 us steps
+    const uint64_t a = meshes[0]->stats().send_rounds.load();
+    const uint64_t b = (*second)->stats().send_rounds.load();
+    for (auto& m : meshes) m->Step();
+    (*second)->Step();
+    if (meshes[0]->stats().send_rounds.load() != a) first_rounds.insert(clock.WallNanos());
+    if ((*second)->stats().send_rounds.load() != b) second_rounds.insert(clock.WallNanos());
+    clock.Advance(100us);
+  }
+  second.value().reset();
+  // Each one's first round is at its first Step after its plan (target 0's window is the
+  // current one); every later round of both is at a window start, the same ones.
+  ASSERT_FALSE(first_rounds.empty());
+  ASSERT_FALSE(second_rounds.empty());
+  first_rounds.erase(first_rounds.begin());
+  second_rounds.erase(second_rounds.begin());
+  EXPECT_EQ(first_rounds, second_rounds);
+  EXPECT_GE(second_rounds.size(), 7u);
+  for (const int64_t t : second_rounds) EXPECT_EQ(t % 125'000'000, 0) << t;
 }
 
 // A fake with a fixed 5 us latency each way reports a 10 us network RTT for every probe, with
