@@ -1,8 +1,11 @@
 // fw_rdmaprobe cpu: the agent RDMA thread's CPU at a UD probe rate, against the in-memory fake.
 #include "probes/rdma/rdma_cpu_bench.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "probes/rdma/fake_link.h"
 #include "probes/rdma/fake_verbs.h"
 #include "probes/rdma/rdma_runner.h"
 
@@ -133,6 +137,84 @@ double BareWakeupsPct(double rate, double seconds) {
 
 }  // namespace
 
+int RunLinkCostBench(std::ostream& out) {
+  // Two loopback UDP sockets, as the link's: one sends to the other, which takes them.
+  const int tx = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  const int rx = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(to);
+  if (tx < 0 || rx < 0 || ::bind(rx, reinterpret_cast<const sockaddr*>(&to), sizeof(to)) != 0 ||
+      ::getsockname(rx, reinterpret_cast<sockaddr*>(&to), &len) != 0) {
+    out << "linkcost: cannot set up loopback sockets\n";
+    if (tx >= 0) ::close(tx);
+    if (rx >= 0) ::close(rx);
+    return 3;
+  }
+  // A UD datagram of the link: its header, the 64-byte message (the GRH is not carried).
+  std::vector<uint8_t> dgram(kLinkHeaderBytes + 64, 0x5a);
+  uint8_t buf[kLinkHeaderBytes + kLinkMaxPayload + 1];
+  constexpr int kBatch = 32, kRounds = 300;
+  int64_t send_ns = 0, recv_ns = 0, empty_ns = 0;
+  int sent = 0, got = 0;
+  for (int r = 0; r < kRounds; ++r) {
+    int64_t c0 = ThisThreadCpuNs();
+    for (int i = 0; i < kBatch; ++i) {
+      sent += ::sendto(tx, dgram.data(), dgram.size(), MSG_DONTWAIT,
+                       reinterpret_cast<const sockaddr*>(&to), sizeof(to)) > 0;
+    }
+    int64_t c1 = ThisThreadCpuNs();
+    for (int i = 0; i < kBatch; ++i) got += ::recv(rx, buf, sizeof(buf), MSG_DONTWAIT) > 0;
+    int64_t c2 = ThisThreadCpuNs();
+    for (int i = 0; i < kBatch; ++i) (void)::recv(rx, buf, sizeof(buf), MSG_DONTWAIT);
+    int64_t c3 = ThisThreadCpuNs();
+    send_ns += c1 - c0;
+    recv_ns += c2 - c1;
+    empty_ns += c3 - c2;
+  }
+  // The same sendto when the receiving socket's thread sleeps in ppoll on it (a peer agent's
+  // RDMA thread between wakeups): loopback delivers on the sender's thread, which then also
+  // wakes the reader. One send per 300 us, so the reader is asleep again each time.
+  std::atomic<bool> stop{false};
+  std::thread reader([&] {
+    uint8_t b[kLinkHeaderBytes + kLinkMaxPayload + 1];
+    while (!stop.load()) {
+      pollfd p{rx, POLLIN, 0};
+      const timespec ts{0, 50'000'000};
+      if (::ppoll(&p, 1, &ts, nullptr) > 0) {
+        while (::recv(rx, b, sizeof(b), MSG_DONTWAIT) > 0) {
+        }
+      }
+    }
+  });
+  constexpr int kWaking = 2000;
+  int64_t waking_ns = 0, clock_ns = 0;
+  for (int i = 0; i < kWaking; ++i) {
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+    const int64_t c0 = ThisThreadCpuNs();
+    const int64_t c1 = ThisThreadCpuNs();
+    (void)::sendto(tx, dgram.data(), dgram.size(), MSG_DONTWAIT,
+                   reinterpret_cast<const sockaddr*>(&to), sizeof(to));
+    const int64_t c2 = ThisThreadCpuNs();
+    clock_ns += c1 - c0;
+    waking_ns += c2 - c1;
+  }
+  stop.store(true);
+  reader.join();
+  ::close(tx);
+  ::close(rx);
+  const double n = static_cast<double>(kBatch) * kRounds;
+  out << "linkcost: sendto_waking_ns=" << Fmt("%.0f", static_cast<double>(waking_ns - clock_ns) / kWaking)
+      << " ";
+  out << "sendto_ns=" << Fmt("%.0f", static_cast<double>(send_ns) / n)
+      << " recv_ns=" << Fmt("%.0f", static_cast<double>(recv_ns) / n)
+      << " recv_empty_ns=" << Fmt("%.0f", static_cast<double>(empty_ns) / n)
+      << " timer_set_ns=" << Fmt("%.0f", TimerSetNs(20'000)) << " sent=" << sent
+      << " received=" << got << "\n";
+  return sent == got ? 0 : 2;
+}
+
 int RunCpuBench(const CpuBenchOptions& o, std::ostream& out) {
   const Clock& clock = RealClock::Get();
   FakeFabric fabric(clock);
@@ -149,6 +231,7 @@ int RunCpuBench(const CpuBenchOptions& o, std::ostream& out) {
   for (int i = 0; i < o.targets; ++i) add("peer" + std::to_string(i), static_cast<uint16_t>(2 + i));
   std::atomic<uint64_t> results{0};
   RdmaRunnerOptions ro;
+  ro.mesh.send_window_ns = static_cast<int64_t>(o.send_window_ms * 1e6);
   auto agent = std::make_unique<RdmaRunner>(
       fabric.MakeVerbs({"agent"}), clock, ro,
       [&results](std::vector<RdmaProbeResult>&& b) { results += b.size(); });
@@ -190,6 +273,10 @@ int RunCpuBench(const CpuBenchOptions& o, std::ostream& out) {
   const auto us0 = ThreadUserSys(agent->tid());
   const int64_t cpu0 = agent->thread_cpu_ns();
   const uint64_t w0 = agent->wakeups(), s0 = ms.sent.load(), a0 = ms.responder_answers.load();
+  const uint64_t sr0 = ms.send_rounds.load();
+  const uint64_t rwa0 = ms.reports_with_ack.load(), rah0 = ms.reports_after_hold.load();
+  const uint64_t lost0 = ms.lost.load(), miss0 = ms.reports_missing.load(),
+                 late0 = ms.late.load(), inv0 = ms.invalid_split.load();
   const uint64_t r0 = results.load();
   int64_t peers0 = 0;
   for (auto& p : peers) peers0 += p->thread_cpu_ns();
@@ -201,6 +288,10 @@ int RunCpuBench(const CpuBenchOptions& o, std::ostream& out) {
   const int64_t cpu1 = agent->thread_cpu_ns();
   const auto us1 = ThreadUserSys(agent->tid());
   const uint64_t w1 = agent->wakeups(), s1 = ms.sent.load(), a1 = ms.responder_answers.load();
+  const uint64_t sr1 = ms.send_rounds.load();
+  const uint64_t rwa1 = ms.reports_with_ack.load(), rah1 = ms.reports_after_hold.load();
+  const uint64_t lost1 = ms.lost.load(), miss1 = ms.reports_missing.load(),
+                 late1 = ms.late.load(), inv1 = ms.invalid_split.load();
   const uint64_t r1 = results.load();
   int64_t peers1 = 0;
   for (auto& p : peers) peers1 += p->thread_cpu_ns();
@@ -221,7 +312,14 @@ int RunCpuBench(const CpuBenchOptions& o, std::ostream& out) {
   out << "cpu: " << Fmt("%.1f", span) << " s, agent thread probes " << Fmt("%.1f", sent)
       << "/s sent to " << o.targets << " targets (" << o.flows << " flows x "
       << Fmt("%.3g", o.rate_hz) << "/s), answers " << Fmt("%.1f", answered) << "/s, results "
-      << Fmt("%.1f", static_cast<double>(r1 - r0) / span) << "/s\n";
+      << Fmt("%.1f", static_cast<double>(r1 - r0) / span) << "/s, send windows "
+      << Fmt("%.0f", o.send_window_ms) << " ms: "
+      << Fmt("%.1f", static_cast<double>(sr1 - sr0) / span) << " send wakeups/s\n";
+  out << "cpu: agent's probes: lost " << lost1 - lost0 << ", reports missing " << miss1 - miss0
+      << ", late " << late1 - late0 << ", invalid splits " << inv1 - inv0 << "\n";
+  out << "cpu: agent's reports to its probers: with an ack "
+      << Fmt("%.1f", static_cast<double>(rwa1 - rwa0) / span) << "/s, alone after the hold "
+      << Fmt("%.1f", static_cast<double>(rah1 - rah0) / span) << "/s\n";
   out << "cpu: agent RDMA thread " << Fmt("%.3f", 100 * cpu / span) << " % of a core (user "
       << Fmt("%.3f", 100 * static_cast<double>(us1.first - us0.first) * 1e-9 / span)
       << " % + system "

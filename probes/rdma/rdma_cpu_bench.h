@@ -20,8 +20,16 @@ struct CpuBenchOptions {
   double warmup_s = 3;
   double seconds = 15;  // the measured window
   double linger_s = 0;  // kept running after the window (for strace)
+  double send_window_ms = 125;  // UdMeshOptions::send_window_ns of every runner (0: off)
 };
 
 int RunCpuBench(const CpuBenchOptions& o, std::ostream& out);
+
+// `fw_rdmaprobe linkcost`: the thread CPU of each syscall the fake's loopback link makes on the
+// agent's RDMA thread in place of a NIC (a sendto of one link datagram to a loopback socket, a
+// recv that takes one, a recv that finds none, a timerfd_settime), each averaged over many calls
+// here and now. tests/rdma/rdma_agent_cpu.py --split multiplies them by the RDMA thread's counts
+// (strace -c) to take the fake's link out of the agent's CPU. One line, `key=ns` pairs.
+int RunLinkCostBench(std::ostream& out);
 
 }  // namespace fw::rdma

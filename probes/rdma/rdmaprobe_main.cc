@@ -43,10 +43,16 @@ int main(int argc, char** argv) {
   cpu->add_option("--warmup", cb.warmup_s, "before the window")->check(CLI::Range(0.0, 60.0));
   cpu->add_option("--linger", cb.linger_s, "kept running after the window")
       ->check(CLI::Range(0.0, 60.0));
+  cpu->add_option("--send-window-ms", cb.send_window_ms, "send windows (0: off)")
+      ->check(CLI::Range(0.0, 10000.0))
+      ->capture_default_str();
   cpu->add_flag("!--no-answer", cb.answer, "the peers do not probe the agent back");
+  auto* linkcost = app.add_subcommand(
+      "linkcost", "the thread CPU of each syscall the fake's loopback link makes for a NIC");
   CLI11_PARSE(app, argc, argv);
   fw::InitLogging("fw_rdmaprobe", "warn");  // on stderr: stdout is the report
   if (*cpu) return fw::rdma::RunCpuBench(cb, std::cout);
+  if (*linkcost) return fw::rdma::RunLinkCostBench(std::cout);
   o.progress = &std::cerr;
   if (fake) {
     fw::rdma::FakeFabric fabric(fw::RealClock::Get());

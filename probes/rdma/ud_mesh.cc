@@ -316,14 +316,30 @@ int UdMesh::SetTargets(std::vector<UdTarget> targets) {
       f.port = port;
       f.qp = j % devices_[dev]->ports[port]->qp_count();
       f.flow_label = (opts_.flow_label_base + static_cast<uint32_t>(j)) & 0xfffff;
-      f.period_ns = static_cast<int64_t>(1e9 / rate);
-      // The targets' first sends spread over one period; a target's flows go out together, so
-      // that one wakeup at each end (the responder's for the probes, ours for the acks) serves
-      // all of them.
+      f.period_ns = std::max<int64_t>(1, static_cast<int64_t>(1e9 / rate));
+      // A target's flows go out together, so that one wakeup at each end (the responder's for
+      // the probes, ours for the acks) serves all of them; the targets' first sends spread over
+      // one period (below, on the send windows when they are on).
       f.next_send = now + f.period_ns * static_cast<int64_t>(target % 16) / 16;
       flows_.push_back(f);
     }
     targets_.push_back(std::move(t));
+  }
+  window_ns_ = 0;
+  if (opts_.send_window_ns > 0 && !flows_.empty()) {
+    window_ns_ = opts_.send_window_ns;
+    for (const Flow& f : flows_) window_ns_ = std::min(window_ns_, f.period_ns);
+    // The grid is the wall clock's (every host of an NTP-synced fleet has the same window
+    // starts), kept in monotonic time from here on: a wall clock step moves it at the next plan.
+    const int64_t wall = clock_.WallNanos();
+    window_origin_ = now - ((wall % window_ns_) + window_ns_) % window_ns_;
+    const int64_t first = WindowStart(now);
+    for (Flow& f : flows_) {
+      // The targets spread over the windows of a period: each window carries about as many
+      // sends. The first window is the current one, so target 0 goes at the first Step.
+      const int64_t slots = std::max<int64_t>(1, f.period_ns / window_ns_);
+      f.next_send = first + window_ns_ * static_cast<int64_t>(f.target % slots);
+    }
   }
   RebuildFlowAhs();
   if (skipped > 0) {
@@ -426,6 +442,9 @@ int64_t UdMesh::Step() {
 
   int64_t next = now + 1'000'000'000;
   for (const Flow& f : flows_) next = std::min(next, f.next_send);
+  // With send windows the next send is at the start of the window that holds it (after
+  // SendDue every flow is due in a later window than now's, so that start is still ahead).
+  if (window_ns_ > 0 && !flows_.empty()) next = std::max(now, WindowStart(next));
   if (timeout_count_ > 0) {
     const Outstanding& o = outstanding_[timeout_ring_[timeout_head_] & (kOutstandingSlots - 1)];
     next = std::min(next, o.deadline);
@@ -899,14 +918,25 @@ RdmaProbeResult UdMesh::ResultFor(const Outstanding& o) const {
   return r;
 }
 
+int64_t UdMesh::WindowStart(int64_t t) const {
+  const int64_t d = t - window_origin_;
+  const int64_t q = d >= 0 ? d / window_ns_ : -((-d + window_ns_ - 1) / window_ns_);
+  return window_origin_ + q * window_ns_;
+}
+
 void UdMesh::SendDue(int64_t now) {
+  // With send windows, every flow due before the current window ends goes now; the Step that
+  // runs at a window's start is the one that sends (wakeups for answers and acks within the
+  // window send nothing new). Each wakeup is most of what the mesh costs.
+  const int64_t window_end = window_ns_ > 0 ? WindowStart(now) + window_ns_ : 0;
+  const uint64_t sent_before = stats_.sent.load(std::memory_order_relaxed);
   for (uint32_t fi = 0; fi < flows_.size(); ++fi) {
     Flow& f = flows_[fi];
-    // A flow due within a quarter of its period goes out with this wakeup, early, rather than
-    // costing a wakeup of its own: each wakeup is most of what the mesh costs, and the thread
-    // wakes for answers and acks anyway. The schedule stays anchored (next_send advances by whole
-    // periods), so the rate holds; one interval shortens by at most a quarter period.
-    if (now + f.period_ns / 4 < f.next_send) continue;
+    // Without windows, a flow due within a quarter of its period goes out with this wakeup,
+    // early, rather than costing a wakeup of its own. Either way the schedule stays anchored
+    // (next_send advances by whole periods), so the rate holds; one interval shortens by at most
+    // a window (a quarter period).
+    if (window_ns_ > 0 ? f.next_send >= window_end : now + f.period_ns / 4 < f.next_send) continue;
     // One probe per period; after a stall the schedule re-anchors instead of bursting.
     f.next_send += f.period_ns;
     if (f.next_send <= now) f.next_send = now + f.period_ns;
@@ -968,6 +998,7 @@ void UdMesh::SendDue(int64_t now) {
       timeout_head_ = (timeout_head_ + 1) & (kOutstandingSlots - 1);
     }
   }
+  if (stats_.sent.load(std::memory_order_relaxed) != sent_before) stats_.send_rounds++;
 }
 
 void UdMesh::ExpireTimeouts(int64_t now) {

@@ -65,6 +65,16 @@ struct UdMeshOptions {
   // result, never its value. At most a quarter of timeout_ns: the prober waits for a report until
   // its probe's timeout. 0: each report goes at the first wakeup after its ack's send stamp.
   int64_t report_hold_ns = 250'000'000;
+  // Send phases: probes go out only at the starts of windows of this length on a grid aligned
+  // to the wall clock (so every agent of an NTP-synced fleet sends at the same instants), and
+  // each such wakeup sends every flow due before its window ends, early by less than a window.
+  // The window is also at most the shortest flow period (a flow sends at most once per window,
+  // so its rate holds), and the targets are spread over the windows of a period. Peers' probes
+  // then arrive together and are answered in one wakeup, and their acks come back together, so
+  // the sends cost a few wakeups a second instead of one per target phase. Timestamps are taken
+  // as before (the prober's T1 when each probe is posted), so the split is unchanged. 0: each
+  // target has its own phase and a wakeup sends what is due within a quarter of its period.
+  int64_t send_window_ns = 125'000'000;
 };
 
 struct RdmaProbeResult {
@@ -101,6 +111,8 @@ struct UdMeshStats {
   // Reports sent right after an ack to the same prober / after the hold ran out (or early, when
   // the responder's table of answers in flight fills up).
   std::atomic<uint64_t> reports_with_ack{0}, reports_after_hold{0};
+  // Steps that posted at least one probe (the send wakeups).
+  std::atomic<uint64_t> send_rounds{0};
   std::atomic<uint64_t> budget_skipped{0}, no_send_slot{0}, skipped_port_down{0};
   std::atomic<uint64_t> ah_failures{0}, post_failures{0}, repost_failures{0};
   std::atomic<uint64_t> qp_recoveries{0}, recovery_failures{0};
@@ -184,6 +196,8 @@ class UdMesh {
   void OnAckSent(size_t dev, size_t port, UdPort& p, const WorkCompletion& wc, int64_t now);
   void PortFailed(size_t dev, size_t port, int64_t now, const char* why);
   void SendDue(int64_t now);
+  // The start of the send window that holds `t` (monotonic), on the grid of window_ns_.
+  int64_t WindowStart(int64_t t) const;
   void ExpireTimeouts(int64_t now);
   void MaybeFinish(Outstanding& o, int64_t now);
   // The fields every result of this probe has, answered or lost.
@@ -210,6 +224,10 @@ class UdMesh {
   size_t ready_count_ = 0;              // of those, with their report ready
   size_t sw_unstamped_ = 0;             // of those, software-stamped without their send stamp
   uint64_t next_seq_ = 1;
+  // Send windows (UdMeshOptions::send_window_ns): their length, 0 when off, and a monotonic
+  // time that is a window start on the wall clock's grid (taken when the targets are set).
+  int64_t window_ns_ = 0;
+  int64_t window_origin_ = 0;
   uint16_t generation_ = 0;
   uint64_t endpoints_version_ = 1;
   UdMeshStats stats_;

@@ -301,7 +301,9 @@ TEST_F(MeshTest, HeldSoftwareStampedReportsKeepTheirTurnaround) {
 }
 
 TEST_F(MeshTest, ATargetsFlowsGoOutInOneWakeup) {
-  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2));
+  UdMeshOptions o;
+  o.send_window_ns = 0;  // each target on its own phase
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2), o);
   Target(/*flows=*/4, /*rate=*/10);
   a_->Step();
   EXPECT_EQ(a_->stats().sent.load(), 4u) << "one wakeup at the responder answers all four";
@@ -312,6 +314,199 @@ TEST_F(MeshTest, ATargetsFlowsGoOutInOneWakeup) {
   clock.Advance(2ms);
   a_->Step();
   EXPECT_EQ(a_->stats().sent.load(), 8u);
+}
+
+TEST_F(MeshTest, SendWindowsSendOnlyAtTheirStartsOnTheWallClocksGrid) {
+  Start(Ib("mlx5_0", 1), Ib("mlx5_1", 2));  // the default window, 125 ms
+  clock.Advance(30ms);  // the FakeClock starts on a window start: move off it
+  Target(/*flows=*/4, /*rate=*/10);  // period 100 ms: the window shrinks to 100 ms
+  a_->Step();
+  EXPECT_EQ(a_->stats().sent.load(), 4u) << "target 0 goes in the current window";
+  // Wakeups inside the window (this fake without channels is polled every 1 ms) send nothing
+  // new; the next window starts 70 ms later, on the wall clock's 100 ms grid.
+  int ms = 0;
+  while (a_->stats().sent.load() == 4 && ms < 200) {
+    clock.Advance(1ms);
+    ++ms;
+    a_->Step();
+  }
+  EXPECT_EQ(ms, 70);
+  EXPECT_EQ(a_->stats().sent.load(), 8u);
+  EXPECT_EQ(clock.WallNanos() % 100'000'000, 0);
+  EXPECT_EQ(a_->stats().send_rounds.load(), 2u);
+}
+
+// One prober and eight responders on one fake clock, each probed with 2 flows at 4/s (64/s),
+// stepped every 100 us: what the send windows change and what they must not.
+class MeshFleetTest : public ::testing::Test {
+ protected:
+  void Start(UdMeshOptions opts, CqTimestamps ts = CqTimestamps::kWallclock) {
+    opts.report_hold_ns = 0;
+    for (int i = 0; i <= kPeers; ++i) {
+      FakeDeviceConfig d = Ib("mlx5_" + std::to_string(i), static_cast<uint16_t>(i + 1));
+      d.timestamps = ts;
+      fabric->AddDevice(d);
+      verbs.push_back(fabric->MakeVerbs({d.name}));
+      auto m = UdMesh::Create(*verbs.back(), clock, opts, i == 0 ? &sink : &ignored);
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
+      meshes.push_back(std::move(m.value()));
+    }
+    ASSERT_EQ(meshes[0]->SetTargets(PeerTargets()), 0);
+  }
+  // The eight responders, each with 2 flows at 4/s.
+  std::vector<UdTarget> PeerTargets() const {
+    std::vector<UdTarget> targets;
+    for (int i = 1; i <= kPeers; ++i) {
+      UdTarget t;
+      t.peer = "peer" + std::to_string(i);
+      t.remote = meshes[static_cast<size_t>(i)]->Endpoints().front();
+      t.flows = 2;
+      t.rate_hz = 4;
+      targets.push_back(t);
+    }
+    return targets;
+  }
+  // A fresh fabric and fleet (the clock goes on) with send windows of `window_ns`.
+  void StartWithWindow(int64_t window_ns, CqTimestamps ts = CqTimestamps::kWallclock) {
+    meshes.clear();
+    verbs.clear();
+    sink.results.clear();
+    fabric = std::make_unique<FakeFabric>(clock, 7);
+    UdMeshOptions o;
+    o.send_window_ns = window_ns;
+    Start(o, ts);
+  }
+  void Run(std::chrono::nanoseconds total) {
+    for (int64_t t = 0; t < total.count(); t += 100'000) {
+      for (auto& m : meshes) m->Step();
+      clock.Advance(100us);
+    }
+  }
+  static constexpr int kPeers = 8;
+  FakeClock clock{1'000'000'000, 1'700'000'000'017'000'000};  // 17 ms past a window start
+  std::unique_ptr<FakeFabric> fabric = std::make_unique<FakeFabric>(clock, 7);
+  std::vector<std::unique_ptr<Verbs>> verbs;  // after the fabric, before the meshes
+  std::vector<std::unique_ptr<UdMesh>> meshes;
+  Collect sink, ignored;
+};
+
+TEST_F(MeshFleetTest, SendWindowsPostEveryTargetDueInAWindowInOneWakeup) {
+  Start(UdMeshOptions{});  // 125 ms windows: 8 a second
+  Run(2000ms);
+  const UdMeshStats& s = meshes[0]->stats();
+  // 64/s for 2 s; the windows cut at both ends add at most one window's 8.
+  EXPECT_GE(s.sent.load(), 128u) << "the rate holds";
+  EXPECT_LE(s.sent.load(), 136u);
+  EXPECT_EQ(s.send_rounds.load(), 17u) << "8 send wakeups a second, 17 windows begun in 2 s";
+  EXPECT_GE(sink.answered().size(), 128u);
+  EXPECT_EQ(sink.lost(), 0u);
+}
+
+TEST_F(MeshFleetTest, WithoutSendWindowsTheTargetsPhasesCostMoreSendWakeups) {
+  UdMeshOptions o;
+  o.send_window_ns = 0;
+  Start(o);
+  Run(2000ms);
+  const UdMeshStats& s = meshes[0]->stats();
+  EXPECT_GE(s.sent.load(), 128u);
+  EXPECT_LE(s.sent.load(), 136u);
+  // Each target on its own phase (64 rounds here): the control of the test above.
+  EXPECT_GE(s.send_rounds.load(), 48u) << s.send_rounds.load();
+}
+
+// Another host's clock: its own monotonic origin, the same (NTP-synced) wall clock.
+class OtherHostClock final : public Clock {
+ public:
+  OtherHostClock(const Clock& base, int64_t mono_offset) : base_(base), offset_(mono_offset) {}
+  int64_t MonotonicNanos() const override { return base_.MonotonicNanos() + offset_; }
+  int64_t WallNanos() const override { return base_.WallNanos(); }
+
+ private:
+  const Clock& base_;
+  int64_t offset_;
+};
+
+// Two probers on hosts whose monotonic clocks share nothing, given their plans 37 ms apart, send
+// at the same wall-clock instants: their targets' probes meet at the responders.
+TEST_F(MeshFleetTest, ProbersOnOtherHostsSendAtTheSameWallInstants) {
+  Start(UdMeshOptions{});
+  clock.Advance(37ms);
+  FakeDeviceConfig d = Ib("mlx5_9", 10);
+  fabric->AddDevice(d);
+  auto verbs2 = fabric->MakeVerbs({d.name});
+  OtherHostClock other(clock, 987'654'321'123);
+  UdMeshOptions o;
+  o.report_hold_ns = 0;
+  auto second = UdMesh::Create(*verbs2, other, o, &ignored);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  ASSERT_EQ((*second)->SetTargets(PeerTargets()), 0);
+  std::set<int64_t> first_rounds, second_rounds;
+  for (int step = 0; step < 10'000; ++step) {  // 1 s of 100 us steps
+    const uint64_t a = meshes[0]->stats().send_rounds.load();
+    const uint64_t b = (*second)->stats().send_rounds.load();
+    for (auto& m : meshes) m->Step();
+    (*second)->Step();
+    if (meshes[0]->stats().send_rounds.load() != a) first_rounds.insert(clock.WallNanos());
+    if ((*second)->stats().send_rounds.load() != b) second_rounds.insert(clock.WallNanos());
+    clock.Advance(100us);
+  }
+  second.value().reset();
+  // Each one's first round is at its first Step after its plan (target 0's window is the
+  // current one); every later round of both is at a window start, the same ones.
+  ASSERT_FALSE(first_rounds.empty());
+  ASSERT_FALSE(second_rounds.empty());
+  first_rounds.erase(first_rounds.begin());
+  second_rounds.erase(second_rounds.begin());
+  EXPECT_EQ(first_rounds, second_rounds);
+  EXPECT_GE(second_rounds.size(), 7u);
+  for (const int64_t t : second_rounds) EXPECT_EQ(t % 125'000'000, 0) << t;
+}
+
+// A fake with a fixed 5 us latency each way reports a 10 us network RTT for every probe, with
+// the windows on or off: batching sends (16 probes posted back to back, their acks coming back
+// together) moves host delays, never the network RTT.
+TEST_F(MeshFleetTest, SendWindowsLeaveTheNetworkRttOfAFixedLatency) {
+  for (const int64_t window : {int64_t{125'000'000}, int64_t{0}}) {
+    SCOPED_TRACE(window);
+    StartWithWindow(window);
+    fabric->SetPollDelay("mlx5_3", 30'000);  // one slow responder: its delay is its host's
+    Run(1000ms);
+    const auto got = sink.answered();
+    ASSERT_GE(got.size(), 56u);
+    for (const auto& r : got) {
+      EXPECT_NEAR(r.network_rtt_ns, 10'000, 5);
+      EXPECT_GE(r.prober_host_ns, 0);
+      if (r.base.PeerName() == "peer3") {
+        EXPECT_GE(r.responder_host_ns, 30'000);
+        EXPECT_LE(r.responder_host_ns, 131'000) << "plus at most one 100 us step";
+      } else {
+        EXPECT_LE(r.responder_host_ns, 101'000);
+      }
+    }
+  }
+}
+
+// With software stamps the network RTT holds what neither end can split off (each end's poll
+// granularity, 100 us steps here), so the windows must not add to it either: both ends still
+// poll as soon as a message is there, and the same probes read the same with and without them.
+TEST_F(MeshFleetTest, SendWindowsLeaveTheSoftwareStampedRttToo) {
+  std::vector<double> means;
+  for (const int64_t window : {int64_t{125'000'000}, int64_t{0}}) {
+    SCOPED_TRACE(window);
+    StartWithWindow(window, CqTimestamps::kNone);
+    Run(1000ms);
+    const auto got = sink.answered();
+    ASSERT_GE(got.size(), 56u);
+    double sum = 0;
+    for (const auto& r : got) {
+      EXPECT_EQ(r.source, TsSource::kSoftware);
+      EXPECT_GE(r.network_rtt_ns, 10'000);
+      EXPECT_LE(r.network_rtt_ns, 210'000) << "plus the 100 us steps at each end";
+      sum += static_cast<double>(r.network_rtt_ns);
+    }
+    means.push_back(sum / static_cast<double>(got.size()));
+  }
+  EXPECT_NEAR(means[0], means[1], 1'000) << "windows on: " << means[0] << ", off: " << means[1];
 }
 
 TEST_F(MeshTest, AnAnswerAfterTheTimeoutIsLateNotAResult) {

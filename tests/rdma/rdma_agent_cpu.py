@@ -12,8 +12,14 @@ and the fake's loopback link, is also sampled apart: user and system CPU from
 /proc/PID/task/TID/stat, ns per UD probe exchange (sent + answered), a `perf record` of its user
 space (perf_event_paranoid 2: no kernel frames) grouped into the fake's share and the agent's, and
 after the window 5 s of `strace -c` on it (syscalls per second; strace slows it, so no CPU figure
-is taken then).
+is taken then). The fake's loopback link makes syscalls on that thread that a NIC does not (a
+sendto per UD message, recv drains of its socket, a timer set per arm): their counts from strace
+times their unit costs measured in the same sitting (`fw_rdmaprobe linkcost`, next to the agent's
+build: --rdmaprobe PATH otherwise) are the link's CPU, and the whole agent and its RDMA thread are
+also printed less it: the estimate for the same agent on a NIC (the fake's user-space code, a few
+% of the thread's samples, is not taken out).
 Usage: rdma_agent_cpu.py AGGREGATOR AGENT TESTDATA [N] [SECONDS] [--threads] [--split]
+                         [--rdmaprobe PATH]
 """
 import json
 import os
@@ -78,6 +84,7 @@ def main():
             pid = procs[nodes[0]].pid
             tid = rdma_thread(pid)
             t0, cpu0 = time.monotonic(), thread_cpu(pid, tid)
+            agent0 = thread_cpu(pid, None)
             perf_data = os.path.join(work, "perf.data")
             perf = subprocess.Popen(["perf", "record", "-q", "-F", "1999", "-t", str(tid), "-o",
                                      perf_data, "--", "sleep", str(SECONDS)],
@@ -91,10 +98,12 @@ def main():
         after = {n: sent(n) for n in (nodes[0], nodes[-1])}
         if split:
             cpu1, t1 = thread_cpu(pid, tid), time.monotonic()
+            agent1 = thread_cpu(pid, None)
             perf.wait()
             ud = (after[nodes[0]].get('{transport="rdma_ud"}', 0) -
                   before[nodes[0]].get('{transport="rdma_ud"}', 0)) / SECONDS
-            report_split(cpu0, cpu1, t1 - t0, ud, perf_data, pid, tid)
+            report_split(cpu0, cpu1, t1 - t0, ud, perf_data, pid, tid,
+                         sum(agent1) - sum(agent0))
         for n in (nodes[0], nodes[-1]):
             rates = {k: (after[n].get(k, 0) - before[n].get(k, 0)) / SECONDS
                      for k in after[n] if after[n].get(k, 0) > before[n].get(k, 0)}
@@ -114,8 +123,8 @@ def rdma_thread(pid):
 
 
 def thread_cpu(pid, tid):
-    """(user s, system s) of one thread."""
-    text = open(f"/proc/{pid}/task/{tid}/stat").read()
+    """(user s, system s) of one thread (tid None: of the whole process)."""
+    text = open(f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat").read()
     rest = text[text.rindex(")") + 2:].split()
     tick = os.sysconf("SC_CLK_TCK")
     return int(rest[11]) / tick, int(rest[12]) / tick
@@ -125,7 +134,38 @@ def thread_cpu(pid, tid):
 FAKE = re.compile(r"Fake|fake_|FakeLink|LoopbackLink")
 
 
-def report_split(cpu0, cpu1, wall, ud_per_s, perf_data, pid, tid):
+def rdmaprobe_path():
+    if "--rdmaprobe" in sys.argv:
+        return sys.argv[sys.argv.index("--rdmaprobe") + 1]
+    return os.path.join(os.path.dirname(os.path.abspath(AGENT)), "..", "..", "probes", "rdma",
+                        "fw_rdmaprobe")
+
+
+def link_unit_costs():
+    """{sendto_ns, recv_ns, recv_empty_ns, timer_set_ns} measured now, or None."""
+    try:
+        out = subprocess.run([rdmaprobe_path(), "linkcost"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except OSError:
+        return None
+    m = dict(re.findall(r"(\w+)=([0-9.]+)", out))
+    keys = ("sendto_ns", "sendto_waking_ns", "recv_ns", "recv_empty_ns", "timer_set_ns")
+    return {k: float(m[k]) for k in keys if k in m} if all(k in m for k in keys) else None
+
+
+def strace_counts(text):
+    """{syscall: (calls, errors)} from `strace -c` output."""
+    out = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) < 5 or not re.match(r"^[0-9.]+$", f[0]) or f[-1] == "total":
+            continue
+        nums = f[3:-1]
+        out[f[-1]] = (int(nums[0]), int(nums[1]) if len(nums) > 1 else 0)
+    return out
+
+
+def report_split(cpu0, cpu1, wall, ud_per_s, perf_data, pid, tid, agent_cpu_s):
     user, system = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
     exchanges = 2 * ud_per_s  # each probe sent is answered by a peer, and as many are answered
     total = (user + system) / wall
@@ -157,6 +197,30 @@ def report_split(cpu0, cpu1, wall, ud_per_s, perf_data, pid, tid):
                         capture_output=True, text=True)
     print("strace -c over 5 s of the thread (calls / 5 s):")
     print("\n".join(st.stderr.splitlines()[:16]))
+    costs = link_unit_costs()
+    counts = strace_counts(st.stderr)
+    if not costs or not counts:
+        print("the fake's link cost: not measured (no fw_rdmaprobe linkcost or no strace counts)")
+        return
+    per_s = {k: (c / 5.0, e / 5.0) for k, (c, e) in counts.items()}
+    sends = per_s.get("sendto", (0, 0))[0]
+    recv_calls, recv_empty = per_s.get("recvfrom", (0, 0))
+    timers = per_s.get("timerfd_settime", (0, 0))[0]
+    rest_ns = ((recv_calls - recv_empty) * costs["recv_ns"] +
+               recv_empty * costs["recv_empty_ns"] + timers * costs["timer_set_ns"])
+    # A sendto to a peer whose RDMA thread sleeps also wakes it (loopback delivers on the
+    # sender's thread): the link's cost is between every send waking nobody and every one waking.
+    low = 100 * 1e-9 * (sends * costs["sendto_ns"] + rest_ns)
+    high = 100 * 1e-9 * (sends * costs["sendto_waking_ns"] + rest_ns)
+    agent_pct = 100 * agent_cpu_s / wall
+    print(f"the fake's loopback link on the RDMA thread: sendto {sends:.0f}/s x "
+          f"{costs['sendto_ns']:.0f} ns (waking its reader: {costs['sendto_waking_ns']:.0f} ns) + "
+          f"recv {recv_calls - recv_empty:.0f}/s x {costs['recv_ns']:.0f} ns + empty recv "
+          f"{recv_empty:.0f}/s x {costs['recv_empty_ns']:.0f} ns + timer sets {timers:.0f}/s x "
+          f"{costs['timer_set_ns']:.0f} ns = {low:.3f}-{high:.3f} % of a core")
+    print(f"RDMA thread less the link: {100 * total - high:.3f}-{100 * total - low:.3f} % of a "
+          f"core; whole RDMA agent {agent_pct:.3f} %, less the link "
+          f"{agent_pct - high:.3f}-{agent_pct - low:.3f} % (the estimate for a NIC)")
 
 
 if __name__ == "__main__":
