@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -134,6 +135,32 @@ TEST(GrpcThreads, StoppedAndTheCallDeadlineTimerFiresOnTheEngineThread) {
   cq.Shutdown();
   while (cq.Next(&tag, &ok)) {
   }
+}
+
+// A name, not an address: c-ares (libgrpc's default resolver) resolves it without the resolver
+// executor's thread. The call then connects to the silent listener and ends at its deadline
+// (a failed resolution would end it at once, UNAVAILABLE).
+TEST(GrpcThreads, ANameResolvesWithoutTheResolverExecutor) {
+  UseOneThreadEventEngine();
+  ASSERT_TRUE(StopGrpcOwnThreads());
+  RunPeriodicallyOnEngineThread(TickGrpcTimers, 100ms);
+  SilentListener server;
+  ASSERT_GT(server.port, 0);
+  auto stub = fabricwatch::v1::Aggregator::NewStub(grpc::CreateChannel(
+      "localhost:" + std::to_string(server.port), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 1s);
+  fabricwatch::v1::QualifyReport reply;
+  const grpc::Status status = stub->Qualify(&ctx, fabricwatch::v1::QualifyRequest(), &reply);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  pollfd pending{server.fd, POLLIN, 0};
+  const int accepted = poll(&pending, 1, 0) == 1 ? accept4(server.fd, nullptr, nullptr, SOCK_CLOEXEC)
+                                                 : -1;
+  EXPECT_GE(accepted, 0) << "the call never connected to localhost:" << server.port;
+  if (accepted >= 0) close(accepted);
+  const auto names = ThreadNames();
+  EXPECT_EQ(Count(names, "resolver-execut"), 0) << Listing(names);
+  EXPECT_EQ(Count(names, "grpc_global_tim"), 0) << Listing(names);
 }
 
 TEST(GrpcThreads, EnvironmentSwitchKeepsGrpcsOwnThreads) {
