@@ -66,7 +66,8 @@ bool StopGrpcOwnThreads() {
   grpc_init();
   const char* own = std::getenv("FW_GRPC_OWN_THREADS");
   if (own != nullptr && std::strcmp(own, "1") == 0) {
-    spdlog::info("msg=\"gRPC keeps its own timer and executor threads\" reason=FW_GRPC_OWN_THREADS");
+    spdlog::info(
+        "msg=\"gRPC keeps its own timer and executor threads\" reason=FW_GRPC_OWN_THREADS");
     return false;
   }
   const std::string version = grpc_version_string();

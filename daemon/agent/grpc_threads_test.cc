@@ -154,8 +154,8 @@ TEST(GrpcThreads, ANameResolvesWithoutTheResolverExecutor) {
   const grpc::Status status = stub->Qualify(&ctx, fabricwatch::v1::QualifyRequest(), &reply);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
   pollfd pending{server.fd, POLLIN, 0};
-  const int accepted = poll(&pending, 1, 0) == 1 ? accept4(server.fd, nullptr, nullptr, SOCK_CLOEXEC)
-                                                 : -1;
+  const int accepted =
+      poll(&pending, 1, 0) == 1 ? accept4(server.fd, nullptr, nullptr, SOCK_CLOEXEC) : -1;
   EXPECT_GE(accepted, 0) << "the call never connected to localhost:" << server.port;
   if (accepted >= 0) close(accepted);
   const auto names = ThreadNames();
