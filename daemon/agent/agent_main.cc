@@ -14,6 +14,7 @@
 #include "daemon/agent/agent.h"
 #include "daemon/agent/check_main.h"
 #include "daemon/agent/event_engine.h"
+#include "daemon/agent/grpc_threads.h"
 #include "probes/rdma/fake_verbs.h"
 #include "probes/rdma/rdma_selftest.h"
 #include "probes/rdma/verbs_ibv.h"
@@ -290,6 +291,12 @@ int main(int argc, char** argv) {
 
   fw::InitLogging("agent", log_level);
   fw::BlockTerminationSignals();
+  // libgrpc's timer threads and resolver executor stopped, its timers ticked on fw-grpc-ee
+  // (daemon/agent/grpc_threads.h); before the agent makes its first channel.
+  if (fw::agent::StopGrpcOwnThreads()) {
+    fw::agent::RunPeriodicallyOnEngineThread(fw::agent::TickGrpcTimers,
+                                             fw::agent::kGrpcTimerTickPeriod);
+  }
   fw::tls::ResolveCommandLinePrecedence(app, &tls_files);
   auto tls = fw::tls::LoadTlsFiles(tls_files);
   if (!tls.ok()) {

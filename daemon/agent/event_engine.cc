@@ -3,9 +3,11 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <map>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -71,24 +73,44 @@ struct Core {
     wake.NotifyAll();
   }
 
-  // Due timers first, then posted closures, one at a time, each outside the lock.
+  // The periodic tick when due, then due timers, then posted closures, one at a time, each
+  // outside the lock. The tick is due a period after the last one, or half a period after it
+  // when the thread is awake for a timer or closure anyway.
   static void Loop(std::shared_ptr<Core> core) {
     pthread_setname_np(pthread_self(), "fw-grpc-ee");
     MutexLock lock(core->mu);
+    Clock::time_point last_tick = Clock::now();
     while (!core->stopping) {
       Task task;
-      if (!core->timers.empty() && core->timers.begin()->first.first <= Clock::now()) {
+      const Clock::time_point now = Clock::now();
+      const bool timer_due = !core->timers.empty() && core->timers.begin()->first.first <= now;
+      const bool busy = timer_due || !core->ready.empty();
+      if (core->tick != nullptr &&
+          now - last_tick >= (busy ? core->tick_period / 2 : core->tick_period)) {
+        last_tick = now;
+        lock.Unlock();
+        core->tick();
+        lock.Lock();
+        continue;
+      }
+      if (timer_due) {
         auto node = core->timers.extract(core->timers.begin());
         core->deadline_of.erase(node.key().second);
         task = std::move(node.mapped());
       } else if (!core->ready.empty()) {
         task = std::move(core->ready.front());
         core->ready.pop_front();
-      } else if (!core->timers.empty()) {
-        core->wake.WaitUntil(core->mu, core->timers.begin()->first.first);
-        continue;
       } else {
-        core->wake.Wait(core->mu);
+        std::optional<Clock::time_point> until;
+        if (!core->timers.empty()) until = core->timers.begin()->first.first;
+        if (core->tick != nullptr && (!until || last_tick + core->tick_period < *until)) {
+          until = last_tick + core->tick_period;
+        }
+        if (until) {
+          core->wake.WaitUntil(core->mu, *until);
+        } else {
+          core->wake.Wait(core->mu);
+        }
         continue;
       }
       lock.Unlock();
@@ -97,6 +119,10 @@ struct Core {
       lock.Lock();
     }
   }
+
+  // Set before the thread starts, read only by it.
+  void (*tick)() = nullptr;
+  Clock::duration tick_period{};
 
   Mutex mu;
   CondVar wake;
@@ -134,9 +160,20 @@ class NoResolver final : public EventEngine::DNSResolver {
   std::shared_ptr<Core> core_;
 };
 
+// The periodic work of RunPeriodicallyOnEngineThread, for engines made after it.
+std::atomic<void (*)()> g_tick{nullptr};
+std::atomic<int64_t> g_tick_period_ms{0};
+
+std::shared_ptr<Core> MakeCore() {
+  auto core = std::make_shared<Core>();
+  core->tick = g_tick.load();
+  core->tick_period = std::chrono::milliseconds(g_tick_period_ms.load());
+  return core;
+}
+
 class OneThreadEventEngine final : public EventEngine {
  public:
-  OneThreadEventEngine() : core_(std::make_shared<Core>()), thread_(Core::Loop, core_) {}
+  OneThreadEventEngine() : core_(MakeCore()), thread_(Core::Loop, core_) {}
 
   ~OneThreadEventEngine() override {
     core_->Stop();
@@ -201,6 +238,11 @@ std::unique_ptr<EventEngine> MakeOneThreadEventEngine() {
 
 void UseOneThreadEventEngine() {
   grpc_event_engine::experimental::SetEventEngineFactory(MakeOneThreadEventEngine);
+}
+
+void RunPeriodicallyOnEngineThread(void (*tick)(), std::chrono::milliseconds period) {
+  g_tick_period_ms.store(period.count());
+  g_tick.store(tick);
 }
 
 }  // namespace fw::agent

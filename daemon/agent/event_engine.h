@@ -13,6 +13,7 @@
 
 #include <grpc/event_engine/event_engine.h>
 
+#include <chrono>
 #include <memory>
 
 namespace fw::agent {
@@ -22,5 +23,11 @@ std::unique_ptr<grpc_event_engine::experimental::EventEngine> MakeOneThreadEvent
 // Makes MakeOneThreadEventEngine gRPC's EventEngine factory. Call first in main(), before any gRPC
 // object exists (libgrpc creates its default engine when the first channel is made).
 void UseOneThreadEventEngine();
+
+// Engines made after this call also run `tick` on their thread: at least every `period`, and from
+// half a period on whenever the thread is awake anyway, so that the tick shares its wakeups. For
+// work that must run periodically on a thread that may run gRPC callbacks (TickGrpcTimers,
+// grpc_threads.h). Call before the first channel, like UseOneThreadEventEngine.
+void RunPeriodicallyOnEngineThread(void (*tick)(), std::chrono::milliseconds period);
 
 }  // namespace fw::agent

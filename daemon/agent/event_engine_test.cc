@@ -14,6 +14,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace fw::agent {
@@ -63,6 +64,30 @@ TEST(OneThreadEventEngine, RunsClosuresAndTimersByDeadlineAndCancels) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, 100ms);
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(order, (std::vector<std::string>{"now", "20ms", "120ms"}));
+}
+
+std::atomic<int> g_ticks{0};
+
+TEST(OneThreadEventEngine, RunsThePeriodicTickWhenIdle) {
+  RunPeriodicallyOnEngineThread([] { ++g_ticks; }, 50ms);
+  auto engine = MakeOneThreadEventEngine();
+  std::this_thread::sleep_for(600ms);
+  const int idle_ticks = g_ticks.load();
+  // One tick per 50 ms while nothing else runs: 12 in 600 ms, fewer on a loaded host.
+  EXPECT_GE(idle_ticks, 3);
+  EXPECT_LE(idle_ticks, 13);
+  // Busy with a closure every 10 ms, the thread ticks from half a period on: at most 2 per 50 ms.
+  g_ticks = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 30; ++i) {
+    engine->Run([] {});
+    std::this_thread::sleep_for(10ms);
+  }
+  const auto busy_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::steady_clock::now() - start)
+                           .count();
+  EXPECT_GE(g_ticks.load(), 1);
+  EXPECT_LE(g_ticks.load(), busy_ms / 25 + 1);
 }
 
 TEST(OneThreadEventEngine, GrpcRunsOnItWithoutItsOwnEngineThreads) {
