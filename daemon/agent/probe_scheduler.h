@@ -133,6 +133,8 @@ class ProbeScheduler {
   // Fixed after Start(); thread-safe.
   size_t prober_count() const { return udp_.size(); }
   const FabricNic& prober_nic(size_t i) const { return udp_[i].nic; }
+  // Prober i itself, for work that runs on its thread (net::LoopGuest: the path tracer).
+  net::UdpProber& prober(size_t i) const { return *udp_[i].udp; }
   uint64_t UdpProbesSent(size_t i) const;
   std::vector<uint16_t> UdpSourcePorts(size_t i) const;
   // The prober a planned UDP or TCP peer is probed from: the NIC named src_nic (the map's name,
