@@ -1,10 +1,10 @@
 // Runs the agent's probes from the aggregator's plan and turns their results into numbered batches.
 //
-// Threads: the echo responder and the UDP prober each own one (probes/net); this class adds a
-// slow-probe thread (TCP connect latency and the rare bandwidth bursts) and, unless the owner
-// drains the results itself (own_batcher false: the agent does it on its report loop), a batcher
-// (drains results every batch interval into the outbound buffer). ApplyPlan() may be called from
-// any thread.
+// Threads: the echo responder and each UDP prober own one (probes/net; the agent's path tracer runs
+// on the prober's, net::LoopGuest). This class adds a slow-probe thread (TCP connect latency and
+// the rare bandwidth bursts) and, unless the owner drains the results itself (own_batcher false:
+// the agent does it on its report loop), a batcher (drains results every batch interval into the
+// outbound buffer). ApplyPlan() may be called from any thread.
 #pragma once
 
 #include <atomic>

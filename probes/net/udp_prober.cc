@@ -129,9 +129,10 @@ class UdpProber::Loop {
   int64_t NextDeadline() const;
   // Runs the calls other threads posted (CallOnThread).
   void RunCalls();
-  // Calls OnReady for the guest descriptors this turn reported, then Service for every guest that
-  // was ready or whose deadline passed.
-  void ServeGuests(const epoll_event* events, int n);
+  // Calls OnReady for the guest descriptors this turn reported.
+  void GuestInput(const epoll_event* events, int n);
+  // Calls Service for every guest that was ready this turn or whose deadline passed.
+  void ServiceGuests();
   // The earliest guest deadline, CLOCK_MONOTONIC (INT64_MAX: none).
   int64_t NextGuestDeadline() const;
 
@@ -303,7 +304,7 @@ void UdpProber::Loop::DetachGuest(LoopGuest* guest) {
   }
 }
 
-void UdpProber::Loop::ServeGuests(const epoll_event* events, int n) {
+void UdpProber::Loop::GuestInput(const epoll_event* events, int n) {
   if (guests_.empty()) return;
   for (int i = 0; i < n; ++i) {
     const uint32_t tag = events[i].data.u32;
@@ -316,6 +317,10 @@ void UdpProber::Loop::ServeGuests(const epoll_event* events, int n) {
       break;
     }
   }
+}
+
+void UdpProber::Loop::ServiceGuests() {
+  if (guests_.empty()) return;
   const int64_t now = ReadClock(CLOCK_MONOTONIC);
   for (Guest& g : guests_) {
     if (!g.ready && now < g.deadline) continue;
@@ -862,6 +867,10 @@ void UdpProber::Loop::Run() {
       }
       RunCalls();
     }
+    // The guests' input next, before a send slot that may be due: the replies of this turn are
+    // stamped already, and a guest's answer (the responder's echo, which a peer times) does not
+    // wait behind a slot's sendmmsg.
+    GuestInput(events.data(), std::max(n, 0));
     now = clock_.MonotonicNanos();
     if (!flows_.empty() && now >= next_slot_time_) {
       const int64_t step = period_ns_ / static_cast<int64_t>(slots_.size());
@@ -873,7 +882,7 @@ void UdpProber::Loop::Run() {
       BusyPoll();
     }
     ExpireTimeouts(clock_.MonotonicNanos());
-    ServeGuests(events.data(), std::max(n, 0));
+    ServiceGuests();
   }
   MutexLock lock(mu_);
   exited_ = true;

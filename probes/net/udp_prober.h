@@ -103,11 +103,12 @@ struct UdpProberStats {
   uint64_t planned_peers = 0;  // peers of the current plan that are being probed
 };
 
-// Work that shares a prober's thread (the agent's path tracer): descriptors the prober's epoll set
-// watches for it and a deadline, so that it needs no thread of its own. The prober serves its own
-// sockets and send slots first in every turn, then its guests: a guest never sits between a reply
-// and the reply's receive time. Every call comes from the prober's thread, one at a time; a guest
-// must not block (its descriptors are read non-blocking).
+// Work that shares a prober's thread (the agent's path tracer): descriptors the
+// prober's epoll set watches for it and a deadline, so that it needs no thread of its own. In every
+// turn the prober reads its own replies first, then the guests' ready descriptors, then sends a
+// send slot if one is due and services the guests: a guest never sits between a reply and the
+// reply's receive time, and a guest's input does not wait behind a slot. Every call comes from the
+// prober's thread, one at a time; a guest must not block (its descriptors are read non-blocking).
 class LoopGuest {
  public:
   virtual ~LoopGuest() = default;
