@@ -4,8 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -22,6 +20,7 @@ using testing::RecvWithin;
 using testing::SendAll;
 using testing::SendTo;
 using testing::StartResponder;
+using testing::ThreadsNamed;
 
 std::vector<uint8_t> Request(uint32_t payload, const HmacSha256* key, uint64_t seq = 7,
                              PacketType type = PacketType::kEchoRequest) {
@@ -324,17 +323,6 @@ TEST(EchoResponderTest, RemembersTheUdpFlowsItAnsweredWhenAsked) {
   uint64_t not_kept = 0;
   EXPECT_EQ(r->TakeAnsweredUdpFlows(&not_kept).size(), 1u);
   EXPECT_EQ(not_kept, 1u);
-}
-
-// Threads of this process named `name` (/proc/self/task/*/comm).
-int ThreadsNamed(const std::string& name) {
-  int n = 0;
-  for (const auto& t : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream in(t.path() / "comm");
-    std::string comm;
-    if (std::getline(in, comm) && comm == name) ++n;
-  }
-  return n;
 }
 
 // As a guest of a prober's loop the responder keeps no thread of its own and does what it does on
