@@ -351,7 +351,9 @@ void Agent::StartTracing() {
     in_addr v4{};
     if (inet_pton(AF_INET, source.c_str(), &v4) == 1) to.bind_address_v4 = source;
     to.bind_device = nic.device;
-    auto tracer = net::PathTracer::Start(to);
+    // On prober i's thread: the tracer sleeps to its hop deadlines and reads its sockets without
+    // blocking, so it needs no thread of its own (docs/performance.md).
+    auto tracer = net::PathTracer::Start(to, probes_->prober(i));
     if (!tracer.ok()) {
       spdlog::warn(
           "msg=\"path tracing off: findings under ECMP name candidate groups, not links\" "

@@ -3,7 +3,10 @@
 
 #include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -77,6 +80,132 @@ Status CheckNicSocket(FabricNic& nic) {
 }
 
 }  // namespace
+
+// TCP connect probes on the first prober's thread: connects are started when due in Service,
+// their sockets wait in an epoll set of their own (watched by the prober's), and the timeout is
+// a deadline, so no thread blocks on them. Bursts, which block for their length, are handed to a
+// thread that runs only while there are bursts to run (StartBursts).
+class ProbeScheduler::ConnectGuest final : public net::LoopGuest {
+ public:
+  explicit ConnectGuest(ProbeScheduler& s) : s_(s), prober_(s.clock_, s.budget_.get()) {}
+
+  Status Open() {
+    epoll_.Reset(epoll_create1(EPOLL_CLOEXEC));
+    if (!epoll_.valid()) return net::ErrnoStatus("epoll_create1", errno);
+    wake_.Reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    if (!wake_.valid()) return net::ErrnoStatus("eventfd", errno);
+    return Status::Ok();
+  }
+  // A new plan, a requested burst or the end of a burst run: look again. Any thread.
+  void Wake() {
+    uint64_t one = 1;
+    if (write(wake_.get(), &one, sizeof one) < 0 && errno != EAGAIN) {
+      spdlog::warn("msg=\"connect probe eventfd write failed\" error={}", std::strerror(errno));
+    }
+  }
+  std::vector<int> WatchedFds() const override { return {epoll_.get(), wake_.get()}; }
+
+  void OnReady(int fd) override {
+    if (fd == wake_.get()) {
+      uint64_t v;
+      if (read(wake_.get(), &v, sizeof v) < 0 && errno != EAGAIN) {
+        spdlog::warn("msg=\"connect probe eventfd read failed\" error={}", std::strerror(errno));
+      }
+      return;
+    }
+    std::array<epoll_event, 64> events;
+    const int n = epoll_wait(epoll_.get(), events.data(), events.size(), 0);
+    for (int i = 0; i < n; ++i) {
+      auto it = pending_.find(events[i].data.fd);
+      if (it == pending_.end()) continue;
+      epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, it->first, nullptr);
+      Push(prober_.Finish(it->second.attempt), it->second.nics);
+      pending_.erase(it);
+    }
+  }
+
+  int64_t Service(int64_t now_ns) override {
+    const int64_t now = s_.clock_.MonotonicNanos();
+    struct Due {
+      net::TcpTarget target;
+      std::pair<uint16_t, uint16_t> nics;
+    };
+    std::vector<Due> due;
+    int64_t next = INT64_MAX;  // on clock_
+    bool bursts = false;
+    {
+      MutexLock lock(s_.mu_);
+      if (s_.stopping_) return INT64_MAX;
+      for (SlowTarget& t : s_.slow_targets_) {
+        if (now >= t.next_connect_ns) {
+          due.push_back({{t.node, t.address, t.port, t.source}, {t.src_nic, t.dst_nic}});
+          t.next_connect_ns = now + static_cast<int64_t>(s_.options_.tcp_connect_interval_s * 1e9);
+        }
+        next = std::min(next, t.next_connect_ns);
+        // A running burst thread picks up what falls due meanwhile, and wakes this guest when
+        // it ends.
+        if (t.bandwidth && !s_.plan_has_bursts_ && !s_.bursts_running_) {
+          bursts |= now >= t.next_bandwidth_ns;
+          next = std::min(next, t.next_bandwidth_ns);
+        }
+      }
+      bursts |= !s_.pending_bursts_.empty() && !s_.bursts_running_;
+      if (bursts) s_.bursts_running_ = true;
+    }
+    if (bursts) s_.StartBursts();
+    const int64_t wall = s_.clock_.WallNanos();
+    for (Due& d : due) {
+      StatusOr<net::ConnectAttempt> a = prober_.Begin(d.target, wall);
+      if (!a.ok()) {
+        Push(a.status(), d.nics);
+      } else if (!a->fd.valid()) {
+        Push(a->result, d.nics);
+      } else {
+        epoll_event ev{};
+        ev.events = EPOLLOUT;
+        ev.data.fd = a->fd.get();
+        if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, a->fd.get(), &ev) != 0) {
+          Push(net::ErrnoStatus("epoll_ctl(connect probe)", errno), d.nics);
+          continue;
+        }
+        const int fd = a->fd.get();
+        pending_[fd] = Pending{std::move(*a), d.nics, now + kConnectTimeoutNs};
+      }
+    }
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (now < it->second.deadline) {
+        next = std::min(next, it->second.deadline);
+        ++it;
+        continue;
+      }
+      epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, it->first, nullptr);
+      Push(net::TcpConnectProber::Lost(it->second.attempt), it->second.nics);
+      it = pending_.erase(it);
+    }
+    return next == INT64_MAX ? INT64_MAX : now_ns + std::max<int64_t>(0, next - now);
+  }
+
+ private:
+  static constexpr int64_t kConnectTimeoutNs = 1'000'000'000;
+  struct Pending {
+    net::ConnectAttempt attempt;
+    std::pair<uint16_t, uint16_t> nics;  // (src, dst)
+    int64_t deadline = 0;                // on clock_
+  };
+  void Push(StatusOr<net::ProbeResult> r, std::pair<uint16_t, uint16_t> nics) {
+    if (!r.ok()) {
+      s_.probe_errors_.Inc();
+      return;
+    }
+    std::tie(r->src_nic, r->dst_nic) = nics;
+    s_.queue_.TryPush(*r);  // a full queue counts the drop itself
+  }
+
+  ProbeScheduler& s_;
+  net::TcpConnectProber prober_;
+  net::Fd epoll_, wake_;
+  std::unordered_map<int, Pending> pending_;  // by socket
+};
 
 ProbeScheduler::ProbeScheduler(ProbeSchedulerOptions options, OutboundBuffer& buffer,
                                std::function<void()> notify, metrics::Registry& r,
@@ -201,10 +330,10 @@ Status ProbeScheduler::Start() {
       BatchLoop();
     });
   }
-  slow_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "fw-sched-slow");
-    SlowLoop();
-  });
+  bandwidth_ = std::make_unique<net::BandwidthProbe>(clock_, budget_.get(), options_.key);
+  connect_ = std::make_unique<ConnectGuest>(*this);
+  if (Status s = connect_->Open(); !s.ok()) return s;
+  if (Status s = udp_.front().udp->AddGuest(connect_.get()); !s.ok()) return s;
   spdlog::info("msg=\"probes started\" responder_port={}", responder_->port());
   return Status::Ok();
 }
@@ -216,7 +345,9 @@ void ProbeScheduler::Stop() {
     stopping_ = true;
   }
   cv_.NotifyAll();
-  if (slow_.joinable()) slow_.join();
+  // After this the prober's thread starts no burst run; the one running ends after its burst.
+  if (connect_) udp_.front().udp->RemoveGuest(connect_.get());
+  if (bursts_.joinable()) bursts_.join();
   for (NicProber& p : udp_) p.udp->Stop();
   if (batcher_.joinable()) {
     batcher_.join();
@@ -310,6 +441,7 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
   spdlog::info("msg=\"probe plan applied\" version={} peers={} udp_peers={} rate_hz={}",
                plan.version(), g.peers.size(), peers, g.udp_rate_hz);
   cv_.NotifyAll();
+  if (connect_) connect_->Wake();  // new targets, and perhaps bursts to run
 }
 
 void ProbeScheduler::QueueBursts(const v1::ProbePlan& plan, uint64_t default_bytes) {
@@ -577,74 +709,51 @@ void ProbeScheduler::BatchNow() {
   }
 }
 
-void ProbeScheduler::SlowLoop() {
-  net::TcpConnectProber connect(clock_, budget_.get());
-  net::BandwidthProbe bandwidth(clock_, budget_.get(), options_.key);
+void ProbeScheduler::StartBursts() {
+  // The previous run has ended (bursts_running_ was false): joining it does not wait.
+  if (bursts_.joinable()) bursts_.join();
+  bursts_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "fw-sched-burst");
+    BurstLoop();
+  });
+}
+
+void ProbeScheduler::BurstLoop() {
   for (;;) {
-    std::vector<net::TcpTarget> due_connect;
-    std::vector<std::pair<uint16_t, uint16_t>> connect_nics;  // (src, dst) per due_connect entry
     std::optional<net::TcpTarget> due_bw;
     std::pair<uint16_t, uint16_t> bw_nics;
     std::vector<BurstOrder> requested;
     uint64_t bw_bytes = 0;
     {
       MutexLock lock(mu_);
-      // Sleeps until the next connect probe or burst is due or a new plan arrives, at least 200 ms
-      // (bursts to different peers keep that gap) and at most 1 s (the bound on how late anything
-      // else is seen): about one wakeup a second instead of five.
-      int64_t next_due = clock_.MonotonicNanos() + 1'000'000'000;
-      for (const SlowTarget& t : slow_targets_) {
-        next_due = std::min(next_due, t.next_connect_ns);
-        if (t.bandwidth) next_due = std::min(next_due, t.next_bandwidth_ns);
-      }
-      const auto wait = std::chrono::nanoseconds(
-          std::clamp<int64_t>(next_due - clock_.MonotonicNanos(), 200'000'000, 1'000'000'000));
-      const auto until = std::chrono::steady_clock::now() + wait;
-      const uint64_t plan = plan_version_;
-      while (!stopping_ && plan_version_ == plan && pending_bursts_.empty() &&
-             cv_.WaitUntil(mu_, until)) {
-      }
-      if (stopping_) return;
-      requested.assign(std::make_move_iterator(pending_bursts_.begin()),
-                       std::make_move_iterator(pending_bursts_.end()));
-      pending_bursts_.clear();
-      int64_t now = clock_.MonotonicNanos();
-      for (SlowTarget& t : slow_targets_) {
-        if (now >= t.next_connect_ns) {
-          due_connect.push_back({t.node, t.address, t.port, t.source});
-          connect_nics.emplace_back(t.src_nic, t.dst_nic);
-          t.next_connect_ns = now + static_cast<int64_t>(options_.tcp_connect_interval_s * 1e9);
+      if (!stopping_) {
+        requested.assign(std::make_move_iterator(pending_bursts_.begin()),
+                         std::make_move_iterator(pending_bursts_.end()));
+        pending_bursts_.clear();
+        const int64_t now = clock_.MonotonicNanos();
+        for (SlowTarget& t : slow_targets_) {
+          // One burst at a time: bursts to different peers must not overlap. Requested bursts
+          // own the NIC while a plan carries them: the periodic ones wait.
+          if (!due_bw && t.bandwidth && now >= t.next_bandwidth_ns && !plan_has_bursts_) {
+            due_bw = net::TcpTarget{t.node, t.address, t.port, t.source};
+            bw_nics = {t.src_nic, t.dst_nic};
+            t.next_bandwidth_ns = now + static_cast<int64_t>(bandwidth_interval_s_ * 1e9);
+          }
         }
-        // At most one burst at a time: bursts to different peers must not overlap.
-        // Requested bursts own the NIC while a plan carries them: the periodic ones wait.
-        if (!due_bw && t.bandwidth && now >= t.next_bandwidth_ns && !plan_has_bursts_) {
-          due_bw = net::TcpTarget{t.node, t.address, t.port, t.source};
-          bw_nics = {t.src_nic, t.dst_nic};
-          t.next_bandwidth_ns = now + static_cast<int64_t>(bandwidth_interval_s_ * 1e9);
-        }
+        bw_bytes = bandwidth_bytes_;
       }
-      bw_bytes = bandwidth_bytes_;
+      if (requested.empty() && !due_bw) {
+        bursts_running_ = false;
+        break;
+      }
     }
     // Requested bursts first: the aggregator waits for them to end its round.
-    for (const BurstOrder& o : requested) RunRequestedBurst(bandwidth, o);
-    if (!due_connect.empty()) {
-      auto results = connect.ProbeAll(due_connect, std::chrono::seconds(1));
-      for (size_t k = 0; k < results.size(); ++k) {
-        if (!results[k].ok()) {
-          probe_errors_.Inc();
-          continue;
-        }
-        if (k < connect_nics.size()) {
-          std::tie(results[k]->src_nic, results[k]->dst_nic) = connect_nics[k];
-        }
-        queue_.TryPush(*results[k]);  // a full queue counts the drop itself
-      }
-    }
+    for (const BurstOrder& o : requested) RunRequestedBurst(*bandwidth_, o);
     if (due_bw) {
       net::BandwidthOptions bo;
       bo.bytes = bw_bytes;
-      auto r = bandwidth.Run(*due_bw, bo);
-      cpu_read_errors_.Set(static_cast<double>(bandwidth.cpu_read_failures()));
+      auto r = bandwidth_->Run(*due_bw, bo);
+      cpu_read_errors_.Set(static_cast<double>(bandwidth_->cpu_read_failures()));
       if (!r.ok()) {
         // A burst refused by the budget is counted by the budget itself.
         if (r.status().code() != StatusCode::kResourceExhausted) probe_errors_.Inc();
@@ -654,6 +763,8 @@ void ProbeScheduler::SlowLoop() {
       }
     }
   }
+  // What fell due while this ran (and the next periodic burst's time) is the guest's again.
+  connect_->Wake();
 }
 
 Status ProbeScheduler::StartProbers() {

@@ -1,9 +1,10 @@
 // Runs the agent's probes from the aggregator's plan and turns their results into numbered batches.
 //
-// Threads: the echo responder and the UDP prober each own one (probes/net); this class adds a
-// slow-probe thread (TCP connect latency and the rare bandwidth bursts) and, unless the owner
+// Threads: the echo responder and each UDP prober own one (probes/net). The TCP connect probes run
+// on the first prober's thread (net::LoopGuest; the agent's path tracer does too), bandwidth
+// bursts on a thread of this class that exists only while bursts run, and, unless the owner
 // drains the results itself (own_batcher false: the agent does it on its report loop), a batcher
-// (drains results every batch interval into the outbound buffer). ApplyPlan() may be called from
+// drains results every batch interval into the outbound buffer. ApplyPlan() may be called from
 // any thread.
 #pragma once
 
@@ -111,7 +112,7 @@ class ProbeScheduler {
   // allowed_probers (everyone when the list is empty), and the previous list for
   // options.allowed_probers_grace more; an address that is not a numeric IP is skipped and counted
   // as a plan entry (reason "address"). The plan's burst requests run once each per (round, node),
-  // one after another on the slow-probe thread, whatever plans carry them again; while a plan
+  // one after another on the burst thread, whatever plans carry them again; while a plan
   // carries any, the periodic bursts wait. Calls are serialized.
   void ApplyPlan(const fabricwatch::v1::ProbePlan& plan);
   uint16_t responder_port() const { return responder_ ? responder_->port() : 0; }
@@ -133,6 +134,8 @@ class ProbeScheduler {
   // Fixed after Start(); thread-safe.
   size_t prober_count() const { return udp_.size(); }
   const FabricNic& prober_nic(size_t i) const { return udp_[i].nic; }
+  // Prober i itself, for work that runs on its thread (net::LoopGuest: the path tracer).
+  net::UdpProber& prober(size_t i) const { return *udp_[i].udp; }
   uint64_t UdpProbesSent(size_t i) const;
   std::vector<uint16_t> UdpSourcePorts(size_t i) const;
   // The prober a planned UDP or TCP peer is probed from: the NIC named src_nic (the map's name,
@@ -172,8 +175,14 @@ class ProbeScheduler {
     std::chrono::nanoseconds timeout{0};
   };
   enum class BurstOutcome : uint8_t { kRun, kLost, kRefused, kInvalid, kRepeat, kCount };
+  class ConnectGuest;
   void BatchLoop();
-  void SlowLoop();
+  // Starts the burst thread. REQUIRES: the prober's thread (ConnectGuest), which set
+  // bursts_running_.
+  void StartBursts();
+  // The burst thread: runs requested and due periodic bursts one after another until none is
+  // left, then clears bursts_running_ and ends.
+  void BurstLoop();
   // Queues the plan's new burst requests (new: not seen for this round and node before).
   void QueueBursts(const fabricwatch::v1::ProbePlan& plan, uint64_t default_bytes) FW_REQUIRES(mu_);
   // Runs one requested burst and queues its result (probe_seq = the round; lost on failure).
@@ -237,7 +246,13 @@ class ProbeScheduler {
   std::vector<net::ProbeResult> batch_results_ FW_GUARDED_BY(batch_mu_);
   std::unordered_map<std::string, uint32_t> batch_names_ FW_GUARDED_BY(batch_mu_);
   int64_t burst_invalid_logged_ns_ FW_GUARDED_BY(mu_) = 0;
-  std::thread batcher_, slow_;
+  std::thread batcher_;
+  // TCP connect probes, a guest of the first prober's loop; bursts on bursts_, which runs only
+  // while there are bursts to run.
+  std::unique_ptr<ConnectGuest> connect_;
+  std::unique_ptr<net::BandwidthProbe> bandwidth_;  // the burst thread's (one run at a time)
+  std::thread bursts_;  // started and joined by the prober's thread, joined by Stop()
+  bool bursts_running_ FW_GUARDED_BY(mu_) = false;
 
   // Metrics; handles resolved once.
   std::array<metrics::Histogram*, 6> rtt_{};

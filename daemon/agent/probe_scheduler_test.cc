@@ -1,7 +1,9 @@
 // ProbeScheduler on loopback: a plan with the planner's default budget admits bandwidth bursts.
 #include "daemon/agent/probe_scheduler.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <map>
@@ -10,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "probes/net/net_test_util.h"
 #include "probes/rdma/fake_verbs.h"
 #include "probes/rdma/rdma_runner.h"
 
@@ -112,6 +115,65 @@ std::set<std::string> UdpPeersProbed(OutboundBuffer& buffer) {
     }
   }
   return peers;
+}
+
+// TCP connect probes run on the prober's thread, every interval per peer: answered ones carry a
+// round trip, a peer that refuses counts as a probe error, and between bursts no thread of the
+// scheduler's own exists (bursts get one only while they run).
+TEST(ProbeScheduler, ConnectProbesRunOnTheProbersThreadAndBurstsOnlyGetAThreadWhileTheyRun) {
+  OutboundBuffer buffer(1000, 64 << 20);
+  metrics::Registry registry;
+  ProbeSchedulerOptions o;
+  o.listen_address = "127.0.0.1";
+  o.port = 0;
+  o.tcp_connect_interval_s = 0.2;
+  ProbeScheduler scheduler(
+      o, buffer, [] {}, registry);
+  ASSERT_TRUE(scheduler.Start().ok());
+  // A port nothing listens on: bind one, close it.
+  uint16_t closed_port = 0;
+  {
+    net::Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ASSERT_EQ(bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len), 0);
+    closed_port = ntohs(a.sin_port);
+  }
+  v1::ProbePlan plan;
+  plan.set_version(1);
+  for (auto [node, port] : {std::pair<std::string, uint32_t>{"self", scheduler.responder_port()},
+                            {"closed", closed_port}}) {
+    v1::PlannedPeer* peer = plan.add_peers();
+    peer->set_node(node);
+    peer->set_address("127.0.0.1");
+    peer->set_port(port);
+    peer->set_transport(v1::TRANSPORT_TCP_CONNECT);
+  }
+  scheduler.ApplyPlan(plan);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(net::testing::ThreadsNamed("fw-sched-slow"), 0);
+  EXPECT_EQ(net::testing::ThreadsNamed("fw-sched-burst"), 0) << "no burst was due";
+  const std::string text = registry.RenderToString();
+  scheduler.Stop();
+  int answered = 0;
+  for (const v1::ProbeBatch& b : buffer.TakeUnsent(1 << 20)) {
+    const v1::ProbeColumns& c = b.columns();
+    const std::vector<std::string> names = ColumnNames(c);
+    for (int i = 0; i < c.peer_size(); ++i) {
+      if (c.transport(i) != v1::TRANSPORT_TCP_CONNECT) continue;
+      EXPECT_EQ(names.at(c.peer(i)), "self");
+      EXPECT_FALSE(c.lost(i));
+      EXPECT_GT(c.rtt_ns(i), 0u);
+      ++answered;
+    }
+  }
+  // 1.5 s at one probe per 0.2 s, the first within 0.2 s of the plan: 7 or so.
+  EXPECT_GE(answered, 3);
+  EXPECT_LE(answered, 9);
+  EXPECT_GE(MetricValue(text, "fabricwatch_probe_errors_total"), 3) << text;
 }
 
 ProbeSchedulerOptions LoopbackOptions() {

@@ -105,7 +105,11 @@ std::string_view ResponderDropName(ResponderDrop d) {
 // Everything the responder thread owns: the epoll set, the sockets, connections and buffers.
 // Admission state (rate limits, allow list) is under admit_mu_ (the allow list is posted from other
 // threads), and only the atomics are read from other threads.
-class EchoResponder::Loop {
+// As a guest of a prober's loop (EchoResponder::Start with a host), the prober's epoll set watches
+// the UDP socket and this loop's epoll set (listener, connections), whose events OnReady takes
+// with a zero-timeout epoll_wait: a UDP request costs the same calls as on the responder's own
+// thread, a TCP event one more.
+class EchoResponder::Loop final : public LoopGuest {
  public:
   Loop(ResponderOptions options, const Clock& clock)
       : options_(std::move(options)),
@@ -114,8 +118,12 @@ class EchoResponder::Loop {
     if (options_.key) key_.emplace(*options_.key);
   }
 
-  Status Open(uint16_t* port_out);
+  // `own_thread`: Run() will serve the sockets; else a host's loop, through LoopGuest.
+  Status Open(uint16_t* port_out, bool own_thread);
   void Run();  // the responder thread
+  std::vector<int> WatchedFds() const override { return {udp_fd_.get(), epoll_fd_.get()}; }
+  void OnReady(int fd) override;
+  int64_t Service(int64_t now_ns) override;
   void RequestStop() {
     stopping_ = true;
     uint64_t one = kStopToken;
@@ -163,6 +171,11 @@ class EchoResponder::Loop {
   bool FlushTcp(TcpConn& c);
   void CloseTcp(int fd);
   void SweepIdle();
+  // Handles what one epoll_wait on epoll_fd_ returned; false when the stop eventfd was among it.
+  bool Dispatch(const epoll_event* events, int n);
+  // Every 100 ms with connections open or accept paused: resumes accepting, closes idle ones.
+  static constexpr int64_t kSweepNs = 100'000'000;
+  int64_t last_sweep_ns_ = 0;
   Status Watch(int fd, uint32_t events, int op = EPOLL_CTL_ADD);
 
   static constexpr auto kRelaxed = std::memory_order_relaxed;
@@ -269,7 +282,7 @@ Status EchoResponder::Loop::Watch(int fd, uint32_t events, int op) {
   return Status::Ok();
 }
 
-Status EchoResponder::Loop::Open(uint16_t* port_out) {
+Status EchoResponder::Loop::Open(uint16_t* port_out, bool own_thread) {
   if (options_.per_source_rate < 0 || options_.global_rate < 0 || options_.per_source_burst < 0 ||
       options_.global_burst < 0) {
     return Status::InvalidArgument("responder rates and bursts must be >= 0");
@@ -322,9 +335,11 @@ Status EchoResponder::Loop::Open(uint16_t* port_out) {
   }
   if (!udp_fd_.valid()) return last;
   for (int fd : {udp_fd_.get(), listen_fd_.get(), stop_fd_.get()}) {
+    if (fd == udp_fd_.get() && !own_thread) continue;  // the host watches it itself
     Status s = Watch(fd, EPOLLIN);
     if (!s.ok()) return s;
   }
+  last_sweep_ns_ = clock_.MonotonicNanos();
   for (size_t i = 0; i < kUdpBatch; ++i) {
     rx_iov_[i] = {udp_buffers_.data() + i * kUdpBufferSize, kUdpBufferSize};
     tx_iov_[i] = rx_iov_[i];
@@ -617,6 +632,44 @@ void EchoResponder::Loop::SweepIdle() {
   }
 }
 
+bool EchoResponder::Loop::Dispatch(const epoll_event* events, int n) {
+  for (int i = 0; i < n; ++i) {
+    int fd = events[i].data.fd;
+    if (fd == stop_fd_.get()) return false;
+    if (fd == udp_fd_.get()) {
+      HandleUdp();
+    } else if (fd == listen_fd_.get()) {
+      AcceptTcp();
+    } else {
+      HandleTcp(fd, events[i].events);
+    }
+  }
+  return true;
+}
+
+void EchoResponder::Loop::OnReady(int fd) {
+  if (fd == udp_fd_.get()) {
+    HandleUdp();
+    return;
+  }
+  std::array<epoll_event, 64> events;
+  const int n = epoll_wait(epoll_fd_.get(), events.data(), events.size(), 0);
+  if (n < 0 && errno != EINTR) SocketError("epoll_wait", errno);
+  Dispatch(events.data(), std::max(n, 0));
+}
+
+int64_t EchoResponder::Loop::Service(int64_t now_ns) {
+  if (now_ns - last_sweep_ns_ >= kSweepNs) {
+    if (accept_paused_ && Watch(listen_fd_.get(), EPOLLIN, EPOLL_CTL_MOD).ok()) {
+      accept_paused_ = false;
+    }
+    SweepIdle();
+    last_sweep_ns_ = now_ns;
+  }
+  // With no connection there is nothing to time: a connection wakes the host through epoll_fd_.
+  return conns_.empty() && !accept_paused_ ? INT64_MAX : last_sweep_ns_ + kSweepNs;
+}
+
 void EchoResponder::Loop::Run() {
   pthread_setname_np(pthread_self(), "fw-responder");
   std::array<epoll_event, 64> events;
@@ -633,19 +686,9 @@ void EchoResponder::Loop::Run() {
                    std::strerror(errno));
       return;
     }
-    for (int i = 0; i < n; ++i) {
-      int fd = events[i].data.fd;
-      if (fd == stop_fd_.get()) return;
-      if (fd == udp_fd_.get()) {
-        HandleUdp();
-      } else if (fd == listen_fd_.get()) {
-        AcceptTcp();
-      } else {
-        HandleTcp(fd, events[i].events);
-      }
-    }
+    if (!Dispatch(events.data(), n)) return;
     int64_t now = clock_.MonotonicNanos();
-    if (now - last_sweep > 100'000'000) {
+    if (now - last_sweep > kSweepNs) {
       if (accept_paused_ && Watch(listen_fd_.get(), EPOLLIN, EPOLL_CTL_MOD).ok()) {
         accept_paused_ = false;
       }
@@ -671,11 +714,17 @@ ResponderStats EchoResponder::Loop::Snapshot() const {
 }
 
 StatusOr<std::unique_ptr<EchoResponder>> EchoResponder::Start(ResponderOptions options,
-                                                              const Clock& clock) {
+                                                              const Clock& clock, UdpProber* host) {
   std::unique_ptr<EchoResponder> r(new EchoResponder());
   r->loop_ = std::make_unique<Loop>(std::move(options), clock);
-  Status s = r->loop_->Open(&r->port_);
+  Status s = r->loop_->Open(&r->port_, host == nullptr);
   if (!s.ok()) return s;
+  if (host != nullptr) {
+    s = host->AddGuest(r->loop_.get());
+    if (!s.ok()) return s;
+    r->host_ = host;
+    return r;
+  }
   r->thread_ = std::thread([loop = r->loop_.get()] { loop->Run(); });
   return r;
 }
@@ -683,6 +732,11 @@ StatusOr<std::unique_ptr<EchoResponder>> EchoResponder::Start(ResponderOptions o
 EchoResponder::~EchoResponder() { Stop(); }
 
 void EchoResponder::Stop() {
+  if (host_ != nullptr) {
+    host_->RemoveGuest(loop_.get());
+    host_ = nullptr;
+    loop_->CloseAll();
+  }
   if (thread_.joinable()) {
     loop_->RequestStop();
     thread_.join();

@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "probes/net/probe_packet.h"
 #include "probes/net/socket_util.h"
+#include "probes/net/udp_prober.h"
 
 namespace fw::net {
 
@@ -82,15 +83,19 @@ struct AnsweredUdpFlow {
 
 class EchoResponder {
  public:
-  // Binds the sockets and starts the responder's thread. Fails if the port is taken or options are
-  // invalid; never crashes on what it receives.
+  // Binds the sockets and starts the responder's thread, or with a `host`, runs the responder on
+  // that prober's thread instead (LoopGuest; `host` must outlive the responder or be stopped
+  // before it). Fails if the port is taken or options are invalid; never crashes on what it
+  // receives.
   static StatusOr<std::unique_ptr<EchoResponder>> Start(ResponderOptions options,
-                                                        const Clock& clock);
+                                                        const Clock& clock,
+                                                        UdpProber* host = nullptr);
   ~EchoResponder();  // Stop()s.
   EchoResponder(const EchoResponder&) = delete;
   EchoResponder& operator=(const EchoResponder&) = delete;
 
-  // Stops the thread and closes every socket. Idempotent; returns once it has exited.
+  // Stops the thread (or leaves the host's loop) and closes every socket. Idempotent; returns once
+  // no call runs the responder any more.
   void Stop();
   uint16_t port() const { return port_; }
   ResponderStats Stats() const;  // thread-safe snapshot
@@ -115,7 +120,8 @@ class EchoResponder {
 
   uint16_t port_ = 0;
   std::unique_ptr<Loop> loop_;
-  std::thread thread_;  // the one loop: UDP, TCP, stop
+  std::thread thread_;         // the one loop: UDP, TCP, stop (none with a host)
+  UdpProber* host_ = nullptr;  // set while the responder runs on a prober's thread
 };
 
 }  // namespace fw::net

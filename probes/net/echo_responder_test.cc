@@ -20,6 +20,7 @@ using testing::RecvWithin;
 using testing::SendAll;
 using testing::SendTo;
 using testing::StartResponder;
+using testing::ThreadsNamed;
 
 std::vector<uint8_t> Request(uint32_t payload, const HmacSha256* key, uint64_t seq = 7,
                              PacketType type = PacketType::kEchoRequest) {
@@ -33,6 +34,18 @@ std::vector<uint8_t> Request(uint32_t payload, const HmacSha256* key, uint64_t s
   size_t n = WriteHeader(h, key, buf);
   buf.resize(n + (type == PacketType::kBulkRequest ? 0 : payload));
   return buf;
+}
+
+// Sends a 1 MiB bulk request with sequence number `seq` on a connected socket; returns what came
+// back within 5 s, up to one header (the ack).
+std::vector<uint8_t> SendBulk(int fd, uint64_t seq) {
+  const uint32_t bulk = 1u << 20;
+  std::vector<uint8_t> header = Request(bulk, nullptr, seq, PacketType::kBulkRequest);
+  std::vector<uint8_t> body(bulk, 0);
+  if (!SendAll(fd, header.data(), header.size()) || !SendAll(fd, body.data(), body.size())) {
+    return {};
+  }
+  return RecvExactly(fd, kHeaderSize, 5000ms);
 }
 
 uint64_t Dropped(const EchoResponder& r, ResponderDrop d) {
@@ -210,12 +223,7 @@ TEST(EchoResponderTest, TcpEchoAndBulkAckOnTheSamePort) {
   EXPECT_EQ(h.seq, 11u);
 
   // Bulk on the same connection: 1 MiB in, one 32-byte ack out.
-  const uint32_t bulk = 1u << 20;
-  std::vector<uint8_t> header = Request(bulk, nullptr, 12, PacketType::kBulkRequest);
-  ASSERT_TRUE(SendAll(c.get(), header.data(), header.size()));
-  std::vector<uint8_t> body(bulk, 0);
-  ASSERT_TRUE(SendAll(c.get(), body.data(), body.size()));
-  std::vector<uint8_t> ack = RecvExactly(c.get(), kHeaderSize, 5000ms);
+  std::vector<uint8_t> ack = SendBulk(c.get(), 12);
   ASSERT_EQ(ack.size(), kHeaderSize);
   ASSERT_EQ(ParseHeader(ack, nullptr, &h), DropReason::kNone);
   EXPECT_EQ(h.type, PacketType::kBulkAck);
@@ -315,6 +323,77 @@ TEST(EchoResponderTest, RemembersTheUdpFlowsItAnsweredWhenAsked) {
   uint64_t not_kept = 0;
   EXPECT_EQ(r->TakeAnsweredUdpFlows(&not_kept).size(), 1u);
   EXPECT_EQ(not_kept, 1u);
+}
+
+// As a guest of a prober's loop the responder keeps no thread of its own and does what it does on
+// one: it answers UDP (the host prober's own probes among them) and TCP echoes and bulk, keeps the
+// connection limit, sweeps idle connections, and releases its port on Stop while the host runs on.
+TEST(EchoResponderTest, OnAProbersThreadAnswersEverythingAndSweepsIdleConnections) {
+  ResultQueue q(4096);
+  auto prober = UdpProber::Start({}, RealClock::Get(), q);
+  ASSERT_TRUE(prober.ok()) << prober.status().ToString();
+  const int own_threads = ThreadsNamed("fw-responder");
+  ResponderOptions o;
+  o.listen_address = "127.0.0.1";
+  o.port = 0;
+  o.max_tcp_connections = 2;
+  o.tcp_idle_timeout_ns = 300'000'000;
+  auto started = EchoResponder::Start(o, RealClock::Get(), prober->get());
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  EchoResponder& r = **started;
+  EXPECT_EQ(ThreadsNamed("fw-responder"), own_threads);
+
+  // The host probes its own guest: both ends on one thread.
+  UdpProbePlan plan;
+  plan.peers.push_back({"self", "127.0.0.1", r.port(), 2});
+  plan.rate_hz = 50;
+  ASSERT_TRUE((*prober)->SetPlan(plan).ok());
+  std::vector<ProbeResult> results;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        q.PopBatch(results, 1 << 20);
+        return results.size() >= 20;
+      },
+      5s));
+  for (const ProbeResult& p : results) {
+    EXPECT_FALSE(p.lost);
+    EXPECT_GT(p.rtt_ns, 0);
+  }
+
+  Fd u = testing::UdpSocket();
+  std::vector<uint8_t> req = Request(64, nullptr, 5);
+  ASSERT_TRUE(SendTo(u.get(), r.port(), req));
+  auto reply = RecvWithin(u.get(), 2000ms);
+  ASSERT_TRUE(reply);
+  EXPECT_EQ(reply->size(), req.size());
+
+  Fd c = testing::TcpConnect(r.port());
+  ASSERT_TRUE(c.valid());
+  std::vector<uint8_t> echo = Request(300, nullptr, 11);
+  ASSERT_TRUE(SendAll(c.get(), echo.data(), echo.size()));
+  EXPECT_EQ(RecvExactly(c.get(), echo.size(), 2000ms).size(), echo.size());
+  std::vector<uint8_t> ack = SendBulk(c.get(), 12);
+  ProbeHeader h;
+  ASSERT_EQ(ParseHeader(ack, nullptr, &h), DropReason::kNone);
+  EXPECT_EQ(h.type, PacketType::kBulkAck);
+
+  Fd b = testing::TcpConnect(r.port());
+  ASSERT_TRUE(Eventually([&] { return r.Stats().tcp_accepted == 2; }, 2s));
+  Fd over = testing::TcpConnect(r.port());
+  EXPECT_TRUE(ClosedWithin(over.get(), 2000ms));
+  EXPECT_EQ(Dropped(r, ResponderDrop::kTcpConnectionLimit), 1u);
+  // Silence on both: the sweep, which only a deadline of the guest drives, closes them.
+  EXPECT_TRUE(ClosedWithin(b.get(), 3000ms));
+  EXPECT_TRUE(ClosedWithin(c.get(), 3000ms));
+  EXPECT_GE(Dropped(r, ResponderDrop::kTcpIdleTimeout), 2u);
+
+  const uint16_t port = r.port();
+  r.Stop();
+  r.Stop();
+  EXPECT_FALSE(testing::TcpConnect(port).valid()) << "nothing listens after Stop";
+  const uint64_t sent = (*prober)->Stats().sent;
+  EXPECT_TRUE(Eventually([&] { return (*prober)->Stats().sent > sent + 4; }, 2s))
+      << "the host probes on";
 }
 
 }  // namespace

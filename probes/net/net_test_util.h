@@ -10,7 +10,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "probes/net/echo_responder.h"
@@ -101,6 +104,17 @@ inline std::unique_ptr<EchoResponder> StartResponder(ResponderOptions o = {}) {
   auto r = EchoResponder::Start(std::move(o), RealClock::Get());
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? std::move(r.value()) : nullptr;
+}
+
+// Threads of this process named `name` (/proc/self/task/*/comm).
+inline int ThreadsNamed(const std::string& name) {
+  int n = 0;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream in(t.path() / "comm");
+    std::string comm;
+    if (std::getline(in, comm) && comm == name) ++n;
+  }
+  return n;
 }
 
 // Polls `pred` every 5 ms until it holds or `wait` passes.

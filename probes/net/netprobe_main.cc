@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
   uint32_t flows = 1, payload = 0, slots = 10, repeat = 1;
   int timeout_ms = 1000;
   uint64_t bytes = 4u << 20;
-  bool user_ts = false, kernel_rtt = false;
+  bool user_ts = false, kernel_rtt = false, respond_own_thread = false;
+  uint16_t respond_port = 0;
   const fw::net::BusyPollOptions busy_defaults;
   double busy_poll_us = static_cast<double>(busy_defaults.max_window_ns) / 1e3;  // 0: off
   double busy_poll_cpu_pct = busy_defaults.cpu_share * 100;
@@ -70,6 +71,12 @@ int main(int argc, char** argv) {
                   "300 is a good value)");
   udp->add_option("--busy-poll-cpu-pct", busy_poll_cpu_pct,
                   "share of one core the busy polling may use on average");
+  udp->add_option("--respond-port", respond_port,
+                  "also answer probes on this port (on --listen), like an agent: the responder "
+                  "runs on the prober's thread (0, the default: no responder)");
+  udp->add_flag("--respond-own-thread", respond_own_thread,
+                "with --respond-port: the responder on a thread of its own instead");
+  udp->add_option("--listen", listen, "with --respond-port: the address to answer on");
 
   CLI::App* bw = app.add_subcommand("tcp-bw", "TCP bandwidth bursts to one responder");
   bw->add_option("--target", target, "IP:PORT of the responder")->required();
@@ -141,6 +148,16 @@ int main(int argc, char** argv) {
     o.busy_poll.cpu_share = busy_poll_cpu_pct / 100;
     auto p = fw::net::UdpProber::Start(o, clock, q);
     if (!p.ok()) return Fail(p.status());
+    std::unique_ptr<fw::net::EchoResponder> responder;
+    if (respond_port != 0) {
+      fw::net::ResponderOptions ro;
+      ro.listen_address = listen;
+      ro.port = respond_port;
+      ro.key = opt_key;
+      auto r = fw::net::EchoResponder::Start(ro, clock, respond_own_thread ? nullptr : p->get());
+      if (!r.ok()) return Fail(r.status());
+      responder = std::move(*r);
+    }
     fw::net::UdpProbePlan plan;
     plan.peers.push_back({"target", ip, addr->port(), flows});
     plan.rate_hz = rate;
@@ -158,6 +175,7 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     const int64_t cutoff = clock.WallNanos() - timeout_ns - 100'000'000;
+    if (responder) responder->Stop();
     (*p)->Stop();
     q.PopBatch(all, 1 << 20);
     for (const auto& r : all) {

@@ -5,8 +5,6 @@
 #include <linux/filter.h>
 #include <linux/icmp.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -44,7 +42,9 @@ struct InFlight {
 
 }  // namespace
 
-class PathTracer::Loop {
+// Every call of LoopGuest comes from the host prober's thread; the inputs below (under mu) from
+// the agent's threads.
+class PathTracer::Loop final : public LoopGuest {
  public:
   explicit Loop(PathTracerOptions o)
       : options_(std::move(o)), scheduler_(options_.budget_fraction, options_.max_ttl) {}
@@ -85,36 +85,29 @@ class PathTracer::Loop {
     return Status::Ok();
   }
 
-  void Run() {
-    while (!stop_.load()) {
-      const int64_t now = MonoNs();
-      TakeInputs();
-      StartTraces(now);
-      Advance(now);
-      // Sleeps until the earliest hop deadline, a new flow set or change (Wake), or an answer;
-      // idle, at most 1 s (AddProbePackets wakes it too). Polling at a fixed 20-100 ms woke this
-      // thread 10-50 times a second.
-      int timeout_ms = 1000;
-      for (const InFlight& t : in_flight_) {
-        const int64_t left_ms = (t.deadline_ns - now + 999'999) / 1'000'000;
-        timeout_ms = static_cast<int>(std::clamp<int64_t>(left_ms, 0, timeout_ms));
-      }
-      pollfd fds[2] = {{icmp_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
-      int n = poll(fds, 2, timeout_ms);
-      if (n < 0 && errno != EINTR) {
-        SPDLOG_ERROR("component=path_tracer msg=\"poll failed; tracer stops\" error={}",
-                     std::strerror(errno));
-        return;
-      }
-      if (n > 0 && (fds[1].revents & POLLIN)) {
-        uint64_t v;
-        if (read(wake_.get(), &v, sizeof v) < 0 && errno != EAGAIN) {
-          SPDLOG_WARN("component=path_tracer msg=\"eventfd read failed\" error={}",
-                      std::strerror(errno));
-        }
-      }
-      if (n > 0 && (fds[0].revents & POLLIN)) ReadAnswers();
+  std::vector<int> WatchedFds() const override { return {icmp_.get(), wake_.get()}; }
+
+  void OnReady(int fd) override {
+    if (fd == icmp_.get()) {
+      ReadAnswers();
+      return;
     }
+    uint64_t v;
+    if (read(wake_.get(), &v, sizeof v) < 0 && errno != EAGAIN) {
+      SPDLOG_WARN("component=path_tracer msg=\"eventfd read failed\" error={}",
+                  std::strerror(errno));
+    }
+  }
+
+  // Sleeps until the earliest hop deadline, a new flow set or change, new budget (Wake), or an
+  // answer; idle, until one of those.
+  int64_t Service(int64_t now) override {
+    TakeInputs();
+    StartTraces(now);
+    Advance(now);
+    int64_t next = INT64_MAX;
+    for (const InFlight& t : in_flight_) next = std::min(next, t.deadline_ns);
+    return next;
   }
 
   void Wake() {
@@ -132,7 +125,6 @@ class PathTracer::Loop {
   uint64_t probe_packets FW_GUARDED_BY(mu) = 0;
   std::deque<TracedPath> done FW_GUARDED_BY(mu);
   PathTracerStats stats FW_GUARDED_BY(mu);
-  std::atomic<bool> stop_{false};
 
  private:
   void TakeInputs() {
@@ -254,24 +246,24 @@ class PathTracer::Loop {
   Fd icmp_, udp_, wake_;
 };
 
-StatusOr<std::unique_ptr<PathTracer>> PathTracer::Start(PathTracerOptions options) {
+StatusOr<std::unique_ptr<PathTracer>> PathTracer::Start(PathTracerOptions options,
+                                                        UdpProber& host) {
   std::unique_ptr<PathTracer> t(new PathTracer());
   t->loop_ = std::make_unique<Loop>(std::move(options));
   Status s = t->loop_->Open();
   if (!s.ok()) return s;
-  t->thread_ = std::thread([l = t->loop_.get()] {
-    pthread_setname_np(pthread_self(), "fw-path-trace");
-    l->Run();
-  });
+  s = host.AddGuest(t->loop_.get());
+  if (!s.ok()) return s;
+  t->host_ = &host;
   return t;
 }
 
 PathTracer::~PathTracer() { Stop(); }
 
 void PathTracer::Stop() {
-  if (!loop_ || loop_->stop_.exchange(true)) return;
-  loop_->Wake();
-  if (thread_.joinable()) thread_.join();
+  if (host_ == nullptr) return;
+  host_->RemoveGuest(loop_.get());
+  host_ = nullptr;
 }
 
 void PathTracer::SetFlows(std::vector<TraceFlow> flows) {

@@ -1,5 +1,7 @@
-// The agent's path tracer: traces planned UDP flows hop by hop on a thread of its own (see
-// path_trace.h for the wire choices).
+// The agent's path tracer: traces planned UDP flows hop by hop on the UDP prober's thread, as a
+// guest of its epoll loop (UdpProber::AddGuest; see path_trace.h for the wire choices). It needs
+// no thread of its own: it sleeps to its hop deadlines, and its two sockets are read and written
+// without blocking.
 //
 // Sockets, and why raw ones: the trace must leave from the flow's own source port, which the UDP
 // prober holds (bound without SO_REUSEPORT, so no second UDP socket can bind it, and the prober's
@@ -19,11 +21,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/status.h"
 #include "probes/net/path_trace.h"
+#include "probes/net/udp_prober.h"
 
 namespace fw::net {
 
@@ -52,7 +54,9 @@ struct PathTracerStats {
 
 class PathTracer {
  public:
-  static StatusOr<std::unique_ptr<PathTracer>> Start(PathTracerOptions options);
+  // Opens the sockets and runs the tracer on `host`'s thread. `host` must outlive the tracer or
+  // have been stopped before it is destroyed.
+  static StatusOr<std::unique_ptr<PathTracer>> Start(PathTracerOptions options, UdpProber& host);
   ~PathTracer();  // Stop()s.
   PathTracer(const PathTracer&) = delete;
   PathTracer& operator=(const PathTracer&) = delete;
@@ -66,13 +70,14 @@ class PathTracer {
   // Finished traces since the last call (at most 4,096 are kept).
   std::vector<TracedPath> TakeTraces();
   PathTracerStats Stats() const;
+  // Leaves the host's loop (no call reaches the tracer afterwards). Idempotent.
   void Stop();
 
  private:
   class Loop;
   PathTracer() = default;
   std::unique_ptr<Loop> loop_;
-  std::thread thread_;
+  UdpProber* host_ = nullptr;  // null once stopped
 };
 
 }  // namespace fw::net

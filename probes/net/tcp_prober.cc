@@ -14,61 +14,77 @@ namespace {
 constexpr double kConnectProbeBytes = 180;  // SYN + ACK + FIN with IPv4/TCP headers and options
 }
 
+StatusOr<ConnectAttempt> TcpConnectProber::Begin(const TcpTarget& t, int64_t wall_ns) {
+  StatusOr<SocketAddress> dst = ParseAddress(t.address, t.port);
+  if (!dst.ok()) {
+    return Status::InvalidArgument("tcp probe to " + t.name + ": " + dst.status().message());
+  }
+  if (budget_ && !budget_->TryConsume(3, kConnectProbeBytes)) {
+    return Status::ResourceExhausted("tcp probe to " + t.name + ": probe budget spent");
+  }
+  ConnectAttempt a;
+  a.fd.Reset(socket(dst->family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!a.fd.valid()) return ErrnoStatus("tcp probe socket", errno);
+  if (Status b = BindSource(a.fd.get(), dst->family(), t.source); !b.ok()) {
+    return Status(b.code(), "tcp probe to " + t.name + ": " + b.message());
+  }
+  a.result.SetPeer(t.name);
+  a.result.transport = Transport::kTcpConnect;
+  a.result.dst_port = t.port;
+  a.result.seq = seq_++;
+  a.result.bytes = static_cast<uint64_t>(kConnectProbeBytes);
+  a.result.timestamp_ns = wall_ns;
+  a.start_ns = clock_.MonotonicNanos();
+  int rc = connect(a.fd.get(), dst->get(), dst->len);
+  int err = rc == 0 ? 0 : errno;
+  if (StatusOr<SocketAddress> local = LocalAddress(a.fd.get()); local.ok()) {
+    a.result.src_port = local->port();
+  }
+  if (err == 0) {  // immediate completion (loopback can do this)
+    a.result.rtt_ns = clock_.MonotonicNanos() - a.start_ns;
+    a.fd.Reset(-1);
+    return a;
+  }
+  if (err != EINPROGRESS) {
+    return ErrnoStatus("tcp connect to " + t.name + " " + dst->ToString(), err);
+  }
+  return a;
+}
+
+StatusOr<ProbeResult> TcpConnectProber::Finish(ConnectAttempt& a) {
+  const int64_t now = clock_.MonotonicNanos();
+  int so_error = 0;
+  socklen_t len = sizeof so_error;
+  if (getsockopt(a.fd.get(), SOL_SOCKET, SO_ERROR, &so_error, &len) != 0) so_error = errno;
+  a.fd.Reset(-1);
+  if (so_error != 0) {
+    return ErrnoStatus("tcp connect to " + std::string(a.result.PeerName()), so_error);
+  }
+  a.result.rtt_ns = now - a.start_ns;
+  return a.result;
+}
+
+ProbeResult TcpConnectProber::Lost(ConnectAttempt& a) {
+  a.fd.Reset(-1);
+  a.result.lost = true;
+  return a.result;
+}
+
 std::vector<StatusOr<ProbeResult>> TcpConnectProber::ProbeAll(std::span<const TcpTarget> targets,
                                                               std::chrono::nanoseconds timeout) {
-  struct Attempt {
-    Fd fd;
-    int64_t start_ns = 0;
-    ProbeResult result;
-    bool done = false;
-  };
   std::vector<StatusOr<ProbeResult>> out(targets.size(), Status::Internal("not probed"));
-  std::vector<Attempt> attempts(targets.size());
+  std::vector<ConnectAttempt> attempts(targets.size());
   const int64_t wall = clock_.WallNanos();
   size_t waiting = 0;
   for (size_t i = 0; i < targets.size(); ++i) {
-    const TcpTarget& t = targets[i];
-    Attempt& a = attempts[i];
-    a.done = true;
-    StatusOr<SocketAddress> dst = ParseAddress(t.address, t.port);
-    if (!dst.ok()) {
-      out[i] = Status::InvalidArgument("tcp probe to " + t.name + ": " + dst.status().message());
-      continue;
-    }
-    if (budget_ && !budget_->TryConsume(3, kConnectProbeBytes)) {
-      out[i] = Status::ResourceExhausted("tcp probe to " + t.name + ": probe budget spent");
-      continue;
-    }
-    a.fd.Reset(socket(dst->family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    if (!a.fd.valid()) {
-      out[i] = ErrnoStatus("tcp probe socket", errno);
-      continue;
-    }
-    if (Status b = BindSource(a.fd.get(), dst->family(), t.source); !b.ok()) {
-      out[i] = Status(b.code(), "tcp probe to " + t.name + ": " + b.message());
-      a.fd.Reset(-1);
-      continue;
-    }
-    a.result.SetPeer(t.name);
-    a.result.transport = Transport::kTcpConnect;
-    a.result.dst_port = t.port;
-    a.result.seq = seq_++;
-    a.result.bytes = static_cast<uint64_t>(kConnectProbeBytes);
-    a.result.timestamp_ns = wall;
-    a.start_ns = clock_.MonotonicNanos();
-    int rc = connect(a.fd.get(), dst->get(), dst->len);
-    int err = rc == 0 ? 0 : errno;
-    if (StatusOr<SocketAddress> local = LocalAddress(a.fd.get()); local.ok()) {
-      a.result.src_port = local->port();
-    }
-    if (err == 0) {  // immediate completion (loopback can do this)
-      a.result.rtt_ns = clock_.MonotonicNanos() - a.start_ns;
-      out[i] = a.result;
-    } else if (err == EINPROGRESS) {
-      a.done = false;
-      ++waiting;
+    StatusOr<ConnectAttempt> a = Begin(targets[i], wall);
+    if (!a.ok()) {
+      out[i] = a.status();
+    } else if (!a->fd.valid()) {
+      out[i] = a->result;
     } else {
-      out[i] = ErrnoStatus("tcp connect to " + t.name + " " + dst->ToString(), err);
+      attempts[i] = std::move(*a);
+      ++waiting;
     }
   }
 
@@ -81,7 +97,7 @@ std::vector<StatusOr<ProbeResult>> TcpConnectProber::ProbeAll(std::span<const Tc
     fds.clear();
     index.clear();
     for (size_t i = 0; i < attempts.size(); ++i) {
-      if (!attempts[i].done) {
+      if (attempts[i].fd.valid()) {
         fds.push_back({attempts[i].fd.get(), POLLOUT, 0});
         index.push_back(i);
       }
@@ -94,28 +110,14 @@ std::vector<StatusOr<ProbeResult>> TcpConnectProber::ProbeAll(std::span<const Tc
       for (size_t i : index) out[i] = s;
       return out;
     }
-    const int64_t now = clock_.MonotonicNanos();
     for (size_t k = 0; k < fds.size(); ++k) {
       if (fds[k].revents == 0) continue;
-      Attempt& a = attempts[index[k]];
-      a.done = true;
+      out[index[k]] = Finish(attempts[index[k]]);
       --waiting;
-      int so_error = 0;
-      socklen_t len = sizeof so_error;
-      if (getsockopt(a.fd.get(), SOL_SOCKET, SO_ERROR, &so_error, &len) != 0) so_error = errno;
-      if (so_error != 0) {
-        out[index[k]] = ErrnoStatus("tcp connect to " + std::string(a.result.PeerName()), so_error);
-        continue;
-      }
-      a.result.rtt_ns = now - a.start_ns;
-      out[index[k]] = a.result;
     }
   }
   for (size_t i = 0; i < attempts.size(); ++i) {
-    if (!attempts[i].done) {  // no handshake within the timeout: lost
-      attempts[i].result.lost = true;
-      out[i] = attempts[i].result;
-    }
+    if (attempts[i].fd.valid()) out[i] = Lost(attempts[i]);  // no handshake within the timeout
   }
   return out;
 }

@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "probes/net/probe_result.h"
+#include "probes/net/socket_util.h"
 #include "probes/net/token_bucket.h"
 
 namespace fw::net {
@@ -21,8 +22,17 @@ struct TcpTarget {
   std::string source;  // numeric local address to connect from (BindSource); empty: by route
 };
 
+// One connect in flight (TcpConnectProber::Begin). Its socket turns writable when the handshake
+// ends either way.
+struct ConnectAttempt {
+  Fd fd;  // non-blocking; not valid when the connect completed at once (result has its RTT)
+  int64_t start_ns = 0;
+  ProbeResult result;
+};
+
 // Measures the time from connect() to the completed handshake on the injected clock (one
-// SYN/SYN-ACK round trip plus the accept queue). Not thread-safe: one caller at a time.
+// SYN/SYN-ACK round trip plus the accept queue). Not thread-safe: one caller at a time. ProbeAll
+// waits; Begin/Finish/Lost let an event loop wait instead (the agent's prober loop).
 class TcpConnectProber {
  public:
   // `budget` (nullable) is charged 3 packets and ~180 bytes per attempt (SYN, ACK, FIN).
@@ -34,6 +44,13 @@ class TcpConnectProber {
   // an error Status when the target cannot be probed or answers with a refusal (RST, ICMP).
   std::vector<StatusOr<ProbeResult>> ProbeAll(std::span<const TcpTarget> targets,
                                               std::chrono::nanoseconds timeout);
+  // Starts a connect to `target`, its result stamped `wall_ns`. An error when the target cannot be
+  // probed (address, budget, socket, source) or refuses at once.
+  StatusOr<ConnectAttempt> Begin(const TcpTarget& target, int64_t wall_ns);
+  // The attempt's socket is writable: its RTT (ending now), or the refusal.
+  StatusOr<ProbeResult> Finish(ConnectAttempt& a);
+  // The attempt's deadline passed without an answer: a lost result.
+  static ProbeResult Lost(ConnectAttempt& a);
 
  private:
   const Clock& clock_;

@@ -13,6 +13,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
 
 #include "common/log.h"
 #include "common/mutex.h"
@@ -23,6 +26,9 @@ namespace {
 
 constexpr size_t kRxBatch = 64;
 constexpr uint32_t kWakeTag = UINT32_MAX;
+// Epoll tag of a guest's descriptor: this bit and the descriptor (below 2^30). Socket tags are
+// indexes into sockets_, far below it.
+constexpr uint32_t kGuestTag = 1u << 30;
 constexpr size_t kIpUdpOverhead = 28;  // IPv4 + UDP headers, for the byte budget
 
 enum class SlotState : uint8_t { kFree, kOutstanding, kAnswered, kLost };
@@ -96,6 +102,11 @@ class UdpProber::Loop {
     MutexLock lock(mu_);
     return ports_;
   }
+  // Runs `fn` on the prober's thread at its next wakeup and returns its status; FailedPrecondition
+  // when the thread is stopping or gone (then `fn` never runs).
+  Status CallOnThread(std::function<Status()> fn);
+  Status AttachGuest(LoopGuest* guest);  // the prober's thread
+  void DetachGuest(LoopGuest* guest);    // the prober's thread
 
  private:
   static constexpr auto kRelaxed = std::memory_order_relaxed;
@@ -116,6 +127,14 @@ class UdpProber::Loop {
   void BusyPoll();
   void ExpireTimeouts(int64_t now);
   int64_t NextDeadline() const;
+  // Runs the calls other threads posted (CallOnThread).
+  void RunCalls();
+  // Calls OnReady for the guest descriptors this turn reported.
+  void GuestInput(const epoll_event* events, int n);
+  // Calls Service for every guest that was ready this turn or whose deadline passed.
+  void ServiceGuests();
+  // The earliest guest deadline, CLOCK_MONOTONIC (INT64_MAX: none).
+  int64_t NextGuestDeadline() const;
 
   const UdpProberOptions options_;
   const Clock& clock_;
@@ -136,6 +155,21 @@ class UdpProber::Loop {
   uint64_t applied_ FW_GUARDED_BY(mu_) = 0;
   Status apply_status_ FW_GUARDED_BY(mu_);
   std::vector<uint16_t> ports_ FW_GUARDED_BY(mu_);
+  struct Call {
+    std::function<Status()> fn;
+    Status status;
+    bool done = false;
+  };
+  std::deque<std::shared_ptr<Call>> calls_ FW_GUARDED_BY(mu_);
+  bool exited_ FW_GUARDED_BY(mu_) = false;  // the thread has left Run(): no call runs any more
+
+  struct Guest {
+    LoopGuest* guest = nullptr;
+    std::vector<int> fds;
+    int64_t deadline = INT64_MAX;  // CLOCK_MONOTONIC
+    bool ready = false;            // a descriptor was reported this turn
+  };
+  std::vector<Guest> guests_;  // thread-owned
 
   // Thread-owned state.
   std::vector<Sock> sockets_;
@@ -203,6 +237,102 @@ void UdpProber::Loop::Wake() {
 void UdpProber::Loop::RequestStop() {
   stopping_ = true;
   Wake();
+}
+
+Status UdpProber::Loop::CallOnThread(std::function<Status()> fn) {
+  auto call = std::make_shared<Call>();
+  call->fn = std::move(fn);
+  MutexLock lock(mu_);
+  if (!exited_ && !stopping_.load()) {
+    calls_.push_back(call);
+    lock.Unlock();
+    Wake();
+    lock.Lock();
+  }
+  // Stopping: wait until the thread is gone, so that a caller detaching a guest knows the thread
+  // is no longer inside it.
+  while (!call->done && !exited_) applied_cv_.Wait(mu_);
+  if (!call->done) return Status::FailedPrecondition("the UDP prober is stopping");
+  return call->status;
+}
+
+void UdpProber::Loop::RunCalls() {
+  for (;;) {
+    std::shared_ptr<Call> call;
+    {
+      MutexLock lock(mu_);
+      if (calls_.empty()) return;
+      call = std::move(calls_.front());
+      calls_.pop_front();
+    }
+    Status s = call->fn();
+    MutexLock lock(mu_);
+    call->status = std::move(s);
+    call->done = true;
+    applied_cv_.NotifyAll();
+  }
+}
+
+Status UdpProber::Loop::AttachGuest(LoopGuest* guest) {
+  Guest g;
+  g.guest = guest;
+  g.fds = guest->WatchedFds();
+  for (size_t i = 0; i < g.fds.size(); ++i) {
+    const int fd = g.fds[i];
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = kGuestTag | static_cast<uint32_t>(fd);
+    if (fd < 0 || static_cast<uint32_t>(fd) >= kGuestTag ||
+        epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+      const Status s = fd < 0 ? Status::InvalidArgument("guest descriptor < 0")
+                              : ErrnoStatus("epoll_ctl(guest)", errno);
+      for (size_t k = 0; k < i; ++k) epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, g.fds[k], nullptr);
+      return s;
+    }
+  }
+  g.deadline = guest->Service(ReadClock(CLOCK_MONOTONIC));
+  guests_.push_back(std::move(g));
+  return Status::Ok();
+}
+
+void UdpProber::Loop::DetachGuest(LoopGuest* guest) {
+  for (size_t i = 0; i < guests_.size(); ++i) {
+    if (guests_[i].guest != guest) continue;
+    for (int fd : guests_[i].fds) epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, fd, nullptr);
+    guests_.erase(guests_.begin() + static_cast<std::ptrdiff_t>(i));
+    return;
+  }
+}
+
+void UdpProber::Loop::GuestInput(const epoll_event* events, int n) {
+  if (guests_.empty()) return;
+  for (int i = 0; i < n; ++i) {
+    const uint32_t tag = events[i].data.u32;
+    if (tag == kWakeTag || !(tag & kGuestTag)) continue;
+    const int fd = static_cast<int>(tag & ~kGuestTag);
+    for (Guest& g : guests_) {
+      if (std::find(g.fds.begin(), g.fds.end(), fd) == g.fds.end()) continue;
+      g.guest->OnReady(fd);
+      g.ready = true;
+      break;
+    }
+  }
+}
+
+void UdpProber::Loop::ServiceGuests() {
+  if (guests_.empty()) return;
+  const int64_t now = ReadClock(CLOCK_MONOTONIC);
+  for (Guest& g : guests_) {
+    if (!g.ready && now < g.deadline) continue;
+    g.ready = false;
+    g.deadline = g.guest->Service(now);
+  }
+}
+
+int64_t UdpProber::Loop::NextGuestDeadline() const {
+  int64_t next = INT64_MAX;
+  for (const Guest& g : guests_) next = std::min(next, g.deadline);
+  return next;
 }
 
 Status UdpProber::Loop::Submit(UdpProbePlan plan) {
@@ -649,9 +779,9 @@ void UdpProber::Loop::BusyPoll() {
       // A plan or a stop: leave it (the eventfd stays readable) for the main loop, now.
       if (events[i].data.u32 == kWakeTag) {
         woken = true;
-      } else {
+      } else if (!(events[i].data.u32 & kGuestTag)) {
         Receive(events[i].data.u32, events[i].events);
-      }
+      }  // a guest's descriptor stays readable for the main loop
     }
     now = clock_.MonotonicNanos();
   }
@@ -693,10 +823,14 @@ void UdpProber::Loop::Run() {
     wakeups_.fetch_add(1, kRelaxed);
     int64_t now = clock_.MonotonicNanos();
     int64_t deadline = NextDeadline();
+    int64_t d = deadline == INT64_MAX ? INT64_MAX : std::max<int64_t>(0, deadline - now);
+    // The guests' deadlines are on CLOCK_MONOTONIC, which clock_ need not be (tests).
+    if (const int64_t g = NextGuestDeadline(); g != INT64_MAX) {
+      d = std::min(d, std::max<int64_t>(0, g - ReadClock(CLOCK_MONOTONIC)));
+    }
     timespec wait{};
     timespec* wait_ptr = nullptr;  // block until woken when there is nothing to do
-    if (deadline != INT64_MAX) {
-      int64_t d = std::max<int64_t>(0, deadline - now);
+    if (d != INT64_MAX) {
       wait = {static_cast<time_t>(d / 1'000'000'000), static_cast<long>(d % 1'000'000'000)};
       wait_ptr = &wait;
     }
@@ -707,6 +841,7 @@ void UdpProber::Loop::Run() {
       break;
     }
     for (int i = 0; i < n; ++i) {
+      if (events[i].data.u32 & kGuestTag && events[i].data.u32 != kWakeTag) continue;  // below
       if (events[i].data.u32 != kWakeTag) {
         Receive(events[i].data.u32, events[i].events);
         continue;
@@ -730,7 +865,12 @@ void UdpProber::Loop::Run() {
         applied_ = ticket;
         applied_cv_.NotifyAll();
       }
+      RunCalls();
     }
+    // The guests' input next, before a send slot that may be due: the replies of this turn are
+    // stamped already, and a guest's answer (the responder's echo, which a peer times) does not
+    // wait behind a slot's sendmmsg.
+    GuestInput(events.data(), std::max(n, 0));
     now = clock_.MonotonicNanos();
     if (!flows_.empty() && now >= next_slot_time_) {
       const int64_t step = period_ns_ / static_cast<int64_t>(slots_.size());
@@ -742,8 +882,10 @@ void UdpProber::Loop::Run() {
       BusyPoll();
     }
     ExpireTimeouts(clock_.MonotonicNanos());
+    ServiceGuests();
   }
   MutexLock lock(mu_);
+  exited_ = true;
   applied_cv_.NotifyAll();
 }
 
@@ -796,6 +938,20 @@ void UdpProber::Stop() {
 Status UdpProber::SetPlan(UdpProbePlan plan) {
   if (!thread_.joinable()) return Status::FailedPrecondition("the UDP prober is stopped");
   return loop_->Submit(std::move(plan));
+}
+
+Status UdpProber::AddGuest(LoopGuest* guest) {
+  Loop* loop = loop_.get();
+  return loop_->CallOnThread([loop, guest] { return loop->AttachGuest(guest); });
+}
+
+void UdpProber::RemoveGuest(LoopGuest* guest) {
+  Loop* loop = loop_.get();
+  // Fails only when the thread is stopping or gone, which calls no guest any more either way.
+  (void)loop_->CallOnThread([loop, guest] {
+    loop->DetachGuest(guest);
+    return Status::Ok();
+  });
 }
 
 UdpProberStats UdpProber::Stats() const { return loop_->Snapshot(); }

@@ -103,6 +103,26 @@ struct UdpProberStats {
   uint64_t planned_peers = 0;  // peers of the current plan that are being probed
 };
 
+// Work that shares a prober's thread (the agent's path tracer): descriptors the
+// prober's epoll set watches for it and a deadline, so that it needs no thread of its own. In every
+// turn the prober reads its own replies first, then the guests' ready descriptors, then sends a
+// send slot if one is due and services the guests: a guest never sits between a reply and the
+// reply's receive time, and a guest's input does not wait behind a slot. Every call comes from the
+// prober's thread, one at a time; a guest must not block (its descriptors are read non-blocking).
+class LoopGuest {
+ public:
+  virtual ~LoopGuest() = default;
+  // The descriptors to watch for input (level-triggered EPOLLIN), fixed while attached. An eventfd
+  // among them is how other threads wake the guest.
+  virtual std::vector<int> WatchedFds() const = 0;
+  // `fd` is readable (or in error).
+  virtual void OnReady(int fd) = 0;
+  // Does what is due at `now_ns` (CLOCK_MONOTONIC) and returns when it next needs the loop, on the
+  // same clock (INT64_MAX: only when one of its descriptors is ready). Called once after it is
+  // attached, after every turn in which OnReady was called, and when that deadline has passed.
+  virtual int64_t Service(int64_t now_ns) = 0;
+};
+
 class UdpProber {
  public:
   // Starts the prober thread with an empty plan. `results` and `budget` (nullable) are borrowed
@@ -127,6 +147,13 @@ class UdpProber {
   UdpProberStats Stats() const;
   // The local source ports in use, flow j of every peer using ports[j]. For tests and logs.
   std::vector<uint16_t> SourcePorts() const;
+  // Runs `guest` (borrowed) on the prober's thread until RemoveGuest. Returns once the thread has
+  // taken it; fails when the prober is stopping or a descriptor cannot be watched (nothing is
+  // attached then). Thread-safe; not from a guest's own calls.
+  Status AddGuest(LoopGuest* guest);
+  // Returns once the thread has dropped `guest`: from then on nothing calls it. Returns at once
+  // when the prober has stopped (its thread calls no one). Thread-safe; not from a guest's calls.
+  void RemoveGuest(LoopGuest* guest);
 
  private:
   class Loop;

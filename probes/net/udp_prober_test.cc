@@ -2,6 +2,10 @@
 #include "probes/net/udp_prober.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <set>
@@ -461,6 +465,102 @@ TEST(UdpProberTest, APlanWithOneUnusableEntryProbesTheOthers) {
   std::vector<ProbeResult> after = Collect(q, 10, 5s);
   ASSERT_GE(after.size(), 10u);
   for (const ProbeResult& r : after) EXPECT_EQ(r.PeerName(), "good-c");
+}
+
+// A guest that counts its calls, checks they come from the prober's thread, and asks to be
+// serviced again `period_ns` after each service.
+class CountingGuest final : public LoopGuest {
+ public:
+  explicit CountingGuest(int64_t period_ns)
+      : period_ns_(period_ns), fd_(eventfd(0, EFD_NONBLOCK)) {}
+  ~CountingGuest() override { close(fd_); }
+  std::vector<int> WatchedFds() const override { return {fd_}; }
+  void OnReady(int fd) override {
+    CheckThread();
+    uint64_t v = 0;
+    if (fd == fd_ && read(fd_, &v, sizeof v) == sizeof v) readies += v;
+  }
+  int64_t Service(int64_t now_ns) override {
+    CheckThread();
+    ++services;
+    return period_ns_ > 0 ? now_ns + period_ns_ : INT64_MAX;
+  }
+  void Poke() {
+    uint64_t one = 1;
+    ASSERT_EQ(write(fd_, &one, sizeof one), static_cast<ssize_t>(sizeof one));
+  }
+  std::atomic<uint64_t> readies{0}, services{0}, wrong_thread{0};
+
+ private:
+  void CheckThread() {
+    char name[16] = {};
+    pthread_getname_np(pthread_self(), name, sizeof name);
+    if (std::string(name) != "fw-udp-prober") ++wrong_thread;
+  }
+  const int64_t period_ns_;
+  const int fd_;
+};
+
+// Work of another component on the prober's thread: its descriptor's input and its deadlines are
+// served there, the probes keep their round trips and lose nothing meanwhile, and once removed
+// (or the prober stopped) the guest is called no more.
+TEST(UdpProberTest, GuestsRunOnTheProbersThreadBesideTheProbes) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  ResultQueue q(4096);
+  auto prober = StartProber(q);
+  ASSERT_TRUE(prober);
+  ASSERT_TRUE(prober->SetPlan(Plan("peer-g", responder->port(), 2, 50)).ok());
+  CountingGuest timed(20'000'000);  // every 20 ms
+  CountingGuest woken(0);           // only when poked
+  ASSERT_TRUE(prober->AddGuest(&timed).ok());
+  ASSERT_TRUE(prober->AddGuest(&woken).ok());
+  EXPECT_EQ(woken.services.load(), 1u) << "serviced once when attached";
+  for (int i = 0; i < 5; ++i) {
+    woken.Poke();
+    Eventually([&] { return woken.readies.load() == static_cast<uint64_t>(i + 1); }, 2s);
+  }
+  EXPECT_EQ(woken.readies.load(), 5u);
+  EXPECT_GE(woken.services.load(), 6u);
+  std::this_thread::sleep_for(500ms);
+  // 25 deadlines in 500 ms; a loaded host serves fewer, never many more.
+  EXPECT_GE(timed.services.load(), 8u);
+  EXPECT_LE(timed.services.load(), 60u);
+  std::vector<ProbeResult> results = Collect(q, 40, 5s);
+  ASSERT_GE(results.size(), 40u);
+  for (const ProbeResult& r : results) {
+    EXPECT_FALSE(r.lost);
+    EXPECT_GT(r.rtt_ns, 0);
+  }
+  prober->RemoveGuest(&timed);
+  const uint64_t after_remove = timed.services.load();
+  woken.Poke();
+  Eventually([&] { return woken.readies.load() == 6u; }, 2s);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(timed.services.load(), after_remove);
+  prober->Stop();
+  const uint64_t after_stop = woken.services.load();
+  woken.Poke();
+  prober->RemoveGuest(&woken);  // returns at once: the thread is gone
+  EXPECT_FALSE(prober->AddGuest(&timed).ok());
+  EXPECT_EQ(woken.services.load(), after_stop);
+  EXPECT_EQ(timed.wrong_thread.load() + woken.wrong_thread.load(), 0u);
+  EXPECT_EQ(prober->Stats().lost, 0u);
+}
+
+// A guest whose descriptor cannot be watched is refused, and the prober runs on.
+TEST(UdpProberTest, AGuestWithABadDescriptorIsRefused) {
+  class Bad final : public LoopGuest {
+   public:
+    std::vector<int> WatchedFds() const override { return {-1}; }
+    void OnReady(int) override {}
+    int64_t Service(int64_t) override { return INT64_MAX; }
+  } bad;
+  ResultQueue q(64);
+  auto prober = StartProber(q);
+  ASSERT_TRUE(prober);
+  EXPECT_FALSE(prober->AddGuest(&bad).ok());
+  prober->RemoveGuest(&bad);  // not attached: nothing to do
 }
 
 }  // namespace
