@@ -51,8 +51,12 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
   std::vector<EscalationRequest> out;
   std::set<std::string> seen;
   std::vector<std::string> elements;
+  std::set<std::string> suspicions;  // suspect, or weak loss at the suspicion's significance
   for (const auto& [element, obs] : ev.observations) {
-    if (tracker.HealthOf(element) == ElementHealth::kSuspect) elements.push_back(element);
+    if (tracker.HealthOf(element) == ElementHealth::kSuspect) {
+      elements.push_back(element);
+      suspicions.insert(element);
+    }
   }
   // Links whose loss is significant only at the weak level: denser data decides them sooner.
   if (ctx.map) {
@@ -62,7 +66,11 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
       for (LinkIndex l : group) {
         if (ctx.map->links()[l].IsAccess()) continue;
         const std::string element = "link:" + ctx.map->links()[l].id;
-        if (tracker.HealthOf(element) == ElementHealth::kOk) elements.push_back(element);
+        if (tracker.HealthOf(element) != ElementHealth::kOk) continue;
+        elements.push_back(element);
+        if (b.significance >= ctx.config.escalate_suspicion_significance) {
+          suspicions.insert(element);
+        }
       }
     }
   }
@@ -99,6 +107,7 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
     std::vector<const PairAgg*> pairs;
     EscalationRequest r;
     r.element = element;
+    r.suspicion = suspicions.contains(element);
     for (const auto& [key, p] : ev.pairs) {
       if (p.bad_flows == 0 || !crosses(p)) continue;
       pairs.push_back(&p);
