@@ -235,5 +235,21 @@ TEST_F(EscalationWiring, ASuspectLinkEscalatesItsPairsWithinBudgetAndTheOverlays
             std::max(c.budget_fraction * book_.BasePps(), c.suspicion_budget_pps) + 1e-9);
 }
 
+// A link that queues without loss is suspect on latency alone for its 30 evaluations: background
+// queueing episodes of a healthy fleet look the same for seconds, so it is escalated within the
+// fleet's 3 % (40/s floor), not the 150/s of a suspicion.
+TEST_F(EscalationWiring, LatencyAloneEscalatesWithoutRaisingTheFloor) {
+  for (int i = 0; i < kWarmup; ++i) Second();
+  fleet_.SetLinkFault("leaf2~spine1", LinkFault{0, 3});
+  for (int i = 0; i < 20; ++i) Second();
+  const EscalationConfig& c = stage_.budget().config();
+  std::printf("latency escalation: base %.0f probes/s, peak extra %.1f probes/s\n",
+              book_.BasePps(), max_extra_pps_);
+  EXPECT_GT(stage_.budget().stats().started, 0u);
+  EXPECT_GT(max_extra_pps_, 0);
+  EXPECT_LE(max_extra_pps_,
+            std::max(c.budget_fraction * book_.BasePps(), c.min_budget_pps) + 1e-9);
+}
+
 }  // namespace
 }  // namespace fw::aggregator

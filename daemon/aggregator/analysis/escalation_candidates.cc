@@ -51,12 +51,14 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
   std::vector<EscalationRequest> out;
   std::set<std::string> seen;
   std::vector<std::string> elements;
-  std::set<std::string> suspicions;  // suspect, or weak loss at the suspicion's significance
+  // Suspicions raise the budget's floor: suspect on evidence that fires within `confirm_ticks`
+  // (loss, down; not latency alone, which background queueing episodes of a healthy fleet make
+  // suspect for seconds), or weak loss at the suspicion's significance.
+  std::set<std::string> suspicions;
   for (const auto& [element, obs] : ev.observations) {
-    if (tracker.HealthOf(element) == ElementHealth::kSuspect) {
-      elements.push_back(element);
-      suspicions.insert(element);
-    }
+    if (tracker.HealthOf(element) != ElementHealth::kSuspect) continue;
+    elements.push_back(element);
+    if (obs.confirm_ticks <= ctx.config.confirm_ticks) suspicions.insert(element);
   }
   // Links whose loss is significant only at the weak level: denser data decides them sooner.
   if (ctx.map) {

@@ -34,9 +34,9 @@ struct EscalationConfig {
   double min_budget_pps = 40;
   // While some request is a suspicion (EscalationRequest::suspicion: evidence a healthy fleet
   // almost never shows), the floor is this instead: enough for 8 one-flow pairs at 10x, so that a
-  // small fleet confirms a lossy link from dense data in one evaluation. The share of 5 % of the
-  // planned probes is kept where no element is suspect (a healthy fleet); a fleet whose share is
-  // above the floor keeps its share.
+  // small fleet confirms a lossy link from dense data in one evaluation. Without a suspicion (a
+  // healthy fleet) escalation stays within `budget_fraction` and `min_budget_pps`, under issue
+  // 16's 5 % of the planned probes; a fleet whose share is above this floor keeps its share.
   double suspicion_budget_pps = 150;
   // Pairs escalated per element at most: enough flows to separate the element from its
   // neighbours, not every pair that crosses a spine.
@@ -58,8 +58,9 @@ struct EscalationRequest {
   std::string element;  // the analyzer's element, e.g. "link:leaf1~spine2"
   // Higher is served first when the budget is short (loss before latency, more bad flows first).
   double priority = 0;
-  // The element is suspect, or its evidence is strong enough that a healthy fleet almost never
-  // shows it (AnalysisConfig::escalate_suspicion_significance): the budget's floor is then
+  // The element is suspect on evidence that fires without waiting for persistence (loss, not
+  // latency alone), or its weak loss is strong enough that a healthy fleet almost never shows it
+  // (AnalysisConfig::escalate_suspicion_significance): the budget's floor is then
   // EscalationConfig::suspicion_budget_pps.
   bool suspicion = false;
   std::vector<EscalationPair> pairs;
