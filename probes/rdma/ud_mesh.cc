@@ -833,6 +833,15 @@ void UdMesh::OnAckSent(size_t dev, size_t port, UdPort& p, const WorkCompletion&
   if (pe.ready) return;
   // The turnaround on this NIC's clock (T4 - T3); the report carrying it waits in the hold.
   pe.turnaround = SpanNs(p, pe.t3, Stamp(p, wc, now));
+  // The probe arrived about a turnaround before it was answered (the ack leaves the NIC within
+  // microseconds of its post). When this thread was busy with other work in between, the
+  // turnaround holds that wait: not the host's delay, and the prober cannot tell it apart, so no
+  // report goes (the prober counts reports_missing; no loss, no split).
+  if (WaitedOnBusy(pe.answered - pe.turnaround, pe.answered)) {
+    stats_.busy_reports_withheld++;
+    ReleasePending(pi);
+    return;
+  }
   pe.ready = true;
   ++ready_count_;
   if (pe.software) --sw_unstamped_;
@@ -888,11 +897,24 @@ void UdMesh::MaybeFinish(Outstanding& o, int64_t) {
     stats_.invalid_split++;
     return;
   }
+  // The ack arrived a prober host delay before it was polled (T6). When this thread was busy
+  // with other work in between, that delay is this process's, not the host's: left out (0, "not
+  // measured"). With software stamps the wait is in the network RTT itself: no result.
+  int64_t prober_host_ns = split.prober_host_ns;
+  if (p.ts_source() == TsSource::kSoftware) {
+    if (WaitedOnBusy(o.t1, o.t6)) {
+      stats_.busy_software_results++;
+      return;
+    }
+  } else if (WaitedOnBusy(o.t6 - prober_host_ns, o.t6)) {
+    stats_.busy_prober_delays++;
+    prober_host_ns = 0;
+  }
   const Flow& f = flows_[o.flow];
   RdmaProbeResult r = ResultFor(o);
   r.base.rtt_ns = split.network_rtt_ns;
   r.network_rtt_ns = split.network_rtt_ns;
-  r.prober_host_ns = split.prober_host_ns;
+  r.prober_host_ns = prober_host_ns;
   r.responder_host_ns = split.responder_host_ns;
   r.prober_span_ns = s.nic_span_ns;
   r.source = p.ts_source();
@@ -916,6 +938,26 @@ RdmaProbeResult UdMesh::ResultFor(const Outstanding& o) const {
   r.SetLocalDevice(devices_[o.dev]->name);
   r.SetPeerDevice(targets_[f.target].peer_device);
   return r;
+}
+
+void UdMesh::NoteBusy(int64_t start_ns, int64_t end_ns) {
+  if (end_ns - start_ns < kMinBusyNs) return;
+  if (busy_count_ == busy_.size()) {
+    busy_evicted_end_ = std::max(busy_evicted_end_, busy_[busy_next_].second);
+  } else {
+    ++busy_count_;
+  }
+  busy_[busy_next_] = {start_ns, end_ns};
+  busy_next_ = (busy_next_ + 1) % busy_.size();
+}
+
+bool UdMesh::WaitedOnBusy(int64_t from, int64_t to) const {
+  if (from >= to) return false;
+  if (from < busy_evicted_end_) return true;  // a span no longer kept may have overlapped
+  for (size_t i = 0; i < busy_count_; ++i) {
+    if (busy_[i].first < to && busy_[i].second > from) return true;
+  }
+  return false;
 }
 
 int64_t UdMesh::WindowStart(int64_t t) const {
