@@ -91,6 +91,7 @@ struct UdMesh::Outstanding {
   uint64_t t2 = 0, t5 = 0;
   int64_t turnaround = 0;
   TsSource responder_source = TsSource::kSoftware;
+  bool responder_busy = false;  // the report's turnaround holds a wait on the responder's work
   int64_t deadline = 0;
   int64_t wall = 0;
 };
@@ -111,6 +112,7 @@ struct UdMesh::Pending {
   int qp = 0;
   int64_t answered = 0;  // monotonic; the hold counts from here
   int64_t turnaround = 0;
+  bool busy = false;  // the turnaround holds a wait on this thread's other work
 };
 
 UdMesh::UdMesh(Verbs& verbs, const Clock& clock, UdMeshOptions opts, ResultSink* sink,
@@ -771,6 +773,7 @@ void UdMesh::SendReport(uint32_t pi) {
   UdMessage rep = MessageFrom(p, UdType::kReport, pe.seq, pe.flow);
   rep.ts_source = p.ts_source();
   rep.turnaround_ns = std::clamp<int64_t>(pe.turnaround, 0, 10'000'000'000);
+  rep.turnaround_busy = pe.busy;
   WriteUdMessage(rep, p.SendBuffer(slot));
   Status st = p.PostSend(pe.qp, slot, *pe.ah, pe.remote_qpn, kProbeQkey,
                          MakeWrId(WrKind::kReport, p.epoch(), 0, static_cast<uint16_t>(slot)));
@@ -835,13 +838,10 @@ void UdMesh::OnAckSent(size_t dev, size_t port, UdPort& p, const WorkCompletion&
   pe.turnaround = SpanNs(p, pe.t3, Stamp(p, wc, now));
   // The probe arrived about a turnaround before it was answered (the ack leaves the NIC within
   // microseconds of its post). When this thread was busy with other work in between, the
-  // turnaround holds that wait: not the host's delay, and the prober cannot tell it apart, so no
-  // report goes (the prober counts reports_missing; no loss, no split).
-  if (WaitedOnBusy(pe.answered - pe.turnaround, pe.answered)) {
-    stats_.busy_reports_withheld++;
-    ReleasePending(pi);
-    return;
-  }
+  // turnaround holds that wait: not the host's delay. The report says so (the prober keeps the
+  // network RTT and leaves the responder's host delay out).
+  pe.busy = WaitedOnBusy(pe.answered - pe.turnaround, pe.answered);
+  if (pe.busy) stats_.busy_turnarounds++;
   pe.ready = true;
   ++ready_count_;
   if (pe.software) --sw_unstamped_;
@@ -880,6 +880,7 @@ void UdMesh::OnReport(const UdMessage& m, int64_t now) {
   o.reported = true;
   o.turnaround = m.turnaround_ns;
   o.responder_source = m.ts_source;
+  o.responder_busy = m.turnaround_busy;
   MaybeFinish(o, now);
 }
 
@@ -916,6 +917,10 @@ void UdMesh::MaybeFinish(Outstanding& o, int64_t) {
   r.network_rtt_ns = split.network_rtt_ns;
   r.prober_host_ns = prober_host_ns;
   r.responder_host_ns = split.responder_host_ns;
+  if (o.responder_busy) {
+    stats_.peer_busy_turnarounds++;
+    r.responder_host_ns = 0;  // not measured: the responder's wait on its own work
+  }
   r.prober_span_ns = s.nic_span_ns;
   r.source = p.ts_source();
   r.responder_source = o.responder_source;

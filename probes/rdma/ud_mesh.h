@@ -109,9 +109,11 @@ struct UdMeshStats {
   std::atomic<uint64_t> invalid_split{0};  // a negative difference: rejected, never exported
   std::atomic<uint64_t> reports_missing{0}, late{0}, stray{0};
   // Waits on this thread's other work (UdMesh::NoteBusy): prober host delays left out of results
-  // (the network RTT stays), reports withheld (the turnaround held the wait, and the prober could
-  // not tell), and software-stamped results dropped (their network RTT held the wait).
-  std::atomic<uint64_t> busy_prober_delays{0}, busy_reports_withheld{0}, busy_software_results{0};
+  // (the network RTT stays), turnarounds reported as busy (the prober leaves the responder's host
+  // delay out), and software-stamped results dropped (their network RTT held the wait). As
+  // prober: results whose responder reported its turnaround busy.
+  std::atomic<uint64_t> busy_prober_delays{0}, busy_turnarounds{0}, busy_software_results{0};
+  std::atomic<uint64_t> peer_busy_turnarounds{0};
   std::atomic<uint64_t> responder_answers{0}, responder_busy{0};
   // Reports sent right after an ack to the same prober / after the hold ran out (or early, when
   // the responder's table of answers in flight fills up).
