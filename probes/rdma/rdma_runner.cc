@@ -143,6 +143,10 @@ void RdmaRunner::Loop() {
   const auto interval = static_cast<int64_t>(options_.batch_interval_s * 1e9);
   std::vector<pollfd> fds;
   while (!stopping_.load()) {
+    // This thread's time outside the mesh's Step and the wait (RC setup and bursts, handing
+    // results over) goes to the mesh as busy: what arrived meanwhile waited on this process, not
+    // on the host, and carries no host delay (UdMesh::NoteBusy).
+    const int64_t woke = clock_.MonotonicNanos();
     std::optional<std::vector<UdTarget>> targets;
     std::optional<RcPlan> rc_plan;
     std::vector<RcConnectMsg> rc_inbox;
@@ -161,7 +165,10 @@ void RdmaRunner::Loop() {
       const int skipped = mesh_->SetTargets(std::move(*targets));
       spdlog::info("msg=\"rdma: UD targets applied\" skipped={}", skipped);
     }
+    const int64_t step_start = clock_.MonotonicNanos();
+    mesh_->NoteBusy(woke, step_start);
     int64_t wait_ns = mesh_->Step();
+    const int64_t step_end = clock_.MonotonicNanos();
     if (rc_) wait_ns = std::min(wait_ns, rc_->Step());
     const int64_t now = clock_.MonotonicNanos();
     if (!collector_->pending.empty() &&
@@ -185,6 +192,7 @@ void RdmaRunner::Loop() {
     if (!collector_->pending.empty()) {
       wait_ns = std::min<int64_t>(wait_ns, std::max<int64_t>(0, last_flush + interval - now));
     }
+    mesh_->NoteBusy(step_end, clock_.MonotonicNanos());
     fds.clear();
     fds.push_back({stop_fd_, POLLIN, 0});
     mesh_->AppendWaitFds(fds);

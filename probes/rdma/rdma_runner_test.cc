@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -245,11 +246,12 @@ TEST(RdmaRunner, LoopbackLinkJoinsTheFabricsOfSeparateProcesses) {
 }
 
 // Two runners on linked fabrics ("node-a" probes, "node-b" answers) whose RC connection messages
-// are passed between them as the aggregator passes them; node-a's results collect in `got`.
+// are passed between them as the aggregator passes them; node-a's results collect in `got`,
+// node-b's in `got_b`.
 struct RcPair {
   std::vector<std::unique_ptr<FakeFabric>> fabrics;
   std::mutex mu;
-  std::vector<RdmaProbeResult> got;
+  std::vector<RdmaProbeResult> got, got_b;
   std::unique_ptr<RdmaRunner> a, b;
 
   RcPair(uint16_t base, const RdmaRunnerOptions& o, int rails = 1)
@@ -270,13 +272,19 @@ struct RcPair {
         },
         nullptr, to(b, "node-a"));
     b = std::make_unique<RdmaRunner>(
-        fabrics[1]->MakeVerbs(Rails(rails)), RealClock::Get(), o, [](auto&&) {}, nullptr,
-        to(a, "node-b"));
+        fabrics[1]->MakeVerbs(Rails(rails)), RealClock::Get(), o,
+        [this](std::vector<RdmaProbeResult>&& batch) {
+          std::lock_guard<std::mutex> l(mu);
+          got_b.insert(got_b.end(), batch.begin(), batch.end());
+        },
+        nullptr, to(a, "node-b"));
   }
   bool Start() { return fabrics.size() == 2 && a->Start().ok() && b->Start().ok(); }
-  size_t count() {
+  // node-a's results of one transport.
+  size_t count(net::Transport t = net::Transport::kRdmaRc) {
     std::lock_guard<std::mutex> l(mu);
-    return got.size();
+    return static_cast<size_t>(
+        std::count_if(got.begin(), got.end(), [t](auto& r) { return r.base.transport == t; }));
   }
 };
 
@@ -417,6 +425,71 @@ TEST(RdmaRunner, RcBurstsCrossTheLinkAndAQpErrorReconnects) {
   EXPECT_EQ(st.burst_failures.load(), 1u);
   EXPECT_GE(fabrics[1]->stats().rdma_writes, 6u * 64);
   EXPECT_EQ(fabrics[0]->stats().link_refused + fabrics[1]->stats().link_refused, 0u);
+}
+
+// The agent's RC bursts run on the UD mesh's thread (one burst per step, the mesh waiting
+// meanwhile): a UD ack or probe that arrives during a burst waits on the agent, not on its host,
+// and carries no host delay (UdMesh::NoteBusy; docs/rdma.md "Waits on the agent's own work").
+// node-a bursts 16 MiB toward node-b every 0.1 s (13 ms at the fake port's 10 Gb/s) while the two
+// probe each other 200 times a second. Without that, node-a's turnarounds that met a burst read
+// as long as the burst (the session-10 rdma_fleet_fake flake: a restarted agent named a slow
+// host); node-b, which does not burst, is the reference for what this host's scheduling alone
+// gives both (load 2-10 on the 2-core build VM).
+TEST(RdmaRunner, UdProbesThatWaitForAnRcBurstCarryNoHostDelay) {
+  RcPair pair(RcBase(1), RcOptions());
+  ASSERT_TRUE(pair.Start());
+  std::unique_ptr<RdmaRunner>& a = pair.a;
+  std::unique_ptr<RdmaRunner>& b = pair.b;
+  auto target = [](const RdmaRunner& to, const char* name) {
+    UdTarget t;
+    t.peer = name;
+    t.remote = to.state().endpoints.front();
+    t.rate_hz = 200;
+    return t;
+  };
+  a->SetTargets({target(*b, "node-b")});
+  b->SetTargets({target(*a, "node-a")});
+  a->SetRcPlan({{"node-b", "mlx5_0", "mlx5_0"}}, 0.1, 16u << 20);
+  for (int i = 0; i < 100 && pair.count() < 12u; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  a->Stop();
+  b->Stop();
+  std::lock_guard<std::mutex> l(pair.mu);
+  int64_t shortest = INT64_MAX;
+  size_t bursts = 0;
+  for (const auto& r : pair.got) {
+    if (r.base.transport != net::Transport::kRdmaRc) continue;
+    ++bursts;
+    shortest = std::min(shortest, r.base.rtt_ns);
+  }
+  ASSERT_GE(bursts, 10u);
+  // Host delays of at least half the shortest burst, by role and node: node-a's roles in the
+  // results of the probes it sent (prober) and of those node-b sent it (responder).
+  auto long_ones = [&](const std::vector<RdmaProbeResult>& v, bool prober) {
+    size_t n = 0, all = 0;
+    for (const auto& r : v) {
+      if (r.base.transport != net::Transport::kRdmaUd || r.base.lost) continue;
+      ++all;
+      n += (prober ? r.prober_host_ns : r.responder_host_ns) >= shortest / 2;
+    }
+    EXPECT_GE(all, 100u);
+    return n;
+  };
+  const size_t a_prober = long_ones(pair.got, true), a_responder = long_ones(pair.got_b, false);
+  const size_t b_prober = long_ones(pair.got_b, true), b_responder = long_ones(pair.got, false);
+  std::printf(
+      "%zu bursts, shortest %.1f ms; UD host delays >= %.1f ms: node-a %zu as prober, %zu "
+      "as responder; node-b %zu, %zu; node-a left out %llu prober delays, reported %llu "
+      "turnarounds busy\n",
+      bursts, shortest * 1e-6, shortest * 0.5e-6, a_prober, a_responder, b_prober, b_responder,
+      static_cast<unsigned long long>(a->stats()->busy_prober_delays.load()),
+      static_cast<unsigned long long>(a->stats()->busy_turnarounds.load()));
+  EXPECT_GT(a->stats()->busy_turnarounds.load(), 0u) << "probes did meet the bursts";
+  EXPECT_EQ(b->stats()->peer_busy_turnarounds.load(), a->stats()->busy_turnarounds.load())
+      << "each reached node-b as such";
+  EXPECT_LE(a_responder, b_responder + bursts / 4);
+  EXPECT_LE(a_prober, b_prober + bursts / 4);
 }
 
 // Two rails: one RC QP per same-rail NIC pair, each result naming both NICs and its own flow; a

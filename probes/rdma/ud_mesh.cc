@@ -91,6 +91,7 @@ struct UdMesh::Outstanding {
   uint64_t t2 = 0, t5 = 0;
   int64_t turnaround = 0;
   TsSource responder_source = TsSource::kSoftware;
+  bool responder_busy = false;  // the report's turnaround holds a wait on the responder's work
   int64_t deadline = 0;
   int64_t wall = 0;
 };
@@ -111,6 +112,7 @@ struct UdMesh::Pending {
   int qp = 0;
   int64_t answered = 0;  // monotonic; the hold counts from here
   int64_t turnaround = 0;
+  bool busy = false;  // the turnaround holds a wait on this thread's other work
 };
 
 UdMesh::UdMesh(Verbs& verbs, const Clock& clock, UdMeshOptions opts, ResultSink* sink,
@@ -771,6 +773,7 @@ void UdMesh::SendReport(uint32_t pi) {
   UdMessage rep = MessageFrom(p, UdType::kReport, pe.seq, pe.flow);
   rep.ts_source = p.ts_source();
   rep.turnaround_ns = std::clamp<int64_t>(pe.turnaround, 0, 10'000'000'000);
+  rep.turnaround_busy = pe.busy;
   WriteUdMessage(rep, p.SendBuffer(slot));
   Status st = p.PostSend(pe.qp, slot, *pe.ah, pe.remote_qpn, kProbeQkey,
                          MakeWrId(WrKind::kReport, p.epoch(), 0, static_cast<uint16_t>(slot)));
@@ -833,6 +836,12 @@ void UdMesh::OnAckSent(size_t dev, size_t port, UdPort& p, const WorkCompletion&
   if (pe.ready) return;
   // The turnaround on this NIC's clock (T4 - T3); the report carrying it waits in the hold.
   pe.turnaround = SpanNs(p, pe.t3, Stamp(p, wc, now));
+  // The probe arrived about a turnaround before it was answered (the ack leaves the NIC within
+  // microseconds of its post). When this thread was busy with other work in between, the
+  // turnaround holds that wait: not the host's delay. The report says so (the prober keeps the
+  // network RTT and leaves the responder's host delay out).
+  pe.busy = WaitedOnBusy(pe.answered - pe.turnaround, pe.answered);
+  if (pe.busy) stats_.busy_turnarounds++;
   pe.ready = true;
   ++ready_count_;
   if (pe.software) --sw_unstamped_;
@@ -871,6 +880,7 @@ void UdMesh::OnReport(const UdMessage& m, int64_t now) {
   o.reported = true;
   o.turnaround = m.turnaround_ns;
   o.responder_source = m.ts_source;
+  o.responder_busy = m.turnaround_busy;
   MaybeFinish(o, now);
 }
 
@@ -888,12 +898,29 @@ void UdMesh::MaybeFinish(Outstanding& o, int64_t) {
     stats_.invalid_split++;
     return;
   }
+  // The ack arrived a prober host delay before it was polled (T6). When this thread was busy
+  // with other work in between, that delay is this process's, not the host's: left out (0, "not
+  // measured"). With software stamps the wait is in the network RTT itself: no result.
+  int64_t prober_host_ns = split.prober_host_ns;
+  if (p.ts_source() == TsSource::kSoftware) {
+    if (WaitedOnBusy(o.t1, o.t6)) {
+      stats_.busy_software_results++;
+      return;
+    }
+  } else if (WaitedOnBusy(o.t6 - prober_host_ns, o.t6)) {
+    stats_.busy_prober_delays++;
+    prober_host_ns = 0;
+  }
   const Flow& f = flows_[o.flow];
   RdmaProbeResult r = ResultFor(o);
   r.base.rtt_ns = split.network_rtt_ns;
   r.network_rtt_ns = split.network_rtt_ns;
-  r.prober_host_ns = split.prober_host_ns;
+  r.prober_host_ns = prober_host_ns;
   r.responder_host_ns = split.responder_host_ns;
+  if (o.responder_busy) {
+    stats_.peer_busy_turnarounds++;
+    r.responder_host_ns = 0;  // not measured: the responder's wait on its own work
+  }
   r.prober_span_ns = s.nic_span_ns;
   r.source = p.ts_source();
   r.responder_source = o.responder_source;
@@ -916,6 +943,26 @@ RdmaProbeResult UdMesh::ResultFor(const Outstanding& o) const {
   r.SetLocalDevice(devices_[o.dev]->name);
   r.SetPeerDevice(targets_[f.target].peer_device);
   return r;
+}
+
+void UdMesh::NoteBusy(int64_t start_ns, int64_t end_ns) {
+  if (end_ns - start_ns < kMinBusyNs) return;
+  if (busy_count_ == busy_.size()) {
+    busy_evicted_end_ = std::max(busy_evicted_end_, busy_[busy_next_].second);
+  } else {
+    ++busy_count_;
+  }
+  busy_[busy_next_] = {start_ns, end_ns};
+  busy_next_ = (busy_next_ + 1) % busy_.size();
+}
+
+bool UdMesh::WaitedOnBusy(int64_t from, int64_t to) const {
+  if (from >= to) return false;
+  if (from < busy_evicted_end_) return true;  // a span no longer kept may have overlapped
+  for (size_t i = 0; i < busy_count_; ++i) {
+    if (busy_[i].first < to && busy_[i].second > from) return true;
+  }
+  return false;
 }
 
 int64_t UdMesh::WindowStart(int64_t t) const {

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/backoff.h"
@@ -107,6 +108,12 @@ struct UdMeshStats {
   std::atomic<uint64_t> sent{0}, acked{0}, results{0}, lost{0}, abandoned{0};
   std::atomic<uint64_t> invalid_split{0};  // a negative difference: rejected, never exported
   std::atomic<uint64_t> reports_missing{0}, late{0}, stray{0};
+  // Waits on this thread's other work (UdMesh::NoteBusy): prober host delays left out of results
+  // (the network RTT stays), turnarounds reported as busy (the prober leaves the responder's host
+  // delay out), and software-stamped results dropped (their network RTT held the wait). As
+  // prober: results whose responder reported its turnaround busy.
+  std::atomic<uint64_t> busy_prober_delays{0}, busy_turnarounds{0}, busy_software_results{0};
+  std::atomic<uint64_t> peer_busy_turnarounds{0};
   std::atomic<uint64_t> responder_answers{0}, responder_busy{0};
   // Reports sent right after an ack to the same prober / after the hold ran out (or early, when
   // the responder's table of answers in flight fills up).
@@ -154,6 +161,16 @@ class UdMesh {
   void AppendWaitFds(std::vector<pollfd>& fds) const;
 
   const UdMeshStats& stats() const { return stats_; }
+
+  // The owning thread was busy with other work of this process over [start_ns, end_ns) on the
+  // monotonic clock (the agent's RC bursts and their QP setup share the thread): a probe or ack
+  // that arrived meanwhile waited on this process, not on the host, so the host delay it would
+  // carry is left out (docs/rdma.md "Waits on the agent's own work"). Spans under kMinBusyNs are
+  // not kept (below what the analyzer judges); the last kBusySpans are.
+  void NoteBusy(int64_t start_ns, int64_t end_ns);
+  static constexpr int64_t kMinBusyNs = 100'000;
+  static constexpr size_t kBusySpans = 64;
+
   // An open, up port for other QPs of this process (RC bandwidth): of `device` when named, else
   // the first of link layer `want` (kUnknown: any). The objects stay valid until the device
   // closes (endpoints_version() changes). False when there is none.
@@ -205,6 +222,9 @@ class UdMesh {
   void AbandonPort(size_t dev, size_t port);
   void RebuildFlowAhs();
   uint64_t Stamp(const UdPort& p, const WorkCompletion& wc, int64_t now) const;
+  // Whether [from, to) (monotonic) overlaps a span given to NoteBusy; true too when it reaches
+  // back before the oldest span still kept.
+  bool WaitedOnBusy(int64_t from, int64_t to) const;
   int64_t SpanNs(const UdPort& p, uint64_t start, uint64_t end) const;
 
   Verbs& verbs_;
@@ -229,6 +249,9 @@ class UdMesh {
   int64_t window_ns_ = 0;
   int64_t window_origin_ = 0;
   uint16_t generation_ = 0;
+  std::array<std::pair<int64_t, int64_t>, kBusySpans> busy_{};  // ring of [start, end)
+  size_t busy_next_ = 0, busy_count_ = 0;
+  int64_t busy_evicted_end_ = INT64_MIN;  // the latest end of a span no longer kept
   uint64_t endpoints_version_ = 1;
   UdMeshStats stats_;
 };

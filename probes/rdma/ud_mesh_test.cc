@@ -189,6 +189,86 @@ TEST_F(MeshTest, SoftwareTimestampsWhenTheNicHasNone) {
   EXPECT_EQ(got[0].prober_host_ns, 0) << "software stamps cannot split the prober's host";
 }
 
+// The agent's RC bursts and their QP setup run on the mesh's thread (RdmaRunner): a probe or
+// ack that arrives meanwhile waits on this process, not on the host. Each exchange below keeps
+// one end from stepping for 2 ms after A posts (its thread on other work); with NoteBusy that
+// wait carries no host delay, without it (the control) it reads as a 2 ms host delay.
+class MeshBusyTest : public MeshTest {
+ protected:
+  void Exchange(bool a_busy, bool b_busy, bool note) {
+    const int64_t t0 = clock.MonotonicNanos();
+    const uint64_t sent = a_->stats().sent.load();
+    a_->Step();  // the probe is due: posted now
+    ASSERT_EQ(a_->stats().sent.load(), sent + 1);
+    const int64_t until = t0 + 2'000'000;
+    while (clock.MonotonicNanos() < until) {
+      if (!a_busy) a_->Step();
+      if (!b_busy) b_->Step();
+      clock.Advance(1us);
+    }
+    if (note && a_busy) a_->NoteBusy(t0, until);
+    if (note && b_busy) b_->NoteBusy(t0, until);
+    Run(1ms);
+    clock.Advance(1s);  // the next probe is due at the next Step
+  }
+  void StartBusy(CqTimestamps ts) {
+    FakeDeviceConfig a = Ib("mlx5_0", 1), b = Ib("mlx5_1", 2);
+    a.timestamps = b.timestamps = ts;
+    UdMeshOptions o;
+    o.send_window_ns = 0;
+    Start(a, b, o);
+    Target(1, 1);
+  }
+};
+
+TEST_F(MeshBusyTest, WaitsOnThisThreadsOtherWorkCarryNoHostDelay) {
+  StartBusy(CqTimestamps::kWallclock);
+  Exchange(false, true, true);  // the responder's thread busy over the probe's arrival
+  ASSERT_EQ(sink_a.answered().size(), 1u);
+  const RdmaProbeResult r0 = sink_a.answered()[0];
+  EXPECT_EQ(r0.responder_host_ns, 0) << "reported busy: left out, not measured";
+  EXPECT_NEAR(r0.network_rtt_ns, 10'000, 5) << "the NICs' stamps: the network RTT stays";
+  EXPECT_LE(r0.prober_host_ns, 2'000);
+  EXPECT_EQ(b_->stats().busy_turnarounds.load(), 1u);
+  EXPECT_EQ(a_->stats().peer_busy_turnarounds.load(), 1u);
+  Exchange(false, true, false);  // the same wait, not noted: the host's as far as anyone knows
+  ASSERT_EQ(sink_a.answered().size(), 2u);
+  EXPECT_GE(sink_a.answered()[1].responder_host_ns, 1'980'000);  // 2 ms less the 10 us round trip
+
+  Exchange(true, false, true);  // the prober's thread busy over the ack's arrival
+  ASSERT_EQ(sink_a.answered().size(), 3u);
+  const RdmaProbeResult r = sink_a.answered()[2];
+  EXPECT_EQ(r.prober_host_ns, 0) << "left out: not measured";
+  EXPECT_NEAR(r.network_rtt_ns, 10'000, 5);
+  EXPECT_LE(r.responder_host_ns, 2'000);
+  EXPECT_EQ(a_->stats().busy_prober_delays.load(), 1u);
+  Exchange(true, false, false);
+  ASSERT_EQ(sink_a.answered().size(), 4u);
+  EXPECT_GE(sink_a.answered()[3].prober_host_ns, 1'980'000);  // 2 ms less the 10 us round trip
+
+  // A span under kMinBusyNs is not kept, and one before the probe is none of its business.
+  const int64_t now = clock.MonotonicNanos();
+  b_->NoteBusy(now - UdMesh::kMinBusyNs + 1, now);
+  a_->NoteBusy(now - 10'000'000, now - 5'000'000);
+  Exchange(false, false, false);
+  ASSERT_EQ(sink_a.answered().size(), 5u);
+  EXPECT_GT(sink_a.answered()[4].prober_host_ns, 0);
+  EXPECT_GT(sink_a.answered()[4].responder_host_ns, 0);
+  EXPECT_EQ(sink_a.lost(), 0u);
+  EXPECT_EQ(a_->stats().reports_missing.load(), 0u);
+  EXPECT_EQ(a_->stats().busy_prober_delays.load() + b_->stats().busy_turnarounds.load(), 2u);
+}
+
+TEST_F(MeshBusyTest, WithSoftwareStampsAProbeThatWaitedOnOtherWorkGivesNoResult) {
+  StartBusy(CqTimestamps::kNone);
+  Exchange(true, false, true);  // the wait would be in the network RTT itself
+  EXPECT_TRUE(sink_a.results.empty());
+  EXPECT_EQ(a_->stats().busy_software_results.load(), 1u);
+  Exchange(true, false, false);
+  ASSERT_EQ(sink_a.answered().size(), 1u);
+  EXPECT_GE(sink_a.answered()[0].network_rtt_ns, 1'980'000) << "what the control reads";
+}
+
 TEST_F(MeshTest, RoceUsesTheIpv4RoceV2GidAndRotatesFlowLabels) {
   Start(Roce("mlx5_0", 1), Roce("mlx5_1", 2));
   const UdEndpoint e = a_->Endpoints().front();

@@ -28,6 +28,8 @@ uint64_t Get64(const uint8_t* p) {
   return v;
 }
 
+constexpr uint16_t kFlagTurnaroundBusy = 1;
+
 // A turnaround above 10 s is not a measurement (the prober gave up long before).
 constexpr int64_t kMaxTurnaroundNs = 10'000'000'000;
 
@@ -78,6 +80,7 @@ void WriteUdMessage(const UdMessage& m, uint8_t* out) {
   Put32(out + 28, m.src_qkey);
   std::memcpy(out + 32, m.src_gid.raw.data(), 16);
   Put64(out + 48, static_cast<uint64_t>(m.turnaround_ns));
+  if (m.type == UdType::kReport && m.turnaround_busy) Put16(out + 6, kFlagTurnaroundBusy);
 }
 
 bool ParseUdMessage(const uint8_t* d, size_t len, UdMessage& m, UdDrop& why) {
@@ -85,7 +88,9 @@ bool ParseUdMessage(const uint8_t* d, size_t len, UdMessage& m, UdDrop& why) {
   if (Get32(d) != kUdMagic) return why = UdDrop::kBadMagic, false;
   if (d[4] != 1) return why = UdDrop::kBadVersion, false;
   if (d[5] < 1 || d[5] > 3) return why = UdDrop::kBadType, false;
-  if (Get16(d + 6) != 0) return why = UdDrop::kBadFlags, false;
+  const uint16_t flags = Get16(d + 6);
+  const uint16_t allowed = d[5] == static_cast<uint8_t>(UdType::kReport) ? kFlagTurnaroundBusy : 0;
+  if ((flags & ~allowed) != 0) return why = UdDrop::kBadFlags, false;
   if (d[27] != 0 || Get64(d + 56) != 0 || d[26] > 2) return why = UdDrop::kBadField, false;
   m.type = static_cast<UdType>(d[5]);
   m.seq = Get64(d + 8);
@@ -96,6 +101,7 @@ bool ParseUdMessage(const uint8_t* d, size_t len, UdMessage& m, UdDrop& why) {
   m.src_qkey = Get32(d + 28);
   std::memcpy(m.src_gid.raw.data(), d + 32, 16);
   m.turnaround_ns = static_cast<int64_t>(Get64(d + 48));
+  m.turnaround_busy = (flags & kFlagTurnaroundBusy) != 0;
   if (m.type == UdType::kReport && (m.turnaround_ns < 0 || m.turnaround_ns > kMaxTurnaroundNs)) {
     return why = UdDrop::kBadField, false;
   }

@@ -15,7 +15,8 @@ namespace fw::rdma {
 //  0  4  magic 0x46575244 ("FWRD")
 //  4  1  version (1)
 //  5  1  type: 1 probe, 2 ack, 3 report
-//  6  2  flags (must be 0)
+//  6  2  flags: bit 0 (report only) the turnaround holds a wait on the responder's own other
+//         work, not its host's delay (UdMesh::NoteBusy); every other bit must be 0
 //  8  8  sequence number (the prober's; echoed)
 // 16  4  flow id (the prober's; echoed)
 // 20  4  sender's QPN (where an answer goes)
@@ -45,6 +46,7 @@ struct UdMessage {
   uint32_t src_qkey = 0;
   Gid src_gid;
   int64_t turnaround_ns = 0;
+  bool turnaround_busy = false;  // report only: flags bit 0
 };
 
 enum class UdDrop : uint8_t {

@@ -33,6 +33,40 @@ TEST(UdMessage, RoundTrips) {
   EXPECT_EQ(out.turnaround_ns, 12345);
 }
 
+// Flags bit 0, on a report only: the responder's turnaround holds a wait on its own other work.
+TEST(UdMessage, AReportMayFlagItsTurnaroundBusyAndNothingElseMay) {
+  UdMessage m;
+  m.type = UdType::kReport;
+  m.turnaround_ns = 777;
+  m.turnaround_busy = true;
+  uint8_t b[kUdMessageBytes];
+  WriteUdMessage(m, b);
+  EXPECT_EQ(b[6], 0);
+  EXPECT_EQ(b[7], 1);
+  UdMessage out;
+  UdDrop why;
+  ASSERT_TRUE(ParseUdMessage(b, sizeof(b), out, why));
+  EXPECT_TRUE(out.turnaround_busy);
+  EXPECT_EQ(out.turnaround_ns, 777);
+  b[7] = 2;  // no other bit
+  EXPECT_FALSE(ParseUdMessage(b, sizeof(b), out, why));
+  EXPECT_EQ(why, UdDrop::kBadFlags);
+  m.turnaround_busy = false;
+  WriteUdMessage(m, b);
+  ASSERT_TRUE(ParseUdMessage(b, sizeof(b), out, why));
+  EXPECT_FALSE(out.turnaround_busy);
+  for (UdType t : {UdType::kProbe, UdType::kAck}) {
+    m.type = t;
+    m.turnaround_ns = 0;
+    m.turnaround_busy = true;  // not written: the flag is a report's
+    WriteUdMessage(m, b);
+    EXPECT_EQ(b[7], 0);
+    b[7] = 1;
+    EXPECT_FALSE(ParseUdMessage(b, sizeof(b), out, why));
+    EXPECT_EQ(why, UdDrop::kBadFlags);
+  }
+}
+
 TEST(UdMessage, RejectsEachMalformation) {
   UdMessage m;
   uint8_t good[kUdMessageBytes];
