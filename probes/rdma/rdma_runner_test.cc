@@ -311,18 +311,15 @@ int64_t RunQueueWaitNs(int tid) {
 
 // Samples, every 2 ms on its own thread, the summed run-queue wait of some threads against the
 // wall clock; WaitedIn() is the wait accrued inside a wall-clock window (widened to the samples
-// around it, so it may count a little more than the window's own).
+// around it, so it may count a little more than the window's own). Stop() takes a last sample, so
+// that a window which ended before it is covered; a thread that has exited keeps its last reading.
 class RunQueueSampler {
  public:
-  explicit RunQueueSampler(std::vector<int> tids) : tids_(std::move(tids)) {
+  explicit RunQueueSampler(std::vector<int> tids)
+      : tids_(std::move(tids)), last_(tids_.size(), 0) {
     thread_ = std::thread([this] {
       while (!stop_.load()) {
-        int64_t sum = 0;
-        for (int t : tids_) sum += std::max<int64_t>(0, RunQueueWaitNs(t));
-        {
-          std::lock_guard<std::mutex> l(mu_);
-          samples_.push_back({RealClock::Get().WallNanos(), sum});
-        }
+        Sample();
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }
     });
@@ -330,14 +327,22 @@ class RunQueueSampler {
   ~RunQueueSampler() { Stop(); }
   void Stop() {
     stop_.store(true);
-    if (thread_.joinable()) thread_.join();
+    if (!thread_.joinable()) return;
+    thread_.join();
+    Sample();
+  }
+  std::string Span() {
+    std::lock_guard<std::mutex> l(mu_);
+    if (samples_.empty()) return "no samples";
+    return std::to_string(samples_.front().wall) + ".." + std::to_string(samples_.back().wall) +
+           " (" + std::to_string(samples_.size()) + " samples)";
   }
   // -1 when the samples do not cover the window.
   int64_t WaitedIn(int64_t from_wall_ns, int64_t to_wall_ns) {
     std::lock_guard<std::mutex> l(mu_);
-    const Sample* before = nullptr;
-    const Sample* after = nullptr;
-    for (const Sample& x : samples_) {
+    const Point* before = nullptr;
+    const Point* after = nullptr;
+    for (const Point& x : samples_) {
       if (x.wall <= from_wall_ns) before = &x;
       if (x.wall >= to_wall_ns && after == nullptr) after = &x;
     }
@@ -346,13 +351,24 @@ class RunQueueSampler {
   }
 
  private:
-  struct Sample {
+  void Sample() {
+    int64_t sum = 0;
+    for (size_t i = 0; i < tids_.size(); ++i) {
+      const int64_t w = RunQueueWaitNs(tids_[i]);
+      if (w >= 0) last_[i] = w;
+      sum += last_[i];
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    samples_.push_back({RealClock::Get().WallNanos(), sum});
+  }
+  struct Point {
     int64_t wall, waited;
   };
   std::vector<int> tids_;
+  std::vector<int64_t> last_;  // per thread, its last reading (only the sampling thread writes)
   std::atomic<bool> stop_{false};
   std::mutex mu_;
-  std::vector<Sample> samples_;
+  std::vector<Point> samples_;
   std::thread thread_;
 };
 
@@ -407,7 +423,8 @@ TEST(RdmaRunner, RcBurstsCrossTheLinkAndAQpErrorReconnects) {
     EXPECT_LE(r.base.goodput_bps, 10.3e9);
     EXPECT_GT(r.base.rtt_ns, 0) << "the burst's elapsed time";
     const int64_t w = sampler.WaitedIn(r.base.timestamp_ns, r.base.timestamp_ns + r.base.rtt_ns);
-    EXPECT_GE(w, 0) << "the samples cover every burst";
+    EXPECT_GE(w, 0) << "the samples cover every burst: " << sampler.Span() << " vs burst "
+                    << r.base.timestamp_ns << " + " << r.base.rtt_ns;
     bits += static_cast<double>(r.base.bytes) * 8;
     burst_ns += static_cast<double>(r.base.rtt_ns);
     // The samples around a burst can be tens of ms apart at load 15-20: no more than the burst.
