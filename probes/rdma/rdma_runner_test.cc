@@ -315,8 +315,7 @@ int64_t RunQueueWaitNs(int tid) {
 // that a window which ended before it is covered; a thread that has exited keeps its last reading.
 class RunQueueSampler {
  public:
-  explicit RunQueueSampler(std::vector<int> tids)
-      : tids_(std::move(tids)), last_(tids_.size(), 0) {
+  explicit RunQueueSampler(std::vector<int> tids) : tids_(std::move(tids)), last_(tids_.size(), 0) {
     thread_ = std::thread([this] {
       while (!stop_.load()) {
         Sample();
@@ -435,9 +434,10 @@ TEST(RdmaRunner, RcBurstsCrossTheLinkAndAQpErrorReconnects) {
   // 0.1 Gb/s of wall time at most.
   const double running_ns = std::max(burst_ns - waited_ns, 0.1 * burst_ns);
   const double rate = bits / running_ns * 1e9;
-  std::printf("RC bursts: %zu, %.1f ms of burst wall time, %.1f ms of it the two runner threads "
-              "waited for a CPU, %.2f Gb/s over the rest (wall-time rate %.2f Gb/s)\n",
-              pair.got.size(), burst_ns * 1e-6, waited_ns * 1e-6, rate * 1e-9, bits / burst_ns);
+  std::printf(
+      "RC bursts: %zu, %.1f ms of burst wall time, %.1f ms of it the two runner threads "
+      "waited for a CPU, %.2f Gb/s over the rest (wall-time rate %.2f Gb/s)\n",
+      pair.got.size(), burst_ns * 1e-6, waited_ns * 1e-6, rate * 1e-9, bits / burst_ns);
   EXPECT_GE(rate, 1e9) << "a tenth of the fake port's 10 Gb/s over the time the threads ran";
   EXPECT_EQ(st.burst_failures.load(), 1u);
   EXPECT_GE(fabrics[1]->stats().rdma_writes, 6u * 64);
