@@ -103,8 +103,17 @@ class ElementTracker {
     bool down = false;
     bool reported = false;  // in the current tick
     std::deque<double> times;
+    double down_since_s = 0;
+    // The end of the last outage no longer than `flap_short_outage_s`, and how long it lasted;
+    // -1 when none.
+    double short_outage_end_s = -1;
+    double short_outage_s = 0;
   };
   int ToggleCount(const std::string& element, double now_s) const;
+  // Records a change of `t` at `now_s` (down, or back up).
+  void Toggle(Toggles& t, bool down, double now_s) const;
+  // The length of a short outage of `element` that ended within `flap_window_s`, or -1.
+  double ShortOutage(const std::string& element, double now_s) const;
   // Whether a confirmation that asks for persistence covers enough data time (SetIngestLag).
   bool CoversDataTime(const Element& e, double now_s) const;
   void Fire(const std::string& key, Element& e, int64_t now_wall_ns, Changes& changes);
