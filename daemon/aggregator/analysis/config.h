@@ -183,6 +183,13 @@ struct AnalysisConfig {
   // its own is a flap worth a finding at once; a longer outage that ends is a repair, and stays
   // link_down. 0 turns it off.
   double flap_short_outage_s = 10.0;
+  // ... and "returns" means read up, on the link's own probes, in every evaluation for this long
+  // a link held down whose flows the fabric reroutes (or whose traces lag) can read up for a
+  // second between two down seconds, or not be judged at all, and that is no return.
+  double flap_short_outage_up_s = 2.0;
+  // ... with at most this loss in each of those seconds: a link held down whose flows partly
+  // reroute still loses those the fabric blackholes (a spine that lost its only way to a leaf).
+  double flap_return_loss = 0.1;
   // A flapping element resolves only after this long without a toggle.
   double flap_quiet_s = 60.0;
 

@@ -71,10 +71,15 @@ void ElementTracker::Supersede(const std::string& element) {
   if (it != elements_.end()) it->second.superseded = true;
 }
 
-void ElementTracker::Instant(const std::string& element, bool down, double now_s) {
+void ElementTracker::Instant(const std::string& element, bool down, bool clean, double now_s) {
   Toggles& t = toggles_[element];
   t.reported = true;
   if (t.down != down) Toggle(t, down, now_s);
+  if (down || !clean) {
+    t.up_reported_since_s = -1;
+  } else if (t.up_reported_since_s < 0) {
+    t.up_reported_since_s = now_s;
+  }
 }
 
 void ElementTracker::Toggle(Toggles& t, bool down, double now_s) const {
@@ -93,6 +98,11 @@ double ElementTracker::ShortOutage(const std::string& element, double now_s) con
   auto it = toggles_.find(element);
   if (it == toggles_.end() || it->second.short_outage_end_s < 0 ||
       now_s - it->second.short_outage_end_s > config_.flap_window_s) {
+    return -1;
+  }
+  const Toggles& t = it->second;
+  if (t.down || t.up_reported_since_s < 0 ||
+      now_s - t.up_reported_since_s < config_.flap_short_outage_up_s) {
     return -1;
   }
   return it->second.short_outage_s;
@@ -143,6 +153,7 @@ ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_n
     Toggles& t = it->second;
     while (!t.times.empty() && now_s - t.times.front() > config_.flap_window_s) t.times.pop_front();
     if (t.down && !t.reported) Toggle(t, false, now_s);
+    if (!t.reported) t.up_reported_since_s = -1;
     t.reported = false;
     if (!t.down && t.times.empty()) {
       it = toggles_.erase(it);
