@@ -34,7 +34,7 @@ EscalationStage::EscalationStage(EscalationConfig config, analysis::Analyzer& an
                       .AddGauge("fabricwatch_escalation_budget_probes_per_second",
                                 "The most probes per second all escalations together may add: "
                                 "a share of the fleet's planned probes (3 %, at least 40/s, "
-                                "or 150/s while an element is suspect).")
+                                "or the suspicion floor while an element is suspect).")
                       .WithLabels({})),
       started_(registry
                    .AddCounter("fabricwatch_escalation_started_total",

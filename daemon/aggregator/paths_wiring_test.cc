@@ -125,12 +125,20 @@ TEST(PathsWiring, WithoutAMapTracesAreRefusedAsNoMap) {
                        "fabricwatch_path_traces_refused_total{reason=\"no_map\"} 2\n"));
 }
 
+// The suspicion floor (off by default, EscalationConfig::suspicion_budget_pps) at 150/s, so that
+// these tests check the budget with it as well as without.
+EscalationConfig SuspicionFloor() {
+  EscalationConfig c;
+  c.suspicion_budget_pps = 150;
+  return c;
+}
+
 class EscalationWiring : public ::testing::Test {
  protected:
   EscalationWiring()
       : fleet_(TracedEcmpShape()),
         book_(PlannerConfig{}, fleet_.map(), fleet_.clock(), registry_),
-        stage_(EscalationConfig{}, fleet_.analyzer(), book_, 1.0, fleet_.clock(), registry_, 1000) {
+        stage_(SuspicionFloor(), fleet_.analyzer(), book_, 1.0, fleet_.clock(), registry_, 1000) {
     EXPECT_TRUE(book_.Start(dir_.path()).ok());
     const FleetShape s = TracedEcmpShape();
     for (int l = 0; l < s.leaves; ++l) {
@@ -243,12 +251,11 @@ TEST_F(EscalationWiring, LatencyAloneEscalatesWithoutRaisingTheFloor) {
   fleet_.SetLinkFault("leaf2~spine1", LinkFault{0, 3});
   for (int i = 0; i < 20; ++i) Second();
   const EscalationConfig& c = stage_.budget().config();
-  std::printf("latency escalation: base %.0f probes/s, peak extra %.1f probes/s\n",
-              book_.BasePps(), max_extra_pps_);
+  std::printf("latency escalation: base %.0f probes/s, peak extra %.1f probes/s\n", book_.BasePps(),
+              max_extra_pps_);
   EXPECT_GT(stage_.budget().stats().started, 0u);
   EXPECT_GT(max_extra_pps_, 0);
-  EXPECT_LE(max_extra_pps_,
-            std::max(c.budget_fraction * book_.BasePps(), c.min_budget_pps) + 1e-9);
+  EXPECT_LE(max_extra_pps_, std::max(c.budget_fraction * book_.BasePps(), c.min_budget_pps) + 1e-9);
 }
 
 }  // namespace

@@ -37,7 +37,11 @@ struct EscalationConfig {
   // small fleet confirms a lossy link from dense data in one evaluation. Without a suspicion (a
   // healthy fleet) escalation stays within `budget_fraction` and `min_budget_pps`, under issue
   // 16's 5 % of the planned probes; a fleet whose share is above this floor keeps its share.
-  double suspicion_budget_pps = 150;
+  // Off by default (the same 40/s): on the namespace ECMP fabric a 150/s floor spent on the first
+  // suspect link of a failing spine confirmed that link from dense data before the spine's other
+  // links were judged alike, and the spine was named as links (docs/analysis.md). 150/s wants the
+  // escalation to cover a suspect link's siblings under the same switch first.
+  double suspicion_budget_pps = 40;
   // Pairs escalated per element at most: enough flows to separate the element from its
   // neighbours, not every pair that crosses a spine.
   size_t max_pairs_per_element = 8;
