@@ -33,7 +33,8 @@ EscalationStage::EscalationStage(EscalationConfig config, analysis::Analyzer& an
       budget_pps_(registry
                       .AddGauge("fabricwatch_escalation_budget_probes_per_second",
                                 "The most probes per second all escalations together may add: "
-                                "a share of the fleet's planned probes (3 %, at least 40/s).")
+                                "a share of the fleet's planned probes (3 %, at least 40/s, "
+                                "or the suspicion floor while an element is suspect).")
                       .WithLabels({})),
       started_(registry
                    .AddCounter("fabricwatch_escalation_started_total",
@@ -79,7 +80,7 @@ void EscalationStage::Tick() {
   active_pairs_.Set(static_cast<double>(s.active_pairs));
   active_flows_.Set(static_cast<double>(s.active_flows));
   extra_pps_.Set(s.extra_pps);
-  budget_pps_.Set(budget_.BudgetPps(baseline));
+  budget_pps_.Set(budget_.last_budget_pps());
   started_.Inc(static_cast<double>(s.started - last_.started));
   refused_.Inc(static_cast<double>(s.refused_budget - last_.refused_budget));
   extra_probes_.Inc(std::max(0.0, s.extra_probes - last_.extra_probes));
@@ -87,7 +88,7 @@ void EscalationStage::Tick() {
   if (s.started != last_.started) {
     spdlog::info(
         "msg=\"escalation\" active_elements={} active_pairs={} extra_pps={:.1f} budget_pps={:.1f}",
-        s.active_elements, s.active_pairs, s.extra_pps, budget_.BudgetPps(baseline));
+        s.active_elements, s.active_pairs, s.extra_pps, budget_.last_budget_pps());
   }
   last_ = s;
 }

@@ -231,8 +231,10 @@ void Blamer::FarEndFinding(const std::vector<aggregator::SwitchIndex>& far,
 void Blamer::Instants(const Verdict& v, const std::string& key) {
   const LinkBlame* loss = v.loss();
   if (!loss || loss->last_probes < 3) return;
-  if (loss->last_loss >= c_.down_loss_ratio) ev_.instants.emplace_back(key, true);
-  if (loss->last_loss < 0.5) ev_.instants.emplace_back(key, false);
+  if (loss->last_loss >= c_.down_loss_ratio) ev_.instants.push_back({key, true, false});
+  if (loss->last_loss < 0.5) {
+    ev_.instants.push_back({key, false, loss->last_loss <= c_.flap_return_loss});
+  }
 }
 
 void Blamer::Ambiguous(const Verdict& v) {

@@ -34,6 +34,26 @@ TEST(BlameLinkLevel, LinkLosingEverythingRecentlyIsDown) {
   EXPECT_EQ(t.ev.observations.front().second.finding.severity, Severity::kCritical);
 }
 
+// The first second of an outage: the two-second figure still holds the second before it (55 %),
+// but the last complete second alone lost everything of enough probes, which is down. Too few
+// probes in that second, or a second that lost less than the down ratio, is still degraded.
+TEST(BlameLinkLevel, LastSecondLosingEverythingIsDown) {
+  auto kind = [](double last_loss, double last_probes) {
+    testing::BlameFixture t(testing::TwoLeafMap());
+    LinkBlame b = testing::LossBlame(t.LinkOf("l2", "s1"), 0.3, 0.55);
+    b.last_loss = last_loss;
+    b.last_probes = last_probes;
+    t.ev.blames[static_cast<int>(Signal::kLoss)].push_back(b);
+    t.MakeBlamer().LinkLevel();
+    EXPECT_EQ(t.ev.observations.size(), 1u);
+    return t.ev.observations.empty() ? std::string() : t.ev.observations.front().second.finding.kind;
+  };
+  EXPECT_EQ(kind(1.0, 80), "link_down");      // an escalated link's first dark second
+  EXPECT_EQ(kind(0.95, 20), "link_down");
+  EXPECT_EQ(kind(1.0, 10), "link_degraded");  // too few probes to call it down
+  EXPECT_EQ(kind(0.6, 80), "link_degraded");  // lossy, not down
+}
+
 // The last two complete seconds alone show the loss at a finding's significance: the freshest
 // (escalated) data confirms the suspicion, and the link may fire after two evaluations. A loss
 // that is all in the older part of the 10 s window, or fresh seconds too thin to tell, do not.

@@ -70,6 +70,13 @@ class Blamer {
     if (loss && loss->recent_probes >= 3 && loss->recent_loss >= c_.down_loss_ratio) {
       return Level::kDown;
     }
+    // The last complete second alone, with enough probes: the first second of an outage, while
+    // the two-second figure still holds a second before it (the flap reading, Instants(), uses
+    // the same second).
+    if (loss && loss->last_probes >= c_.down_last_second_min_probes &&
+        loss->last_loss >= c_.down_loss_ratio) {
+      return Level::kDown;
+    }
     // Queueing with little loss is congestion even when probe bursts get less goodput: a busy
     // link shares its capacity. Lower goodput without queueing is a degraded link (half speed).
     if (loss) return Level::kDegraded;

@@ -26,13 +26,22 @@ struct AnalysisConfig {
   // A path class (intra-leaf, inter-leaf) gives the background only with this many pairs that
   // have enough probes; the cleanest such class wins.
   int background_min_pairs = 5;
-  // Loss over the most recent two seconds that makes a bad element "down".
+  // Loss over the most recent two seconds that makes a bad element "down"...
   double down_loss_ratio = 0.9;
+  // ...or over the last complete second alone, when it holds at least this many probes (an
+  // escalated link has 80 or more a second). A link losing 20 % reads 18 of 20 lost with a chance
+  // of ~10^-11, so a degraded link is not called down by it; the first second of an outage is.
+  double down_last_second_min_probes = 20;
 
   // Links whose loss reaches this significance (weaker than `loss_significance`) are escalated
   // before they are suspect: the denser data crosses the significance of a finding sooner. Only
   // escalation acts on it; 0 turns it off.
   double escalate_loss_significance = 3.0;
+  // ...and at this significance (or once suspect) the escalation is a suspicion, which raises the
+  // escalation budget's floor (EscalationConfig::suspicion_budget_pps): 10^-5 per link and tick is
+  // about one evaluation in a healthy 30-minute run of 64 fabric links, while a 5 % lossy link
+  // reaches it with its first 3 lost probes.
+  double escalate_suspicion_significance = 5.0;
 
   // --- Latency
   // ------------------------------------------------------------------------------------ A sample
@@ -167,6 +176,20 @@ struct AnalysisConfig {
   // and down again: a link that failed twice. One outage and its recovery make two.
   int flap_toggles = 3;
   double flap_window_s = 300.0;
+  // ...or one outage of at most this long that came back (down, then up: one flap cycle, as
+  // switch link-flap detection counts one; IP Infusion OcNOS `errdisable link-flap-setting`:
+  // "an interface should change state as up-down to complete one cycle of a link flap", 5 flaps
+  // in 10 s by default before it shuts the port). A link that drops for seconds and returns on
+  // its own is a flap worth a finding at once; a longer outage that ends is a repair, and stays
+  // link_down. 0 turns it off.
+  double flap_short_outage_s = 10.0;
+  // ... and "returns" means read up, on the link's own probes, in every evaluation for this long
+  // a link held down whose flows the fabric reroutes (or whose traces lag) can read up for a
+  // second between two down seconds, or not be judged at all, and that is no return.
+  double flap_short_outage_up_s = 2.0;
+  // ... with at most this loss in each of those seconds: a link held down whose flows partly
+  // reroute still loses those the fabric blackholes (a spine that lost its only way to a leaf).
+  double flap_return_loss = 0.1;
   // A flapping element resolves only after this long without a toggle.
   double flap_quiet_s = 60.0;
 

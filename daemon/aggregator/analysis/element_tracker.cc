@@ -8,11 +8,20 @@ namespace fw::analysis {
 namespace {
 constexpr char kFlapping[] = "link_flapping";
 
-void ApplyFlapping(Finding& f, int toggles, double window_s) {
+// `outage_s` >= 0: the flap is one short outage of that length that came back.
+void ApplyFlapping(Finding& f, int toggles, double window_s, double outage_s) {
   if (f.kind == kFlapping) return;
-  char buf[160];
-  std::snprintf(buf, sizeof(buf), " It went down and up %d times in the last %.0f minutes.",
-                toggles, window_s / 60.0);
+  char buf[200];
+  if (toggles < 3 && outage_s >= 0) {
+    std::snprintf(buf, sizeof(buf),
+                  " It went down for %.0f s and came back on its own (%d up/down changes in the "
+                  "last %.0f minutes).",
+                  outage_s, toggles, window_s / 60.0);
+    f.evidence["outage_s"] = outage_s;
+  } else {
+    std::snprintf(buf, sizeof(buf), " It went down and up %d times in the last %.0f minutes.",
+                  toggles, window_s / 60.0);
+  }
   f.kind = kFlapping;
   f.severity = Severity::kCritical;
   f.summary = "Flapping: " + f.summary + buf;
@@ -62,13 +71,41 @@ void ElementTracker::Supersede(const std::string& element) {
   if (it != elements_.end()) it->second.superseded = true;
 }
 
-void ElementTracker::Instant(const std::string& element, bool down, double now_s) {
+void ElementTracker::Instant(const std::string& element, bool down, bool clean, double now_s) {
   Toggles& t = toggles_[element];
   t.reported = true;
-  if (t.down != down) {
-    t.down = down;
-    t.times.push_back(now_s);
+  if (t.down != down) Toggle(t, down, now_s);
+  if (down || !clean) {
+    t.up_reported_since_s = -1;
+  } else if (t.up_reported_since_s < 0) {
+    t.up_reported_since_s = now_s;
   }
+}
+
+void ElementTracker::Toggle(Toggles& t, bool down, double now_s) const {
+  t.down = down;
+  t.times.push_back(now_s);
+  if (down) {
+    t.down_since_s = now_s;
+  } else if (config_.flap_short_outage_s > 0 &&
+             now_s - t.down_since_s <= config_.flap_short_outage_s) {
+    t.short_outage_end_s = now_s;
+    t.short_outage_s = now_s - t.down_since_s;
+  }
+}
+
+double ElementTracker::ShortOutage(const std::string& element, double now_s) const {
+  auto it = toggles_.find(element);
+  if (it == toggles_.end() || it->second.short_outage_end_s < 0 ||
+      now_s - it->second.short_outage_end_s > config_.flap_window_s) {
+    return -1;
+  }
+  const Toggles& t = it->second;
+  if (t.down || t.up_reported_since_s < 0 ||
+      now_s - t.up_reported_since_s < config_.flap_short_outage_up_s) {
+    return -1;
+  }
+  return it->second.short_outage_s;
 }
 
 bool ElementTracker::CoversDataTime(const Element& e, double now_s) const {
@@ -115,10 +152,8 @@ ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_n
   for (auto it = toggles_.begin(); it != toggles_.end();) {
     Toggles& t = it->second;
     while (!t.times.empty() && now_s - t.times.front() > config_.flap_window_s) t.times.pop_front();
-    if (t.down && !t.reported) {
-      t.down = false;
-      t.times.push_back(now_s);
-    }
+    if (t.down && !t.reported) Toggle(t, false, now_s);
+    if (!t.reported) t.up_reported_since_s = -1;
     t.reported = false;
     if (!t.down && t.times.empty()) {
       it = toggles_.erase(it);
@@ -148,8 +183,11 @@ ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_n
       e.quick_run = e.pending.confirm_ticks <= config_.confirm_ticks ? e.quick_run + 1 : 0;
       if (e.health == ElementHealth::kRecovering) e.health = ElementHealth::kFiring;
       const int toggles = ToggleCount(key, now_s);
-      if (e.pending.can_flap && toggles >= config_.flap_toggles) e.flapping = true;
-      if (e.flapping) ApplyFlapping(e.pending.finding, toggles, config_.flap_window_s);
+      const double outage_s = ShortOutage(key, now_s);
+      if (e.pending.can_flap && (toggles >= config_.flap_toggles || outage_s >= 0)) {
+        e.flapping = true;
+      }
+      if (e.flapping) ApplyFlapping(e.pending.finding, toggles, config_.flap_window_s, outage_s);
       const bool dense =
           e.pending.dense_confirmed && e.confirm_needed <= config_.confirm_ticks &&
           e.consecutive_bad + e.weak_lead >= std::max(1, config_.dense_confirm_ticks);

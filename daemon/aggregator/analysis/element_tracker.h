@@ -53,7 +53,9 @@ class ElementTracker {
   // data then confirms on its own a suspicion that the earlier data raised.
   void Weak(const std::string& element) { weak_now_.insert(element); }
   // During a tick: a per-second up/down reading of a link or NIC (for flapping).
-  void Instant(const std::string& element, bool down, double now_s);
+  // `clean`: read up with little loss (Evaluation::LinkInstant), the only reading that can end a
+  // short outage.
+  void Instant(const std::string& element, bool down, bool clean, double now_s);
   // How late the aggregator reads its agents' data (FleetState::ingest_lag_s), for the next
   // EndTick. A confirmation that asks for persistence (more than `confirm_ticks` evaluations) must
   // also cover as much data time as those evaluations took: when the lag grows, the data reaches
@@ -103,8 +105,21 @@ class ElementTracker {
     bool down = false;
     bool reported = false;  // in the current tick
     std::deque<double> times;
+    double down_since_s = 0;
+    // The end of the last outage no longer than `flap_short_outage_s`, and how long it lasted;
+    // -1 when none.
+    double short_outage_end_s = -1;
+    double short_outage_s = 0;
+    // Since when every evaluation read the element up and clean on its own probes; -1 while it
+    // is down, lossy, or an evaluation did not judge it.
+    double up_reported_since_s = -1;
   };
   int ToggleCount(const std::string& element, double now_s) const;
+  // Records a change of `t` at `now_s` (down, or back up).
+  void Toggle(Toggles& t, bool down, double now_s) const;
+  // The length of a short outage of `element` that ended within `flap_window_s` and after which
+  // the element has read up for `flap_short_outage_up_s`, or -1.
+  double ShortOutage(const std::string& element, double now_s) const;
   // Whether a confirmation that asks for persistence covers enough data time (SetIngestLag).
   bool CoversDataTime(const Element& e, double now_s) const;
   void Fire(const std::string& key, Element& e, int64_t now_wall_ns, Changes& changes);

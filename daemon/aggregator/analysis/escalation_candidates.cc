@@ -51,8 +51,14 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
   std::vector<EscalationRequest> out;
   std::set<std::string> seen;
   std::vector<std::string> elements;
+  // Suspicions raise the budget's floor: suspect on evidence that fires within `confirm_ticks`
+  // (loss, down; not latency alone, which background queueing episodes of a healthy fleet make
+  // suspect for seconds), or weak loss at the suspicion's significance.
+  std::set<std::string> suspicions;
   for (const auto& [element, obs] : ev.observations) {
-    if (tracker.HealthOf(element) == ElementHealth::kSuspect) elements.push_back(element);
+    if (tracker.HealthOf(element) != ElementHealth::kSuspect) continue;
+    elements.push_back(element);
+    if (obs.confirm_ticks <= ctx.config.confirm_ticks) suspicions.insert(element);
   }
   // Links whose loss is significant only at the weak level: denser data decides them sooner.
   if (ctx.map) {
@@ -62,7 +68,11 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
       for (LinkIndex l : group) {
         if (ctx.map->links()[l].IsAccess()) continue;
         const std::string element = "link:" + ctx.map->links()[l].id;
-        if (tracker.HealthOf(element) == ElementHealth::kOk) elements.push_back(element);
+        if (tracker.HealthOf(element) != ElementHealth::kOk) continue;
+        elements.push_back(element);
+        if (b.significance >= ctx.config.escalate_suspicion_significance) {
+          suspicions.insert(element);
+        }
       }
     }
   }
@@ -99,6 +109,7 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
     std::vector<const PairAgg*> pairs;
     EscalationRequest r;
     r.element = element;
+    r.suspicion = suspicions.contains(element);
     for (const auto& [key, p] : ev.pairs) {
       if (p.bad_flows == 0 || !crosses(p)) continue;
       pairs.push_back(&p);

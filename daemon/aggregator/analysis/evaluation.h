@@ -99,7 +99,14 @@ struct Analyzer::Evaluation {
   std::vector<std::pair<std::string, Observation>> observations;
   // Loss blames at `escalate_loss_significance` (weaker than a finding's): escalation only.
   std::vector<LinkBlame> weak_loss;
-  std::vector<std::pair<std::string, bool>> instants;  // element, down
+  // The last complete second of a link: down (>= down_loss_ratio), up (< 50 %), and clean (up
+  // with at most flap_return_loss: what a link that came back carries).
+  struct LinkInstant {
+    std::string element;
+    bool down = false;
+    bool clean = false;
+  };
+  std::vector<LinkInstant> instants;
   std::vector<std::string> superseded;  // elements explained by a larger one in this tick
   // Per link: the element whose finding speaks for it and the confidence of this tick's verdict.
   std::unordered_map<aggregator::LinkIndex, std::pair<std::string, double>> link_elements;

@@ -44,7 +44,10 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
 
   // Start new ones, highest priority first, while the budget lasts. A pair already escalated for
   // another element costs nothing more.
-  const double budget = BudgetPps(baseline_pps);
+  const bool suspicion = std::any_of(suspects.begin(), suspects.end(),
+                                     [](const EscalationRequest& r) { return r.suspicion; });
+  const double budget = BudgetPps(baseline_pps, suspicion);
+  last_budget_pps_ = budget;
   std::vector<const EscalationRequest*> order;
   for (const EscalationRequest& r : suspects) {
     if (!active_.count(r.element) && !cooling_.count(r.element) && !r.pairs.empty()) {
@@ -93,8 +96,11 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
   return changed;
 }
 
-double EscalationBudget::BudgetPps(double baseline_pps) const {
-  return std::max(config_.min_budget_pps, config_.budget_fraction * std::max(0.0, baseline_pps));
+double EscalationBudget::BudgetPps(double baseline_pps, bool suspicion) const {
+  const double floor =
+      suspicion ? std::max(config_.min_budget_pps, config_.suspicion_budget_pps)
+                : config_.min_budget_pps;
+  return std::max(floor, config_.budget_fraction * std::max(0.0, baseline_pps));
 }
 
 void EscalationBudget::Recount() {

@@ -190,5 +190,32 @@ TEST(EscalationBudgetTest, ExtraLoadStaysUnderFivePercentOfTheBaseline) {
   }
 }
 
+// A small fleet (1,000 planned probes/s: 3 % is 30, so the 40/s floor holds): weak evidence
+// escalates two one-flow pairs at 10x (18/s each) and a third at what is left (3x, 4/s); a
+// suspicion raises the floor to 150/s: eight pairs at 10x (144/s). A fleet whose 3 % is above that
+// floor is not changed by a suspicion.
+TEST(EscalationBudgetTest, ASuspicionRaisesTheFloorOfASmallFleet) {
+  auto pairs = [](bool suspicion, double baseline) {
+    EscalationConfig c;
+    c.suspicion_budget_pps = 150;
+    EscalationBudget b(c);
+    EscalationRequest r = Suspect("link:x", 12);
+    r.suspicion = suspicion;
+    b.Update(0, {r}, baseline, 1.0);
+    EXPECT_LE(b.stats().extra_pps, b.last_budget_pps()) << suspicion << " " << baseline;
+    return b.stats().active_pairs;
+  };
+  EXPECT_EQ(pairs(false, 1'000), 3u);
+  EXPECT_EQ(pairs(true, 1'000), 8u);  // max_pairs_per_element
+  EXPECT_EQ(pairs(false, 10'000), pairs(true, 10'000));
+  EscalationConfig c;
+  c.suspicion_budget_pps = 150;
+  EscalationBudget b(c);
+  EXPECT_DOUBLE_EQ(b.BudgetPps(1'000, false), 40);
+  EXPECT_DOUBLE_EQ(b.BudgetPps(1'000, true), 150);
+  EXPECT_DOUBLE_EQ(EscalationBudget().BudgetPps(1'000, true), 40) << "off by default";
+  EXPECT_DOUBLE_EQ(b.BudgetPps(10'000, true), 300);
+}
+
 }  // namespace
 }  // namespace fw::aggregator
