@@ -21,7 +21,7 @@ struct RcPeers::Session {
   State state = State::kIdle;
   std::string remote_device;  // the peer's NIC, from its answer
   std::unique_ptr<RcWriteBw> qp;
-  int64_t due = 0;  // idle: start the exchange; waiting: give up; connected: next burst
+  int64_t due = 0;          // idle: start the exchange; waiting: give up; connected: next burst
   uint64_t round = 0;       // the round whose burst is owed (0: none)
   uint64_t last_round = 0;  // the latest round asked, run or owed
   Backoff backoff;
@@ -227,31 +227,34 @@ void RcPeers::RunBurst(Session& s, int64_t now) {
 
 int64_t RcPeers::Step() {
   int64_t now = clock_.MonotonicNanos();
-  int64_t next = 1'000'000'000;
-  bool burst_done = false;
+  // One burst per step (the UD mesh waits meanwhile): the connected session due longest ago, so
+  // that a session whose interval is shorter than the caller's step period cannot starve the
+  // sessions after it in the map (a rail reconnected behind a rail bursting every 0.1 s).
+  Session* burst = nullptr;
   for (auto& kv : probing_) {
     Session& s = *kv.second;
-    if (s.due <= now) {
-      switch (s.state) {
-        case Session::State::kIdle:
-          StartExchange(s, now);
-          break;
-        case Session::State::kAwaitAnswer:
-          ++stats_.connect_timeouts;
-          spdlog::info("msg=\"rdma rc: no answer, starting over\" peer={} device={}", s.plan.peer,
-                       s.plan.local_device);
-          Restart(s, now, false);
-          break;
-        case Session::State::kConnected:
-          if (burst_done) continue;  // one burst per step: the UD mesh waits meanwhile
-          RunBurst(s, now);
-          burst_done = true;
-          now = clock_.MonotonicNanos();
-          break;
-      }
+    if (s.due > now) continue;
+    switch (s.state) {
+      case Session::State::kIdle:
+        StartExchange(s, now);
+        break;
+      case Session::State::kAwaitAnswer:
+        ++stats_.connect_timeouts;
+        spdlog::info("msg=\"rdma rc: no answer, starting over\" peer={} device={}", s.plan.peer,
+                     s.plan.local_device);
+        Restart(s, now, false);
+        break;
+      case Session::State::kConnected:
+        if (burst == nullptr || s.due < burst->due) burst = &s;
+        break;
     }
-    next = std::min(next, std::max<int64_t>(0, s.due - now));
   }
+  if (burst != nullptr) {
+    RunBurst(*burst, now);
+    now = clock_.MonotonicNanos();
+  }
+  int64_t next = 1'000'000'000;
+  for (const auto& kv : probing_) next = std::min(next, std::max<int64_t>(0, kv.second->due - now));
   return next;
 }
 

@@ -550,7 +550,13 @@ TEST(RdmaRunner, RcRunsOneQpPerRailAndReconnectsEachApart) {
   auto n = per_rail();
   EXPECT_EQ(n.size(), 2u) << "only same-rail pairs, each naming both NICs";
   const std::pair<std::string, std::string> rail1{"mlx5_1", "mlx5_1"};
-  EXPECT_GE(n[rail1], 3u) << "the failed rail bursts again after its reconnect";
+  EXPECT_GE(n[rail1], 3u) << "the failed rail bursts again after its reconnect; node-a: bursts "
+                          << st.bursts.load() << " failures " << st.burst_failures.load()
+                          << " refused " << st.refused.load() << " budget_refused "
+                          << st.budget_refused.load() << " timeouts "
+                          << st.connect_timeouts.load() << " setup_failures "
+                          << st.setup_failures.load() << "; node-b refused "
+                          << pair.b->rc_stats()->refused.load();
   std::lock_guard<std::mutex> l(pair.mu);
   for (const auto& r : pair.got) {
     EXPECT_EQ(r.base.flow_id, RailFlowId(r.LocalDevice(), r.PeerDevice()));
