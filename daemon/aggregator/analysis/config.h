@@ -37,8 +37,9 @@ struct AnalysisConfig {
   // before they are suspect: the denser data crosses the significance of a finding sooner. Only
   // escalation acts on it; 0 turns it off.
   double escalate_loss_significance = 3.0;
-  // ...and at this significance (or once suspect) the escalation is a suspicion, which raises the
-  // escalation budget's floor (EscalationConfig::suspicion_budget_pps): 10^-5 per link and tick is
+  // ...and at this significance (or once suspect) the escalation is a suspicion, whose budget floor
+  // is EscalationConfig::suspicion_budget_pps (off by default: the plain floor): 10^-5 per link and
+  // tick is
   // about one evaluation in a healthy 30-minute run of 64 fabric links, while a 5 % lossy link
   // reaches it with its first 3 lost probes.
   double escalate_suspicion_significance = 5.0;

@@ -96,16 +96,13 @@ void ElementTracker::Toggle(Toggles& t, bool down, double now_s) const {
 
 double ElementTracker::ShortOutage(const std::string& element, double now_s) const {
   auto it = toggles_.find(element);
-  if (it == toggles_.end() || it->second.short_outage_end_s < 0 ||
-      now_s - it->second.short_outage_end_s > config_.flap_window_s) {
-    return -1;
-  }
+  if (it == toggles_.end()) return -1;
   const Toggles& t = it->second;
-  if (t.down || t.up_reported_since_s < 0 ||
-      now_s - t.up_reported_since_s < config_.flap_short_outage_up_s) {
-    return -1;
-  }
-  return it->second.short_outage_s;
+  const bool recent =
+      t.short_outage_end_s >= 0 && now_s - t.short_outage_end_s <= config_.flap_window_s;
+  const bool back = !t.down && t.up_reported_since_s >= 0 &&
+                    now_s - t.up_reported_since_s >= config_.flap_short_outage_up_s;
+  return recent && back ? t.short_outage_s : -1;
 }
 
 bool ElementTracker::CoversDataTime(const Element& e, double now_s) const {
