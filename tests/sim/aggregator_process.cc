@@ -65,8 +65,7 @@ StatusOr<std::unique_ptr<AggregatorUnderTest>> AggregatorUnderTest::StartOrAttac
                                    "--grpc-listen=127.0.0.1:0",
                                    "--http-listen=127.0.0.1:0",
                                    "--state-dir=" + t.work_dir + "/state",
-                                   "--port-file=" + port_file,
-                                   "--log-level=warn"};
+                                   "--port-file=" + port_file};
   if (t.tls_dir.empty()) {
     argv.push_back("--insecure");
   } else {
@@ -75,8 +74,15 @@ StatusOr<std::unique_ptr<AggregatorUnderTest>> AggregatorUnderTest::StartOrAttac
     argv.push_back("--tls-ca=" + t.tls_dir + "/ca.crt");
   }
   if (!t.fabric_map.empty()) argv.push_back("--fabric-map=" + t.fabric_map);
+  // The aggregator logs at warn unless the extra flags name a level (`--log-level debug` shows
+  // the analyzer's per-tick timeline).
   std::istringstream extra(t.extra_args);
-  for (std::string x; extra >> x;) argv.push_back(x);
+  bool level = false;
+  for (std::string x; extra >> x;) {
+    level = level || x.starts_with("--log-level");
+    argv.push_back(x);
+  }
+  if (!level) argv.push_back("--log-level=warn");
   int log_fd = ::open(a->log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) {
     return Status::FailedPrecondition("cannot open " + a->log_path_ + ": " + std::strerror(errno));

@@ -596,13 +596,15 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
   for (int s = 0; s < kSignalCount; ++s) {
     ev.blames[s] = tomography_.Localize(static_cast<Signal>(s), ev.specs[s]);
   }
-  BuildObservations(BlameContext{map_.get(), flows_, tomography_, config_, &tracker_, rails_.get()},
-                    ev);
+  // Weak loss before the blame step: a link's dense confirmation waits while a link beside it
+  // under the same switch loses probes too (Blamer::SiblingLossy).
   if (c.escalate_loss_significance > 0 && c.escalate_loss_significance < c.loss_significance) {
     SignalSpec weak = ev.specs[static_cast<int>(Signal::kLoss)];
     weak.significance = c.escalate_loss_significance;
     ev.weak_loss = tomography_.Localize(Signal::kLoss, weak);
   }
+  BuildObservations(BlameContext{map_.get(), flows_, tomography_, config_, &tracker_, rails_.get()},
+                    ev);
   // A fresh start: until half of the pairs have a baseline of their own, baselines refresh more
   // often, so that latency is judged (against the class first) seconds after the first samples.
   baseline_warmup_ = 2 * ev.latency_pairs_ready < ev.latency_pairs;

@@ -19,6 +19,19 @@ void Blamer::LinkLevel() {
     }
   }
   ConfirmBandwidthGroups(verdicts);
+  for (const std::vector<LinkBlame>* list :
+       {&ev_.blames[static_cast<int>(Signal::kLoss)], &ev_.weak_loss}) {
+    for (const LinkBlame& b : *list) {
+      std::vector<LinkIndex> group{b.link};
+      group.insert(group.end(), b.tied.begin(), b.tied.end());
+      for (LinkIndex l : group) {
+        const Link& link = map.links()[l];
+        if (link.IsAccess()) continue;
+        lossy_[link.a].insert(l);
+        if (link.b != kNoIndex) lossy_[link.b].insert(l);
+      }
+    }
+  }
   // Switches: all (most) of a switch's links bad is one switch fault, not many link faults.
   std::vector<uint32_t> with_data(map.switches().size(), 0);
   for (LinkIndex l = 0; l < map.links().size(); ++l) {
@@ -77,11 +90,15 @@ void Blamer::LinkLevel() {
   }
   std::map<aggregator::SwitchIndex, std::vector<const Verdict*>> rolled;
   for (const auto& [sw, links] : bad_links) {
-    // Hysteresis: a switch already blamed stays blamed while half of that share is bad.
-    const bool firing =
+    // Hysteresis: a switch already blamed (suspect or firing) stays blamed while half of that
+    // share is bad. Suspect too: escalation makes the first links of a lossy spine dense, and
+    // explain-away then credits flows over two of its links to those, so its other links are
+    // blamed or alike in one evaluation and not the next; the roll-up must not lapse for the
+    // usual confirmation of its links to name them alone.
+    const bool blamed =
         ctx_.tracker &&
-        ctx_.tracker->HealthOf("switch:" + map.switches()[sw].name) >= ElementHealth::kFiring;
-    const double fraction = firing ? c_.switch_fraction / 2 : c_.switch_fraction;
+        ctx_.tracker->HealthOf("switch:" + map.switches()[sw].name) != ElementHealth::kOk;
+    const double fraction = blamed ? c_.switch_fraction / 2 : c_.switch_fraction;
     if (links.size() >= 2 && links.size() >= fraction * with_data[sw]) rolled[sw];
   }
   std::map<std::string, std::vector<const Verdict*>> by_node;
@@ -338,10 +355,16 @@ void Blamer::SwitchLink(const Verdict& v) {
   }
   const std::string element = "link:" + link.id;
   ev_.link_elements[v.group.front()] = {element, f.confidence};
-  // How the decision can be made: the freshest two seconds alone show the loss (dense data).
-  const bool fresh = level != Level::kLatency && FreshLoss(v);
+  // How the decision can be made: the freshest two seconds alone show the loss (dense data),
+  // unless a link beside it under one of its switches loses probes too: then the usual
+  // confirmation gives the switch roll-up its evaluations (a lossy spine's first escalated link
+  // is not named alone). A link held down fires as it would.
+  const bool fresh_loss = level != Level::kLatency && FreshLoss(v);
+  const bool held = fresh_loss && level != Level::kDown && SiblingLossy(v.group.front());
+  const bool fresh = fresh_loss && !held;
   if (fresh) f.evidence["recent_probes"] = v.loss()->recent_probes;
   if (level != Level::kLatency) f.evidence["fresh_loss_confirmed"] = fresh ? 1 : 0;
+  if (held) f.evidence["fresh_loss_held_for_switch"] = 1;
   Emit(element, std::move(f), true, level == Level::kLatency ? LatencyConfirm({&v}) : 0, fresh);
 }
 

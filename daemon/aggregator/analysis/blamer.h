@@ -346,6 +346,23 @@ class Blamer {
 
   void SwitchLink(const Verdict& v);
 
+  // Whether a fabric link other than `l` that shares a switch with it loses probes in this
+  // evaluation on its own unexplained flows (a loss blame, or weak loss): a fault of that switch
+  // may be what `l` shows, so `l`'s dense confirmation waits and the switch roll-up, which needs
+  // its links blamed alike, gets the evaluations it needs (`lossy_` is filled by LinkLevel).
+  bool SiblingLossy(LinkIndex l) const {
+    const Link& link = ctx_.map->links()[l];
+    for (aggregator::SwitchIndex sw : {link.a, link.b}) {
+      if (sw == kNoIndex) continue;
+      auto it = lossy_.find(sw);
+      if (it == lossy_.end()) continue;
+      if (std::any_of(it->second.begin(), it->second.end(), [l](LinkIndex x) { return x != l; })) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   void NodeNics(const std::string& node, const std::vector<const Verdict*>& list);
 
   void Nic(const std::string& node, const Verdict& v);
@@ -366,6 +383,8 @@ class Blamer {
   Analyzer::Evaluation& ev_;
   std::set<NodeId> noisy_;
   std::set<LinkIndex> blamed_;
+  // Fabric links with loss evidence (a loss blame or weak loss) in this evaluation, by switch.
+  std::map<aggregator::SwitchIndex, std::set<LinkIndex>> lossy_;
 };
 
 }  // namespace fw::analysis::blame

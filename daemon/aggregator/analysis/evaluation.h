@@ -95,10 +95,12 @@ struct Analyzer::Evaluation {
   std::vector<HostDelayVerdict> host_delays;  // rdma_ud host delays, judged (host_delay.h)
   std::vector<RdmaLossVerdict> rdma_losses;   // devices that lose rdma_ud probes (rdma_loss.h)
 
+  // Loss blames at `escalate_loss_significance` (weaker than a finding's), computed before the
+  // blame step: escalation, and the sibling rule of a link's dense confirmation.
+  std::vector<LinkBlame> weak_loss;
+
   // Outputs.
   std::vector<std::pair<std::string, Observation>> observations;
-  // Loss blames at `escalate_loss_significance` (weaker than a finding's): escalation only.
-  std::vector<LinkBlame> weak_loss;
   // The last complete second of a link: down (>= down_loss_ratio), up (< 50 %), and clean (up
   // with at most flap_return_loss: what a link that came back carries).
   struct LinkInstant {

@@ -41,7 +41,7 @@ struct EscalationConfig {
   // suspect link of a failing spine confirmed that link from dense data before the spine's other
   // links were judged alike, and the spine was named as links (docs/analysis.md). 150/s wants the
   // escalation to cover a suspect link's siblings under the same switch first.
-  double suspicion_budget_pps = 40;
+  double suspicion_budget_pps = 150;
   // Pairs escalated per element at most: enough flows to separate the element from its
   // neighbours, not every pair that crosses a spine.
   size_t max_pairs_per_element = 8;
