@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -31,6 +32,61 @@ bool PathsCross(const PathSet& paths, const auto& crosses_link) {
     }
   }
   return false;
+}
+
+// Own pairs of a link suspicion that go before its siblings' (SiblingPairs), and sibling pairs at
+// most: with the 8 pairs an element may escalate (EscalationConfig::max_pairs_per_element), half
+// confirms the link, half looks at the switches beside it.
+constexpr size_t kOwnPairsFirst = 4;
+constexpr size_t kMaxSiblingPairs = 4;
+
+template <typename F>
+void ForEachLink(const PathSet& paths, const F& f) {
+  if (paths.src_access != aggregator::kNoIndex) f(paths.src_access);
+  if (paths.dst_access != aggregator::kNoIndex) f(paths.dst_access);
+  if (!paths.core) return;
+  for (const auto path : paths.core->paths) {
+    for (LinkIndex l : path) f(l);
+  }
+}
+
+// For a suspicion on fabric link `l`: pairs whose paths cross a link beside it (another fabric
+// link of one of its switches) but never `l`, the cheapest pair for each such link, at most
+// kMaxSiblingPairs. Their dense data tells a fault of the link from a fault of its switch within
+// the evaluation that confirms the link: a lossy spine's other links lose the escalated probes
+// too (Blamer::SiblingLossy then holds the link's dense confirmation for the switch roll-up); a
+// lossy link's do not. Most of these pairs have no bad flow yet: that is the point.
+std::vector<const PairAgg*> SiblingPairs(const BlameContext& ctx, const Analyzer::Evaluation& ev,
+                                         LinkIndex l) {
+  const auto& links = ctx.map->links();
+  const aggregator::Link& k = links[l];
+  std::set<LinkIndex> siblings;
+  for (LinkIndex x = 0; x < links.size(); ++x) {
+    const aggregator::Link& o = links[x];
+    if (x == l || o.IsAccess()) continue;
+    if (o.a == k.a || o.b == k.a || (k.b != aggregator::kNoIndex && (o.a == k.b || o.b == k.b))) {
+      siblings.insert(x);
+    }
+  }
+  std::map<LinkIndex, const PairAgg*> best;
+  auto cheaper = [](const PairAgg* x, const PairAgg* y) {
+    return std::tie(x->flows, x->a, x->b) < std::tie(y->flows, y->a, y->b);
+  };
+  for (const auto& [key, p] : ev.pairs) {
+    if (!p.mapped || PathsCross(p.paths, [l](LinkIndex x) { return x == l; })) continue;
+    ForEachLink(p.paths, [&, pp = &p](LinkIndex x) {
+      if (!siblings.contains(x)) return;
+      auto [it, fresh] = best.emplace(x, pp);
+      if (!fresh && cheaper(pp, it->second)) it->second = pp;
+    });
+  }
+  std::vector<const PairAgg*> out;
+  for (const auto& [x, p] : best) {
+    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  }
+  std::sort(out.begin(), out.end(), cheaper);
+  if (out.size() > kMaxSiblingPairs) out.resize(kMaxSiblingPairs);
+  return out;
 }
 
 // The node an element "nic:<node>/<device>" or "host:<node>" names, else empty.
@@ -80,9 +136,11 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
     if (!seen.insert(element).second) continue;
     // What a pair must cross (or be) to speak for the element.
     std::function<bool(const PairAgg&)> crosses;
+    std::optional<LinkIndex> fabric_link;  // a switch-to-switch link's suspicion
     if (element.starts_with("link:") && ctx.map) {
       const std::optional<LinkIndex> link = ctx.map->FindLink(element.substr(5));
       if (!link) continue;
+      fabric_link = link;
       crosses = [&, l = *link](const PairAgg& p) {
         return p.mapped && PathsCross(p.paths, [&](LinkIndex x) { return x == l; });
       };
@@ -119,6 +177,14 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
     std::sort(pairs.begin(), pairs.end(), [](const PairAgg* x, const PairAgg* y) {
       return std::tie(y->bad_flows, x->a, x->b) < std::tie(x->bad_flows, y->a, y->b);
     });
+    // A fabric link's suspicion looks beside it too: its first own pairs, then a pair for each
+    // link beside it (up to kMaxSiblingPairs), then its other own pairs.
+    if (fabric_link && r.suspicion && !ctx.map->links()[*fabric_link].IsAccess()) {
+      std::vector<const PairAgg*> siblings = SiblingPairs(ctx, ev, *fabric_link);
+      const auto split = pairs.begin() + static_cast<std::ptrdiff_t>(
+                                             std::min(kOwnPairsFirst, pairs.size()));
+      pairs.insert(split, siblings.begin(), siblings.end());
+    }
     for (const PairAgg* p : pairs) {
       EscalationPair e;
       e.a = ctx.names.NodeName(p->a);
