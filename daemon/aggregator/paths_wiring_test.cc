@@ -125,8 +125,8 @@ TEST(PathsWiring, WithoutAMapTracesAreRefusedAsNoMap) {
                        "fabricwatch_path_traces_refused_total{reason=\"no_map\"} 2\n"));
 }
 
-// The suspicion floor (off by default, EscalationConfig::suspicion_budget_pps) at 150/s, so that
-// these tests check the budget with it as well as without.
+// The suspicion floor (EscalationConfig::suspicion_budget_pps) at 150/s, its default, set here so
+// that these tests check the budget with it whatever the default.
 EscalationConfig SuspicionFloor() {
   EscalationConfig c;
   c.suspicion_budget_pps = 150;

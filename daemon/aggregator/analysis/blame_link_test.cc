@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "daemon/aggregator/analysis/element_tracker.h"
 #include "daemon/aggregator/analysis/testing/blame_fixture.h"
 
 namespace fw::analysis {
@@ -76,26 +77,40 @@ TEST(BlameLinkLevel, LossOnTheFreshestSecondsAloneConfirmsDensely) {
   EXPECT_FALSE(fresh(0.2, 20));    // too few fresh probes to tell
 }
 
+// A link whose fresh loss would confirm it densely waits for the usual confirmation while a link
+// beside it under the same switch loses probes too (blamed, or only weakly lossy): a lossy spine's
+// first escalated link must not be named alone before the roll-up can name the spine. A link
+// held down is not held: it fires as it would.
+TEST(BlameLinkLevel, DenseConfirmationWaitsWhileALinkBesideItLosesProbes) {
+  struct Result {
+    bool dense = false;
+    double held = 0;
+  };
+  auto run = [](bool sibling_weak, double recent_loss) {
+    testing::BlameFixture t(testing::TwoLeafMap());
+    LinkBlame b = testing::LossBlame(t.LinkOf("l1", "s1"), 0.05, recent_loss);
+    b.recent_probes = 100;
+    t.ev.blames[static_cast<int>(Signal::kLoss)].push_back(b);
+    t.ev.weak_loss.push_back(b);  // the link itself is weakly lossy too: it does not count
+    if (sibling_weak) t.ev.weak_loss.push_back(testing::LossBlame(t.LinkOf("l2", "s1"), 0.02, 0.02));
+    t.MakeBlamer().LinkLevel();
+    const Observation* o = t.Find("link:l1~s1");
+    EXPECT_NE(o, nullptr);
+    if (!o) return Result{};
+    auto it = o->finding.evidence.find("fresh_loss_held_for_switch");
+    return Result{o->dense_confirmed, it == o->finding.evidence.end() ? 0.0 : it->second};
+  };
+  EXPECT_TRUE(run(false, 0.1).dense);
+  EXPECT_FALSE(run(true, 0.1).dense);
+  EXPECT_EQ(run(true, 0.1).held, 1);
+  EXPECT_EQ(run(false, 0.1).held, 0);
+  EXPECT_TRUE(run(true, 1.0).dense);  // down: not held
+}
+
 TEST(BlameLinkLevel, NothingBlamedGivesNothing) {
   testing::BlameFixture t(testing::TwoLeafMap());
   t.MakeBlamer().LinkLevel();
   EXPECT_TRUE(t.ev.observations.empty());
-}
-
-// Leaves l1, l2, l3 (one host each) under spine s1: a switch with three fabric links.
-std::shared_ptr<const FabricMap> ThreeLeafMap() {
-  auto m = FabricMap::Parse(R"(
-switches: [{name: l1, tier: leaf}, {name: l2, tier: leaf}, {name: l3, tier: leaf},
-           {name: s1, tier: spine}]
-links: [{a: l1, b: s1}, {a: l2, b: s1}, {a: l3, b: s1}]
-hosts:
-  - {node: a, nic: e0, address: 198.18.0.1, switch: l1}
-  - {node: b, nic: e0, address: 198.18.1.1, switch: l2}
-  - {node: c, nic: e0, address: 198.18.2.1, switch: l3}
-  - {node: d, nic: e0, address: 198.18.2.2, switch: l3}
-)");
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  return std::make_shared<const FabricMap>(std::move(m).value());
 }
 
 // A bad flow in the fixture's tomography; returns its index for a blame's `explained`.
@@ -190,7 +205,7 @@ TEST(BlameLinkLevel, BandwidthGroupWithoutTracingKeepsTheUsualConfirmation) {
 // independent per link): it confirms in correlated_latency_confirm_ticks, and the summary quotes
 // the worst link's figures.
 TEST(BlameLinkLevel, CorrelatedQueueingOnASwitchConfirmsQuicklyAndSaysHowMuch) {
-  testing::BlameFixture t(ThreeLeafMap());
+  testing::BlameFixture t(testing::ThreeLeafMap());
   std::vector<LinkBlame>& lat = t.ev.blames[static_cast<int>(Signal::kLatency)];
   for (const char* leaf : {"l1", "l2", "l3"}) {
     lat.push_back(LatencyBlame(t.LinkOf(leaf, "s1"), AddBadFlow(t, PathSource::kTraced, true), 4));
@@ -206,6 +221,35 @@ TEST(BlameLinkLevel, CorrelatedQueueingOnASwitchConfirmsQuicklyAndSaysHowMuch) {
       << o->finding.summary;
   EXPECT_NE(o->finding.summary.find("5.5x the baseline"), std::string::npos) << o->finding.summary;
   EXPECT_DOUBLE_EQ(o->finding.evidence.at("latency_inflation"), 5.5);
+}
+
+// Two of a switch's three links lossy is under its share (0.75) and names the links; once the
+// switch is suspect (it was rolled up in an earlier evaluation), half that share keeps the
+// roll-up: escalation makes a lossy spine's first links dense, and explain-away then leaves its
+// other links blamed in one evaluation and not the next.
+TEST(BlameLinkLevel, ASuspectSwitchKeepsItsRollUpAtHalfTheShare) {
+  auto elements = [](bool switch_suspect) {
+    testing::BlameFixture t(testing::ThreeLeafMap());
+    t.AddFlow("a", "b", 100, 10);  // l1~s1, l2~s1
+    t.AddFlow("a", "c", 100, 0);   // l1~s1, l3~s1
+    t.AddFlow("b", "c", 100, 0);   // l2~s1, l3~s1: l3~s1 is clean, not like the blamed
+    std::vector<LinkBlame>& loss = t.ev.blames[static_cast<int>(Signal::kLoss)];
+    loss.push_back(testing::LossBlame(t.LinkOf("l1", "s1"), 0.05, 0.05));
+    loss.push_back(testing::LossBlame(t.LinkOf("l2", "s1"), 0.05, 0.05));
+    ElementTracker tracker(t.config);
+    if (switch_suspect) {
+      tracker.Observe("switch:s1", Observation{});
+      tracker.EndTick(1, 1);
+      EXPECT_EQ(tracker.HealthOf("switch:s1"), ElementHealth::kSuspect);
+    }
+    t.MakeBlamer(true, &tracker).LinkLevel();
+    std::vector<std::string> out;
+    for (const auto& [key, o] : t.ev.observations) out.push_back(key);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  EXPECT_EQ(elements(false), (std::vector<std::string>{"link:l1~s1", "link:l2~s1"}));
+  EXPECT_EQ(elements(true), (std::vector<std::string>{"switch:s1"}));
 }
 
 // Two links of a two-link switch are not enough correlation: the usual latency wait.

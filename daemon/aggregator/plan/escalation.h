@@ -37,10 +37,9 @@ struct EscalationConfig {
   // small fleet confirms a lossy link from dense data in one evaluation. Without a suspicion (a
   // healthy fleet) escalation stays within `budget_fraction` and `min_budget_pps`, under issue
   // 16's 5 % of the planned probes; a fleet whose share is above this floor keeps its share.
-  // Off by default (the same 40/s): on the namespace ECMP fabric a 150/s floor spent on the first
-  // suspect link of a failing spine confirmed that link from dense data before the spine's other
-  // links were judged alike, and the spine was named as links (docs/analysis.md). 150/s wants the
-  // escalation to cover a suspect link's siblings under the same switch first.
+  // Safe for a failing switch because a link's suspicion also escalates pairs beside it under its
+  // switches, and a link's dense confirmation waits while a link beside it loses probes too
+  // (docs/analysis.md, "Escalation budget under a suspicion").
   double suspicion_budget_pps = 150;
   // Pairs escalated per element at most: enough flows to separate the element from its
   // neighbours, not every pair that crosses a spine.

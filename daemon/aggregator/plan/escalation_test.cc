@@ -213,7 +213,7 @@ TEST(EscalationBudgetTest, ASuspicionRaisesTheFloorOfASmallFleet) {
   EscalationBudget b(c);
   EXPECT_DOUBLE_EQ(b.BudgetPps(1'000, false), 40);
   EXPECT_DOUBLE_EQ(b.BudgetPps(1'000, true), 150);
-  EXPECT_DOUBLE_EQ(EscalationBudget().BudgetPps(1'000, true), 40) << "off by default";
+  EXPECT_DOUBLE_EQ(EscalationBudget().BudgetPps(1'000, true), 150) << "the default";
   EXPECT_DOUBLE_EQ(b.BudgetPps(10'000, true), 300);
 }
 

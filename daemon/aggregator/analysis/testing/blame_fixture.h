@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "daemon/aggregator/analysis/blamer.h"
+#include "daemon/aggregator/analysis/element_tracker.h"
 
 namespace fw::analysis::testing {
 
@@ -23,6 +24,23 @@ hosts:
   - {node: c, nic: e0, address: 198.18.1.1, switch: l2}
   - {node: d, nic: e0, address: 198.18.1.2, switch: l2}
   - {node: d, nic: e1, address: 198.18.1.3, switch: l2}
+)");
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return std::make_shared<const FabricMap>(std::move(m).value());
+}
+
+// Leaves l1 (host a), l2 (host b), l3 (hosts c, d) under spine s1: a switch with three fabric
+// links.
+inline std::shared_ptr<const FabricMap> ThreeLeafMap() {
+  auto m = FabricMap::Parse(R"(
+switches: [{name: l1, tier: leaf}, {name: l2, tier: leaf}, {name: l3, tier: leaf},
+           {name: s1, tier: spine}]
+links: [{a: l1, b: s1}, {a: l2, b: s1}, {a: l3, b: s1}]
+hosts:
+  - {node: a, nic: e0, address: 198.18.0.1, switch: l1}
+  - {node: b, nic: e0, address: 198.18.1.1, switch: l2}
+  - {node: c, nic: e0, address: 198.18.2.1, switch: l3}
+  - {node: d, nic: e0, address: 198.18.2.2, switch: l3}
 )");
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return std::make_shared<const FabricMap>(std::move(m).value());
@@ -75,10 +93,43 @@ class BlameFixture {
     ADD_FAILURE() << "no link " << x << " " << y;
     return 0;
   }
-  blame::Blamer MakeBlamer(bool with_map = true) {
+  // `tracker`: the elements' health as the levels see it (a switch already suspect), or none.
+  blame::Blamer MakeBlamer(bool with_map = true, const ElementTracker* tracker = nullptr) {
+    return blame::Blamer(Context(with_map, tracker), ev);
+  }
+  const BlameContext& Context(bool with_map = true, const ElementTracker* tracker = nullptr) {
     ctx_ = std::make_unique<BlameContext>(
-        BlameContext{with_map ? map_.get() : nullptr, flows_, tomography_, config, nullptr});
-    return blame::Blamer(*ctx_, ev);
+        BlameContext{with_map ? map_.get() : nullptr, flows_, tomography_, config, tracker});
+    return *ctx_;
+  }
+  // A flow between two hosts over the map's paths (traced), as the analyzer adds it, with `lost`
+  // of `probes` lost: it gives the links it crosses data (Tomography::totals).
+  void AddFlow(const std::string& src, const std::string& dst, uint32_t probes, uint32_t lost) {
+    const aggregator::PathSet paths = map_->PathsBetweenNodes(src, dst);
+    FlowObs o;
+    o.src = Id(src);
+    o.dst = Id(dst);
+    o.src_access = paths.src_access;
+    o.dst_access = paths.dst_access;
+    o.core = paths.core.get();
+    o.path = o.core && !o.core->paths.empty() ? 0 : -1;
+    o.path_source = PathSource::kTraced;
+    o.probes = probes;
+    o.lost = lost;
+    tomography_.Add(o);
+    paths_.push_back(paths);  // o.core points into it
+  }
+  // A pair of `ev.pairs` between two hosts with the map's paths, `bad_flows` of its `flows` lossy.
+  void AddPair(const std::string& x, const std::string& y, uint32_t flows, uint32_t bad_flows) {
+    PairAgg p;
+    p.a = std::min(Id(x), Id(y));
+    p.b = std::max(Id(x), Id(y));
+    p.mapped = true;
+    const bool swap = Id(y) < Id(x);  // the paths of the a→b direction
+    p.paths = map_->PathsBetweenNodes(swap ? y : x, swap ? x : y);
+    p.flows = flows;
+    p.bad_flows = p.loss_flows = bad_flows;
+    ev.pairs[(static_cast<uint64_t>(p.a) << 32) | p.b] = std::move(p);
   }
   // The observation with this element key, or null.
   const Observation* Find(const std::string& key) const {
@@ -100,6 +151,7 @@ class BlameFixture {
   FlowTable flows_;
   Tomography tomography_;
   std::unique_ptr<BlameContext> ctx_;
+  std::vector<aggregator::PathSet> paths_;
 };
 
 }  // namespace fw::analysis::testing
