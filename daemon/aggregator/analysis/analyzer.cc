@@ -601,6 +601,7 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
   if (c.escalate_loss_significance > 0 && c.escalate_loss_significance < c.loss_significance) {
     SignalSpec weak = ev.specs[static_cast<int>(Signal::kLoss)];
     weak.significance = c.escalate_loss_significance;
+    weak.min_flows = std::max(1, std::min(c.escalate_min_flows, c.min_flows));
     ev.weak_loss = tomography_.Localize(Signal::kLoss, weak);
   }
   BuildObservations(BlameContext{map_.get(), flows_, tomography_, config_, &tracker_, rails_.get()},

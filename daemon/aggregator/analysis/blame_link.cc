@@ -356,16 +356,19 @@ void Blamer::SwitchLink(const Verdict& v) {
   const std::string element = "link:" + link.id;
   ev_.link_elements[v.group.front()] = {element, f.confidence};
   // How the decision can be made: the freshest two seconds alone show the loss (dense data),
-  // unless a link beside it under one of its switches loses probes too: then the usual
-  // confirmation gives the switch roll-up its evaluations (a lossy spine's first escalated link
-  // is not named alone). A link held down fires as it would.
-  const bool fresh_loss = level != Level::kLatency && FreshLoss(v);
-  const bool held = fresh_loss && level != Level::kDown && SiblingLossy(v.group.front());
-  const bool fresh = fresh_loss && !held;
+  // unless a link beside it under one of its switches loses probes too: then it waits
+  // `switch_wait_ticks` more than the usual confirmation, so that the switch roll-up gets its
+  // evaluations (a lossy spine's first escalated links are not named alone). A link held down
+  // fires as it would.
+  const bool held = level == Level::kDegraded && v.loss() && SiblingLossy(v.group.front());
+  const bool fresh = level != Level::kLatency && !held && FreshLoss(v);
   if (fresh) f.evidence["recent_probes"] = v.loss()->recent_probes;
   if (level != Level::kLatency) f.evidence["fresh_loss_confirmed"] = fresh ? 1 : 0;
-  if (held) f.evidence["fresh_loss_held_for_switch"] = 1;
-  Emit(element, std::move(f), true, level == Level::kLatency ? LatencyConfirm({&v}) : 0, fresh);
+  if (held) f.evidence["held_for_switch"] = 1;
+  const int confirm = level == Level::kLatency
+                          ? LatencyConfirm({&v})
+                          : (held ? c_.confirm_ticks + std::max(0, c_.switch_wait_ticks) : 0);
+  Emit(element, std::move(f), true, confirm, fresh);
 }
 
 }  // namespace fw::analysis::blame

@@ -77,14 +77,15 @@ TEST(BlameLinkLevel, LossOnTheFreshestSecondsAloneConfirmsDensely) {
   EXPECT_FALSE(fresh(0.2, 20));    // too few fresh probes to tell
 }
 
-// A link whose fresh loss would confirm it densely waits for the usual confirmation while a link
-// beside it under the same switch loses probes too (blamed, or only weakly lossy): a lossy spine's
-// first escalated link must not be named alone before the roll-up can name the spine. A link
-// held down is not held: it fires as it would.
-TEST(BlameLinkLevel, DenseConfirmationWaitsWhileALinkBesideItLosesProbes) {
+// A lossy link waits longer than the usual confirmation, and not the dense one, while a link beside
+// it under the same switch loses probes too (blamed, or only weakly lossy): a lossy spine's first
+// escalated links must not be named alone before the roll-up can name the spine. A link held down
+// is not held: it fires as it would.
+TEST(BlameLinkLevel, ALossyLinkWaitsWhileALinkBesideItLosesProbes) {
   struct Result {
     bool dense = false;
     double held = 0;
+    int confirm = 0;
   };
   auto run = [](bool sibling_weak, double recent_loss) {
     testing::BlameFixture t(testing::TwoLeafMap());
@@ -97,14 +98,19 @@ TEST(BlameLinkLevel, DenseConfirmationWaitsWhileALinkBesideItLosesProbes) {
     const Observation* o = t.Find("link:l1~s1");
     EXPECT_NE(o, nullptr);
     if (!o) return Result{};
-    auto it = o->finding.evidence.find("fresh_loss_held_for_switch");
-    return Result{o->dense_confirmed, it == o->finding.evidence.end() ? 0.0 : it->second};
+    auto it = o->finding.evidence.find("held_for_switch");
+    return Result{o->dense_confirmed, it == o->finding.evidence.end() ? 0.0 : it->second,
+                  o->confirm_ticks};
   };
+  const AnalysisConfig c;
   EXPECT_TRUE(run(false, 0.1).dense);
+  EXPECT_EQ(run(false, 0.1).confirm, 0);  // the usual
+  EXPECT_EQ(run(false, 0.1).held, 0);
   EXPECT_FALSE(run(true, 0.1).dense);
   EXPECT_EQ(run(true, 0.1).held, 1);
-  EXPECT_EQ(run(false, 0.1).held, 0);
+  EXPECT_EQ(run(true, 0.1).confirm, c.confirm_ticks + c.switch_wait_ticks);
   EXPECT_TRUE(run(true, 1.0).dense);  // down: not held
+  EXPECT_EQ(run(true, 1.0).confirm, 0);
 }
 
 TEST(BlameLinkLevel, NothingBlamedGivesNothing) {

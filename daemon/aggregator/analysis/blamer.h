@@ -348,8 +348,9 @@ class Blamer {
 
   // Whether a fabric link other than `l` that shares a switch with it loses probes in this
   // evaluation on its own unexplained flows (a loss blame, or weak loss): a fault of that switch
-  // may be what `l` shows, so `l`'s dense confirmation waits and the switch roll-up, which needs
-  // its links blamed alike, gets the evaluations it needs (`lossy_` is filled by LinkLevel).
+  // may be what `l` shows, so `l` waits (AnalysisConfig::switch_wait_ticks) and the switch
+  // roll-up, which needs its links blamed alike, gets the evaluations it needs (`lossy_` is
+  // filled by LinkLevel).
   bool SiblingLossy(LinkIndex l) const {
     const Link& link = ctx_.map->links()[l];
     for (aggregator::SwitchIndex sw : {link.a, link.b}) {

@@ -37,11 +37,13 @@ struct AnalysisConfig {
   // before they are suspect: the denser data crosses the significance of a finding sooner. Only
   // escalation acts on it; 0 turns it off.
   double escalate_loss_significance = 3.0;
+  // ...from lost probes on at least this many flows (a finding asks `min_flows`): a 5 % lossy link
+  // of a small fleet shows its second lost flow seconds before its third.
+  int escalate_min_flows = 2;
   // ...and at this significance (or once suspect) the escalation is a suspicion, whose budget floor
-  // is EscalationConfig::suspicion_budget_pps (off by default: the plain floor): 10^-5 per link and
-  // tick is
-  // about one evaluation in a healthy 30-minute run of 64 fabric links, while a 5 % lossy link
-  // reaches it with its first 3 lost probes.
+  // is EscalationConfig::suspicion_budget_pps: 10^-5 per link and tick is about one evaluation in
+  // a healthy 30-minute run of 64 fabric links, while a 5 % lossy link reaches it with its first 3
+  // lost probes.
   double escalate_suspicion_significance = 5.0;
 
   // --- Latency
@@ -153,6 +155,12 @@ struct AnalysisConfig {
   // Confirmations that ask for persistence (latency alone) are not shortened.
   int dense_confirm_ticks = 2;
   double dense_confirm_min_probes = 40;
+  // A lossy fabric link while a link beside it under one of its switches loses probes too (its own
+  // unexplained flows: a loss blame or weak loss) waits this many evaluations more, and not the
+  // dense confirmation: a lossy switch's links are blamed a few at a time (escalation makes the
+  // first ones dense and explain-away credits them the flows over two of its links), and the
+  // switch roll-up needs `switch_fraction` of them at once. A link fault's neighbours are clean.
+  int switch_wait_ticks = 2;
   // Latency alone (queueing without loss: congestion on a link, a group of links or a switch, a
   // slow host's NIC cable) fires only after this many: background queueing episodes of a few
   // seconds look the same for as long as they last; a hot spot or a slow host worth acting on

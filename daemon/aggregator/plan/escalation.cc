@@ -62,14 +62,12 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
   for (const auto& [element, a] : active_) {
     for (const EscalationPair& p : a.pairs) taken.insert(std::minmax(p.a, p.b));
   }
-  for (const EscalationRequest* r : order) {
-    Active a;
-    a.since_s = now_s;
-    a.until_s = now_s + std::min(config_.duration_s, config_.max_duration_s);
-    for (const EscalationPair& p : r->pairs) {
+  // Adds `r`'s pairs not escalated yet to `a`, while the budget lasts and `a` has room.
+  auto add_pairs = [&](const EscalationRequest& r, Active& a, double spent) {
+    for (const EscalationPair& p : r.pairs) {
       if (a.pairs.size() >= config_.max_pairs_per_element) break;
       if (p.a == p.b || taken.count(std::minmax(p.a, p.b))) continue;
-      const double left = budget - stats_.extra_pps - a.extra_pps;
+      const double left = budget - spent - a.extra_pps;
       double factor = config_.rate_factor;
       if (PairCost(p, factor) > left) {
         // What the budget left pays for, if worth it.
@@ -79,12 +77,36 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
       a.extra_pps += PairCost(p, factor);
       a.pairs.push_back(p);
       a.pairs.back().rate_factor = factor;
+      taken.insert(std::minmax(p.a, p.b));
     }
+  };
+  // An escalation started on weak evidence (the plain floor) whose element is a suspicion now is
+  // widened with the suspicion's budget: otherwise the pairs it started with, as few as the plain
+  // floor paid for, would carry the suspicion for the rest of its course.
+  for (const EscalationRequest& r : suspects) {
+    auto it = active_.find(r.element);
+    if (!r.suspicion || it == active_.end() || it->second.suspicion) continue;
+    Active& a = it->second;
+    a.suspicion = true;
+    const double before = a.extra_pps;
+    const size_t pairs_before = a.pairs.size();
+    add_pairs(r, a, stats_.extra_pps - before);
+    stats_.extra_pps += a.extra_pps - before;
+    if (a.pairs.size() > pairs_before) {
+      stats_.pairs_started += a.pairs.size() - pairs_before;
+      changed = true;
+    }
+  }
+  for (const EscalationRequest* r : order) {
+    Active a;
+    a.since_s = now_s;
+    a.until_s = now_s + std::min(config_.duration_s, config_.max_duration_s);
+    a.suspicion = r->suspicion;
+    add_pairs(*r, a, stats_.extra_pps);
     if (a.pairs.empty()) {
       ++stats_.refused_budget;
       continue;
     }
-    for (const EscalationPair& p : a.pairs) taken.insert(std::minmax(p.a, p.b));
     a.trace_id = next_trace_id_++;
     ++stats_.started;
     stats_.pairs_started += a.pairs.size();

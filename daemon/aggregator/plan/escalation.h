@@ -126,6 +126,7 @@ class EscalationBudget {
     double until_s = 0;
     double extra_pps = 0;
     uint64_t trace_id = 0;
+    bool suspicion = false;  // escalated (or widened) with the suspicion's budget
     std::vector<EscalationPair> pairs;
   };
   // Extra probes/s of escalating `p` at `factor` times the base rate.

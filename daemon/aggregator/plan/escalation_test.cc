@@ -217,5 +217,24 @@ TEST(EscalationBudgetTest, ASuspicionRaisesTheFloorOfASmallFleet) {
   EXPECT_DOUBLE_EQ(b.BudgetPps(10'000, true), 300);
 }
 
+// Weak evidence escalates a link at the plain floor (three pairs on a small fleet); when the link
+// turns into a suspicion a tick later, its escalation is widened with the suspicion's budget to
+// eight pairs at once, and the plans must follow. It keeps its start time.
+TEST(EscalationBudgetTest, AnEscalationIsWidenedWhenItsElementBecomesASuspicion) {
+  EscalationBudget b;
+  EscalationRequest r = Suspect("link:x", 12);
+  EXPECT_TRUE(b.Update(0, {r}, 1'000, 1.0));
+  EXPECT_EQ(b.stats().active_pairs, 3u);
+  EXPECT_FALSE(b.Update(1, {r}, 1'000, 1.0));  // renewed, unchanged
+  r.suspicion = true;
+  EXPECT_TRUE(b.Update(2, {r}, 1'000, 1.0));
+  EXPECT_EQ(b.stats().active_pairs, 8u);
+  EXPECT_LE(b.stats().extra_pps, b.last_budget_pps());
+  EXPECT_EQ(b.stats().started, 1u);
+  EXPECT_DOUBLE_EQ(b.EscalatedSince("link:x"), 0);
+  EXPECT_EQ(b.Overlays().size(), 8u);
+  EXPECT_FALSE(b.Update(3, {r}, 1'000, 1.0));  // widened once
+}
+
 }  // namespace
 }  // namespace fw::aggregator
