@@ -223,6 +223,7 @@ void Blamer::FarEndFinding(const std::vector<aggregator::SwitchIndex>& far,
     for (LinkIndex l : v->group) ev_.link_elements[l] = {element, f.confidence};
     ev_.superseded.push_back(GroupKey(*v));
   }
+  if (congestion) f.evidence["fresh_latency_links"] = FreshLatencyLinks(list);
   Emit(element, std::move(f), false,
        std::max(congestion ? LatencyConfirm(list, bad) : 0, BandwidthWait(list)));
 }
@@ -299,6 +300,7 @@ void Blamer::SwitchFinding(aggregator::SwitchIndex sw, const std::vector<const V
     ev_.superseded.push_back(GroupKey(*v));
   }
   for (LinkIndex l : alike) ev_.link_elements[l] = {element, conf};
+  if (latency_only) f.evidence["fresh_latency_links"] = FreshLatencyLinks(list);
   Emit(element, std::move(f), false,
        std::max(latency_only ? LatencyConfirm(list, bad_links) : 0, BandwidthWait(list)));
 }

@@ -171,6 +171,14 @@ struct AnalysisConfig {
   // once is a chance of ~10^-6 per leaf and tick, six of a spine's eight ~10^-12.
   int correlated_latency_confirm_ticks = 5;
   int correlated_latency_links = 3;
+  // ...or after this many, when at least `correlated_latency_links` of those links are slow on the
+  // freshest data alone in every one of them: the last two complete seconds (at least
+  // `min_rtt_samples` samples on the link) reach `slow_fraction` and `slow_significance` on their
+  // own. The queueing is then going on now on several links of the switch at once, each at a
+  // finding's significance; persistence adds little to a coincidence of independent episodes
+  // (~10^-6 per leaf and tick for three uplinks over the 10 s window, less again for the fresh
+  // two seconds). It still takes `confirm_ticks` evaluations, like loss, never the dense two.
+  int correlated_fresh_latency_confirm_ticks = 3;
   // Seconds an element must stay good before its finding resolves.
   double recovery_s = 30.0;
   // Flapping: at least `flap_toggles` up/down changes within `flap_window_s`. Three is down, up

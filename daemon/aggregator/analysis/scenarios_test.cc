@@ -254,6 +254,32 @@ TEST(Scenarios, CongestedSpineSoonAfterTheStartIsFoundWithinFifteenSeconds) {
   EXPECT_EQ(all[0].finding.location.id, "spine2");
 }
 
+// A congested spine whose links are slow on the last two complete seconds on their own confirms
+// in correlated_fresh_latency_confirm_ticks (3) from its suspicion, not
+// correlated_latency_confirm_ticks (5): two evaluations sooner, the same single finding.
+TEST(Scenarios, CongestedSpineSlowOnTheFreshestSecondsConfirmsTwoEvaluationsSooner) {
+  auto detect = [](const AnalysisConfig& config) {
+    SyntheticFleet fleet(Shape(), config);
+    fleet.Run(kWarmup);
+    for (int l = 0; l < 8; ++l) {
+      fleet.SetLinkFault("leaf" + std::to_string(l) + "~spine2", LinkFault{0, 4});
+    }
+    const int ttd = TimeToDetect(fleet, "congestion", "spine2", 30);
+    fleet.Run(5);
+    const auto all = fleet.analyzer().Findings(false);
+    EXPECT_EQ(all.size(), 1u) << Describe(all);
+    return ttd;
+  };
+  AnalysisConfig persistence;  // without the fresh rule
+  persistence.correlated_fresh_latency_confirm_ticks = persistence.correlated_latency_confirm_ticks;
+  const int fresh = detect(AnalysisConfig{});
+  const int before = detect(persistence);
+  std::printf("congested spine: %d s with the fresh rule, %d s without\n", fresh, before);
+  ASSERT_GT(fresh, 0);
+  ASSERT_GT(before, 0);
+  EXPECT_EQ(fresh, before - 2);
+}
+
 // Regression (fleet simulator, congested_spine with deterministic routing, 16 leaves): explain-away
 // credits a flow leafA -> spine2 -> leafB to the first of the two links blamed, so only 8 of 16
 // links kept enough unexplained flows to be blamed, the spine was not rolled up, and 8 link
