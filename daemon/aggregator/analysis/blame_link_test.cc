@@ -225,16 +225,20 @@ TEST(BlameLinkLevel, CorrelatedQueueingOnASwitchConfirmsQuicklyAndSaysHowMuch) {
 
 // Queueing on three links of one switch that the last two complete seconds show on their own (at
 // least min_rtt_samples samples per link, slow_fraction slow, significant against the background)
-// confirms in correlated_fresh_latency_confirm_ticks; fewer fresh links than
-// correlated_latency_links, fresh seconds too thin to tell, or a queue that is over (fresh samples
-// fast) keep correlated_latency_confirm_ticks.
+// confirms in correlated_fresh_latency_confirm_ticks, and densely (correlated_fresh_latency_dense:
+// the observation is dense_confirmed, its evidence fresh_latency_confirmed 1); fewer fresh links
+// than correlated_latency_links, fresh seconds too thin to tell, or a queue that is over (fresh
+// samples fast) keep correlated_latency_confirm_ticks and are not densely confirmed.
 TEST(BlameLinkLevel, CorrelatedQueueingOnTheFreshestSecondsConfirmsInTheUsualEvaluations) {
   struct Fresh {
     double slow;
     double rtt;
   };
-  auto confirm = [](std::vector<Fresh> links, double* fresh_links) {
+  bool dense = false;
+  auto confirm = [&dense](std::vector<Fresh> links, double* fresh_links,
+                          const AnalysisConfig& config = AnalysisConfig{}) {
     testing::BlameFixture t(ThreeLeafMap());
+    t.config = config;
     t.ev.specs[static_cast<int>(Signal::kLatency)] =
         SignalSpec{static_cast<double>(t.config.min_rtt_samples), t.config.min_flows,
                    t.config.slow_fraction, t.config.slow_significance, t.config.background_slow_floor};
@@ -251,6 +255,8 @@ TEST(BlameLinkLevel, CorrelatedQueueingOnTheFreshestSecondsConfirmsInTheUsualEva
     EXPECT_NE(o, nullptr);
     if (!o) return -1;
     *fresh_links = o->finding.evidence.at("fresh_latency_links");
+    dense = o->dense_confirmed;
+    EXPECT_EQ(o->finding.evidence.at("fresh_latency_confirmed"), dense ? 1 : 0);
     return o->confirm_ticks;
   };
   const AnalysisConfig c;
@@ -258,15 +264,25 @@ TEST(BlameLinkLevel, CorrelatedQueueingOnTheFreshestSecondsConfirmsInTheUsualEva
   EXPECT_EQ(confirm({{0.8, 60}, {0.9, 40}, {0.5, 30}}, &fresh),
             c.correlated_fresh_latency_confirm_ticks);
   EXPECT_EQ(fresh, 3);
+  EXPECT_TRUE(dense);
   EXPECT_EQ(confirm({{0.8, 60}, {0.9, 40}, {0.0, 30}}, &fresh),
             c.correlated_latency_confirm_ticks);  // one link's queue is over
   EXPECT_EQ(fresh, 2);
+  EXPECT_FALSE(dense);
   EXPECT_EQ(confirm({{0.8, 60}, {0.9, 40}, {0.9, 10}}, &fresh),
             c.correlated_latency_confirm_ticks);  // too few fresh samples on one link
+  EXPECT_FALSE(dense);
   EXPECT_EQ(confirm({{0.8, 60}, {0.9, 40}, {0.2, 60}}, &fresh),
             c.correlated_latency_confirm_ticks);  // below slow_fraction
+  EXPECT_FALSE(dense);
   EXPECT_EQ(confirm({{0, 0}, {0, 0}, {0, 0}}, &fresh), c.correlated_latency_confirm_ticks);
   EXPECT_EQ(fresh, 0);
+  EXPECT_FALSE(dense);
+  AnalysisConfig off;
+  off.correlated_fresh_latency_dense = false;
+  EXPECT_EQ(confirm({{0.8, 60}, {0.9, 40}, {0.5, 30}}, &fresh, off),
+            c.correlated_fresh_latency_confirm_ticks);
+  EXPECT_FALSE(dense);
   EXPECT_LT(c.correlated_fresh_latency_confirm_ticks, c.correlated_latency_confirm_ticks);
   EXPECT_GE(c.correlated_fresh_latency_confirm_ticks, c.confirm_ticks);
 }

@@ -230,12 +230,30 @@ class Blamer {
       if (const LinkBlame* lat = v->latency()) worst = std::max(worst, lat->inflation);
     }
     if (worst >= c_.severe_latency_inflation) return 0;
-    const auto needed = static_cast<size_t>(std::max(2, c_.correlated_latency_links));
-    if (correlated_links >= needed) {
-      return FreshLatencyLinks(list) >= needed ? c_.correlated_fresh_latency_confirm_ticks
-                                               : c_.correlated_latency_confirm_ticks;
+    if (correlated_links >= CorrelatedLinksNeeded()) {
+      return FreshCorrelatedLatency(list) ? c_.correlated_fresh_latency_confirm_ticks
+                                          : c_.correlated_latency_confirm_ticks;
     }
     return c_.latency_confirm_ticks;
+  }
+  size_t CorrelatedLinksNeeded() const {
+    return static_cast<size_t>(std::max(2, c_.correlated_latency_links));
+  }
+  // Whether at least CorrelatedLinksNeeded() verdicts of `list` queue on the freshest seconds
+  // alone (FreshLatency).
+  bool FreshCorrelatedLatency(const std::vector<const Verdict*>& list) const {
+    return FreshLatencyLinks(list) >= CorrelatedLinksNeeded();
+  }
+  // Whether a latency-only roll-up of `correlated_links` links (a switch, far ends) is densely
+  // confirmed in this evaluation (AnalysisConfig::correlated_fresh_latency_dense): correlated,
+  // queueing on the freshest seconds, not severe (which confirms in confirm_ticks anyway). The
+  // tracker keeps the element's longest confirmation, so an evaluation that fails the fresh test
+  // (asking for correlated_latency_confirm_ticks) rules the dense path out for the suspicion.
+  bool DenseCorrelatedLatency(const std::vector<const Verdict*>& list,
+                              size_t correlated_links) const {
+    return c_.correlated_fresh_latency_dense &&
+           LatencyConfirm(list, correlated_links) == c_.correlated_fresh_latency_confirm_ticks &&
+           correlated_links >= CorrelatedLinksNeeded() && FreshCorrelatedLatency(list);
   }
   // Whether the verdict's latency is slow on the last two complete seconds alone: at least
   // min_rtt_samples samples on the link, slow_fraction of them slow, at slow_significance against

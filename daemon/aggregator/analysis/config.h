@@ -177,8 +177,16 @@ struct AnalysisConfig {
   // own. The queueing is then going on now on several links of the switch at once, each at a
   // finding's significance; persistence adds little to a coincidence of independent episodes
   // (~10^-6 per leaf and tick for three uplinks over the 10 s window, less again for the fresh
-  // two seconds). It still takes `confirm_ticks` evaluations, like loss, never the dense two.
+  // two seconds).
   int correlated_fresh_latency_confirm_ticks = 3;
+  // ...and such a roll-up is densely confirmed (it fires after `dense_confirm_ticks`, like loss the
+  // freshest seconds show on their own) when every one of its evaluations passed that fresh test:
+  // the suspicion (the 10 s window at `slow_fraction` and `slow_significance` on those links) and
+  // the next evaluation's fresh two seconds, so three seconds of data in which the same links
+  // queue at a finding's significance. A short self-induced queue (our own bursts, a second or
+  // two) neither lifts the 10 s window over `slow_fraction` nor keeps two overlapping fresh pairs
+  // of seconds slow. Off: `correlated_fresh_latency_confirm_ticks` evaluations.
+  bool correlated_fresh_latency_dense = true;
   // Seconds an element must stay good before its finding resolves.
   double recovery_s = 30.0;
   // Flapping: at least `flap_toggles` up/down changes within `flap_window_s`. Three is down, up
@@ -192,9 +200,11 @@ struct AnalysisConfig {
   // its own is a flap worth a finding at once; a longer outage that ends is a repair, and stays
   // link_down. 0 turns it off.
   double flap_short_outage_s = 10.0;
-  // ... and "returns" means read up, on the link's own probes, in every evaluation for this long
-  // a link held down whose flows the fabric reroutes (or whose traces lag) can read up for a
-  // second between two down seconds, or not be judged at all, and that is no return.
+  // ... and "returns" means read up, on the link's own probes, in this many consecutive complete
+  // seconds (each evaluation reads the last complete one, so the first reading after the return
+  // already covers a whole second of it): a link held down whose flows the fabric reroutes (or
+  // whose traces lag) can read up for a second between two down seconds, or not be judged at
+  // all, and that is no return.
   double flap_short_outage_up_s = 2.0;
   // ... with at most this loss in each of those seconds: a link held down whose flows partly
   // reroute still loses those the fabric blackholes (a spine that lost its only way to a leaf).

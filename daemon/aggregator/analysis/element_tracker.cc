@@ -76,9 +76,10 @@ void ElementTracker::Instant(const std::string& element, bool down, bool clean, 
   t.reported = true;
   if (t.down != down) Toggle(t, down, now_s);
   if (down || !clean) {
-    t.up_reported_since_s = -1;
-  } else if (t.up_reported_since_s < 0) {
-    t.up_reported_since_s = now_s;
+    t.clean_seconds = 0;
+  } else if (t.clean_seconds == 0 || now_s - t.last_clean_s >= 0.5) {
+    ++t.clean_seconds;
+    t.last_clean_s = now_s;
   }
 }
 
@@ -100,8 +101,8 @@ double ElementTracker::ShortOutage(const std::string& element, double now_s) con
   const Toggles& t = it->second;
   const bool recent =
       t.short_outage_end_s >= 0 && now_s - t.short_outage_end_s <= config_.flap_window_s;
-  const bool back = !t.down && t.up_reported_since_s >= 0 &&
-                    now_s - t.up_reported_since_s >= config_.flap_short_outage_up_s;
+  const bool back = !t.down && t.clean_seconds > 0 &&
+                    t.clean_seconds >= config_.flap_short_outage_up_s - 1e-9;
   return recent && back ? t.short_outage_s : -1;
 }
 
@@ -150,7 +151,7 @@ ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_n
     Toggles& t = it->second;
     while (!t.times.empty() && now_s - t.times.front() > config_.flap_window_s) t.times.pop_front();
     if (t.down && !t.reported) Toggle(t, false, now_s);
-    if (!t.reported) t.up_reported_since_s = -1;
+    if (!t.reported) t.clean_seconds = 0;
     t.reported = false;
     if (!t.down && t.times.empty()) {
       it = toggles_.erase(it);

@@ -110,15 +110,17 @@ class ElementTracker {
     // -1 when none.
     double short_outage_end_s = -1;
     double short_outage_s = 0;
-    // Since when every evaluation read the element up and clean on its own probes; -1 while it
-    // is down, lossy, or an evaluation did not judge it.
-    double up_reported_since_s = -1;
+    // Consecutive evaluations that read the element up and clean on its own probes, each a
+    // complete second of its own (readings under half a second apart count once); 0 once one
+    // reads it down or lossy, or does not judge it.
+    int clean_seconds = 0;
+    double last_clean_s = 0;
   };
   int ToggleCount(const std::string& element, double now_s) const;
   // Records a change of `t` at `now_s` (down, or back up).
   void Toggle(Toggles& t, bool down, double now_s) const;
   // The length of a short outage of `element` that ended within `flap_window_s` and after which
-  // the element has read up for `flap_short_outage_up_s`, or -1.
+  // the element has read up and clean in `flap_short_outage_up_s` complete seconds, or -1.
   double ShortOutage(const std::string& element, double now_s) const;
   // Whether a confirmation that asks for persistence covers enough data time (SetIngestLag).
   bool CoversDataTime(const Element& e, double now_s) const;

@@ -146,6 +146,39 @@ TEST(Scenarios, ShortOutageThatComesBackIsAFlap) {
       << active[0].finding.summary;
 }
 
+// The clean return is counted in complete seconds read: the evaluation after the return reads the
+// first whole second of it, so flap_short_outage_up_s (2) is two consecutive clean readings. One
+// clean second, a lossy second after it, or an evaluation that does not judge the link starts the
+// count again (a clean second between two down seconds is a third toggle, flap_toggles).
+TEST(Scenarios, ShortOutageIsAFlapAfterTwoCleanSecondsRead) {
+  AnalysisConfig config;
+  const std::string key = "link:x";
+  Observation o;
+  o.finding.kind = "link_down";
+  o.can_flap = true;
+  // Readings per tick from tick 1: 'd' down, 'c' up and clean, 'l' up and lossy, '-' not judged.
+  // Returns the tick the element turned flapping, or 0.
+  auto flapping_at = [&](const std::string& readings) {
+    ElementTracker tracker(config);
+    for (size_t i = 0; i < readings.size(); ++i) {
+      const double t = 100.0 + i;
+      if (readings[i] != '-') tracker.Instant(key, readings[i] == 'd', readings[i] == 'c', t);
+      tracker.Observe(key, o);
+      tracker.EndTick(t, static_cast<int64_t>(t * 1e9));
+      if (tracker.IsFlapping(key)) return static_cast<int>(i) + 1;
+    }
+    return 0;
+  };
+  EXPECT_EQ(flapping_at("dddcc"), 5);
+  EXPECT_EQ(flapping_at("dddcccc"), 5);
+  EXPECT_EQ(flapping_at("dddc"), 0);
+  EXPECT_EQ(flapping_at("dddclcl"), 0);     // lossy between clean seconds
+  EXPECT_EQ(flapping_at("dddc-c-c"), 0);    // not judged between clean seconds
+  EXPECT_EQ(flapping_at("dddc-cc"), 7);
+  config.flap_short_outage_up_s = 3;
+  EXPECT_EQ(flapping_at("dddccc"), 6);
+}
+
 // A link held down is no flap because part of its flows move: when the fabric reroutes the flows
 // one end can send elsewhere, those the other end still sends into the dead link are lost (the
 // namespace demo's link_down read "went down for 1 s and came back"). Only a return that reads
@@ -270,14 +303,46 @@ TEST(Scenarios, CongestedSpineSlowOnTheFreshestSecondsConfirmsTwoEvaluationsSoon
     EXPECT_EQ(all.size(), 1u) << Describe(all);
     return ttd;
   };
-  AnalysisConfig persistence;  // without the fresh rule
+  AnalysisConfig fresh_config;  // the fresh rule's evaluations, without its dense confirmation
+  fresh_config.correlated_fresh_latency_dense = false;
+  AnalysisConfig persistence = fresh_config;  // without the fresh rule
   persistence.correlated_fresh_latency_confirm_ticks = persistence.correlated_latency_confirm_ticks;
-  const int fresh = detect(AnalysisConfig{});
+  const int fresh = detect(fresh_config);
   const int before = detect(persistence);
-  std::printf("congested spine: %d s with the fresh rule, %d s without\n", fresh, before);
+  const int dense = detect(AnalysisConfig{});
+  std::printf("congested spine: %d s densely confirmed, %d s with the fresh rule, %d s without\n",
+              dense, fresh, before);
   ASSERT_GT(fresh, 0);
   ASSERT_GT(before, 0);
   EXPECT_EQ(fresh, before - 2);
+  // Every evaluation from the suspicion on passed the fresh test: dense_confirm_ticks (2).
+  EXPECT_EQ(dense, fresh - 1);
+}
+
+// Short correlated queueing on every link of a spine (our own bursts crossing it at once, a
+// second or two) is no finding: it lifts no link's 10 s window over slow_fraction, so nothing is
+// suspect for the fresh seconds to confirm. A queue of the same strength that stands is found.
+TEST(Scenarios, ShortQueueingOnEveryLinkOfASpineIsNotCongestion) {
+  for (int seconds : {1, 2}) {
+    SyntheticFleet fleet(Shape());
+    fleet.Run(kWarmup);
+    for (int episode = 0; episode < 3; ++episode) {
+      for (int l = 0; l < 8; ++l) {
+        fleet.SetLinkFault("leaf" + std::to_string(l) + "~spine2", LinkFault{0, 4});
+      }
+      fleet.Run(seconds);
+      fleet.ClearFaults();
+      fleet.Run(20);
+    }
+    EXPECT_TRUE(fleet.analyzer().Findings(false).empty())
+        << seconds << " s: " << Describe(fleet.analyzer().Findings(false));
+  }
+  SyntheticFleet fleet(Shape());
+  fleet.Run(kWarmup);
+  for (int l = 0; l < 8; ++l) {
+    fleet.SetLinkFault("leaf" + std::to_string(l) + "~spine2", LinkFault{0, 4});
+  }
+  EXPECT_GT(TimeToDetect(fleet, "congestion", "spine2", 15), 0) << Describe(fleet.Active());
 }
 
 // Regression (fleet simulator, congested_spine with deterministic routing, 16 leaves): explain-away
