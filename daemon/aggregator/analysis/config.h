@@ -206,6 +206,12 @@ struct AnalysisConfig {
   // whose traces lag) can read up for a second between two down seconds, or not be judged at
   // all, and that is no return.
   double flap_short_outage_up_s = 2.0;
+  // ... or read up (under 50 % loss) in as many, of which the last is clean from at least
+  // `dense_confirm_min_probes` probes on the link: a link comes back within a second, not on
+  // its boundary, so the first second it reads up in is partly down; a clean second of dense
+  // probes after it shows the link carries its flows again. A link held down whose flows partly
+  // reroute loses steadily and reads no clean second.
+  bool flap_dense_return = true;
   // ... with at most this loss in each of those seconds: a link held down whose flows partly
   // reroute still loses those the fabric blackholes (a spine that lost its only way to a leaf).
   double flap_return_loss = 0.1;

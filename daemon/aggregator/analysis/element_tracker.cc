@@ -71,16 +71,33 @@ void ElementTracker::Supersede(const std::string& element) {
   if (it != elements_.end()) it->second.superseded = true;
 }
 
-void ElementTracker::Instant(const std::string& element, bool down, bool clean, double now_s) {
+namespace {
+// Counts a reading at `now_s` into a run of consecutive readings (`count`, the last at `last_s`);
+// readings under half a second apart read the same second and count once.
+void CountReading(int& count, double& last_s, double now_s) {
+  if (count == 0 || now_s - last_s >= 0.5) {
+    ++count;
+    last_s = now_s;
+  }
+}
+}  // namespace
+
+void ElementTracker::Instant(const std::string& element, bool down, bool clean, double now_s,
+                             bool dense) {
   Toggles& t = toggles_[element];
   t.reported = true;
   if (t.down != down) Toggle(t, down, now_s);
+  if (down) {
+    t.up_seconds = 0;
+  } else {
+    CountReading(t.up_seconds, t.last_up_s, now_s);
+  }
   if (down || !clean) {
     t.clean_seconds = 0;
-  } else if (t.clean_seconds == 0 || now_s - t.last_clean_s >= 0.5) {
-    ++t.clean_seconds;
-    t.last_clean_s = now_s;
+  } else {
+    CountReading(t.clean_seconds, t.last_clean_s, now_s);
   }
+  t.dense_clean = !down && clean && dense;
 }
 
 void ElementTracker::Toggle(Toggles& t, bool down, double now_s) const {
@@ -101,8 +118,9 @@ double ElementTracker::ShortOutage(const std::string& element, double now_s) con
   const Toggles& t = it->second;
   const bool recent =
       t.short_outage_end_s >= 0 && now_s - t.short_outage_end_s <= config_.flap_window_s;
-  const bool back = !t.down && t.clean_seconds > 0 &&
-                    t.clean_seconds >= config_.flap_short_outage_up_s - 1e-9;
+  const double needed = config_.flap_short_outage_up_s - 1e-9;
+  const bool dense_back = config_.flap_dense_return && t.dense_clean && t.up_seconds >= needed;
+  const bool back = !t.down && t.clean_seconds > 0 && (t.clean_seconds >= needed || dense_back);
   return recent && back ? t.short_outage_s : -1;
 }
 
@@ -151,7 +169,10 @@ ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_n
     Toggles& t = it->second;
     while (!t.times.empty() && now_s - t.times.front() > config_.flap_window_s) t.times.pop_front();
     if (t.down && !t.reported) Toggle(t, false, now_s);
-    if (!t.reported) t.clean_seconds = 0;
+    if (!t.reported) {
+      t.clean_seconds = t.up_seconds = 0;
+      t.dense_clean = false;
+    }
     t.reported = false;
     if (!t.down && t.times.empty()) {
       it = toggles_.erase(it);

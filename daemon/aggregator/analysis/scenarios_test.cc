@@ -147,7 +147,8 @@ TEST(Scenarios, ShortOutageThatComesBackIsAFlap) {
 }
 
 // The clean return is counted in complete seconds read: the evaluation after the return reads the
-// first whole second of it, so flap_short_outage_up_s (2) is two consecutive clean readings. One
+// first whole second of it, so flap_short_outage_up_s (2) is two consecutive clean readings, or
+// two up readings of which the last is clean from dense probes (flap_dense_return). One
 // clean second, a lossy second after it, or an evaluation that does not judge the link starts the
 // count again (a clean second between two down seconds is a third toggle, flap_toggles).
 TEST(Scenarios, ShortOutageIsAFlapAfterTwoCleanSecondsRead) {
@@ -156,13 +157,14 @@ TEST(Scenarios, ShortOutageIsAFlapAfterTwoCleanSecondsRead) {
   Observation o;
   o.finding.kind = "link_down";
   o.can_flap = true;
-  // Readings per tick from tick 1: 'd' down, 'c' up and clean, 'l' up and lossy, '-' not judged.
-  // Returns the tick the element turned flapping, or 0.
+  // Readings per tick from tick 1: 'd' down, 'c' up and clean, 'C' the same from dense probes,
+  // 'l' up and lossy, '-' not judged. Returns the tick the element turned flapping, or 0.
   auto flapping_at = [&](const std::string& readings) {
     ElementTracker tracker(config);
     for (size_t i = 0; i < readings.size(); ++i) {
       const double t = 100.0 + i;
-      if (readings[i] != '-') tracker.Instant(key, readings[i] == 'd', readings[i] == 'c', t);
+      const char r = readings[i];
+      if (r != '-') tracker.Instant(key, r == 'd', r == 'c' || r == 'C', t, r == 'C');
       tracker.Observe(key, o);
       tracker.EndTick(t, static_cast<int64_t>(t * 1e9));
       if (tracker.IsFlapping(key)) return static_cast<int>(i) + 1;
@@ -175,8 +177,19 @@ TEST(Scenarios, ShortOutageIsAFlapAfterTwoCleanSecondsRead) {
   EXPECT_EQ(flapping_at("dddclcl"), 0);     // lossy between clean seconds
   EXPECT_EQ(flapping_at("dddc-c-c"), 0);    // not judged between clean seconds
   EXPECT_EQ(flapping_at("dddc-cc"), 7);
+  // The second the link came back in is partly down: up and lossy, then a dense clean second.
+  EXPECT_EQ(flapping_at("dddlC"), 5);
+  EXPECT_EQ(flapping_at("dddlc"), 0);     // a sparse clean second is not enough after a lossy one
+  EXPECT_EQ(flapping_at("dddlcc"), 6);
+  EXPECT_EQ(flapping_at("dddC"), 0);      // one reading, dense or not, is no return
+  EXPECT_EQ(flapping_at("dddl-C"), 0);    // not judged between them
+  EXPECT_EQ(flapping_at("dddllllll"), 0); // held down, losing part of its flows
   config.flap_short_outage_up_s = 3;
   EXPECT_EQ(flapping_at("dddccc"), 6);
+  EXPECT_EQ(flapping_at("dddllC"), 6);
+  config.flap_short_outage_up_s = 2;
+  config.flap_dense_return = false;
+  EXPECT_EQ(flapping_at("dddlC"), 0);
 }
 
 // A link held down is no flap because part of its flows move: when the fabric reroutes the flows
