@@ -412,7 +412,7 @@ void Analyzer::Tick() {
   AddEscalationEvidence(ev, now_s);
 
   for (auto& [element, obs] : ev.observations) tracker_.Observe(element, std::move(obs));
-  for (const auto& i : ev.instants) tracker_.Instant(i.element, i.down, i.clean, now_s, i.dense);
+  for (const auto& i : ev.instants) tracker_.Instant(i.element, i.down, i.clean, now_s, i.probes);
   for (const std::string& element : ev.superseded) tracker_.Supersede(element);
   if (map_) {
     for (const LinkBlame& b : ev.weak_loss) {

@@ -238,8 +238,7 @@ void Blamer::Instants(const Verdict& v, const std::string& key) {
   if (!loss || loss->last_probes < 3) return;
   if (loss->last_loss >= c_.down_loss_ratio) ev_.instants.push_back({key, true, false});
   if (loss->last_loss < 0.5) {
-    ev_.instants.push_back({key, false, loss->last_loss <= c_.flap_return_loss,
-                            loss->last_probes >= c_.dense_confirm_min_probes});
+    ev_.instants.push_back({key, false, loss->last_loss <= c_.flap_return_loss, loss->last_probes});
   }
 }
 

@@ -204,13 +204,17 @@ struct AnalysisConfig {
   // seconds (each evaluation reads the last complete one, so the first reading after the return
   // already covers a whole second of it): a link held down whose flows the fabric reroutes (or
   // whose traces lag) can read up for a second between two down seconds, or not be judged at
-  // all, and that is no return.
+  // all, and that is no return. Those seconds must hold `flap_return_min_probes` probes on the
+  // link between them, else it takes one clean second more (a link losing 35 % reads two seconds
+  // of 3 probes each clean with a chance of 7 %, three 2 %; 20 probes at most 10 % lost, < 1.2 %).
   double flap_short_outage_up_s = 2.0;
+  double flap_return_min_probes = 20;
   // ... or read up (under 50 % loss) in as many, of which the last is clean from at least
   // `dense_confirm_min_probes` probes on the link: a link comes back within a second, not on
   // its boundary, so the first second it reads up in is partly down; a clean second of dense
   // probes after it shows the link carries its flows again. A link held down whose flows partly
-  // reroute loses steadily and reads no clean second.
+  // reroute loses steadily and reads no clean second: at 35 % loss, 40 probes read at most 10 %
+  // lost with a chance of 3·10⁻⁴ (20 probes: 1.2 %, so the count matters).
   bool flap_dense_return = true;
   // ... with at most this loss in each of those seconds: a link held down whose flows partly
   // reroute still loses those the fabric blackholes (a spine that lost its only way to a leaf).

@@ -2,6 +2,7 @@
 #include "daemon/aggregator/analysis/element_tracker.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace fw::analysis {
@@ -73,17 +74,18 @@ void ElementTracker::Supersede(const std::string& element) {
 
 namespace {
 // Counts a reading at `now_s` into a run of consecutive readings (`count`, the last at `last_s`);
-// readings under half a second apart read the same second and count once.
-void CountReading(int& count, double& last_s, double now_s) {
-  if (count == 0 || now_s - last_s >= 0.5) {
-    ++count;
-    last_s = now_s;
-  }
+// readings under half a second apart read the same second and count once. Returns whether it
+// counted.
+bool CountReading(int& count, double& last_s, double now_s) {
+  if (count != 0 && now_s - last_s < 0.5) return false;
+  ++count;
+  last_s = now_s;
+  return true;
 }
 }  // namespace
 
 void ElementTracker::Instant(const std::string& element, bool down, bool clean, double now_s,
-                             bool dense) {
+                             double probes) {
   Toggles& t = toggles_[element];
   t.reported = true;
   if (t.down != down) Toggle(t, down, now_s);
@@ -94,10 +96,11 @@ void ElementTracker::Instant(const std::string& element, bool down, bool clean, 
   }
   if (down || !clean) {
     t.clean_seconds = 0;
-  } else {
-    CountReading(t.clean_seconds, t.last_clean_s, now_s);
+    t.clean_probes = 0;
+  } else if (CountReading(t.clean_seconds, t.last_clean_s, now_s)) {
+    t.clean_probes += probes;
   }
-  t.dense_clean = !down && clean && dense;
+  t.last_clean_probes = !down && clean ? probes : 0;
 }
 
 void ElementTracker::Toggle(Toggles& t, bool down, double now_s) const {
@@ -118,9 +121,14 @@ double ElementTracker::ShortOutage(const std::string& element, double now_s) con
   const Toggles& t = it->second;
   const bool recent =
       t.short_outage_end_s >= 0 && now_s - t.short_outage_end_s <= config_.flap_window_s;
-  const double needed = config_.flap_short_outage_up_s - 1e-9;
-  const bool dense_back = config_.flap_dense_return && t.dense_clean && t.up_seconds >= needed;
-  const bool back = !t.down && t.clean_seconds > 0 && (t.clean_seconds >= needed || dense_back);
+  const int needed = std::max(1, static_cast<int>(std::ceil(config_.flap_short_outage_up_s - 1e-9)));
+  const bool counted =
+      t.clean_seconds >= needed + 1 ||
+      (t.clean_seconds >= needed && t.clean_probes >= config_.flap_return_min_probes);
+  const bool dense_back = config_.flap_dense_return &&
+                          t.last_clean_probes >= config_.dense_confirm_min_probes &&
+                          t.up_seconds >= needed;
+  const bool back = !t.down && t.clean_seconds > 0 && (counted || dense_back);
   return recent && back ? t.short_outage_s : -1;
 }
 
@@ -171,7 +179,7 @@ ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_n
     if (t.down && !t.reported) Toggle(t, false, now_s);
     if (!t.reported) {
       t.clean_seconds = t.up_seconds = 0;
-      t.dense_clean = false;
+      t.clean_probes = t.last_clean_probes = 0;
     }
     t.reported = false;
     if (!t.down && t.times.empty()) {

@@ -54,9 +54,9 @@ class ElementTracker {
   void Weak(const std::string& element) { weak_now_.insert(element); }
   // During a tick: a per-second up/down reading of a link or NIC (for flapping).
   // `clean`: read up with little loss (Evaluation::LinkInstant), the only reading that can end a
-  // short outage; `dense`: from at least dense_confirm_min_probes probes.
+  // short outage; `probes`: how many probes crossed it in that second.
   void Instant(const std::string& element, bool down, bool clean, double now_s,
-               bool dense = false);
+               double probes = 0);
   // How late the aggregator reads its agents' data (FleetState::ingest_lag_s), for the next
   // EndTick. A confirmation that asks for persistence (more than `confirm_ticks` evaluations) must
   // also cover as much data time as those evaluations took: when the lag grows, the data reaches
@@ -116,11 +116,12 @@ class ElementTracker {
     // reads it down or lossy, or does not judge it.
     int clean_seconds = 0;
     double last_clean_s = 0;
-    // The same for evaluations that read it up (clean or not), and whether the last reading was
-    // clean from dense probes (AnalysisConfig::flap_dense_return).
+    double clean_probes = 0;  // the probes of those readings
+    // The same for evaluations that read it up (clean or not), and the probes of the last reading
+    // when it was clean, else 0 (AnalysisConfig::flap_dense_return).
     int up_seconds = 0;
     double last_up_s = 0;
-    bool dense_clean = false;
+    double last_clean_probes = 0;
   };
   int ToggleCount(const std::string& element, double now_s) const;
   // Records a change of `t` at `now_s` (down, or back up).

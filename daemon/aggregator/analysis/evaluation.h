@@ -100,13 +100,13 @@ struct Analyzer::Evaluation {
   // Loss blames at `escalate_loss_significance` (weaker than a finding's): escalation only.
   std::vector<LinkBlame> weak_loss;
   // The last complete second of a link: down (>= down_loss_ratio), up (< 50 %), and clean (up
-  // with at most flap_return_loss: what a link that came back carries), from at least
-  // dense_confirm_min_probes probes on the link (`dense`).
+  // with at most flap_return_loss: what a link that came back carries), and how many probes
+  // crossed the link in that second.
   struct LinkInstant {
     std::string element;
     bool down = false;
     bool clean = false;
-    bool dense = false;
+    double probes = 0;
   };
   std::vector<LinkInstant> instants;
   std::vector<std::string> superseded;  // elements explained by a larger one in this tick

@@ -147,45 +147,50 @@ TEST(Scenarios, ShortOutageThatComesBackIsAFlap) {
 }
 
 // The clean return is counted in complete seconds read: the evaluation after the return reads the
-// first whole second of it, so flap_short_outage_up_s (2) is two consecutive clean readings, or
-// two up readings of which the last is clean from dense probes (flap_dense_return). One
-// clean second, a lossy second after it, or an evaluation that does not judge the link starts the
-// count again (a clean second between two down seconds is a third toggle, flap_toggles).
+// first whole second of it, so flap_short_outage_up_s (2) is two consecutive clean readings when
+// they hold flap_return_min_probes (20) probes on the link, three when they are sparser, or two up
+// readings of which the last is clean from dense probes (flap_dense_return: the second the link
+// came back in is partly down). A lossy second, or an evaluation that does not judge the link,
+// starts the count again (a clean second between two down seconds is a third toggle,
+// flap_toggles).
 TEST(Scenarios, ShortOutageIsAFlapAfterTwoCleanSecondsRead) {
   AnalysisConfig config;
   const std::string key = "link:x";
   Observation o;
   o.finding.kind = "link_down";
   o.can_flap = true;
-  // Readings per tick from tick 1: 'd' down, 'c' up and clean, 'C' the same from dense probes,
-  // 'l' up and lossy, '-' not judged. Returns the tick the element turned flapping, or 0.
+  // Readings per tick from tick 1: 'd' down; up and clean from 'c' 3 probes, 'm' 12, 'C' 40;
+  // 'l' up and lossy; '-' not judged. Returns the tick the element turned flapping, or 0.
   auto flapping_at = [&](const std::string& readings) {
     ElementTracker tracker(config);
     for (size_t i = 0; i < readings.size(); ++i) {
       const double t = 100.0 + i;
       const char r = readings[i];
-      if (r != '-') tracker.Instant(key, r == 'd', r == 'c' || r == 'C', t, r == 'C');
+      const double probes = r == 'C' ? 40 : (r == 'm' ? 12 : 3);
+      if (r != '-') tracker.Instant(key, r == 'd', r == 'c' || r == 'm' || r == 'C', t, probes);
       tracker.Observe(key, o);
       tracker.EndTick(t, static_cast<int64_t>(t * 1e9));
       if (tracker.IsFlapping(key)) return static_cast<int>(i) + 1;
     }
     return 0;
   };
-  EXPECT_EQ(flapping_at("dddcc"), 5);
-  EXPECT_EQ(flapping_at("dddcccc"), 5);
-  EXPECT_EQ(flapping_at("dddc"), 0);
-  EXPECT_EQ(flapping_at("dddclcl"), 0);     // lossy between clean seconds
-  EXPECT_EQ(flapping_at("dddc-c-c"), 0);    // not judged between clean seconds
-  EXPECT_EQ(flapping_at("dddc-cc"), 7);
+  EXPECT_EQ(flapping_at("dddmm"), 5);
+  EXPECT_EQ(flapping_at("dddmmmm"), 5);
+  EXPECT_EQ(flapping_at("dddm"), 0);
+  EXPECT_EQ(flapping_at("dddcc"), 0);     // sparse: one clean second more
+  EXPECT_EQ(flapping_at("dddccc"), 6);
+  EXPECT_EQ(flapping_at("dddmlml"), 0);   // lossy between clean seconds
+  EXPECT_EQ(flapping_at("dddm-m-m"), 0);  // not judged between clean seconds
+  EXPECT_EQ(flapping_at("dddm-mm"), 7);
   // The second the link came back in is partly down: up and lossy, then a dense clean second.
   EXPECT_EQ(flapping_at("dddlC"), 5);
-  EXPECT_EQ(flapping_at("dddlc"), 0);     // a sparse clean second is not enough after a lossy one
-  EXPECT_EQ(flapping_at("dddlcc"), 6);
+  EXPECT_EQ(flapping_at("dddlm"), 0);     // not dense: two clean seconds after the lossy one
+  EXPECT_EQ(flapping_at("dddlmm"), 6);
   EXPECT_EQ(flapping_at("dddC"), 0);      // one reading, dense or not, is no return
   EXPECT_EQ(flapping_at("dddl-C"), 0);    // not judged between them
   EXPECT_EQ(flapping_at("dddllllll"), 0); // held down, losing part of its flows
   config.flap_short_outage_up_s = 3;
-  EXPECT_EQ(flapping_at("dddccc"), 6);
+  EXPECT_EQ(flapping_at("dddmmm"), 6);
   EXPECT_EQ(flapping_at("dddllC"), 6);
   config.flap_short_outage_up_s = 2;
   config.flap_dense_return = false;
