@@ -88,11 +88,11 @@ void ElementTracker::Instant(const std::string& element, bool down, bool clean, 
                              double probes) {
   Toggles& t = toggles_[element];
   t.reported = true;
-  if (t.down != down) Toggle(t, down, now_s);
   if (down) {
+    if (!t.down) Toggle(t, true, now_s);
     t.up_seconds = 0;
-  } else {
-    CountReading(t.up_seconds, t.last_up_s, now_s);
+  } else if (CountReading(t.up_seconds, t.last_up_s, now_s) && t.up_seconds == 1) {
+    t.first_up_s = now_s;
   }
   if (down || !clean) {
     t.clean_seconds = 0;
@@ -101,6 +101,10 @@ void ElementTracker::Instant(const std::string& element, bool down, bool clean, 
     t.clean_probes += probes;
   }
   t.last_clean_probes = !down && clean ? probes : 0;
+  // A down link is back up only once it reads clean; the outage ended where the up readings
+  // began. A held-down link whose loss reads under 50 % for a second (late loss reports, flows
+  // partly rerouted) and down again made three toggles, a flap, without it.
+  if (!down && clean && t.down) Toggle(t, false, t.first_up_s);
 }
 
 void ElementTracker::Toggle(Toggles& t, bool down, double now_s) const {
@@ -172,17 +176,19 @@ void ElementTracker::Fire(const std::string& key, Element& e, int64_t now_wall_n
 
 ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_ns) {
   Changes changes;
-  // A link that was down and is not blamed any more is up again.
+  // A link that is not judged in a tick keeps its state (down stays down: not being judged is no
+  // return) and starts its runs of up and clean readings again. Its record goes once its toggles
+  // left the window, unless it is down and still read.
   for (auto it = toggles_.begin(); it != toggles_.end();) {
     Toggles& t = it->second;
     while (!t.times.empty() && now_s - t.times.front() > config_.flap_window_s) t.times.pop_front();
-    if (t.down && !t.reported) Toggle(t, false, now_s);
-    if (!t.reported) {
+    const bool reported = t.reported;
+    if (!reported) {
       t.clean_seconds = t.up_seconds = 0;
       t.clean_probes = t.last_clean_probes = 0;
     }
     t.reported = false;
-    if (!t.down && t.times.empty()) {
+    if (t.times.empty() && (!t.down || !reported)) {
       it = toggles_.erase(it);
     } else {
       ++it;

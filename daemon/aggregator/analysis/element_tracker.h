@@ -52,7 +52,8 @@ class ElementTracker {
   // the next evaluation, that evaluation counts towards `dense_confirm_ticks`: the fresh, escalated
   // data then confirms on its own a suspicion that the earlier data raised.
   void Weak(const std::string& element) { weak_now_.insert(element); }
-  // During a tick: a per-second up/down reading of a link or NIC (for flapping).
+  // During a tick: a per-second up/down reading of a link or NIC (for flapping). A down element
+  // toggles back up only on a clean reading.
   // `clean`: read up with little loss (Evaluation::LinkInstant), the only reading that can end a
   // short outage; `probes`: how many probes crossed it in that second.
   void Instant(const std::string& element, bool down, bool clean, double now_s,
@@ -121,6 +122,7 @@ class ElementTracker {
     // when it was clean, else 0 (AnalysisConfig::flap_dense_return).
     int up_seconds = 0;
     double last_up_s = 0;
+    double first_up_s = 0;  // the first reading of that run
     double last_clean_probes = 0;
   };
   int ToggleCount(const std::string& element, double now_s) const;
