@@ -239,9 +239,9 @@ TEST(BlameLinkLevel, CorrelatedQueueingOnTheFreshestSecondsConfirmsInTheUsualEva
                           const AnalysisConfig& config = AnalysisConfig{}) {
     testing::BlameFixture t(ThreeLeafMap());
     t.config = config;
-    t.ev.specs[static_cast<int>(Signal::kLatency)] =
-        SignalSpec{static_cast<double>(t.config.min_rtt_samples), t.config.min_flows,
-                   t.config.slow_fraction, t.config.slow_significance, t.config.background_slow_floor};
+    t.ev.specs[static_cast<int>(Signal::kLatency)] = SignalSpec{
+        static_cast<double>(t.config.min_rtt_samples), t.config.min_flows, t.config.slow_fraction,
+        t.config.slow_significance, t.config.background_slow_floor};
     std::vector<LinkBlame>& lat = t.ev.blames[static_cast<int>(Signal::kLatency)];
     const char* leaves[] = {"l1", "l2", "l3"};
     for (size_t i = 0; i < links.size(); ++i) {
@@ -314,7 +314,7 @@ TEST(TomographyLatency, RecentSlowFractionIsTheFreshSecondsOfTheExplainedFlows) 
   ASSERT_FALSE(blames.empty());
   const LinkBlame& b = blames.front();
   EXPECT_EQ(b.link, t.LinkOf("l1", "s1")) << map->links()[b.link].id;
-  EXPECT_DOUBLE_EQ(b.recent_rtt, 16);        // four flows' 4 fresh samples cross l1~s1
+  EXPECT_DOUBLE_EQ(b.recent_rtt, 16);          // four flows' 4 fresh samples cross l1~s1
   EXPECT_DOUBLE_EQ(b.recent_slow, 11.0 / 16);  // 4 + 3 + 4 of them slow
 }
 

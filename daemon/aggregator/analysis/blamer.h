@@ -260,8 +260,8 @@ class Blamer {
   // this tick's background (AnalysisConfig::correlated_fresh_latency_confirm_ticks).
   bool FreshLatency(const Verdict& v) const {
     const LinkBlame* lat = v.latency();
-    return lat && FreshAlone(Signal::kLatency, lat->recent_slow, lat->recent_rtt,
-                             c_.min_rtt_samples);
+    return lat &&
+           FreshAlone(Signal::kLatency, lat->recent_slow, lat->recent_rtt, c_.min_rtt_samples);
   }
   // Whether `fraction` of `samples` (the last two complete seconds) is bad at a finding's level
   // for `signal` on its own: at least `min_samples`, the signal's threshold, and its significance
@@ -276,8 +276,8 @@ class Blamer {
   // Verdicts of `list` whose latency is slow on the freshest data alone (FreshLatency); a group
   // of tied links counts once.
   size_t FreshLatencyLinks(const std::vector<const Verdict*>& list) const {
-    return static_cast<size_t>(
-        std::count_if(list.begin(), list.end(), [&](const Verdict* v) { return FreshLatency(*v); }));
+    return static_cast<size_t>(std::count_if(list.begin(), list.end(),
+                                             [&](const Verdict* v) { return FreshLatency(*v); }));
   }
   // Unconfirmed bandwidth groups (every verdict of `list`) wait as long as latency alone does.
   int BandwidthWait(const std::vector<const Verdict*>& list) const {

@@ -125,7 +125,8 @@ double ElementTracker::ShortOutage(const std::string& element, double now_s) con
   const Toggles& t = it->second;
   const bool recent =
       t.short_outage_end_s >= 0 && now_s - t.short_outage_end_s <= config_.flap_window_s;
-  const int needed = std::max(1, static_cast<int>(std::ceil(config_.flap_short_outage_up_s - 1e-9)));
+  const int needed =
+      std::max(1, static_cast<int>(std::ceil(config_.flap_short_outage_up_s - 1e-9)));
   const bool counted =
       t.clean_seconds >= needed + 1 ||
       (t.clean_seconds >= needed && t.clean_probes >= config_.flap_return_min_probes);

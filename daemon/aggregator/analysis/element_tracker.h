@@ -56,8 +56,7 @@ class ElementTracker {
   // toggles back up only on a clean reading.
   // `clean`: read up with little loss (Evaluation::LinkInstant), the only reading that can end a
   // short outage; `probes`: how many probes crossed it in that second.
-  void Instant(const std::string& element, bool down, bool clean, double now_s,
-               double probes = 0);
+  void Instant(const std::string& element, bool down, bool clean, double now_s, double probes = 0);
   // How late the aggregator reads its agents' data (FleetState::ingest_lag_s), for the next
   // EndTick. A confirmation that asks for persistence (more than `confirm_ticks` evaluations) must
   // also cover as much data time as those evaluations took: when the lag grows, the data reaches

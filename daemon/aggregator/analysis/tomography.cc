@@ -291,8 +291,7 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
         recent_probes_[best] > 0 ? std::min(1.0, recent_lost / recent_probes_[best]) : 0;
     blame.last_loss = last_probes_[best] > 0 ? std::min(1.0, last_lost / last_probes_[best]) : 0;
     blame.recent_rtt = recent_rtt_[best];
-    blame.recent_slow =
-        recent_rtt_[best] > 0 ? std::min(1.0, recent_slow / recent_rtt_[best]) : 0;
+    blame.recent_slow = recent_rtt_[best] > 0 ? std::min(1.0, recent_slow / recent_rtt_[best]) : 0;
     blame.inflation = rtt > 0 ? ratio / rtt : 0;
     blame.bandwidth_ratio = bw_n > 0 ? bw / bw_n : 0;
 
