@@ -70,6 +70,8 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     o.slow = w.slow;
     o.recent_probes = w.recent_probes;
     o.recent_lost = w.recent_lost;
+    o.recent_rtt = w.recent_rtt;
+    o.recent_slow = w.recent_slow;
     o.last_probes = w.last_probes;
     o.last_lost = w.last_lost;
     o.ratio_sum = static_cast<float>(w.ratio_sum);
@@ -410,7 +412,7 @@ void Analyzer::Tick() {
   AddEscalationEvidence(ev, now_s);
 
   for (auto& [element, obs] : ev.observations) tracker_.Observe(element, std::move(obs));
-  for (const auto& i : ev.instants) tracker_.Instant(i.element, i.down, i.clean, now_s);
+  for (const auto& i : ev.instants) tracker_.Instant(i.element, i.down, i.clean, now_s, i.probes);
   for (const std::string& element : ev.superseded) tracker_.Supersede(element);
   if (map_) {
     for (const LinkBlame& b : ev.weak_loss) {
@@ -562,7 +564,7 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
       o.probes = o.lost = o.recent_probes = o.recent_lost = o.last_probes = o.last_lost = 0;
     }
     if (noisy(Signal::kLatency)) {
-      o.rtt = o.slow = 0;
+      o.rtt = o.slow = o.recent_rtt = o.recent_slow = 0;
       o.ratio_sum = 0;
     }
     if (noisy(Signal::kBandwidth)) {

@@ -240,8 +240,13 @@ void Blamer::FarEndFinding(const std::vector<aggregator::SwitchIndex>& far,
     for (LinkIndex l : v->group) ev_.link_elements[l] = {element, f.confidence};
     ev_.superseded.push_back(GroupKey(*v));
   }
+  const bool dense = congestion && DenseCorrelatedLatency(list, bad);
+  if (congestion) {
+    f.evidence["fresh_latency_links"] = FreshLatencyLinks(list);
+    f.evidence["fresh_latency_confirmed"] = dense ? 1 : 0;
+  }
   Emit(element, std::move(f), false,
-       std::max(congestion ? LatencyConfirm(list, bad) : 0, BandwidthWait(list)));
+       std::max(congestion ? LatencyConfirm(list, bad) : 0, BandwidthWait(list)), dense);
 }
 
 // The last complete second read as down (≥ down_loss_ratio) or up (< 50 %), for flapping.
@@ -250,7 +255,7 @@ void Blamer::Instants(const Verdict& v, const std::string& key) {
   if (!loss || loss->last_probes < 3) return;
   if (loss->last_loss >= c_.down_loss_ratio) ev_.instants.push_back({key, true, false});
   if (loss->last_loss < 0.5) {
-    ev_.instants.push_back({key, false, loss->last_loss <= c_.flap_return_loss});
+    ev_.instants.push_back({key, false, loss->last_loss <= c_.flap_return_loss, loss->last_probes});
   }
 }
 
@@ -316,8 +321,13 @@ void Blamer::SwitchFinding(aggregator::SwitchIndex sw, const std::vector<const V
     ev_.superseded.push_back(GroupKey(*v));
   }
   for (LinkIndex l : alike) ev_.link_elements[l] = {element, conf};
+  const bool dense = latency_only && DenseCorrelatedLatency(list, bad_links);
+  if (latency_only) {
+    f.evidence["fresh_latency_links"] = FreshLatencyLinks(list);
+    f.evidence["fresh_latency_confirmed"] = dense ? 1 : 0;
+  }
   Emit(element, std::move(f), false,
-       std::max(latency_only ? LatencyConfirm(list, bad_links) : 0, BandwidthWait(list)));
+       std::max(latency_only ? LatencyConfirm(list, bad_links) : 0, BandwidthWait(list)), dense);
 }
 
 void Blamer::SwitchLink(const Verdict& v) {

@@ -146,6 +146,21 @@ LinkBlame BandwidthGroupBlame(LinkIndex l, LinkIndex tied, uint32_t flow) {
   return b;
 }
 
+// A flow from `src` to `dst` on the first of its map paths, as if traced; no observations yet.
+FlowObs TracedFlow(testing::BlameFixture& t, const FabricMap& map, const char* src,
+                   const char* dst) {
+  const aggregator::PathSet paths = map.PathsBetweenNodes(src, dst);
+  FlowObs o;
+  o.src = t.Id(src);
+  o.dst = t.Id(dst);
+  o.src_access = paths.src_access;
+  o.dst_access = paths.dst_access;
+  o.core = paths.core.get();
+  o.path = o.core && !o.core->paths.empty() ? 0 : -1;
+  o.path_source = PathSource::kTraced;
+  return o;
+}
+
 LinkBlame LatencyBlame(LinkIndex l, uint32_t flow, double inflation) {
   LinkBlame b;
   b.link = l;
@@ -258,6 +273,101 @@ TEST(BlameLinkLevel, ASuspectSwitchKeepsItsRollUpAtHalfTheShare) {
   EXPECT_EQ(elements(true), (std::vector<std::string>{"switch:s1"}));
 }
 
+// Queueing on three links of one switch that the last two complete seconds show on their own (at
+// least min_rtt_samples samples per link, slow_fraction slow, significant against the background)
+// confirms in correlated_fresh_latency_confirm_ticks, and densely (correlated_fresh_latency_dense:
+// the observation is dense_confirmed, its evidence fresh_latency_confirmed 1); fewer fresh links
+// than correlated_latency_links, fresh seconds too thin to tell, or a queue that is over (fresh
+// samples fast) keep correlated_latency_confirm_ticks and are not densely confirmed.
+TEST(BlameLinkLevel, CorrelatedQueueingOnTheFreshestSecondsConfirmsInTheUsualEvaluations) {
+  struct Fresh {
+    double slow;
+    double rtt;
+  };
+  bool dense = false;
+  auto confirm = [&dense](std::vector<Fresh> links, double* fresh_links,
+                          const AnalysisConfig& config = AnalysisConfig{}) {
+    testing::BlameFixture t(ThreeLeafMap());
+    t.config = config;
+    t.ev.specs[static_cast<int>(Signal::kLatency)] = SignalSpec{
+        static_cast<double>(t.config.min_rtt_samples), t.config.min_flows, t.config.slow_fraction,
+        t.config.slow_significance, t.config.background_slow_floor};
+    std::vector<LinkBlame>& lat = t.ev.blames[static_cast<int>(Signal::kLatency)];
+    const char* leaves[] = {"l1", "l2", "l3"};
+    for (size_t i = 0; i < links.size(); ++i) {
+      lat.push_back(
+          LatencyBlame(t.LinkOf(leaves[i], "s1"), AddBadFlow(t, PathSource::kTraced, true), 4));
+      lat.back().recent_slow = links[i].slow;
+      lat.back().recent_rtt = links[i].rtt;
+    }
+    t.MakeBlamer().LinkLevel();
+    const Observation* o = t.Find("switch:s1");
+    EXPECT_NE(o, nullptr);
+    if (!o) return -1;
+    *fresh_links = o->finding.evidence.at("fresh_latency_links");
+    dense = o->dense_confirmed;
+    EXPECT_EQ(o->finding.evidence.at("fresh_latency_confirmed"), dense ? 1 : 0);
+    return o->confirm_ticks;
+  };
+  const AnalysisConfig c;
+  double fresh = -1;
+  EXPECT_EQ(confirm({{0.8, 60}, {0.9, 40}, {0.5, 30}}, &fresh),
+            c.correlated_fresh_latency_confirm_ticks);
+  EXPECT_EQ(fresh, 3);
+  EXPECT_TRUE(dense);
+  EXPECT_EQ(confirm({{0.8, 60}, {0.9, 40}, {0.0, 30}}, &fresh),
+            c.correlated_latency_confirm_ticks);  // one link's queue is over
+  EXPECT_EQ(fresh, 2);
+  EXPECT_FALSE(dense);
+  EXPECT_EQ(confirm({{0.8, 60}, {0.9, 40}, {0.9, 10}}, &fresh),
+            c.correlated_latency_confirm_ticks);  // too few fresh samples on one link
+  EXPECT_FALSE(dense);
+  EXPECT_EQ(confirm({{0.8, 60}, {0.9, 40}, {0.2, 60}}, &fresh),
+            c.correlated_latency_confirm_ticks);  // below slow_fraction
+  EXPECT_FALSE(dense);
+  EXPECT_EQ(confirm({{0, 0}, {0, 0}, {0, 0}}, &fresh), c.correlated_latency_confirm_ticks);
+  EXPECT_EQ(fresh, 0);
+  EXPECT_FALSE(dense);
+  AnalysisConfig off;
+  off.correlated_fresh_latency_dense = false;
+  EXPECT_EQ(confirm({{0.8, 60}, {0.9, 40}, {0.5, 30}}, &fresh, off),
+            c.correlated_fresh_latency_confirm_ticks);
+  EXPECT_FALSE(dense);
+  EXPECT_LT(c.correlated_fresh_latency_confirm_ticks, c.correlated_latency_confirm_ticks);
+  EXPECT_GE(c.correlated_fresh_latency_confirm_ticks, c.confirm_ticks);
+}
+
+// The fresh figures of a latency blame are its explained flows' slow samples of the last two
+// complete seconds over every RTT sample of those seconds that crossed the link.
+TEST(TomographyLatency, RecentSlowFractionIsTheFreshSecondsOfTheExplainedFlows) {
+  const std::shared_ptr<const FabricMap> map = ThreeLeafMap();
+  testing::BlameFixture t(map);
+  Tomography& tomo = t.tomography();
+  auto flow = [&](const char* src, const char* dst, uint32_t slow, uint32_t recent_slow) {
+    FlowObs o = TracedFlow(t, *map, src, dst);
+    o.probes = o.rtt = 20;
+    o.slow = slow;
+    o.recent_probes = o.recent_rtt = 4;
+    o.recent_slow = recent_slow;
+    o.ratio_sum = 20 + 3.0f * slow;
+    tomo.Add(o);
+  };
+  // l1~s1 carries a->b, a->c, b->a, c->a; the first three queue, the last does not.
+  flow("a", "b", 10, 4);
+  flow("a", "c", 10, 3);
+  flow("b", "a", 10, 4);
+  flow("c", "a", 0, 0);
+  flow("b", "c", 0, 0);
+  flow("c", "b", 0, 0);
+  SignalSpec spec{20, 3, 0.3, 9, 0.01};
+  const std::vector<LinkBlame> blames = tomo.Localize(Signal::kLatency, spec);
+  ASSERT_FALSE(blames.empty());
+  const LinkBlame& b = blames.front();
+  EXPECT_EQ(b.link, t.LinkOf("l1", "s1")) << map->links()[b.link].id;
+  EXPECT_DOUBLE_EQ(b.recent_rtt, 16);          // four flows' 4 fresh samples cross l1~s1
+  EXPECT_DOUBLE_EQ(b.recent_slow, 11.0 / 16);  // 4 + 3 + 4 of them slow
+}
+
 // Two links of a two-link switch are not enough correlation: the usual latency wait.
 TEST(BlameLinkLevel, QueueingOnTwoLinksWaitsTheUsualLatencyConfirmation) {
   testing::BlameFixture t(testing::TwoLeafMap());
@@ -281,15 +391,7 @@ TEST(TomographyAccessLinks, EscalatedFlowsOverALossyUplinkDoNotBlameTheHostsNic)
   testing::BlameFixture t(map);
   Tomography& tomo = t.tomography();
   auto flow = [&](const char* src, const char* dst, uint32_t probes, uint32_t lost) {
-    const aggregator::PathSet paths = map->PathsBetweenNodes(src, dst);
-    FlowObs o;
-    o.src = t.Id(src);
-    o.dst = t.Id(dst);
-    o.src_access = paths.src_access;
-    o.dst_access = paths.dst_access;
-    o.core = paths.core.get();
-    o.path = o.core && !o.core->paths.empty() ? 0 : -1;
-    o.path_source = PathSource::kTraced;
+    FlowObs o = TracedFlow(t, *map, src, dst);
     o.probes = probes;
     o.lost = lost;
     tomo.Add(o);

@@ -230,10 +230,54 @@ class Blamer {
       if (const LinkBlame* lat = v->latency()) worst = std::max(worst, lat->inflation);
     }
     if (worst >= c_.severe_latency_inflation) return 0;
-    if (correlated_links >= static_cast<size_t>(std::max(2, c_.correlated_latency_links))) {
-      return c_.correlated_latency_confirm_ticks;
+    if (correlated_links >= CorrelatedLinksNeeded()) {
+      return FreshCorrelatedLatency(list) ? c_.correlated_fresh_latency_confirm_ticks
+                                          : c_.correlated_latency_confirm_ticks;
     }
     return c_.latency_confirm_ticks;
+  }
+  size_t CorrelatedLinksNeeded() const {
+    return static_cast<size_t>(std::max(2, c_.correlated_latency_links));
+  }
+  // Whether at least CorrelatedLinksNeeded() verdicts of `list` queue on the freshest seconds
+  // alone (FreshLatency).
+  bool FreshCorrelatedLatency(const std::vector<const Verdict*>& list) const {
+    return FreshLatencyLinks(list) >= CorrelatedLinksNeeded();
+  }
+  // Whether a latency-only roll-up of `correlated_links` links (a switch, far ends) is densely
+  // confirmed in this evaluation (AnalysisConfig::correlated_fresh_latency_dense): correlated,
+  // queueing on the freshest seconds, not severe (which confirms in confirm_ticks anyway). The
+  // tracker keeps the element's longest confirmation, so an evaluation that fails the fresh test
+  // (asking for correlated_latency_confirm_ticks) rules the dense path out for the suspicion.
+  bool DenseCorrelatedLatency(const std::vector<const Verdict*>& list,
+                              size_t correlated_links) const {
+    return c_.correlated_fresh_latency_dense &&
+           LatencyConfirm(list, correlated_links) == c_.correlated_fresh_latency_confirm_ticks &&
+           correlated_links >= CorrelatedLinksNeeded() && FreshCorrelatedLatency(list);
+  }
+  // Whether the verdict's latency is slow on the last two complete seconds alone: at least
+  // min_rtt_samples samples on the link, slow_fraction of them slow, at slow_significance against
+  // this tick's background (AnalysisConfig::correlated_fresh_latency_confirm_ticks).
+  bool FreshLatency(const Verdict& v) const {
+    const LinkBlame* lat = v.latency();
+    return lat &&
+           FreshAlone(Signal::kLatency, lat->recent_slow, lat->recent_rtt, c_.min_rtt_samples);
+  }
+  // Whether `fraction` of `samples` (the last two complete seconds) is bad at a finding's level
+  // for `signal` on its own: at least `min_samples`, the signal's threshold, and its significance
+  // against this tick's background.
+  bool FreshAlone(Signal signal, double fraction, double samples, double min_samples) const {
+    if (samples < min_samples) return false;
+    const SignalSpec& spec = ev_.specs[static_cast<int>(signal)];
+    return fraction >= spec.threshold &&
+           PoissonSurprise(std::round(fraction * samples), spec.background * samples) >=
+               spec.significance;
+  }
+  // Verdicts of `list` whose latency is slow on the freshest data alone (FreshLatency); a group
+  // of tied links counts once.
+  size_t FreshLatencyLinks(const std::vector<const Verdict*>& list) const {
+    return static_cast<size_t>(std::count_if(list.begin(), list.end(),
+                                             [&](const Verdict* v) { return FreshLatency(*v); }));
   }
   // Unconfirmed bandwidth groups (every verdict of `list`) wait as long as latency alone does.
   int BandwidthWait(const std::vector<const Verdict*>& list) const {
@@ -268,11 +312,8 @@ class Blamer {
   // force, confirms the suspicion (Observation::dense_confirmed).
   bool FreshLoss(const Verdict& v) const {
     const LinkBlame* loss = v.loss();
-    if (!loss || loss->recent_probes < c_.dense_confirm_min_probes) return false;
-    const SignalSpec& spec = ev_.specs[static_cast<int>(Signal::kLoss)];
-    const double lost = std::round(loss->recent_loss * loss->recent_probes);
-    return loss->recent_loss >= spec.threshold &&
-           PoissonSurprise(lost, spec.background * loss->recent_probes) >= spec.significance;
+    return loss && FreshAlone(Signal::kLoss, loss->recent_loss, loss->recent_probes,
+                              c_.dense_confirm_min_probes);
   }
 
   // Unresolved ECMP groups. One group is "one of these links" (Ambiguous). When most of the

@@ -179,6 +179,22 @@ struct AnalysisConfig {
   // once is a chance of ~10^-6 per leaf and tick, six of a spine's eight ~10^-12.
   int correlated_latency_confirm_ticks = 5;
   int correlated_latency_links = 3;
+  // ...or after this many, when at least `correlated_latency_links` of those links are slow on the
+  // freshest data alone in every one of them: the last two complete seconds (at least
+  // `min_rtt_samples` samples on the link) reach `slow_fraction` and `slow_significance` on their
+  // own. The queueing is then going on now on several links of the switch at once, each at a
+  // finding's significance; persistence adds little to a coincidence of independent episodes
+  // (~10^-6 per leaf and tick for three uplinks over the 10 s window, less again for the fresh
+  // two seconds).
+  int correlated_fresh_latency_confirm_ticks = 3;
+  // ...and such a roll-up is densely confirmed (it fires after `dense_confirm_ticks`, like loss the
+  // freshest seconds show on their own) when every one of its evaluations passed that fresh test:
+  // the suspicion (the 10 s window at `slow_fraction` and `slow_significance` on those links) and
+  // the next evaluation's fresh two seconds, so three seconds of data in which the same links
+  // queue at a finding's significance. A short self-induced queue (our own bursts, a second or
+  // two) neither lifts the 10 s window over `slow_fraction` nor keeps two overlapping fresh pairs
+  // of seconds slow. Off: `correlated_fresh_latency_confirm_ticks` evaluations.
+  bool correlated_fresh_latency_dense = true;
   // Seconds an element must stay good before its finding resolves.
   double recovery_s = 30.0;
   // Flapping: at least `flap_toggles` up/down changes within `flap_window_s`. Three is down, up
@@ -192,10 +208,22 @@ struct AnalysisConfig {
   // its own is a flap worth a finding at once; a longer outage that ends is a repair, and stays
   // link_down. 0 turns it off.
   double flap_short_outage_s = 10.0;
-  // ... and "returns" means read up, on the link's own probes, in every evaluation for this long
-  // a link held down whose flows the fabric reroutes (or whose traces lag) can read up for a
-  // second between two down seconds, or not be judged at all, and that is no return.
+  // ... and "returns" means read up, on the link's own probes, in this many consecutive complete
+  // seconds (each evaluation reads the last complete one, so the first reading after the return
+  // already covers a whole second of it): a link held down whose flows the fabric reroutes (or
+  // whose traces lag) can read up for a second between two down seconds, or not be judged at
+  // all, and that is no return. Those seconds must hold `flap_return_min_probes` probes on the
+  // link between them, else it takes one clean second more (a link losing 35 % reads two seconds
+  // of 3 probes each clean with a chance of 7 %, three 2 %; 20 probes at most 10 % lost, < 1.2 %).
   double flap_short_outage_up_s = 2.0;
+  double flap_return_min_probes = 20;
+  // ... or read up (under 50 % loss) in as many, of which the last is clean from at least
+  // `dense_confirm_min_probes` probes on the link: a link comes back within a second, not on
+  // its boundary, so the first second it reads up in is partly down; a clean second of dense
+  // probes after it shows the link carries its flows again. A link held down whose flows partly
+  // reroute loses steadily and reads no clean second: at 35 % loss, 40 probes read at most 10 %
+  // lost with a chance of 3·10⁻⁴ (20 probes: 1.2 %, so the count matters).
+  bool flap_dense_return = true;
   // ... with at most this loss in each of those seconds: a link held down whose flows partly
   // reroute still loses those the fabric blackholes (a spine that lost its only way to a leaf).
   double flap_return_loss = 0.1;

@@ -2,6 +2,7 @@
 #include "daemon/aggregator/analysis/element_tracker.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace fw::analysis {
@@ -71,15 +72,39 @@ void ElementTracker::Supersede(const std::string& element) {
   if (it != elements_.end()) it->second.superseded = true;
 }
 
-void ElementTracker::Instant(const std::string& element, bool down, bool clean, double now_s) {
+namespace {
+// Counts a reading at `now_s` into a run of consecutive readings (`count`, the last at `last_s`);
+// readings under half a second apart read the same second and count once. Returns whether it
+// counted.
+bool CountReading(int& count, double& last_s, double now_s) {
+  if (count != 0 && now_s - last_s < 0.5) return false;
+  ++count;
+  last_s = now_s;
+  return true;
+}
+}  // namespace
+
+void ElementTracker::Instant(const std::string& element, bool down, bool clean, double now_s,
+                             double probes) {
   Toggles& t = toggles_[element];
   t.reported = true;
-  if (t.down != down) Toggle(t, down, now_s);
-  if (down || !clean) {
-    t.up_reported_since_s = -1;
-  } else if (t.up_reported_since_s < 0) {
-    t.up_reported_since_s = now_s;
+  if (down) {
+    if (!t.down) Toggle(t, true, now_s);
+    t.up_seconds = 0;
+  } else if (CountReading(t.up_seconds, t.last_up_s, now_s) && t.up_seconds == 1) {
+    t.first_up_s = now_s;
   }
+  if (down || !clean) {
+    t.clean_seconds = 0;
+    t.clean_probes = 0;
+  } else if (CountReading(t.clean_seconds, t.last_clean_s, now_s)) {
+    t.clean_probes += probes;
+  }
+  t.last_clean_probes = !down && clean ? probes : 0;
+  // A down link is back up only once it reads clean; the outage ended where the up readings
+  // began. A held-down link whose loss reads under 50 % for a second (late loss reports, flows
+  // partly rerouted) and down again made three toggles, a flap, without it.
+  if (!down && clean && t.down) Toggle(t, false, t.first_up_s);
 }
 
 void ElementTracker::Toggle(Toggles& t, bool down, double now_s) const {
@@ -100,8 +125,15 @@ double ElementTracker::ShortOutage(const std::string& element, double now_s) con
   const Toggles& t = it->second;
   const bool recent =
       t.short_outage_end_s >= 0 && now_s - t.short_outage_end_s <= config_.flap_window_s;
-  const bool back = !t.down && t.up_reported_since_s >= 0 &&
-                    now_s - t.up_reported_since_s >= config_.flap_short_outage_up_s;
+  const int needed =
+      std::max(1, static_cast<int>(std::ceil(config_.flap_short_outage_up_s - 1e-9)));
+  const bool counted =
+      t.clean_seconds >= needed + 1 ||
+      (t.clean_seconds >= needed && t.clean_probes >= config_.flap_return_min_probes);
+  const bool dense_back = config_.flap_dense_return &&
+                          t.last_clean_probes >= config_.dense_confirm_min_probes &&
+                          t.up_seconds >= needed;
+  const bool back = !t.down && t.clean_seconds > 0 && (counted || dense_back);
   return recent && back ? t.short_outage_s : -1;
 }
 
@@ -145,14 +177,19 @@ void ElementTracker::Fire(const std::string& key, Element& e, int64_t now_wall_n
 
 ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_ns) {
   Changes changes;
-  // A link that was down and is not blamed any more is up again.
+  // A link that is not judged in a tick keeps its state (down stays down: not being judged is no
+  // return) and starts its runs of up and clean readings again. Its record goes once its toggles
+  // left the window, unless it is down and still read.
   for (auto it = toggles_.begin(); it != toggles_.end();) {
     Toggles& t = it->second;
     while (!t.times.empty() && now_s - t.times.front() > config_.flap_window_s) t.times.pop_front();
-    if (t.down && !t.reported) Toggle(t, false, now_s);
-    if (!t.reported) t.up_reported_since_s = -1;
+    const bool reported = t.reported;
+    if (!reported) {
+      t.clean_seconds = t.up_seconds = 0;
+      t.clean_probes = t.last_clean_probes = 0;
+    }
     t.reported = false;
-    if (!t.down && t.times.empty()) {
+    if (t.times.empty() && (!t.down || !reported)) {
       it = toggles_.erase(it);
     } else {
       ++it;

@@ -52,10 +52,11 @@ class ElementTracker {
   // the next evaluation, that evaluation counts towards `dense_confirm_ticks`: the fresh, escalated
   // data then confirms on its own a suspicion that the earlier data raised.
   void Weak(const std::string& element) { weak_now_.insert(element); }
-  // During a tick: a per-second up/down reading of a link or NIC (for flapping).
+  // During a tick: a per-second up/down reading of a link or NIC (for flapping). A down element
+  // toggles back up only on a clean reading.
   // `clean`: read up with little loss (Evaluation::LinkInstant), the only reading that can end a
-  // short outage.
-  void Instant(const std::string& element, bool down, bool clean, double now_s);
+  // short outage; `probes`: how many probes crossed it in that second.
+  void Instant(const std::string& element, bool down, bool clean, double now_s, double probes = 0);
   // How late the aggregator reads its agents' data (FleetState::ingest_lag_s), for the next
   // EndTick. A confirmation that asks for persistence (more than `confirm_ticks` evaluations) must
   // also cover as much data time as those evaluations took: when the lag grows, the data reaches
@@ -110,15 +111,24 @@ class ElementTracker {
     // -1 when none.
     double short_outage_end_s = -1;
     double short_outage_s = 0;
-    // Since when every evaluation read the element up and clean on its own probes; -1 while it
-    // is down, lossy, or an evaluation did not judge it.
-    double up_reported_since_s = -1;
+    // Consecutive evaluations that read the element up and clean on its own probes, each a
+    // complete second of its own (readings under half a second apart count once); 0 once one
+    // reads it down or lossy, or does not judge it.
+    int clean_seconds = 0;
+    double last_clean_s = 0;
+    double clean_probes = 0;  // the probes of those readings
+    // The same for evaluations that read it up (clean or not), and the probes of the last reading
+    // when it was clean, else 0 (AnalysisConfig::flap_dense_return).
+    int up_seconds = 0;
+    double last_up_s = 0;
+    double first_up_s = 0;  // the first reading of that run
+    double last_clean_probes = 0;
   };
   int ToggleCount(const std::string& element, double now_s) const;
   // Records a change of `t` at `now_s` (down, or back up).
   void Toggle(Toggles& t, bool down, double now_s) const;
   // The length of a short outage of `element` that ended within `flap_window_s` and after which
-  // the element has read up for `flap_short_outage_up_s`, or -1.
+  // the element has read up and clean in `flap_short_outage_up_s` complete seconds, or -1.
   double ShortOutage(const std::string& element, double now_s) const;
   // Whether a confirmation that asks for persistence covers enough data time (SetIngestLag).
   bool CoversDataTime(const Element& e, double now_s) const;

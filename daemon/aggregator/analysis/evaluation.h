@@ -102,11 +102,13 @@ struct Analyzer::Evaluation {
   // Outputs.
   std::vector<std::pair<std::string, Observation>> observations;
   // The last complete second of a link: down (>= down_loss_ratio), up (< 50 %), and clean (up
-  // with at most flap_return_loss: what a link that came back carries).
+  // with at most flap_return_loss: what a link that came back carries), and how many probes
+  // crossed the link in that second.
   struct LinkInstant {
     std::string element;
     bool down = false;
     bool clean = false;
+    double probes = 0;
   };
   std::vector<LinkInstant> instants;
   std::vector<std::string> superseded;  // elements explained by a larger one in this tick

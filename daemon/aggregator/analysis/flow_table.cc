@@ -58,6 +58,8 @@ FlowWindow FlowTable::WindowOf(const FlowSeen& f, uint32_t now_s) const {
     if (sec + 2 >= now_s && sec < now_s) {
       w.recent_probes += slot.probes;
       w.recent_lost += slot.lost;
+      w.recent_rtt += slot.judged;
+      w.recent_slow += slot.slow;
       if (sec + 1 == now_s) {
         w.last_probes = slot.probes;
         w.last_lost = slot.lost;

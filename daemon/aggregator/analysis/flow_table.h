@@ -43,6 +43,8 @@ struct FlowWindow {
   double ratio_sum = 0;  // Σ rtt / baseline median over the `rtt` samples (0 without a baseline)
   uint32_t recent_probes = 0;  // the two complete seconds before the tick's second
   uint32_t recent_lost = 0;
+  uint32_t recent_rtt = 0;  // ...and their RTT samples, and of those the slow ones
+  uint32_t recent_slow = 0;
   uint32_t last_probes = 0;  // the one complete second before the tick's second
   uint32_t last_lost = 0;
   double goodput_bps = 0;  // last bandwidth sample within the bandwidth window, else 0

@@ -146,6 +146,73 @@ TEST(Scenarios, ShortOutageThatComesBackIsAFlap) {
       << active[0].finding.summary;
 }
 
+// Runs a can-flap link_down observation of "link:x" through an ElementTracker with one reading
+// per tick from tick 1: 'd' down; up and clean from 'c' 3 probes, 'm' 12, 'C' 40; 'l' up and
+// lossy; '-' not judged. Returns the tick it turned flapping, or 0.
+int FlappingAt(const AnalysisConfig& config, const std::string& readings) {
+  Observation o;
+  o.finding.kind = "link_down";
+  o.can_flap = true;
+  ElementTracker tracker(config);
+  for (size_t i = 0; i < readings.size(); ++i) {
+    const double t = 100.0 + i;
+    const char r = readings[i];
+    const double probes = r == 'C' ? 40 : (r == 'm' ? 12 : 3);
+    if (r != '-') tracker.Instant("link:x", r == 'd', r == 'c' || r == 'm' || r == 'C', t, probes);
+    tracker.Observe("link:x", o);
+    tracker.EndTick(t, static_cast<int64_t>(t * 1e9));
+    if (tracker.IsFlapping("link:x")) return static_cast<int>(i) + 1;
+  }
+  return 0;
+}
+
+// The clean return is counted in complete seconds read: the evaluation after the return reads the
+// first whole second of it, so flap_short_outage_up_s (2) is two consecutive clean readings when
+// they hold flap_return_min_probes (20) probes on the link, three when they are sparser, or two up
+// readings of which the last is clean from dense probes (flap_dense_return: the second the link
+// came back in is partly down). A lossy second, or an evaluation that does not judge the link,
+// starts the count again (a clean second between two down seconds is a third toggle,
+// flap_toggles).
+TEST(Scenarios, ShortOutageIsAFlapAfterTwoCleanSecondsRead) {
+  AnalysisConfig config;
+  auto flapping_at = [&](const std::string& readings) { return FlappingAt(config, readings); };
+  EXPECT_EQ(flapping_at("dddmm"), 5);
+  EXPECT_EQ(flapping_at("dddmmmm"), 5);
+  EXPECT_EQ(flapping_at("dddm"), 0);
+  EXPECT_EQ(flapping_at("dddcc"), 0);  // sparse: one clean second more
+  EXPECT_EQ(flapping_at("dddccc"), 6);
+  EXPECT_EQ(flapping_at("dddmlml"), 0);   // lossy between clean seconds
+  EXPECT_EQ(flapping_at("dddm-m-m"), 0);  // not judged between clean seconds
+  EXPECT_EQ(flapping_at("dddm-mm"), 7);
+  // The second the link came back in is partly down: up and lossy, then a dense clean second.
+  EXPECT_EQ(flapping_at("dddlC"), 5);
+  EXPECT_EQ(flapping_at("dddlm"), 0);  // not dense: two clean seconds after the lossy one
+  EXPECT_EQ(flapping_at("dddlmm"), 6);
+  EXPECT_EQ(flapping_at("dddC"), 0);       // one reading, dense or not, is no return
+  EXPECT_EQ(flapping_at("dddl-C"), 0);     // not judged between them
+  EXPECT_EQ(flapping_at("dddllllll"), 0);  // held down, losing part of its flows
+  config.flap_short_outage_up_s = 3;
+  EXPECT_EQ(flapping_at("dddmmm"), 6);
+  EXPECT_EQ(flapping_at("dddllC"), 6);
+  config.flap_short_outage_up_s = 2;
+  config.flap_dense_return = false;
+  EXPECT_EQ(flapping_at("dddlC"), 0);
+}
+
+// A held-down link that reads under 50 % loss for a second now and then, or is not judged for a
+// tick, and reads down again is no flap (the traced suite's link_down under load was named
+// link_flapping, 3 toggles): only a clean reading toggles a down link back up. Three toggles
+// (down, a clean return, down) still are.
+TEST(Scenarios, HeldDownLinkThatReadsUpForASecondIsNoFlap) {
+  AnalysisConfig config;
+  config.flap_short_outage_s = 0;  // toggles alone
+  auto flapping_at = [&](const std::string& readings) { return FlappingAt(config, readings); };
+  EXPECT_EQ(flapping_at("dddldddldddl"), 0);
+  EXPECT_EQ(flapping_at("ddd-ddd-ddd-"), 0);
+  EXPECT_EQ(flapping_at("dddCddd"), 5);
+  EXPECT_EQ(flapping_at("dddlCddd"), 6);
+}
+
 // A link held down is no flap because part of its flows move: when the fabric reroutes the flows
 // one end can send elsewhere, those the other end still sends into the dead link are lost (the
 // namespace demo's link_down read "went down for 1 s and came back"). Only a return that reads
@@ -252,6 +319,64 @@ TEST(Scenarios, CongestedSpineSoonAfterTheStartIsFoundWithinFifteenSeconds) {
   const auto all = fleet.analyzer().Findings(false);
   ASSERT_EQ(all.size(), 1u) << Describe(all);
   EXPECT_EQ(all[0].finding.location.id, "spine2");
+}
+
+// A congested spine whose links are slow on the last two complete seconds on their own confirms
+// in correlated_fresh_latency_confirm_ticks (3) from its suspicion, not
+// correlated_latency_confirm_ticks (5): two evaluations sooner, the same single finding.
+TEST(Scenarios, CongestedSpineSlowOnTheFreshestSecondsConfirmsTwoEvaluationsSooner) {
+  auto detect = [](const AnalysisConfig& config) {
+    SyntheticFleet fleet(Shape(), config);
+    fleet.Run(kWarmup);
+    for (int l = 0; l < 8; ++l) {
+      fleet.SetLinkFault("leaf" + std::to_string(l) + "~spine2", LinkFault{0, 4});
+    }
+    const int ttd = TimeToDetect(fleet, "congestion", "spine2", 30);
+    fleet.Run(5);
+    const auto all = fleet.analyzer().Findings(false);
+    EXPECT_EQ(all.size(), 1u) << Describe(all);
+    return ttd;
+  };
+  AnalysisConfig fresh_config;  // the fresh rule's evaluations, without its dense confirmation
+  fresh_config.correlated_fresh_latency_dense = false;
+  AnalysisConfig persistence = fresh_config;  // without the fresh rule
+  persistence.correlated_fresh_latency_confirm_ticks = persistence.correlated_latency_confirm_ticks;
+  const int fresh = detect(fresh_config);
+  const int before = detect(persistence);
+  const int dense = detect(AnalysisConfig{});
+  std::printf("congested spine: %d s densely confirmed, %d s with the fresh rule, %d s without\n",
+              dense, fresh, before);
+  ASSERT_GT(fresh, 0);
+  ASSERT_GT(before, 0);
+  EXPECT_EQ(fresh, before - 2);
+  // Every evaluation from the suspicion on passed the fresh test: dense_confirm_ticks (2).
+  EXPECT_EQ(dense, fresh - 1);
+}
+
+// Short correlated queueing on every link of a spine (our own bursts crossing it at once, a
+// second or two) is no finding: it lifts no link's 10 s window over slow_fraction, so nothing is
+// suspect for the fresh seconds to confirm. A queue of the same strength that stands is found.
+TEST(Scenarios, ShortQueueingOnEveryLinkOfASpineIsNotCongestion) {
+  for (int seconds : {1, 2}) {
+    SyntheticFleet fleet(Shape());
+    fleet.Run(kWarmup);
+    for (int episode = 0; episode < 3; ++episode) {
+      for (int l = 0; l < 8; ++l) {
+        fleet.SetLinkFault("leaf" + std::to_string(l) + "~spine2", LinkFault{0, 4});
+      }
+      fleet.Run(seconds);
+      fleet.ClearFaults();
+      fleet.Run(20);
+    }
+    EXPECT_TRUE(fleet.analyzer().Findings(false).empty())
+        << seconds << " s: " << Describe(fleet.analyzer().Findings(false));
+  }
+  SyntheticFleet fleet(Shape());
+  fleet.Run(kWarmup);
+  for (int l = 0; l < 8; ++l) {
+    fleet.SetLinkFault("leaf" + std::to_string(l) + "~spine2", LinkFault{0, 4});
+  }
+  EXPECT_GT(TimeToDetect(fleet, "congestion", "spine2", 15), 0) << Describe(fleet.Active());
 }
 
 // Regression (fleet simulator, congested_spine with deterministic routing, 16 leaves): explain-away

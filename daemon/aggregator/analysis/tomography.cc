@@ -46,6 +46,7 @@ Tomography::Tomography(std::shared_ptr<const FabricMap> map) : map_(std::move(ma
   totals_.resize(n);
   recent_probes_.resize(n);
   last_probes_.resize(n);
+  recent_rtt_.resize(n);
   stamp_.resize(n);
   weight_.resize(n);
 }
@@ -54,6 +55,7 @@ void Tomography::Reset() {
   std::fill(totals_.begin(), totals_.end(), LinkTotals{});
   std::fill(recent_probes_.begin(), recent_probes_.end(), 0.0);
   std::fill(last_probes_.begin(), last_probes_.end(), 0.0);
+  std::fill(recent_rtt_.begin(), recent_rtt_.end(), 0.0);
   bad_.clear();
   for (auto& e : explained_) e.clear();
 }
@@ -123,6 +125,7 @@ void Tomography::Add(const FlowObs& o) {
     ++t.flows;
     recent_probes_[l] += w * o.recent_probes;
     last_probes_[l] += w * o.last_probes;
+    recent_rtt_[l] += w * o.recent_rtt;
   });
   if (o.lost > 0 || o.slow > 0 || o.bw_bad) bad_.push_back(o);
 }
@@ -269,11 +272,12 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
     }
     std::sort(blame.tied.begin(), blame.tied.end());
 
-    double recent_lost = 0, last_lost = 0, ratio = 0, rtt = 0, bw = 0, bw_n = 0;
+    double recent_lost = 0, last_lost = 0, recent_slow = 0, ratio = 0, rtt = 0, bw = 0, bw_n = 0;
     for (uint32_t i : blame.explained) {
       const FlowObs& o = bad_[i];
       recent_lost += o.recent_lost;
       last_lost += o.last_lost;
+      recent_slow += o.recent_slow;
       ratio += o.ratio_sum;
       rtt += o.rtt;
       if (o.bw_ratio >= 0) {
@@ -286,6 +290,8 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
     blame.recent_loss =
         recent_probes_[best] > 0 ? std::min(1.0, recent_lost / recent_probes_[best]) : 0;
     blame.last_loss = last_probes_[best] > 0 ? std::min(1.0, last_lost / last_probes_[best]) : 0;
+    blame.recent_rtt = recent_rtt_[best];
+    blame.recent_slow = recent_rtt_[best] > 0 ? std::min(1.0, recent_slow / recent_rtt_[best]) : 0;
     blame.inflation = rtt > 0 ? ratio / rtt : 0;
     blame.bandwidth_ratio = bw_n > 0 ? bw / bw_n : 0;
 

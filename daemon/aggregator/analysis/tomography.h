@@ -34,6 +34,8 @@ struct FlowObs {
   uint32_t slow = 0;
   uint32_t recent_probes = 0;
   uint32_t recent_lost = 0;
+  uint32_t recent_rtt = 0;  // RTT samples of the last two complete seconds, and the slow ones
+  uint32_t recent_slow = 0;
   uint32_t last_probes = 0;
   uint32_t last_lost = 0;
   float ratio_sum = 0;  // Σ RTT/baseline over `rtt` samples
@@ -80,6 +82,8 @@ struct LinkBlame {
   double recent_probes = 0;
   double last_loss = 0;  // ... and in the last one
   double last_probes = 0;
+  double recent_slow = 0;  // slow fraction of the last two complete seconds' RTT samples (latency)
+  double recent_rtt = 0;
   double inflation = 0;             // mean RTT / baseline over the explained flows
   double bandwidth_ratio = 0;       // mean goodput / class median over the explained flows
   std::vector<LinkIndex> tied;      // links that explain exactly the same flows as well
@@ -129,6 +133,7 @@ class Tomography {
   std::array<std::vector<uint8_t>, kSignalCount> explained_;
   std::vector<double> recent_probes_;  // per link, Σ weight · probes of the last two seconds
   std::vector<double> last_probes_;    // per link, the same for the last second
+  std::vector<double> recent_rtt_;     // per link, Σ weight · RTT samples of the last two seconds
   // Candidate-dedup scratch.
   std::vector<uint32_t> stamp_;
   std::vector<float> weight_;
