@@ -30,6 +30,14 @@ struct HostDelayLimits {
   double floor_ns = 1e6;          // a median under this is never high
   double fleet_ratio = 5;         // ...nor one under this many times the fleet's median
   uint32_t fleet_min_series = 3;  // fewer series than this: the floor alone judges
+  // Evidence that persists. A sample taken while either end's agent was in its first settle_s
+  // after its session (re)started (NoteSessionStart) is not judged: a starting agent's own work,
+  // and its peers' on a shared host, contend for the CPUs for a few seconds, and its exchanges and
+  // first bursts with every peer come then. And a high median is high only when its high samples
+  // (those at or over the floor and the fleet ratio) arrived over at least persist_s: a burst that
+  // one upload or two carried is not a slow host.
+  double settle_s = 3;
+  double persist_s = 2;
 };
 
 // One (node, device, role) with enough samples in the window.
@@ -40,6 +48,8 @@ struct HostDelayVerdict {
   uint32_t samples = 0;
   double median_ns = 0;
   double fleet_median_ns = 0;  // the median of the role's series' medians; 0 below fleet_min_series
+  // From the first to the last arrival of the samples at or over the high level (0 when none).
+  double high_span_s = 0;
   bool high = false;
 };
 
@@ -53,24 +63,35 @@ class HostDelays {
   // Keeps the host delays of answered rdma_ud results (the others carry none). Results must name
   // their nodes by id (ingest); those without are skipped.
   void Record(std::span<const aggregator::ReportedProbe> results, int64_t now_ns);
-  // Every series with at least min_samples in the window, judged; series idle for longer than the
-  // window are dropped. Sorted by (node, device, role).
+  // The agent of `node` said Hello (a new or resumed session): samples with it at either end that
+  // arrive in the next HostDelayLimits::settle_s are not judged. Only the latest start is kept.
+  void NoteSessionStart(aggregator::NodeId node, int64_t now_ns);
+  // Every series with at least min_samples judged in the window (past its ends' settling),
+  // judged; series idle for longer than the window are dropped. Sorted by (node, device, role).
   std::vector<HostDelayVerdict> Judge(int64_t now_ns, const HostDelayLimits& limits);
   uint64_t refused() const;
 
  private:
+  struct Sample {
+    int64_t at_ns = 0;  // arrival
+    int64_t delay_ns = 0;
+    aggregator::NodeId peer = aggregator::kNoNode;  // the probe's other end
+  };
   struct Series {
-    std::array<std::pair<int64_t, int64_t>, kRing> ring{};  // (arrival ns, delay ns)
+    std::array<Sample, kRing> ring{};
     size_t next = 0;
     size_t size = 0;
     int64_t last_ns = 0;
   };
   using Key = std::tuple<aggregator::NodeId, std::string, HostRole>;
   void Add(aggregator::NodeId node, const std::string& device, HostRole role, int64_t delay_ns,
-           int64_t now_ns) FW_REQUIRES(mu_);
+           aggregator::NodeId peer, int64_t now_ns) FW_REQUIRES(mu_);
+  // Whether `node`'s latest session started at most settle_ns before `at_ns` (and not after it).
+  bool Settling(aggregator::NodeId node, int64_t at_ns, int64_t settle_ns) const FW_REQUIRES(mu_);
 
   mutable Mutex mu_;
   std::map<Key, Series> series_ FW_GUARDED_BY(mu_);
+  std::map<aggregator::NodeId, int64_t> session_starts_ FW_GUARDED_BY(mu_);  // at most kMaxSeries
   uint64_t refused_ FW_GUARDED_BY(mu_) = 0;
 };
 
