@@ -546,10 +546,12 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
   }
   // A host with a high RDMA host delay (named by the host-delay level) posts and polls its
   // bandwidth bursts late and answers its peers' late: its low bursts are the host's, so its
-  // flows' and pairs' bandwidth evidence blames no link and no pair.
+  // flows' and pairs' bandwidth evidence blames no link and no pair. A median over the level
+  // suffices here, before the delay has persisted long enough to name the host: setting evidence
+  // aside names nothing.
   std::vector<bool> slow_host(ev.hosts.size(), false);
   for (const HostDelayVerdict& v : ev.host_delays) {
-    if (v.high && v.node < slow_host.size()) slow_host[v.node] = true;
+    if (v.over_level && v.node < slow_host.size()) slow_host[v.node] = true;
   }
   for (auto& [key, p] : ev.pairs) {
     if (p.a < slow_host.size() && p.b < slow_host.size() && (slow_host[p.a] || slow_host[p.b])) {

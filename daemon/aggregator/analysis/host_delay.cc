@@ -34,6 +34,7 @@ void HostDelays::Add(aggregator::NodeId node, const std::string& device, HostRol
   Series& s = it->second;
   s.ring[s.next] = Sample{now_ns, delay_ns, peer};
   s.next = (s.next + 1) % kRing;
+  ++s.added;
   s.size = std::min(s.size + 1, kRing);
   s.last_ns = now_ns;
 }
@@ -80,46 +81,57 @@ bool HostDelays::Settling(aggregator::NodeId node, int64_t at_ns, int64_t settle
 std::vector<HostDelayVerdict> HostDelays::Judge(int64_t now_ns, const HostDelayLimits& limits) {
   const auto window_ns = static_cast<int64_t>(limits.window_s * 1e9);
   const auto settle_ns = static_cast<int64_t>(limits.settle_s * 1e9);
+  const auto persist_ns = static_cast<int64_t>(limits.persist_s * 1e9);
+  const uint32_t min_samples = std::max<uint32_t>(1, limits.min_samples);
+  // Each live series, with the samples that arrived since the previous Judge (not settling).
+  struct Live {
+    Series* s;
+    HostRole role;
+    std::vector<std::pair<int64_t, int64_t>> fresh;  // (arrival, delay)
+    int verdict = -1;                                // index in `out`
+  };
   std::vector<HostDelayVerdict> out;
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> judged;  // out[i]'s (arrival, delay)
-  {
-    MutexLock lock(mu_);
-    std::vector<std::pair<int64_t, int64_t>> recent;
-    std::vector<double> delays;
-    for (auto it = series_.begin(); it != series_.end();) {
-      const Series& s = it->second;
-      if (now_ns - s.last_ns > window_ns) {
-        it = series_.erase(it);
-        continue;
-      }
-      recent.clear();
-      const aggregator::NodeId node = std::get<0>(it->first);
-      for (size_t i = 0; i < s.size; ++i) {
-        const Sample& x = s.ring[i];
-        if (now_ns - x.at_ns > window_ns || Settling(node, x.at_ns, settle_ns) ||
-            Settling(x.peer, x.at_ns, settle_ns)) {
-          continue;
-        }
-        recent.emplace_back(x.at_ns, x.delay_ns);
-      }
-      if (recent.size() >= std::max<uint32_t>(1, limits.min_samples)) {
-        HostDelayVerdict v;
-        v.node = node;
-        v.device = std::get<1>(it->first);
-        v.role = std::get<2>(it->first);
-        v.samples = static_cast<uint32_t>(recent.size());
-        delays.clear();
-        for (const auto& [at, delay] : recent) delays.push_back(double(delay));
-        v.median_ns = Median(delays);
-        out.push_back(std::move(v));
-        judged.push_back(recent);
-      }
-      ++it;
+  std::vector<Live> live;
+  MutexLock lock(mu_);
+  std::vector<double> delays;
+  for (auto it = series_.begin(); it != series_.end();) {
+    Series& s = it->second;
+    if (now_ns - s.last_ns > window_ns) {
+      it = series_.erase(it);
+      continue;
     }
+    const aggregator::NodeId node = std::get<0>(it->first);
+    auto judged = [&](const Sample& x) {
+      return now_ns - x.at_ns <= window_ns && !Settling(node, x.at_ns, settle_ns) &&
+             !Settling(x.peer, x.at_ns, settle_ns);
+    };
+    Live l{&s, std::get<2>(it->first), {}, -1};
+    // The newest samples, newest first: those added since the previous Judge are fresh.
+    const uint64_t fresh_n = std::min<uint64_t>(s.added - s.judged_added, s.size);
+    for (uint64_t k = 0; k < fresh_n; ++k) {
+      const Sample& x = s.ring[(s.next + kRing - 1 - k) % kRing];
+      if (judged(x)) l.fresh.emplace_back(x.at_ns, x.delay_ns);
+    }
+    s.judged_added = s.added;
+    delays.clear();
+    for (size_t i = 0; i < s.size; ++i) {
+      if (judged(s.ring[i])) delays.push_back(double(s.ring[i].delay_ns));
+    }
+    if (delays.size() >= min_samples) {
+      HostDelayVerdict v;
+      v.node = node;
+      v.device = std::get<1>(it->first);
+      v.role = l.role;
+      v.samples = static_cast<uint32_t>(delays.size());
+      v.median_ns = Median(delays);
+      l.verdict = static_cast<int>(out.size());
+      out.push_back(std::move(v));
+    }
+    live.push_back(std::move(l));
+    ++it;
   }
   // Each role against its own fleet: a responder's turnaround includes a wakeup and a post that
   // a prober's poll does not.
-  const auto persist_ns = static_cast<int64_t>(limits.persist_s * 1e9);
   for (HostRole role : {HostRole::kProber, HostRole::kResponder}) {
     std::vector<double> medians;
     for (const HostDelayVerdict& v : out) {
@@ -128,20 +140,34 @@ std::vector<HostDelayVerdict> HostDelays::Judge(int64_t now_ns, const HostDelayL
     const double fleet =
         medians.size() >= std::max<uint32_t>(1, limits.fleet_min_series) ? Median(medians) : 0;
     const double level = std::max(limits.floor_ns, limits.fleet_ratio * fleet);
-    for (size_t i = 0; i < out.size(); ++i) {
-      HostDelayVerdict& v = out[i];
-      if (v.role != role) continue;
-      v.fleet_median_ns = fleet;
-      int64_t first = 0, last = 0;
-      bool any = false;
-      for (const auto& [at, delay] : judged[i]) {
-        if (double(delay) < level) continue;
-        first = any ? std::min(first, at) : at;
-        last = any ? std::max(last, at) : at;
-        any = true;
+    for (Live& l : live) {
+      if (l.role != role) continue;
+      Series& s = *l.s;
+      // The run of high evidence: every Judge's fresh samples with a median at or over the level
+      // extend it (from the first to the last of their samples at or over it); fresh samples
+      // under it end it. A Judge without fresh samples leaves it as it is.
+      if (!l.fresh.empty()) {
+        delays.clear();
+        for (const auto& [at, delay] : l.fresh) delays.push_back(double(delay));
+        if (Median(delays) >= level) {
+          for (const auto& [at, delay] : l.fresh) {
+            if (double(delay) < level) continue;
+            if (!s.in_run) s.run_first_ns = s.run_last_ns = at;
+            s.in_run = true;
+            s.run_first_ns = std::min(s.run_first_ns, at);
+            s.run_last_ns = std::max(s.run_last_ns, at);
+          }
+        } else {
+          s.in_run = false;
+        }
       }
-      v.high_span_s = double(last - first) * 1e-9;
-      v.high = v.median_ns >= level && last - first >= persist_ns;
+      if (l.verdict < 0) continue;
+      HostDelayVerdict& v = out[static_cast<size_t>(l.verdict)];
+      v.fleet_median_ns = fleet;
+      v.high_span_s = s.in_run ? double(s.run_last_ns - s.run_first_ns) * 1e-9 : 0;
+      v.over_level = v.median_ns >= level;
+      v.high = v.over_level &&
+               (persist_ns <= 0 || (s.in_run && s.run_last_ns - s.run_first_ns >= persist_ns));
     }
   }
   return out;

@@ -33,9 +33,10 @@ struct HostDelayLimits {
   // Evidence that persists. A sample taken while either end's agent was in its first settle_s
   // after its session (re)started (NoteSessionStart) is not judged: a starting agent's own work,
   // and its peers' on a shared host, contend for the CPUs for a few seconds, and its exchanges and
-  // first bursts with every peer come then. And a high median is high only when its high samples
-  // (those at or over the floor and the fleet ratio) arrived over at least persist_s: a burst that
-  // one upload or two carried is not a slow host.
+  // first bursts with every peer come then. And a high median is high only once the series' run
+  // of high evidence spans persist_s: the samples each Judge() saw arrive had a median at or over
+  // the high level (the floor and the fleet ratio), Judge after Judge, and its high samples'
+  // arrivals span persist_s. A burst that one upload or two carried is not a slow host.
   double settle_s = 3;
   double persist_s = 2;
 };
@@ -48,8 +49,11 @@ struct HostDelayVerdict {
   uint32_t samples = 0;
   double median_ns = 0;
   double fleet_median_ns = 0;  // the median of the role's series' medians; 0 below fleet_min_series
-  // From the first to the last arrival of the samples at or over the high level (0 when none).
+  // The series' run of high evidence, from its first to its last high sample (0 when none).
   double high_span_s = 0;
+  // The median is at or over the high level (floor and fleet ratio); `high` also needs the high
+  // samples to span persist_s. Enough to set the host's bandwidth evidence aside, not to name it.
+  bool over_level = false;
   bool high = false;
 };
 
@@ -68,6 +72,8 @@ class HostDelays {
   void NoteSessionStart(aggregator::NodeId node, int64_t now_ns);
   // Every series with at least min_samples judged in the window (past its ends' settling),
   // judged; series idle for longer than the window are dropped. Sorted by (node, device, role).
+  // Call on one thread, about every tick: each call also extends or ends each series' run of
+  // high evidence with the samples that arrived since the previous call (persist_s).
   std::vector<HostDelayVerdict> Judge(int64_t now_ns, const HostDelayLimits& limits);
   uint64_t refused() const;
 
@@ -82,6 +88,11 @@ class HostDelays {
     size_t next = 0;
     size_t size = 0;
     int64_t last_ns = 0;
+    uint64_t added = 0;          // samples ever added; those past judged_added are fresh
+    uint64_t judged_added = 0;   // `added` at the previous Judge
+    // The run of high evidence over Judges (Judge): arrivals of its first and last high sample.
+    bool in_run = false;
+    int64_t run_first_ns = 0, run_last_ns = 0;
   };
   using Key = std::tuple<aggregator::NodeId, std::string, HostRole>;
   void Add(aggregator::NodeId node, const std::string& device, HostRole role, int64_t delay_ns,

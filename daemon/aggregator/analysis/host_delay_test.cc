@@ -190,27 +190,50 @@ TEST(HostDelays, AStartUpBurstOfAFreshAgentIsNotHigh) {
   }
 }
 
-// Later in a series' life one upload that carries many high samples is not a slow host either;
-// the same delay sustained is, as soon as its high samples span persist_s (2 s).
+// Later in a series' life one upload that carries many high samples is not a slow host, even
+// when they outnumber the quick ones in the window; the same delay sustained is, once its run of
+// high evidence spans persist_s (2 s), and a quick upload in between starts the run again.
 TEST(HostDelays, OneUploadsBurstIsNotHighAndASustainedDelayIsWithinPersistS) {
   for (bool immediate : {false, true}) {
     HostDelays d;
     const HostDelayLimits limits = immediate ? Immediate() : HostDelayLimits{};
+    auto record = [&d](int n, int64_t delay, int64_t at) {
+      d.Record(std::vector<ReportedProbe>(n, Rdma(0, 1, 0, delay)), at);
+    };
     // One prober, one sample a second (no session noted: nothing settles).
-    for (int s = 0; s < 10; ++s) d.Record(std::vector<ReportedProbe>{Rdma(0, 1, 0, kQuick)}, s * kSecond);
-    d.Record(std::vector<ReportedProbe>(12, Rdma(0, 1, 0, kSlow)), 10 * kSecond);
+    for (int s = 0; s < 10; ++s) record(1, kQuick, s * kSecond);
+    record(12, kSlow, 10 * kSecond);
     auto judged = d.Judge(10 * kSecond, limits);
     ASSERT_EQ(judged.size(), 1u);
+    EXPECT_TRUE(judged[0].over_level);
     EXPECT_EQ(judged[0].high, immediate) << "one upload";
     EXPECT_EQ(judged[0].high_span_s, 0);
-    d.Record(std::vector<ReportedProbe>{Rdma(0, 1, 0, kQuick)}, 11 * kSecond);
+    record(1, kQuick, 11 * kSecond);
     EXPECT_EQ(d.Judge(11 * kSecond, limits)[0].high, immediate) << "followed by a quick one";
     if (immediate) continue;
-    d.Record(std::vector<ReportedProbe>(4, Rdma(0, 1, 0, kSlow)), 12 * kSecond);
-    judged = d.Judge(12 * kSecond, limits);
-    EXPECT_TRUE(judged[0].high) << "slow over 2 s: persists";
+    for (int s = 12; s <= 14; ++s) {
+      record(4, kSlow, s * kSecond);
+      judged = d.Judge(s * kSecond, limits);
+      EXPECT_EQ(judged[0].high, s == 14) << s << " s: the run began at 12 s";
+    }
     EXPECT_DOUBLE_EQ(judged[0].high_span_s, 2.0);
     EXPECT_DOUBLE_EQ(judged[0].median_ns, kSlow);
+    // A Judge that saw nothing new keeps the run; a quick upload ends it.
+    EXPECT_TRUE(d.Judge(14 * kSecond + kSecond / 2, limits)[0].high);
+    record(3, kQuick, 15 * kSecond);
+    EXPECT_FALSE(d.Judge(15 * kSecond, limits)[0].high);
+  }
+}
+
+// More samples per upload than a series keeps (kRing): the run spans uploads, not the ring.
+TEST(HostDelays, ARunOutlastsTheRing) {
+  HostDelays d;
+  for (int s = 0; s <= 3; ++s) {
+    d.Record(std::vector<ReportedProbe>(3 * HostDelays::kRing, Rdma(0, 1, 0, kSlow)), s * kSecond);
+    const auto judged = d.Judge(s * kSecond, HostDelayLimits{});
+    ASSERT_EQ(judged.size(), 1u);
+    EXPECT_EQ(judged[0].samples, HostDelays::kRing);
+    EXPECT_EQ(judged[0].high, s >= 2) << s;
   }
 }
 
