@@ -78,6 +78,12 @@ bool HostDelays::Settling(aggregator::NodeId node, int64_t at_ns, int64_t settle
   return it != session_starts_.end() && at_ns >= it->second && at_ns - it->second < settle_ns;
 }
 
+bool HostDelays::Judged(const Sample& x, aggregator::NodeId node, int64_t from_ns,
+                        int64_t settle_ns) const {
+  return x.at_ns >= from_ns && !Settling(node, x.at_ns, settle_ns) &&
+         !Settling(x.peer, x.at_ns, settle_ns);
+}
+
 std::vector<HostDelayVerdict> HostDelays::Judge(int64_t now_ns, const HostDelayLimits& limits) {
   const auto window_ns = static_cast<int64_t>(limits.window_s * 1e9);
   const auto settle_ns = static_cast<int64_t>(limits.settle_s * 1e9);
@@ -101,21 +107,22 @@ std::vector<HostDelayVerdict> HostDelays::Judge(int64_t now_ns, const HostDelayL
       continue;
     }
     const aggregator::NodeId node = std::get<0>(it->first);
-    auto judged = [&](const Sample& x) {
-      return now_ns - x.at_ns <= window_ns && !Settling(node, x.at_ns, settle_ns) &&
-             !Settling(x.peer, x.at_ns, settle_ns);
-    };
     Live l{&s, std::get<2>(it->first), {}, -1};
     // The newest samples, newest first: those added since the previous Judge are fresh.
     const uint64_t fresh_n = std::min<uint64_t>(s.added - s.judged_added, s.size);
     for (uint64_t k = 0; k < fresh_n; ++k) {
       const Sample& x = s.ring[(s.next + kRing - 1 - k) % kRing];
-      if (judged(x)) l.fresh.emplace_back(x.at_ns, x.delay_ns);
+      if (Judged(x, node, now_ns - window_ns, settle_ns)) {
+        l.fresh.emplace_back(x.at_ns, x.delay_ns);
+      }
     }
     s.judged_added = s.added;
     delays.clear();
     for (size_t i = 0; i < s.size; ++i) {
-      if (judged(s.ring[i])) delays.push_back(double(s.ring[i].delay_ns));
+      const Sample& x = s.ring[i];
+      if (Judged(x, node, now_ns - window_ns, settle_ns)) {
+        delays.push_back(double(x.delay_ns));
+      }
     }
     if (delays.size() >= min_samples) {
       HostDelayVerdict v;

@@ -99,6 +99,10 @@ class HostDelays {
            aggregator::NodeId peer, int64_t now_ns) FW_REQUIRES(mu_);
   // Whether `node`'s latest session started at most settle_ns before `at_ns` (and not after it).
   bool Settling(aggregator::NodeId node, int64_t at_ns, int64_t settle_ns) const FW_REQUIRES(mu_);
+  // Whether `x` of `node`'s series is judged: it arrived at or after from_ns, and neither end
+  // was settling then.
+  bool Judged(const Sample& x, aggregator::NodeId node, int64_t from_ns, int64_t settle_ns) const
+      FW_REQUIRES(mu_);
 
   mutable Mutex mu_;
   std::map<Key, Series> series_ FW_GUARDED_BY(mu_);
