@@ -129,8 +129,8 @@ struct AnalysisConfig {
   double rdma_host_delay_fleet_ratio = 5.0;
   int rdma_host_delay_min_samples = 5;
   // Evidence that persists (HostDelayLimits): samples with an end whose agent's session began less
-  // than settle_s before are not judged (start-up contention), and a series' high samples must
-  // have arrived over at least persist_s (not one upload's burst).
+  // than settle_s before are not judged (start-up contention), and a series is high only once its
+  // run of high evidence, tick after tick, spans persist_s (not one upload's burst).
   double rdma_host_delay_settle_s = 3.0;
   double rdma_host_delay_persist_s = 2.0;
 
