@@ -80,8 +80,11 @@ bool HostDelays::Settling(aggregator::NodeId node, int64_t at_ns, int64_t settle
 
 bool HostDelays::Judged(const Sample& x, aggregator::NodeId node, int64_t from_ns,
                         int64_t settle_ns) const {
-  return x.at_ns >= from_ns && !Settling(node, x.at_ns, settle_ns) &&
-         !Settling(x.peer, x.at_ns, settle_ns);
+  if (x.at_ns < from_ns) return false;
+  const auto start = session_starts_.find(node);
+  // The node's own samples from before its agent's latest session describe the process before.
+  if (start != session_starts_.end() && x.at_ns < start->second) return false;
+  return !Settling(node, x.at_ns, settle_ns) && !Settling(x.peer, x.at_ns, settle_ns);
 }
 
 std::vector<HostDelayVerdict> HostDelays::Judge(int64_t now_ns, const HostDelayLimits& limits) {

@@ -33,7 +33,9 @@ struct HostDelayLimits {
   // Evidence that persists. A sample taken while either end's agent was in its first settle_s
   // after its session (re)started (NoteSessionStart) is not judged: a starting agent's own work,
   // and its peers' on a shared host, contend for the CPUs for a few seconds, and its exchanges and
-  // first bursts with every peer come then. And a high median is high only once the series' run
+  // first bursts with every peer come then. A node's own samples from before its latest session
+  // are not judged either (the agent before the restart): a restarted slow host is judged on what
+  // it measures now, not outvoted by its quick samples of before. And a high median is high only once the series' run
   // of high evidence spans persist_s: the samples each Judge() saw arrive had a median at or over
   // the high level (the floor and the fleet ratio), Judge after Judge, and its high samples'
   // arrivals span persist_s. A burst that one upload or two carried is not a slow host.
@@ -99,8 +101,8 @@ class HostDelays {
            aggregator::NodeId peer, int64_t now_ns) FW_REQUIRES(mu_);
   // Whether `node`'s latest session started at most settle_ns before `at_ns` (and not after it).
   bool Settling(aggregator::NodeId node, int64_t at_ns, int64_t settle_ns) const FW_REQUIRES(mu_);
-  // Whether `x` of `node`'s series is judged: it arrived at or after from_ns, and neither end
-  // was settling then.
+  // Whether `x` of `node`'s series is judged: it arrived at or after from_ns, after `node`'s
+  // agent's latest session began, and neither end was settling then.
   bool Judged(const Sample& x, aggregator::NodeId node, int64_t from_ns, int64_t settle_ns) const
       FW_REQUIRES(mu_);
 
