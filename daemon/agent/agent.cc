@@ -17,6 +17,7 @@
 
 #include "daemon/agent/fabric_nics.h"
 #include "daemon/agent/node_report.h"
+#include "daemon/agent/rdma_metrics.h"
 #include "probes/rdma/rdma_wire.h"
 #include "probes/rdma/verbs_ibv.h"
 
@@ -307,6 +308,7 @@ Status Agent::Start(ReportOn report_on) {
           uplink_->SendBestEffort(std::move(a));
         });
     (void)rdma_->Start();  // a failure is the unavailable state, logged by the runner
+    RegisterRdmaUdMetrics(registry_, rdma_->stats());
     spdlog::info("msg=\"rdma: {}\"", rdma::InventoryLine(rdma_->state()));
   }
   rdma_available.Set(rdma_ && rdma_->state().available ? 1 : 0);

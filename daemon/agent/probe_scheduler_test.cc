@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "daemon/agent/rdma_metrics.h"
 #include "probes/net/net_test_util.h"
 #include "probes/rdma/fake_verbs.h"
 #include "probes/rdma/rdma_runner.h"
@@ -474,6 +475,33 @@ TEST(RdmaAgent, ResultsCountInTheProbeMetricsByTransport) {
       2)
       << text;
   EXPECT_EQ(MetricValue(text, R"(fabricwatch_probe_sent_total{transport="udp"})"), 0) << text;
+}
+
+// The UD mesh's waits on the agent's own work (docs/rdma.md) are on /metrics, each read from its
+// UdMeshStats counter at render; without a mesh (RDMA unavailable) they are 0.
+TEST(RdmaAgent, BusyCountersAreExported) {
+  metrics::Registry registry;
+  rdma::UdMeshStats stats;
+  RegisterRdmaUdMetrics(registry, &stats);
+  metrics::Registry none;
+  RegisterRdmaUdMetrics(none, nullptr);
+  stats.busy_prober_delays = 3;
+  stats.busy_software_results = 1;
+  stats.busy_turnarounds = 7;
+  stats.peer_busy_turnarounds = 5;
+  std::string text = registry.RenderToString();
+  EXPECT_EQ(MetricValue(text, "fabricwatch_rdma_ud_busy_prober_delays_total"), 3) << text;
+  EXPECT_EQ(MetricValue(text, "fabricwatch_rdma_ud_busy_software_results_total"), 1) << text;
+  EXPECT_EQ(MetricValue(text, "fabricwatch_rdma_ud_busy_turnarounds_total"), 7) << text;
+  EXPECT_EQ(MetricValue(text, "fabricwatch_rdma_ud_peer_busy_turnarounds_total"), 5) << text;
+  stats.busy_turnarounds++;
+  text = registry.RenderToString();
+  EXPECT_EQ(MetricValue(text, "fabricwatch_rdma_ud_busy_turnarounds_total"), 8) << text;
+  EXPECT_NE(text.find("# TYPE fabricwatch_rdma_ud_busy_turnarounds_total counter"),
+            std::string::npos)
+      << text;
+  const std::string zero = none.RenderToString();
+  EXPECT_EQ(MetricValue(zero, "fabricwatch_rdma_ud_peer_busy_turnarounds_total"), 0) << zero;
 }
 
 // Two fake NICs probe each other at 200/s per flow while the plan gives the node 20 probes/s:

@@ -238,6 +238,8 @@ void Aggregator::OnProbeBatch(const std::string& node, const v1::ProbeBatch& bat
   qualify_->OnResults(results);
 }
 
+void Aggregator::OnSessionStart(const std::string& node) { analyzer_->OnSessionStart(node); }
+
 void Aggregator::OnCounterBatch(const std::string& node, const v1::CounterBatch& batch) {
   ports_.Update(node, batch);
   for (const PortSample& s : PortSamplesFromWire(node, batch)) analyzer_->OnPortSample(s);

@@ -80,6 +80,7 @@ class Aggregator final : public IngestSink {
   void OnProbeBatch(const std::string& node, const fabricwatch::v1::ProbeBatch& batch) override;
   void OnCounterBatch(const std::string& node, const fabricwatch::v1::CounterBatch& batch) override;
   void OnCheckReport(const std::string& node, const fabricwatch::v1::CheckReport& report) override;
+  void OnSessionStart(const std::string& node) override;
   std::optional<fabricwatch::v1::ProbePlan> PlanFor(const std::string& node) override;
   void Qualify(const fabricwatch::v1::QualifyRequest& request,
                std::function<void(Status, const fabricwatch::v1::QualifyReport&)> done) override;

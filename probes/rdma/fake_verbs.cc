@@ -150,6 +150,7 @@ struct FakeFabric::State {
   };
   struct CqS {
     size_t dev;
+    uint64_t ctx;  // the context that created it
     int depth;
     CqTimestamps ts;
     std::deque<Completion> q;  // sorted by visible_at
@@ -175,6 +176,7 @@ struct FakeFabric::State {
   };
   struct AhS {
     size_t dev;
+    uint64_t pd;
     AhAttr attr;
   };
   struct CtxS {
@@ -201,6 +203,7 @@ struct FakeFabric::State {
   std::unordered_map<uint64_t, QpS> qps;
   std::unordered_map<uint64_t, AhS> ahs;
   std::unordered_map<uint64_t, CtxS> ctxs;
+  std::unordered_map<uint64_t, uint64_t> pds;  // live PD id -> the context that allocated it
   std::vector<Packet> heap;
   std::vector<std::vector<uint8_t>> spare_buffers;
   FakeFabricStats stats;
@@ -686,6 +689,17 @@ Status Gone(const std::string& name) {
 class FakePd final : public Pd {
  public:
   FakePd(StateP s, uint64_t id) : s_(std::move(s)), id_(id) {}
+  // Hardware refuses to free a PD that MRs, QPs or AHs still use (ibv_dealloc_pd: EBUSY, the PD
+  // leaks): counted in busy_destroys.
+  ~FakePd() override {
+    StateLock l(*s_);
+    auto uses = [this](const auto& table) {
+      return std::any_of(table.begin(), table.end(),
+                         [this](const auto& kv) { return kv.second.pd == id_; });
+    };
+    if (uses(s_->mrs) || uses(s_->qps) || uses(s_->ahs)) ++s_->stats.busy_destroys;
+    s_->pds.erase(id_);
+  }
   uint64_t id() const { return id_; }
 
  private:
@@ -1089,8 +1103,15 @@ class FakeContext final : public Context {
  public:
   FakeContext(StateP s, size_t dev, uint64_t id, int efd)
       : s_(std::move(s)), dev_(dev), id_(id), efd_(efd), name_(s_->devices[dev].cfg.name) {}
+  // Closing a device whose PDs or CQs are still allocated leaves them dangling (their later
+  // destroy calls touch a freed context): counted in busy_destroys.
   ~FakeContext() override {
     StateLock l(*s_);
+    const bool pds = std::any_of(s_->pds.begin(), s_->pds.end(),
+                                 [this](const auto& kv) { return kv.second == id_; });
+    const bool cqs = std::any_of(s_->cqs.begin(), s_->cqs.end(),
+                                 [this](const auto& kv) { return kv.second.ctx == id_; });
+    if (pds || cqs) ++s_->stats.busy_destroys;
     s_->ctxs.erase(id_);
     ::close(efd_);
   }
@@ -1152,7 +1173,9 @@ class FakeContext final : public Context {
   StatusOr<std::unique_ptr<Pd>> AllocPd() override {
     StateLock l(*s_);
     if (s_->devices[dev_].removed) return Gone(name_);
-    return std::unique_ptr<Pd>(std::make_unique<FakePd>(s_, s_->next_id++));
+    const uint64_t id = s_->next_id++;
+    s_->pds[id] = id_;
+    return std::unique_ptr<Pd>(std::make_unique<FakePd>(s_, id));
   }
 
   StatusOr<std::unique_ptr<Mr>> RegMr(Pd& pd, void* addr, size_t len, uint32_t access) override {
@@ -1193,7 +1216,7 @@ class FakeContext final : public Context {
                                    name_ + " has no such completion timestamps");
     }
     const uint64_t id = s_->next_id++;
-    FakeFabric::State::CqS& cq = s_->cqs[id] = {dev_, depth, ts, {}};
+    FakeFabric::State::CqS& cq = s_->cqs[id] = {dev_, id_, depth, ts, {}};
     if (!s_->link_socks.empty() || s_->channels) {
       cq.tfd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
       cq.epfd = ::epoll_create1(EPOLL_CLOEXEC);
@@ -1240,14 +1263,14 @@ class FakeContext final : public Context {
     return std::unique_ptr<Qp>(std::make_unique<FakeQp>(s_, id, qpn, type));
   }
 
-  StatusOr<std::unique_ptr<Ah>> CreateAh(Pd&, const AhAttr& attr) override {
+  StatusOr<std::unique_ptr<Ah>> CreateAh(Pd& pd, const AhAttr& attr) override {
     StateLock l(*s_);
     const auto& d = s_->devices[dev_];
     if (d.removed) return Gone(name_);
     Status st = CheckAv(d, attr);
     if (!st.ok()) return st;
     const uint64_t id = s_->next_id++;
-    s_->ahs[id] = {dev_, attr};
+    s_->ahs[id] = {dev_, static_cast<FakePd&>(pd).id(), attr};
     return std::unique_ptr<Ah>(std::make_unique<FakeAh>(s_, id));
   }
 

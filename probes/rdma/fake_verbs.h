@@ -59,6 +59,9 @@ struct FakeFabricStats {
   uint64_t link_sent = 0;      // UD datagrams handed to the loopback link
   uint64_t link_received = 0;  // ... and taken from it
   uint64_t link_refused = 0;   // malformed link datagrams, or for a LID not on this socket
+  // A PD freed while MRs, QPs or AHs used it, or a context closed while its PDs or CQs lived:
+  // the order hardware refuses (ibv_dealloc_pd: EBUSY) or that leaves objects dangling.
+  uint64_t busy_destroys = 0;
 };
 
 // What the fake did on one thread in place of a NIC, for benchmarks that subtract it: syscalls

@@ -80,6 +80,16 @@ void RcPeers::DropAll() {
   for (auto& kv : probing_) Restart(*kv.second, now, false);
 }
 
+void RcPeers::DropDevice(const std::string& device) {
+  for (auto it = answering_.begin(); it != answering_.end();) {
+    it = it->second->local().device == device ? answering_.erase(it) : std::next(it);
+  }
+  const int64_t now = clock_.MonotonicNanos();
+  for (auto& kv : probing_) {
+    if (kv.second->qp && kv.second->qp->local().device == device) Restart(*kv.second, now, false);
+  }
+}
+
 void RcPeers::Restart(Session& s, int64_t now, bool count) {
   s.qp.reset();
   s.state = Session::State::kIdle;

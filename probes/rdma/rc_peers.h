@@ -105,6 +105,9 @@ class RcPeers {
   int64_t Step();
   // The devices closed or reopened: every QP goes; the exchange starts again.
   void DropAll();
+  // `device` is closing (DEVICE_FATAL): the QPs on it go now, before its context and PD; their
+  // sessions start the exchange again (on another port, or once the device is back).
+  void DropDevice(const std::string& device);
 
   const RcPeersStats& stats() const { return stats_; }
   size_t connected() const;

@@ -59,6 +59,8 @@ Status RdmaRunner::Start() {
           return m->PortFor(device, want, &out.ctx, &out.pd, &out.port, &out.gid_index);
         },
         rc_send_, collector_.get(), budget_);
+    // The RC QPs live on the mesh's contexts and PDs: on a device's removal they go before it.
+    mesh_->SetBeforeDeviceClose([this](const std::string& device) { rc_->DropDevice(device); });
   }
   stop_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (stop_fd_ < 0) return Status::Internal("eventfd failed");

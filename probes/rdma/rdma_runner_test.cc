@@ -564,6 +564,54 @@ TEST(RdmaRunner, RcRunsOneQpPerRailAndReconnectsEachApart) {
   EXPECT_NE(RailFlowId("mlx5_0", "mlx5_0"), RailFlowId("mlx5_1", "mlx5_1"));
 }
 
+// A device removed (DEVICE_FATAL) under connected RC QPs: the QPs on it, made on the mesh's
+// context and PD, are destroyed before the mesh frees those (verbs refuse to free a PD in use,
+// and a closed context's objects dangle: FakeFabricStats::busy_destroys), at once rather than
+// after a reopen that may never come; the other rail bursts on undisturbed.
+TEST(RdmaRunner, ADeviceRemovedUnderRcQpsDropsThemBeforeItsContext) {
+  RcPair pair(RcBase(9), RcOptions(), 2);
+  ASSERT_TRUE(pair.Start());
+  pair.a->SetRcPlan({{"node-b", "mlx5_0", "mlx5_0"}, {"node-b", "mlx5_1", "mlx5_1"}}, 0.1,
+                    2u << 20);
+  const std::pair<std::string, std::string> rail0{"mlx5_0", "mlx5_0"}, rail1{"mlx5_1", "mlx5_1"};
+  auto bursts = [&](const std::pair<std::string, std::string>& rail) {
+    std::lock_guard<std::mutex> l(pair.mu);
+    return static_cast<size_t>(std::count_if(pair.got.begin(), pair.got.end(), [&](auto& r) {
+      return r.base.transport == net::Transport::kRdmaRc &&
+             std::pair<std::string, std::string>(r.LocalDevice(), r.PeerDevice()) == rail;
+    }));
+  };
+  for (int i = 0; i < 100 && (bursts(rail0) < 2 || bursts(rail1) < 2); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GE(bursts(rail1), 2u);
+  const uint64_t reconnects = pair.a->rc_stats()->reconnects.load();
+  pair.fabrics[0]->RemoveDevice("mlx5_1");
+  const size_t rail0_before = bursts(rail0);
+  for (int i = 0; i < 100 && bursts(rail0) < rail0_before + 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const size_t rail1_after = bursts(rail1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  pair.a->Stop();
+  pair.b->Stop();
+  const RcPeersStats& st = *pair.a->rc_stats();
+  EXPECT_EQ(pair.a->stats()->device_fatal_events.load(), 1u);
+  EXPECT_EQ(pair.fabrics[0]->stats().busy_destroys, 0u)
+      << "the RC QP, CQ and MR on mlx5_1 outlived its PD or context";
+  EXPECT_GE(bursts(rail0), rail0_before + 3) << "the other rail bursts on";
+  EXPECT_EQ(bursts(rail1), rail1_after) << "nothing on the removed device";
+  // Dropped before a burst met the dead device (without the drop, the next burst on mlx5_1
+  // failed); one burst under way at the removal may still fail.
+  EXPECT_LE(st.burst_failures.load(), 1u);
+  EXPECT_LE(st.reconnects.load(), reconnects + st.burst_failures.load());
+  // And the orderly teardown of both runners frees nothing in use either.
+  pair.a.reset();
+  pair.b.reset();
+  EXPECT_EQ(pair.fabrics[0]->stats().busy_destroys, 0u);
+  EXPECT_EQ(pair.fabrics[1]->stats().busy_destroys, 0u);
+}
+
 // A qualification round's burst runs at once, ahead of a long interval, once per round, and is
 // reported with the round as its seq.
 TEST(RdmaRunner, ARoundBurstRunsOnceAtOnceWithTheRoundAsSeq) {

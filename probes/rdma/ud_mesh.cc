@@ -197,6 +197,7 @@ Status UdMesh::OpenDevice(Device& d) {
 }
 
 void UdMesh::CloseDevice(Device& d, const char* why) {
+  if (before_close_) before_close_(d.name);
   const size_t di = static_cast<size_t>(
       std::find_if(devices_.begin(), devices_.end(), [&](auto& p) { return p.get() == &d; }) -
       devices_.begin());

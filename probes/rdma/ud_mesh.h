@@ -17,6 +17,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -170,10 +171,17 @@ class UdMesh {
   void NoteBusy(int64_t start_ns, int64_t end_ns);
   static constexpr int64_t kMinBusyNs = 100'000;
   static constexpr size_t kBusySpans = 64;
+  // Called on the mesh's thread when a device is closed (DEVICE_FATAL), before any of its
+  // objects go: what others made on its context and PD (PortFor: the RC QPs, MRs and CQs) must
+  // be destroyed first, as verbs require (a PD in use cannot be freed; a closed context's objects
+  // dangle).
+  void SetBeforeDeviceClose(std::function<void(const std::string& device)> fn) {
+    before_close_ = std::move(fn);
+  }
 
   // An open, up port for other QPs of this process (RC bandwidth): of `device` when named, else
   // the first of link layer `want` (kUnknown: any). The objects stay valid until the device
-  // closes (endpoints_version() changes). False when there is none.
+  // closes (the SetBeforeDeviceClose callback runs first). False when there is none.
   bool PortFor(const std::string& device, LinkLayer want, Context** ctx, Pd** pd, uint8_t* port,
                int* gid_index) const;
 
@@ -250,6 +258,7 @@ class UdMesh {
   int64_t window_origin_ = 0;
   uint16_t generation_ = 0;
   std::array<std::pair<int64_t, int64_t>, kBusySpans> busy_{};  // ring of [start, end)
+  std::function<void(const std::string&)> before_close_;
   size_t busy_next_ = 0, busy_count_ = 0;
   int64_t busy_evicted_end_ = INT64_MIN;  // the latest end of a span no longer kept
   uint64_t endpoints_version_ = 1;

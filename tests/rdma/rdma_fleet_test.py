@@ -11,7 +11,8 @@ rdma_ud targets, and the results reach the aggregator beside the UDP ones.
      in fabricwatch_probe_sent_total{transport="rdma_ud"}, and /api/v1/findings stays empty;
   2. rdma_rc: the planner gives each agent RC write peers; the connection data goes through the
      aggregator, the bursts' goodput reaches /api/v1/pairs as rdma_rc (bandwidth_bps) and
-     fabricwatch_rdma_rc_goodput_bps; fr1 starts with --test-rdma-fake-rc-fail 1, so its first
+     fabricwatch_rdma_rc_goodput_bps (and the UD mesh's busy counters,
+     fabricwatch_rdma_ud_*busy*_total, are exported); fr1 starts with --test-rdma-fake-rc-fail 1, so its first
      RC write fails, its QP is torn down and reconnected, and its bursts go on;
   3. faults, both at once: fr2 restarts with 50% loss on its fake port and fr3 with 5 ms of host
      delay on its fake device (completions seen 5 ms after the NIC stamped them). fr2's NIC is
@@ -127,6 +128,12 @@ def main():
             r = series(get(f"http://127.0.0.1:{agent_ports[n]}/metrics"),
                        "fabricwatch_rdma_rc_refused_total")
             check(r.get("") == 0, f"{n}: fabricwatch_rdma_rc_refused_total exported, 0", r)
+            text = get(f"http://127.0.0.1:{agent_ports[n]}/metrics")
+            busy = {k: series(text, f"fabricwatch_rdma_ud_{k}_total").get("") for k in
+                    ("busy_prober_delays", "busy_software_results", "busy_turnarounds",
+                     "peer_busy_turnarounds")}
+            check(all(v is not None and v >= 0 for v in busy.values()),
+                  f"{n}: the UD mesh's busy counters exported {busy}", busy)
         log = open(os.path.join(work, "fr1.log")).read()
         check("rdma rc: burst failed, reconnecting" in log,
               "fr1's forced RC write error: QP torn down and reconnected (log), bursts go on")

@@ -314,6 +314,11 @@ void Analyzer::OnHostDelays(std::span<const aggregator::ReportedProbe> results) 
   rdma_losses_.Record(named, now_ns);
 }
 
+void Analyzer::OnSessionStart(const std::string& node) {
+  // Interned here: the agent's results, which ingest interns, carry the same id.
+  host_delays_.NoteSessionStart(pairs_->names()->Intern(node), clock_.MonotonicNanos());
+}
+
 namespace {
 // An empty list removes the key, so the maps hold only keys with findings.
 void Replace(std::map<std::string, std::vector<Finding>>& by_key, const std::string& key,
@@ -400,6 +405,8 @@ void Analyzer::Tick() {
       static_cast<uint32_t>(std::max(1, config_.rdma_host_delay_min_samples));
   delay_limits.floor_ns = config_.rdma_host_delay_floor_s * 1e9;
   delay_limits.fleet_ratio = config_.rdma_host_delay_fleet_ratio;
+  delay_limits.settle_s = config_.rdma_host_delay_settle_s;
+  delay_limits.persist_s = config_.rdma_host_delay_persist_s;
   ev.host_delays = host_delays_.Judge(now_ns, delay_limits);
   RdmaLossLimits loss_limits;
   loss_limits.window_s = FlowTable::kSlots;
@@ -541,10 +548,12 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
   }
   // A host with a high RDMA host delay (named by the host-delay level) posts and polls its
   // bandwidth bursts late and answers its peers' late: its low bursts are the host's, so its
-  // flows' and pairs' bandwidth evidence blames no link and no pair.
+  // flows' and pairs' bandwidth evidence blames no link and no pair. A median over the level
+  // suffices here, before the delay has persisted long enough to name the host: setting evidence
+  // aside names nothing.
   std::vector<bool> slow_host(ev.hosts.size(), false);
   for (const HostDelayVerdict& v : ev.host_delays) {
-    if (v.high && v.node < slow_host.size()) slow_host[v.node] = true;
+    if (v.over_level && v.node < slow_host.size()) slow_host[v.node] = true;
   }
   for (auto& [key, p] : ev.pairs) {
     if (p.a < slow_host.size() && p.b < slow_host.size() && (slow_host[p.a] || slow_host[p.b])) {

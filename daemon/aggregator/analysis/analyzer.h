@@ -85,6 +85,9 @@ class Analyzer {
   // The host delays (host_delay.h) and the per-device outcomes (rdma_loss.h) of rdma_ud results,
   // from the ingest threads beside PairTable::RecordBatch, which records their network RTTs.
   void OnHostDelays(std::span<const aggregator::ReportedProbe> results);
+  // `node`'s agent (re)started its session: its RDMA host delays, and its peers' measured against
+  // it, settle for AnalysisConfig::rdma_host_delay_settle_s before they are judged. Any thread.
+  void OnSessionStart(const std::string& node);
   // Replaces the node-hardware findings an agent reported (check reports); each becomes a tracked
   // finding while it is reported.
   void SetNodeFindings(const std::string& node, std::vector<Finding> findings);

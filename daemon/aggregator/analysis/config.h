@@ -130,6 +130,11 @@ struct AnalysisConfig {
   double rdma_host_delay_floor_s = 1e-3;
   double rdma_host_delay_fleet_ratio = 5.0;
   int rdma_host_delay_min_samples = 5;
+  // Evidence that persists (HostDelayLimits): samples with an end whose agent's session began less
+  // than settle_s before are not judged (start-up contention), and a series is high only once its
+  // run of high evidence, tick after tick, spans persist_s (not one upload's burst).
+  double rdma_host_delay_settle_s = 3.0;
+  double rdma_host_delay_persist_s = 2.0;
 
   // --- Roll-ups
   // ----------------------------------------------------------------------------------- A switch is

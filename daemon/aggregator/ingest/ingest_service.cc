@@ -727,6 +727,7 @@ void AgentSession::HandleMessage(Actions& a) {
       }
       node_ = h.node();
       a.supersede_conn = hr.replaced_conn;
+      service_->sink_.OnSessionStart(node_);
       uint64_t ack = hr.ack;
       spdlog::info("msg=\"agent connected\" node={} version={} peer={} resume_ack={}", node_,
                    h.version(), peer_, ack);

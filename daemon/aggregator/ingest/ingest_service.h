@@ -54,6 +54,9 @@ class IngestSink {
     (void)node;
     (void)report;
   }
+  // `node`'s agent said Hello and was admitted (a new session, or a stream that reconnected).
+  // Called under the session's lock, before PlanFor: must not block. The default ignores it.
+  virtual void OnSessionStart(const std::string& node) { (void)node; }
   // The plan to send to `node` when it connects or when plans change; nullopt for none.
   virtual std::optional<fabricwatch::v1::ProbePlan> PlanFor(const std::string& node) = 0;
   // The Qualify RPC: starts a qualification and calls `done` once, on any thread, with its
