@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -58,6 +60,9 @@ Agent::Agent(AgentOptions options)
   no.check.xmit_wait_tick_bytes = options_.xmit_wait_tick_bytes;
   no.sample_interval = std::chrono::milliseconds(
       static_cast<int64_t>(std::max(0.05, options_.sample_interval_s) * 1000));
+  no.counter_slow_every = static_cast<int>(std::clamp(
+      std::round(options_.counter_slow_interval_s / std::max(0.05, options_.sample_interval_s)),
+      1.0, 3600.0));
   node_ = std::make_unique<NodeMetrics>(std::move(no), registry_, RealClock::Get());
 }
 

@@ -54,6 +54,9 @@ struct AgentOptions {
   std::string profile;
   double heartbeat_interval_s = 5;
   double sample_interval_s = 1;
+  // The slow tier of the counter pass (counters::SamplerOptions::slow_every): counters that no
+  // check or rate uses are read about this often, the rest every sample interval.
+  double counter_slow_interval_s = 10;
   // Bytes of line time per port_xmit_wait tick (counters::SamplerOptions): 8 on Quantum-class
   // switches and, we assume, ConnectX HCAs; set it for hardware documented otherwise.
   double xmit_wait_tick_bytes = 8.0;

@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
   fw::agent::UseOneThreadEventEngine();
   fw::agent::AgentOptions o;
   fw::Seconds heartbeat{o.heartbeat_interval_s}, sample{o.sample_interval_s};
+  fw::Seconds counter_slow{o.counter_slow_interval_s};
   fw::Seconds check_interval{o.check_counter_interval_s};
   std::string log_level = "info", config, format = "text";
 
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
   binding.Bind("responder-allow-any", &o.responder_allow_any);
   binding.Bind("heartbeat-interval", &heartbeat);
   binding.Bind("sample-interval", &sample);
+  binding.Bind("counter-slow-interval", &counter_slow);
   binding.Bind("xmit-wait-tick-bytes", &o.xmit_wait_tick_bytes);
   binding.Bind("buffer-batches", &o.buffer_batches);
   binding.Bind("buffer-mb", &o.buffer_mb);
@@ -164,6 +166,9 @@ int main(int argc, char** argv) {
                                        "heartbeat period (default 5s)");
   app.add_option_function<std::string>("--sample-interval", duration(&sample),
                                        "counter sampling period (default 1s)");
+  app.add_option_function<std::string>(
+      "--counter-slow-interval", duration(&counter_slow),
+      "period of the counters no check or rate uses (default 10s; docs/node-checks.md)");
   app.add_option("--xmit-wait-tick-bytes", o.xmit_wait_tick_bytes,
                  "bytes of line time per port_xmit_wait tick, for the congestion ratio "
                  "(docs/node-checks.md)")
@@ -270,6 +275,7 @@ int main(int argc, char** argv) {
   }
   o.heartbeat_interval_s = heartbeat.value > 0 ? heartbeat.value : 5;
   o.sample_interval_s = sample.value > 0 ? sample.value : 1;
+  o.counter_slow_interval_s = counter_slow.value > 0 ? counter_slow.value : 10;
   o.check_counter_interval_s = check_interval.value >= 0 ? check_interval.value : 1;
 
   if (*rdma_selftest) {
