@@ -152,6 +152,13 @@ Status Agent::Start(ReportOn report_on) {
       return Status::InvalidArgument("--probe-busy-poll-us must be 0..10000");
     }
     po.busy_poll_ns = static_cast<int64_t>(options_.probe_busy_poll_us * 1e3);
+    if (!(options_.probe_send_phase_ms == -1 ||
+          (options_.probe_send_phase_ms >= 0 && options_.probe_send_phase_ms <= 60'000))) {
+      return Status::InvalidArgument("--probe-send-phase-ms must be -1 or 0..60000");
+    }
+    po.send_slot_phase_ns = options_.probe_send_phase_ms < 0
+                                ? -1
+                                : static_cast<int64_t>(options_.probe_send_phase_ms * 1e6);
     if (options_.plan_max_targets < 1 || !(options_.plan_max_pps > 0) ||
         !(options_.plan_max_bytes_per_s > 0)) {
       return Status::InvalidArgument(

@@ -37,6 +37,9 @@ struct AgentOptions {
   std::string probe_key_file;      // shared probe key; empty: probes are not authenticated
   int probe_source_port_base = 0;  // flow j uses base + j; 0: ephemeral ports
   double probe_busy_poll_us = 0;   // the prober's busy-poll window; 0: off (docs/probes.md)
+  // Where in each UDP send slot this node's probes go, in ms after the wall clock's grid point
+  // (net::UdpProberOptions::send_slot_phase_ns); 0: with every other agent; -1: no grid.
+  double probe_send_phase_ms = 0;
   // Local ceilings on what a plan may ask (PlanCeilings; docs/probes.md, "Plan ceilings").
   int plan_max_targets = 4096;
   double plan_max_pps = 10'000;

@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
   binding.Bind("probes", &o.probes);
   binding.Bind("probe-source-port-base", &o.probe_source_port_base);
   binding.Bind("probe-busy-poll-us", &o.probe_busy_poll_us);
+  binding.Bind("probe-send-phase-ms", &o.probe_send_phase_ms);
   binding.Bind("plan-max-targets", &o.plan_max_targets);
   binding.Bind("plan-max-pps", &o.plan_max_pps);
   binding.Bind("plan-max-bytes-per-s", &o.plan_max_bytes_per_s);
@@ -138,6 +139,11 @@ int main(int argc, char** argv) {
                  "round trip then includes one wakeup, as sockperf's does)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 10'000.0));
+  app.add_option("--probe-send-phase-ms", o.probe_send_phase_ms,
+                 "UDP probes go out this many ms after each point of the wall clock's send-slot "
+                 "grid (0: together with every agent; -1: no grid; docs/probes.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1.0, 60'000.0));
   // Ceilings on what any plan may ask; a plan past them is trimmed and counted (docs/probes.md).
   app.add_option("--plan-max-targets", o.plan_max_targets,
                  "most plan entries probed; later ones are left out")
