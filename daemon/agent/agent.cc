@@ -517,19 +517,24 @@ std::chrono::steady_clock::time_point Agent::RunReportWork() {
   const bool forced = report_now_;
   report_now_ = false;
   auto now = std::chrono::steady_clock::now();
-  const bool batch =
-      probes_ && now >= BatchPacer::Due(report_.last_batch, probes_->BatchInterval(), batch_now_);
-  if (batch) batch_now_ = false;
+  const BatchPacer::Jobs jobs =
+      probes_ ? BatchPacer::DueTogether(
+                    now, report_.next_pass, report_.period,
+                    BatchPacer::Due(report_.last_batch, probes_->BatchInterval(), batch_now_),
+                    probes_->BatchInterval())
+              : BatchPacer::Jobs{now >= report_.next_pass, false};
+  if (jobs.batch) batch_now_ = false;
   lock.Unlock();
-  if (batch) {
+  if (jobs.batch) {
     probes_->BatchNow();
     report_.last_batch = now;
   }
-  // A forced report (a reconnect) sends the latest pass and keeps the sampling period.
-  if (forced || now >= report_.next_pass) {
-    if (now >= report_.next_pass) {
+  // A forced report (a reconnect) sends the latest pass and keeps the sampling period. The next
+  // pass is a period after this wakeup (not after the pass), the batch's phase.
+  if (forced || jobs.pass) {
+    if (jobs.pass) {
       (void)node_->SampleNow();  // errors are logged and counted inside
-      report_.next_pass = std::chrono::steady_clock::now() + report_.period;
+      report_.next_pass = now + report_.period;
     }
     PumpTraces();
     NodeSnapshot snap = node_->Latest();
