@@ -894,7 +894,7 @@ void UdpProber::Loop::Run() {
       SendSlot(next_slot_);
       next_slot_ = (next_slot_ + 1) % slots_.size();
       if (stalled) {
-        next_slot_time_ = SlotAtOrAfter(now + 1);
+        next_slot_time_ = options_.align_send_slots ? SlotAtOrAfter(now + 1) : now + slot_step_ns_;
       } else {
         next_slot_time_ += slot_step_ns_;
         // Once a period, back onto the grid: the wall clock may be slewed against the monotonic
