@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -59,6 +61,9 @@ Agent::Agent(AgentOptions options)
   no.check.xmit_wait_tick_bytes = options_.xmit_wait_tick_bytes;
   no.sample_interval = std::chrono::milliseconds(
       static_cast<int64_t>(std::max(0.05, options_.sample_interval_s) * 1000));
+  no.counter_slow_every = static_cast<int>(std::clamp(
+      std::round(options_.counter_slow_interval_s / std::max(0.05, options_.sample_interval_s)),
+      1.0, 3600.0));
   node_ = std::make_unique<NodeMetrics>(std::move(no), registry_, RealClock::Get());
 }
 
@@ -148,6 +153,13 @@ Status Agent::Start(ReportOn report_on) {
       return Status::InvalidArgument("--probe-busy-poll-us must be 0..10000");
     }
     po.busy_poll_ns = static_cast<int64_t>(options_.probe_busy_poll_us * 1e3);
+    if (!(options_.probe_send_phase_ms == -1 ||
+          (options_.probe_send_phase_ms >= 0 && options_.probe_send_phase_ms <= 60'000))) {
+      return Status::InvalidArgument("--probe-send-phase-ms must be -1 or 0..60000");
+    }
+    po.send_slot_phase_ns = options_.probe_send_phase_ms < 0
+                                ? -1
+                                : static_cast<int64_t>(options_.probe_send_phase_ms * 1e6);
     if (options_.plan_max_targets < 1 || !(options_.plan_max_pps > 0) ||
         !(options_.plan_max_bytes_per_s > 0)) {
       return Status::InvalidArgument(
@@ -507,19 +519,24 @@ std::chrono::steady_clock::time_point Agent::RunReportWork() {
   const bool forced = report_now_;
   report_now_ = false;
   auto now = std::chrono::steady_clock::now();
-  const bool batch =
-      probes_ && now >= BatchPacer::Due(report_.last_batch, probes_->BatchInterval(), batch_now_);
-  if (batch) batch_now_ = false;
+  const BatchPacer::Jobs jobs =
+      probes_ ? BatchPacer::DueTogether(
+                    now, report_.next_pass, report_.period,
+                    BatchPacer::Due(report_.last_batch, probes_->BatchInterval(), batch_now_),
+                    probes_->BatchInterval())
+              : BatchPacer::Jobs{now >= report_.next_pass, false};
+  if (jobs.batch) batch_now_ = false;
   lock.Unlock();
-  if (batch) {
+  if (jobs.batch) {
     probes_->BatchNow();
     report_.last_batch = now;
   }
-  // A forced report (a reconnect) sends the latest pass and keeps the sampling period.
-  if (forced || now >= report_.next_pass) {
-    if (now >= report_.next_pass) {
+  // A forced report (a reconnect) sends the latest pass and keeps the sampling period. The next
+  // pass is a period after this wakeup (not after the pass), the batch's phase.
+  if (forced || jobs.pass) {
+    if (jobs.pass) {
       (void)node_->SampleNow();  // errors are logged and counted inside
-      report_.next_pass = std::chrono::steady_clock::now() + report_.period;
+      report_.next_pass = now + report_.period;
     }
     PumpTraces();
     NodeSnapshot snap = node_->Latest();

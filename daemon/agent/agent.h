@@ -37,6 +37,9 @@ struct AgentOptions {
   std::string probe_key_file;      // shared probe key; empty: probes are not authenticated
   int probe_source_port_base = 0;  // flow j uses base + j; 0: ephemeral ports
   double probe_busy_poll_us = 0;   // the prober's busy-poll window; 0: off (docs/probes.md)
+  // Where in each UDP send slot this node's probes go, in ms after the wall clock's grid point
+  // (net::UdpProberOptions::send_slot_phase_ns); 0: with every other agent; -1: no grid.
+  double probe_send_phase_ms = 0;
   // Local ceilings on what a plan may ask (PlanCeilings; docs/probes.md, "Plan ceilings").
   int plan_max_targets = 4096;
   double plan_max_pps = 10'000;
@@ -54,6 +57,9 @@ struct AgentOptions {
   std::string profile;
   double heartbeat_interval_s = 5;
   double sample_interval_s = 1;
+  // The slow tier of the counter pass (counters::SamplerOptions::slow_every): counters that no
+  // check or rate uses are read about this often, the rest every sample interval.
+  double counter_slow_interval_s = 10;
   // Bytes of line time per port_xmit_wait tick (counters::SamplerOptions): 8 on Quantum-class
   // switches and, we assume, ConnectX HCAs; set it for hardware documented otherwise.
   double xmit_wait_tick_bytes = 8.0;

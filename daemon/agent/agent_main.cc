@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
   fw::agent::UseOneThreadEventEngine();
   fw::agent::AgentOptions o;
   fw::Seconds heartbeat{o.heartbeat_interval_s}, sample{o.sample_interval_s};
+  fw::Seconds counter_slow{o.counter_slow_interval_s};
   fw::Seconds check_interval{o.check_counter_interval_s};
   std::string log_level = "info", config, format = "text";
 
@@ -95,12 +96,14 @@ int main(int argc, char** argv) {
   binding.Bind("probes", &o.probes);
   binding.Bind("probe-source-port-base", &o.probe_source_port_base);
   binding.Bind("probe-busy-poll-us", &o.probe_busy_poll_us);
+  binding.Bind("probe-send-phase-ms", &o.probe_send_phase_ms);
   binding.Bind("plan-max-targets", &o.plan_max_targets);
   binding.Bind("plan-max-pps", &o.plan_max_pps);
   binding.Bind("plan-max-bytes-per-s", &o.plan_max_bytes_per_s);
   binding.Bind("responder-allow-any", &o.responder_allow_any);
   binding.Bind("heartbeat-interval", &heartbeat);
   binding.Bind("sample-interval", &sample);
+  binding.Bind("counter-slow-interval", &counter_slow);
   binding.Bind("xmit-wait-tick-bytes", &o.xmit_wait_tick_bytes);
   binding.Bind("buffer-batches", &o.buffer_batches);
   binding.Bind("buffer-mb", &o.buffer_mb);
@@ -136,6 +139,11 @@ int main(int argc, char** argv) {
                  "round trip then includes one wakeup, as sockperf's does)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 10'000.0));
+  app.add_option("--probe-send-phase-ms", o.probe_send_phase_ms,
+                 "UDP probes go out this many ms after each point of the wall clock's send-slot "
+                 "grid (0: together with every agent; -1: no grid; docs/probes.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1.0, 60'000.0));
   // Ceilings on what any plan may ask; a plan past them is trimmed and counted (docs/probes.md).
   app.add_option("--plan-max-targets", o.plan_max_targets,
                  "most plan entries probed; later ones are left out")
@@ -164,6 +172,9 @@ int main(int argc, char** argv) {
                                        "heartbeat period (default 5s)");
   app.add_option_function<std::string>("--sample-interval", duration(&sample),
                                        "counter sampling period (default 1s)");
+  app.add_option_function<std::string>(
+      "--counter-slow-interval", duration(&counter_slow),
+      "period of the counters no check or rate uses (default 10s; docs/node-checks.md)");
   app.add_option("--xmit-wait-tick-bytes", o.xmit_wait_tick_bytes,
                  "bytes of line time per port_xmit_wait tick, for the congestion ratio "
                  "(docs/node-checks.md)")
@@ -270,6 +281,7 @@ int main(int argc, char** argv) {
   }
   o.heartbeat_interval_s = heartbeat.value > 0 ? heartbeat.value : 5;
   o.sample_interval_s = sample.value > 0 ? sample.value : 1;
+  o.counter_slow_interval_s = counter_slow.value > 0 ? counter_slow.value : 10;
   o.check_counter_interval_s = check_interval.value >= 0 ? check_interval.value : 1;
 
   if (*rdma_selftest) {

@@ -47,6 +47,27 @@ class BatchPacer {
                   : last + interval;
   }
 
+  // Which of the report loop's two periodic jobs run at `now`: the counter pass (due at
+  // `pass_due`, every `pass_period`) and the batch (due at `batch_due`, every `batch_interval`).
+  // Either one due takes the other along when that one falls due within half the shorter of the
+  // two periods: a batch sent a little before its interval, or a pass taken a little early (its
+  // rates run over the measured interval). Both then keep one phase, so the report loop and the
+  // uplink wake once for the two instead of at two phases that drift apart, and a phase shifted
+  // by an urgent batch is pulled back at the next pass.
+  struct Jobs {
+    bool pass = false;
+    bool batch = false;
+  };
+  static Jobs DueTogether(Clock::time_point now, Clock::time_point pass_due,
+                          std::chrono::nanoseconds pass_period, Clock::time_point batch_due,
+                          std::chrono::nanoseconds batch_interval) {
+    Jobs j{now >= pass_due, now >= batch_due};
+    const auto slack = std::min(pass_period, batch_interval) / 2;
+    if (j.pass && batch_due - now <= slack) j.batch = true;
+    if (j.batch && pass_due - now <= slack) j.pass = true;
+    return j;
+  }
+
  private:
   const std::chrono::nanoseconds default_;
   std::atomic<int64_t> interval_ns_{0};

@@ -60,5 +60,26 @@ TEST(BatchPacerTest, UrgentResultsGoAtOnceButAtMostEveryMinGap) {
   EXPECT_EQ(BatchPacer::Due(last, milliseconds(100), true), last + milliseconds(100));
 }
 
+// The counter pass and the batch share wakeups: either one due takes the other along when it is
+// due within half the shorter period, and never from further away.
+TEST(BatchPacerTest, ThePassAndTheBatchGoTogetherWhenCloseAndApartOtherwise) {
+  const auto now = BatchPacer::Clock::now();
+  auto jobs = [&](milliseconds pass_in, milliseconds pass_period, milliseconds batch_in,
+                  milliseconds batch_interval) {
+    auto j = BatchPacer::DueTogether(now, now + pass_in, pass_period, now + batch_in,
+                                     batch_interval);
+    return std::make_pair(j.pass, j.batch);
+  };
+  using P = std::pair<bool, bool>;
+  EXPECT_EQ(jobs(milliseconds(0), seconds(1), milliseconds(300), seconds(1)), P(true, true));
+  EXPECT_EQ(jobs(milliseconds(400), seconds(1), milliseconds(-5), seconds(1)), P(true, true));
+  EXPECT_EQ(jobs(milliseconds(0), seconds(1), milliseconds(600), seconds(1)), P(true, false));
+  EXPECT_EQ(jobs(milliseconds(700), seconds(1), milliseconds(0), seconds(1)), P(false, true));
+  EXPECT_EQ(jobs(milliseconds(10), seconds(1), milliseconds(20), seconds(1)), P(false, false));
+  // A 5 s batch interval with 1 s passes: a batch goes at most half a pass period early.
+  EXPECT_EQ(jobs(milliseconds(0), seconds(1), milliseconds(600), seconds(5)), P(true, false));
+  EXPECT_EQ(jobs(milliseconds(0), seconds(1), milliseconds(400), seconds(5)), P(true, true));
+}
+
 }  // namespace
 }  // namespace fw::agent

@@ -772,6 +772,8 @@ Status ProbeScheduler::StartProbers() {
   base.key = options_.key;
   base.src_port_base = static_cast<uint16_t>(options_.source_port_base);
   base.busy_poll.max_window_ns = options_.busy_poll_ns;
+  base.align_send_slots = options_.send_slot_phase_ns >= 0;
+  base.send_slot_phase_ns = std::max<int64_t>(0, options_.send_slot_phase_ns);
   if (options_.nics.empty()) {
     net::UdpProberOptions uo = base;
     // Probes leave from the probe address (when it is one), so that the peers' allow lists,

@@ -78,6 +78,9 @@ struct ProbeSchedulerOptions {
   // The UDP prober's busy-poll window after each send slot (net::BusyPollOptions); 0: sleep at
   // once, so that the reported round trip is measured like sockperf's (docs/probes.md).
   int64_t busy_poll_ns = 0;
+  // The UDP send slots' place on the wall clock's grid (net::UdpProberOptions::
+  // send_slot_phase_ns); negative: no grid (align_send_slots false).
+  int64_t send_slot_phase_ns = 0;
   // What any plan may ask of this node (--plan-max-targets, --plan-max-pps,
   // --plan-max-bytes-per-s); a plan past them is trimmed and counted (plan_guard.h).
   PlanCeilings ceilings;

@@ -40,19 +40,28 @@ BENCHMARK(BM_SamplePassH100)->Unit(benchmark::kMicrosecond);
 
 // The pass as the agent pays for it: once per interval, after a sleep that leaves the caches
 // cold. Back-to-back passes (above) read about half of this. The reported time is the thread CPU
-// time of the pass alone (manual time), with 250 ms between passes.
+// time of the pass alone (manual time), with 250 ms between passes. The argument is
+// SamplerOptions::slow_every (1: every file every pass; 10: the agent's default tiering), and
+// files_per_pass the files read per pass on average.
 void BM_SamplePassH100AfterSleep(benchmark::State& state) {
-  fw::counters::Sampler sampler({.sysfs_root = H100Root(), .rescan_every = 0},
+  fw::counters::Sampler sampler({.sysfs_root = H100Root(),
+                                 .rescan_every = 0,
+                                 .slow_every = static_cast<int>(state.range(0))},
                                 fw::RealClock::Get());
   sampler.SampleOnce();
+  const uint64_t files0 = sampler.stats().files_read;
   for (auto _ : state) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
     const double cpu0 = ThreadCpuSeconds();
     benchmark::DoNotOptimize(sampler.SampleOnce().size());
     state.SetIterationTime(ThreadCpuSeconds() - cpu0);
   }
+  state.counters["files_per_pass"] = static_cast<double>(sampler.stats().files_read - files0) /
+                                     static_cast<double>(state.iterations());
 }
 BENCHMARK(BM_SamplePassH100AfterSleep)
+    ->Arg(1)
+    ->Arg(10)
     ->UseManualTime()
     ->Iterations(20)
     ->Unit(benchmark::kMicrosecond);

@@ -88,10 +88,13 @@ const CounterReading* PortSample::Find(CounterRole role) const {
 
 struct Sampler::PortHandle {
   int port_fd = -1, counters_fd = -1, hw_fd = -1;
+  int state_fd = -1, phys_fd = -1;            // kept open, re-read with pread
   bool on_sysfs = false;                      // see RereadFileAt's check_unlinked
   std::vector<std::optional<uint64_t>> prev;  // parallel to PortSample::counters
   std::vector<int> fds;                       // parallel to PortSample::counters; -1 when closed
-  int64_t prev_mono_ns = 0;
+  int64_t prev_mono_ns = 0;       // the previous pass of this port
+  int64_t slow_prev_mono_ns = 0;  // the previous pass that read the slow tier
+  int slow_wait = 0;              // passes before the slow tier is read again; 0: this one
   size_t ethtool_begin = 0;  // index of the first ethtool reading in PortSample::counters
 
   PortHandle() = default;
@@ -100,10 +103,14 @@ struct Sampler::PortHandle {
     std::swap(port_fd, o.port_fd);
     std::swap(counters_fd, o.counters_fd);
     std::swap(hw_fd, o.hw_fd);
+    std::swap(state_fd, o.state_fd);
+    std::swap(phys_fd, o.phys_fd);
     std::swap(fds, o.fds);
     on_sysfs = o.on_sysfs;
     prev = std::move(o.prev);
     prev_mono_ns = o.prev_mono_ns;
+    slow_prev_mono_ns = o.slow_prev_mono_ns;
+    slow_wait = o.slow_wait;
     ethtool_begin = o.ethtool_begin;
     return *this;
   }
@@ -111,6 +118,8 @@ struct Sampler::PortHandle {
     CloseFd(port_fd);
     CloseFd(counters_fd);
     CloseFd(hw_fd);
+    CloseFd(state_fd);
+    CloseFd(phys_fd);
     for (int& fd : fds) CloseFd(fd);
   }
 };
@@ -169,6 +178,8 @@ void Sampler::Rescan() {
         r.name = name;
         r.group = g;
         r.spec = SpecFor(g, name);
+        r.slow_tier = g != CounterGroup::kEthtool && r.spec.role == CounterRole::kOther &&
+                      !r.spec.error;
         s.counters.push_back(std::move(r));
       };
       for (const std::string& n : ListDir(port_dir / "counters", false))
@@ -195,6 +206,7 @@ void Sampler::Rescan() {
         const PortSample& before = it->second.second;
         const PortHandle& bh = it->second.first;
         h.prev_mono_ns = bh.prev_mono_ns;
+        h.slow_prev_mono_ns = bh.slow_prev_mono_ns;  // slow_wait stays 0: read it all first
         for (size_t i = 0; i < s.counters.size(); ++i) {
           for (size_t j = 0; j < before.counters.size(); ++j) {
             if (before.counters[j].name == s.counters[i].name &&
@@ -219,14 +231,23 @@ void Sampler::ReadPort(PortHandle& h, PortSample& s) {
   s.interval_s = h.prev_mono_ns > 0 ? static_cast<double>(s.mono_ns - h.prev_mono_ns) * 1e-9 : 0;
   auto gone = [&](ReadResult r) { return r == ReadResult::kMissing || r == ReadResult::kGone; };
 
-  // Identity and state. A missing state file means the port (or its device) is gone.
-  ReadResult r = ReadSmallFileAt(h.port_fd, "state", buf, sizeof(buf), len, err);
+  // The slow tier is due on the first pass after a (re)scan and every slow_every passes.
+  const bool slow_pass = h.slow_wait <= 0;
+  h.slow_wait = slow_pass ? std::max(1, options_.slow_every) - 1 : h.slow_wait - 1;
+  const double slow_interval_s =
+      h.slow_prev_mono_ns > 0 ? static_cast<double>(s.mono_ns - h.slow_prev_mono_ns) * 1e-9 : 0;
+
+  // State, kept open. A missing state file means the port (or its device) is gone.
+  const int state_before = s.state_id, phys_before = s.phys_state_id;
+  ++stats_.files_read;
+  ReadResult r = RereadFileAt(h.port_fd, "state", h.state_fd, true, !h.on_sysfs, buf,
+                              sizeof(buf), len, err);
   if (gone(r)) {
     s.vanished = true;
   } else if (r == ReadResult::kOk) {
     if (auto v = ParseEnumValue({buf, len}); v.ok()) {
       s.state_id = v->id;
-      s.state.assign(v->name);
+      if (s.state != v->name) s.state.assign(v->name);
     } else {
       ++stats_.unparsable;
     }
@@ -234,26 +255,36 @@ void Sampler::ReadPort(PortHandle& h, PortSample& s) {
     ++stats_.io_errors;
   }
   if (!s.vanished) {
-    if (ReadSmallFileAt(h.port_fd, "phys_state", buf, sizeof(buf), len, err) == ReadResult::kOk) {
+    ++stats_.files_read;
+    if (RereadFileAt(h.port_fd, "phys_state", h.phys_fd, true, !h.on_sysfs, buf, sizeof(buf), len,
+                     err) == ReadResult::kOk) {
       if (auto v = ParseEnumValue({buf, len}); v.ok()) {
         s.phys_state_id = v->id;
-        s.phys_state.assign(v->name);
+        if (s.phys_state != v->name) s.phys_state.assign(v->name);
       } else {
         ++stats_.unparsable;
       }
     }
-    s.rate_gbps.reset();
-    if (ReadSmallFileAt(h.port_fd, "rate", buf, sizeof(buf), len, err) == ReadResult::kOk) {
-      if (auto v = ParseRateGbps({buf, len}); v.ok()) {
-        s.rate_gbps = *v;
-      } else {
-        ++stats_.unparsable;
+    // The signalling rate changes only when the link retrains, which moves state or phys_state.
+    if (slow_pass || s.state_id != state_before || s.phys_state_id != phys_before) {
+      s.rate_gbps.reset();
+      ++stats_.files_read;
+      if (ReadSmallFileAt(h.port_fd, "rate", buf, sizeof(buf), len, err) == ReadResult::kOk) {
+        if (auto v = ParseRateGbps({buf, len}); v.ok()) {
+          s.rate_gbps = *v;
+        } else {
+          ++stats_.unparsable;
+        }
       }
     }
-    if (ReadSmallFileAt(h.port_fd, "link_layer", buf, sizeof(buf), len, err) == ReadResult::kOk) {
-      std::string_view t(buf, len);
-      while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.remove_suffix(1);
-      s.link_layer.assign(t);
+    if (slow_pass) {
+      ++stats_.files_read;
+      if (ReadSmallFileAt(h.port_fd, "link_layer", buf, sizeof(buf), len, err) ==
+          ReadResult::kOk) {
+        std::string_view t(buf, len);
+        while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.remove_suffix(1);
+        if (s.link_layer != t) s.link_layer.assign(t);
+      }
     }
   }
 
@@ -264,7 +295,13 @@ void Sampler::ReadPort(PortHandle& h, PortSample& s) {
   }
   for (size_t i = 0; i < s.counters.size(); ++i) {
     CounterReading& c = s.counters[i];
+    if (c.slow_tier && !slow_pass && !s.vanished) {
+      c.fresh = false;  // everything else stays as its last read left it
+      continue;
+    }
+    c.fresh = true;
     const std::optional<uint64_t> prev = h.prev[i];
+    const double interval_s = c.slow_tier ? slow_interval_s : s.interval_s;
     c.valid = false;
     c.error = ReadError::kNone;
     c.saturated = false;
@@ -287,6 +324,7 @@ void Sampler::ReadPort(PortHandle& h, PortSample& s) {
       const int dir = c.group == CounterGroup::kCounters ? h.counters_fd : h.hw_fd;
       int& fd = h.fds[i];
       const bool was_open = fd >= 0;
+      ++stats_.files_read;
       r = dir < 0 ? ReadResult::kMissing
                   : RereadFileAt(dir, c.name.c_str(), fd,
                                  was_open || open_files_ < options_.max_open_files, !h.on_sysfs,
@@ -336,8 +374,8 @@ void Sampler::ReadPort(PortHandle& h, PortSample& s) {
     c.saturated = c.delta.kind == DeltaKind::kSaturated;
     if (c.delta.kind == DeltaKind::kReset) ++stats_.resets;
     if (c.delta.kind == DeltaKind::kWrapped) ++stats_.wraps;
-    if (c.delta.known() && s.interval_s > 0) {
-      c.rate = static_cast<double>(c.delta.raw) * c.spec.scale / s.interval_s;
+    if (c.delta.known() && interval_s > 0) {
+      c.rate = static_cast<double>(c.delta.raw) * c.spec.scale / interval_s;
     }
     h.prev[i] = c.value;
   }
@@ -346,6 +384,7 @@ void Sampler::ReadPort(PortHandle& h, PortSample& s) {
     need_rescan_ = true;
   }
   h.prev_mono_ns = s.mono_ns;
+  if (slow_pass) h.slow_prev_mono_ns = s.mono_ns;
 
   auto rate_of = [&](CounterRole role) -> std::optional<double> {
     const CounterReading* c = s.Find(role);

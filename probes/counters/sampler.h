@@ -1,5 +1,6 @@
 // Samples every InfiniBand/RoCE port under <sysfs-root>/class/infiniband: state, rate, link layer,
-// every counter in counters/ and hw_counters/, with rates from deltas between passes.
+// every counter in counters/ and hw_counters/, with rates from deltas between passes. Reads are
+// tiered (SamplerOptions::slow_every): what detection needs every pass, the rest less often.
 #pragma once
 
 #include <array>
@@ -30,6 +31,16 @@ struct SamplerOptions {
   // about a quarter of an open/read/close. At most this many descriptors are kept (the rest are
   // opened and closed each pass), so a node with many ports cannot starve the agent's sockets.
   int max_open_files = 512;
+  // Two tiers of reads. Every pass reads a port's state and phys_state and every counter that has
+  // a role or is an error signal (CounterSpec: the data and packet counters behind the rates,
+  // link_downed, link_error_recovery, symbol_error and the other error counters that CheckPorts
+  // and the aggregator's error rate use, port_xmit_wait, the RoCE CNP/ECN counters, the ethtool
+  // pause counters). The slow tier (every other counter: the long tail of hw_counters, unicast and
+  // multicast packet counts, VL15 drops, relay and constraint errors; and the rate and link_layer
+  // files) is read on a port's first pass after a (re)scan and then every `slow_every` passes; the
+  // rate file also whenever state or phys_state changed. 1 reads everything every pass. On an
+  // mlx5 HCA each counter file read is a firmware query, so the slow tier saves real work.
+  int slow_every = 1;
 };
 
 enum class ReadError : uint8_t { kNone, kMissing, kUnavailable, kUnparsable, kIoError, kGone };
@@ -43,8 +54,15 @@ struct CounterReading {
   uint64_t value = 0;  // raw value as read (data counters still in 4-byte words)
   ReadError error = ReadError::kNone;
   bool saturated = false;
-  Delta delta;                 // against the previous pass
-  std::optional<double> rate;  // per second, in spec units (bytes for data); unknown = nullopt
+  // Whether this pass read the counter. A slow-tier counter between its reads (fresh false) keeps
+  // value, valid, error, saturated, delta and rate from its last read: a consumer that adds up
+  // deltas takes fresh readings only. The fast tier is fresh on every pass.
+  bool fresh = false;
+  bool slow_tier = false;
+  Delta delta;                 // against this counter's previous read
+  // Per second over the interval between this counter's last two reads, in spec units (bytes for
+  // data); unknown = nullopt.
+  std::optional<double> rate;
   double Scaled() const { return static_cast<double>(value) * spec.scale; }
 };
 
@@ -78,6 +96,7 @@ struct SamplerStats {
   uint64_t missing = 0, unavailable = 0, unparsable = 0, io_errors = 0;
   uint64_t vanished = 0, resets = 0, wraps = 0;
   uint64_t rescans = 0;
+  uint64_t files_read = 0;  // counter, state, phys_state, rate and link_layer reads (all passes)
 };
 
 // Not thread-safe: one owner calls SampleOnce(). Holds directory descriptors of the ports it found.

@@ -201,15 +201,94 @@ TEST_F(SamplerSynthetic, KeptDescriptorsRereadNewValuesWithinTheirCap) {
   const size_t before = OpenFdCount();
   Sampler capped({.sysfs_root = fs_.root(), .max_open_files = 3}, clock_);
   capped.SampleOnce();
-  const size_t dirs = 3;  // the port, counters/ and hw_counters/ directories
-  EXPECT_EQ(OpenFdCount(), before + dirs + 3);
+  const size_t dirs = 3;   // the port, counters/ and hw_counters/ directories
+  const size_t state = 2;  // state and phys_state, always kept
+  EXPECT_EQ(OpenFdCount(), before + dirs + state + 3);
   fs_.Counter("mlx5_0", 1, "port_xmit_data", "3000");
   fs_.HwCounter("mlx5_0", 1, "rp_cnp_handled", "10");
   clock_.Advance(1s);
   const PortSample& p = capped.SampleOnce().front();
   EXPECT_DOUBLE_EQ(*p.xmit_bytes_per_s, 4000.0);
   EXPECT_DOUBLE_EQ(*p.cnp_handled_per_s, 10.0);
-  EXPECT_EQ(OpenFdCount(), before + dirs + 3);
+  EXPECT_EQ(OpenFdCount(), before + dirs + state + 3);
+}
+
+TEST_F(SamplerSynthetic, SlowTierIsReadEveryNthPassWithRatesOverItsOwnInterval) {
+  fs_.HwCounter("mlx5_0", 1, "rx_write_requests", "100");  // no role: slow tier
+  Sampler tiered({.sysfs_root = fs_.root(), .slow_every = 3}, clock_);
+  const PortSample& p1 = tiered.SampleOnce().front();
+  for (const CounterReading& c : p1.counters) EXPECT_TRUE(c.fresh) << c.name;  // all on pass 1
+  EXPECT_TRUE(Counter(p1, "rx_write_requests")->slow_tier);
+  EXPECT_TRUE(Counter(p1, "out_of_buffer")->slow_tier);
+  for (const char* fast : {"port_xmit_data", "port_xmit_wait", "symbol_error", "link_downed",
+                           "out_of_sequence", "rp_cnp_handled"}) {
+    EXPECT_FALSE(Counter(p1, fast)->slow_tier) << fast;
+  }
+  const uint64_t all_files = tiered.stats().files_read;
+  EXPECT_EQ(all_files, 2u + 2u + 8u);  // state, phys_state, rate, link_layer, 8 counters
+
+  // Passes 2 and 3 read the fast tier only: the slow counter keeps its last reading, and the
+  // rate and link_layer files are not read while the state stays.
+  fs_.HwCounter("mlx5_0", 1, "rx_write_requests", "160");
+  fs_.Write(fs_.PortDir("mlx5_0", 1) + "/rate", "200 Gb/sec (4X HDR)\n");
+  for (int pass = 2; pass <= 3; ++pass) {
+    fs_.Counter("mlx5_0", 1, "port_xmit_data", std::to_string(1000 + 250 * (pass - 1)));
+    clock_.Advance(1s);
+    const uint64_t files_before = tiered.stats().files_read;
+    const PortSample& p = tiered.SampleOnce().front();
+    EXPECT_EQ(tiered.stats().files_read - files_before, 2u + 6u) << pass;
+    EXPECT_DOUBLE_EQ(*p.xmit_bytes_per_s, 1000.0) << pass;  // over the 1 s pass interval
+    const CounterReading* slow = Counter(p, "rx_write_requests");
+    EXPECT_FALSE(slow->fresh);
+    EXPECT_TRUE(slow->valid);
+    EXPECT_EQ(slow->value, 100u);
+    EXPECT_EQ(p.rate_gbps, 400.0);
+  }
+  // Pass 4 reads everything again; the slow counter's rate runs over the 3 s since its last read.
+  clock_.Advance(1s);
+  const PortSample& p4 = tiered.SampleOnce().front();
+  const CounterReading* slow = Counter(p4, "rx_write_requests");
+  EXPECT_TRUE(slow->fresh);
+  EXPECT_EQ(slow->value, 160u);
+  EXPECT_EQ(slow->delta.kind, DeltaKind::kOk);
+  EXPECT_EQ(slow->delta.raw, 60u);
+  EXPECT_DOUBLE_EQ(*slow->rate, 20.0);
+  EXPECT_DOUBLE_EQ(p4.interval_s, 1.0);
+  EXPECT_EQ(p4.rate_gbps, 200.0);
+  EXPECT_TRUE(Counter(p4, "out_of_buffer")->saturated);  // stuck at 65535 across the 3 s
+
+  // A slow counter cleared between its reads reads as a reset, counted once.
+  fs_.HwCounter("mlx5_0", 1, "rx_write_requests", "7");
+  const uint64_t resets = tiered.stats().resets;
+  for (int pass = 5; pass <= 7; ++pass) {
+    clock_.Advance(1s);
+    const PortSample& p = tiered.SampleOnce().front();
+    EXPECT_EQ(Counter(p, "rx_write_requests")->fresh, pass == 7) << pass;
+  }
+  EXPECT_EQ(Counter(tiered.SampleOnce().front(), "rx_write_requests")->delta.kind,
+            DeltaKind::kReset);
+  EXPECT_EQ(tiered.stats().resets, resets + 1);
+}
+
+TEST_F(SamplerSynthetic, AStateChangeRereadsTheRateAtOnce) {
+  Sampler tiered({.sysfs_root = fs_.root(), .slow_every = 10}, clock_);
+  EXPECT_EQ(tiered.SampleOnce().front().rate_gbps, 400.0);
+  // The link retrains at a lower speed: state and phys_state move, and the rate follows in the
+  // same pass although the slow tier is not due.
+  fs_.Write(fs_.PortDir("mlx5_0", 1) + "/state", "1: DOWN\n");
+  fs_.Write(fs_.PortDir("mlx5_0", 1) + "/phys_state", "2: Polling\n");
+  fs_.Write(fs_.PortDir("mlx5_0", 1) + "/rate", "10 Gb/sec (4X SDR)\n");
+  clock_.Advance(1s);
+  const PortSample& down = tiered.SampleOnce().front();
+  EXPECT_EQ(down.state, "DOWN");
+  EXPECT_EQ(down.phys_state, "Polling");
+  EXPECT_EQ(down.rate_gbps, 10.0);
+  // The port's kept state descriptor sees a removed port: the port vanished, slow tier included.
+  fs_.Remove("class/infiniband/mlx5_0");
+  clock_.Advance(1s);
+  const PortSample& gone = tiered.SampleOnce().front();
+  EXPECT_TRUE(gone.vanished);
+  EXPECT_EQ(Counter(gone, "out_of_buffer")->error, ReadError::kGone);
 }
 
 TEST(SamplerEmpty, NoInfinibandClassMeansNoPorts) {

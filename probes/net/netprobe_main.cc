@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   double seconds = 10, rate = 1, src_rate = 1000;
   uint32_t flows = 1, payload = 0, slots = 10, repeat = 1;
   int timeout_ms = 1000;
+  double send_phase_ms = 0;
   uint64_t bytes = 4u << 20;
   bool user_ts = false, kernel_rtt = false, respond_own_thread = false;
   uint16_t respond_port = 0;
@@ -63,6 +64,9 @@ int main(int argc, char** argv) {
   udp->add_option("--timeout-ms", timeout_ms, "loss timeout");
   udp->add_option("--payload", payload, "padding bytes per probe");
   udp->add_option("--slots", slots, "send slots per period (batching)");
+  udp->add_option("--send-phase-ms", send_phase_ms,
+                  "send slots start this many ms after each point of the wall clock's grid of "
+                  "slot lengths (-1: no grid, phased from the start)");
   udp->add_flag("--user-timestamps", user_ts, "do not use kernel timestamps at all");
   udp->add_flag("--kernel-rtt", kernel_rtt,
                 "report the kernel-stamped round trip (default: the user-space one)");
@@ -142,6 +146,8 @@ int main(int argc, char** argv) {
     fw::net::UdpProberOptions o;
     o.key = opt_key;
     o.send_slots = slots;
+    o.align_send_slots = send_phase_ms >= 0;
+    o.send_slot_phase_ns = static_cast<int64_t>(std::max(0.0, send_phase_ms) * 1e6);
     o.kernel_rx_timestamps = !user_ts;
     o.report_kernel_rtt = kernel_rtt;
     o.busy_poll.max_window_ns = static_cast<int64_t>(busy_poll_us * 1e3);

@@ -181,6 +181,10 @@ class UdpProber::Loop {
   int64_t timeout_ns_ = 0;
   int64_t next_slot_time_ = 0;
   uint32_t next_slot_ = 0;
+  int64_t slot_step_ns_ = 1;  // period_ns_ / slots
+  // The first slot time at or after `mono` on the wall clock's grid (UdpProberOptions::
+  // align_send_slots), or `mono` itself without alignment.
+  int64_t SlotAtOrAfter(int64_t mono) const;
   std::vector<uint8_t> rx_buffers_;
   size_t rx_buffer_size_ = 0;
   size_t packet_len_ = 0;  // every probe of the current plan has this size
@@ -495,7 +499,8 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
   slots_.assign(slots, {});
   for (uint32_t i = 0; i < flows_.size(); ++i) slots_[i % slots].push_back(i);
   next_slot_ = 0;
-  next_slot_time_ = clock_.MonotonicNanos();
+  slot_step_ns_ = std::max<int64_t>(period_ns_ / static_cast<int64_t>(slots), 1);
+  next_slot_time_ = SlotAtOrAfter(clock_.MonotonicNanos());
   packet_len_ = packet_len;
   // Room to see (and reject) a longer reply, and for the headers an error-queue copy carries.
   rx_buffer_size_ = packet_len + 256;  // room to see (and reject) a longer datagram
@@ -805,6 +810,16 @@ void UdpProber::Loop::ExpireTimeouts(int64_t now) {
   }
 }
 
+int64_t UdpProber::Loop::SlotAtOrAfter(int64_t mono) const {
+  if (!options_.align_send_slots) return mono;
+  const int64_t offset = clock_.WallNanos() - clock_.MonotonicNanos();  // realtime - monotonic
+  const int64_t step = slot_step_ns_;
+  const int64_t phase = ((options_.send_slot_phase_ns % step) + step) % step;
+  const int64_t t = mono + offset - phase;  // on the wall clock, relative to the phase
+  const int64_t into = ((t % step) + step) % step;
+  return into == 0 ? mono : mono + (step - into);
+}
+
 int64_t UdpProber::Loop::NextDeadline() const {
   int64_t next = flows_.empty() ? INT64_MAX : next_slot_time_;
   for (const Flow& f : flows_) {
@@ -873,12 +888,19 @@ void UdpProber::Loop::Run() {
     GuestInput(events.data(), std::max(n, 0));
     now = clock_.MonotonicNanos();
     if (!flows_.empty() && now >= next_slot_time_) {
-      const int64_t step = period_ns_ / static_cast<int64_t>(slots_.size());
-      // After a stall longer than a period, re-anchor instead of sending a burst to catch up.
-      if (now - next_slot_time_ > period_ns_) next_slot_time_ = now;
+      // After a stall longer than a period, re-anchor instead of sending a burst to catch up (on
+      // the grid: this slot goes now, the next one at the grid's next point).
+      const bool stalled = now - next_slot_time_ > period_ns_;
       SendSlot(next_slot_);
       next_slot_ = (next_slot_ + 1) % slots_.size();
-      next_slot_time_ += std::max<int64_t>(step, 1);
+      if (stalled) {
+        next_slot_time_ = options_.align_send_slots ? SlotAtOrAfter(now + 1) : now + slot_step_ns_;
+      } else {
+        next_slot_time_ += slot_step_ns_;
+        // Once a period, back onto the grid: the wall clock may be slewed against the monotonic
+        // one (NTP), and the grid is the wall clock's. A shift of a few µs a period.
+        if (next_slot_ == 0) next_slot_time_ = SlotAtOrAfter(next_slot_time_ - slot_step_ns_ / 2);
+      }
       BusyPoll();
     }
     ExpireTimeouts(clock_.MonotonicNanos());

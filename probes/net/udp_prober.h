@@ -58,6 +58,16 @@ struct UdpProberOptions {
   // Each period is cut into this many send slots; flows are spread across them round-robin, so
   // each wakeup sends one sendmmsg batch per socket instead of one syscall per probe.
   uint32_t send_slots = 10;
+  // Send slots fall on the wall clock's grid: at multiples of the slot length (period /
+  // send_slots) of CLOCK_REALTIME, plus send_slot_phase_ns. Every prober of an NTP-synced fleet
+  // with the same rate then sends at the same instants, so a responder gets all its peers' probes
+  // of a slot together and answers them in one wakeup, and each prober gets its replies together.
+  // The cost is a microburst: every prober sends its slot's probes at once (docs/probes.md, "Send
+  // slots on the wall clock's grid"). A per-node phase (e.g. a hash of the node name, within a
+  // slot) spreads the fleet's bursts again. false: slots are phased from when the plan was
+  // applied, each prober on its own schedule.
+  bool align_send_slots = true;
+  int64_t send_slot_phase_ns = 0;
   bool kernel_rx_timestamps = true;
   // Software TX timestamps (SO_TIMESTAMPING, read back from the error queue): the RTT then runs
   // from the kernel's send stamp to its receive stamp, both CLOCK_REALTIME, so batching and

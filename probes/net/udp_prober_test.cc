@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <set>
 #include <thread>
@@ -105,6 +106,33 @@ TEST(UdpProberTest, MeasuresRoundTripsOnEveryFlowWithDistinctSourcePorts) {
   EXPECT_GT(s.rx_kernel_ts, 0u) << "kernel receive timestamps are used on loopback";
   EXPECT_GT(s.tx_kernel_ts, 0u) << "kernel send timestamps come back on the error queue";
   EXPECT_EQ(s.lost, 0u);
+}
+
+// Send slots start at multiples of the slot length on the wall clock, shifted by the phase: two
+// agents' probers with the same plan rate send at the same instants.
+TEST(UdpProberTest, SendSlotsFallOnTheWallClocksGridAtTheirPhase) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  constexpr int64_t kStep = 50'000'000;  // 4 flows at 5 Hz: 4 slots of 50 ms
+  for (int64_t phase : {int64_t{0}, int64_t{30'000'000}}) {
+    ResultQueue q(1024);
+    UdpProberOptions o;
+    o.send_slot_phase_ns = phase;
+    auto prober = StartProber(q, o);
+    ASSERT_TRUE(prober);
+    ASSERT_TRUE(prober->SetPlan(Plan("peer-g", responder->port(), 4, 5)).ok());
+    std::vector<ProbeResult> results = Collect(q, 16, 5s);
+    ASSERT_GE(results.size(), 16u);
+    std::vector<int64_t> late;  // how long after its grid point each probe went out
+    for (const ProbeResult& r : results) {
+      late.push_back((((r.timestamp_ns - phase) % kStep) + kStep) % kStep);
+    }
+    std::sort(late.begin(), late.end());
+    // A wakeup is late by tens of µs on a quiet host, by milliseconds on a loaded one; a slot
+    // phased from the plan's start would sit anywhere in the 50 ms.
+    EXPECT_LT(late[late.size() / 2], 5'000'000) << "phase " << phase;
+    EXPECT_EQ(prober->Stats().lost, 0u);
+  }
 }
 
 TEST(UdpProberTest, UserSpaceTimestampsWhenKernelStampsAreOff) {

@@ -24,6 +24,8 @@ struct NodeMetricsOptions {
   std::chrono::milliseconds sample_interval{1000};
   // How often discovery, PCIe and profile checks run again (ports are sampled every interval).
   std::chrono::seconds recheck_interval{300};
+  // Passes between reads of the counters' slow tier (counters::SamplerOptions::slow_every).
+  int counter_slow_every = 1;
 };
 
 // The latest results, copied out for the uplink (plain structs; see check_command.h and
