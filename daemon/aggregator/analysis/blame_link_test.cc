@@ -287,7 +287,7 @@ TEST(BlameLinkLevel, CorrelatedQueueingOnTheFreshestSecondsConfirmsInTheUsualEva
   bool dense = false;
   auto confirm = [&dense](std::vector<Fresh> links, double* fresh_links,
                           const AnalysisConfig& config = AnalysisConfig{}) {
-    testing::BlameFixture t(ThreeLeafMap());
+    testing::BlameFixture t(testing::ThreeLeafMap());
     t.config = config;
     t.ev.specs[static_cast<int>(Signal::kLatency)] = SignalSpec{
         static_cast<double>(t.config.min_rtt_samples), t.config.min_flows, t.config.slow_fraction,
@@ -340,7 +340,7 @@ TEST(BlameLinkLevel, CorrelatedQueueingOnTheFreshestSecondsConfirmsInTheUsualEva
 // The fresh figures of a latency blame are its explained flows' slow samples of the last two
 // complete seconds over every RTT sample of those seconds that crossed the link.
 TEST(TomographyLatency, RecentSlowFractionIsTheFreshSecondsOfTheExplainedFlows) {
-  const std::shared_ptr<const FabricMap> map = ThreeLeafMap();
+  const std::shared_ptr<const FabricMap> map = testing::ThreeLeafMap();
   testing::BlameFixture t(map);
   Tomography& tomo = t.tomography();
   auto flow = [&](const char* src, const char* dst, uint32_t slow, uint32_t recent_slow) {
