@@ -38,8 +38,8 @@ struct SamplerOptions {
   // pause counters). The slow tier (every other counter: the long tail of hw_counters, unicast and
   // multicast packet counts, VL15 drops, relay and constraint errors; and the rate and link_layer
   // files) is read on a port's first pass after a (re)scan and then every `slow_every` passes; the
-  // rate file also whenever state or phys_state changed. 1 reads everything every pass. On an
-  // mlx5 HCA each counter file read is a firmware query, so the slow tier saves real work.
+  // rate file also whenever state or phys_state changed. 1 reads everything every pass. Each
+  // counters/ file read is a PMA query to the HCA, so the slow tier saves the HCA work too.
   int slow_every = 1;
 };
 
