@@ -39,7 +39,7 @@ struct AgentOptions {
   double probe_busy_poll_us = 0;   // the prober's busy-poll window; 0: off (docs/probes.md)
   // Where in each UDP send slot this node's probes go, in ms after the wall clock's grid point
   // (net::UdpProberOptions::send_slot_phase_ns); 0: with every other agent; -1: no grid.
-  double probe_send_phase_ms = 0;
+  double probe_send_phase_ms = -1;
   // Local ceilings on what a plan may ask (PlanCeilings; docs/probes.md, "Plan ceilings").
   int plan_max_targets = 4096;
   double plan_max_pps = 10'000;
