@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
                                        "counter sampling period (default 1s)");
   app.add_option_function<std::string>(
       "--counter-slow-interval", duration(&counter_slow),
-      "period of the counters no check or rate uses (default 10s; docs/node-checks.md)");
+      "period of the counters no check or rate uses, docs/node-checks.md (default 10s)");
   app.add_option("--xmit-wait-tick-bytes", o.xmit_wait_tick_bytes,
                  "bytes of line time per port_xmit_wait tick, for the congestion ratio "
                  "(docs/node-checks.md)")
