@@ -243,9 +243,12 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     agg.bw += cur_.bw;
     agg.bw_bad += cur_.bw_bad;
     agg.bw_ratio_sum += cur_.bw_ratio_sum;
-    if (!agg.mapped && cur_.mapped) {
+    // The paths of a bad flow's own rail win over the pair's first common rail (a burst's or an
+    // unnamed result's), as for a single PairRef above: escalation and pair findings look there.
+    if ((!agg.mapped && cur_.mapped) || (cur_.rail_bad && !agg.rail_bad)) {
       agg.mapped = true;
       agg.paths = cur_.paths;
+      agg.rail_bad = cur_.rail_bad;
     }
   }
 

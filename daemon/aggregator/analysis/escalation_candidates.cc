@@ -9,6 +9,8 @@
 #include <string_view>
 #include <tuple>
 
+#include "daemon/aggregator/analysis/traced_paths.h"
+
 namespace fw::analysis {
 namespace {
 
@@ -191,6 +193,23 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
       e.b = ctx.names.NodeName(p->b);
       // PairAgg counts both directions; the budget prices one direction's flows.
       e.flows = std::clamp<uint32_t>((p->flows + 1) / 2, 1, kMaxFlowsPerPair);
+      // The rail the pair's bad flows took (they named their NICs): the overlay raises that NIC
+      // pair's entries, not the first entry toward the peer, which is another rail's in a
+      // multi-rail plan.
+      if (p->rail_bad && ctx.map) {
+        const FlowNics nics = NicsOfPaths(*ctx.map, p->paths);
+        if (nics.known()) {
+          const aggregator::HostNic& s = ctx.map->host_nics()[nics.src];
+          const aggregator::HostNic& d = ctx.map->host_nics()[nics.dst];
+          if (s.node == e.a && d.node == e.b) {
+            e.a_nic = s.nic;
+            e.b_nic = d.nic;
+          } else if (s.node == e.b && d.node == e.a) {
+            e.a_nic = d.nic;
+            e.b_nic = s.nic;
+          }
+        }
+      }
       r.pairs.push_back(std::move(e));
     }
     out.push_back(std::move(r));

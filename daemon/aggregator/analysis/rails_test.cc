@@ -171,6 +171,7 @@ class RailFleet {
   }
 
   std::vector<TrackedFinding> Active() const { return analyzer_->Findings(true); }
+  const Analyzer& analyzer() const { return *analyzer_; }
   const FabricMap& map() const { return *map_; }
 
  private:
@@ -408,6 +409,28 @@ TEST(AnalyzerRails, TracedEcmpRailsNameTheExactLink) {
   EXPECT_GE(FindingEvidence(active[0], "paths_traced"), 3);
   EXPECT_EQ(FindingEvidence(active[0], "paths_candidates"), 0);
   EXPECT_TRUE(OnRailZero(active).empty());
+}
+
+// Escalation raises the flows that cross the suspect element: on a multi-rail fabric those of the
+// pair's NICs on the element's rail. Without the NICs the planner raised the first entry toward
+// the peer, rail 0's (plan_overlay.h), and the rail-1 link's flows stayed at the base rate.
+TEST(AnalyzerRails, ARailOneSuspicionEscalatesThePairsRailOneNics) {
+  RailFleet fleet({});
+  fleet.Run(kWarmup);
+  fleet.SetLinkLoss("r1-leaf1~r1-spine0", 0.05);
+  size_t pairs = 0;
+  for (int s = 0; s < 30 && pairs == 0; ++s) {
+    fleet.Run(1);
+    for (const aggregator::EscalationRequest& r : fleet.analyzer().escalation_candidates()) {
+      if (r.element != "link:r1-leaf1~r1-spine0") continue;
+      for (const aggregator::EscalationPair& p : r.pairs) {
+        ++pairs;
+        EXPECT_EQ(p.a_nic, Nic(1)) << p.a << "~" << p.b;
+        EXPECT_EQ(p.b_nic, Nic(1)) << p.a << "~" << p.b;
+      }
+    }
+  }
+  EXPECT_GT(pairs, 0u);
 }
 
 TEST(AnalyzerRails, ANicFaultNamesTheNicAndItsRail) {

@@ -146,6 +146,10 @@ std::vector<PlanOverlay> EscalationBudget::Overlays() const {
       PlanOverlay o;
       o.id = "escalation:" + lo + "~" + hi;
       o.nodes = {lo, hi};
+      if (!p.a_nic.empty() && !p.b_nic.empty()) {
+        o.nics = p.a == lo ? std::vector<std::string>{p.a_nic, p.b_nic}
+                           : std::vector<std::string>{p.b_nic, p.a_nic};
+      }
       o.rate_pps = p.rate_factor * base_rate_pps_;
       o.flows = 1;  // the planned flows stay; each gets the raised rate
       o.trace_id = a.trace_id;

@@ -54,6 +54,11 @@ struct EscalationPair {
   // Set by EscalationBudget when escalated: the multiple of the base rate the pair's flows run at
   // (rate_factor, or less where the budget was short).
   double rate_factor = 0;
+  // The NICs of `a` and `b` on the rail whose flows cross the element (both set, or neither: any
+  // rail). A multi-rail plan holds one entry per NIC pair toward a peer; the overlay raises the
+  // entries between these NICs, so a rail-1 suspicion densifies rail 1's flows.
+  std::string a_nic{};
+  std::string b_nic{};
 };
 
 // One suspect element and the pairs that cross it, most telling first.

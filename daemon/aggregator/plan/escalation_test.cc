@@ -136,6 +136,21 @@ TEST(EscalationBudgetTest, OverlaysRaiseBothDirectionsOfEachPair) {
   EXPECT_DOUBLE_EQ(plans.base_pps, plain.base_pps);
 }
 
+// The pair's NICs (the rail its bad flows took) go into the overlay in its members' order.
+TEST(EscalationBudgetTest, OverlaysNameThePairsNicsInMemberOrder) {
+  EscalationBudget book;
+  EscalationRequest r = Suspect("link:r1-leaf1~r1-spine0", 0);
+  r.pairs.push_back({"n2", "n1", 1, 0, "mlx5_1", "mlx5_3"});
+  r.pairs.push_back({"n3", "n4", 1});  // results that named no NIC: any rail
+  book.Update(0, {r}, 10'000, 1.0);
+  const std::vector<PlanOverlay> overlays = book.Overlays();
+  ASSERT_EQ(overlays.size(), 2u);
+  EXPECT_EQ(overlays[0].nodes, (std::vector<std::string>{"n1", "n2"}));
+  EXPECT_EQ(overlays[0].nics, (std::vector<std::string>{"mlx5_3", "mlx5_1"}));
+  EXPECT_EQ(overlays[1].nodes, (std::vector<std::string>{"n3", "n4"}));
+  EXPECT_TRUE(overlays[1].nics.empty());
+}
+
 TEST(EscalationBudgetTest, APairTheBudgetCannotPayInFullRunsAtTheRateItCan) {
   EscalationConfig c;
   c.min_budget_pps = 0;

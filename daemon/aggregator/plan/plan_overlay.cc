@@ -2,6 +2,7 @@
 #include "daemon/aggregator/plan/plan_overlay.h"
 
 #include <algorithm>
+#include <string_view>
 #include <tuple>
 
 #include "daemon/aggregator/plan/planner.h"
@@ -80,30 +81,56 @@ void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
     plan.bursts.push_back({b.dst, a->endpoints.front().address, a->endpoints.front().port, b.bytes,
                            b.round, b.timeout_s});
   }
-  if (std::find(overlay.nodes.begin(), overlay.nodes.end(), node) == overlay.nodes.end()) return;
+  const auto self_at = std::find(overlay.nodes.begin(), overlay.nodes.end(), node);
+  if (self_at == overlay.nodes.end()) return;
+  // The member's NIC (PlanOverlay::nics), empty when the overlay names none.
+  auto nic_of = [&](size_t member) -> std::string_view {
+    return overlay.nics.size() == overlay.nodes.size() ? std::string_view(overlay.nics[member])
+                                                       : std::string_view();
+  };
+  const std::string_view self_nic =
+      nic_of(static_cast<size_t>(self_at - overlay.nodes.begin()));
   double added_pps = 0;
-  for (const std::string& peer : overlay.nodes) {
+  auto raise = [&](PlannedPeer& p) {
+    const double before = static_cast<double>(p.flows) * p.rate_pps;
+    p.flows = std::max(p.flows, overlay.flows);
+    p.rate_pps = std::max(p.rate_pps, overlay.rate_pps);
+    added_pps += static_cast<double>(p.flows) * p.rate_pps - before;
+  };
+  for (size_t m = 0; m < overlay.nodes.size(); ++m) {
+    const std::string& peer = overlay.nodes[m];
     if (peer == node) continue;
     const AgentInfo* a = agent_of(peer);
     if (!a || a->endpoints.empty()) continue;
-    auto it = std::find_if(plan.peers.begin(), plan.peers.end(), [&](const PlannedPeer& p) {
-      return p.node == peer && p.transport == Transport::kUdp;
-    });
-    if (it == plan.peers.end()) {
-      PlannedPeer p;
-      p.node = peer;
-      p.address = a->endpoints.front().address;
-      p.port = a->endpoints.front().port;
-      p.flows = 0;
-      p.transport = Transport::kUdp;
-      p.bandwidth = false;
-      plan.peers.push_back(std::move(p));
-      it = plan.peers.end() - 1;
+    // Between the two members' NICs: every such UDP entry (one per NIC pair in a per-NIC plan).
+    const std::string_view peer_nic = nic_of(m);
+    bool raised = false;
+    if (!self_nic.empty() && !peer_nic.empty()) {
+      for (PlannedPeer& p : plan.peers) {
+        if (p.node == peer && p.transport == Transport::kUdp && p.src_nic == self_nic &&
+            p.dst_nic == peer_nic) {
+          raise(p);
+          raised = true;
+        }
+      }
     }
-    const double before = static_cast<double>(it->flows) * it->rate_pps;
-    it->flows = std::max(it->flows, overlay.flows);
-    it->rate_pps = std::max(it->rate_pps, overlay.rate_pps);
-    added_pps += static_cast<double>(it->flows) * it->rate_pps - before;
+    if (!raised) {
+      auto it = std::find_if(plan.peers.begin(), plan.peers.end(), [&](const PlannedPeer& p) {
+        return p.node == peer && p.transport == Transport::kUdp;
+      });
+      if (it == plan.peers.end()) {
+        PlannedPeer p;
+        p.node = peer;
+        p.address = a->endpoints.front().address;
+        p.port = a->endpoints.front().port;
+        p.flows = 0;
+        p.transport = Transport::kUdp;
+        p.bandwidth = false;
+        plan.peers.push_back(std::move(p));
+        it = plan.peers.end() - 1;
+      }
+      raise(*it);
+    }
     if (overlay.rdma_rate_pps > 0 && self) {
       added_pps += RaiseRdmaUd(*self, *a, overlay, plan);
     }

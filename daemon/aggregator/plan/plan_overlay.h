@@ -37,11 +37,16 @@ struct PlanOverlay {
   // Non-zero: every rail between two members that both have RDMA ports is probed over RDMA UD at
   // this rate per flow (with `flows` flows, at most 4, as the planner's RDMA peers).
   double rdma_rate_pps = 0;
+  // Empty, or one NIC per member of `nodes` (same order): a member's UDP entries raised toward
+  // another member are those from its NIC to the other's (a multi-rail plan has one per NIC
+  // pair). An empty name, or no such entry, raises the first UDP entry toward that member.
+  std::vector<std::string> nics{};
 };
 
 // Adds to `node`'s plan an entry for every other overlay member that `agent_of` knows (the first
 // endpoint), or raises an existing entry to the overlay's flows and rate; raises the plan's budget
 // by what it adds (`probe_bytes` per probe), so the agent's token bucket does not drop the mesh.
+// With `nics`, the entries raised are those between the two members' NICs (see PlanOverlay::nics).
 // Adds the overlay's bursts that `node` sends to a peer `agent_of` knows (its first endpoint).
 // With rdma_rate_pps, does the same for the RDMA UD peers toward members with RDMA (each rail of
 // RdmaRoutes). An rdma_rc burst marks (or adds) the sender's RC peer toward the receiver with the

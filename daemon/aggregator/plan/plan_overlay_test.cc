@@ -62,6 +62,44 @@ TEST(PlanOverlayTest, MeshAmongTheSetAtTheRaisedRateUntilCleared) {
   }
 }
 
+// A per-NIC plan holds one UDP entry per NIC pair toward a peer. An escalation of a rail-1
+// element names rail 1's NICs: the rail-1 entry is raised, not the first entry toward the peer
+// (rail 0's, whose flows do not cross the element). Without NICs the first entry, as before.
+TEST(PlanOverlayTest, RaisesTheEntryBetweenTheNamedNicsOfAMultiRailPlan) {
+  const std::vector<AgentInfo> agents = Agents(2);
+  auto agent_of = [&](std::string_view n) -> const AgentInfo* {
+    for (const AgentInfo& a : agents) {
+      if (a.node == n) return &a;
+    }
+    return nullptr;
+  };
+  Plan base;
+  for (int rail = 0; rail < 2; ++rail) {
+    PlannedPeer p;
+    p.node = "n2";
+    p.address = "198.18." + std::to_string(rail) + ".2";
+    p.port = 9753;
+    p.src_nic = p.dst_nic = "mlx5_" + std::to_string(rail);
+    p.flows = 6;
+    p.rate_pps = 1;
+    base.peers.push_back(p);
+  }
+  auto rates = [](const Plan& plan) {
+    return std::vector<double>{plan.peers[0].rate_pps, plan.peers[1].rate_pps};
+  };
+  PlanOverlay o{"escalation:n1~n2", {"n1", "n2"}, 10, 1};
+  o.nics = {"mlx5_1", "mlx5_1"};
+  Plan plan = base;
+  ApplyOverlay(o, "n1", agent_of, 64, plan);
+  ASSERT_EQ(plan.peers.size(), 2u);
+  EXPECT_EQ(rates(plan), (std::vector<double>{1, 10}));
+  EXPECT_DOUBLE_EQ(plan.planned.pps, 6 * 9.0);  // the rail-1 entry's six flows, 1/s -> 10/s
+  o.nics.clear();
+  plan = base;
+  ApplyOverlay(o, "n1", agent_of, 64, plan);
+  EXPECT_EQ(rates(plan), (std::vector<double>{10, 1}));
+}
+
 }  // namespace
 }  // namespace fw::aggregator
 
