@@ -33,7 +33,11 @@ FollowedRates RatesFromPlan(const FatTree& tree, int agent, const v1::ProbePlan&
     }
     auto h = tree.FindHost(p.node());
     if (!h) continue;
-    double& rate = r.rate[*h];
+    int rail = -1;
+    for (int k = 0; k < tree.rails() && !p.address().empty(); ++k) {
+      if (tree.Address(*h, k) == p.address()) rail = k;
+    }
+    double& rate = rail >= 0 ? r.rail_rate[*h * kMaxRails + rail] : r.rate[*h];
     rate = std::max(rate, p.rate_pps());
     const int c = tree.LeafGroup(*h) == tree.LeafGroup(agent) ? 0 : 1;
     all[c].push_back(p.rate_pps());

@@ -3,6 +3,7 @@
 // planned (the fleet cap's scaled rates included), and an escalation adds only what it raises.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <set>
@@ -19,7 +20,12 @@ namespace fw::sim {
 
 // One agent's rates from its latest plan. Before any plan: every flow at 1 probe/s.
 struct FollowedRates {
-  // The planned per-flow UDP rate toward a host (the highest of its UDP peers, one per rail).
+  // The planned per-flow UDP rate toward a host on one rail (key host * kMaxRails + rail): a
+  // per-NIC plan holds one entry per rail toward a peer, each at the peer NIC's address, and an
+  // escalation raises only the rail it suspects (PlanOverlay::nics).
+  std::unordered_map<int, double> rail_rate;
+  // ...and toward a host whatever the rail, for entries whose address is none of the host's NICs'
+  // (the highest of them).
   std::unordered_map<int, double> rate;
   // The baseline of each path class (the peers in the agent's leaf, intra, and outside it, inter):
   // the plan's lowest per-flow UDP rate over the class's peers that no trace request names. The
@@ -33,7 +39,9 @@ struct FollowedRates {
 
   // The rate at which `f` (a flow of this agent) probes, and the baseline of its class.
   double RateOf(const Flow& f) const {
+    auto r = rail_rate.find(static_cast<int>(f.dst_host) * kMaxRails + f.rail);
     auto it = rate.find(static_cast<int>(f.dst_host));
+    if (r != rail_rate.end()) return it != rate.end() ? std::max(r->second, it->second) : r->second;
     return it != rate.end() ? it->second : BaseOf(f);
   }
   double BaseOf(const Flow& f) const { return f.inter_leaf ? base_inter : base_intra; }

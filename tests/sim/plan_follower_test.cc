@@ -151,5 +151,36 @@ TEST_F(PlanFollowerTest, AClassWhoseEveryPeerIsEscalatedKeepsTheBaseline) {
   for (const Flow& f : flows) EXPECT_EQ(r.Raised(f), f.inter_leaf) << "flow to " << f.dst_host;
 }
 
+// A per-NIC plan (two rails) has one entry per rail toward a peer, at that rail's address. An
+// escalation of a rail-1 element raises the rail-1 entry: the agent's rail-1 flows to the peer
+// run at the raised rate and its rail-0 flows stay at the base rate (they cross no rail-1 link).
+TEST(PlanFollowerRails, ARaisedEntryRaisesOnlyItsRailsFlows) {
+  auto t = FatTree::Build({.spines = 2, .leaves = 2, .hosts_per_leaf = 2, .rails = 2});
+  ASSERT_TRUE(t.ok());
+  const FatTree& tree = *t;
+  constexpr int kSelf = 0, kPeer = 1;  // the same leaf on both rails
+  v1::ProbePlan plan;
+  for (int h = 0; h < tree.hosts(); ++h) {
+    if (h == kSelf) continue;
+    for (int rail = 0; rail < 2; ++rail) {
+      v1::PlannedPeer* p = plan.add_peers();
+      p->set_node(tree.NodeName(h));
+      p->set_address(tree.Address(h, rail));
+      p->set_transport(v1::TRANSPORT_UDP);
+      p->set_rate_pps(h == kPeer && rail == 1 ? 10.0 : 1.0);
+    }
+  }
+  const FollowedRates r = RatesFromPlan(tree, kSelf, plan);
+  int seen[2] = {0, 0};
+  const std::vector<std::vector<Flow>> flows = BuildFlowPlan(tree, {.inter_leaf_flows = 2});
+  for (const Flow& f : flows[kSelf]) {
+    if (f.dst_host != kPeer) continue;
+    ++seen[f.rail];
+    EXPECT_DOUBLE_EQ(r.RateOf(f), f.rail == 1 ? 10.0 : 1.0) << "rail " << f.rail;
+  }
+  EXPECT_GT(seen[0], 0);
+  EXPECT_GT(seen[1], 0);
+}
+
 }  // namespace
 }  // namespace fw::sim
