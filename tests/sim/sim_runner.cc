@@ -153,8 +153,7 @@ void AddTrace(const FatTree& tree, const std::vector<int>& switches,
 // only the forward paths.
 void BuildTraces(const FatTree& tree, const FabricModel& model, const std::vector<Flow>& flows,
                  const std::vector<const Flow*>& answered, const std::vector<bool>& silent,
-                 bool echoes, const std::set<int>* only, int64_t now_ns,
-                 v1::PathTraceReport& out) {
+                 bool echoes, const std::set<int>* only, int64_t now_ns, v1::PathTraceReport& out) {
   out.Clear();
   const int spines = tree.spines();
   Flow scratch;
