@@ -119,7 +119,11 @@ class DaemonFabric:
         # bursts measure the link, as on real NICs, and a slower fabric link stands out.
         self.access_rate = access_rate
         self.pinning = None
-        self.aggregator_args = list(aggregator_args)
+        # FW_E2E_AGGREGATOR_ARGS (split on spaces) is appended to every test's aggregator flags,
+        # e.g. "--log-level=debug" for the analyzer's per-tick timeline; with
+        # FW_FABRIC_KEEP_LOGS=1 the logs stay in the fabric's log_dir after the test.
+        self.aggregator_args = list(aggregator_args) + \
+            os.environ.get("FW_E2E_AGGREGATOR_ARGS", "").split()
         self.agent_args = list(agent_args)
         if rails > 1:
             # Every fabric NIC probes: eth0 on rail 1, eth1 on rail 2 (docs/probes.md).

@@ -21,6 +21,7 @@ FabricModel::FabricModel(const FatTree& tree, const Scenario& scenario)
       episode_left_s_(static_cast<size_t>(tree.link_count()), 0.f),
       episode_us_(static_cast<size_t>(tree.link_count()), 0.f),
       links_(static_cast<size_t>(tree.link_count())),
+      rerouted_(static_cast<size_t>(tree.link_count()), 0),
       hosts_(static_cast<size_t>(tree.hosts())) {}
 
 void FabricModel::Advance(double t) {
@@ -41,6 +42,8 @@ void FabricModel::Advance(double t) {
     if (episode_left_s_[i] > 0) l.queue_us = episode_us_[i];
   }
   std::fill(hosts_.begin(), hosts_.end(), HostState{});
+  std::fill(rerouted_.begin(), rerouted_.end(), 0);
+  any_rerouted_ = false;
   auto congest = [](LinkState& l, const Fault& f) {
     l.queue_us += static_cast<float>(f.latency_us);
     l.loss += static_cast<float>(f.loss > 0 ? f.loss : kCongestionLoss);
@@ -57,6 +60,10 @@ void FabricModel::Advance(double t) {
         break;
       case FaultKind::kLinkDown:
         links_[static_cast<size_t>(f.link)].down = true;
+        if (f.reroute && !tree_.IsAccessLink(f.link)) {
+          rerouted_[static_cast<size_t>(f.link)] = 1;
+          any_rerouted_ = true;
+        }
         break;
       case FaultKind::kLinkFlap: {
         double phase = std::fmod(t - f.start_s, f.period_s);
@@ -95,8 +102,37 @@ void FabricModel::Advance(double t) {
   for (LinkState& l : links_) l.loss = std::min(l.loss, 1.f);
 }
 
-LatencySample FabricModel::SampleLatency(const Flow& f, Rng& rng) const {
+const Flow& FabricModel::Routed(const Flow& f, Flow* scratch) const {
+  if (!any_rerouted_ || !f.inter_leaf) return f;
+  const int spines = tree_.spines();
+  bool moved = false;
+  // links[1] and links[2]: the probe's way up from the source leaf and down to the destination
+  // leaf; links[forward_count + 1] and [+ 2]: the echo's, from the destination leaf back.
+  for (int up : {1, static_cast<int>(f.forward_count) + 1}) {
+    const int link = f.links[up];
+    if (!rerouted_[static_cast<size_t>(link)]) continue;
+    const bool probe = up == 1;
+    const int from = tree_.LeafGroup(static_cast<int>(probe ? f.src_host : f.dst_host));
+    const int to = tree_.LeafGroup(static_cast<int>(probe ? f.dst_host : f.src_host));
+    const int spine = link % spines;
+    for (int k = 1; k < spines; ++k) {
+      const int other = (spine + k) % spines;
+      const int alt = tree_.FabricLink(f.rail, from, other);
+      if (links_[static_cast<size_t>(alt)].down) continue;
+      if (!moved) *scratch = f;
+      moved = true;
+      scratch->links[up] = alt;
+      scratch->links[up + 1] = tree_.FabricLink(f.rail, to, other);
+      break;
+    }
+  }
+  return moved ? *scratch : f;
+}
+
+LatencySample FabricModel::SampleLatency(const Flow& flow, Rng& rng) const {
   const NoiseSpec& noise = scenario_.noise;
+  Flow scratch;
+  const Flow& f = Routed(flow, &scratch);
   LatencySample s;
   double rtt_us = f.base_rtt_ns * 1e-3 + rng.Exponential(noise.jitter_us);
   if (rng.Uniform() < noise.spike_prob) rtt_us += rng.Exponential(noise.spike_us);
@@ -122,7 +158,9 @@ LatencySample FabricModel::SampleLatency(const Flow& f, Rng& rng) const {
 
 double FabricModel::AllAnsweredProbability(const std::vector<Flow>& flows) const {
   double p = 1;
-  for (const Flow& f : flows) {
+  Flow scratch;
+  for (const Flow& flow : flows) {
+    const Flow& f = Routed(flow, &scratch);
     for (int i = 0; i < f.traversal_count; ++i) {
       const LinkState& l = links_[static_cast<size_t>(f.links[i])];
       if (l.down) return 0;
@@ -135,8 +173,10 @@ double FabricModel::AllAnsweredProbability(const std::vector<Flow>& flows) const
   return p;
 }
 
-BandwidthSample FabricModel::SampleBandwidth(const Flow& f, uint64_t bytes, Rng& rng) const {
+BandwidthSample FabricModel::SampleBandwidth(const Flow& flow, uint64_t bytes, Rng& rng) const {
   const NoiseSpec& noise = scenario_.noise;
+  Flow scratch;
+  const Flow& f = Routed(flow, &scratch);
   BandwidthSample s;
   double capacity_bps = 1e18;
   double loss_survive = 1;
@@ -150,6 +190,16 @@ BandwidthSample FabricModel::SampleBandwidth(const Flow& f, uint64_t bytes, Rng&
     double c = tree_.LinkGbps(li) * 1e9 * l.bw_factor * (l.congested ? kCongestedBwShare : 1.0);
     capacity_bps = std::min(capacity_bps, c);
     loss_survive *= 1.0 - l.loss;
+  }
+  if (&f != &flow) {
+    // Moved around a down link: its acknowledgements come back the echo's way, which may still
+    // reach the down link from the spine end.
+    for (int i = f.forward_count; i < f.traversal_count; ++i) {
+      if (links_[static_cast<size_t>(f.links[i])].down) {
+        s.lost = true;
+        return s;
+      }
+    }
   }
   double loss = 1.0 - loss_survive;
   // TCP backs off under loss: a crude penalty that reaches 5% of line rate at 10% loss.

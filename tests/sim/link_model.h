@@ -79,6 +79,13 @@ class FabricModel {
   // micro-congestion episodes (which need one call per second, in order).
   void Advance(double t);
 
+  // The flow as the fabric routes it this second. A `reroute` link_down fault moves a way (the
+  // probe's or the echo's) that leaves its leaf up the down link to the next spine whose uplink
+  // from that leaf is up, both of that way's fabric links; a way that reaches the down link from
+  // its spine end keeps it and is lost there. Without such a fault: `f` itself. `scratch` holds
+  // a moved flow.
+  const Flow& Routed(const Flow& f, Flow* scratch) const;
+
   LatencySample SampleLatency(const Flow& f, Rng& rng) const;
   // The chance that one latency probe of every flow in `flows` all come back this second: an
   // agent's batch holds bad news (a lost probe) with 1 minus this.
@@ -99,6 +106,8 @@ class FabricModel {
   std::vector<float> episode_left_s_;  // background episode remaining per link
   std::vector<float> episode_us_;      // its queueing delay
   std::vector<LinkState> links_;
+  std::vector<char> rerouted_;  // per link: down, and its leaf routes around it (Routed)
+  bool any_rerouted_ = false;
   std::vector<HostState> hosts_;
   std::vector<Episode> episodes_;
 };

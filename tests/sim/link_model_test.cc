@@ -103,6 +103,56 @@ TEST_F(LinkModelTest, DownAndFlappingLinks) {
   EXPECT_EQ(state, want);
 }
 
+// The namespace fabric's routing around a down link: the leaf end sends its packets up another
+// spine, the spine end keeps its route to the leaf and drops them. A round trip is lost exactly
+// when either way still reaches the down link from the spine; one that left the leaf over it now
+// crosses the other spine.
+TEST_F(LinkModelTest, RerouteMovesTheWayUpFromTheLeafAndLosesTheWayDown) {
+  scenario_.noise.background_loss = 0;
+  Build({});
+  Fault down = LinkFault(FaultKind::kLinkDown, "leaf001~spine00");
+  down.reroute = true;
+  Build({down});
+  model_->Advance(0);
+  const int detour_up = tree_->FabricLink(0, 1, 1);  // leaf001~spine01
+  int moved = 0, lost = 0, answered = 0;
+  Rng rng(3);
+  Flow scratch;
+  for (const auto& flows : plan_) {
+    for (const Flow& f : flows) {
+      if (!f.inter_leaf || !Crosses(f, down.link)) continue;
+      // links[1] / links[fc + 1]: a way up from its leaf; links[2] / links[fc + 2]: down to one.
+      const int fc = f.forward_count;
+      const bool up_over_it = f.links[1] == down.link || f.links[fc + 1] == down.link;
+      const bool down_over_it = f.links[2] == down.link || f.links[fc + 2] == down.link;
+      const Flow& r = model_->Routed(f, &scratch);
+      EXPECT_EQ(&r != &f, up_over_it);
+      if (&r != &f) {
+        ++moved;
+        EXPECT_NE(r.links[1], down.link);
+        EXPECT_NE(r.links[fc + 1], down.link);
+        EXPECT_TRUE(Crosses(r, detour_up));
+      }
+      // Lost exactly when a way still reaches the down link from the spine end.
+      const bool sample_lost = model_->SampleLatency(f, rng).lost;
+      EXPECT_EQ(sample_lost, down_over_it) << f.src_host << "->" << f.dst_host;
+      lost += sample_lost;
+      answered += !sample_lost;
+    }
+  }
+  EXPECT_GT(moved, 0);
+  EXPECT_GT(lost, 0);
+  EXPECT_GT(answered, 0);  // a way up moved and an echo back over the other spine: answered
+  // Without `reroute` nothing moves, and every flow over the link is lost.
+  down.reroute = false;
+  Build({down});
+  model_->Advance(0);
+  for (const auto& flows : plan_) {
+    for (const Flow& f : flows) EXPECT_EQ(&model_->Routed(f, &scratch), &f);
+  }
+  EXPECT_DOUBLE_EQ(LossRatio(down.link, true, 10), 1.0);
+}
+
 TEST_F(LinkModelTest, HalvedLinkHalvesGoodput) {
   Build({});
   Fault f = LinkFault(FaultKind::kLinkBandwidth, "leaf000~spine00");

@@ -81,6 +81,15 @@ class Reader {
     }
     return Status::Ok();
   }
+  Status Bool(const std::string& key, bool* out) {
+    if (!Has(key)) return Status::Ok();
+    try {
+      *out = node_[key].as<bool>();
+    } catch (const YAML::Exception&) {
+      return Error(key, "must be true or false");
+    }
+    return Status::Ok();
+  }
   Status Duration(const std::string& key, double* out) {
     if (!Has(key)) return Status::Ok();
     if (!node_[key].IsScalar()) return Error(key, "must be a duration such as 30s");
@@ -144,6 +153,10 @@ Status ParseFault(const YAML::Node& n, const std::string& where, const std::stri
   FW_RETURN_IF_ERROR(r.Double("spike_prob", &f->spike_prob, 0, 1));
   FW_RETURN_IF_ERROR(r.Double("spike_us", &f->spike_us, 0, 1e6));
   FW_RETURN_IF_ERROR(r.Double("cpu_busy", &f->cpu_busy, 0, 1));
+  FW_RETURN_IF_ERROR(r.Bool("reroute", &f->reroute));
+  if (f->reroute && f->kind != FaultKind::kLinkDown) {
+    return r.Error("reroute", "only a link_down fault reroutes");
+  }
   if (f->kind == FaultKind::kLinkFlap && (f->period_s <= 0 || f->down_s >= f->period_s)) {
     return r.Error("down", "a flap needs 0 < down < period");
   }
@@ -268,7 +281,7 @@ StatusOr<Scenario> ParseScenario(const std::string& yaml, const std::string& sou
     auto tree = FatTree::Build(s.topology);
     if (!tree.ok()) return Status::InvalidArgument(source + ": " + tree.status().message());
     if (r.Has("tracing")) {
-      // tracing: {silent: [spine03, ...]}; the key alone turns tracing on.
+      // tracing: {silent: [spine03, ...], echoes: false}; the key alone turns tracing on.
       const YAML::Node& t = root["tracing"];
       if (!t.IsMap()) return r.Error("tracing", "must be a mapping, e.g. {silent: [spine03]}");
       Reader tr(t, "tracing", source);
@@ -285,6 +298,7 @@ StatusOr<Scenario> ParseScenario(const std::string& yaml, const std::string& sou
           s.tracing.silent.push_back(*sw);
         }
       }
+      FW_RETURN_IF_ERROR(tr.Bool("echoes", &s.tracing.echoes));
       FW_RETURN_IF_ERROR(tr.NoUnknownKeys());
     }
     if (r.Has("faults")) {

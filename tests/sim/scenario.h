@@ -13,7 +13,7 @@ namespace fw::sim {
 enum class FaultKind {
   kLinkLoss,          // random loss on one link, both directions
   kLinkBandwidth,     // capacity multiplied by `factor`
-  kLinkDown,          // every traversal lost
+  kLinkDown,          // every traversal lost (with `reroute`, the leaf routes around it)
   kLinkFlap,          // down for `down_s` at the start of every `period_s`
   kLinkCongestion,    // queueing delay (exponential, mean `latency_us`) and a little loss
   kSwitchCongestion,  // kLinkCongestion on every fabric link of a switch
@@ -57,6 +57,11 @@ struct Fault {
   double spike_prob = 0;
   double spike_us = 0;
   double cpu_busy = 0.97;  // kHostCpuBusy: the CPU busy share its bursts report
+  // kLinkDown: the leaf end routes around the down link (its packets up take the next spine whose
+  // uplink is up), while the spine end keeps its static route to the leaf and drops what the
+  // other leaves send it toward that leaf: the namespace fabric's routing, where nothing
+  // withdraws the leaf's prefix from the spine (tests/fabric/fabric.py).
+  bool reroute = false;
   // Ground truth: the finding kinds that count as a correct detection (defaults per kind).
   std::vector<std::string> expect_kinds;
 
@@ -70,6 +75,9 @@ struct Fault {
 struct TracingSpec {
   bool enabled = false;
   std::vector<int> silent;  // switch indices
+  // Whether agents also trace the echoes they send back (PathTrace.echo). false: forward paths
+  // only, as a real agent whose 2 % trace budget has not reached the echoes yet.
+  bool echoes = true;
 };
 
 struct Scenario {

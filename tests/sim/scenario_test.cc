@@ -54,6 +54,32 @@ TEST(ScenarioTest, TracingNamesSilentSwitches) {
   EXPECT_FALSE(ParseScenario("name: t\n", "t.yaml")->tracing.enabled);
 }
 
+TEST(ScenarioTest, RerouteIsForLinkDownAndEchoTracesCanBeOff) {
+  auto s = ParseScenario(R"(
+name: t
+topology: {spines: 2, leaves: 3, hosts_per_leaf: 2}
+tracing: {echoes: false}
+faults:
+  - {kind: link_down, link: leaf001~spine00, start: 5s, reroute: true}
+)",
+                         "t.yaml");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_FALSE(s->tracing.echoes);
+  EXPECT_TRUE(s->faults[0].reroute);
+  EXPECT_TRUE(ParseScenario("name: t\ntracing: {}\n", "t.yaml")->tracing.echoes);
+  auto bad = ParseScenario(R"(
+name: t
+topology: {spines: 2, leaves: 3, hosts_per_leaf: 2}
+faults:
+  - {kind: link_loss, link: leaf001~spine00, loss: 0.1, reroute: true}
+)",
+                           "t.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("reroute: only a link_down fault reroutes"),
+            std::string::npos)
+      << bad.status().message();
+}
+
 TEST(ScenarioTest, FaultsResolveAndGetDefaultGroundTruth) {
   auto s = ParseScenario(R"(
 name: t

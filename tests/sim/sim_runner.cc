@@ -149,13 +149,17 @@ void AddTrace(const FatTree& tree, const std::vector<int>& switches,
 // The PathTraceReport of one agent: a trace of each of its flows' forward paths (`flows`), and of
 // the echo it sends back for each flow it answers (`answered`: the reverse path hashes its own
 // 5-tuple). Only flows toward, and echoes toward, the hosts in `only` when it is non-null.
-void BuildTraces(const FatTree& tree, const std::vector<Flow>& flows,
+// Each is traced on the way the model routes it now (FabricModel::Routed); with `echoes` false
+// only the forward paths.
+void BuildTraces(const FatTree& tree, const FabricModel& model, const std::vector<Flow>& flows,
                  const std::vector<const Flow*>& answered, const std::vector<bool>& silent,
-                 const std::set<int>* only, int64_t now_ns, v1::PathTraceReport& out) {
+                 bool echoes, const std::set<int>* only, int64_t now_ns, v1::PathTraceReport& out) {
   out.Clear();
   const int spines = tree.spines();
-  for (const Flow& f : flows) {
-    if (only && !only->count(static_cast<int>(f.dst_host))) continue;
+  Flow scratch;
+  for (const Flow& flow : flows) {
+    if (only && !only->count(static_cast<int>(flow.dst_host))) continue;
+    const Flow& f = model.Routed(flow, &scratch);
     const int src = static_cast<int>(f.src_host), dst = static_cast<int>(f.dst_host);
     std::vector<int> switches = {tree.LeafSwitch(f.rail, tree.LeafGroup(src))};
     if (f.inter_leaf) {
@@ -172,8 +176,10 @@ void BuildTraces(const FatTree& tree, const std::vector<Flow>& flows,
     t->set_flow_id(f.flow_id);
     AddTrace(tree, switches, silent, now_ns, t);
   }
-  for (const Flow* f : answered) {
-    if (only && !only->count(static_cast<int>(f->src_host))) continue;
+  for (const Flow* answered_flow : answered) {
+    if (!echoes) break;
+    if (only && !only->count(static_cast<int>(answered_flow->src_host))) continue;
+    const Flow* f = &model.Routed(*answered_flow, &scratch);
     const int prober = static_cast<int>(f->src_host), self = static_cast<int>(f->dst_host);
     std::vector<int> switches = {tree.LeafSwitch(f->rail, tree.LeafGroup(self))};
     if (f->inter_leaf) {
@@ -343,8 +349,8 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
         const auto ui = static_cast<size_t>(i);
         follower.Take(i, &rates, &retrace[ui], &report_ms);
         if (tracing && (trace_all[ui] || !retrace[ui].empty())) {
-          BuildTraces(tree, flows, answered[ui], silent, trace_all[ui] ? nullptr : &retrace[ui],
-                      second_ns, traces);
+          BuildTraces(tree, model, flows, answered[ui], silent, scenario.tracing.echoes,
+                      trace_all[ui] ? nullptr : &retrace[ui], second_ns, traces);
           if (pool->SendTraces(i, traces)) {
             (trace_all[ui] ? traces_sent : retraces_sent) += traces.traces_size();
             trace_all[ui] = 0;

@@ -173,12 +173,23 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
       const std::optional<int32_t> traced =
           a_.traced_->PathOf(pair.src, pair.dst, flow.src_port, now_ns_, nics);
       if (traced && static_cast<size_t>(*traced) < o.core->paths.size()) {
+        const int32_t map_path = o.path;  // the map's convention (deterministic), or -1
         o.path = *traced;
         o.path_source = PathSource::kTraced;
         ++ev_.traced_flows;
         const std::optional<int32_t> echo =
             a_.traced_->EchoPathOf(pair.src, pair.dst, flow.src_port, now_ns_, nics);
-        if (echo && static_cast<size_t>(*echo) < o.core->paths.size()) o.echo_path = *echo;
+        if (echo && static_cast<size_t>(*echo) < o.core->paths.size()) {
+          o.echo_path = *echo;
+        } else if (map_path >= 0 && map_path != o.path) {
+          // The trace shows the probe's way only. Where it left the map's path (its leaf routes
+          // around a down uplink), the echo still follows the map's path, pinned the same way
+          // from the far leaf: the down link's spine keeps dropping it there until a trace of
+          // the echo says otherwise. Voting the flow onto the detour alone blamed the leaf's
+          // other uplink for the down link's losses (switch_degraded on the leaf in the namespace
+          // demo, `Scenarios.HeldDownUplinkWhoseLeafRoutesAroundItStaysLinkDown`).
+          o.echo_path = map_path;
+        }
       }
     }
     if (bad) {

@@ -235,6 +235,44 @@ TEST(Scenarios, LinkHeldDownWhoseFlowsPartlyRerouteStaysDown) {
   EXPECT_EQ(active[0].finding.location.id, "leaf1~spine0");
 }
 
+// The namespace demo's held-down uplink (scripts/demo --fabric; deterministic map, flows pinned
+// by source port, agents tracing their flows but not yet their echoes). With leaf1~spine0 down,
+// leaf1 sends the probes pinned to spine0 up spine1 instead, while the far leaves still pin the
+// echoes to spine0, which has no way to leaf1 and drops them. Traces taken during the outage show
+// the probes' detour; the flows are lost on the map's path. Voted onto the detour alone, they
+// made leaf1~spine1 as bad as its sibling and rolled leaf1 up (switch_degraded "2 of its 2 links
+// look bad"), resolving the link_down (the CI's first try of demo_fabric, 46 s into the fault).
+TEST(Scenarios, HeldDownUplinkWhoseLeafRoutesAroundItStaysLinkDown) {
+  FleetShape shape = NamespaceFabricShape();
+  shape.inter_flows = 8;
+  shape.switch_addresses = true;
+  SyntheticFleet fleet(shape);
+  fleet.TraceFlows();
+  fleet.Run(kWarmup);
+  fleet.SetLinkFault("leaf1~spine0", LinkFault{1.0});  // every round trip over it is lost
+  fleet.Run(3);
+  // The agents on leaf1 trace their flows again: those pinned to spine0 now leave over spine1.
+  const std::string leaf1 = "198.19.0.2", spine0 = "198.19.64.1", spine1 = "198.19.64.2";
+  int detours = 0;
+  TracedPaths* traced = fleet.analyzer().traced_paths();
+  for (SyntheticFleet::FlowTrace t : fleet.FlowTraces()) {
+    if (t.hops.size() < 3 || t.hops[0] != leaf1 || t.hops[1] != spine0) continue;
+    t.hops[1] = spine1;
+    const TraceOutcome out =
+        traced->Record(t.src, t.dst, t.src_port, t.hops, fleet.clock().MonotonicNanos());
+    ASSERT_EQ(out.kind, TraceOutcome::kResolved);
+    ++detours;
+  }
+  ASSERT_GE(detours, 8);
+  for (int s = 0; s < 60; ++s) {
+    fleet.Run(1);
+    const auto active = fleet.Active();
+    ASSERT_EQ(active.size(), 1u) << "at +" << s << " s: " << Describe(active);
+    EXPECT_EQ(active[0].finding.kind, "link_down") << "at +" << s << " s";
+    EXPECT_EQ(active[0].finding.location.id, "leaf1~spine0") << "at +" << s << " s";
+  }
+}
+
 // An outage longer than flap_short_outage_s that ends is a repair, not a flap: it stays
 // link_down; failing again after it makes the third toggle, which is a flap.
 TEST(Scenarios, LongOutageThatEndsStaysDownAndASecondOutageFlaps) {
