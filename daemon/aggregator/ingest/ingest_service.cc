@@ -154,6 +154,7 @@ class AgentSession final : public std::enable_shared_from_this<AgentSession> {
   v1::AgentMessage* in_ = nullptr;  // on arena_; owned by the single outstanding read
   Mutex mu_;
   std::string node_ FW_GUARDED_BY(mu_);  // set by Hello
+  std::unique_ptr<SessionProbeState> probe_state_ FW_GUARDED_BY(mu_);  // the sink's
   // The front is in flight when writing_.
   std::deque<v1::AggregatorMessage> queue_ FW_GUARDED_BY(mu_);
   bool writing_ FW_GUARDED_BY(mu_) = false;
@@ -731,7 +732,9 @@ void AgentSession::HandleMessage(Actions& a) {
                      a);
         return;
       }
-      if (v != BatchVerdict::kDuplicate) service_->sink_.OnProbeBatch(node_, in_->probe_batch());
+      if (v != BatchVerdict::kDuplicate) {
+        service_->sink_.OnSessionProbeBatch(node_, in_->probe_batch(), probe_state_);
+      }
       if (!service_->DeferAck(shared_from_this(), ack)) {
         v1::AggregatorMessage m;
         m.mutable_ack()->set_seq(ack);
