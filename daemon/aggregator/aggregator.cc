@@ -232,7 +232,22 @@ void Aggregator::TickLoop() {
 }
 
 void Aggregator::OnProbeBatch(const std::string& node, const v1::ProbeBatch& batch) {
-  const std::span<const ReportedProbe> results = probe_ingest_.Decode(node, batch);
+  RecordResults(probe_ingest_.Decode(node, batch));
+}
+
+namespace {
+struct SessionSource final : SessionProbeState {
+  ProbeIngest::Source source;
+};
+}  // namespace
+
+void Aggregator::OnSessionProbeBatch(const std::string& node, const v1::ProbeBatch& batch,
+                                     std::unique_ptr<SessionProbeState>& state) {
+  if (!state) state = std::make_unique<SessionSource>();
+  RecordResults(probe_ingest_.Decode(node, batch, static_cast<SessionSource&>(*state).source));
+}
+
+void Aggregator::RecordResults(std::span<const ReportedProbe> results) {
   pairs_->RecordBatch(results);
   analyzer_->OnHostDelays(results);
   qualify_->OnResults(results);

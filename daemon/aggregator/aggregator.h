@@ -5,6 +5,7 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,6 +79,9 @@ class Aggregator final : public IngestSink {
 
   // IngestSink: each hands the message to the stage that owns it.
   void OnProbeBatch(const std::string& node, const fabricwatch::v1::ProbeBatch& batch) override;
+  // Keeps the session's ProbeIngest::Source in `state`.
+  void OnSessionProbeBatch(const std::string& node, const fabricwatch::v1::ProbeBatch& batch,
+                           std::unique_ptr<SessionProbeState>& state) override;
   void OnCounterBatch(const std::string& node, const fabricwatch::v1::CounterBatch& batch) override;
   void OnCheckReport(const std::string& node, const fabricwatch::v1::CheckReport& report) override;
   void OnSessionStart(const std::string& node) override;
@@ -96,6 +100,8 @@ class Aggregator final : public IngestSink {
   // The tick thread: every tick_s, each stage's periodic work in data-flow order.
   void TickLoop();
   void NoteQuarantined(const std::optional<QuarantinedFile>& q);
+  // A batch's decoded results into the pair table, the host delays and qualification.
+  void RecordResults(std::span<const ReportedProbe> results);
 
   AggregatorOptions options_;
   const Clock& clock_;

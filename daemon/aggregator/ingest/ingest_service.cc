@@ -22,6 +22,7 @@
 
 #include "common/mutex.h"
 #include "common/tls/grpc_credentials.h"
+#include "daemon/aggregator/ingest/group_commit_queue.h"
 #include "daemon/aggregator/ingest/ingest_journal.h"
 #include "daemon/aggregator/ingest/peer_identity.h"
 #include "exporter/registry.h"
@@ -153,6 +154,7 @@ class AgentSession final : public std::enable_shared_from_this<AgentSession> {
   v1::AgentMessage* in_ = nullptr;  // on arena_; owned by the single outstanding read
   Mutex mu_;
   std::string node_ FW_GUARDED_BY(mu_);  // set by Hello
+  std::unique_ptr<SessionProbeState> probe_state_ FW_GUARDED_BY(mu_);  // the sink's
   // The front is in flight when writing_.
   std::deque<v1::AggregatorMessage> queue_ FW_GUARDED_BY(mu_);
   bool writing_ FW_GUARDED_BY(mu_) = false;
@@ -417,11 +419,8 @@ class Service final : public v1::Aggregator::AsyncService {
   // then enqueues it; false without a journal: the caller enqueues it at once. Takes no session
   // lock, so a session may call it while holding its own.
   bool DeferAck(const std::shared_ptr<AgentSession>& s, uint64_t seq) {
-    MutexLock lock(commit_mu_);
-    if (!journal_ || commit_stop_) return false;
-    pending_acks_.emplace_back(s, seq);
-    commit_cv_.NotifyOne();
-    return true;
+    if (!journal_) return false;
+    return pending_acks_.Push({s, seq});
   }
 
   // Group commit: every ack that arrives while one commit runs waits for the next; one commit
@@ -453,12 +452,8 @@ class Service final : public v1::Aggregator::AsyncService {
 
   // Commits what is pending, releases those acks and stops the commit thread.
   void StopJournal() {
-    {
-      MutexLock lock(commit_mu_);
-      if (!committer_.joinable()) return;
-      commit_stop_ = true;
-    }
-    commit_cv_.NotifyAll();
+    if (!committer_.joinable()) return;
+    pending_acks_.Stop();
     committer_.join();
   }
 
@@ -482,15 +477,9 @@ class Service final : public v1::Aggregator::AsyncService {
   metrics::Family<metrics::Counter>& protocol_errors_;
 
   void CommitLoop() {
+    std::vector<PendingAck> acks;
     for (;;) {
-      std::vector<std::pair<std::shared_ptr<AgentSession>, uint64_t>> acks;
-      bool stop;
-      {
-        MutexLock lock(commit_mu_);
-        while (!commit_stop_ && pending_acks_.empty()) commit_cv_.Wait(commit_mu_);
-        acks.swap(pending_acks_);
-        stop = commit_stop_;
-      }
+      const bool stop = pending_acks_.TakeAll(acks);
       const auto commit_start = std::chrono::steady_clock::now();
       // Every ack in `acks` was taken after its batch updated the fleet's records, so this
       // snapshot holds what each promises.
@@ -512,42 +501,29 @@ class Service final : public v1::Aggregator::AsyncService {
             "error=\"{}\" records={} acks={}",
             st.message(), records.size(), acks.size());
         fleet_.RequeueDirty(records);
-        if (WaitForCommitStop(std::chrono::steady_clock::now() + std::chrono::seconds(1))) return;
+        if (pending_acks_.SleepUntil(std::chrono::steady_clock::now() + std::chrono::seconds(1))) {
+          return;
+        }
       }
       for (auto& [s, seq] : acks) {
         v1::AggregatorMessage m;
         m.mutable_ack()->set_seq(seq);
         s->Enqueue(std::move(m));
       }
+      acks.clear();  // drops the session references now, not at the next commit
       // At most one commit per kCommitInterval: each fsync costs the same however many records
       // it carries, and acks that wait a few ms more cost agents nothing (they keep sending).
-      if (!stop) {
-        WaitForCommitStop(commit_start + kCommitInterval);
-      }
-      if (stop) {
-        MutexLock lock(commit_mu_);
-        if (pending_acks_.empty()) return;
-      }
+      // Acks deferred meanwhile neither wake this thread nor end the interval early.
+      if (!stop) pending_acks_.SleepUntil(commit_start + kCommitInterval);
+      if (stop && pending_acks_.Empty()) return;
     }
-  }
-
-  // Waits until StopJournal or `deadline`; whether it was stopped.
-  bool WaitForCommitStop(std::chrono::steady_clock::time_point deadline) FW_EXCLUDES(commit_mu_) {
-    MutexLock lock(commit_mu_);
-    while (!commit_stop_) {
-      if (!commit_cv_.WaitUntil(commit_mu_, deadline)) break;
-    }
-    return commit_stop_;
   }
 
   static constexpr std::chrono::milliseconds kCommitInterval{10};
+  using PendingAck = std::pair<std::shared_ptr<AgentSession>, uint64_t>;
   std::shared_ptr<IngestJournal> journal_;
   std::thread committer_;
-  Mutex commit_mu_;
-  CondVar commit_cv_;
-  bool commit_stop_ FW_GUARDED_BY(commit_mu_) = false;
-  std::vector<std::pair<std::shared_ptr<AgentSession>, uint64_t>> pending_acks_
-      FW_GUARDED_BY(commit_mu_);
+  GroupCommitQueue<PendingAck> pending_acks_;
   metrics::Histogram* commit_seconds_ = nullptr;
   metrics::Counter* commit_acks_ = nullptr;
   metrics::Counter* commits_ = nullptr;
@@ -756,7 +732,9 @@ void AgentSession::HandleMessage(Actions& a) {
                      a);
         return;
       }
-      if (v != BatchVerdict::kDuplicate) service_->sink_.OnProbeBatch(node_, in_->probe_batch());
+      if (v != BatchVerdict::kDuplicate) {
+        service_->sink_.OnSessionProbeBatch(node_, in_->probe_batch(), probe_state_);
+      }
       if (!service_->DeferAck(shared_from_this(), ack)) {
         v1::AggregatorMessage m;
         m.mutable_ack()->set_seq(ack);

@@ -19,12 +19,29 @@ namespace fw::aggregator {
 
 class IngestJournal;
 
+// What a sink keeps per agent session between its probe batches (IngestSink::OnSessionProbeBatch).
+// The session owns it and destroys it with itself.
+class SessionProbeState {
+ public:
+  virtual ~SessionProbeState() = default;
+};
+
 // Receives everything agents send besides session bookkeeping (probe results, counters, checks).
 // Called on gRPC threads: implementations must not block.
 class IngestSink {
  public:
   virtual ~IngestSink() = default;
   virtual void OnProbeBatch(const std::string& node, const fabricwatch::v1::ProbeBatch& batch) = 0;
+  // What a session calls for each probe batch: OnProbeBatch with `state`, which the session keeps
+  // for the sink across its batches (null before the first), so that a sink may keep there what
+  // it would otherwise look up by `node` on every batch. Called under the session's lock, so
+  // never concurrently for one `state`. The default ignores it.
+  virtual void OnSessionProbeBatch(const std::string& node,
+                                   const fabricwatch::v1::ProbeBatch& batch,
+                                   std::unique_ptr<SessionProbeState>& state) {
+    (void)state;
+    OnProbeBatch(node, batch);
+  }
   virtual void OnCounterBatch(const std::string& node,
                               const fabricwatch::v1::CounterBatch& batch) = 0;
   virtual void OnCheckReport(const std::string& node,

@@ -59,6 +59,9 @@ class SparseBuckets {
 
   // REQUIRES: 0 <= bucket < LogHistogram::kBucketCount.
   void Add(int bucket);
+  // Adds every sample of `other`. The entries come out as `other`'s samples added one by one with
+  // Add() would leave them (per bucket: one entry still counting and the full ones).
+  void AddAll(const SparseBuckets& other);
   void Clear() { size_ = 0; }
   void AddTo(LogHistogram& h) const;
   size_t HeapBytes() const { return OnHeap() ? capacity_ * sizeof(uint16_t) : 0; }
@@ -77,6 +80,11 @@ class SparseBuckets {
   void SetHeap(uint16_t* p) { std::memcpy(storage_, &p, sizeof(p)); }
   uint16_t* data() { return OnHeap() ? Heap() : storage_; }
   const uint16_t* data() const { return OnHeap() ? Heap() : storage_; }
+  // Adds `n` (> 0) samples of `bucket`.
+  void AddCount(int bucket, int n);
+  // Room for one more entry at `*it` (may move the entries to a larger block, updating `it`);
+  // false when the block cannot grow.
+  bool MakeRoom(uint16_t*& it);
 
   alignas(4) uint16_t storage_[kInline] = {};
   uint16_t size_ = 0;
@@ -95,7 +103,16 @@ static_assert(LogHistogram::kBucketCount <= 512, "SparseBuckets packs the bucket
 // for one pair in a 60 s slot, far above any plan's rate); later results of that slot are not
 // counted. A result more than n - 1 slots older than the tier's newest epoch (only a clock that
 // goes backwards can send one) is not counted in that tier.
-// Not thread-safe: PairTable serializes access.
+//
+// The 600 s tier is written once per 10 s slot instead of once per result: the newest 10 s slot
+// is "pending" and is added to its 60 s slot whole (a fold) when a newer 10 s slot starts, and
+// the 600 s window reads a pending slot as if it had been folded. The figures are exactly those
+// of writing each result to every tier:
+// - a pending slot folds early when it would fill its 60 s slot (65,535 results), so the 60 s
+//   slot counts exactly its first 65,535; later results of that 10 s slot go to both tiers;
+// - a result for an older 10 s slot (a clock that went backwards) and a bandwidth result (whose
+//   sum is floating point, so the order of additions matters) fold the pending slot first and go
+//   to both tiers themselves, as does every later result of that 10 s slot.
 class PairWindows {
  public:
   // `now_ns` is the aggregator's monotonic time when the result arrived (agents' clocks are never
@@ -134,13 +151,25 @@ class PairWindows {
       TierSpec{1, 10, 0}, TierSpec{10, 6, 10}, TierSpec{60, 10, 16}};
   static constexpr int kTotalSlots = 26;
 
-  // Calls fn(index) for each slot inside window `w` at `now_ns`.
+  // Calls fn(slot, bandwidth slot or null) for each slot inside window `w` at `now_ns` (for the
+  // 600 s window, the pending 10 s slot too).
   template <typename Fn>
   void ForEachSlot(int64_t now_ns, Window w, Fn&& fn) const;
+  // Counts the result in tier `t`'s slot of `now_ns` (the rules of the class comment).
+  void RecordTier(int t, int64_t now_ns, const ProbeSample& sample, int bucket, bool bandwidth);
+  // Clears the slots of tier `t` from its newest epoch + 1 to `epoch` (all of them after a long
+  // gap) and makes `epoch` the newest. REQUIRES: epoch > the tier's newest.
+  void Advance(int t, uint32_t epoch);
+  // Adds the pending 10 s slot to its 60 s slot; nothing when none is pending.
+  void FoldPending();
 
   std::array<Slot, kTotalSlots> slots_{};
   std::unique_ptr<std::array<BandwidthSlot, kTotalSlots>> bandwidth_;  // null until needed
   std::array<uint32_t, kWindowCount> tier_epoch_{};  // newest epoch recorded per tier; 0: none
+  // Whether the 10 s tier's newest slot holds results not yet in the 600 s tier (see the class
+  // comment); then `pending_room_` is what its 60 s slot can still count (> 0).
+  bool pending_ = false;
+  uint16_t pending_room_ = 0;
 };
 
 }  // namespace fw::aggregator

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -185,6 +187,194 @@ TEST(PairWindowsTest, ManyDistinctBucketsInOneSlotStayExact) {
   }
   EXPECT_EQ(w.Snapshot(50 * kSec, Window::k10s).rtt_samples,
             static_cast<uint64_t>(LogHistogram::kLogBuckets));
+}
+
+// What PairWindows must report, written the plain way: every result counted in every tier at
+// once, per tier a map from epoch to slot (the rules of PairWindows' class comment).
+class ReferenceWindows {
+ public:
+  void Record(int64_t now_ns, const ProbeSample& sample) {
+    for (int t = 0; t < kWindowCount; ++t) {
+      const auto n = static_cast<uint32_t>(kSlots[t]);
+      const uint32_t epoch = Epoch(now_ns, t);
+      auto& tier = tiers_[t];
+      if (epoch > newest_[t]) {
+        newest_[t] = epoch;
+        std::erase_if(tier, [&](const auto& kv) { return kv.first + n <= epoch; });
+      } else if (newest_[t] - epoch >= n) {
+        continue;
+      }
+      RefSlot& slot = tier[epoch];
+      if (slot.probes == UINT16_MAX) continue;
+      ++slot.probes;
+      if (sample.lost) {
+        ++slot.lost;
+        continue;
+      }
+      if (sample.rtt_ns > 0) ++slot.buckets[LogHistogram::BucketFor(sample.rtt_ns)];
+      if (sample.goodput_bps > 0.0) {
+        ++slot.bw_samples;
+        slot.bw_sum += sample.goodput_bps;
+      }
+    }
+  }
+
+  struct View {
+    uint64_t probes = 0, lost = 0, bw_samples = 0;
+    double bw_sum = 0.0;
+    std::map<int, uint64_t> buckets;
+  };
+  View Window(int64_t now_ns, int t) const {
+    View v;
+    const auto n = static_cast<uint32_t>(kSlots[t]);
+    const uint32_t now_epoch = Epoch(now_ns, t);
+    for (const auto& [e, slot] : tiers_[t]) {  // ascending epochs, as PairWindows adds them
+      if (e + n <= newest_[t] || e + n <= now_epoch || e > now_epoch) continue;
+      v.probes += slot.probes;
+      v.lost += slot.lost;
+      v.bw_samples += slot.bw_samples;
+      v.bw_sum += slot.bw_sum;
+      for (const auto& [b, c] : slot.buckets) v.buckets[b] += c;
+    }
+    return v;
+  }
+
+ private:
+  static constexpr int kSeconds[kWindowCount] = {1, 10, 60};
+  static constexpr int kSlots[kWindowCount] = {10, 6, 10};
+  struct RefSlot {
+    uint64_t probes = 0, lost = 0, bw_samples = 0;
+    double bw_sum = 0.0;
+    std::map<int, uint64_t> buckets;
+  };
+  static uint32_t Epoch(int64_t now_ns, int t) {
+    return static_cast<uint32_t>(std::max<int64_t>(now_ns, 0) / kSec / kSeconds[t]) + 1;
+  }
+  std::map<uint32_t, RefSlot> tiers_[kWindowCount];
+  uint32_t newest_[kWindowCount] = {};
+};
+
+// Every window of `w` against the reference at `now_ns`: counts, each RTT bucket, bandwidth.
+void ExpectSameWindows(const PairWindows& w, const ReferenceWindows& ref, int64_t now_ns) {
+  for (int t = 0; t < kWindowCount; ++t) {
+    const Window win = kAllWindows[static_cast<size_t>(t)];
+    const ReferenceWindows::View want = ref.Window(now_ns, t);
+    const WindowStats got = w.Snapshot(now_ns, win);
+    SCOPED_TRACE(::testing::Message()
+                 << "window " << WindowName(win) << " at " << now_ns / kSec << " s");
+    ASSERT_EQ(got.probes, want.probes);
+    ASSERT_EQ(got.lost, want.lost);
+    ASSERT_EQ(got.bandwidth_samples, want.bw_samples);
+    if (want.bw_samples > 0) {
+      ASSERT_EQ(got.bandwidth_bps, want.bw_sum / static_cast<double>(want.bw_samples));
+    }
+    LogHistogram h;
+    uint64_t probes = 0, lost = 0;
+    w.MergeInto(now_ns, win, h, &probes, &lost);
+    ASSERT_EQ(probes, want.probes);
+    ASSERT_EQ(lost, want.lost);
+    uint64_t samples = 0;
+    for (const auto& [b, c] : want.buckets) {
+      ASSERT_EQ(h.BucketCount(b), c) << "bucket " << b;
+      samples += c;
+    }
+    ASSERT_EQ(h.Count(), samples);
+    ASSERT_EQ(got.rtt_samples, samples);
+  }
+}
+
+// The 600 s tier is written once per 10 s slot (folded): the same figures as a result written to
+// every tier, with gaps, clocks that go backwards, bandwidth results and snapshots at any time.
+TEST(PairWindowsTest, FoldedTiersReadExactlyAsEveryResultInEveryTier) {
+  for (uint32_t seed = 1; seed <= 10; ++seed) {
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
+    std::mt19937 rng(seed);
+    PairWindows w;
+    ReferenceWindows ref;
+    int64_t now = 1000 * kSec + static_cast<int64_t>(rng() % 1000) * kSec / 1000;
+    for (int step = 0; step < 3000; ++step) {
+      const uint32_t r = rng() % 1000;
+      if (r < 700) {
+        now += static_cast<int64_t>(rng() % 700) * kSec / 1000;  // a few results a second
+      } else if (r < 720) {
+        now += static_cast<int64_t>(rng() % 900) * kSec;  // a gap, up to longer than 600 s
+      } else if (r < 740) {
+        now -= static_cast<int64_t>(rng() % 700) * kSec;  // a clock that went backwards
+      }
+      ProbeSample sample;
+      sample.lost = rng() % 10 == 0;
+      sample.rtt_ns = rng() % 50 == 0 ? 0 : 2'000 + static_cast<int64_t>(rng() % 5'000'000);
+      if (rng() % 40 == 0) sample.goodput_bps = 1e9 + static_cast<double>(rng() % 1000) * 1.37e6;
+      w.Record(now, sample);
+      ref.Record(now, sample);
+      ExpectSameWindows(w, ref, now);
+      if (step % 7 == 0) {
+        ExpectSameWindows(w, ref, now + static_cast<int64_t>(rng() % 800) * kSec);
+        ExpectSameWindows(w, ref, now - static_cast<int64_t>(rng() % 800) * kSec);
+      }
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+// A 60 s slot full before its 10 s slots end: the pending slot folds when it fills the 60 s slot,
+// which then holds exactly its first 65,535 results (lost ones and RTTs in their order).
+TEST(PairWindowsTest, AFoldedSlotSaturatesAtExactlyTheSameResult) {
+  PairWindows w;
+  ReferenceWindows ref;
+  // 30,000 results in each of three 10 s slots of one minute, then a few in the next minute.
+  int64_t now = 600 * kSec;
+  for (int slot = 0; slot < 3; ++slot) {
+    for (int i = 0; i < 30'000; ++i) {
+      const ProbeSample s{(i + slot) % 3 == 0, 10'000 + (i % 7) * 40'000, 0.0};
+      w.Record(now, s);
+      ref.Record(now, s);
+    }
+    ExpectSameWindows(w, ref, now);
+    now += 10 * kSec;
+  }
+  EXPECT_EQ(w.Snapshot(now - 10 * kSec, Window::k600s).probes, 65'535u);
+  for (int i = 0; i < 100; ++i) {
+    const ProbeSample s{false, 50'000, 0.0};
+    w.Record(now + 60 * kSec, s);
+    ref.Record(now + 60 * kSec, s);
+  }
+  ExpectSameWindows(w, ref, now + 60 * kSec);
+  // A 10 s slot alone over 65,535: its own tier and the minute's stop at the same result.
+  PairWindows big;
+  ReferenceWindows big_ref;
+  for (int i = 0; i < 70'000; ++i) {
+    const ProbeSample s{i % 5 == 0, 20'000 + (i % 11) * 1'000, 0.0};
+    const int64_t at = 3000 * kSec + static_cast<int64_t>(i) * 100'000;  // 7 s of results
+    big.Record(at, s);
+    big_ref.Record(at, s);
+  }
+  ExpectSameWindows(big, big_ref, 3007 * kSec);
+  EXPECT_EQ(big.Snapshot(3007 * kSec, Window::k600s).probes, 65'535u);
+}
+
+TEST(PairWindowsTest, SparseBucketsAddAllLeavesWhatAddingOneByOneLeaves) {
+  SparseBuckets from;
+  SparseBuckets one_by_one;
+  SparseBuckets folded;
+  std::mt19937 rng(7);
+  for (int round = 0; round < 5; ++round) {
+    from.Clear();
+    for (int i = 0; i < 400; ++i) {
+      const int bucket = static_cast<int>(rng() % 3 == 0 ? 100 : rng() % 60 + 200);
+      from.Add(bucket);
+      one_by_one.Add(bucket);
+    }
+    folded.AddAll(from);
+    EXPECT_EQ(folded.EntryCount(), one_by_one.EntryCount());
+    LogHistogram a, b;
+    folded.AddTo(a);
+    one_by_one.AddTo(b);
+    ASSERT_EQ(a.Count(), b.Count());
+    for (int k = 0; k < LogHistogram::kBucketCount; ++k) {
+      ASSERT_EQ(a.BucketCount(k), b.BucketCount(k)) << k;
+    }
+  }
 }
 
 }  // namespace

@@ -4,7 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
+#include <vector>
+
+#include "daemon/aggregator/ingest/probe_ingest.h"
+#include "exporter/registry.h"
 
 namespace fw::aggregator {
 namespace {
@@ -513,6 +518,40 @@ TEST(ProbeBatchDecoderTest, RdmaResultsCarryTheHostSplitAndReusedSlotsDoNot) {
   DecodeProbeBatch("me", plain, kAnyPeer, out);
   EXPECT_EQ(out[0].src_nic, "");
   EXPECT_EQ(out[0].dst_nic, "");
+}
+
+// A session's Source: the same results as decoding by name, its own id and name cache found once,
+// and a source used for another node starts over.
+TEST(ProbeIngestTest, ASessionSourceDecodesAsByNameAndStartsOverForAnotherNode) {
+  auto names = std::make_shared<NameInterner>();
+  metrics::Registry registry;
+  ProbeIngest ingest(names, registry);
+  const v1::ProbeBatch batch = ColumnBatch();
+  const std::vector<ReportedProbe> by_name = [&] {
+    auto r = ingest.Decode("node-x", batch);
+    return std::vector<ReportedProbe>(r.begin(), r.end());
+  }();
+  ASSERT_EQ(by_name.size(), 3u);
+  ProbeIngest::Source source;
+  for (int i = 0; i < 3; ++i) {
+    const auto got = ingest.Decode("node-x", batch, source);
+    ASSERT_EQ(got.size(), by_name.size());
+    for (size_t k = 0; k < got.size(); ++k) {
+      ExpectSame(got[k], by_name[k]);
+      EXPECT_EQ(got[k].src_id, by_name[k].src_id);
+      EXPECT_EQ(got[k].dst_id, by_name[k].dst_id);
+    }
+  }
+  EXPECT_EQ(source.node, "node-x");
+  EXPECT_EQ(source.id, names->Find("node-x"));
+  PeerNameCache* const cache_x = source.cache;
+  ASSERT_NE(cache_x, nullptr);
+  // Another node through the same source: its own id and cache, and results from it.
+  const auto other = ingest.Decode("node-c", batch, source);
+  ASSERT_EQ(other.size(), 3u);
+  EXPECT_EQ(other[0].src_id, names->Find("node-c"));
+  EXPECT_EQ(source.id, names->Find("node-c"));
+  EXPECT_NE(source.cache, cache_x);
 }
 
 }  // namespace

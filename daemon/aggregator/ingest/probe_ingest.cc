@@ -29,8 +29,22 @@ ProbeIngest::ProbeIngest(std::shared_ptr<NameInterner> names, metrics::Registry&
 
 std::span<const ReportedProbe> ProbeIngest::Decode(const std::string& node,
                                                    const fabricwatch::v1::ProbeBatch& batch) {
+  Source source;
+  return Decode(node, batch, source);
+}
+
+std::span<const ReportedProbe> ProbeIngest::Decode(const std::string& node,
+                                                   const fabricwatch::v1::ProbeBatch& batch,
+                                                   Source& source) {
+  if (source.cache == nullptr || source.node != node) {
+    source.node = node;
+    source.id = names_->Intern(node);
+    NameCacheShard& shard = name_caches_[source.id % kNameCacheShards];
+    MutexLock lock(shard.mu);
+    source.cache = &shard.by_source[source.id];
+  }
   const auto known = std::atomic_load(&known_nodes_);
-  const NodeId src = names_->Intern(node);
+  const NodeId src = source.id;
   // Any peer before the first plan, then only nodes that said Hello. Called once per distinct
   // name of a name table this source has not sent before.
   const PeerResolver resolve = [&](std::string_view peer) -> NodeId {
@@ -45,7 +59,7 @@ std::span<const ReportedProbe> ProbeIngest::Decode(const std::string& node,
   {
     NameCacheShard& cache = name_caches_[src % kNameCacheShards];
     MutexLock lock(cache.mu);
-    o = DecodeProbeBatch(node, src, batch, resolve, results, &cache.by_source[src],
+    o = DecodeProbeBatch(node, src, batch, resolve, results, source.cache,
                          known ? known->epoch : 0);
   }
   if (o.invalid_results > 0) bad_results_.Inc(static_cast<double>(o.invalid_results));

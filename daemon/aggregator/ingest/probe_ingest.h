@@ -37,6 +37,18 @@ class ProbeIngest {
   std::span<const ReportedProbe> Decode(const std::string& node,
                                         const fabricwatch::v1::ProbeBatch& batch);
 
+  // What a caller that decodes many batches of one source (an agent's session) keeps between
+  // them, so that Decode finds the source's id and name cache without looking either up. Filled
+  // by the first Decode with it; a different `node` later starts it over.
+  struct Source {
+    std::string node;
+    NodeId id = kNoNode;
+    PeerNameCache* cache = nullptr;  // an element of name_caches_ (never erased), under its lock
+  };
+  // As Decode(node, batch). REQUIRES: `source` is not used by another thread meanwhile.
+  std::span<const ReportedProbe> Decode(const std::string& node,
+                                        const fabricwatch::v1::ProbeBatch& batch, Source& source);
+
   // From now on, results are accepted only for peers among `nodes` (the agents that said Hello).
   // Before the first call every peer is accepted.
   void SetKnownNodes(const std::vector<NodeView>& nodes);
