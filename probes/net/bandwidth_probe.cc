@@ -67,7 +67,10 @@ StatusOr<ProbeResult> BandwidthProbe::Run(const TcpTarget& target,
   // A burst on a host whose CPUs are saturated measures the host, not the path: the analyzer
   // sets such low bursts aside (docs/analysis.md). A failed reading leaves "not measured".
   if (cpu_.Start().ok() && options.cpu_lead.count() > 0) std::this_thread::sleep_for(options.cpu_lead);
-  const int64_t deadline = clock_.MonotonicNanos() + options.timeout.count();
+  // CPU pressure counts in microseconds: it is read over the burst alone, without the lead.
+  const int64_t connect_ns = clock_.MonotonicNanos();
+  pressure_.Start(connect_ns);
+  const int64_t deadline = connect_ns + options.timeout.count();
 
   Fd fd(socket(dst->family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return ErrnoStatus(who + ": socket", errno);
@@ -154,6 +157,8 @@ StatusOr<ProbeResult> BandwidthProbe::Run(const TcpTarget& target,
   if (a.type != PacketType::kBulkAck || a.seq != r.seq || a.send_ts_ns != start) {
     return Status::Unavailable(who + ": the ack does not match the burst");
   }
+  last_pressure_ = pressure_.Stop(clock_.MonotonicNanos());
+  r.cpu_pressure_permille = static_cast<uint16_t>(BusyPermille(last_pressure_.some));
   const CpuBusy busy = cpu_.Stop();
   r.cpu_busy_permille = static_cast<uint16_t>(BusyPermille(busy.all));
   r.cpu_peak_permille = static_cast<uint16_t>(BusyPermille(busy.busiest));
