@@ -23,31 +23,28 @@ bool ParseU64(std::string_view field, uint64_t& out) {
 }  // namespace
 
 Status ParsePressureSomeTotal(std::string_view text, uint64_t& total_us) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string_view::npos) eol = text.size();
-    const std::string_view line = text.substr(pos, eol - pos);
-    pos = eol + 1;
-    if (line.substr(0, 5) != "some ") continue;
-    // "some avg10=0.00 avg60=0.00 avg300=0.00 total=123": the fields in any order.
-    size_t i = 5;
-    while (i < line.size()) {
-      while (i < line.size() && IsSpace(line[i])) ++i;
-      size_t j = i;
-      while (j < line.size() && !IsSpace(line[j])) ++j;
-      const std::string_view field = line.substr(i, j - i);
-      if (field.substr(0, 6) == "total=") {
-        if (!ParseU64(field.substr(6), total_us)) {
-          return Status::InvalidArgument("cpu pressure: \"total=\" is not a 64-bit decimal");
-        }
-        return Status::Ok();
+  size_t at = text.substr(0, 5) == "some " ? 0 : text.find("\nsome ");
+  if (at == std::string_view::npos)
+    return Status::InvalidArgument("cpu pressure: no \"some\" line");
+  if (text[at] == '\n') ++at;
+  std::string_view line = text.substr(at + 5);
+  line = line.substr(0, line.find('\n'));
+  // "avg10=0.00 avg60=0.00 avg300=0.00 total=123": the fields in any order.
+  size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && IsSpace(line[i])) ++i;
+    size_t j = i;
+    while (j < line.size() && !IsSpace(line[j])) ++j;
+    const std::string_view field = line.substr(i, j - i);
+    if (field.substr(0, 6) == "total=") {
+      if (!ParseU64(field.substr(6), total_us)) {
+        return Status::InvalidArgument("cpu pressure: \"total=\" is not a 64-bit decimal");
       }
-      i = j;
+      return Status::Ok();
     }
-    return Status::InvalidArgument("cpu pressure: the \"some\" line has no \"total=\"");
+    i = j;
   }
-  return Status::InvalidArgument("cpu pressure: no \"some\" line");
+  return Status::InvalidArgument("cpu pressure: the \"some\" line has no \"total=\"");
 }
 
 Status ParseSchedstatRunDelay(std::string_view text, uint64_t& run_delay_ns) {

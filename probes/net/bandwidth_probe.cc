@@ -66,11 +66,12 @@ StatusOr<ProbeResult> BandwidthProbe::Run(const TcpTarget& target,
   r.timestamp_ns = clock_.WallNanos();
   // A burst on a host whose CPUs are saturated measures the host, not the path: the analyzer
   // sets such low bursts aside (docs/analysis.md). A failed reading leaves "not measured".
+  // Both are read over the lead and the burst: the kernel weighs PSI's per-CPU stall times by
+  // their non-idle time in jiffies (docs/probes.md), so a share over a few milliseconds reads 0
+  // or 1; over 120 ms it is within a few percent.
+  pressure_.Start(clock_.MonotonicNanos());
   if (cpu_.Start().ok() && options.cpu_lead.count() > 0) std::this_thread::sleep_for(options.cpu_lead);
-  // CPU pressure counts in microseconds: it is read over the burst alone, without the lead.
-  const int64_t connect_ns = clock_.MonotonicNanos();
-  pressure_.Start(connect_ns);
-  const int64_t deadline = connect_ns + options.timeout.count();
+  const int64_t deadline = clock_.MonotonicNanos() + options.timeout.count();
 
   Fd fd(socket(dst->family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return ErrnoStatus(who + ": socket", errno);

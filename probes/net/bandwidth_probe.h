@@ -22,9 +22,10 @@ namespace fw::net {
 struct BandwidthOptions {
   uint64_t bytes = 4u << 20;                                    // burst size (payload bytes)
   std::chrono::nanoseconds timeout = std::chrono::seconds(10);  // connect + burst + ack
-  // The host's CPU busy share is read over this lead plus the burst: the kernel's CPU times count
-  // in 10 ms units, and a burst of a few milliseconds alone is below their resolution on small
-  // hosts (common/cpu_busy.h). The prober waits this long before it connects.
+  // The host's CPU busy share and CPU pressure are read over this lead plus the burst: the
+  // kernel's CPU times count in 10 ms units, and a burst of a few milliseconds alone is below
+  // their resolution on small hosts (common/cpu_busy.h); PSI's totals are weighed by jiffies
+  // (common/cpu_pressure.h). The prober waits this long before it connects.
   std::chrono::nanoseconds cpu_lead = std::chrono::milliseconds(120);
 };
 
@@ -42,8 +43,8 @@ class BandwidthProbe {
   BandwidthProbe(const Clock& clock, ProbeBudget* budget, std::optional<std::string> key);
 
   // Runs one burst. Returns a tcp_bw ProbeResult (lost = true when the ack did not arrive in
-  // time; otherwise with the host's CPU busy share over the lead and the burst, and its CPU
-  // pressure from the connect to the ack), or an error: ResourceExhausted (budget),
+  // time; otherwise with the host's CPU busy share and CPU pressure over the lead and the burst),
+  // or an error: ResourceExhausted (budget),
   // InvalidArgument (target, size), Unavailable (connect refused, reset, a malformed or
   // mismatched ack).
   StatusOr<ProbeResult> Run(const TcpTarget& target, const BandwidthOptions& options);
@@ -66,7 +67,7 @@ class BandwidthProbe {
   std::optional<HmacSha256> key_;
   std::vector<uint8_t> chunk_;  // zeros streamed as the payload, allocated once
   CpuBusyMeter cpu_;            // /proc/stat over each burst; its buffers are reused
-  CpuPressureMeter pressure_;   // PSI and this thread's run delay from connect to ack
+  CpuPressureMeter pressure_;   // PSI and this thread's run delay over the lead and the burst
   CpuPressure last_pressure_;
   uint64_t seq_ = 0;
 };

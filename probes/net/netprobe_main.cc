@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   uint16_t port = 9753;
   double seconds = 10, rate = 1, src_rate = 1000;
   uint32_t flows = 1, payload = 0, slots = 10, repeat = 1;
-  int timeout_ms = 1000;
+  int timeout_ms = 1000, cpu_lead_ms = 120;
   double send_phase_ms = 0;
   uint64_t bytes = 4u << 20;
   bool user_ts = false, kernel_rtt = false, respond_own_thread = false, per_burst = false;
@@ -87,6 +87,9 @@ int main(int argc, char** argv) {
   bw->add_option("--bytes", bytes, "burst size");
   bw->add_option("--repeat", repeat, "bursts, one after another");
   bw->add_option("--timeout-ms", timeout_ms, "per-burst timeout");
+  bw->add_option("--cpu-lead-ms", cpu_lead_ms,
+                 "the wait before each burst over which its host CPU is read as well (the "
+                 "agent's 120; 0: the burst alone)");
   bw->add_flag("--per-burst", per_burst,
                "a line per burst: its time, goodput and host CPU (busy share, PSI, own wait)");
 
@@ -221,6 +224,7 @@ int main(int argc, char** argv) {
     fw::net::BandwidthOptions o;
     o.bytes = bytes;
     o.timeout = std::chrono::milliseconds(timeout_ms);
+    o.cpu_lead = std::chrono::milliseconds(cpu_lead_ms);
     std::vector<double> mbps, some, wait;
     for (uint32_t i = 0; i < repeat; ++i) {
       auto r = probe.Run(t, o);
@@ -230,7 +234,7 @@ int main(int argc, char** argv) {
         continue;
       }
       mbps.push_back(r->goodput_bps / 1e6);
-      // The shares of the burst alone (docs/probes.md "Host CPU during a burst"); -1: unknown.
+      // Over the lead and the burst (docs/probes.md "Host CPU during a burst"); -1: unknown.
       const fw::CpuPressure& p = probe.last_pressure();
       some.push_back(p.some);
       wait.push_back(p.thread_wait);

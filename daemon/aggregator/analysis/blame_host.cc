@@ -1,6 +1,7 @@
 // Host level: hosts whose own probes, or the probes to them, are bad while the other direction is
-// clean are named as noisy hosts (host_network), and so are hosts whose CPUs were saturated during
-// their bandwidth bursts, whose low goodput the analyzer set aside as link evidence.
+// clean are named as noisy hosts (host_network), and so are hosts whose CPUs were saturated or
+// under CPU pressure during their bandwidth bursts, whose low goodput the analyzer set aside as
+// link evidence.
 #include "daemon/aggregator/analysis/blamer.h"
 
 namespace fw::analysis::blame {
