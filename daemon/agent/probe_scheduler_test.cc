@@ -86,7 +86,9 @@ TEST(ProbeScheduler, DefaultBudgetAdmitsBandwidthBursts) {
     for (int i = 0; i < c.peer_size(); ++i) {
       if (c.transport(i) != v1::TRANSPORT_TCP_BW) {
         EXPECT_EQ(c.cpu_busy_permille(i), 0u);
-        if (psi) EXPECT_EQ(c.cpu_pressure_permille(i), 0u);
+        if (psi) {
+          EXPECT_EQ(c.cpu_pressure_permille(i), 0u);
+        }
         continue;
       }
       if (c.lost(i)) continue;
