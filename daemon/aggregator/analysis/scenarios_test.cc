@@ -958,10 +958,10 @@ TEST(RdmaScenarios, HostDelayUnderTheFloorIsNoFinding) {
 // `busy_permille` busy (0: not measured) and under `pressure_permille` CPU pressure during them;
 // every other burst reports 30 % busy and 10 % pressure. (A host's CPU limits the bursts it
 // sends; the bursts toward it are its peers', which report their own CPUs.)
-std::vector<TrackedFinding> LowBurstsOfOneHostWithCpu(uint16_t busy_permille, int* set_aside,
-                                                      double cpu_busy_limit = 0.9,
-                                                      uint16_t pressure_permille = 100,
-                                                      double cpu_pressure_limit = 0.5) {
+std::vector<TrackedFinding> LowBurstsOfOneHostWithCpu(
+    uint16_t busy_permille, int* set_aside, double cpu_busy_limit = 0.9,
+    uint16_t pressure_permille = 100,
+    double cpu_pressure_limit = AnalysisConfig{}.bandwidth_cpu_pressure_limit) {
   FleetShape shape = Shape();
   shape.bw_every_s = 2;
   AnalysisConfig config;
@@ -1051,7 +1051,7 @@ TEST(Scenarios, LowShortBurstsOfAHostUnderCpuPressureAreTheHostsNotALink) {
 // The control: the same low bursts under 30 % CPU pressure are evidence against the host's NIC,
 // and so are those under 80 % with the pressure rule off.
 TEST(Scenarios, LowBurstsWithoutCpuPressureAreLinkEvidence) {
-  for (const auto& [pressure, limit] : {std::pair<uint16_t, double>{300, 0.5}, {800, 0.0}}) {
+  for (const auto& [pressure, limit] : {std::pair<uint16_t, double>{300, 0.7}, {800, 0.0}}) {
     int set_aside = 0;
     const auto active = LowBurstsOfOneHostWithCpu(0, &set_aside, 0.9, pressure, limit);
     EXPECT_EQ(set_aside, 0);
