@@ -45,8 +45,8 @@ std::string CpuSentence(const std::string& name, const HostStats& h, double wind
   }
   if (pressure_n > 0) {
     what += (busy_n > 0 ? Fmt(" during %.0f, and its", busy_n) : std::string("'s")) +
-            Fmt(" CPU pressure was %.0f%% on average (the share of the burst during which its "
-                "runnable tasks waited for a CPU)",
+            Fmt(" CPU pressure was %.0f%% on average (the share of the time around each burst "
+                "during which its runnable tasks waited for a CPU)",
                 100 * h.cpu_pressure_sum / pressure_n);
     if (busy_n > 0) what += Fmt(" during %.0f,", pressure_n);
   }
