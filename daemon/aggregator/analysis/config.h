@@ -102,8 +102,8 @@ struct AnalysisConfig {
   // The same for a low burst during which runnable tasks on the prober's host waited for a CPU at
   // least this share of the burst's wall time (PSI "some", measured over the burst alone in
   // microseconds: it covers the short bursts whose busy share is "not measured", and a host that
-  // is contended rather than saturated). 0 turns the rule off. docs/analysis.md says why 0.7.
-  double bandwidth_cpu_pressure_limit = 0.7;
+  // is contended rather than saturated). 0 turns the rule off. docs/analysis.md says why 0.25.
+  double bandwidth_cpu_pressure_limit = 0.25;
   // A host whose CPUs were saturated during at least this many of its bursts in the bandwidth
   // window (repeatedly: one busy moment is no finding) gets a host_network finding that says so.
   int host_cpu_saturated_bursts = 2;

@@ -1026,13 +1026,14 @@ TEST(Scenarios, LowBurstsWithoutCpuSaturationAreLinkEvidence) {
   }
 }
 
-// qualify_loopback in the grader's CI: short loopback bursts (tens of ms, their busy share "not
-// measured" on a 2-core host) read low while the host was contended; their CPU pressure (80 %:
-// runnable tasks waited for a CPU during 80 % of each burst) sets them aside, and the host's
-// finding says "CPU pressure" with the figure, not "busy".
+// qualify_loopback in the grader's CI: loopback bursts read low while the host was contended and
+// the busy rule did not set them aside (here: busy not measured, as for an RC burst on a small
+// host); their CPU pressure (58 %, the median of loopback bursts beside two busy loops on a
+// 2-core host, docs/probes.md) sets them aside, and the host's finding says "CPU pressure" with
+// the figure, not "busy".
 TEST(Scenarios, LowShortBurstsOfAHostUnderCpuPressureAreTheHostsNotALink) {
   int set_aside = 0;
-  const auto active = LowBurstsOfOneHostWithCpu(0, &set_aside, 0.9, 800);
+  const auto active = LowBurstsOfOneHostWithCpu(0, &set_aside, 0.9, 580);
   EXPECT_GE(set_aside, 2);
   ASSERT_EQ(active.size(), 1u) << Describe(active);
   const Finding& f = active[0].finding;
@@ -1040,18 +1041,19 @@ TEST(Scenarios, LowShortBurstsOfAHostUnderCpuPressureAreTheHostsNotALink) {
   EXPECT_EQ(f.location.id, SyntheticFleet::HostName(1, 1));
   EXPECT_GE(f.evidence.at("cpu_pressure_bursts"), 2);
   EXPECT_EQ(f.evidence.at("cpu_pressure_bursts"), f.evidence.at("cpu_saturated_bursts"));
-  EXPECT_NEAR(f.evidence.at("cpu_pressure"), 0.8, 1e-9);
+  EXPECT_NEAR(f.evidence.at("cpu_pressure"), 0.58, 1e-9);
   EXPECT_EQ(f.evidence.count("cpu_busy"), 0u);
   EXPECT_NEAR(f.evidence.at("bandwidth_ratio"), 0.3, 0.05);
-  EXPECT_NE(f.summary.find("CPU pressure was 80%"), std::string::npos) << f.summary;
+  EXPECT_NE(f.summary.find("CPU pressure was 58%"), std::string::npos) << f.summary;
   EXPECT_EQ(f.summary.find("busy"), std::string::npos) << f.summary;
   EXPECT_NE(f.summary.find("not the fabric"), std::string::npos) << f.summary;
 }
 
-// The control: the same low bursts under 30 % CPU pressure are evidence against the host's NIC,
-// and so are those under 80 % with the pressure rule off.
+// The control: the same low bursts under 5 % CPU pressure (a 2-core host beside one busy loop
+// read at most 4.6 %) are evidence against the host's NIC, and so are those under 58 % with the
+// pressure rule off.
 TEST(Scenarios, LowBurstsWithoutCpuPressureAreLinkEvidence) {
-  for (const auto& [pressure, limit] : {std::pair<uint16_t, double>{300, 0.7}, {800, 0.0}}) {
+  for (const auto& [pressure, limit] : {std::pair<uint16_t, double>{50, 0.25}, {580, 0.0}}) {
     int set_aside = 0;
     const auto active = LowBurstsOfOneHostWithCpu(0, &set_aside, 0.9, pressure, limit);
     EXPECT_EQ(set_aside, 0);
