@@ -1,8 +1,10 @@
-// How long runnable tasks waited for a CPU during an interval (a bandwidth burst), at microsecond
-// resolution: the kernel's pressure stall information (/proc/pressure/cpu, "some") and the calling
-// thread's own run delay (/proc/thread-self/schedstat). /proc/stat (common/cpu_busy.h) counts in
-// 10 ms ticks and cannot measure a burst of tens of milliseconds on a small host; these can.
-// docs/probes.md ("Host CPU during a burst").
+// How long runnable tasks waited for a CPU during an interval (a bandwidth burst and its lead): the
+// kernel's pressure stall information (/proc/pressure/cpu, "some") and the calling thread's own
+// run delay (/proc/thread-self/schedstat). Unlike /proc/stat's busy share (common/cpu_busy.h) it
+// stays near 0 until there is more runnable work than CPUs. PSI's total counts in µs, but the
+// kernel weights each CPU's share by its non-idle time in jiffies, so an interval of a few
+// jiffies reads 0 or about 1: read it over 100 ms or more. docs/probes.md ("Host CPU during a
+// burst").
 #pragma once
 
 #include <cstdint>
@@ -25,8 +27,8 @@ Status ParseSchedstatRunDelay(std::string_view text, uint64_t& run_delay_ns);
 
 // The share of `wall_ns` covered by a stall counter's growth from `stall0_ns` to `stall1_ns`, in
 // [0, 1]; -1 (unknown) when the wall time is under kMinPressureWallNs or the counter went
-// backwards. The counters advance in µs (PSI) or ns (schedstat), so 200 µs of wall give a share
-// within 0.5 % (a 4 MiB burst at 100 Gb/s takes about 350 µs).
+// backwards. The counters advance in µs (PSI) or ns (schedstat): 200 µs of wall is the least
+// that can give a share within 0.5 % (PSI's own rounding, above, needs far more).
 inline constexpr int64_t kMinPressureWallNs = 200'000;
 double StallShare(uint64_t stall0_ns, uint64_t stall1_ns, int64_t wall_ns);
 
