@@ -227,6 +227,16 @@ ProbeScheduler::ProbeScheduler(ProbeSchedulerOptions options, OutboundBuffer& bu
                                     "Readings of /proc/stat around TCP bandwidth bursts that "
                                     "failed; those bursts report no CPU share.")
                            .WithLabels({})),
+      burst_cpu_pressure_(r.AddGauge("fabricwatch_probe_burst_cpu_pressure_ratio",
+                                     "The share of the most recent TCP bandwidth burst during "
+                                     "which runnable tasks on this host waited for a CPU (PSI "
+                                     "\"some\"); a contended host's bursts measure the host.")
+                              .WithLabels({})),
+      cpu_pressure_unmeasured_(
+          r.AddCounter("fabricwatch_probe_cpu_pressure_unmeasured_total",
+                       "TCP bandwidth bursts whose CPU pressure was not measured: no "
+                       "/proc/pressure/cpu on this kernel, or a reading that failed.")
+              .WithLabels({})),
       queue_dropped_(r.AddCounter("fabricwatch_probe_results_dropped_total",
                                   "Probe results dropped because the result queue was full.")
                          .WithLabels({})),
@@ -509,6 +519,7 @@ void ProbeScheduler::RunRequestedBurst(net::BandwidthProbe& probe, const BurstOr
     r = probe.Run(target, bo);
   }
   cpu_read_errors_.Set(static_cast<double>(probe.cpu_read_failures()));
+  if (r.ok()) NoteCpuPressure(probe, *r);
   net::ProbeResult out;
   BurstOutcome outcome = BurstOutcome::kRun;
   if (r.ok()) {
@@ -599,6 +610,22 @@ void ProbeScheduler::ReportGuard(uint64_t version, const GuardedPlan& g) {
   }
 }
 
+void ProbeScheduler::NoteCpuPressure(const net::BandwidthProbe& probe, const net::ProbeResult& r) {
+  if (r.lost || r.cpu_pressure_permille != 0) return;
+  cpu_pressure_unmeasured_.Inc();
+  if (cpu_pressure_logged_) return;
+  cpu_pressure_logged_ = true;  // once: a kernel without PSI would say so on every burst
+  const CpuPressureMeter& m = probe.pressure_meter();
+  const char* reason = m.pressure_absent() ? "no /proc/pressure/cpu (kernel before 4.20, or psi=0)"
+                       : m.failures() > 0  ? "a reading failed"
+                                           : "the burst was too short to measure";
+  spdlog::warn(
+      "msg=\"bandwidth bursts report no CPU pressure\" reason={} detail=\"low bursts of a "
+      "contended host can then be set aside only by their CPU busy share; counted in "
+      "fabricwatch_probe_cpu_pressure_unmeasured_total\"",
+      LogQuote(reason));
+}
+
 void ProbeScheduler::Publish(const net::ProbeResult& r) {
   int t = static_cast<int>(r.transport);
   if (t < 0 || t >= 6) return;
@@ -612,6 +639,7 @@ void ProbeScheduler::Publish(const net::ProbeResult& r) {
   if (r.transport == net::Transport::kTcpBw && !r.lost) {
     goodput_.Set(r.goodput_bps);
     if (r.cpu_busy_permille != 0) burst_cpu_busy_.Set(r.cpu_busy_permille / 1000.0);
+    if (r.cpu_pressure_permille != 0) burst_cpu_pressure_.Set(r.cpu_pressure_permille / 1000.0);
   }
 }
 
@@ -686,6 +714,12 @@ void ProbeScheduler::BatchNow() {
         c.add_cpu_peak_permille(r.cpu_peak_permille);
       }
     }
+    if (std::any_of(results.begin(), results.end(),
+                    [](const auto& r) { return r.cpu_pressure_permille != 0; })) {
+      for (const net::ProbeResult& r : results) {
+        c.add_cpu_pressure_permille(r.cpu_pressure_permille);
+      }
+    }
     int64_t prev_sent = 0;
     for (const net::ProbeResult& r : results) {
       Publish(r);
@@ -754,6 +788,7 @@ void ProbeScheduler::BurstLoop() {
       bo.bytes = bw_bytes;
       auto r = bandwidth_->Run(*due_bw, bo);
       cpu_read_errors_.Set(static_cast<double>(bandwidth_->cpu_read_failures()));
+      if (r.ok()) NoteCpuPressure(*bandwidth_, *r);
       if (!r.ok()) {
         // A burst refused by the budget is counted by the budget itself.
         if (r.status().code() != StatusCode::kResourceExhausted) probe_errors_.Inc();

@@ -191,6 +191,9 @@ class ProbeScheduler {
   // Runs one requested burst and queues its result (probe_seq = the round; lost on failure).
   void RunRequestedBurst(net::BandwidthProbe& probe, const BurstOrder& order);
   void Publish(const net::ProbeResult& r);
+  // Counts a burst that reached its ack without a CPU pressure share, and logs the first one.
+  // Called on the burst thread.
+  void NoteCpuPressure(const net::BandwidthProbe& probe, const net::ProbeResult& r);
   void RefreshStats();
   // The local address probes leave from: listen_address when it names one, else "" (by route).
   const std::string& ProbeSource() const;
@@ -264,6 +267,9 @@ class ProbeScheduler {
   metrics::Gauge& goodput_;
   metrics::Gauge& burst_cpu_busy_;
   metrics::Counter& cpu_read_errors_;
+  metrics::Gauge& burst_cpu_pressure_;
+  metrics::Counter& cpu_pressure_unmeasured_;
+  bool cpu_pressure_logged_ = false;  // the burst thread's: one log line when it is unmeasured
   metrics::Counter& queue_dropped_;
   metrics::Counter& budget_rejected_;
   metrics::Counter& probe_errors_;

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <map>
@@ -72,16 +73,22 @@ TEST(ProbeScheduler, DefaultBudgetAdmitsBandwidthBursts) {
   EXPECT_EQ(MetricValue(text, "fabricwatch_probe_budget_rejected_total"), 0) << text;
   EXPECT_GT(MetricValue(text, "fabricwatch_probe_goodput_bps"), 0) << text;
   // Each burst carries this host's CPU busy share over its lead and itself (/proc/stat), in the
-  // batch's CPU columns; the latency rows of the same batches say "not measured".
+  // batch's CPU columns; the latency rows of the same batches say "not measured". Where the
+  // kernel has PSI, each burst also carries its CPU pressure (column 18) and the gauge shows it.
+  const bool psi = access("/proc/pressure/cpu", R_OK) == 0;
   int bursts = 0;
   for (const v1::ProbeBatch& b : buffer.TakeUnsent(1 << 20)) {
     const v1::ProbeColumns& c = b.columns();
     if (c.cpu_busy_permille().empty()) continue;
     ASSERT_EQ(c.cpu_busy_permille_size(), c.peer_size());
     ASSERT_EQ(c.cpu_peak_permille_size(), c.peer_size());
+    ASSERT_EQ(c.cpu_pressure_permille_size(), psi ? c.peer_size() : 0);
     for (int i = 0; i < c.peer_size(); ++i) {
       if (c.transport(i) != v1::TRANSPORT_TCP_BW) {
         EXPECT_EQ(c.cpu_busy_permille(i), 0u);
+        if (psi) {
+          EXPECT_EQ(c.cpu_pressure_permille(i), 0u);
+        }
         continue;
       }
       if (c.lost(i)) continue;
@@ -89,9 +96,17 @@ TEST(ProbeScheduler, DefaultBudgetAdmitsBandwidthBursts) {
       EXPECT_GE(c.cpu_busy_permille(i), 1u);
       EXPECT_LE(c.cpu_busy_permille(i), 1000u);
       EXPECT_GE(c.cpu_peak_permille(i), c.cpu_busy_permille(i));
+      if (psi) {
+        EXPECT_GE(c.cpu_pressure_permille(i), 1u);
+        EXPECT_LE(c.cpu_pressure_permille(i), 1000u);
+      }
     }
   }
   EXPECT_GE(bursts, 1);
+  if (psi) {
+    EXPECT_GT(MetricValue(text, "fabricwatch_probe_burst_cpu_pressure_ratio"), 0) << text;
+    EXPECT_EQ(MetricValue(text, "fabricwatch_probe_cpu_pressure_unmeasured_total"), 0) << text;
+  }
 }
 
 // A column block's name table, name k at index k.

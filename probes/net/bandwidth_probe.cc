@@ -66,6 +66,10 @@ StatusOr<ProbeResult> BandwidthProbe::Run(const TcpTarget& target,
   r.timestamp_ns = clock_.WallNanos();
   // A burst on a host whose CPUs are saturated measures the host, not the path: the analyzer
   // sets such low bursts aside (docs/analysis.md). A failed reading leaves "not measured".
+  // Both are read over the lead and the burst: the kernel weighs PSI's per-CPU stall times by
+  // their non-idle time in jiffies (docs/probes.md), so a share over a few milliseconds reads 0
+  // or 1; over 120 ms it is within a few percent.
+  pressure_.Start(clock_.MonotonicNanos());
   if (cpu_.Start().ok() && options.cpu_lead.count() > 0) std::this_thread::sleep_for(options.cpu_lead);
   const int64_t deadline = clock_.MonotonicNanos() + options.timeout.count();
 
@@ -154,6 +158,8 @@ StatusOr<ProbeResult> BandwidthProbe::Run(const TcpTarget& target,
   if (a.type != PacketType::kBulkAck || a.seq != r.seq || a.send_ts_ns != start) {
     return Status::Unavailable(who + ": the ack does not match the burst");
   }
+  last_pressure_ = pressure_.Stop(clock_.MonotonicNanos());
+  r.cpu_pressure_permille = static_cast<uint16_t>(BusyPermille(last_pressure_.some));
   const CpuBusy busy = cpu_.Stop();
   r.cpu_busy_permille = static_cast<uint16_t>(BusyPermille(busy.all));
   r.cpu_peak_permille = static_cast<uint16_t>(BusyPermille(busy.busiest));

@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/cpu_busy.h"
+#include "common/cpu_pressure.h"
 #include "common/status.h"
 #include "probes/net/probe_result.h"
 #include "probes/net/sha256.h"
@@ -21,9 +22,10 @@ namespace fw::net {
 struct BandwidthOptions {
   uint64_t bytes = 4u << 20;                                    // burst size (payload bytes)
   std::chrono::nanoseconds timeout = std::chrono::seconds(10);  // connect + burst + ack
-  // The host's CPU busy share is read over this lead plus the burst: the kernel's CPU times count
-  // in 10 ms units, and a burst of a few milliseconds alone is below their resolution on small
-  // hosts (common/cpu_busy.h). The prober waits this long before it connects.
+  // The host's CPU busy share and CPU pressure are read over this lead plus the burst: the
+  // kernel's CPU times count in 10 ms units, and a burst of a few milliseconds alone is below
+  // their resolution on small hosts (common/cpu_busy.h); PSI's totals are weighed by jiffies
+  // (common/cpu_pressure.h). The prober waits this long before it connects.
   std::chrono::nanoseconds cpu_lead = std::chrono::milliseconds(120);
 };
 
@@ -41,13 +43,23 @@ class BandwidthProbe {
   BandwidthProbe(const Clock& clock, ProbeBudget* budget, std::optional<std::string> key);
 
   // Runs one burst. Returns a tcp_bw ProbeResult (lost = true when the ack did not arrive in
-  // time; otherwise with the host's CPU busy share from the first byte sent to the ack), or an error: ResourceExhausted (budget), InvalidArgument (target, size), Unavailable
-  // (connect refused, reset, a malformed or mismatched ack).
+  // time; otherwise with the host's CPU busy share and CPU pressure over the lead and the burst),
+  // or an error: ResourceExhausted (budget),
+  // InvalidArgument (target, size), Unavailable (connect refused, reset, a malformed or
+  // mismatched ack).
   StatusOr<ProbeResult> Run(const TcpTarget& target, const BandwidthOptions& options);
   // Readings of the host's CPU times that failed (the result then says "not measured").
   uint64_t cpu_read_failures() const { return cpu_.failures(); }
   // Reads another file than /proc/stat (tests).
   void SetCpuStatPath(std::string path) { cpu_ = CpuBusyMeter(std::move(path)); }
+  // The CPU pressure meter (its failures and absence for the agent's counter and log line).
+  const CpuPressureMeter& pressure_meter() const { return pressure_; }
+  // Both pressure shares of the last burst that reached its ack (the result carries `some`).
+  const CpuPressure& last_pressure() const { return last_pressure_; }
+  // Reads other files than /proc/pressure/cpu and /proc/thread-self/schedstat (tests).
+  void SetCpuPressurePaths(std::string pressure, std::string schedstat) {
+    pressure_ = CpuPressureMeter(std::move(pressure), std::move(schedstat));
+  }
 
  private:
   const Clock& clock_;
@@ -55,6 +67,8 @@ class BandwidthProbe {
   std::optional<HmacSha256> key_;
   std::vector<uint8_t> chunk_;  // zeros streamed as the payload, allocated once
   CpuBusyMeter cpu_;            // /proc/stat over each burst; its buffers are reused
+  CpuPressureMeter pressure_;   // PSI and this thread's run delay over the lead and the burst
+  CpuPressure last_pressure_;
   uint64_t seq_ = 0;
 };
 

@@ -36,6 +36,13 @@ TEST(BandwidthProbeTest, BurstGoodputIsPlausibleAndTheReplyIsOnlyAnAck) {
   EXPECT_GE(r->cpu_busy_permille, 1);
   EXPECT_LE(r->cpu_busy_permille, 1000);
   EXPECT_EQ(probe.cpu_read_failures(), 0u);
+  // Its CPU pressure over the burst alone (PSI, where the kernel has it) and this thread's wait.
+  if (!probe.pressure_meter().pressure_absent()) {
+    EXPECT_GE(r->cpu_pressure_permille, 1);
+    EXPECT_LE(r->cpu_pressure_permille, 1000);
+    EXPECT_EQ(r->cpu_pressure_permille, BusyPermille(probe.last_pressure().some));
+  }
+  EXPECT_EQ(probe.pressure_meter().failures(), 0u);
   // The responder counts its send just after the ack leaves: give it a moment.
   testing::Eventually([&] { return responder->Stats().bytes_out > 0; }, 2s);
   ResponderStats s = responder->Stats();
@@ -59,6 +66,29 @@ TEST(BandwidthProbeTest, AnUnreadableCpuFileIsCountedAndTheBurstStillMeasures) {
   EXPECT_EQ(r->cpu_busy_permille, 0);
   EXPECT_EQ(r->cpu_peak_permille, 0);
   EXPECT_EQ(probe.cpu_read_failures(), 1u);
+}
+
+// A kernel without PSI: the burst reports no CPU pressure, which is no failure; this thread's
+// own wait is still measured.
+TEST(BandwidthProbeTest, WithoutPressureStallInformationTheBurstSaysNotMeasured) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  BandwidthProbe probe(RealClock::Get(), nullptr, std::nullopt);
+  probe.SetCpuPressurePaths("/nonexistent/pressure/cpu", "/proc/thread-self/schedstat");
+  BandwidthOptions o;
+  o.bytes = 1u << 20;
+  o.cpu_lead = 0ms;
+  for (int i = 0; i < 2; ++i) {
+    auto r = probe.Run({"peer", "127.0.0.1", responder->port()}, o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_GT(r->goodput_bps, 0);
+    EXPECT_EQ(r->cpu_pressure_permille, 0);
+  }
+  EXPECT_TRUE(probe.pressure_meter().pressure_absent());
+  EXPECT_EQ(probe.pressure_meter().failures(), 0u);
+  EXPECT_FALSE(probe.pressure_meter().schedstat_absent());
+  const double wait = probe.last_pressure().thread_wait;  // -1: a burst under 200 µs
+  EXPECT_TRUE(wait == -1 || (wait >= 0 && wait <= 1)) << wait;
 }
 
 TEST(BandwidthProbeTest, BudgetRefusesABurstItCannotPayFor) {

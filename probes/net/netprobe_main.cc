@@ -41,10 +41,10 @@ int main(int argc, char** argv) {
   uint16_t port = 9753;
   double seconds = 10, rate = 1, src_rate = 1000;
   uint32_t flows = 1, payload = 0, slots = 10, repeat = 1;
-  int timeout_ms = 1000;
+  int timeout_ms = 1000, cpu_lead_ms = 120;
   double send_phase_ms = 0;
   uint64_t bytes = 4u << 20;
-  bool user_ts = false, kernel_rtt = false, respond_own_thread = false;
+  bool user_ts = false, kernel_rtt = false, respond_own_thread = false, per_burst = false;
   uint16_t respond_port = 0;
   const fw::net::BusyPollOptions busy_defaults;
   double busy_poll_us = static_cast<double>(busy_defaults.max_window_ns) / 1e3;  // 0: off
@@ -87,6 +87,11 @@ int main(int argc, char** argv) {
   bw->add_option("--bytes", bytes, "burst size");
   bw->add_option("--repeat", repeat, "bursts, one after another");
   bw->add_option("--timeout-ms", timeout_ms, "per-burst timeout");
+  bw->add_option("--cpu-lead-ms", cpu_lead_ms,
+                 "the wait before each burst over which its host CPU is read as well (the "
+                 "agent's 120; 0: the burst alone)");
+  bw->add_flag("--per-burst", per_burst,
+               "a line per burst: its time, goodput and host CPU (busy share, PSI, own wait)");
 
   CLI::App* conn = app.add_subcommand("tcp-connect", "TCP connect-latency probes");
   conn->add_option("--target", target, "IP:PORT of the responder")->required();
@@ -219,7 +224,8 @@ int main(int argc, char** argv) {
     fw::net::BandwidthOptions o;
     o.bytes = bytes;
     o.timeout = std::chrono::milliseconds(timeout_ms);
-    std::vector<double> mbps;
+    o.cpu_lead = std::chrono::milliseconds(cpu_lead_ms);
+    std::vector<double> mbps, some, wait;
     for (uint32_t i = 0; i < repeat; ++i) {
       auto r = probe.Run(t, o);
       if (!r.ok()) return Fail(r.status());
@@ -228,9 +234,21 @@ int main(int argc, char** argv) {
         continue;
       }
       mbps.push_back(r->goodput_bps / 1e6);
+      // Over the lead and the burst (docs/probes.md "Host CPU during a burst"); -1: unknown.
+      const fw::CpuPressure& p = probe.last_pressure();
+      some.push_back(p.some);
+      wait.push_back(p.thread_wait);
+      if (per_burst) {
+        std::printf("burst=%u ms=%.2f mbps=%.1f cpu_busy=%.3f psi_some=%.3f thread_wait=%.3f\n", i,
+                    static_cast<double>(r->rtt_ns) / 1e6, r->goodput_bps / 1e6,
+                    r->cpu_busy_permille / 1000.0, p.some, p.thread_wait);
+      }
     }
-    std::printf("bursts=%zu bytes=%lu goodput_p50_mbps=%.2f goodput_max_mbps=%.2f\n", mbps.size(),
-                bytes, Percentile(mbps, 0.5), Percentile(mbps, 1.0));
+    std::printf(
+        "bursts=%zu bytes=%lu goodput_p50_mbps=%.2f goodput_max_mbps=%.2f psi_some_p50=%.3f "
+        "thread_wait_p50=%.3f\n",
+        mbps.size(), bytes, Percentile(mbps, 0.5), Percentile(mbps, 1.0), Percentile(some, 0.5),
+        Percentile(wait, 0.5));
     return mbps.empty() ? 2 : 0;
   }
 

@@ -45,6 +45,10 @@ struct ProbeResult {
   // busiest one, in thousandths (common/cpu_busy.h BusyPermille); 0: not measured.
   uint16_t cpu_busy_permille = 0;
   uint16_t cpu_peak_permille = 0;
+  // Bursts: the share of the burst's time (and its lead) during which runnable tasks on the
+  // prober's host waited for a CPU (PSI "some", common/cpu_pressure.h), in thousandths; 0: not
+  // measured.
+  uint16_t cpu_pressure_permille = 0;
 
   void SetPeer(std::string_view name);
   std::string_view PeerName() const { return std::string_view(peer.data()); }

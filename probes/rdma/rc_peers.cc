@@ -203,11 +203,14 @@ void RcPeers::RunBurst(Session& s, int64_t now) {
   // The host's CPU over the burst: a saturated host posts and polls late, and its low goodput is
   // the host's (docs/analysis.md). No lead as for tcp_bw (the UD mesh shares this thread): on a
   // small host a short burst stays under the counters' resolution and reads "not measured".
+  // CPU pressure (PSI, microseconds) measures such a burst on any host.
   const bool cpu = cpu_.Start().ok();
+  pressure_.Start(clock_.MonotonicNanos());
   auto b = s.qp->RunBurst(clock_, budget_);
   const int64_t end = clock_.MonotonicNanos();
   if (b.ok()) {
     ++stats_.bursts;
+    r.base.cpu_pressure_permille = static_cast<uint16_t>(BusyPermille(pressure_.Stop(end).some));
     if (cpu) {
       const CpuBusy busy = cpu_.Stop();
       r.base.cpu_busy_permille = static_cast<uint16_t>(BusyPermille(busy.all));

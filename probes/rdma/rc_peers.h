@@ -30,6 +30,7 @@
 #include "common/backoff.h"
 #include "common/clock.h"
 #include "common/cpu_busy.h"
+#include "common/cpu_pressure.h"
 #include "common/status.h"
 #include "probes/net/token_bucket.h"
 #include "probes/rdma/rc_write_bw.h"
@@ -134,6 +135,7 @@ class RcPeers {
   uint64_t seed_;
   RcPeersStats stats_;
   CpuBusyMeter cpu_;  // the host's CPU over each burst (its buffers are reused)
+  CpuPressureMeter pressure_;  // its CPU pressure over each burst
 };
 
 }  // namespace fw::rdma

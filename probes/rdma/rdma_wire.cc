@@ -161,6 +161,7 @@ void ResultToProto(const RdmaProbeResult& r, v1::ProbeResult* out) {
     out->set_dst_nic(std::string(r.PeerDevice()));
     out->set_cpu_busy_permille(r.base.cpu_busy_permille);
     out->set_cpu_peak_permille(r.base.cpu_peak_permille);
+    out->set_cpu_pressure_permille(r.base.cpu_pressure_permille);
     return;
   }
   out->set_transport(v1::TRANSPORT_RDMA_UD);

@@ -75,17 +75,22 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     o.last_probes = w.last_probes;
     o.last_lost = w.last_lost;
     o.ratio_sum = static_cast<float>(w.ratio_sum);
-    // A low burst from a prober whose CPUs were saturated during it measures the host, not the
-    // path: it is set aside (neither a bandwidth sample nor a bad flow) and counted against the
-    // host (HostStats::cpu_saturated_bursts). A saturated host's burst that reached the expected
+    // A low burst from a prober whose CPUs were saturated (busy share) or contended (its
+    // runnable tasks waited for a CPU, CPU pressure) during it measures the host, not the path:
+    // it is set aside (neither a bandwidth sample nor a bad flow) and counted against the host
+    // (HostStats::cpu_saturated_bursts). A saturated host's burst that reached the expected
     // goodput still counts: the path delivered it.
     bool cpu_set_aside = false;
+    bool by_pressure = false;
     double set_aside_ratio = 0;
     if (w.goodput_bps > 0) {
       const double median = a_.class_stats_[ci].bw_expected;
-      const double limit = a_.config_.bandwidth_cpu_busy_limit;
+      const double busy_limit = a_.config_.bandwidth_cpu_busy_limit;
+      const double pressure_limit = a_.config_.bandwidth_cpu_pressure_limit;
       const bool low = median > 0 && w.goodput_bps / median < a_.config_.bandwidth_ratio;
-      if (low && limit > 0 && w.goodput_cpu_busy >= limit) {
+      const bool busy = busy_limit > 0 && w.goodput_cpu_busy >= busy_limit;
+      by_pressure = !busy && pressure_limit > 0 && w.goodput_cpu_pressure >= pressure_limit;
+      if (low && (busy || by_pressure)) {
         cpu_set_aside = true;
         set_aside_ratio = w.goodput_bps / median;
         ++ev_.cpu_saturated_bursts;
@@ -118,9 +123,14 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
       ++s.bursts;
       if (cpu_set_aside) {
         ++s.cpu_saturated_bursts;
-        s.cpu_busy_sum += w.goodput_cpu_busy;
-        s.cpu_peak_max = std::max(s.cpu_peak_max, w.goodput_cpu_peak);
         s.cpu_bw_ratio_sum += set_aside_ratio;
+        if (by_pressure) {
+          ++s.cpu_pressure_bursts;
+          s.cpu_pressure_sum += w.goodput_cpu_pressure;
+        } else {
+          s.cpu_busy_sum += w.goodput_cpu_busy;
+          s.cpu_peak_max = std::max(s.cpu_peak_max, w.goodput_cpu_peak);
+        }
       }
     }
     if (guard_bad) {

@@ -60,7 +60,8 @@ struct TickStats {
   size_t baselines_ready = 0;
   size_t noisy_hosts = 0;
   // Low bursts in the bandwidth window set aside as link evidence: their prober's CPUs were at
-  // least AnalysisConfig::bandwidth_cpu_busy_limit busy during them.
+  // least AnalysisConfig::bandwidth_cpu_busy_limit busy during them, or under at least
+  // bandwidth_cpu_pressure_limit CPU pressure.
   size_t cpu_saturated_bursts = 0;
   uint64_t store_errors = 0;
   // rdma_ud series not created because their table was full (HostDelays, RdmaLosses::kMaxSeries).

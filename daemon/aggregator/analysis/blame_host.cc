@@ -1,6 +1,7 @@
 // Host level: hosts whose own probes, or the probes to them, are bad while the other direction is
-// clean are named as noisy hosts (host_network), and so are hosts whose CPUs were saturated during
-// their bandwidth bursts, whose low goodput the analyzer set aside as link evidence.
+// clean are named as noisy hosts (host_network), and so are hosts whose CPUs were saturated or
+// under CPU pressure during their bandwidth bursts, whose low goodput the analyzer set aside as
+// link evidence.
 #include "daemon/aggregator/analysis/blamer.h"
 
 namespace fw::analysis::blame {
@@ -8,24 +9,51 @@ namespace {
 
 // The CPU evidence of a host whose low bursts were set aside, and the sentence that says it.
 bool CpuSaturated(const HostStats& h, const AnalysisConfig& c) {
-  return c.bandwidth_cpu_busy_limit > 0 && h.cpu_saturated_bursts > 0 &&
+  return h.cpu_saturated_bursts > 0 &&
          h.cpu_saturated_bursts >= static_cast<uint32_t>(std::max(1, c.host_cpu_saturated_bursts));
 }
 
 void AddCpuEvidence(const HostStats& h, Finding& f) {
   const double n = h.cpu_saturated_bursts;
+  const double busy_n = n - h.cpu_pressure_bursts;
   f.evidence["cpu_saturated_bursts"] = n;
   f.evidence["bursts"] = h.bursts;
-  f.evidence["cpu_busy"] = h.cpu_busy_sum / n;
+  if (busy_n > 0) f.evidence["cpu_busy"] = h.cpu_busy_sum / busy_n;
   if (h.cpu_peak_max >= 0) f.evidence["cpu_busiest"] = h.cpu_peak_max;
+  if (h.cpu_pressure_bursts > 0) {
+    f.evidence["cpu_pressure_bursts"] = h.cpu_pressure_bursts;
+    f.evidence["cpu_pressure"] = h.cpu_pressure_sum / h.cpu_pressure_bursts;
+  }
   f.evidence["bandwidth_ratio"] = h.cpu_bw_ratio_sum / n;
 }
 
+// The mean of the shares that set the bursts aside (busy or pressure): the finding's confidence.
+double CpuConfidence(const HostStats& h) {
+  return std::clamp((h.cpu_busy_sum + h.cpu_pressure_sum) / h.cpu_saturated_bursts, 0.0, 0.99);
+}
+
+// "l1h1's CPUs were 97% busy on average (its busiest CPU 100%) during 4 of ...", "l1h1's CPU
+// pressure was 80% on average (...) during 2 of ...", or both joined for a host with both kinds.
 std::string CpuSentence(const std::string& name, const HostStats& h, double window_s) {
   const double n = h.cpu_saturated_bursts;
-  return name + Fmt("'s CPUs were %.0f%% busy on average", 100 * h.cpu_busy_sum / n) +
-         (h.cpu_peak_max >= 0 ? Fmt(" (its busiest CPU %.0f%%)", 100 * h.cpu_peak_max) : "") +
-         Fmt(" during %.0f of its %.0f bandwidth bursts", n, h.bursts) +
+  const double pressure_n = h.cpu_pressure_bursts;
+  const double busy_n = n - pressure_n;
+  std::string what;
+  if (busy_n > 0) {
+    what = Fmt("'s CPUs were %.0f%% busy on average", 100 * h.cpu_busy_sum / busy_n) +
+           (h.cpu_peak_max >= 0 ? Fmt(" (its busiest CPU %.0f%%)", 100 * h.cpu_peak_max) : "");
+  }
+  if (pressure_n > 0) {
+    what += (busy_n > 0 ? Fmt(" during %.0f, and its", busy_n) : std::string("'s")) +
+            Fmt(" CPU pressure was %.0f%% on average (the share of the time around each burst "
+                "during which its runnable tasks waited for a CPU)",
+                100 * h.cpu_pressure_sum / pressure_n);
+    if (busy_n > 0) what += Fmt(" during %.0f,", pressure_n);
+  }
+  const bool both = busy_n > 0 && pressure_n > 0;
+  return name + what +
+         (both ? Fmt(" of its %.0f bandwidth bursts", h.bursts)
+               : Fmt(" during %.0f of its %.0f bandwidth bursts", n, h.bursts)) +
          Fmt(" in the last %.0f s, which reached %.2f of the expected goodput: the host limited "
              "them, not the fabric, and they are not counted against any link.",
              window_s, h.cpu_bw_ratio_sum / n);
@@ -46,7 +74,7 @@ void Blamer::HostLevel() {
     if (!h.noisy_out && !h.noisy_in) {
       // Saturated CPUs alone: the figures of its set-aside bursts.
       AddCpuEvidence(h, f);
-      f.confidence = std::clamp(h.cpu_busy_sum / h.cpu_saturated_bursts, 0.0, 0.99);
+      f.confidence = CpuConfidence(h);
       f.summary = CpuSentence(name, h, c_.bandwidth_window_s);
       Emit("node:" + name, std::move(f), false);
       continue;

@@ -32,13 +32,19 @@ struct HostStats {
   std::array<bool, kSignalCount> noisy_out_by{};
   std::array<bool, kSignalCount> noisy_in_by{};
   // Its bursts (as prober) in the bandwidth window, and of those the low ones set aside because
-  // its CPUs were saturated during them (AnalysisConfig::bandwidth_cpu_busy_limit), with their
+  // its CPUs were saturated or contended during them (AnalysisConfig::bandwidth_cpu_busy_limit,
+  // bandwidth_cpu_pressure_limit), with their
   // mean CPU busy share, the busiest single CPU's highest, and their mean bandwidth ratio.
+  // Of the set-aside bursts, `cpu_pressure_bursts` were set aside by their CPU pressure alone
+  // (bandwidth_cpu_pressure_limit; their busy share was under its limit or not measured), with
+  // their mean pressure share; the busy sums cover the others.
   uint32_t bursts = 0;
   uint32_t cpu_saturated_bursts = 0;
   double cpu_busy_sum = 0;
   double cpu_peak_max = -1;
   double cpu_bw_ratio_sum = 0;
+  uint32_t cpu_pressure_bursts = 0;
+  double cpu_pressure_sum = 0;
   bool noisy_out = false;  // its own probes are bad in some signal while its peers' are clean
   bool noisy_in = false;   // probes to it are bad in some signal while its own probes are clean
 };

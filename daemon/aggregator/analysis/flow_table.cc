@@ -71,6 +71,9 @@ FlowWindow FlowTable::WindowOf(const FlowSeen& f, uint32_t now_s) const {
     w.goodput_bps = f.goodput_bps;
     if (f.goodput_cpu_busy_pct != 0) w.goodput_cpu_busy = f.goodput_cpu_busy_pct / 100.0;
     if (f.goodput_cpu_peak_pct != 0) w.goodput_cpu_peak = f.goodput_cpu_peak_pct / 100.0;
+    if (f.goodput_cpu_pressure_pct != 0) {
+      w.goodput_cpu_pressure = f.goodput_cpu_pressure_pct / 100.0;
+    }
   }
   return w;
 }

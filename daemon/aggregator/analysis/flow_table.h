@@ -52,6 +52,8 @@ struct FlowWindow {
   // [0.01, 1]; -1: not measured.
   double goodput_cpu_busy = -1;
   double goodput_cpu_peak = -1;
+  // Its CPU pressure share (runnable tasks waited for a CPU) over the burst; -1: not measured.
+  double goodput_cpu_pressure = -1;
 };
 
 struct PairRef {

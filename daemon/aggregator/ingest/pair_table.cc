@@ -183,6 +183,7 @@ void PairTable::RecordLocked(Pair& p, FlowSeen& f, const ProbeSample& sample, Tr
       f.goodput_s = s;
       f.goodput_cpu_busy_pct = CpuPercent(sample.cpu_busy_permille);
       f.goodput_cpu_peak_pct = CpuPercent(sample.cpu_peak_permille);
+      f.goodput_cpu_pressure_pct = CpuPercent(sample.cpu_pressure_permille);
     }
     return;
   }
@@ -278,7 +279,7 @@ size_t PairTable::RecordBatch(std::span<const ReportedProbe> results, int64_t no
     runs.Advance();
     RecordLocked(*p, *f,
                  ProbeSample{r.lost, r.rtt_ns, r.goodput_bps, r.cpu_busy_permille,
-                             r.cpu_peak_permille},
+                             r.cpu_peak_permille, r.cpu_pressure_permille},
                  r.transport, now_ns);
     ++recorded;
   }

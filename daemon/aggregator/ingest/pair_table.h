@@ -72,9 +72,10 @@ struct FlowSeen {
   // the NIC pair keeps their flows apart.
   uint8_t nics = 0;
   // The last bandwidth sample's prober CPU busy share in percent (1..100; all CPUs, the busiest
-  // one); 0: not measured. Fits the struct's padding.
+  // one) and its CPU pressure share in percent; 0: not measured. Fit the struct's padding.
   uint8_t goodput_cpu_busy_pct = 0;
   uint8_t goodput_cpu_peak_pct = 0;
+  uint8_t goodput_cpu_pressure_pct = 0;
 };
 
 // The store's seconds for flows: aggregator monotonic seconds + 1, so that 0 means "never".

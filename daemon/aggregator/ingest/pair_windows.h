@@ -28,6 +28,7 @@ struct ProbeSample {
   // measured (ReportedProbe).
   uint16_t cpu_busy_permille = 0;
   uint16_t cpu_peak_permille = 0;
+  uint16_t cpu_pressure_permille = 0;  // CPU pressure over the burst (ReportedProbe); 0: none
 };
 
 struct WindowStats {

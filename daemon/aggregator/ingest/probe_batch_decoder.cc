@@ -79,7 +79,8 @@ ColumnError CheckColumns(const v1::ProbeColumns& c, size_t names) {
       !fits(c.flow_id_size()) || !fits(c.probe_seq_size()) || !fits(c.lost_size()) ||
       !fits(c.rtt_ns_size()) || !fits(c.bytes_size()) || !fits(c.goodput_bps_size()) ||
       !fits(c.sent_unix_ns_delta_size()) || !fits(c.src_nic_size()) || !fits(c.dst_nic_size()) ||
-      !fits(c.cpu_busy_permille_size()) || !fits(c.cpu_peak_permille_size())) {
+      !fits(c.cpu_busy_permille_size()) || !fits(c.cpu_peak_permille_size()) ||
+      !fits(c.cpu_pressure_permille_size())) {
     return ColumnError::kColumnLength;
   }
   auto in_range = [names](const google::protobuf::RepeatedField<uint32_t>& col) {
@@ -141,8 +142,8 @@ constexpr size_t kMaxNicNameBytes = 64;
 // A NIC name that may end up in a finding's location: not too long, clean UTF-8.
 bool CleanNic(std::string_view s) { return s.size() <= kMaxNicNameBytes && IsCleanUtf8(s); }
 
-// A CPU busy share in thousandths; one over 1000 (no agent sends it) is dropped alone, as "not
-// measured": the burst's goodput still counts.
+// A CPU busy or pressure share in thousandths; one over 1000 (no agent sends it) is dropped alone,
+// as "not measured": the burst's goodput still counts.
 uint16_t CleanPermille(uint32_t v) { return v <= 1000 ? static_cast<uint16_t>(v) : 0; }
 
 // Slots are reused: a row without the RDMA split must not keep an earlier row's.
@@ -151,6 +152,7 @@ void ClearHostSplit(ReportedProbe& x) {
   x.responder_host_ns = 0;
   x.cpu_busy_permille = 0;
   x.cpu_peak_permille = 0;
+  x.cpu_pressure_permille = 0;
   x.src_nic.clear();
   x.dst_nic.clear();
 }
@@ -165,6 +167,7 @@ void SetHostSplit(ReportedProbe& x, const v1::ProbeResult& r) {
   if (CleanNic(r.dst_nic())) x.dst_nic = r.dst_nic();
   x.cpu_busy_permille = CleanPermille(r.cpu_busy_permille());
   x.cpu_peak_permille = CleanPermille(r.cpu_peak_permille());
+  x.cpu_pressure_permille = CleanPermille(r.cpu_pressure_permille());
   if (x.transport != Transport::kRdmaUd) return;
   x.prober_host_ns = std::max<int64_t>(r.prober_host_ns(), 0);
   x.responder_host_ns = std::max<int64_t>(r.responder_host_ns(), 0);
@@ -352,6 +355,9 @@ DecodeOutcome Decode(std::string_view node, NodeId node_id, const v1::ProbeBatch
         }
         if (!c.cpu_peak_permille().empty()) {
           x.cpu_peak_permille = CleanPermille(c.cpu_peak_permille(row));
+        }
+        if (!c.cpu_pressure_permille().empty()) {
+          x.cpu_pressure_permille = CleanPermille(c.cpu_pressure_permille(row));
         }
       }
     } else if (cache) {

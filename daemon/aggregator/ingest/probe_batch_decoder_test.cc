@@ -54,6 +54,8 @@ v1::ProbeBatch ColumnBatch() {
   // The burst's host CPU: 95.0 % over all CPUs, its busiest at 100 %; the latency rows have none.
   for (uint32_t v : {0u, 0u, 950u}) c.add_cpu_busy_permille(v);
   for (uint32_t v : {0u, 0u, 1000u}) c.add_cpu_peak_permille(v);
+  // ...and its CPU pressure: runnable tasks waited for a CPU during 61.5 % of it.
+  for (uint32_t v : {0u, 0u, 615u}) c.add_cpu_pressure_permille(v);
   return b;
 }
 
@@ -77,6 +79,7 @@ v1::ProbeBatch RowBatch() {
     r->set_goodput_bps(c.goodput_bps(i));
     r->set_cpu_busy_permille(c.cpu_busy_permille(i));
     r->set_cpu_peak_permille(c.cpu_peak_permille(i));
+    r->set_cpu_pressure_permille(c.cpu_pressure_permille(i));
   }
   return b;
 }
@@ -94,6 +97,7 @@ void ExpectSame(const ReportedProbe& a, const ReportedProbe& b) {
   EXPECT_EQ(a.goodput_bps, b.goodput_bps);
   EXPECT_EQ(a.cpu_busy_permille, b.cpu_busy_permille);
   EXPECT_EQ(a.cpu_peak_permille, b.cpu_peak_permille);
+  EXPECT_EQ(a.cpu_pressure_permille, b.cpu_pressure_permille);
 }
 
 TEST(ProbeBatchDecoderTest, ColumnsAndResultsDecodeToTheSameResults) {
@@ -146,6 +150,49 @@ TEST(ProbeBatchDecoderTest, CpuColumnsSurviveTheWireAndAreChecked) {
   ASSERT_EQ(DecodeProbeBatch("me", plain, kAnyPeer, out).appended, 3u);
   EXPECT_EQ(out[2].cpu_busy_permille, 0);
   EXPECT_EQ(out[2].cpu_peak_permille, 0);
+}
+
+// The CPU pressure column (ProbeColumns 18) and field (ProbeResult 19) through their wire bytes:
+// kept when present, "not measured" when absent (agents older than the field) or malformed, and
+// a column of the wrong length refuses the block like any other.
+TEST(ProbeBatchDecoderTest, CpuPressureSurvivesTheWireAndOldAgentsAndGarbageReadNotMeasured) {
+  std::vector<ReportedProbe> out;
+  for (const v1::ProbeBatch& form : {ColumnBatch(), RowBatch()}) {
+    v1::ProbeBatch wire;
+    ASSERT_TRUE(wire.ParseFromString(form.SerializeAsString()));
+    ASSERT_EQ(DecodeProbeBatch("me", wire, kAnyPeer, out).appended, 3u);
+    EXPECT_EQ(out[2].cpu_pressure_permille, 615);
+    EXPECT_EQ(out[0].cpu_pressure_permille, 0);
+  }
+
+  // An old agent: no pressure column, the busy columns as before. The reused slot is cleared.
+  v1::ProbeBatch old_cols = ColumnBatch();
+  old_cols.mutable_columns()->clear_cpu_pressure_permille();
+  ASSERT_EQ(DecodeProbeBatch("me", old_cols, kAnyPeer, out).appended, 3u);
+  EXPECT_EQ(out[2].cpu_pressure_permille, 0);
+  EXPECT_EQ(out[2].cpu_busy_permille, 950);
+  v1::ProbeBatch old_rows = RowBatch();
+  for (v1::ProbeResult& r : *old_rows.mutable_results()) r.clear_cpu_pressure_permille();
+  ASSERT_EQ(DecodeProbeBatch("me", old_rows, kAnyPeer, out).appended, 3u);
+  EXPECT_EQ(out[2].cpu_pressure_permille, 0);
+
+  // Garbage (over 1000) is dropped alone: the goodput and the busy share still count.
+  v1::ProbeBatch bad_cols = ColumnBatch();
+  bad_cols.mutable_columns()->set_cpu_pressure_permille(2, 70000);
+  ASSERT_EQ(DecodeProbeBatch("me", bad_cols, kAnyPeer, out).appended, 3u);
+  EXPECT_EQ(out[2].cpu_pressure_permille, 0);
+  EXPECT_EQ(out[2].cpu_busy_permille, 950);
+  EXPECT_EQ(out[2].goodput_bps, 9.5e9);
+  v1::ProbeBatch bad_rows = RowBatch();
+  bad_rows.mutable_results(2)->set_cpu_pressure_permille(1001);
+  ASSERT_EQ(DecodeProbeBatch("me", bad_rows, kAnyPeer, out).appended, 3u);
+  EXPECT_EQ(out[2].cpu_pressure_permille, 0);
+  EXPECT_EQ(out[2].goodput_bps, 9.5e9);
+
+  v1::ProbeBatch short_col = ColumnBatch();
+  short_col.mutable_columns()->mutable_cpu_pressure_permille()->RemoveLast();
+  EXPECT_EQ(DecodeProbeBatch("me", short_col, kAnyPeer, out).column_error,
+            ColumnError::kColumnLength);
 }
 
 TEST(ProbeBatchDecoderTest, ABatchWithBothFormsYieldsResultsThenRows) {

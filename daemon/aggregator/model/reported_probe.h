@@ -55,6 +55,10 @@ struct ReportedProbe {
   // the host, not the path (AnalysisConfig::bandwidth_cpu_busy_limit).
   uint16_t cpu_busy_permille = 0;
   uint16_t cpu_peak_permille = 0;
+  // Bursts: the share of the burst's time (and its lead) during which runnable tasks on the
+  // prober's host waited for a CPU (PSI), in thousandths; 0: not measured
+  // (AnalysisConfig::bandwidth_cpu_pressure_limit).
+  uint16_t cpu_pressure_permille = 0;
   std::string src_nic;  // the RDMA devices at either end, when the agent named them
   std::string dst_nic;
 };
