@@ -102,8 +102,8 @@ struct AnalysisConfig {
   // The same for a low burst around which runnable tasks on the prober's host waited for a CPU at
   // least this share of the time (PSI "some" over the burst and its lead, docs/probes.md): it
   // covers bursts without a busy share (RC bursts on small hosts) and hosts that are contended
-  // without reaching the busy limit. 0 turns the rule off. docs/analysis.md says why 0.25.
-  double bandwidth_cpu_pressure_limit = 0.25;
+  // without reaching the busy limit. 0 turns the rule off. docs/analysis.md says why 0.5.
+  double bandwidth_cpu_pressure_limit = 0.5;
   // A host whose CPUs were saturated during at least this many of its bursts in the bandwidth
   // window (repeatedly: one busy moment is no finding) gets a host_network finding that says so.
   int host_cpu_saturated_bursts = 2;
