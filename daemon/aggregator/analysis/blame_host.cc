@@ -32,8 +32,9 @@ double CpuConfidence(const HostStats& h) {
   return std::clamp((h.cpu_busy_sum + h.cpu_pressure_sum) / h.cpu_saturated_bursts, 0.0, 0.99);
 }
 
-// "l1h1's CPUs were 97% busy on average (its busiest CPU 100%) during 4 of ...", "l1h1's CPU
-// pressure was 80% on average (...) during 2 of ...", or both joined for a host with both kinds.
+// The finding's sentence: the mean busy share (and the busiest CPU) of the bursts the busy rule
+// set aside, the mean pressure share of those the pressure rule set aside, each with its count
+// when a host has both kinds; then the goodput they reached and why no link is blamed.
 std::string CpuSentence(const std::string& name, const HostStats& h, double window_s) {
   const double n = h.cpu_saturated_bursts;
   const double pressure_n = h.cpu_pressure_bursts;
