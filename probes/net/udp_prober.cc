@@ -15,6 +15,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 
 #include "common/log.h"
@@ -53,11 +54,23 @@ struct Flow {
   ProbeResult result_template;  // peer, ports, flow id, bytes filled in once
 };
 
+// The flows of one rate: their period cut into send slots, and when the next slot goes.
+struct RateSchedule {
+  double rate_hz = 0;
+  int64_t period_ns = 0;
+  int64_t step_ns = 1;                       // period_ns / slots
+  std::vector<std::vector<uint32_t>> slots;  // flow indexes per send slot
+  uint32_t next_slot = 0;
+  int64_t next_time = 0;  // CLOCK_MONOTONIC (of clock_)
+};
+
 struct Sock {
   Fd fd;
   int family = AF_INET;
   uint16_t port = 0;
-  std::vector<mmsghdr> tx_msgs;  // one per peer: at most one probe per peer per slot
+  // One per peer: a peer's flow j is on socket j and in one slot of one schedule, so a batch
+  // (the slots of every schedule due at one wakeup) holds at most one probe per peer.
+  std::vector<mmsghdr> tx_msgs;
   std::vector<iovec> tx_iov;
   std::vector<uint32_t> tx_flows;  // flow index of each queued message
   size_t tx_count = 0;
@@ -113,7 +126,11 @@ class UdpProber::Loop {
   void Wake();
   Status Apply(const UdpProbePlan& plan);
   StatusOr<size_t> SocketFor(int family, uint32_t j);
-  void SendSlot(uint32_t slot);
+  // Sends the due send slot of every schedule whose slot time has come, in one batch per socket,
+  // and moves each one's schedule on.
+  void SendDueSlots(int64_t now);
+  // Queues the probes of one slot's flows into their sockets' batches.
+  void QueueSlot(const std::vector<uint32_t>& slot, int64_t wall);
   // `events`: what epoll reported for the socket (EPOLLERR: its error queue holds TX stamps).
   void Receive(size_t sock_index, uint32_t events);
   // Reads software TX timestamps off the socket's error queue into the pending probes.
@@ -175,16 +192,13 @@ class UdpProber::Loop {
   std::vector<Sock> sockets_;
   std::vector<std::vector<size_t>> by_family_{2};  // [v4|v6][j] -> index into sockets_
   std::vector<Flow> flows_;
-  std::vector<std::vector<uint32_t>> slots_;  // flow indexes per send slot
+  std::vector<RateSchedule> schedules_;  // one per distinct rate of the plan
   uint32_t generation_ = 0;
-  int64_t period_ns_ = 0;
   int64_t timeout_ns_ = 0;
-  int64_t next_slot_time_ = 0;
-  uint32_t next_slot_ = 0;
-  int64_t slot_step_ns_ = 1;  // period_ns_ / slots
-  // The first slot time at or after `mono` on the wall clock's grid (UdpProberOptions::
-  // align_send_slots), or `mono` itself without alignment.
-  int64_t SlotAtOrAfter(int64_t mono) const;
+  int64_t next_send_time_ = 0;  // the earliest next_time of schedules_
+  // The first slot time at or after `mono` on the wall clock's grid of slot length `step`
+  // (UdpProberOptions::align_send_slots), or `mono` itself without alignment.
+  int64_t SlotAtOrAfter(int64_t mono, int64_t step) const;
   std::vector<uint8_t> rx_buffers_;
   size_t rx_buffer_size_ = 0;
   size_t packet_len_ = 0;  // every probe of the current plan has this size
@@ -422,12 +436,17 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
   std::vector<Flow> flows;
   const uint32_t generation = generation_ + 1;
   const size_t packet_len = kHeaderSize + (key_ ? kMacSize : 0) + plan.payload_bytes;
-  const size_t ring = static_cast<size_t>(std::ceil(plan.rate_hz * plan.timeout_ns * 1e-9)) + 2;
   size_t peers = 0;
   std::vector<size_t> socks;
+  std::vector<double> flow_rate;  // per flow
   for (const PeerTarget& p : plan.peers) {
     if (std::optional<PlanSkip> why = CheckPeer(p.name, p.address, p.port)) {
       skip(*why, p, "address '" + p.address + "' port " + std::to_string(p.port));
+      continue;
+    }
+    const double rate = p.rate_hz == 0 ? plan.rate_hz : p.rate_hz;
+    if (!(rate > 0 && rate <= kUdpMaxRateHz)) {  // NaN and infinity fail too
+      skip(PlanSkip::kRate, p, "rate " + std::to_string(p.rate_hz) + "/s (0..10000)");
       continue;
     }
     if (p.flows == 0 || p.flows > kUdpMaxFlowsPerPeer ||
@@ -450,7 +469,10 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
       continue;
     }
     ++peers;
+    // Room for every probe that can be outstanding within the timeout at this peer's rate.
+    const size_t ring = static_cast<size_t>(std::ceil(rate * plan.timeout_ns * 1e-9)) + 2;
     for (uint32_t j = 0; j < p.flows; ++j) {
+      flow_rate.push_back(rate);
       Flow f;
       f.sock = socks[j];
       f.dst = dst;
@@ -492,15 +514,28 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
   }
   flows_ = std::move(flows);
   generation_ = generation;
-  period_ns_ = static_cast<int64_t>(1e9 / plan.rate_hz);
   timeout_ns_ = plan.timeout_ns;
-  const uint32_t slots = static_cast<uint32_t>(
-      std::max<size_t>(1, std::min<size_t>(options_.send_slots, flows_.size())));
-  slots_.assign(slots, {});
-  for (uint32_t i = 0; i < flows_.size(); ++i) slots_[i % slots].push_back(i);
-  next_slot_ = 0;
-  slot_step_ns_ = std::max<int64_t>(period_ns_ / static_cast<int64_t>(slots), 1);
-  next_slot_time_ = SlotAtOrAfter(clock_.MonotonicNanos());
+  // One schedule per distinct rate, each cut into slots as a plan of that rate alone would be: a
+  // plan of one rate runs exactly as before per-peer rates, and an escalated peer's rate adds a
+  // schedule without moving the other flows' send instants.
+  std::map<double, std::vector<uint32_t>> by_rate;
+  for (uint32_t i = 0; i < flows_.size(); ++i) by_rate[flow_rate[i]].push_back(i);
+  schedules_.clear();
+  const int64_t apply_time = clock_.MonotonicNanos();
+  next_send_time_ = INT64_MAX;
+  for (auto& [rate, members] : by_rate) {
+    RateSchedule r;
+    r.rate_hz = rate;
+    r.period_ns = static_cast<int64_t>(1e9 / rate);
+    const uint32_t slots = static_cast<uint32_t>(
+        std::max<size_t>(1, std::min<size_t>(options_.send_slots, members.size())));
+    r.slots.assign(slots, {});
+    for (size_t k = 0; k < members.size(); ++k) r.slots[k % slots].push_back(members[k]);
+    r.step_ns = std::max<int64_t>(r.period_ns / static_cast<int64_t>(slots), 1);
+    r.next_time = SlotAtOrAfter(apply_time, r.step_ns);
+    next_send_time_ = std::min(next_send_time_, r.next_time);
+    schedules_.push_back(std::move(r));
+  }
   packet_len_ = packet_len;
   // Room to see (and reject) a longer reply, and for the headers an error-queue copy carries.
   rx_buffer_size_ = packet_len + 256;  // room to see (and reject) a longer datagram
@@ -533,12 +568,8 @@ void UdpProber::Loop::Resolve(Flow& f, Pending& p, bool lost, int64_t rtt_ns,
   results_.TryPush(r);  // a full queue counts its own drops
 }
 
-void UdpProber::Loop::SendSlot(uint32_t slot) {
-  const HmacSha256* key = key_ ? &*key_ : nullptr;
-  const int64_t wall = clock_.WallNanos();
-  ++window_serial_;
-  window_outstanding_ = 0;
-  for (uint32_t fi : slots_[slot]) {
+void UdpProber::Loop::QueueSlot(const std::vector<uint32_t>& slot, int64_t wall) {
+  for (uint32_t fi : slot) {
     Flow& f = flows_[fi];
     if (budget_ && !budget_->TryConsume(1, static_cast<double>(f.tx.size() + kIpUdpOverhead))) {
       budget_skipped_.fetch_add(1, kRelaxed);
@@ -563,6 +594,33 @@ void UdpProber::Loop::SendSlot(uint32_t slot) {
     m.msg_hdr.msg_iovlen = 1;
     ++s.tx_count;
   }
+}
+
+void UdpProber::Loop::SendDueSlots(int64_t now) {
+  const int64_t wall = clock_.WallNanos();
+  ++window_serial_;
+  window_outstanding_ = 0;
+  next_send_time_ = INT64_MAX;
+  for (RateSchedule& r : schedules_) {
+    if (now >= r.next_time) {
+      // After a stall longer than a period, re-anchor instead of sending a burst to catch up (on
+      // the grid: this slot goes now, the next one at the grid's next point).
+      const bool stalled = now - r.next_time > r.period_ns;
+      QueueSlot(r.slots[r.next_slot], wall);
+      r.next_slot = (r.next_slot + 1) % r.slots.size();
+      if (stalled) {
+        r.next_time =
+            options_.align_send_slots ? SlotAtOrAfter(now + 1, r.step_ns) : now + r.step_ns;
+      } else {
+        r.next_time += r.step_ns;
+        // Once a period, back onto the grid: the wall clock may be slewed against the monotonic
+        // one (NTP), and the grid is the wall clock's. A shift of a few µs a period.
+        if (r.next_slot == 0) r.next_time = SlotAtOrAfter(r.next_time - r.step_ns / 2, r.step_ns);
+      }
+    }
+    next_send_time_ = std::min(next_send_time_, r.next_time);
+  }
+  const HmacSha256* key = key_ ? &*key_ : nullptr;
   for (Sock& s : sockets_) {
     if (s.tx_count == 0) continue;
     // Stamp each header as late as possible: right before the batch goes to the kernel.
@@ -771,7 +829,7 @@ void UdpProber::Loop::BusyPoll() {
     busy_poll_skipped_.fetch_add(1, kRelaxed);
     return;
   }
-  const int64_t end = std::min(start + window, next_slot_time_);
+  const int64_t end = std::min(start + window, next_send_time_);
   std::array<epoll_event, 64> events;
   const timespec zero{};
   bool woken = false;
@@ -810,10 +868,9 @@ void UdpProber::Loop::ExpireTimeouts(int64_t now) {
   }
 }
 
-int64_t UdpProber::Loop::SlotAtOrAfter(int64_t mono) const {
+int64_t UdpProber::Loop::SlotAtOrAfter(int64_t mono, int64_t step) const {
   if (!options_.align_send_slots) return mono;
   const int64_t offset = clock_.WallNanos() - clock_.MonotonicNanos();  // realtime - monotonic
-  const int64_t step = slot_step_ns_;
   const int64_t phase = ((options_.send_slot_phase_ns % step) + step) % step;
   const int64_t t = mono + offset - phase;  // on the wall clock, relative to the phase
   const int64_t into = ((t % step) + step) % step;
@@ -821,7 +878,7 @@ int64_t UdpProber::Loop::SlotAtOrAfter(int64_t mono) const {
 }
 
 int64_t UdpProber::Loop::NextDeadline() const {
-  int64_t next = flows_.empty() ? INT64_MAX : next_slot_time_;
+  int64_t next = flows_.empty() ? INT64_MAX : next_send_time_;
   for (const Flow& f : flows_) {
     if (f.oldest < f.next_seq) {
       const Pending& p = f.ring[f.oldest % f.ring.size()];
@@ -887,20 +944,8 @@ void UdpProber::Loop::Run() {
     // wait behind a slot's sendmmsg.
     GuestInput(events.data(), std::max(n, 0));
     now = clock_.MonotonicNanos();
-    if (!flows_.empty() && now >= next_slot_time_) {
-      // After a stall longer than a period, re-anchor instead of sending a burst to catch up (on
-      // the grid: this slot goes now, the next one at the grid's next point).
-      const bool stalled = now - next_slot_time_ > period_ns_;
-      SendSlot(next_slot_);
-      next_slot_ = (next_slot_ + 1) % slots_.size();
-      if (stalled) {
-        next_slot_time_ = options_.align_send_slots ? SlotAtOrAfter(now + 1) : now + slot_step_ns_;
-      } else {
-        next_slot_time_ += slot_step_ns_;
-        // Once a period, back onto the grid: the wall clock may be slewed against the monotonic
-        // one (NTP), and the grid is the wall clock's. A shift of a few µs a period.
-        if (next_slot_ == 0) next_slot_time_ = SlotAtOrAfter(next_slot_time_ - slot_step_ns_ / 2);
-      }
+    if (!flows_.empty() && now >= next_send_time_) {
+      SendDueSlots(now);
       BusyPoll();
     }
     ExpireTimeouts(clock_.MonotonicNanos());

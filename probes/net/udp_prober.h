@@ -35,12 +35,18 @@ struct PeerTarget {
   uint32_t flows = 1;    // distinct source ports toward this peer, to cover ECMP paths
   uint16_t src_nic = 0;  // copied into every result of this peer (ProbeResult::src_nic)
   uint16_t dst_nic = 0;
+  // Probes per second of each of this peer's flows; 0: the plan's rate_hz. A negative, non-finite
+  // or over-kUdpMaxRateHz rate skips the peer (PlanSkip::kRate).
+  double rate_hz = 0;
 };
 
 // A probe plan as the aggregator sends it. Replace it at any time with UdpProber::SetPlan.
+// Each peer's flows run at the peer's own rate: the flows of one rate share a schedule (period =
+// 1/rate, cut into send slots on the wall clock's grid), and the schedules of different rates run
+// side by side on the prober's thread, their slots that fall due together going out in one batch.
 struct UdpProbePlan {
   std::vector<PeerTarget> peers;
-  double rate_hz = 1.0;                // probes per second, per flow
+  double rate_hz = 1.0;                // probes per second, per flow, of peers without a rate
   int64_t timeout_ns = 1'000'000'000;  // a probe unanswered this long is lost
   uint32_t payload_bytes = 0;          // padding after the header (the reply is the same size)
 };
@@ -55,13 +61,15 @@ struct UdpProberOptions {
   // leave through it whatever the routing table prefers for the destination (several fabric NICs
   // on one subnet). A socket that cannot be bound fails like a bind error (PlanSkip::kSocket).
   std::string bind_device;
-  // Each period is cut into this many send slots; flows are spread across them round-robin, so
-  // each wakeup sends one sendmmsg batch per socket instead of one syscall per probe.
+  // Each period is cut into this many send slots (fewer when a rate has fewer flows); the flows of
+  // one rate are spread across its slots round-robin, so each wakeup sends one sendmmsg batch per
+  // socket instead of one syscall per probe.
   uint32_t send_slots = 10;
   // Send slots fall on the wall clock's grid: at multiples of the slot length (period /
-  // send_slots) of CLOCK_REALTIME, plus send_slot_phase_ns. Every prober of an NTP-synced fleet
-  // with the same rate then sends at the same instants, so a responder gets all its peers' probes
-  // of a slot together and answers them in one wakeup, and each prober gets its replies together.
+  // send_slots, each rate its own) of CLOCK_REALTIME, plus send_slot_phase_ns. Every prober of an
+  // NTP-synced fleet with the same rate then sends at the same instants, so a responder gets all
+  // its peers' probes of a slot together and answers them in one wakeup, and each prober gets its
+  // replies together.
   // The cost is a microburst: every prober sends its slot's probes at once (docs/probes.md, "Send
   // slots on the wall clock's grid"). A per-node phase (e.g. a hash of the node name, within a
   // slot) spreads the fleet's bursts again. false: slots are phased from when the plan was
@@ -147,7 +155,7 @@ class UdpProber {
 
   // Hands `plan` to the prober thread, which switches over at its next wakeup (probes outstanding
   // under the old plan are abandoned and counted). A peer the prober cannot use (PlanSkip: name,
-  // address, port, flows, or no socket for its family) is skipped, logged once per cause and
+  // address, port, flows, rate, or no socket for its family) is skipped, logged once per cause and
   // counted in Stats().plan_skipped; the other peers are probed. Fails, leaving the running plan
   // as it was, only when the plan as a whole is invalid (rate, timeout, payload) or the prober is
   // stopping. Thread-safe.

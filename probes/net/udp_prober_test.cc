@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -132,6 +134,106 @@ TEST(UdpProberTest, SendSlotsFallOnTheWallClocksGridAtTheirPhase) {
     // phased from the plan's start would sit anywhere in the 50 ms.
     EXPECT_LT(late[late.size() / 2], 5'000'000) << "phase " << phase;
     EXPECT_EQ(prober->Stats().lost, 0u);
+  }
+}
+
+PeerTarget Peer(std::string name, uint16_t port, uint32_t flows, double rate_hz) {
+  PeerTarget t;
+  t.name = std::move(name);
+  t.address = "127.0.0.1";
+  t.port = port;
+  t.flows = flows;
+  t.rate_hz = rate_hz;
+  return t;
+}
+
+// Each peer's flows run at the peer's own rate, not at the plan's highest (an escalated pair at
+// 10 Hz beside a peer at 1 Hz), and the slow flow, sent once a second, is not declared lost by a
+// timeout shorter than its period. A peer whose rate is unusable is skipped for `rate`.
+TEST(UdpProberTest, EachPeerSendsAtItsOwnRate) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  ResultQueue q(4096);
+  auto prober = StartProber(q);
+  ASSERT_TRUE(prober);
+  UdpProbePlan plan;
+  plan.rate_hz = 10;              // what the agent used to give every flow
+  plan.timeout_ns = 300'000'000;  // well under the slow peer's 1 s period
+  plan.peers.push_back(Peer("hot", responder->port(), 1, 10));
+  plan.peers.push_back(Peer("base", responder->port(), 1, 1));
+  plan.peers.push_back(Peer("nan", responder->port(), 1, std::nan("")));
+  plan.peers.push_back(Peer("negative", responder->port(), 1, -1));
+  plan.peers.push_back(Peer("too-fast", responder->port(), 1, kUdpMaxRateHz * 2));
+  ASSERT_TRUE(prober->SetPlan(plan).ok());
+  UdpProberStats s = prober->Stats();
+  EXPECT_EQ(s.plan_skipped[static_cast<size_t>(PlanSkip::kRate)], 3u);
+  EXPECT_EQ(s.planned_peers, 2u);
+  std::this_thread::sleep_for(2s);
+  const uint64_t sent = prober->Stats().sent;
+  std::this_thread::sleep_for(100ms);  // the last replies
+  prober->Stop();
+  std::map<std::string, int> answered;
+  std::vector<ProbeResult> results;
+  q.PopBatch(results, 1 << 20);
+  for (const ProbeResult& r : results) {
+    EXPECT_FALSE(r.lost) << r.PeerName() << " seq " << r.seq;
+    ++answered[std::string(r.PeerName())];
+  }
+  // 2 s: 20 probes at 10 Hz and 2 at 1 Hz on a quiet host; a loaded one may stall a few slots
+  // (re-anchored, not caught up). Every flow at the highest rate would send the base peer ~20.
+  EXPECT_GE(answered["hot"], 14) << "sent " << sent;
+  EXPECT_LE(answered["hot"], 22) << "sent " << sent;
+  EXPECT_GE(answered["base"], 1) << "sent " << sent;
+  EXPECT_LE(answered["base"], 3) << "sent " << sent;
+  EXPECT_EQ(answered.size(), 2u);
+  EXPECT_GE(sent, 15u);
+  EXPECT_LE(sent, 25u);
+  EXPECT_EQ(prober->Stats().lost, 0u);
+}
+
+// Each rate keeps its own send slots on the wall clock's grid: base flows at 1 Hz (10 flows, 10
+// slots of 100 ms) send at the same instants as they do in a plan of 1 Hz alone, whether or not an
+// escalated peer (2 flows at 10 Hz: 2 slots of 50 ms) runs beside them.
+TEST(UdpProberTest, AnEscalatedPeerLeavesTheOtherRatesGridInstants) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  constexpr int64_t kBaseStep = 100'000'000;
+  constexpr int64_t kHotStep = 50'000'000;
+  auto median_late = [](std::vector<int64_t> late) {
+    std::sort(late.begin(), late.end());
+    return late.empty() ? INT64_MAX : late[late.size() / 2];
+  };
+  for (bool escalated : {false, true}) {
+    ResultQueue q(4096);
+    auto prober = StartProber(q);
+    ASSERT_TRUE(prober);
+    UdpProbePlan plan;
+    plan.rate_hz = escalated ? 10 : 1;  // the plan's highest rate, as the agent used to set it
+    plan.peers.push_back(Peer("base", responder->port(), 10, 1));
+    if (escalated) plan.peers.push_back(Peer("hot", responder->port(), 2, 10));
+    ASSERT_TRUE(prober->SetPlan(plan).ok());
+    std::vector<int64_t> base_late, hot_late;  // how long after its grid point each probe went
+    std::vector<ProbeResult> results;
+    Eventually(
+        [&] {
+          q.PopBatch(results, 1 << 20);
+          return std::count_if(results.begin(), results.end(),
+                               [](const ProbeResult& r) { return r.PeerName() == "base"; }) >= 12;
+        },
+        5s);
+    for (const ProbeResult& r : results) {
+      EXPECT_FALSE(r.lost);
+      if (r.PeerName() == "base") base_late.push_back(r.timestamp_ns % kBaseStep);
+      if (r.PeerName() == "hot") hot_late.push_back(r.timestamp_ns % kHotStep);
+    }
+    ASSERT_GE(base_late.size(), 12u) << "escalated " << escalated;
+    // A wakeup is late by tens of µs on a quiet host, by milliseconds on a loaded one; base flows
+    // on the 10 Hz schedule's 10 ms slots would sit anywhere in the 100 ms.
+    EXPECT_LT(median_late(base_late), 5'000'000) << "escalated " << escalated;
+    if (escalated) {
+      ASSERT_GE(hot_late.size(), 12u);
+      EXPECT_LT(median_late(hot_late), 5'000'000);
+    }
   }
 }
 
