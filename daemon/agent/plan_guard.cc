@@ -19,6 +19,11 @@ bool IsUdp(const v1::PlannedPeer& p) {
   return p.transport() == v1::TRANSPORT_UDP || p.transport() == v1::TRANSPORT_UNSPECIFIED;
 }
 
+// The UDP prober's flows for an entry: one per source port, at least one.
+double UdpFlows(const v1::PlannedPeer& p) {
+  return IsUdp(p) ? static_cast<double>(std::max(1, p.src_ports_size())) : 0;
+}
+
 }  // namespace
 
 std::string_view PlanTrimName(PlanTrim t) {
@@ -49,7 +54,6 @@ GuardedPlan GuardPlan(const v1::ProbePlan& plan, const PlanCeilings& c) {
                          std::string_view>;
   std::set<Key> seen;
   size_t usable = 0;
-  double rate = 0;
   for (const v1::PlannedPeer& p : plan.peers()) {
     // RDMA peers are the RDMA runner's (rdma_wire.cc UdTargetsFromPlan checks them there).
     if (p.transport() == v1::TRANSPORT_RDMA_UD || p.transport() == v1::TRANSPORT_RDMA_RC) continue;
@@ -65,11 +69,12 @@ GuardedPlan GuardPlan(const v1::ProbePlan& plan, const PlanCeilings& c) {
       skip(net::PlanSkip::kFlows, p);
       continue;
     }
-    if (!std::isfinite(p.rate_pps()) || p.rate_pps() < 0) {
+    if (!std::isfinite(p.rate_pps()) || p.rate_pps() < 0 ||
+        (IsUdp(p) && p.rate_pps() > 0 && p.rate_pps() < net::kUdpMinRateHz)) {
       skip(net::PlanSkip::kRate, p);
       continue;
     }
-    const size_t flows = IsUdp(p) ? static_cast<size_t>(std::max(1, p.src_ports_size())) : 0;
+    const size_t flows = static_cast<size_t>(UdpFlows(p));
     if (g.udp_flows + flows > net::kUdpMaxTotalFlows) {
       skip(net::PlanSkip::kFlows, p);
       continue;
@@ -83,7 +88,7 @@ GuardedPlan GuardPlan(const v1::ProbePlan& plan, const PlanCeilings& c) {
     if (g.peers.size() >= c.max_targets) continue;
     g.peers.push_back(&p);
     g.udp_flows += flows;
-    if (flows > 0) rate = std::max(rate, p.rate_pps());
+    g.udp_rates_hz.push_back(flows == 0 ? 0 : p.rate_pps() > 0 ? p.rate_pps() : kDefaultUdpRateHz);
   }
   std::string& detail = g.trim_detail;
   if (usable > g.peers.size()) {
@@ -91,15 +96,41 @@ GuardedPlan GuardPlan(const v1::ProbePlan& plan, const PlanCeilings& c) {
     detail += "targets " + std::to_string(usable) + "->" + std::to_string(g.peers.size()) + " ";
   }
 
-  g.udp_rate_hz = rate > 0 ? rate : 1.0;
   const double pps_cap = std::max(0.001, c.max_pps);
-  if (g.udp_flows > 0 && (g.udp_rate_hz * static_cast<double>(g.udp_flows) > pps_cap ||
-                          g.udp_rate_hz > net::kUdpMaxRateHz)) {
-    const double asked = g.udp_rate_hz;
-    g.udp_rate_hz = std::min(net::kUdpMaxRateHz, pps_cap / static_cast<double>(g.udp_flows));
-    g.trimmed[static_cast<size_t>(PlanTrim::kPps)] = true;
-    detail += "udp_rate_hz " + std::to_string(asked) + "->" + std::to_string(g.udp_rate_hz) + " ";
+  // Each entry's flows at its own rate: no entry past the prober's per-flow ceiling, then all of
+  // them scaled alike until their sum fits the cap.
+  auto udp_pps = [&] {
+    double pps = 0;
+    for (size_t k = 0; k < g.peers.size(); ++k) {
+      if (g.udp_rates_hz[k] > 0) pps += g.udp_rates_hz[k] * UdpFlows(*g.peers[k]);
+    }
+    return pps;
+  };
+  size_t over_max = 0;
+  for (double& r : g.udp_rates_hz) {
+    if (r > net::kUdpMaxRateHz) {
+      r = net::kUdpMaxRateHz;
+      ++over_max;
+    }
   }
+  if (over_max > 0) {
+    g.trimmed[static_cast<size_t>(PlanTrim::kPps)] = true;
+    detail += "udp_entries_over_max_rate " + std::to_string(over_max) + "->" +
+              std::to_string(net::kUdpMaxRateHz) + " ";
+  }
+  g.udp_pps = udp_pps();
+  if (g.udp_pps > pps_cap) {
+    const double asked = g.udp_pps;
+    const double factor = pps_cap / g.udp_pps;
+    for (double& r : g.udp_rates_hz) {
+      if (r > 0) r = std::max(net::kUdpMinRateHz, r * factor);
+    }
+    g.udp_pps = udp_pps();
+    g.trimmed[static_cast<size_t>(PlanTrim::kPps)] = true;
+    detail += "udp_pps " + std::to_string(asked) + "->" + std::to_string(g.udp_pps) + " (rates x" +
+              std::to_string(factor) + ") ";
+  }
+  for (double r : g.udp_rates_hz) g.udp_max_rate_hz = std::max(g.udp_max_rate_hz, r);
   if (plan.has_budget() && plan.budget().packets_per_s() > 0 && plan.budget().bytes_per_s() > 0) {
     g.budget_pps = plan.budget().packets_per_s();
     g.budget_bytes_per_s = plan.budget().bytes_per_s();

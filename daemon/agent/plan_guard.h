@@ -17,7 +17,7 @@ namespace fw::agent {
 // sit well above what the planner sends (docs/probes.md, "Plan ceilings").
 struct PlanCeilings {
   size_t max_targets = 4096;       // usable plan entries kept
-  double max_pps = 10'000;         // probes/s: UDP flows x rate, and the plan's packet budget
+  double max_pps = 10'000;         // probes/s: sum of UDP flows x rate, and the packet budget
   double max_bytes_per_s = 125e6;  // the plan's byte budget and its bandwidth bursts
 };
 
@@ -33,20 +33,31 @@ struct GuardedPlan {
   std::array<uint32_t, net::kPlanSkipCount> skipped{};   // entries left out, by cause
   std::array<std::string, net::kPlanSkipCount> example;  // the first of each cause, for the log
   std::array<bool, kPlanTrimCount> trimmed{};
-  std::string trim_detail;   // what was asked and what is kept, for the log
-  double udp_rate_hz = 1.0;  // per UDP flow, after the ceiling
+  std::string trim_detail;  // what was asked and what is kept, for the log
+  // Per entry of `peers`: the probe rate of each of its UDP flows after the ceilings (0 for an
+  // entry of another transport). An entry that leaves its rate at 0 gets kDefaultUdpRateHz.
+  std::vector<double> udp_rates_hz;
   size_t udp_flows = 0;
+  double udp_pps = 0;          // sum over the UDP entries of flows x rate, after the ceilings
+  double udp_max_rate_hz = 0;  // the highest entry rate, after the ceilings (0: no UDP entry)
   // The plan's budget after the ceilings; 0 when the plan carries none (keep the current one).
   double budget_pps = 0, budget_bytes_per_s = 0;
   double bandwidth_interval_s = 300;  // stretched so that bursts fit max_bytes_per_s
 };
 
+// The rate of a UDP entry whose rate_pps is 0 (unset): the planner's base rate.
+inline constexpr double kDefaultUdpRateHz = 1.0;
+
 // Checks and trims `plan`; never fails. Entries are skipped for the causes of net::PlanSkip
-// (name, address, port, flows, rate, transport, duplicate). Past the ceilings:
+// (name, address, port, flows, rate, transport, duplicate; a UDP entry's rate must be 0 or within
+// [net::kUdpMinRateHz, net::kUdpMaxRateHz]). Past the ceilings:
 // - targets: the first max_targets usable entries in the plan's order are kept (the planner
 //   sends them sorted, so the cut is the same for the same plan);
-// - pps: the per-flow UDP rate is lowered until flows x rate fits, and the plan's packet budget
-//   is capped;
+// - pps: every UDP entry keeps its own rate; when the sum of flows x rate over the entries is
+//   past max_pps, every rate is scaled by the same factor until it fits (an escalated entry keeps
+//   its multiple of the others'; the agent cannot tell an escalation from a base rate, and the
+//   planner scales its budget the same way), never below net::kUdpMinRateHz; the plan's packet
+//   budget is capped;
 // - bytes/s: the plan's byte budget is capped, and the bandwidth interval stretched until every
 //   bandwidth peer's burst fits in it.
 GuardedPlan GuardPlan(const fabricwatch::v1::ProbePlan& plan, const PlanCeilings& ceilings);

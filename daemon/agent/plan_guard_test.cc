@@ -5,6 +5,9 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
+
+#include "probes/net/udp_prober.h"
 
 namespace fw::agent {
 namespace {
@@ -84,7 +87,7 @@ TEST(GuardPlan, TargetsPastTheCeilingAreCutInPlanOrder) {
 TEST(GuardPlan, PacketRateAndBudgetAreHeldToTheCeiling) {
   v1::ProbePlan plan;
   AddPeer(plan, "a", "198.18.0.1", 9753, 8, 500);  // 8 flows x 500/s = 4,000 probes/s
-  AddPeer(plan, "b", "198.18.0.2", 9753, 2, 100);
+  AddPeer(plan, "b", "198.18.0.2", 9753, 2, 100);  // + 200
   plan.mutable_budget()->set_packets_per_s(1e9);
   plan.mutable_budget()->set_bytes_per_s(12.5e6);
   PlanCeilings c;
@@ -92,9 +95,70 @@ TEST(GuardPlan, PacketRateAndBudgetAreHeldToTheCeiling) {
   const GuardedPlan g = GuardPlan(plan, c);
   EXPECT_TRUE(Trimmed(g, PlanTrim::kPps));
   EXPECT_FALSE(Trimmed(g, PlanTrim::kBytesPerS));
-  EXPECT_DOUBLE_EQ(g.udp_rate_hz * static_cast<double>(g.udp_flows), 1000);
+  // Both entries scaled by 1000 / 4200: each keeps its rate relative to the other.
+  EXPECT_NEAR(g.udp_pps, 1000, 1e-9);
+  ASSERT_EQ(g.udp_rates_hz.size(), 2u);
+  EXPECT_NEAR(g.udp_rates_hz[0], 500 * 1000 / 4200.0, 1e-9);
+  EXPECT_NEAR(g.udp_rates_hz[1], 100 * 1000 / 4200.0, 1e-9);
+  EXPECT_DOUBLE_EQ(g.udp_max_rate_hz, g.udp_rates_hz[0]);
+  EXPECT_NE(g.trim_detail.find("udp_pps 4200"), std::string::npos) << g.trim_detail;
   EXPECT_DOUBLE_EQ(g.budget_pps, 1000);
   EXPECT_DOUBLE_EQ(g.budget_bytes_per_s, 12.5e6);
+}
+
+// Each entry keeps its own rate (an unset one gets the base rate, a TCP entry none), and the
+// packet ceiling is held against the sum of each entry's flows x its rate.
+TEST(GuardPlan, EachUdpEntryKeepsItsOwnRate) {
+  v1::ProbePlan plan;
+  AddPeer(plan, "hot", "198.18.0.1", 9753, 2, 10);
+  AddPeer(plan, "base", "198.18.0.2", 9753, 4, 1);
+  AddPeer(plan, "unset", "198.18.0.3", 9753, 1, 0);
+  AddPeer(plan, "tcp", "198.18.0.4", 9753, 1, 0)->set_transport(v1::TRANSPORT_TCP_CONNECT);
+  AddPeer(plan, "too-slow", "198.18.0.5", 9753, 1, 1e-300);  // its period would overflow
+  const GuardedPlan g = GuardPlan(plan, PlanCeilings{});
+  EXPECT_EQ(Skipped(g, PlanSkip::kRate), 1u);
+  ASSERT_EQ(g.peers.size(), 4u);
+  EXPECT_EQ(g.udp_rates_hz, (std::vector<double>{10, 1, kDefaultUdpRateHz, 0}));
+  EXPECT_EQ(g.udp_flows, 7u);
+  EXPECT_DOUBLE_EQ(g.udp_pps, 2 * 10 + 4 * 1 + 1 * 1);
+  EXPECT_DOUBLE_EQ(g.udp_max_rate_hz, 10);
+  for (bool t : g.trimmed) EXPECT_FALSE(t) << g.trim_detail;
+}
+
+// A one-pair escalation (one entry at 10 Hz beside four at 1 Hz) asks 14 probes/s, not the
+// 5 x 10 that pricing every flow at the highest rate made of it, so a 14/s ceiling keeps it.
+TEST(GuardPlan, AOnePairEscalationIsPricedPerEntry) {
+  v1::ProbePlan plan;
+  AddPeer(plan, "hot", "198.18.0.1", 9753, 1, 10);
+  for (int i = 0; i < 4; ++i) {
+    AddPeer(plan, "n" + std::to_string(i), "198.18.0." + std::to_string(i + 2), 9753, 1, 1);
+  }
+  PlanCeilings c;
+  c.max_pps = 14;
+  GuardedPlan g = GuardPlan(plan, c);
+  EXPECT_FALSE(Trimmed(g, PlanTrim::kPps)) << g.trim_detail;
+  EXPECT_TRUE(g.trim_detail.empty()) << g.trim_detail;
+
+  // Below it, every entry is scaled alike: the escalated one keeps its 10x.
+  c.max_pps = 7;
+  g = GuardPlan(plan, c);
+  EXPECT_TRUE(Trimmed(g, PlanTrim::kPps));
+  EXPECT_NEAR(g.udp_pps, 7, 1e-9);
+  EXPECT_NEAR(g.udp_rates_hz[0], 5, 1e-9);
+  for (size_t k = 1; k < 5; ++k) EXPECT_NEAR(g.udp_rates_hz[k], 0.5, 1e-9);
+}
+
+// An entry past the prober's per-flow ceiling is held to it on its own; the others keep theirs.
+TEST(GuardPlan, AnEntryPastThePerFlowCeilingIsHeldToIt) {
+  v1::ProbePlan plan;
+  AddPeer(plan, "a", "198.18.0.1", 9753, 1, 2 * net::kUdpMaxRateHz);
+  AddPeer(plan, "b", "198.18.0.2", 9753, 1, 1);
+  PlanCeilings c;
+  c.max_pps = 1e9;
+  const GuardedPlan g = GuardPlan(plan, c);
+  EXPECT_TRUE(Trimmed(g, PlanTrim::kPps));
+  EXPECT_EQ(g.udp_rates_hz, (std::vector<double>{net::kUdpMaxRateHz, 1}));
+  EXPECT_DOUBLE_EQ(g.udp_pps, net::kUdpMaxRateHz + 1);
 }
 
 TEST(GuardPlan, ByteBudgetIsCappedAndBurstsSpreadOut) {

@@ -382,7 +382,8 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
   std::mt19937_64 rng(plan.version());
   const int64_t now = clock_.MonotonicNanos();
   size_t udp_peers = 0;
-  for (const v1::PlannedPeer* p : g.peers) {
+  for (size_t k = 0; k < g.peers.size(); ++k) {
+    const v1::PlannedPeer* p = g.peers[k];
     // From the NIC the plan names; results name both NICs (none when this agent has no NICs).
     const size_t i = udp_.empty() ? 0 : ProberFor(*p);
     const uint16_t src_nic = udp_.empty() ? 0 : udp_[i].id;
@@ -395,6 +396,7 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
       t.flows = static_cast<uint32_t>(std::max(1, p->src_ports_size()));
       t.src_nic = src_nic;
       t.dst_nic = dst_nic;
+      t.rate_hz = g.udp_rates_hz[k];  // each entry at its own rate (an escalated pair's only)
       if (i < udp.size()) udp[i].peers.push_back(std::move(t));
       ++udp_peers;
     }
@@ -417,7 +419,6 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
   const size_t peers = udp_peers;
   Status st = udp_.empty() ? Status::FailedPrecondition("not started") : Status::Ok();
   for (size_t i = 0; i < udp_.size() && st.ok(); ++i) {
-    udp[i].rate_hz = g.udp_rate_hz;
     st = udp_[i].udp->SetPlan(std::move(udp[i]));
   }
   if (!st.ok()) {
@@ -448,8 +449,10 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
   }
   plans_.Inc();
   planned_peers_.Set(static_cast<double>(g.peers.size()));
-  spdlog::info("msg=\"probe plan applied\" version={} peers={} udp_peers={} rate_hz={}",
-               plan.version(), g.peers.size(), peers, g.udp_rate_hz);
+  spdlog::info(
+      "msg=\"probe plan applied\" version={} peers={} udp_peers={} udp_flows={} udp_pps={:.3f} "
+      "max_rate_hz={:.3f}",
+      plan.version(), g.peers.size(), peers, g.udp_flows, g.udp_pps, g.udp_max_rate_hz);
   cv_.NotifyAll();
   if (connect_) connect_->Wake();  // new targets, and perhaps bursts to run
 }

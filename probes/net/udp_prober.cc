@@ -416,8 +416,8 @@ StatusOr<size_t> UdpProber::Loop::SocketFor(int family, uint32_t j) {
 
 Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
   // Plan-wide settings first: a plan that fails here leaves the running one untouched.
-  if (!(plan.rate_hz > 0 && plan.rate_hz <= kUdpMaxRateHz)) {
-    return Status::InvalidArgument("rate_hz must be in (0, 10000]");
+  if (!(plan.rate_hz >= kUdpMinRateHz && plan.rate_hz <= kUdpMaxRateHz)) {
+    return Status::InvalidArgument("rate_hz must be in [0.001, 10000]");
   }
   if (plan.timeout_ns <= 0 || plan.timeout_ns > 60'000'000'000) {
     return Status::InvalidArgument("timeout must be in (0, 60 s]");
@@ -445,8 +445,8 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
       continue;
     }
     const double rate = p.rate_hz == 0 ? plan.rate_hz : p.rate_hz;
-    if (!(rate > 0 && rate <= kUdpMaxRateHz)) {  // NaN and infinity fail too
-      skip(PlanSkip::kRate, p, "rate " + std::to_string(p.rate_hz) + "/s (0..10000)");
+    if (!(rate >= kUdpMinRateHz && rate <= kUdpMaxRateHz)) {  // NaN and infinity fail too
+      skip(PlanSkip::kRate, p, "rate " + std::to_string(p.rate_hz) + "/s (0.001..10000)");
       continue;
     }
     if (p.flows == 0 || p.flows > kUdpMaxFlowsPerPeer ||

@@ -27,6 +27,7 @@ namespace fw::net {
 inline constexpr uint32_t kUdpMaxFlowsPerPeer = 64;
 inline constexpr size_t kUdpMaxTotalFlows = 65535;  // the low 16 bits of the wire flow id
 inline constexpr double kUdpMaxRateHz = 10000;      // per flow
+inline constexpr double kUdpMinRateHz = 0.001;      // per flow: one probe in 1,000 s
 
 struct PeerTarget {
   std::string name;     // the peer's node name; copied into every ProbeResult (max 63 chars)
@@ -35,8 +36,9 @@ struct PeerTarget {
   uint32_t flows = 1;    // distinct source ports toward this peer, to cover ECMP paths
   uint16_t src_nic = 0;  // copied into every result of this peer (ProbeResult::src_nic)
   uint16_t dst_nic = 0;
-  // Probes per second of each of this peer's flows; 0: the plan's rate_hz. A negative, non-finite
-  // or over-kUdpMaxRateHz rate skips the peer (PlanSkip::kRate).
+  // Probes per second of each of this peer's flows; 0: the plan's rate_hz. A rate outside
+  // [kUdpMinRateHz, kUdpMaxRateHz] (negative and non-finite ones included) skips the peer
+  // (PlanSkip::kRate).
   double rate_hz = 0;
 };
 

@@ -164,9 +164,10 @@ TEST(UdpProberTest, EachPeerSendsAtItsOwnRate) {
   plan.peers.push_back(Peer("nan", responder->port(), 1, std::nan("")));
   plan.peers.push_back(Peer("negative", responder->port(), 1, -1));
   plan.peers.push_back(Peer("too-fast", responder->port(), 1, kUdpMaxRateHz * 2));
+  plan.peers.push_back(Peer("too-slow", responder->port(), 1, 1e-300));  // a period past int64
   ASSERT_TRUE(prober->SetPlan(plan).ok());
   UdpProberStats s = prober->Stats();
-  EXPECT_EQ(s.plan_skipped[static_cast<size_t>(PlanSkip::kRate)], 3u);
+  EXPECT_EQ(s.plan_skipped[static_cast<size_t>(PlanSkip::kRate)], 4u);
   EXPECT_EQ(s.planned_peers, 2u);
   std::this_thread::sleep_for(2s);
   const uint64_t sent = prober->Stats().sent;
