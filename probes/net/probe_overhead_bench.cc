@@ -91,8 +91,8 @@ std::map<std::string, double> ThreadCpu() {
 
 int main(int argc, char** argv) {
   CLI::App app{"UDP prober overhead: CPU and RSS of one prober probing many flows"};
-  double seconds = 60, rate = 1;
-  uint32_t peers = 16, flows = 4, slots = 10;
+  double seconds = 60, rate = 1, hot_rate = 10;
+  uint32_t peers = 16, flows = 4, slots = 10, hot_peers = 0;
   std::string key;
   fw::net::BusyPollOptions busy;
   double busy_poll_us = static_cast<double>(busy.max_window_ns) / 1e3;  // the agent's default
@@ -100,6 +100,8 @@ int main(int argc, char** argv) {
   app.add_option("--peers", peers, "peers in the plan (all the loopback responder)");
   app.add_option("--flows", flows, "flows (source ports) per peer");
   app.add_option("--rate", rate, "probes/s per flow");
+  app.add_option("--hot-peers", hot_peers, "the first N peers probe at --hot-rate (escalated)");
+  app.add_option("--hot-rate", hot_rate, "probes/s per flow of the --hot-peers");
   app.add_option("--slots", slots, "send slots per period");
   app.add_option("--key", key, "shared key (adds HMAC work)");
   app.add_option("--busy-poll-us", busy_poll_us, "longest busy-poll window (0: off)");
@@ -143,6 +145,7 @@ int main(int argc, char** argv) {
     char name[32];
     std::snprintf(name, sizeof name, "peer-%02u", i);
     plan.peers.push_back({name, "127.0.0.1", port, flows});
+    if (i < hot_peers) plan.peers.back().rate_hz = hot_rate;
   }
   if (fw::Status s = (*prober)->SetPlan(plan); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
@@ -181,8 +184,10 @@ int main(int argc, char** argv) {
   const uint64_t sent = stats.sent - stats0.sent;
   const uint64_t wakeups = stats.wakeups - stats0.wakeups;
   std::printf(
-      "probe_overhead_bench: %u peers x %u flows = %u flows at %.2f Hz, %.1f s measured%s\n", peers,
-      flows, peers * flows, rate, wall, key.empty() ? "" : ", HMAC on");
+      "probe_overhead_bench: %u peers x %u flows = %u flows at %.2f Hz (%u peers at %.2f Hz), %.1f "
+      "s measured%s\n",
+      peers, flows, peers * flows, rate, std::min(hot_peers, peers), hot_rate, wall,
+      key.empty() ? "" : ", HMAC on");
   std::printf("  prober process CPU: %.3f%% of one core (%.1f ms/s)\n", 100 * cpu / wall,
               1000 * cpu / wall);
   for (const auto& [name, secs] : threads) {

@@ -417,7 +417,7 @@ StatusOr<size_t> UdpProber::Loop::SocketFor(int family, uint32_t j) {
 Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
   // Plan-wide settings first: a plan that fails here leaves the running one untouched.
   if (!(plan.rate_hz >= kUdpMinRateHz && plan.rate_hz <= kUdpMaxRateHz)) {
-    return Status::InvalidArgument("rate_hz must be in [0.001, 10000]");
+    return Status::InvalidArgument("rate_hz must be in [1e-6, 10000]");
   }
   if (plan.timeout_ns <= 0 || plan.timeout_ns > 60'000'000'000) {
     return Status::InvalidArgument("timeout must be in (0, 60 s]");
@@ -446,7 +446,7 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
     }
     const double rate = p.rate_hz == 0 ? plan.rate_hz : p.rate_hz;
     if (!(rate >= kUdpMinRateHz && rate <= kUdpMaxRateHz)) {  // NaN and infinity fail too
-      skip(PlanSkip::kRate, p, "rate " + std::to_string(p.rate_hz) + "/s (0.001..10000)");
+      skip(PlanSkip::kRate, p, "rate " + std::to_string(p.rate_hz) + "/s (1e-6..10000)");
       continue;
     }
     if (p.flows == 0 || p.flows > kUdpMaxFlowsPerPeer ||

@@ -27,7 +27,7 @@ namespace fw::net {
 inline constexpr uint32_t kUdpMaxFlowsPerPeer = 64;
 inline constexpr size_t kUdpMaxTotalFlows = 65535;  // the low 16 bits of the wire flow id
 inline constexpr double kUdpMaxRateHz = 10000;      // per flow
-inline constexpr double kUdpMinRateHz = 0.001;      // per flow: one probe in 1,000 s
+inline constexpr double kUdpMinRateHz = 1e-6;       // per flow: one probe in 11.6 days
 
 struct PeerTarget {
   std::string name;     // the peer's node name; copied into every ProbeResult (max 63 chars)
