@@ -229,11 +229,12 @@ TEST(UdpProberTest, AnEscalatedPeerLeavesTheOtherRatesGridInstants) {
     }
     ASSERT_GE(base_late.size(), 12u) << "escalated " << escalated;
     // A wakeup is late by tens of µs on a quiet host, by milliseconds on a loaded one; base flows
-    // on the 10 Hz schedule's 10 ms slots would sit anywhere in the 100 ms.
-    EXPECT_LT(median_late(base_late), 5'000'000) << "escalated " << escalated;
+    // on a 10 Hz schedule's 10 ms slots (all flows at the highest rate) sit anywhere in the
+    // 100 ms, their median about 45 ms after a grid point.
+    EXPECT_LT(median_late(base_late), 20'000'000) << "escalated " << escalated;
     if (escalated) {
       ASSERT_GE(hot_late.size(), 12u);
-      EXPECT_LT(median_late(hot_late), 5'000'000);
+      EXPECT_LT(median_late(hot_late), 10'000'000);
     }
   }
 }
