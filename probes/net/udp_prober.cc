@@ -56,7 +56,6 @@ struct Flow {
 
 // The flows of one rate: their period cut into send slots, and when the next slot goes.
 struct RateSchedule {
-  double rate_hz = 0;
   int64_t period_ns = 0;
   int64_t step_ns = 1;                       // period_ns / slots
   std::vector<std::vector<uint32_t>> slots;  // flow indexes per send slot
@@ -515,9 +514,9 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
   flows_ = std::move(flows);
   generation_ = generation;
   timeout_ns_ = plan.timeout_ns;
-  // One schedule per distinct rate, each cut into slots as a plan of that rate alone would be: a
-  // plan of one rate runs exactly as before per-peer rates, and an escalated peer's rate adds a
-  // schedule without moving the other flows' send instants.
+  // One schedule per distinct rate, each cut into slots as a plan of that rate alone would be, so
+  // a peer at another rate (an escalated pair) adds a schedule and leaves the other flows' send
+  // instants where they were. Rates are exact, not rounded to a common tick.
   std::map<double, std::vector<uint32_t>> by_rate;
   for (uint32_t i = 0; i < flows_.size(); ++i) by_rate[flow_rate[i]].push_back(i);
   schedules_.clear();
@@ -525,7 +524,6 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
   next_send_time_ = INT64_MAX;
   for (auto& [rate, members] : by_rate) {
     RateSchedule r;
-    r.rate_hz = rate;
     r.period_ns = static_cast<int64_t>(1e9 / rate);
     const uint32_t slots = static_cast<uint32_t>(
         std::max<size_t>(1, std::min<size_t>(options_.send_slots, members.size())));
