@@ -2,7 +2,8 @@
 //
 // The switches are exported by libgrpc.so.29 (gRPC 1.51) but declared in no installed header, so
 // they are looked up here by their mangled names, with dlsym: a libgrpc without them keeps its
-// threads instead of failing to load. What they do in gRPC 1.51 (src/core/lib/iomgr/
+// threads instead of failing to load. The agent links libgrpc.a and exports the four symbols from
+// its executable (daemon/agent/CMakeLists.txt), where the same lookup finds them. What they do in gRPC 1.51 (src/core/lib/iomgr/
 // timer_manager.cc and executor.cc; gRPC's own fuzzers run this way, with
 // grpc_timer_manager_tick() in their loop):
 // - grpc_timer_manager_set_threading(false) wakes the timer threads and joins them. Timers are then

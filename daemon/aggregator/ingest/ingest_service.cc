@@ -929,6 +929,11 @@ class GrpcServerImpl final : public GrpcServer {
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    // No HTTP/2 BDP pings: gRPC's bandwidth-delay estimator pings a connection after data arrives
+    // to grow its receive window for bulk transfers, every 1-2 s on each agent's connection, and
+    // the agent wakes to answer each. Agents send a batch or two a second; the default window
+    // carries a resend after a restart at tens of MB/s per stream on a datacenter round trip.
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     builder.RegisterService(&service_);
     for (int i = 0; i < kCompletionQueues; ++i) cqs_.push_back(builder.AddCompletionQueue());
     server_ = builder.BuildAndStart();

@@ -223,10 +223,22 @@ check_package() {
   done
   # The daemons log through the shared libspdlog; the CLI links no logging library (common/http
   # without the server), and check_needed_in_depends covers whatever it does link.
+  # The agent links gRPC, protobuf and Abseil from their static archives (proto/CMakeLists.txt):
+  # it must not depend on them, and its copyright file must cover them.
   if [ "$comp" != cli ]; then
-    for dep in adduser libgrpc++ libprotobuf libyaml-cpp libspdlog; do
+    local deps="adduser libyaml-cpp libspdlog"
+    [ "$comp" = agent ] || deps="$deps libgrpc++ libprotobuf"
+    for dep in $deps; do
       [[ "$depends" == *"$dep"* ]] || fail "$pkg: Depends lacks $dep: $depends"
     done
+    if [ "$comp" = agent ]; then
+      [[ "$depends" != *libgrpc* && "$depends" != *libprotobuf* && "$depends" != *libabsl* ]] ||
+        fail "$pkg: Depends names a library linked statically: $depends"
+      dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/doc/$pkg/copyright > "$tmp/copyright-$comp"
+      for lib in grpc abseil protobuf upb re2 address_sorting c-ares; do
+        grep -q "^Files: $lib " "$tmp/copyright-$comp" || fail "$pkg: copyright does not cover $lib"
+      done
+    fi
     dpkg-deb -e "$deb" "$tmp/control-$comp"
     [ "$(cat "$tmp/control-$comp/conffiles")" = "/etc/fabricwatch/$comp.yaml" ] ||
       fail "$pkg: conffiles is '$(cat "$tmp/control-$comp/conffiles")'"
