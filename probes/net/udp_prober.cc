@@ -612,8 +612,12 @@ void UdpProber::Loop::SendDueSlots(int64_t now) {
       } else {
         r.next_time += r.step_ns;
         // Once a period, back onto the grid: the wall clock may be slewed against the monotonic
-        // one (NTP), and the grid is the wall clock's. A shift of a few µs a period.
-        if (r.next_slot == 0) r.next_time = SlotAtOrAfter(r.next_time - r.step_ns / 2, r.step_ns);
+        // one (NTP), and the grid is the wall clock's. A shift of a few µs a period. Without a
+        // grid there is nothing to snap to (SlotAtOrAfter is the identity there, and the half
+        // step taken off would shorten every period by it).
+        if (r.next_slot == 0 && options_.align_send_slots) {
+          r.next_time = SlotAtOrAfter(r.next_time - r.step_ns / 2, r.step_ns);
+        }
       }
     }
     next_send_time_ = std::min(next_send_time_, r.next_time);
