@@ -160,6 +160,10 @@ Status Agent::Start(ReportOn report_on) {
     po.send_slot_phase_ns = options_.probe_send_phase_ms < 0
                                 ? -1
                                 : static_cast<int64_t>(options_.probe_send_phase_ms * 1e6);
+    if (options_.probe_send_slots < 1 || options_.probe_send_slots > 100) {
+      return Status::InvalidArgument("--probe-send-slots must be 1..100");
+    }
+    po.send_slots = static_cast<uint32_t>(options_.probe_send_slots);
     if (options_.plan_max_targets < 1 || !(options_.plan_max_pps > 0) ||
         !(options_.plan_max_bytes_per_s > 0)) {
       return Status::InvalidArgument(

@@ -40,6 +40,9 @@ struct AgentOptions {
   // Where in each UDP send slot this node's probes go, in ms after the wall clock's grid point
   // (net::UdpProberOptions::send_slot_phase_ns); 0: with every other agent; -1: no grid.
   double probe_send_phase_ms = -1;
+  // UDP send slots per period of each plan rate (net::UdpProberOptions::send_slots): the prober
+  // and the peers' responders wake about this many times a second per rate (docs/probes.md).
+  int probe_send_slots = 4;
   // Local ceilings on what a plan may ask (PlanCeilings; docs/probes.md, "Plan ceilings").
   int plan_max_targets = 4096;
   double plan_max_pps = 10'000;

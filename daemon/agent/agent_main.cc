@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
   binding.Bind("probe-source-port-base", &o.probe_source_port_base);
   binding.Bind("probe-busy-poll-us", &o.probe_busy_poll_us);
   binding.Bind("probe-send-phase-ms", &o.probe_send_phase_ms);
+  binding.Bind("probe-send-slots", &o.probe_send_slots);
   binding.Bind("plan-max-targets", &o.plan_max_targets);
   binding.Bind("plan-max-pps", &o.plan_max_pps);
   binding.Bind("plan-max-bytes-per-s", &o.plan_max_bytes_per_s);
@@ -144,6 +145,12 @@ int main(int argc, char** argv) {
                  "grid (0: together with every agent; -1: no grid; docs/probes.md)")
       ->capture_default_str()
       ->check(CLI::Range(-1.0, 60'000.0));
+  app.add_option("--probe-send-slots", o.probe_send_slots,
+                 "UDP send slots per period of each plan rate: the flows of a rate are spread "
+                 "over them, and each slot is one wakeup of the prober and of the peers' "
+                 "responders (docs/probes.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
   // Ceilings on what any plan may ask; a plan past them is trimmed and counted (docs/probes.md).
   app.add_option("--plan-max-targets", o.plan_max_targets,
                  "most plan entries probed; later ones are left out")

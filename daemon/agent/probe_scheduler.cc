@@ -812,6 +812,7 @@ Status ProbeScheduler::StartProbers() {
   base.busy_poll.max_window_ns = options_.busy_poll_ns;
   base.align_send_slots = options_.send_slot_phase_ns >= 0;
   base.send_slot_phase_ns = std::max<int64_t>(0, options_.send_slot_phase_ns);
+  base.send_slots = std::max<uint32_t>(1, options_.send_slots);
   if (options_.nics.empty()) {
     net::UdpProberOptions uo = base;
     // Probes leave from the probe address (when it is one), so that the peers' allow lists,

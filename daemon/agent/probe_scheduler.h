@@ -81,6 +81,10 @@ struct ProbeSchedulerOptions {
   // The UDP send slots' place on the wall clock's grid (net::UdpProberOptions::
   // send_slot_phase_ns); negative: no grid (align_send_slots false).
   int64_t send_slot_phase_ns = 0;
+  // UDP send slots per period of each rate (net::UdpProberOptions::send_slots). Each slot wakes
+  // the prober, and the responders it probes, once; 4 at the planner's 1 Hz is one every 250 ms
+  // (docs/probes.md, "Send slots: how many").
+  uint32_t send_slots = 4;
   // What any plan may ask of this node (--plan-max-targets, --plan-max-pps,
   // --plan-max-bytes-per-s); a plan past them is trimmed and counted (plan_guard.h).
   PlanCeilings ceilings;

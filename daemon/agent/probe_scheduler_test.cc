@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -13,6 +14,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "daemon/agent/rdma_metrics.h"
 #include "probes/net/net_test_util.h"
@@ -396,6 +398,49 @@ TEST(ProbeScheduler, AnEscalatedEntryRaisesOnlyItsOwnFlows) {
   }
   EXPECT_GE(sent_after - sent_before, 36);
   EXPECT_LE(sent_after - sent_before, 64);
+}
+
+// ProbeSchedulerOptions::send_slots: the flows of one rate go out in that many batches a period,
+// so the prober (and the responders it probes) wake that many times a second for them, however
+// many flows there are.
+TEST(ProbeScheduler, TheFlowsOfARateGoOutInItsSendSlots) {
+  for (const uint32_t slots : {4u, 10u}) {
+    OutboundBuffer buffer(1000, 64 << 20);
+    metrics::Registry registry;
+    ProbeSchedulerOptions o = LoopbackOptions();
+    o.send_slots = slots;
+    ProbeScheduler scheduler(
+        o, buffer, [] {}, registry);
+    ASSERT_TRUE(scheduler.Start().ok());
+    v1::ProbePlan plan;
+    plan.set_version(1);
+    AddUdpPeer(plan, "peer", "127.0.0.1", scheduler.responder_port());
+    v1::PlannedPeer& peer = *plan.mutable_peers(0);
+    for (int j = 1; j < 20; ++j) peer.add_src_ports(static_cast<uint32_t>(j));  // 20 flows
+    peer.set_rate_pps(1);
+    scheduler.ApplyPlan(plan);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2200));
+    scheduler.Stop();
+    std::vector<int64_t> sent;
+    for (const v1::ProbeBatch& b : buffer.TakeUnsent(1 << 20)) {
+      const v1::ProbeColumns& c = b.columns();
+      int64_t t = 0;
+      for (int i = 0; i < c.sent_unix_ns_delta_size(); ++i) {
+        t += c.sent_unix_ns_delta(i);
+        if (c.transport(i) == v1::TRANSPORT_UDP) sent.push_back(t);
+      }
+    }
+    std::sort(sent.begin(), sent.end());
+    // A slot's probes leave in one sendmmsg, microseconds apart; slots are 250 or 100 ms apart.
+    int batches = sent.empty() ? 0 : 1;
+    for (size_t i = 1; i < sent.size(); ++i) batches += sent[i] - sent[i - 1] > 20'000'000;
+    std::printf("send_slots %u: %zu probes in %d batches\n", slots, sent.size(), batches);
+    // 2 s of sending at 1/s: 40 probes in 2 x slots batches; a slot at either end may fall
+    // outside the window, and a loaded host may delay one slot past the 20 ms gap.
+    EXPECT_GE(sent.size(), 30u) << slots;
+    EXPECT_GE(batches, static_cast<int>(2 * slots) - 2) << slots;
+    EXPECT_LE(batches, static_cast<int>(2 * slots) + 3) << slots;
+  }
 }
 
 TEST(ProbeScheduler, AVersionIsRecordedOnlyOnceItsPlanApplied) {
