@@ -328,7 +328,7 @@ void PairTable::ForEachPairFlows(const std::function<void(const PairFlows&)>& fn
     MutexLock lock(shard.mu);
     for (Pair& p : shard.pairs) {
       if (p.live) {
-        fn(PairFlows{p.src, p.dst, p.transport, p.paths, p.baseline, p.flows, NicPairsOf(p)});
+        fn(PairFlows{p.src, p.dst, p.transport, p.paths, p.baseline, p.flows, NicPairsOf(p), p.windows});
       }
     }
   }
@@ -341,7 +341,7 @@ void PairTable::ForEachPairFlowsFrom(NodeId src, const std::function<void(const 
   if (it == shard.by_source.end()) return;
   for (uint32_t index : it->second) {
     Pair& p = shard.pairs[index];
-    fn(PairFlows{p.src, p.dst, p.transport, p.paths, p.baseline, p.flows, NicPairsOf(p)});
+    fn(PairFlows{p.src, p.dst, p.transport, p.paths, p.baseline, p.flows, NicPairsOf(p), p.windows});
   }
 }
 

@@ -117,6 +117,7 @@ struct PairFlows {
   PairBaseline& baseline;
   std::span<const FlowSeen> flows;
   std::span<const NicPair> nic_pairs;  // FlowSeen::nics k > 0 is nic_pairs[k - 1]
+  const PairWindows& windows;          // the pair's long windows (baselines read the 600 s one)
 };
 
 // A read-only view of one pair, handed to visitors under the pair's shard lock.
