@@ -372,36 +372,26 @@ void Analyzer::RefreshBaselines(int64_t now_ns) {
   const auto min_samples = static_cast<uint64_t>(std::max(
       1, baseline_warmup_ ? config_.baseline_warmup_min_samples : config_.baseline_min_samples));
   const size_t nodes = flows_.NodeCount();
-  struct Fresh {
-    MedianMad stats;
-    bool found = false;
-  };
-  std::unordered_map<std::string, std::array<Fresh, aggregator::kTransportCount>> fresh;
+  aggregator::LogHistogram h;
   for (NodeId src = bucket; src < nodes; src += every) {
-    const std::string name = flows_.NodeName(src);
-    fresh.clear();
-    pairs_->ForEachPairFrom(name, [&](const aggregator::PairView& v) {
-      if (!JudgesLatency(v.transport)) return;
-      aggregator::LogHistogram h;
+    flows_.ForEachPairWindowsFrom(src, [&](const PairRef& r, const aggregator::PairWindows& w) {
+      if (r.baseline.hold || !JudgesLatency(r.transport)) return;
       uint64_t probes = 0, lost = 0;
-      v.windows.MergeInto(now_ns, aggregator::Window::k600s, h, &probes, &lost);
+      // Its RTT samples are at most its results that were not lost: too few, and the buckets
+      // need not be merged.
+      w.Counts(now_ns, aggregator::Window::k600s, &probes, &lost);
+      if (probes - lost < min_samples) return;
+      h.Clear();
+      probes = lost = 0;
+      w.MergeInto(now_ns, aggregator::Window::k600s, h, &probes, &lost);
       if (h.Count() < min_samples) return;
-      Fresh& f = fresh[std::string(v.dst)][static_cast<int>(v.transport)];
-      f.stats = HistogramMedianMad(h);
-      f.found = true;
-    });
-    if (fresh.empty()) continue;
-    flows_.ForEachPairFrom(src, [&](const PairRef& r) {
-      if (r.baseline.hold) return;
-      auto it = fresh.find(flows_.NodeName(r.dst));
-      if (it == fresh.end()) return;
-      const Fresh& f = it->second[static_cast<int>(r.transport)];
-      if (!f.found || f.stats.median_s <= 0) return;
-      r.baseline.median_s = static_cast<float>(f.stats.median_s);
-      r.baseline.mad_s = static_cast<float>(f.stats.mad_s);
+      const MedianMad stats = HistogramMedianMad(h);
+      if (stats.median_s <= 0) return;
+      r.baseline.median_s = static_cast<float>(stats.median_s);
+      r.baseline.mad_s = static_cast<float>(stats.mad_s);
       r.baseline.reference_s = r.baseline.median_s;
       r.baseline.slow_threshold_s =
-          static_cast<float>(SlowThreshold(config_, f.stats.median_s, f.stats.mad_s));
+          static_cast<float>(SlowThreshold(config_, stats.median_s, stats.mad_s));
     });
   }
 }

@@ -100,6 +100,13 @@ void FlowTable::ForEachPairFrom(NodeId src, const std::function<void(const PairR
   });
 }
 
+void FlowTable::ForEachPairWindowsFrom(
+    NodeId src, const std::function<void(const PairRef&, const aggregator::PairWindows&)>& fn) {
+  store_.ForEachPairFlowsFrom(src, [&](const PairFlows& p) {
+    fn(PairRef{p.src, p.dst, p.transport, p.paths, p.baseline}, p.windows);
+  });
+}
+
 void FlowTable::ForEachPair(const std::function<void(const PairRef&)>& fn) {
   store_.ForEachPairFlows([&](const PairFlows& p) {
     fn(PairRef{p.src, p.dst, p.transport, p.paths, p.baseline});

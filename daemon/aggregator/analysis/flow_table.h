@@ -107,6 +107,9 @@ class FlowTable {
 
   // Calls fn for every pair whose source is `src`, with its baseline writable.
   void ForEachPairFrom(NodeId src, const std::function<void(const PairRef&)>& fn);
+  // The same with the pair's long windows.
+  void ForEachPairWindowsFrom(
+      NodeId src, const std::function<void(const PairRef&, const aggregator::PairWindows&)>& fn);
   // The same for every pair.
   void ForEachPair(const std::function<void(const PairRef&)>& fn);
 

@@ -2,6 +2,7 @@
 #include "daemon/aggregator/analysis/robust_stats.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <utility>
 
@@ -37,19 +38,22 @@ MedianMad HistogramMedianMad(const aggregator::LogHistogram& h) {
   out.samples = h.Count();
   if (out.samples == 0) return out;
   out.median_s = h.QuantileSeconds(0.5);
-  // Deviations of each non-empty bucket's value from the median, weighted by its count.
-  std::vector<std::pair<double, uint64_t>> dev;
+  // Deviations of each non-empty bucket's value from the median, weighted by its count. On the
+  // stack: the analyzer takes this for thousands of pairs per tick.
+  std::array<std::pair<double, uint64_t>, aggregator::LogHistogram::kBucketCount> dev;
+  size_t used = 0;
   for (int b = 0; b < aggregator::LogHistogram::kBucketCount; ++b) {
     const uint64_t n = h.BucketCount(b);
     if (n == 0) continue;
     double v = aggregator::LogHistogram::BucketValueNanos(b) * 1e-9;
     v = std::clamp(v, h.MinNanos() * 1e-9, h.MaxNanos() * 1e-9);
-    dev.emplace_back(std::abs(v - out.median_s), n);
+    dev[used++] = {std::abs(v - out.median_s), n};
   }
-  std::sort(dev.begin(), dev.end());
+  std::sort(dev.begin(), dev.begin() + static_cast<std::ptrdiff_t>(used));
   const uint64_t rank = (out.samples + 1) / 2;
   uint64_t seen = 0;
-  for (const auto& [d, n] : dev) {
+  for (size_t i = 0; i < used; ++i) {
+    const auto& [d, n] = dev[i];
     seen += n;
     if (seen >= rank) {
       out.mad_s = d;

@@ -79,10 +79,11 @@ void NodeProbeMetrics::Update(const PairTable& table, int64_t now_ns) {
     }
     node_probes = {};
     node_lost = {};
-    table.ForEachPairFrom(node, [&](const PairView& v) {
-      const auto t = static_cast<size_t>(v.transport);
-      const auto c = std::min<size_t>(static_cast<size_t>(v.path_class), kPathClassCount - 1);
-      v.windows.MergeInto(now_ns, window_, node_class[c][t], &node_probes[c][t], &node_lost[c][t]);
+    table.ForEachWindowsFrom(node, [&](Transport transport, PathClass path_class,
+                                       const PairWindows& windows) {
+      const auto t = static_cast<size_t>(transport);
+      const auto c = std::min<size_t>(static_cast<size_t>(path_class), kPathClassCount - 1);
+      windows.MergeInto(now_ns, window_, node_class[c][t], &node_probes[c][t], &node_lost[c][t]);
     });
     NodeSeries& ns = series_[node];
     for (int t = 0; t < kTransportCount; ++t) {

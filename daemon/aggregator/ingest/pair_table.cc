@@ -299,15 +299,26 @@ void PairTable::ForEachPair(const std::function<void(const PairView&)>& fn) cons
   }
 }
 
-void PairTable::ForEachPairFrom(std::string_view src,
-                                const std::function<void(const PairView&)>& fn) const {
+void PairTable::ForEachPairOfSource(std::string_view src,
+                                    const std::function<void(const Pair&)>& fn) const {
   const std::optional<NodeId> id = Find(src);
   if (!id) return;
   const Shard& shard = shards_[ShardOf(*id)];
   MutexLock lock(shard.mu);
   auto it = shard.by_source.find(*id);
   if (it == shard.by_source.end()) return;
-  for (uint32_t index : it->second) VisitLocked(shard.pairs[index], fn);
+  for (uint32_t index : it->second) fn(shard.pairs[index]);
+}
+
+void PairTable::ForEachPairFrom(std::string_view src,
+                                const std::function<void(const PairView&)>& fn) const {
+  ForEachPairOfSource(src, [&](const Pair& p) { VisitLocked(p, fn); });
+}
+
+void PairTable::ForEachWindowsFrom(
+    std::string_view src,
+    const std::function<void(Transport, PathClass, const PairWindows&)>& fn) const {
+  ForEachPairOfSource(src, [&](const Pair& p) { fn(p.transport, p.paths.path_class, p.windows); });
 }
 
 bool PairTable::VisitPair(std::string_view src, std::string_view dst, Transport t,
@@ -328,7 +339,7 @@ void PairTable::ForEachPairFlows(const std::function<void(const PairFlows&)>& fn
     MutexLock lock(shard.mu);
     for (Pair& p : shard.pairs) {
       if (p.live) {
-        fn(PairFlows{p.src, p.dst, p.transport, p.paths, p.baseline, p.flows, NicPairsOf(p)});
+        fn(PairFlows{p.src, p.dst, p.transport, p.paths, p.baseline, p.flows, NicPairsOf(p), p.windows});
       }
     }
   }
@@ -341,7 +352,7 @@ void PairTable::ForEachPairFlowsFrom(NodeId src, const std::function<void(const 
   if (it == shard.by_source.end()) return;
   for (uint32_t index : it->second) {
     Pair& p = shard.pairs[index];
-    fn(PairFlows{p.src, p.dst, p.transport, p.paths, p.baseline, p.flows, NicPairsOf(p)});
+    fn(PairFlows{p.src, p.dst, p.transport, p.paths, p.baseline, p.flows, NicPairsOf(p), p.windows});
   }
 }
 

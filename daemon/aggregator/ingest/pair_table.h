@@ -117,6 +117,7 @@ struct PairFlows {
   PairBaseline& baseline;
   std::span<const FlowSeen> flows;
   std::span<const NicPair> nic_pairs;  // FlowSeen::nics k > 0 is nic_pairs[k - 1]
+  const PairWindows& windows;          // the pair's long windows (baselines read the 600 s one)
 };
 
 // A read-only view of one pair, handed to visitors under the pair's shard lock.
@@ -185,6 +186,11 @@ class PairTable {
   void ForEachPair(const std::function<void(const PairView&)>& fn) const;
   // Calls fn for every pair whose source is `src` (fast: pairs are indexed by source).
   void ForEachPairFrom(std::string_view src, const std::function<void(const PairView&)>& fn) const;
+  // Calls fn with the transport, path class and windows of every pair whose source is `src`: what
+  // per-node aggregates read, without resolving the nodes' names (two interner lookups per pair).
+  void ForEachWindowsFrom(
+      std::string_view src,
+      const std::function<void(Transport, PathClass, const PairWindows&)>& fn) const;
   // Calls fn for one pair if it exists; returns whether it did. Creates nothing.
   bool VisitPair(std::string_view src, std::string_view dst, Transport t,
                  const std::function<void(const PairView&)>& fn) const;
@@ -280,6 +286,8 @@ class PairTable {
   // REQUIRES: the pair's shard lock held.
   static void RecordLocked(Pair& p, FlowSeen& f, const ProbeSample& s, Transport t, int64_t now_ns);
   void VisitLocked(const Pair& p, const std::function<void(const PairView&)>& fn) const;
+  // Calls fn for every pair whose source is `src`, under its shard's lock.
+  void ForEachPairOfSource(std::string_view src, const std::function<void(const Pair&)>& fn) const;
 
   const Clock& clock_;
   std::shared_ptr<const FabricMap> map_;

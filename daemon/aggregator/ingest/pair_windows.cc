@@ -276,6 +276,13 @@ void PairWindows::MergeInto(int64_t now_ns, Window w, LogHistogram& h, uint64_t*
   });
 }
 
+void PairWindows::Counts(int64_t now_ns, Window w, uint64_t* probes, uint64_t* lost) const {
+  ForEachSlot(now_ns, w, [&](const Slot& s, const BandwidthSlot*) {
+    *probes += s.probes;
+    *lost += s.lost;
+  });
+}
+
 WindowStats PairWindows::Snapshot(int64_t now_ns, Window w) const {
   WindowStats st;
   LogHistogram h;

@@ -122,6 +122,9 @@ class PairWindows {
   WindowStats Snapshot(int64_t now_ns, Window w) const;
   // Adds the window's RTT samples to `h` (for per-node aggregates); returns probes and lost.
   void MergeInto(int64_t now_ns, Window w, LogHistogram& h, uint64_t* probes, uint64_t* lost) const;
+  // The window's results and lost ones, without its RTT buckets: an upper bound on its RTT samples
+  // (probes - lost) for a caller that needs a minimum before merging.
+  void Counts(int64_t now_ns, Window w, uint64_t* probes, uint64_t* lost) const;
   // Monotonic seconds of the newest Record(), 0 if none.
   int64_t LastRecordSecond() const { return tier_epoch_[0] == 0 ? 0 : tier_epoch_[0] - 1; }
   // Heap bytes held by the sparse buckets and the bandwidth slots (the object itself is

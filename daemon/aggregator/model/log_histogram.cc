@@ -67,6 +67,9 @@ void LogHistogram::Merge(const LogHistogram& other) {
 }
 
 void LogHistogram::Clear() {
+  // Empty already: every count is 0 (samples only come in n > 0 at a time), and min and max are
+  // reset by the next sample. Views clear thousands of per-node histograms per refresh.
+  if (count_ == 0) return;
   counts_.fill(0);
   count_ = 0;
   min_ = max_ = 0;

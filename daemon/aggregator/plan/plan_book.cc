@@ -111,16 +111,41 @@ std::optional<QuarantinedFile> PlanBook::quarantined() const {
 
 void PlanBook::NoteMembershipChange() {
   last_membership_ns_.store(clock_.MonotonicNanos(), std::memory_order_relaxed);
+  membership_changed_ = true;
   replan_needed_ = true;
 }
 
+void PlanBook::AddOverlayNodes(const PlanOverlay& o, std::unordered_set<std::string>& out) {
+  out.insert(o.nodes.begin(), o.nodes.end());
+  for (const OverlayBurst& b : o.bursts) {
+    out.insert(b.src);
+    out.insert(b.dst);
+  }
+}
+
 void PlanBook::SetOverlay(PlanOverlay overlay) {
-  planner_.SetOverlay(std::move(overlay));
+  {
+    MutexLock lock(overlay_mu_);
+    std::unordered_set<std::string>& nodes = overlay_nodes_[overlay.id];
+    // The overlay it replaces changes its nodes' plans too.
+    overlay_touched_.insert(nodes.begin(), nodes.end());
+    nodes.clear();
+    AddOverlayNodes(overlay, nodes);
+    overlay_touched_.insert(nodes.begin(), nodes.end());
+    planner_.SetOverlay(std::move(overlay));
+  }
   replan_needed_ = true;
 }
 
 void PlanBook::ClearOverlay(const std::string& id) {
-  planner_.ClearOverlay(id);
+  {
+    MutexLock lock(overlay_mu_);
+    if (auto it = overlay_nodes_.find(id); it != overlay_nodes_.end()) {
+      overlay_touched_.insert(it->second.begin(), it->second.end());
+      overlay_nodes_.erase(it);
+    }
+    planner_.ClearOverlay(id);
+  }
   replan_needed_ = true;
 }
 
@@ -130,21 +155,36 @@ bool PlanBook::MaybeReplan(int64_t now,
   const bool settled =
       now - last_membership_ns_.load(std::memory_order_relaxed) >= kReplanSettleNs ||
       (first_pending_ns_ != 0 && now - first_pending_ns_ >= kReplanMaxDelayNs);
-  if (!settled || now - last_replan_ns_ < replan_spacing_ns_ || !replan_needed_.exchange(false)) {
+  // Only overlays changed since a full re-plan: a partial one, spaced by its own (small) cost.
+  const bool full = membership_changed_ || !probers_;
+  const int64_t spacing = full ? replan_spacing_ns_ : partial_spacing_ns_;
+  if (!settled || now - last_replan_ns_ < spacing || !replan_needed_.exchange(false)) {
     return false;
   }
   first_pending_ns_ = 0;
   last_replan_ns_ = now;
+  std::unordered_set<std::string> touched;
+  {
+    // Taken together with the overlays the planner will read: a change after this re-plans again.
+    MutexLock lock(overlay_mu_);
+    touched.swap(overlay_touched_);
+  }
   // No malloc_trim after it: plans are streamed, so a re-plan frees a few MB, and a trim walks
   // every free chunk of a 1.6 GB heap with the arena locked (seconds at 16,000 agents).
-  Replan(live_agents());
+  if (membership_changed_.exchange(false) || !probers_) {
+    Replan(live_agents(), nullptr);
+  } else {
+    Replan(live_agents(), &touched);
+  }
   const int64_t cost = clock_.MonotonicNanos() - now;
   replan_seconds_.Set(static_cast<double>(cost) / 1e9);
-  replan_spacing_ns_ = std::clamp<int64_t>(5 * cost, 1'000'000'000, 30'000'000'000);
+  (full ? replan_spacing_ns_ : partial_spacing_ns_) =
+      std::clamp<int64_t>(5 * cost, 1'000'000'000, 30'000'000'000);
   return true;
 }
 
-void PlanBook::Replan(const std::vector<AgentInfo>& live) {
+void PlanBook::Replan(const std::vector<AgentInfo>& live,
+                      const std::unordered_set<std::string>* only) {
   uint64_t version = 0;
   {
     MutexLock lock(plan_mu_);
@@ -156,10 +196,24 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live) {
   // at 16,000 agents on 16 spines). A changed body is published (with a new version) only in the
   // second pass below, once the allow lists are known; meanwhile readers get the node's old
   // version number (which its agent already has or will replace), never a missing plan.
-  ProberIndex probers(live);
+  //
+  // A partial re-plan (`only`) replaces its nodes' entries in the kept prober index: the allow lists
+  // that can change are those of the nodes their old or new plans name (a node's list depends on
+  // who names it and on its probers' addresses, which only their own plans add to).
+  if (!only) probers_ = std::make_unique<ProberIndex>(live);
+  ProberIndex& probers = *probers_;
   std::unordered_set<std::string> body_changed;
+  std::unordered_set<std::string> lists_to_check;
   std::string bytes;
+  size_t planned = 0;
   const auto summary = planner_.PlanEach(live, [&](const std::string& node, Plan&& plan) {
+    ++planned;
+    if (only) {
+      for (std::string& named : probers.ClearPlans(node)) lists_to_check.insert(std::move(named));
+      lists_to_check.insert(node);
+      for (const PlannedPeer& peer : plan.peers) lists_to_check.insert(peer.node);
+      for (const PlannedBurst& b : plan.bursts) lists_to_check.insert(b.node);
+    }
     probers.AddPlan(node, plan.peers);
     if (!plan.bursts.empty()) {
       // The burst's receiver must admit this node's bursts like its probes.
@@ -208,42 +262,51 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live) {
     const uint64_t hash = std::hash<std::string>{}(bytes);
     MutexLock lock(plan_mu_);
     StoredPlan& slot = plans_[node];
-    slot.replan = version;
+    if (!only) slot.replan = version;
     if (slot.body && slot.content_hash == hash) return;
     slot.content_hash = hash;
     slot.body = std::make_shared<const std::string>(std::move(bytes));
     body_changed.insert(node);
-  });
-  // Second pass: each node's allow list; a node whose body or list changed gets this version.
+  }, only);
+  // Second pass: each node's allow list; a node whose body or list changed gets this version. A
+  // partial re-plan looks only at the lists that can have changed, of nodes that have a plan.
   std::vector<std::string> changed;
-  for (const AgentInfo& a : live) {
+  auto finish = [&](const std::string& node) {
     v1::ProbePlan list;
-    for (std::string& addr : probers.AllowedFor(a.node)) list.add_allowed_probers(std::move(addr));
+    for (std::string& addr : probers.AllowedFor(node)) list.add_allowed_probers(std::move(addr));
     std::string allowed = Deterministic(list);
     const uint64_t hash = std::hash<std::string>{}(allowed);
     MutexLock lock(plan_mu_);
-    auto it = plans_.find(a.node);
-    if (it == plans_.end() || it->second.replan != version) continue;
+    auto it = plans_.find(node);
+    if (it == plans_.end() || (!only && it->second.replan != version)) return;
     StoredPlan& slot = it->second;
-    if (slot.version != 0 && !body_changed.contains(a.node) && slot.allowed &&
+    if (slot.version != 0 && !body_changed.contains(node) && slot.allowed &&
         slot.allowed_hash == hash) {
-      continue;
+      return;
     }
     slot.allowed_hash = hash;
     slot.allowed = std::make_shared<const std::string>(std::move(allowed));
     slot.version = version;
-    changed.push_back(a.node);
+    changed.push_back(node);
+  };
+  if (only) {
+    lists_to_check.insert(body_changed.begin(), body_changed.end());
+    for (const std::string& node : lists_to_check) finish(node);
+  } else {
+    for (const AgentInfo& a : live) finish(a.node);
   }
   for (const std::string& note : summary.notes) spdlog::warn("msg=\"planner\" note=\"{}\"", note);
-  base_pps_.store(summary.base_pps, std::memory_order_relaxed);
-  {
+  if (!only) {
+    base_pps_.store(summary.base_pps, std::memory_order_relaxed);
     // Nodes the new plan set does not name (gone, or down) lose their plans.
     MutexLock lock(plan_mu_);
     std::erase_if(plans_, [&](const auto& kv) { return kv.second.replan != version; });
   }
+  last_replan_nodes_ = planned;
   replans_.Inc();
-  spdlog::info("msg=\"probe plans updated\" agents={} leaf_pairs_covered={} plans_changed={}",
-               live.size(), summary.leaf_pairs_covered, changed.size());
+  spdlog::info(
+      "msg=\"probe plans updated\" agents={} planned={} leaf_pairs_covered={} plans_changed={}",
+      live.size(), planned, summary.leaf_pairs_covered, changed.size());
   // Sent by PushPending(), a bounded number per tick. A node that reconnects meanwhile gets its
   // current plan with its Ack anyway.
   for (std::string& node : changed) pending_pushes_.insert(std::move(node));

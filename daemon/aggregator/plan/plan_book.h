@@ -19,6 +19,7 @@
 #include "daemon/aggregator/plan/fabric_map.h"
 #include "daemon/aggregator/plan/plan_versions.h"
 #include "daemon/aggregator/plan/planner.h"
+#include "daemon/aggregator/plan/prober_index.h"
 #include "fabricwatch.pb.h"
 
 namespace fw::metrics {
@@ -70,7 +71,10 @@ class PlanBook {
   void PushPending(const Push& push);
 
   // A temporary overlay on the plans (plan_overlay.h: a qualification's mesh), or its end; any
-  // thread. The next MaybeReplan() re-plans without waiting for membership to settle.
+  // thread. The next MaybeReplan() re-plans without waiting for membership to settle. While the
+  // live set is the one the last full re-plan saw (no membership change since), that re-plan
+  // covers only the nodes the changed overlays name (an overlay changes no other plan), the allow
+  // lists of the nodes their old and new plans name, and is spaced by its own cost.
   void SetOverlay(PlanOverlay overlay);
   void ClearOverlay(const std::string& id);
 
@@ -81,10 +85,18 @@ class PlanBook {
   // (escalation's budget is a share of it); 0 before the first re-plan. Any thread.
   double BasePps() const { return base_pps_.load(std::memory_order_relaxed); }
 
+  // Nodes the last re-plan planned: the whole live set, or the nodes of the overlays that changed.
+  // Tick thread.
+  size_t last_replan_nodes() const { return last_replan_nodes_; }
+
  private:
   // Recomputes every agent's plan and its responder's allow list (the addresses of the nodes
   // whose plans name it, prober_index.h), and keeps the changed ones for PushPending().
-  void Replan(const std::vector<AgentInfo>& live);
+  // With `only`, re-plans those nodes alone against the prober index of the last full re-plan
+  // (the live set must be the one it saw).
+  void Replan(const std::vector<AgentInfo>& live, const std::unordered_set<std::string>* only);
+  // The nodes an overlay names: its members and its bursts' ends.
+  static void AddOverlayNodes(const PlanOverlay& o, std::unordered_set<std::string>& out);
 
   const Clock& clock_;
   const double trace_refresh_s_;
@@ -99,6 +111,18 @@ class PlanBook {
   // messages queued at once.
   static constexpr size_t kPlanPushesPerTick = 2'000;
   std::atomic<bool> replan_needed_{false};
+  // Set by NoteMembershipChange(): the next re-plan is a full one.
+  std::atomic<bool> membership_changed_{true};
+  // Overlays by id (the nodes each names), and the nodes of the overlays set or cleared since the
+  // last re-plan.
+  Mutex overlay_mu_;
+  std::unordered_map<std::string, std::unordered_set<std::string>> overlay_nodes_
+      FW_GUARDED_BY(overlay_mu_);
+  std::unordered_set<std::string> overlay_touched_ FW_GUARDED_BY(overlay_mu_);
+  // Tick thread only: the prober index of the last full re-plan, updated by the partial ones.
+  std::unique_ptr<ProberIndex> probers_;
+  int64_t partial_spacing_ns_ = 1'000'000'000;
+  size_t last_replan_nodes_ = 0;
   std::atomic<int64_t> last_membership_ns_{0};  // written by gRPC threads, read by the tick
   int64_t first_pending_ns_ = 0;                // tick thread only; 0 when nothing is pending
   // Tick thread only. Re-plans are spaced by 5x the last plan's cost (1 s to 30 s): a small fleet

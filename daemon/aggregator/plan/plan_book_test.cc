@@ -1,10 +1,13 @@
 // The plans as agents get them: each carries its responder's allow list (the addresses of the
 // nodes whose plans name it), and a list that changes alone still gives the plan a new version.
 #include "daemon/aggregator/plan/plan_book.h"
+#include "daemon/aggregator/plan/testing/leaf_spine.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <set>
 #include <string>
 #include <tuple>
@@ -106,6 +109,94 @@ TEST_F(PlanBookTest, OverlayBurstsReachTheSendersPlan) {
   EXPECT_GT(book_.PlanFor("a")->version(), with);
 }
 
+
+using testing::LeafSpine;
+
+// A plan book of its own over `map` and `live`, fully re-planned with `overlays` set.
+struct FreshBook {
+  FreshBook(std::shared_ptr<const FabricMap> map, const std::vector<AgentInfo>& live,
+            const std::vector<PlanOverlay>& overlays)
+      : book(PlannerConfig{}, std::move(map), clock, registry) {
+    EXPECT_TRUE(book.Start(dir.path()).ok());
+    for (const PlanOverlay& o : overlays) book.SetOverlay(o);
+    book.NoteMembershipChange();
+    clock.Advance(std::chrono::seconds(60));
+    EXPECT_TRUE(book.MaybeReplan(clock.MonotonicNanos(), [&] { return live; }));
+  }
+  fw::testing::TempDir dir{"fw-planbook-fresh"};
+  FakeClock clock;
+  metrics::Registry registry;
+  PlanBook book;
+};
+
+// Every node's plan as an agent gets it, without the version.
+std::map<std::string, std::string> Wire(const PlanBook& book, const std::vector<AgentInfo>& live) {
+  std::map<std::string, std::string> out;
+  for (const AgentInfo& a : live) {
+    auto plan = book.PlanFor(a.node);
+    if (!plan) continue;
+    plan->clear_version();
+    out[a.node] = plan->DebugString();
+  }
+  return out;
+}
+
+// An escalation or a qualification changes the plans of the nodes it names and the allow lists
+// of the nodes those plans name, nothing else: with the live set unchanged, the re-plan covers only
+// those nodes, and every plan and list reads exactly as a full re-plan with the same overlays.
+TEST(PlanBookPartialTest, OverlayChangesReplanOnlyTheirNodesAndReadAsAFullReplan) {
+  const auto map = LeafSpine(2, 6, 4);
+  std::vector<AgentInfo> live;
+  for (const HostNic& h : map->host_nics()) live.push_back(Agent(h.node, h.address));
+  FreshBook book(map, live, {});
+  EXPECT_EQ(book.book.last_replan_nodes(), live.size());
+  const uint64_t base_version = book.book.PlanFor("n6-4")->version();
+
+  PlanOverlay escalation;
+  escalation.id = "escalation:link:leaf1-spine1";
+  escalation.nodes = {"n1-1", "n3-2"};
+  escalation.rate_pps = 10;
+  escalation.flows = 4;
+  escalation.trace_id = 77;
+  PlanOverlay qualification;
+  qualification.id = "q1";
+  qualification.nodes = {"n2-1", "n2-2", "n4-3"};
+  qualification.rate_pps = 5;
+  qualification.bursts.push_back({"n5-1", "n5-2", 1u << 20, 0x10001, 3.0});
+  const std::vector<std::vector<PlanOverlay>> steps = {
+      {escalation}, {escalation, qualification}, {qualification}, {}};
+  std::vector<PlanOverlay> now;
+  for (const auto& step : steps) {
+    for (const PlanOverlay& o : now) {
+      if (std::none_of(step.begin(), step.end(), [&](const PlanOverlay& x) { return x.id == o.id; })) {
+        book.book.ClearOverlay(o.id);
+      }
+    }
+    for (const PlanOverlay& o : step) {
+      if (std::none_of(now.begin(), now.end(), [&](const PlanOverlay& x) { return x.id == o.id; })) {
+        book.book.SetOverlay(o);
+      }
+    }
+    now = step;
+    book.clock.Advance(std::chrono::seconds(60));
+    ASSERT_TRUE(book.book.MaybeReplan(book.clock.MonotonicNanos(), [&] { return live; }));
+    EXPECT_LE(book.book.last_replan_nodes(), 5u);
+    FreshBook full(map, live, step);
+    EXPECT_EQ(Wire(book.book, live), Wire(full.book, live)) << "step with " << step.size();
+  }
+  // A node no overlay ever named kept its plan and version throughout.
+  EXPECT_EQ(book.book.PlanFor("n6-4")->version(), base_version);
+  EXPECT_GT(book.book.PlanFor("n1-1")->version(), base_version);
+
+  // A membership change re-plans the whole fleet again.
+  live.pop_back();
+  book.book.NoteMembershipChange();
+  book.clock.Advance(std::chrono::seconds(60));
+  ASSERT_TRUE(book.book.MaybeReplan(book.clock.MonotonicNanos(), [&] { return live; }));
+  EXPECT_EQ(book.book.last_replan_nodes(), live.size());
+  FreshBook full(map, live, {});
+  EXPECT_EQ(Wire(book.book, live), Wire(full.book, live));
+}
 }  // namespace
 }  // namespace fw::aggregator
 

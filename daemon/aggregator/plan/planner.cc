@@ -126,7 +126,8 @@ struct Planner::FleetDemand {
   std::unordered_map<std::string_view, uint32_t> leaves_left;  // per mapped node
 };
 
-PlanSummary Planner::PlanEach(const std::vector<AgentInfo>& live, const PlanSink& sink) const {
+PlanSummary Planner::PlanEach(const std::vector<AgentInfo>& live, const PlanSink& sink,
+                              const std::unordered_set<std::string>* only) const {
   PlanSummary out;
   const std::vector<PlanOverlay> overlays = [&] {
     MutexLock lock(overlay_mu_);
@@ -174,8 +175,9 @@ PlanSummary Planner::PlanEach(const std::vector<AgentInfo>& live, const PlanSink
     sink(node, std::move(plan));
     ++out.plans;
   };
-  PlanLeaves(demand, agent_of, hand_over);
+  PlanLeaves(demand, agent_of, hand_over, only);
   for (const AgentInfo* a : unmapped) {
+    if (only && !only->contains(a->node)) continue;
     auto entry = mesh.extract(a->node);
     hand_over(a->node, entry ? std::move(entry.mapped()) : Plan{});
   }
@@ -288,7 +290,8 @@ Planner::FleetDemand Planner::MeasureDemand(const AgentIndex& agent_of,
 }
 
 void Planner::PlanLeaves(FleetDemand& d, const AgentIndex& agent_of,
-                         const std::function<void(const std::string&, Plan)>& hand_over) const {
+                         const std::function<void(const std::string&, Plan)>& hand_over,
+                         const std::unordered_set<std::string>* only) const {
   if (!d.view) return;
   const MapView& view = *d.view;
   const double rate = config_.latency_pps_per_flow;
@@ -321,7 +324,17 @@ void Planner::PlanLeaves(FleetDemand& d, const AgentIndex& agent_of,
     return v;
   };
   const size_t nl = view.leaves.size();
+  // A node's plan is the union of what each of its leaves gives it, and a leaf's part depends only
+  // on the leaf, the fleet's shapes and the hashes: the leaves of `only`'s nodes suffice for them.
+  std::vector<bool> wanted_leaf(nl, only == nullptr);
+  if (only) {
+    for (size_t i = 0; i < nl; ++i) {
+      wanted_leaf[i] = std::any_of(d.nodes_on[i].begin(), d.nodes_on[i].end(),
+                                   [&](std::string_view n) { return only->contains(std::string(n)); });
+    }
+  }
   for (size_t i = 0; i < nl; ++i) {
+    if (!wanted_leaf[i]) continue;
     const SwitchIndex l1 = view.leaves[i];
     const auto& on = view.live_on[l1];
     // Room for the leaf's peers and a few representatives up front: growing 16,000 vectors by
@@ -354,7 +367,9 @@ void Planner::PlanLeaves(FleetDemand& d, const AgentIndex& agent_of,
     for (std::string_view node : d.nodes_on[i]) {
       if (--d.leaves_left[node] != 0) continue;
       auto entry = pending.extract(node);
-      hand_over(agent_of.at(node)->node, entry ? std::move(entry.mapped()) : Plan{});
+      const std::string& name = agent_of.at(node)->node;
+      if (only && !only->contains(name)) continue;
+      hand_over(name, entry ? std::move(entry.mapped()) : Plan{});
     }
   }
 }

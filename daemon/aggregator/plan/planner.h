@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/mutex.h"
@@ -173,7 +174,12 @@ class Planner {
   // plans of one leaf (and of nodes whose NICs span leaves not yet reached) exist at a time: at
   // 16,000 agents on 16 spines the whole set is 1.5 million peers, ~300 MB, and a re-plan with
   // full pair windows must not add that to the aggregator's peak.
-  PlanSummary PlanEach(const std::vector<AgentInfo>& live, const PlanSink& sink) const;
+  //
+  // With `only`, the same plans for those nodes alone (live ones; the others are not handed over):
+  // only the leaves they are on are planned, so this costs a few leaves instead of the fleet. The
+  // summary's base_pps then counts only their plans.
+  PlanSummary PlanEach(const std::vector<AgentInfo>& live, const PlanSink& sink,
+                       const std::unordered_set<std::string>* only = nullptr) const;
 
   // Temporary overlays (plan_overlay.h: a qualification's mesh), applied to every plan PlanEach()
   // hands out from the next call on. SetOverlay replaces one with the same id. Thread-safe.
@@ -211,8 +217,10 @@ class Planner {
   // PlanEach's second pass, one source leaf at a time: a leaf's NICs probe the rest of their leaf
   // and the representatives chosen for them. A node's plan goes to `hand_over` when its last leaf
   // has been planned.
+  // With `only`, plans just the leaves its nodes are on and hands over just its nodes.
   void PlanLeaves(FleetDemand& demand, const AgentIndex& agent_of,
-                  const std::function<void(const std::string& node, Plan plan)>& hand_over) const;
+                  const std::function<void(const std::string& node, Plan plan)>& hand_over,
+                  const std::unordered_set<std::string>* only) const;
   LeafPairShape ShapeOf(const MapView& view, SwitchIndex l1, SwitchIndex l2) const;
   void PlanWithoutMap(const std::vector<const AgentInfo*>& agents,
                       std::unordered_map<std::string, Plan>& plans,

@@ -13,8 +13,9 @@
 namespace fw::aggregator {
 
 // Built for one re-plan: construct with the live agents, AddPlan() every plan as the planner
-// produces it, then ask AllowedFor(). Not thread-safe. Holds 4 bytes per planned (prober,
-// target) pair plus each agent's addresses.
+// produces it, then ask AllowedFor(). Kept between re-plans of the same live set, a prober's plans
+// can be replaced (ClearPlans(), then AddPlan()) when only some plans changed. Not thread-safe.
+// Holds 8 bytes per planned (prober, target) pair plus each agent's addresses.
 class ProberIndex {
  public:
   explicit ProberIndex(const std::vector<AgentInfo>& live);
@@ -28,11 +29,17 @@ class ProberIndex {
   // nobody probes it, when `node` is unknown, or when one of its probers has no address (its
   // probes could come from anywhere, and refusing them would look like loss).
   std::vector<std::string> AllowedFor(const std::string& node) const;
+  // Forgets what `prober`'s plans added (its targets, the addresses its plans probe from), as if
+  // they had never been added; returns the nodes those plans named, whose allow lists may change.
+  std::vector<std::string> ClearPlans(const std::string& prober);
 
  private:
   std::unordered_map<std::string, uint32_t> index_;
+  std::vector<const std::string*> names_;            // by node index: index_'s keys
   std::vector<std::vector<std::string>> addresses_;  // by node index
-  std::vector<std::vector<uint32_t>> probers_;       // by target index: prober indices, repeats
+  std::vector<uint32_t> endpoint_addresses_;  // by node index: addresses_ that are its endpoints'
+  std::vector<std::vector<uint32_t>> probers_;  // by target index: prober indices, repeats
+  std::vector<std::vector<uint32_t>> targets_;  // by prober index: target indices, repeats
 };
 
 }  // namespace fw::aggregator
