@@ -155,9 +155,8 @@ TracedPath HopAssembler::Finish(int64_t now_ns) const {
   return p;
 }
 
-TraceScheduler::TraceScheduler(double fraction, uint8_t max_ttl, double suspect_fraction)
+TraceScheduler::TraceScheduler(double fraction, uint8_t max_ttl)
     : fraction_(std::max(0.0, fraction)),
-      suspect_fraction_(std::max(0.0, suspect_fraction)),
       max_ttl_(std::clamp<uint8_t>(max_ttl, 1, kTraceMaxTtl)),
       credit_(max_ttl_) {}
 
@@ -202,20 +201,16 @@ void TraceScheduler::AddProbePackets(uint64_t n) {
   // Unused credit is capped so that a long quiet spell cannot turn into a burst of traces.
   const double cap = std::max<double>(max_ttl_, 4.0 * max_ttl_);
   credit_ = std::min(cap, credit_ + fraction_ * static_cast<double>(n));
-  suspect_credit_ = std::min(cap, suspect_credit_ + suspect_fraction_ * static_cast<double>(n));
 }
 
 std::optional<TraceFlow> TraceScheduler::Next() {
   for (auto* q : {&suspects_, &fresh_, &changed_}) {
     if (q->empty()) continue;
-    if (q == &suspects_ && suspect_credit_ >= max_ttl_) {
-      suspect_credit_ -= max_ttl_;
-    } else if (credit_ >= max_ttl_) {
-      credit_ -= max_ttl_;
-    } else {
+    if (credit_ < max_ttl_) {
       ++deferred_;
       return std::nullopt;
     }
+    credit_ -= max_ttl_;
     TraceFlow f = std::move(q->front());
     q->pop_front();
     queued_.erase(f);

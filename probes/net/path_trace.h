@@ -124,13 +124,7 @@ class HopAssembler {
 // once at a time. Not thread-safe (the tracer's thread owns it).
 class TraceScheduler {
  public:
-  // `fraction`: trace packets earned per probe packet, for every queue. `suspect_fraction`: more
-  // earned per probe packet that only suspect flows (Changed(..., true): the aggregator's requests
-  // for an escalated pair) may spend, and spend first. A suspicion is what escalation raises the
-  // probe rate for, and its traces are what tells which link of the pair's paths is bad; the
-  // plain fraction alone, at a healthy agent's rate, traces a pair's 16 forward and echo flows in
-  // about a minute.
-  TraceScheduler(double fraction, uint8_t max_ttl, double suspect_fraction = 0);
+  TraceScheduler(double fraction, uint8_t max_ttl);
   // A new plan: flows not traced before are queued; flows gone from the plan are forgotten.
   void SetFlows(const std::vector<TraceFlow>& flows);
   // A planned flow's results changed (loss appeared or went away, RTT moved): trace it again.
@@ -144,17 +138,14 @@ class TraceScheduler {
 
   size_t queued() const { return suspects_.size() + fresh_.size() + changed_.size(); }
   double credit() const { return credit_; }
-  double suspect_credit() const { return suspect_credit_; }
   uint64_t deferred() const { return deferred_; }  // Next() calls refused for budget
 
  private:
   bool Queue(std::deque<TraceFlow>& q, const TraceFlow& f);
 
   double fraction_;
-  double suspect_fraction_;
   uint8_t max_ttl_;
   double credit_;
-  double suspect_credit_ = 0;
   uint64_t deferred_ = 0;
   std::unordered_set<TraceFlow, TraceFlowHash> planned_;
   std::unordered_set<TraceFlow, TraceFlowHash> queued_;

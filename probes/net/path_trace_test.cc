@@ -199,34 +199,6 @@ TEST(TraceBudget, SuspectsGoFirstAndChangedFlowsAreTracedAgain) {
   EXPECT_FALSE(s.Next());
 }
 
-// Requested (suspect) traces spend an allowance of their own first, then the common budget; fresh
-// and changed flows never spend the suspects' allowance.
-TEST(TraceBudget, SuspectsSpendTheirOwnAllowanceFirst) {
-  TraceScheduler s(0.02, 8, 0.1);
-  TraceScheduler plain(0.02, 8);
-  for (TraceScheduler* t : {&s, &plain}) {
-    t->SetFlows({Flow(1), Flow(2), Flow(5), Flow(6)});
-    t->Changed(Flow(5), /*suspect=*/true);
-    t->Changed(Flow(6), /*suspect=*/true);
-    t->AddProbePackets(160);  // 3.2 packets of common budget (8 to start), 16 of the suspects'
-  }
-  EXPECT_EQ(s.Next()->src_port, 5);
-  EXPECT_EQ(s.Next()->src_port, 6);
-  EXPECT_EQ(s.Next()->src_port, 1);  // the common budget, untouched by the suspects
-  EXPECT_FALSE(s.Next());
-  EXPECT_EQ(plain.Next()->src_port, 5);
-  EXPECT_FALSE(plain.Next());
-
-  TraceScheduler only_suspects(0, 8, 1.0);
-  only_suspects.SetFlows({Flow(1), Flow(2)});
-  EXPECT_EQ(only_suspects.Next()->src_port, 1);  // the starting credit is common
-  only_suspects.AddProbePackets(100);
-  EXPECT_LE(only_suspects.suspect_credit(), 32.0);  // banked up to 4 traces
-  EXPECT_FALSE(only_suspects.Next());               // a fresh flow cannot spend it
-  only_suspects.Changed(Flow(2), /*suspect=*/true);
-  EXPECT_EQ(only_suspects.Next()->src_port, 2);
-}
-
 TEST(TraceBudget, AQuietSpellDoesNotBankABurst) {
   TraceScheduler s(0.5, 8);
   s.SetFlows({});

@@ -47,7 +47,7 @@ struct InFlight {
 class PathTracer::Loop final : public LoopGuest {
  public:
   explicit Loop(PathTracerOptions o)
-      : options_(std::move(o)), scheduler_(options_.budget_fraction, options_.max_ttl, options_.suspect_budget_fraction) {}
+      : options_(std::move(o)), scheduler_(options_.budget_fraction, options_.max_ttl) {}
 
   Status Open() {
     icmp_.Reset(socket(AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_ICMP));

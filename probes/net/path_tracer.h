@@ -31,9 +31,6 @@ namespace fw::net {
 
 struct PathTracerOptions {
   double budget_fraction = 0.02;  // trace packets per probe packet
-  // More trace packets per probe packet that only the aggregator's requests (an escalated pair's
-  // flows, TraceScheduler::Changed with suspect) may spend, banked up to 4 traces.
-  double suspect_budget_fraction = 0.1;
   uint8_t max_ttl = 8;
   int64_t hop_timeout_ns = 300'000'000;
   size_t max_concurrent = 8;    // traces in flight
