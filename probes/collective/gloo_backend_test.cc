@@ -5,9 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "probes/collective/thread_count_for_test.h"
 
@@ -128,13 +130,23 @@ TEST(GlooBackend, StragglerShowsInArrivalTimes) {
   // The group feels the straggler (synchronization amplification): its time holds the delay.
   EXPECT_GT(sum->median_group_seconds, 0.020);
   // Same process, same clock: the exit-aligned estimate matches the arrivals measured directly.
+  // Both are medians over the iterations, as SummarizeGroup's lateness is: one iteration's arrival
+  // can be late by a preemption on a busy host (18 ms on 2 cores beside other tests).
   const RankResult* r0 = nullptr;
   const RankResult* r2 = nullptr;
   for (const RankResult& r : all) (r.rank == 0 ? r0 : r.rank == 2 ? r2 : r0) = &r;
   ASSERT_TRUE(r0 && r2);
-  const double direct =
-      static_cast<double>(r2->iterations[3].arrive_ns - r0->iterations[3].arrive_ns) * 1e-9;
-  EXPECT_NEAR(direct, sum->lateness_seconds[2], 0.010);
+  ASSERT_EQ(r0->iterations.size(), r2->iterations.size());
+  std::vector<double> direct;
+  for (size_t i = 0; i < r0->iterations.size(); ++i) {
+    direct.push_back(
+        static_cast<double>(r2->iterations[i].arrive_ns - r0->iterations[i].arrive_ns) * 1e-9);
+  }
+  ASSERT_FALSE(direct.empty());
+  std::sort(direct.begin(), direct.end());
+  const size_t mid = direct.size() / 2;
+  const double median = direct.size() % 2 ? direct[mid] : (direct[mid - 1] + direct[mid]) / 2;
+  EXPECT_NEAR(median, sum->lateness_seconds[2], 0.010);
 }
 
 TEST(GlooBackend, MissingRankFailsRendezvousInBoundedTime) {
