@@ -20,8 +20,8 @@ bool IsUdp(const v1::PlannedPeer& p) {
 }
 
 // The UDP prober's flows for an entry: one per source port, at least one.
-double UdpFlows(const v1::PlannedPeer& p) {
-  return IsUdp(p) ? static_cast<double>(std::max(1, p.src_ports_size())) : 0;
+size_t UdpFlows(const v1::PlannedPeer& p) {
+  return IsUdp(p) ? static_cast<size_t>(std::max(1, p.src_ports_size())) : 0;
 }
 
 }  // namespace
@@ -74,7 +74,7 @@ GuardedPlan GuardPlan(const v1::ProbePlan& plan, const PlanCeilings& c) {
       skip(net::PlanSkip::kRate, p);
       continue;
     }
-    const size_t flows = static_cast<size_t>(UdpFlows(p));
+    const size_t flows = UdpFlows(p);
     if (g.udp_flows + flows > net::kUdpMaxTotalFlows) {
       skip(net::PlanSkip::kFlows, p);
       continue;
@@ -102,7 +102,8 @@ GuardedPlan GuardPlan(const v1::ProbePlan& plan, const PlanCeilings& c) {
   auto udp_pps = [&] {
     double pps = 0;
     for (size_t k = 0; k < g.peers.size(); ++k) {
-      if (g.udp_rates_hz[k] > 0) pps += g.udp_rates_hz[k] * UdpFlows(*g.peers[k]);
+      const double flows = static_cast<double>(UdpFlows(*g.peers[k]));
+      if (g.udp_rates_hz[k] > 0) pps += g.udp_rates_hz[k] * flows;
     }
     return pps;
   };

@@ -348,8 +348,8 @@ TEST(ProbeScheduler, APlanWithOneUnusableEntryProbesTheOthers) {
 }
 
 // Each plan entry runs at its own rate: a pair escalated to 10 Hz beside four peers at 1 Hz
-// raises that entry's flows only. The agent used to run every UDP flow at the plan's highest
-// entry rate (5 entries x 2 flows x 10 Hz = 100 probes/s here instead of 2 x 10 + 8 x 1 = 28).
+// raises that entry's flows only: 2 x 10 + 8 x 1 = 28 probes/s here, not every flow at the plan's
+// highest entry rate (5 entries x 2 flows x 10 Hz = 100).
 TEST(ProbeScheduler, AnEscalatedEntryRaisesOnlyItsOwnFlows) {
   OutboundBuffer buffer(1000, 64 << 20);
   metrics::Registry registry;

@@ -57,10 +57,20 @@ std::unique_ptr<UdpProber> StartProber(ResultQueue& q, UdpProberOptions o = {},
   return p.ok() ? std::move(p.value()) : nullptr;
 }
 
+PeerTarget Peer(std::string name, uint16_t port, uint32_t flows, double rate_hz) {
+  PeerTarget t;
+  t.name = std::move(name);
+  t.address = "127.0.0.1";
+  t.port = port;
+  t.flows = flows;
+  t.rate_hz = rate_hz;
+  return t;
+}
+
 UdpProbePlan Plan(std::string name, uint16_t port, uint32_t flows, double rate_hz,
                   int64_t timeout_ns = 2'000'000'000) {
   UdpProbePlan plan;
-  plan.peers.push_back({std::move(name), "127.0.0.1", port, flows});
+  plan.peers.push_back(Peer(std::move(name), port, flows, 0));  // 0: the plan's rate
   plan.rate_hz = rate_hz;
   plan.timeout_ns = timeout_ns;
   return plan;
@@ -137,15 +147,6 @@ TEST(UdpProberTest, SendSlotsFallOnTheWallClocksGridAtTheirPhase) {
   }
 }
 
-PeerTarget Peer(std::string name, uint16_t port, uint32_t flows, double rate_hz) {
-  PeerTarget t;
-  t.name = std::move(name);
-  t.address = "127.0.0.1";
-  t.port = port;
-  t.flows = flows;
-  t.rate_hz = rate_hz;
-  return t;
-}
 
 // Each peer's flows run at the peer's own rate, not at the plan's highest (an escalated pair at
 // 10 Hz beside a peer at 1 Hz), and the slow flow, sent once a second, is not declared lost by a
@@ -157,7 +158,7 @@ TEST(UdpProberTest, EachPeerSendsAtItsOwnRate) {
   auto prober = StartProber(q);
   ASSERT_TRUE(prober);
   UdpProbePlan plan;
-  plan.rate_hz = 10;              // what the agent used to give every flow
+  plan.rate_hz = 10;              // peers without a rate of their own would run at this
   plan.timeout_ns = 300'000'000;  // well under the slow peer's 1 s period
   plan.peers.push_back(Peer("hot", responder->port(), 1, 10));
   plan.peers.push_back(Peer("base", responder->port(), 1, 1));
@@ -240,7 +241,7 @@ TEST(UdpProberTest, AnEscalatedPeerLeavesTheOtherRatesGridInstants) {
     auto prober = StartProber(q);
     ASSERT_TRUE(prober);
     UdpProbePlan plan;
-    plan.rate_hz = escalated ? 10 : 1;  // the plan's highest rate, as the agent used to set it
+    plan.rate_hz = escalated ? 10 : 1;  // the plan's highest rate; every peer here has its own
     plan.peers.push_back(Peer("base", responder->port(), 10, 1));
     if (escalated) plan.peers.push_back(Peer("hot", responder->port(), 2, 10));
     ASSERT_TRUE(prober->SetPlan(plan).ok());

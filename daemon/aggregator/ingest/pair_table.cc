@@ -334,12 +334,17 @@ bool PairTable::VisitPair(std::string_view src, std::string_view dst, Transport 
   return true;
 }
 
+PairFlows PairTable::FlowsOf(Pair& p) {
+  return PairFlows{p.src,   p.dst,          p.transport, p.paths, p.baseline,
+                   p.flows, NicPairsOf(p), p.windows};
+}
+
 void PairTable::ForEachPairFlows(const std::function<void(const PairFlows&)>& fn) {
   for (Shard& shard : shards_) {
     MutexLock lock(shard.mu);
     for (Pair& p : shard.pairs) {
       if (p.live) {
-        fn(PairFlows{p.src, p.dst, p.transport, p.paths, p.baseline, p.flows, NicPairsOf(p), p.windows});
+        fn(FlowsOf(p));
       }
     }
   }
@@ -352,7 +357,7 @@ void PairTable::ForEachPairFlowsFrom(NodeId src, const std::function<void(const 
   if (it == shard.by_source.end()) return;
   for (uint32_t index : it->second) {
     Pair& p = shard.pairs[index];
-    fn(PairFlows{p.src, p.dst, p.transport, p.paths, p.baseline, p.flows, NicPairsOf(p), p.windows});
+    fn(FlowsOf(p));
   }
 }
 

@@ -280,6 +280,9 @@ class PairTable {
   static std::span<const NicPair> NicPairsOf(const Pair& p) {
     return p.nic_pairs ? std::span<const NicPair>(*p.nic_pairs) : std::span<const NicPair>();
   }
+  // REQUIRES: the pair's shard lock held. The view of `p` that ForEachPairFlows* hand out (its
+  // baseline writable).
+  static PairFlows FlowsOf(Pair& p);
   // REQUIRES: the pair's shard lock held. The index of the flow in p.flows, created if new (the
   // flow seen longest ago makes room when the pair is full).
   uint32_t FlowOfLocked(Pair& p, uint16_t src_port, uint32_t flow_id, uint8_t nics = 0);

@@ -329,8 +329,9 @@ void Planner::PlanLeaves(FleetDemand& d, const AgentIndex& agent_of,
   std::vector<bool> wanted_leaf(nl, only == nullptr);
   if (only) {
     for (size_t i = 0; i < nl; ++i) {
-      wanted_leaf[i] = std::any_of(d.nodes_on[i].begin(), d.nodes_on[i].end(),
-                                   [&](std::string_view n) { return only->contains(std::string(n)); });
+      wanted_leaf[i] =
+          std::any_of(d.nodes_on[i].begin(), d.nodes_on[i].end(),
+                      [&](std::string_view n) { return only->contains(std::string(n)); });
     }
   }
   for (size_t i = 0; i < nl; ++i) {
