@@ -17,6 +17,7 @@
 #include <random>
 #include <unordered_map>
 
+#include "common/code_pages.h"
 #include "daemon/agent/fabric_nics.h"
 #include "daemon/agent/node_report.h"
 #include "daemon/agent/rdma_metrics.h"
@@ -281,6 +282,22 @@ Status Agent::Start(ReportOn report_on) {
   });
   // RDMA UD probes (docs/rdma.md). Without RDMA (ENOSYS here, or no usable port) the agent says
   // "rdma: unavailable" in the log, Hello's inventory and /metrics, and the rest goes on.
+  code_released_bytes_ =
+      &registry_
+           .AddCounter("fabricwatch_agent_code_released_bytes_total",
+                       "Resident bytes of idle code and read-only data pages the agent unmapped "
+                       "(start-up code leaves RSS; docs/performance.md).")
+           .WithLabels({});
+  code_release_runs_ = &registry_
+                            .AddCounter("fabricwatch_agent_code_release_runs_total",
+                                        "Times the agent unmapped its idle code pages.")
+                            .WithLabels({});
+  code_release_errors_ =
+      &registry_
+           .AddCounter("fabricwatch_agent_code_release_errors_total",
+                       "Failed reads of /proc/self/smaps and failed madvise calls while "
+                       "unmapping idle code pages.")
+           .WithLabels({});
   metrics::Gauge& rdma_available =
       registry_
           .AddGauge("fabricwatch_rdma_available",
@@ -338,6 +355,12 @@ Status Agent::Start(ReportOn report_on) {
     report_.next_pass = now + report_.period;
     report_.last_batch = now;
     report_.last_report = now;
+    report_.next_code_release =
+        options_.code_release_interval_s > 0
+            ? now + std::min<std::chrono::steady_clock::duration>(
+                        kFirstCodeRelease, std::chrono::milliseconds(static_cast<int64_t>(
+                                               options_.code_release_interval_s * 1000)))
+            : std::chrono::steady_clock::time_point::max();
   }
   if (report_on == ReportOn::kOwnThread) {
     report_thread_ = std::thread([this] {
@@ -562,9 +585,34 @@ std::chrono::steady_clock::time_point Agent::RunReportWork() {
       report_.last_report = now;
       SendCheckReport();
     }
+    MaybeReleaseCode(now);
   }
   lock.Lock();
   return NextReportDue();
+}
+
+void Agent::MaybeReleaseCode(std::chrono::steady_clock::time_point now) {
+  if (now < report_.next_code_release) return;
+  report_.next_code_release =
+      now + std::chrono::milliseconds(static_cast<int64_t>(options_.code_release_interval_s * 1000));
+  const bool first = code_release_runs_->Value() == 0;
+  CodeReleaseResult r;
+  const Status s = ReleaseCodePages(r);
+  code_release_runs_->Inc();
+  if (!s.ok()) {
+    code_release_errors_->Inc();
+    spdlog::warn("msg=\"could not release idle code pages\" error=\"{}\"", s.message());
+    return;
+  }
+  code_released_bytes_->Inc(static_cast<double>(r.resident_bytes));
+  if (r.failures > 0) code_release_errors_->Inc(static_cast<double>(r.failures));
+  if (first) {
+    spdlog::info("msg=\"released idle code pages\" mappings={} resident_kib={} failures={}",
+                 r.mappings, r.resident_bytes >> 10, r.failures);
+  } else {
+    spdlog::debug("msg=\"released idle code pages\" mappings={} resident_kib={} failures={}",
+                  r.mappings, r.resident_bytes >> 10, r.failures);
+  }
 }
 
 void Agent::Stop() {

@@ -66,6 +66,10 @@ struct AgentOptions {
   // Bytes of line time per port_xmit_wait tick (counters::SamplerOptions): 8 on Quantum-class
   // switches and, we assume, ConnectX HCAs; set it for hardware documented otherwise.
   double xmit_wait_tick_bytes = 8.0;
+  // Code and read-only data pages mapped but idle are unmapped (common/code_pages.h) this long
+  // after start and then every interval: start-up code leaves RSS, the steady state's faults
+  // back. 0: never.
+  double code_release_interval_s = 300;
   // `check` only: two counter passes this far apart give rates; 0 takes one snapshot.
   double check_counter_interval_s = 1;
   // gRPC mTLS material (nullopt: --insecure) and the HTTP web config (docs/security.md).
@@ -128,6 +132,10 @@ class Agent {
   void PumpTraces();
 
   static constexpr std::chrono::seconds kCheckReportPeriod{60};
+  // The first release of idle code pages, after start-up (connection, first plan, first checks).
+  static constexpr std::chrono::seconds kFirstCodeRelease{30};
+  // Unmaps idle code pages when due (code_release_interval_s); on the report loop.
+  void MaybeReleaseCode(std::chrono::steady_clock::time_point now);
 
   AgentOptions options_;
   uint64_t session_id_;
@@ -170,8 +178,12 @@ class Agent {
     std::string findings, last_findings;  // kept across passes: no allocation once they are sized
     std::chrono::steady_clock::time_point last_report, next_pass, last_batch;
     std::chrono::steady_clock::duration period{};
+    std::chrono::steady_clock::time_point next_code_release;  // max(): never
   };
   ReportState report_;
+  metrics::Counter* code_released_bytes_ = nullptr;
+  metrics::Counter* code_release_runs_ = nullptr;
+  metrics::Counter* code_release_errors_ = nullptr;
 };
 
 }  // namespace fw::agent

@@ -80,6 +80,7 @@ int main(int argc, char** argv) {
   fw::Seconds heartbeat{o.heartbeat_interval_s}, sample{o.sample_interval_s};
   fw::Seconds counter_slow{o.counter_slow_interval_s};
   fw::Seconds check_interval{o.check_counter_interval_s};
+  fw::Seconds code_release{o.code_release_interval_s};
   std::string log_level = "info", config, format = "text";
 
   fw::ConfigBinding binding;
@@ -106,6 +107,7 @@ int main(int argc, char** argv) {
   binding.Bind("sample-interval", &sample);
   binding.Bind("counter-slow-interval", &counter_slow);
   binding.Bind("xmit-wait-tick-bytes", &o.xmit_wait_tick_bytes);
+  binding.Bind("code-release-interval", &code_release);
   binding.Bind("buffer-batches", &o.buffer_batches);
   binding.Bind("buffer-mb", &o.buffer_mb);
   binding.Bind("log-level", &log_level);
@@ -187,6 +189,10 @@ int main(int argc, char** argv) {
                  "(docs/node-checks.md)")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 1e6));
+  app.add_option_function<std::string>(
+      "--code-release-interval", duration(&code_release),
+      "unmap idle code pages (start-up code) 30s after start and then this often, so RSS holds "
+      "what the agent runs; 0 never (default 5m; docs/performance.md)");
   app.add_option("--buffer-batches", o.buffer_batches, "max unacknowledged batches kept")
       ->capture_default_str();
   app.add_option("--buffer-mb", o.buffer_mb, "max MiB of unacknowledged batches kept")
@@ -289,6 +295,7 @@ int main(int argc, char** argv) {
   o.heartbeat_interval_s = heartbeat.value > 0 ? heartbeat.value : 5;
   o.sample_interval_s = sample.value > 0 ? sample.value : 1;
   o.counter_slow_interval_s = counter_slow.value > 0 ? counter_slow.value : 10;
+  o.code_release_interval_s = std::max(0.0, code_release.value);
   o.check_counter_interval_s = check_interval.value >= 0 ? check_interval.value : 1;
 
   if (*rdma_selftest) {

@@ -41,7 +41,8 @@ class Fleet {
 
   // Starts an agent reporting to this fleet's aggregator, or to `aggregator` when given.
   void StartAgent(const std::string& name, int test_batches = 0,
-                  const std::string& aggregator = "") {
+                  const std::string& aggregator = "",
+                  const std::vector<std::string>& extra_args = {}) {
     std::string port_file = dir_ + "/agent-" + name + ".ports";
     std::filesystem::remove(port_file);
     std::vector<std::string> argv{
@@ -69,6 +70,7 @@ class Fleet {
       argv.insert(argv.end(),
                   {"--test-batches", std::to_string(test_batches), "--test-batch-rate", "25"});
     }
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
     agents_[name] = std::make_unique<Process>(argv, dir_ + "/agent-" + name + ".log");
   }
 
