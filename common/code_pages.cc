@@ -48,13 +48,23 @@ std::optional<uint64_t> KbValue(std::string_view rest) {
 
 struct Pending {
   CodeRange range;
-  bool candidate = false;   // file-backed, not writable
+  bool candidate = false;   // file-backed, not writable, not a device
   bool anon_known = false;  // an "Anonymous: 0 kB" line was seen
   bool anon_zero = false;
+  bool special = false;     // VmFlags: I/O or PFN mapping, locked, or hugetlb
 };
 
+// VmFlags that madvise(MADV_DONTNEED) refuses or that are not page-cache pages: io (VM_IO),
+// pf (VM_PFNMAP: device pages such as an RDMA NIC's clock page), lo (mlocked), ht (hugetlb).
+bool SpecialVmFlags(std::string_view flags) {
+  for (std::string_view t = NextToken(flags); !t.empty(); t = NextToken(flags)) {
+    if (t == "io" || t == "pf" || t == "lo" || t == "ht") return true;
+  }
+  return false;
+}
+
 void Flush(Pending& p, std::vector<CodeRange>& out) {
-  if (p.candidate && p.anon_known && p.anon_zero && p.range.rss_bytes > 0) {
+  if (p.candidate && !p.special && p.anon_known && p.anon_zero && p.range.rss_bytes > 0) {
     out.push_back(std::move(p.range));
   }
   p = Pending{};
@@ -75,6 +85,10 @@ Status ParseReleasableRanges(std::string_view smaps, std::vector<CodeRange>& out
     const std::string_view first = NextToken(rest);
     if (first.empty()) continue;
     if (first.back() == ':') {  // a field of the current mapping
+      if (first == "VmFlags:") {
+        p.special = p.special || SpecialVmFlags(rest);
+        continue;
+      }
       if (first == "Rss:" || first == "Anonymous:") {
         const std::optional<uint64_t> v = KbValue(rest);
         if (!v) {
@@ -110,7 +124,9 @@ Status ParseReleasableRanges(std::string_view smaps, std::vector<CodeRange>& out
         path_at == std::string_view::npos ? std::string_view{} : rest.substr(path_at);
     p.range.start = start;
     p.range.end = end;
-    p.candidate = perms[1] != 'w' && !path.empty() && path.front() == '/' && end > start;
+    // Device files (/dev/...: GPU and RDMA driver mappings) are not code even when read-only.
+    p.candidate = perms[1] != 'w' && !path.empty() && path.front() == '/' &&
+                  !path.starts_with("/dev/") && end > start;
     if (p.candidate) p.range.path = std::string(path);
   }
   Flush(p, out);

@@ -33,9 +33,10 @@ struct CodeRange {
   std::string path;
 };
 
-// The mappings of smaps text that hold only a file's bytes: a path that starts with '/', no 'w'
-// permission, and "Anonymous: 0 kB" (a mapping whose Anonymous line is missing is left out too:
-// nothing proves it clean). Mappings with nothing resident are left out (nothing to give back).
+// The mappings of smaps text that hold only a file's bytes: a path that starts with '/' and not
+// with "/dev/" (driver mappings), no 'w' permission, "Anonymous: 0 kB" (a mapping whose Anonymous
+// line is missing is left out too: nothing proves it clean), and none of the VmFlags io, pf, lo,
+// ht. Mappings with nothing resident are left out (nothing to give back).
 // InvalidArgument when a mapping header is malformed (bad range, end before start, too few
 // fields); other lines it does not know are skipped, as new kernels add fields.
 Status ParseReleasableRanges(std::string_view smaps, std::vector<CodeRange>& out);

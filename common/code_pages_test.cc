@@ -79,6 +79,26 @@ TEST(CodePages, AMappingWithoutAnAnonymousLineIsNotProvenClean) {
   EXPECT_EQ(r[0].start, 0x2000000u);
 }
 
+// An RDMA NIC's clock page and a GPU driver's read-only mapping are device pages (madvise refuses
+// them: EINVAL); locked and hugetlb mappings are left alone too.
+TEST(CodePages, DeviceLockedAndHugetlbMappingsAreLeftAlone) {
+  std::vector<CodeRange> r;
+  ASSERT_TRUE(ParseReleasableRanges("1000-2000 r--s 00000000 00:06 512 /dev/infiniband/uverbs0\n"
+                                    "Rss: 4 kB\nAnonymous: 0 kB\nVmFlags: rd sh mr io pf dd\n"
+                                    "2000-3000 r--s 00000000 00:06 513 /dev/nvidiactl\n"
+                                    "Rss: 4 kB\nAnonymous: 0 kB\n"
+                                    "3000-4000 r-xp 00000000 fe:00 7 /opt/locked\n"
+                                    "Rss: 4 kB\nAnonymous: 0 kB\nVmFlags: rd ex mr lo\n"
+                                    "4000-5000 r--p 00000000 00:10 8 /mnt/huge/table\n"
+                                    "Rss: 4 kB\nAnonymous: 0 kB\nVmFlags: rd mr ht\n"
+                                    "5000-6000 r-xp 00000000 fe:00 9 /usr/lib/libok.so\n"
+                                    "Rss: 4 kB\nAnonymous: 0 kB\nVmFlags: rd ex mr mw me\n",
+                                    r)
+                  .ok());
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].path, "/usr/lib/libok.so");
+}
+
 TEST(CodePages, PathsWithSpacesAndDeletedFilesKeepTheirName) {
   std::vector<CodeRange> r;
   ASSERT_TRUE(ParseReleasableRanges("1000-3000 r-xp 00000000 fe:00 7   /opt/my dir/agent (deleted)\n"
