@@ -97,6 +97,17 @@ void RcPeers::Restart(Session& s, int64_t now, bool count) {
   if (count) ++stats_.reconnects;
 }
 
+StatusOr<std::shared_ptr<RcBuffer>> RcPeers::BufferFor(const RcDeviceRef& ref) {
+  for (auto it = buffers_.begin(); it != buffers_.end();) {
+    it = it->second.expired() ? buffers_.erase(it) : std::next(it);
+  }
+  if (auto alive = buffers_[ref.pd].lock()) return alive;
+  auto made = RcBuffer::Create(*ref.ctx, *ref.pd, opts_.write.buffer_bytes);
+  if (!made.ok()) return made.status();
+  buffers_[ref.pd] = made.value();
+  return made;
+}
+
 void RcPeers::StartExchange(Session& s, int64_t now) {
   // The link layer of the peer is not known here: the lookup takes the named device, else the
   // first usable port.
@@ -105,7 +116,10 @@ void RcPeers::StartExchange(Session& s, int64_t now) {
     s.due = now + static_cast<int64_t>(opts_.connect_timeout_s * 1e9);
     return;
   }
-  auto qp = RcWriteBw::Create(*ref.ctx, *ref.pd, ref.port, ref.gid_index, opts_.write, seed_++);
+  auto buffer = BufferFor(ref);
+  auto qp = buffer.ok() ? RcWriteBw::Create(*ref.ctx, *ref.pd, ref.port, ref.gid_index,
+                                            opts_.write, seed_++, std::move(buffer.value()))
+                        : StatusOr<std::unique_ptr<RcWriteBw>>(buffer.status());
   if (!qp.ok()) {
     ++stats_.setup_failures;
     spdlog::warn("msg=\"rdma rc: QP setup failed\" peer={} error=\"{}\"", s.plan.peer,
@@ -172,7 +186,10 @@ void RcPeers::OnMessage(const RcConnectMsg& m) {
   }
   RcWriteOptions wo = opts_.write;
   wo.message_bytes = std::min(wo.message_bytes, wo.buffer_bytes);
-  auto qp = RcWriteBw::Create(*ref.ctx, *ref.pd, ref.port, ref.gid_index, wo, seed_++);
+  auto buffer = BufferFor(ref);
+  auto qp = buffer.ok() ? RcWriteBw::Create(*ref.ctx, *ref.pd, ref.port, ref.gid_index, wo,
+                                            seed_++, std::move(buffer.value()))
+                        : StatusOr<std::unique_ptr<RcWriteBw>>(buffer.status());
   if (!qp.ok()) {
     ++stats_.setup_failures;
     spdlog::warn("msg=\"rdma rc: answering QP setup failed\" peer={} error=\"{}\"", m.peer,

@@ -118,6 +118,8 @@ class RcPeers {
   void Restart(Session& s, int64_t now, bool count);
   void StartExchange(Session& s, int64_t now);
   void RunBurst(Session& s, int64_t now);
+  // The registered buffer every QP of `ref`'s PD shares (RcBuffer), made when none is alive.
+  StatusOr<std::shared_ptr<RcBuffer>> BufferFor(const RcDeviceRef& ref);
 
   const Clock& clock_;
   RcPeersOptions opts_;
@@ -131,6 +133,9 @@ class RcPeers {
   std::map<RailKey, std::unique_ptr<Session>> probing_;
   // Answering QPs by (peer, its NIC, our NIC) as the request named them.
   std::map<RailKey, std::unique_ptr<RcWriteBw>> answering_;
+  // The shared buffer of each PD, held by its QPs only: it goes with the last of them (before
+  // the PD, which DropDevice's callers close after dropping the QPs).
+  std::map<const Pd*, std::weak_ptr<RcBuffer>> buffers_;
   uint64_t seq_ = 1;
   uint64_t seed_;
   RcPeersStats stats_;

@@ -10,21 +10,38 @@
 
 namespace fw::rdma {
 
+StatusOr<std::shared_ptr<RcBuffer>> RcBuffer::Create(Context& ctx, Pd& pd, uint32_t bytes) {
+  if (bytes == 0) return Status::InvalidArgument("RC buffer of 0 bytes");
+  auto b = std::make_shared<RcBuffer>();
+  b->mem_.assign(bytes, 0);
+  auto mr = ctx.RegMr(pd, b->mem_.data(), b->mem_.size(), kAccessLocalWrite | kAccessRemoteWrite);
+  if (!mr.ok()) return mr.status();
+  b->mr_ = std::move(mr.value());
+  b->pd_ = &pd;
+  return b;
+}
+
 StatusOr<std::unique_ptr<RcWriteBw>> RcWriteBw::Create(Context& ctx, Pd& pd, uint8_t port,
                                                        int gid_index, RcWriteOptions opts,
-                                                       uint64_t seed) {
+                                                       uint64_t seed,
+                                                       std::shared_ptr<RcBuffer> buffer) {
   if (opts.message_bytes == 0 || opts.message_bytes > opts.buffer_bytes || opts.queue_depth < 1 ||
       opts.queue_depth > 1024 || opts.burst_bytes == 0) {
     return Status::InvalidArgument("RC write options out of range");
+  }
+  if (buffer && (buffer->pd() != &pd || buffer->size() < opts.message_bytes)) {
+    return Status::InvalidArgument("RC buffer of another protection domain, or too small");
   }
   auto pa = ctx.QueryPort(port);
   if (!pa.ok()) return pa.status();
   std::unique_ptr<RcWriteBw> w(new RcWriteBw(ctx, pd, port, opts));
   w->opts_.path_mtu_bytes = std::min(opts.path_mtu_bytes, pa->active_mtu_bytes);
-  w->mem_.assign(opts.buffer_bytes, 0);
-  auto mr = ctx.RegMr(pd, w->mem_.data(), w->mem_.size(), kAccessLocalWrite | kAccessRemoteWrite);
-  if (!mr.ok()) return mr.status();
-  w->mr_ = std::move(mr.value());
+  if (!buffer) {
+    auto own = RcBuffer::Create(ctx, pd, opts.buffer_bytes);
+    if (!own.ok()) return own.status();
+    buffer = std::move(own.value());
+  }
+  w->buffer_ = std::move(buffer);
   auto cq = ctx.CreateCq(opts.queue_depth * 2 + 4, CqTimestamps::kNone);
   if (!cq.ok()) return cq.status();
   w->cq_ = std::move(cq.value());
@@ -50,9 +67,9 @@ StatusOr<std::unique_ptr<RcWriteBw>> RcWriteBw::Create(Context& ctx, Pd& pd, uin
   }
   l.qpn = w->qp_->qp_num();
   l.psn = w->next_psn_;
-  l.rkey = w->mr_->rkey();
-  l.addr = reinterpret_cast<uint64_t>(w->mem_.data());
-  l.length = static_cast<uint32_t>(w->mem_.size());
+  l.rkey = w->buffer_->mr().rkey();
+  l.addr = reinterpret_cast<uint64_t>(w->buffer_->data());
+  l.length = static_cast<uint32_t>(w->buffer_->size());
   Status st = w->ToInit();
   if (!st.ok()) return st;
   return w;
@@ -61,7 +78,7 @@ StatusOr<std::unique_ptr<RcWriteBw>> RcWriteBw::Create(Context& ctx, Pd& pd, uin
 RcWriteBw::~RcWriteBw() {
   qp_.reset();
   cq_.reset();
-  mr_.reset();
+  buffer_.reset();
 }
 
 Status RcWriteBw::ToInit() {
@@ -181,8 +198,9 @@ StatusOr<RcBurstResult> RcWriteBw::RunBurst(const Clock& clock, net::ProbeBudget
       w.opcode = SendOpcode::kRdmaWrite;
       const uint64_t off = (posted % slots) * opts_.message_bytes;
       w.sge = {
-          reinterpret_cast<uint64_t>(mem_.data()) + (off % (mem_.size() - opts_.message_bytes + 1)),
-          opts_.message_bytes, mr_->lkey()};
+          reinterpret_cast<uint64_t>(buffer_->data()) +
+              (off % (buffer_->size() - opts_.message_bytes + 1)),
+          opts_.message_bytes, buffer_->mr().lkey()};
       w.remote_addr = remote_.addr + off;
       w.rkey = remote_.rkey;
       w.signaled = true;

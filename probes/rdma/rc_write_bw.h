@@ -55,14 +55,37 @@ struct RcWriteStats {
   uint64_t bursts = 0, bytes = 0, completion_errors = 0, reconnects = 0, budget_refused = 0;
 };
 
+// A registered buffer (LOCAL_WRITE | REMOTE_WRITE) that RC QPs of one protection domain may
+// share: the source of their writes and the target of their peers'. Its bytes are never read (a
+// burst measures the transfer, not the data), so bursts that overlap may write over each other.
+// Shared, a node's pinned memory for RC bursts is one buffer per NIC instead of one per QP, and it
+// has a QP for each peer that bursts toward it and each peer it bursts toward (docs/rdma.md).
+// Must go before its Pd.
+class RcBuffer {
+ public:
+  // ResourceExhausted when the locked-memory limit refuses it.
+  static StatusOr<std::shared_ptr<RcBuffer>> Create(Context& ctx, Pd& pd, uint32_t bytes);
+  uint8_t* data() { return mem_.data(); }
+  size_t size() const { return mem_.size(); }
+  const Mr& mr() const { return *mr_; }
+  const Pd* pd() const { return pd_; }
+
+ private:
+  std::vector<uint8_t> mem_;
+  std::unique_ptr<Mr> mr_;
+  const Pd* pd_ = nullptr;
+};
+
 class RcWriteBw {
  public:
-  // Registers the buffer (REMOTE_WRITE), creates the CQ and the RC QP on `port`, and takes it to
-  // INIT. `gid_index` is the source GID (RoCE; from ChooseSourceGid). ResourceExhausted when the
-  // locked-memory limit refuses the buffer.
+  // Creates the CQ and the RC QP on `port`, and takes it to INIT, with `buffer` as its registered
+  // buffer (of `pd`, at least opts.message_bytes long), or a buffer of opts.buffer_bytes of its
+  // own when null. `gid_index` is the source GID (RoCE; from ChooseSourceGid). ResourceExhausted
+  // when the locked-memory limit refuses the buffer.
   static StatusOr<std::unique_ptr<RcWriteBw>> Create(Context& ctx, Pd& pd, uint8_t port,
                                                      int gid_index, RcWriteOptions opts,
-                                                     uint64_t seed = 1);
+                                                     uint64_t seed = 1,
+                                                     std::shared_ptr<RcBuffer> buffer = nullptr);
   ~RcWriteBw();
 
   // What the peer needs to connect to us and write into our buffer.
@@ -98,8 +121,7 @@ class RcWriteBw {
   bool connected_ = false;
   bool broken_ = false;
   uint32_t next_psn_ = 0;
-  std::vector<uint8_t> mem_;
-  std::unique_ptr<Mr> mr_;
+  std::shared_ptr<RcBuffer> buffer_;
   std::unique_ptr<Cq> cq_;
   std::unique_ptr<Qp> qp_;
   RcWriteStats stats_;

@@ -133,5 +133,73 @@ TEST(RcMemlock, ABufferOverTheLockedMemoryLimitIsRefusedWithAHint) {
   EXPECT_NE(w.status().message().find("LimitMEMLOCK"), std::string::npos);
 }
 
+// One registered buffer per NIC for all its RC QPs: node a bursts toward three peers and they
+// toward it, each QP its own connection, under a locked-memory limit that holds 1.5 buffers of
+// 1 MiB. Buffers of their own would need four on a (refused from the second on).
+TEST(RcSharedBuffer, EveryQpOfAPdWritesFromAndIntoOneBuffer) {
+  FakeClock clock;
+  FakeFabric fabric(clock);
+  for (auto [name, lid] : {std::pair<const char*, uint16_t>{"a", 1}, {"b", 2}, {"c", 3}, {"d", 4}}) {
+    FakeDeviceConfig d = Ib(name, lid, 100);
+    d.memlock_limit_bytes = 3 << 19;
+    fabric.AddDevice(d);
+  }
+  fabric.SetAutoAdvance(&clock);
+  auto verbs = fabric.MakeVerbs({"a", "b", "c", "d"});
+  RcWriteOptions o;
+  o.burst_bytes = 4 << 20;
+  struct Node {
+    std::unique_ptr<Context> ctx;
+    std::unique_ptr<Pd> pd;
+    std::shared_ptr<RcBuffer> buffer;
+  };
+  std::vector<Node> nodes;
+  for (const char* name : {"a", "b", "c", "d"}) {
+    Node n;
+    n.ctx = std::move(verbs->Open(name).value());
+    n.pd = std::move(n.ctx->AllocPd().value());
+    auto b = RcBuffer::Create(*n.ctx, *n.pd, o.buffer_bytes);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    n.buffer = std::move(b.value());
+    nodes.push_back(std::move(n));
+  }
+  // A buffer of its own no longer fits on a beside the shared one.
+  EXPECT_EQ(RcWriteBw::Create(*nodes[0].ctx, *nodes[0].pd, 1, 0, o, 9).status().code(),
+            StatusCode::kResourceExhausted);
+  // Another PD's buffer is refused.
+  EXPECT_EQ(
+      RcWriteBw::Create(*nodes[0].ctx, *nodes[0].pd, 1, 0, o, 9, nodes[1].buffer).status().code(),
+      StatusCode::kInvalidArgument);
+  std::vector<std::unique_ptr<RcWriteBw>> from_a, to_a;
+  for (size_t peer = 1; peer < nodes.size(); ++peer) {
+    auto x = RcWriteBw::Create(*nodes[0].ctx, *nodes[0].pd, 1, 0, o, peer, nodes[0].buffer);
+    auto y = RcWriteBw::Create(*nodes[peer].ctx, *nodes[peer].pd, 1, 0, o, 10 + peer,
+                               nodes[peer].buffer);
+    ASSERT_TRUE(x.ok()) << x.status().ToString();
+    ASSERT_TRUE(y.ok()) << y.status().ToString();
+    ASSERT_TRUE(x.value()->Connect(y.value()->local()).ok());
+    ASSERT_TRUE(y.value()->Connect(x.value()->local()).ok());
+    EXPECT_EQ(x.value()->local().addr, reinterpret_cast<uint64_t>(nodes[0].buffer->data()));
+    from_a.push_back(std::move(x.value()));
+    to_a.push_back(std::move(y.value()));
+  }
+  EXPECT_EQ(nodes[0].buffer.use_count(), 4) << "three QPs and the test";
+  for (size_t i = 0; i < from_a.size(); ++i) {
+    auto out = from_a[i]->RunBurst(clock);
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_NEAR(out->gbps, 100.0, 2.0);
+    auto in = to_a[i]->RunBurst(clock);
+    ASSERT_TRUE(in.ok()) << in.status().ToString();
+    EXPECT_NEAR(in->gbps, 100.0, 2.0);
+  }
+  EXPECT_EQ(fabric.stats().rdma_writes, 6u * 64);
+  // The buffer goes with the last QP (before the PD).
+  std::weak_ptr<RcBuffer> held = nodes[0].buffer;
+  nodes[0].buffer.reset();
+  EXPECT_FALSE(held.expired());
+  from_a.clear();
+  EXPECT_TRUE(held.expired());
+}
+
 }  // namespace
 }  // namespace fw::rdma
