@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
   app.add_option_function<std::string>(
       "--code-release-interval", duration(&code_release),
       "unmap idle code pages (start-up code) 30s after start and then this often, so RSS holds "
-      "what the agent runs; 0 never (default 5m; docs/performance.md)");
+      "what the agent runs, docs/performance.md; 0 never (default 5m)");
   app.add_option("--buffer-batches", o.buffer_batches, "max unacknowledged batches kept")
       ->capture_default_str();
   app.add_option("--buffer-mb", o.buffer_mb, "max MiB of unacknowledged batches kept")
