@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <set>
 #include <unordered_map>
 
 #include "common/log.h"
@@ -441,6 +442,19 @@ void Analyzer::Tick() {
         tracker_.Weak("link:" + map_->links()[b.link].id);
       }
     }
+    // A lead names the link of its one lost flow with the fewest probes; the fault may be any
+    // fabric link the flow surely crossed (its traced or only path, both ways), and the escalation
+    // makes all of them dense: each may fire at the next evaluation on the dense data alone.
+    for (const LinkBlame& b : ev.lead_loss) {
+      tracker_.Weak("link:" + map_->links()[b.link].id);
+      for (uint32_t i : b.explained) {
+        tomography_.ForEachCandidate(tomography_.bad_flows()[i], [&](LinkIndex l, double w) {
+          if (w >= 0.999 && !map_->links()[l].IsAccess()) {
+            tracker_.Weak("link:" + map_->links()[l].id);
+          }
+        });
+      }
+    }
   }
   const ElementTracker::Changes changes = tracker_.EndTick(now_s, wall_ns);
   if (spdlog::should_log(spdlog::level::debug)) LogTimeline(ev);
@@ -470,6 +484,12 @@ void Analyzer::LogTimeline(const Evaluation& ev) const {
           "component=analysis msg=\"link weakly lossy\" link={} estimate={:.4f} "
           "significance={:.1f} bad={} expected={:.0f}",
           map_->links()[b.link].id, b.estimate, b.significance, b.bad, b.expected);
+    }
+    for (const LinkBlame& b : ev.lead_loss) {
+      spdlog::debug(
+          "component=analysis msg=\"link lead\" link={} significance={:.1f} bad={} "
+          "expected={:.0f}",
+          map_->links()[b.link].id, b.significance, b.bad, b.expected);
     }
   }
   for (const auto& [element, obs] : ev.observations) {
@@ -628,6 +648,27 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
     weak.significance = c.escalate_loss_significance;
     weak.min_flows = std::max(1, std::min(c.escalate_min_flows, c.min_flows));
     ev.weak_loss = tomography_.Localize(Signal::kLoss, weak);
+  }
+  if (c.escalate_lead_significance > 0 && map_) {
+    // One lost probe among a link's ~200 in the window is under the loss ratio of a finding:
+    // significance alone decides a lead.
+    SignalSpec lead = ev.specs[static_cast<int>(Signal::kLoss)];
+    lead.significance = c.escalate_lead_significance;
+    lead.min_flows = 1;
+    lead.threshold = 0;
+    std::set<LinkIndex> weak;
+    for (const LinkBlame& b : ev.weak_loss) {
+      weak.insert(b.link);
+      weak.insert(b.tied.begin(), b.tied.end());
+    }
+    const auto few_flows = static_cast<uint32_t>(std::max(1, c.escalate_min_flows));
+    for (LinkBlame& b : tomography_.Localize(Signal::kLoss, lead)) {
+      if (b.bad_flows >= few_flows || weak.contains(b.link) ||
+          map_->links()[b.link].IsAccess()) {
+        continue;
+      }
+      ev.lead_loss.push_back(std::move(b));
+    }
   }
   BuildObservations(BlameContext{map_.get(), flows_, tomography_, config_, &tracker_, rails_.get()},
                     ev);

@@ -134,6 +134,23 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
       }
     }
   }
+  // Leads: one lost flow on a fabric link. Served last and briefly (EscalationBudget); an element
+  // already asked for above is no lead.
+  std::set<std::string> leads;
+  if (ctx.map) {
+    for (const LinkBlame& b : ev.lead_loss) {
+      std::vector<LinkIndex> group{b.link};
+      group.insert(group.end(), b.tied.begin(), b.tied.end());
+      for (LinkIndex l : group) {
+        if (ctx.map->links()[l].IsAccess()) continue;
+        const std::string element = "link:" + ctx.map->links()[l].id;
+        if (tracker.HealthOf(element) != ElementHealth::kOk) continue;
+        if (std::find(elements.begin(), elements.end(), element) != elements.end()) continue;
+        leads.insert(element);
+        elements.push_back(element);
+      }
+    }
+  }
   for (const std::string& element : elements) {
     if (!seen.insert(element).second) continue;
     // What a pair must cross (or be) to speak for the element.
@@ -170,8 +187,12 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
     EscalationRequest r;
     r.element = element;
     r.suspicion = suspicions.contains(element);
+    r.lead = leads.contains(element);
     for (const auto& [key, p] : ev.pairs) {
       if (p.bad_flows == 0 || !crosses(p)) continue;
+      // A lead raises only the pairs that lost probes: pairs with a slow sample cross every link
+      // of a healthy fleet, and a lead must stay cheap.
+      if (r.lead && p.loss_flows == 0) continue;
       pairs.push_back(&p);
       r.priority += 10.0 * p.loss_flows + p.slow_flows + p.bw_bad;
     }

@@ -20,25 +20,35 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
   last_now_s_ = now_s;
   bool changed = false;
 
-  std::set<std::string> suspect_now;
-  for (const EscalationRequest& r : suspects) suspect_now.insert(r.element);
+  std::map<std::string, const EscalationRequest*> asked;
+  for (const EscalationRequest& r : suspects) asked.emplace(r.element, &r);
+  // A lead asked for as an ordinary escalation now runs as one: widened below, renewed from now.
+  std::set<std::string> promoted;
   // End what is no longer suspect (confirmed, or dropped), and what ran its course.
   for (auto it = active_.begin(); it != active_.end();) {
-    const bool still = suspect_now.count(it->first) > 0;
-    if (still && now_s < it->second.since_s + config_.max_duration_s) {
-      it->second.until_s =
-          std::min(now_s + config_.duration_s, it->second.since_s + config_.max_duration_s);
+    Active& a = it->second;
+    const auto q = asked.find(it->first);
+    const bool still = q != asked.end();
+    const bool ordinary = still && !q->second->lead;
+    if (ordinary && a.lead) {
+      a.lead = false;
+      promoted.insert(it->first);
     }
-    if (!still || now_s >= it->second.until_s) {
-      cooling_[it->first] = now_s + config_.cooldown_s;
+    if (ordinary && now_s < a.since_s + config_.max_duration_s) {
+      a.until_s = std::min(now_s + config_.duration_s, a.since_s + config_.max_duration_s);
+    }
+    if (!still || now_s >= a.until_s) {
+      (a.lead ? lead_cooling_ : cooling_)[it->first] = now_s + config_.cooldown_s;
       it = active_.erase(it);
       changed = true;
     } else {
       ++it;
     }
   }
-  for (auto it = cooling_.begin(); it != cooling_.end();) {
-    it = now_s >= it->second ? cooling_.erase(it) : std::next(it);
+  for (auto* cooling : {&cooling_, &lead_cooling_}) {
+    for (auto it = cooling->begin(); it != cooling->end();) {
+      it = now_s >= it->second ? cooling->erase(it) : std::next(it);
+    }
   }
   Recount();
 
@@ -50,14 +60,35 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
   last_budget_pps_ = budget;
   std::vector<const EscalationRequest*> order;
   for (const EscalationRequest& r : suspects) {
-    if (!active_.count(r.element) && !cooling_.count(r.element) && !r.pairs.empty()) {
+    if (!active_.count(r.element) && !cooling_.count(r.element) &&
+        !(r.lead && lead_cooling_.count(r.element)) && !r.pairs.empty()) {
       order.push_back(&r);
     }
   }
+  // Leads after every other request: they spend what the others left.
   std::stable_sort(order.begin(), order.end(),
                    [](const EscalationRequest* x, const EscalationRequest* y) {
+                     if (x->lead != y->lead) return y->lead;
                      return x->priority > y->priority;
                    });
+  // A lead gives way: when an ordinary request cannot get its first pair at the full rate from
+  // what is left, the running leads end (their element may start a lead again after cooldown_s).
+  const auto first_ordinary = std::find_if(order.begin(), order.end(),
+                                           [](const EscalationRequest* r) { return !r->lead; });
+  if (first_ordinary != order.end() &&
+      PairCost((*first_ordinary)->pairs.front(), config_.rate_factor) >
+          budget - stats_.extra_pps) {
+    for (auto it = active_.begin(); it != active_.end();) {
+      if (!it->second.lead) {
+        ++it;
+        continue;
+      }
+      lead_cooling_[it->first] = now_s + config_.cooldown_s;
+      it = active_.erase(it);
+      changed = true;
+    }
+    Recount();
+  }
   std::set<std::pair<std::string, std::string>> taken;
   for (const auto& [element, a] : active_) {
     for (const EscalationPair& p : a.pairs) taken.insert(std::minmax(p.a, p.b));
@@ -82,12 +113,15 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
   };
   // An escalation started on weak evidence (the plain floor) whose element is a suspicion now is
   // widened with the suspicion's budget: otherwise the pairs it started with, as few as the plain
-  // floor paid for, would carry the suspicion for the rest of its course.
+  // floor paid for, would carry the suspicion for the rest of its course. A lead asked for as an
+  // ordinary escalation now is widened likewise: it started with the pairs of one lost flow.
   for (const EscalationRequest& r : suspects) {
     auto it = active_.find(r.element);
-    if (!r.suspicion || it == active_.end() || it->second.suspicion) continue;
+    if (it == active_.end()) continue;
+    const bool wider = r.suspicion && !it->second.suspicion;
+    if (!wider && !promoted.contains(r.element)) continue;
     Active& a = it->second;
-    a.suspicion = true;
+    a.suspicion = a.suspicion || r.suspicion;
     const double before = a.extra_pps;
     const size_t pairs_before = a.pairs.size();
     add_pairs(r, a, stats_.extra_pps - before);
@@ -100,8 +134,11 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
   for (const EscalationRequest* r : order) {
     Active a;
     a.since_s = now_s;
-    a.until_s = now_s + std::min(config_.duration_s, config_.max_duration_s);
+    a.until_s =
+        now_s + std::min(r->lead ? config_.lead_duration_s : config_.duration_s,
+                         config_.max_duration_s);
     a.suspicion = r->suspicion;
+    a.lead = r->lead;
     add_pairs(*r, a, stats_.extra_pps);
     if (a.pairs.empty()) {
       ++stats_.refused_budget;
@@ -109,6 +146,7 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
     }
     a.trace_id = next_trace_id_++;
     ++stats_.started;
+    if (a.lead) ++stats_.leads_started;
     stats_.pairs_started += a.pairs.size();
     stats_.extra_pps += a.extra_pps;
     active_.emplace(r->element, std::move(a));

@@ -251,5 +251,105 @@ TEST(EscalationBudgetTest, AnEscalationIsWidenedWhenItsElementBecomesASuspicion)
   EXPECT_FALSE(b.Update(3, {r}, 1'000, 1.0));  // widened once
 }
 
+EscalationRequest Lead(const std::string& element, int pairs, uint32_t flows = 1) {
+  EscalationRequest r = Suspect(element, pairs, 0, flows);
+  r.lead = true;
+  return r;
+}
+
+// A lead (one lost flow on a link) runs lead_duration_s (3 s) and is not renewed while it stays a
+// lead, though its lost probe keeps it asked for; then its element waits cooldown_s before
+// another lead.
+TEST(EscalationBudgetTest, ALeadIsShortAndNotRenewedWhileItStaysALead) {
+  EscalationConfig c;
+  c.lead_duration_s = 3;
+  c.cooldown_s = 60;
+  EscalationBudget b(c);
+  const std::vector<EscalationRequest> lead = {Lead("link:x", 1)};
+  EXPECT_TRUE(b.Update(0, lead, 1'000, 1.0));
+  EXPECT_EQ(b.stats().started, 1u);
+  EXPECT_EQ(b.stats().leads_started, 1u);
+  EXPECT_DOUBLE_EQ(b.stats().extra_pps, 18.0);  // one one-flow pair at 10x, both directions
+  EXPECT_FALSE(b.Update(1, lead, 1'000, 1.0));
+  EXPECT_FALSE(b.Update(2, lead, 1'000, 1.0));
+  EXPECT_DOUBLE_EQ(b.EscalatedSince("link:x"), 0);
+  EXPECT_TRUE(b.Update(3, lead, 1'000, 1.0));  // 3 s, though still asked for
+  EXPECT_LT(b.EscalatedSince("link:x"), 0);
+  for (int t = 4; t < 63; ++t) EXPECT_FALSE(b.Update(t, lead, 1'000, 1.0)) << "t=" << t;
+  EXPECT_TRUE(b.Update(63, lead, 1'000, 1.0));  // cooled down
+  EXPECT_EQ(b.stats().leads_started, 2u);
+  // Three seconds of 18 extra probes/s a minute: a lead is cheap.
+  EXPECT_NEAR(b.stats().extra_probes, 3 * 18.0, 1e-9);
+}
+
+// A lead that ended cools down only against leads: its element's weak evidence (an ordinary
+// request) escalates at once, for the ordinary 10 s, renewed.
+TEST(EscalationBudgetTest, AnEndedLeadDoesNotBlockAnOrdinaryEscalation) {
+  EscalationBudget b;
+  EXPECT_TRUE(b.Update(0, {Lead("link:x", 1)}, 1'000, 1.0));
+  EXPECT_TRUE(b.Update(3, {Lead("link:x", 1)}, 1'000, 1.0));  // ran its course
+  EXPECT_LT(b.EscalatedSince("link:x"), 0);
+  EXPECT_TRUE(b.Update(4, {Suspect("link:x", 2)}, 1'000, 1.0));
+  EXPECT_DOUBLE_EQ(b.EscalatedSince("link:x"), 4);
+  EXPECT_EQ(b.stats().started, 2u);
+  EXPECT_EQ(b.stats().leads_started, 1u);
+  EXPECT_FALSE(b.Update(13, {Suspect("link:x", 2)}, 1'000, 1.0));  // renewed to 23
+  EXPECT_DOUBLE_EQ(b.EscalatedSince("link:x"), 4);
+}
+
+// A running lead asked for as an ordinary request (its second lost flow, or a suspicion) runs on
+// as one: renewed past the lead's 3 s and widened to the request's pairs, keeping its start.
+TEST(EscalationBudgetTest, ALeadThatBecomesOrdinaryIsRenewedAndWidened) {
+  EscalationBudget b;
+  EscalationRequest r = Lead("link:x", 12);
+  EXPECT_TRUE(b.Update(0, {r}, 1'000, 1.0));
+  EXPECT_EQ(b.stats().active_pairs, 3u);  // the plain 40/s floor: 18 + 18 + 4
+  r.lead = false;
+  r.suspicion = true;
+  EXPECT_TRUE(b.Update(1, {r}, 1'000, 1.0));
+  EXPECT_EQ(b.stats().active_pairs, 8u);
+  EXPECT_EQ(b.stats().started, 1u);
+  EXPECT_FALSE(b.Update(5, {r}, 1'000, 1.0));  // past the lead's 3 s: renewed
+  EXPECT_DOUBLE_EQ(b.EscalatedSince("link:x"), 0);
+  // Asked for only as a lead again: not renewed by it, it ends 10 s after its last renewal.
+  r.lead = true;
+  r.suspicion = false;
+  EXPECT_FALSE(b.Update(14, {r}, 1'000, 1.0));
+  EXPECT_TRUE(b.Update(15, {r}, 1'000, 1.0));
+  EXPECT_LT(b.EscalatedSince("link:x"), 0);
+  // ...and, having run as an ordinary escalation, it cools down against every request.
+  EXPECT_FALSE(b.Update(16, {Suspect("link:x", 2)}, 1'000, 1.0));
+}
+
+// Leads are served after every other request, whatever their order or priority, and a running
+// lead gives way when a new ordinary request cannot get its first pair at the full rate.
+TEST(EscalationBudgetTest, LeadsAreServedLastAndGiveWayToOrdinaryRequests) {
+  EscalationConfig c;
+  c.min_budget_pps = 20;  // one one-flow pair at 10x (18/s)
+  c.min_rate_factor = 10;
+  EscalationBudget b(c);
+  EscalationRequest lead = Lead("link:lead", 1);
+  lead.priority = 100;
+  EXPECT_TRUE(b.Update(0, {lead, Suspect("link:weak", 1, 1)}, 100, 1.0));
+  EXPECT_GE(b.EscalatedSince("link:weak"), 0);
+  EXPECT_LT(b.EscalatedSince("link:lead"), 0);
+  EXPECT_EQ(b.stats().leads_started, 0u);
+
+  EscalationBudget running(c);
+  EXPECT_TRUE(running.Update(0, {lead}, 100, 1.0));
+  EXPECT_GE(running.EscalatedSince("link:lead"), 0);
+  EXPECT_TRUE(running.Update(1, {lead, Suspect("link:weak", 1, 1)}, 100, 1.0));
+  EXPECT_LT(running.EscalatedSince("link:lead"), 0);
+  EXPECT_DOUBLE_EQ(running.EscalatedSince("link:weak"), 1);
+  EXPECT_LE(running.stats().extra_pps, 20.0);
+  // A lead never raises the floor: leads alone stay within the plain budget.
+  EscalationBudget many;
+  std::vector<EscalationRequest> leads;
+  for (int i = 0; i < 10; ++i) leads.push_back(Lead("link:l" + std::to_string(i), 1));
+  many.Update(0, leads, 1'000, 1.0);
+  EXPECT_DOUBLE_EQ(many.last_budget_pps(), 40);
+  EXPECT_LE(many.stats().extra_pps, 40.0);
+}
+
 }  // namespace
 }  // namespace fw::aggregator
