@@ -65,6 +65,7 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     FlowObs o;
     o.src = pair.src;
     o.dst = pair.dst;
+    o.pair_flows = pair.flows;
     o.probes = w.probes;
     o.lost = w.lost;
     o.rtt = w.rtt;
@@ -442,17 +443,10 @@ void Analyzer::Tick() {
         tracker_.Weak("link:" + map_->links()[b.link].id);
       }
     }
-    // A lead names the link of its one lost flow with the fewest probes; the fault may be any
-    // fabric link the flow surely crossed (its traced or only path, both ways), and the escalation
-    // makes all of them dense: each may fire at the next evaluation on the dense data alone.
+    // Each link a lead speaks for may fire at the next evaluation on the dense data alone.
     for (const LinkBlame& b : ev.lead_loss) {
-      tracker_.Weak("link:" + map_->links()[b.link].id);
-      for (uint32_t i : b.explained) {
-        tomography_.ForEachCandidate(tomography_.bad_flows()[i], [&](LinkIndex l, double w) {
-          if (w >= 0.999 && !map_->links()[l].IsAccess()) {
-            tracker_.Weak("link:" + map_->links()[l].id);
-          }
-        });
+      for (LinkIndex l : LeadLinks(*map_, tomography_, b)) {
+        tracker_.Weak("link:" + map_->links()[l].id);
       }
     }
   }

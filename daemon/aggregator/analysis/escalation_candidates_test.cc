@@ -121,67 +121,56 @@ TEST(EscalationCandidates, OneLostProbeIsALeadUnlessLeadsAreOff) {
   std::string pair;
   const std::vector<aggregator::EscalationRequest> on = leads(1.0, &pair);
   ASSERT_EQ(on.size(), 1u);
-  EXPECT_TRUE(on[0].element.starts_with("link:l")) << on[0].element;
-  ASSERT_EQ(on[0].pairs.size(), 1u);
+  EXPECT_TRUE(on[0].element.starts_with("link:leaf")) << on[0].element;
+  // The lost flow's pair first, then pairs whose traced flows crossed the link (no lost probe).
+  ASSERT_GE(on[0].pairs.size(), 2u);
+  EXPECT_LE(on[0].pairs.size(), Tomography::kCrossingPairs + 1);
   const aggregator::EscalationPair& p = on[0].pairs[0];
   EXPECT_EQ(std::min(p.a, p.b) + "~" + std::max(p.a, p.b), pair);
   EXPECT_TRUE(leads(0, &pair).empty());
 }
 
-// The evaluation of a lead counts towards the dense confirmation of every fabric link its lost
-// flow surely crossed, as weak loss does: a link that lost one probe on a flow in one second and
-// loses 30 % of its probes in the next fires at that next evaluation on the dense data. Without
-// leads it fires one evaluation later.
-TEST(EscalationCandidates, ALeadCountsTowardsTheNextEvaluationsDenseConfirmation) {
-  auto evaluations_to_fire = [](double lead_significance) {
-    testing::FleetShape shape;
-    shape.spines = 2;
-    shape.leaves = 4;
-    shape.hosts_per_leaf = 2;
-    shape.inter_flows = 16;
-    shape.deterministic = false;
-    shape.switch_addresses = true;
-    shape.background_loss = 0;
-    AnalysisConfig config;
-    config.escalate_lead_significance = lead_significance;
-    testing::SyntheticFleet fleet(shape, config);
-    fleet.TraceFlows();
-    fleet.Run(15);
-    // A flow whose probes go up leaf1~spine0.
-    testing::SyntheticFleet::FlowTrace lost;
-    for (const auto& t : fleet.FlowTraces()) {
-      for (size_t i = 0; i + 1 < t.hops.size(); ++i) {
-        if (t.hops[i] == "leaf1" && t.hops[i + 1] == "spine0") lost = t;
-      }
-    }
-    EXPECT_FALSE(lost.src.empty());
-    bool dropped = false;
-    fleet.SetRewrite([&](std::vector<ReportedProbe>& batch) {
-      for (ReportedProbe& r : batch) {
-        if (dropped || r.src_node != lost.src || r.dst_node != lost.dst ||
-            r.src_port != lost.src_port) {
-          continue;
-        }
-        r.lost = true;
-        r.rtt_ns = 0;
-        dropped = true;
-      }
-    });
-    fleet.Run(1);
-    EXPECT_TRUE(dropped);
-    EXPECT_TRUE(fleet.Active().empty()) << testing::DescribeFindings(fleet.Active());
-    fleet.SetRewrite(nullptr);
-    fleet.SetLinkFault("leaf1~spine0", testing::LinkFault{0.3});
-    for (int n = 1; n <= 5; ++n) {
-      fleet.Run(1);
-      for (const TrackedFinding& f : fleet.Active()) {
-        if (f.element == "link:leaf1~spine0") return n;
-      }
-    }
-    return 0;
-  };
-  EXPECT_EQ(evaluations_to_fire(1.0), 1);
-  EXPECT_EQ(evaluations_to_fire(0), 2);
+// A lead speaks for every fabric link its lost flow surely crossed (a~b: l1~s1 and l2~s1, not the
+// hosts' access links), and it also raises pairs whose traced flows crossed its link without a
+// lost probe (c~b over l2~s1), after the pairs that lost probes.
+TEST(EscalationCandidates, ALeadSpeaksForItsFlowsLinksAndRaisesPairsThatCrossedIt) {
+  testing::BlameFixture t(testing::ThreeLeafMap());
+  t.AddFlow("a", "b", 10, 1);
+  t.AddFlow("c", "b", 10, 0);
+  t.AddFlow("c", "d", 10, 0);
+  t.AddPair("a", "b", 2, 1);
+  LinkBlame lead = testing::LossBlame(t.LinkOf("l2", "s1"), 0.01, 0);
+  lead.bad = lead.bad_flows = 1;
+  lead.explained = {0};
+  t.ev.lead_loss.push_back(lead);
+  EXPECT_EQ(LeadLinks(*t.Context().map, t.tomography(), lead),
+            (std::vector<LinkIndex>{t.LinkOf("l1", "s1"), t.LinkOf("l2", "s1")}));
+  ElementTracker tracker(t.config);
+  bool suspicion = true;
+  EXPECT_EQ(PairsOf(EscalationCandidates(t.Context(), t.ev, tracker), "link:l2~s1", &suspicion),
+            (std::vector<std::string>{"a~b", "c~b"}));
+  EXPECT_FALSE(suspicion);
+}
+
+// An unresolved group suspect on loss ("one of l1~s1, l2~s1": flows not traced) escalates the bad
+// pairs that may cross any of its links; their escalation also traces their flows.
+TEST(EscalationCandidates, AnUnresolvedGroupEscalatesThePairsThatCrossItsLinks) {
+  testing::BlameFixture t(testing::ThreeLeafMap());
+  t.AddPair("a", "b", 2, 1);  // l1~s1, l2~s1
+  t.AddPair("a", "c", 2, 1);  // l1~s1, l3~s1
+  t.AddPair("c", "d", 2, 1);  // within l3
+  const std::string group = "links:l1~s1,l2~s1";
+  Observation obs;
+  obs.finding.kind = "link_degraded";
+  t.ev.observations.emplace_back(group, obs);
+  ElementTracker tracker(t.config);
+  tracker.Observe(group, obs);
+  tracker.EndTick(1, 1'000'000'000);
+  ASSERT_EQ(tracker.HealthOf(group), ElementHealth::kSuspect);
+  bool suspicion = false;
+  EXPECT_EQ(PairsOf(EscalationCandidates(t.Context(), t.ev, tracker), group, &suspicion),
+            (std::vector<std::string>{"a~b", "a~c"}));
+  EXPECT_TRUE(suspicion);
 }
 
 }  // namespace

@@ -37,7 +37,9 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
     if (ordinary && now_s < a.since_s + config_.max_duration_s) {
       a.until_s = std::min(now_s + config_.duration_s, a.since_s + config_.max_duration_s);
     }
-    if (!still || now_s >= a.until_s) {
+    // A lead runs its short course even when its link is no longer asked for: the link a lead
+    // names moves along its lost flow's path as the escalated probes add to the links' counts.
+    if ((!still && !a.lead) || now_s >= a.until_s) {
       (a.lead ? lead_cooling_ : cooling_)[it->first] = now_s + config_.cooldown_s;
       it = active_.erase(it);
       changed = true;
@@ -50,6 +52,9 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
       it = now_s >= it->second ? cooling->erase(it) : std::next(it);
     }
   }
+  for (auto it = lead_pairs_cooling_.begin(); it != lead_pairs_cooling_.end();) {
+    it = now_s >= it->second ? lead_pairs_cooling_.erase(it) : std::next(it);
+  }
   Recount();
 
   // Start new ones, highest priority first, while the budget lasts. A pair already escalated for
@@ -60,10 +65,13 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
   last_budget_pps_ = budget;
   std::vector<const EscalationRequest*> order;
   for (const EscalationRequest& r : suspects) {
-    if (!active_.count(r.element) && !cooling_.count(r.element) &&
-        !(r.lead && lead_cooling_.count(r.element)) && !r.pairs.empty()) {
-      order.push_back(&r);
+    if (active_.count(r.element) || cooling_.count(r.element) || r.pairs.empty()) continue;
+    // One lost flow makes one lead: its pair (a lead's first) cools down whatever link names it.
+    if (r.lead && (lead_cooling_.count(r.element) ||
+                   lead_pairs_cooling_.count(std::minmax(r.pairs.front().a, r.pairs.front().b)))) {
+      continue;
     }
+    order.push_back(&r);
   }
   // Leads after every other request: they spend what the others left.
   std::stable_sort(order.begin(), order.end(),
@@ -94,11 +102,11 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
     for (const EscalationPair& p : a.pairs) taken.insert(std::minmax(p.a, p.b));
   }
   // Adds `r`'s pairs not escalated yet to `a`, while the budget lasts and `a` has room.
-  auto add_pairs = [&](const EscalationRequest& r, Active& a, double spent) {
+  auto add_pairs = [&](const EscalationRequest& r, Active& a, double spent, double cap) {
     for (const EscalationPair& p : r.pairs) {
       if (a.pairs.size() >= config_.max_pairs_per_element) break;
       if (p.a == p.b || taken.count(std::minmax(p.a, p.b))) continue;
-      const double left = budget - spent - a.extra_pps;
+      const double left = cap - spent - a.extra_pps;
       double factor = config_.rate_factor;
       if (PairCost(p, factor) > left) {
         // What the budget left pays for, if worth it.
@@ -124,7 +132,7 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
     a.suspicion = a.suspicion || r.suspicion;
     const double before = a.extra_pps;
     const size_t pairs_before = a.pairs.size();
-    add_pairs(r, a, stats_.extra_pps - before);
+    add_pairs(r, a, stats_.extra_pps - before, budget);
     stats_.extra_pps += a.extra_pps - before;
     if (a.pairs.size() > pairs_before) {
       stats_.pairs_started += a.pairs.size() - pairs_before;
@@ -139,14 +147,19 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
                          config_.max_duration_s);
     a.suspicion = r->suspicion;
     a.lead = r->lead;
-    add_pairs(*r, a, stats_.extra_pps);
+    add_pairs(*r, a, stats_.extra_pps,
+              r->lead ? std::max(budget, LeadBudgetPps(baseline_pps)) : budget);
     if (a.pairs.empty()) {
       ++stats_.refused_budget;
       continue;
     }
     a.trace_id = next_trace_id_++;
     ++stats_.started;
-    if (a.lead) ++stats_.leads_started;
+    if (a.lead) {
+      ++stats_.leads_started;
+      const auto [lo, hi] = std::minmax(r->pairs.front().a, r->pairs.front().b);
+      lead_pairs_cooling_[{lo, hi}] = now_s + config_.cooldown_s;
+    }
     stats_.pairs_started += a.pairs.size();
     stats_.extra_pps += a.extra_pps;
     active_.emplace(r->element, std::move(a));
@@ -161,6 +174,10 @@ double EscalationBudget::BudgetPps(double baseline_pps, bool suspicion) const {
       suspicion ? std::max(config_.min_budget_pps, config_.suspicion_budget_pps)
                 : config_.min_budget_pps;
   return std::max(floor, config_.budget_fraction * std::max(0.0, baseline_pps));
+}
+
+double EscalationBudget::LeadBudgetPps(double baseline_pps) const {
+  return std::max(config_.lead_budget_pps, BudgetPps(baseline_pps, false));
 }
 
 void EscalationBudget::Recount() {

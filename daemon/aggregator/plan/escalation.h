@@ -28,11 +28,19 @@ struct EscalationConfig {
   double cooldown_s = 60;
   // A lead (EscalationRequest::lead) lasts this long and is never renewed by a lead: its one lost
   // probe stays in the analyzer's 10 s window and would otherwise keep it for 10 s or more. It
-  // ends early when its link is no longer asked for, runs on as an ordinary escalation (renewed,
-  // widened) once its link is asked for as one, and after it ends its element waits `cooldown_s`
-  // before another lead, but not before an ordinary escalation. 3 s: the escalation starts at
-  // the evaluation that saw the lead and the next evaluation reads the dense second.
-  double lead_duration_s = 3;
+  // runs its course even when its link is no longer asked for, runs on as an ordinary escalation
+  // (renewed, widened) once its link is asked for as one, and after it ends its element waits
+  // `cooldown_s` before another lead, but not before an ordinary escalation; a lead's first pair
+  // (its lost flow's) starts no other lead for `cooldown_s` either, whichever link names it. 1 s:
+  // the escalation starts at the evaluation that saw the lead and the next evaluation reads the
+  // dense second; it either asks for the link as an ordinary escalation then, or the lead ends.
+  double lead_duration_s = 1;
+  // Leads may spend up to this many extra probes per second (all escalations together, leads
+  // served last), or the plain budget where that is more: a lead raises the pairs whose flows
+  // surely crossed its link, and its next evaluation needs ~80 probes over the link in that one
+  // second to reach a finding's significance from 5 % loss. A healthy fleet pays it for
+  // `lead_duration_s` per lost probe (docs/analysis.md, "Escalation leads").
+  double lead_budget_pps = 150;
   // The extra probes of all escalations together stay within this share of the fleet's planned
   // probes per second (the target: escalation under 5 % of baseline probe traffic).
   double budget_fraction = 0.03;
@@ -79,9 +87,10 @@ struct EscalationRequest {
   // EscalationConfig::suspicion_budget_pps.
   bool suspicion = false;
   // Only a lead: one lost flow on a link (AnalysisConfig::escalate_lead_significance), which a
-  // healthy fleet shows every few tens of seconds. Served after every other request within the
-  // budget (it never raises the floor), for EscalationConfig::lead_duration_s; running leads end
-  // when a new ordinary request cannot get its first pair at the full rate from what is left.
+  // healthy fleet shows every few tens of seconds. Served after every other request, within
+  // EscalationConfig::lead_budget_pps (it never raises the others' floor), for
+  // EscalationConfig::lead_duration_s; running leads end when a new ordinary request cannot get
+  // its first pair at the full rate from what is left.
   bool lead = false;
   std::vector<EscalationPair> pairs;
 };
@@ -130,6 +139,8 @@ class EscalationBudget {
   // The extra probes per second all escalations together may use with this baseline, while some
   // element is (`suspicion`) or is not suspect.
   double BudgetPps(double baseline_pps, bool suspicion = false) const;
+  // ...and what leads may spend (EscalationConfig::lead_budget_pps).
+  double LeadBudgetPps(double baseline_pps) const;
 
   // Whether `element` is escalated now, and since when (seconds, Update's clock); -1 when not.
   double EscalatedSince(const std::string& element) const;
@@ -160,6 +171,8 @@ class EscalationBudget {
   std::map<std::string, Active> active_;   // by element
   std::map<std::string, double> cooling_;  // element -> may escalate again at this time
   std::map<std::string, double> lead_cooling_;  // element -> may start a lead again at this time
+  // The first pair of each lead started (its lost flow's) -> no lead starts with it before then.
+  std::map<std::pair<std::string, std::string>, double> lead_pairs_cooling_;
   EscalationStats stats_;
 };
 
