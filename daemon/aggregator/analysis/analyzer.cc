@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <set>
 #include <unordered_map>
 
 #include "common/log.h"
@@ -644,25 +643,11 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
     ev.weak_loss = tomography_.Localize(Signal::kLoss, weak);
   }
   if (c.escalate_lead_significance > 0 && map_) {
-    // One lost probe among a link's ~200 in the window is under the loss ratio of a finding:
-    // significance alone decides a lead.
+    // After the weak pass: the lost flows it left unexplained. One lost probe among a link's ~200
+    // in the window is under a finding's loss ratio: significance alone decides a lead.
     SignalSpec lead = ev.specs[static_cast<int>(Signal::kLoss)];
     lead.significance = c.escalate_lead_significance;
-    lead.min_flows = 1;
-    lead.threshold = 0;
-    std::set<LinkIndex> weak;
-    for (const LinkBlame& b : ev.weak_loss) {
-      weak.insert(b.link);
-      weak.insert(b.tied.begin(), b.tied.end());
-    }
-    const auto few_flows = static_cast<uint32_t>(std::max(1, c.escalate_min_flows));
-    for (LinkBlame& b : tomography_.Localize(Signal::kLoss, lead)) {
-      if (b.bad_flows >= few_flows || weak.contains(b.link) ||
-          map_->links()[b.link].IsAccess()) {
-        continue;
-      }
-      ev.lead_loss.push_back(std::move(b));
-    }
+    ev.lead_loss = tomography_.Leads(lead);
   }
   BuildObservations(BlameContext{map_.get(), flows_, tomography_, config_, &tracker_, rails_.get()},
                     ev);

@@ -130,6 +130,31 @@ TEST(EscalationCandidates, OneLostProbeIsALeadUnlessLeadsAreOff) {
   EXPECT_TRUE(leads(0, &pair).empty());
 }
 
+// Tomography::Leads: a traced flow's one lost probe names the fabric link of its path with the
+// fewest probes (l1~s1: 100, against l2~s1's 300), significant at 10^-2 there; once a loss blame
+// explains the flow (the weak pass, or a finding's), it is no lead.
+TEST(EscalationCandidates, ALostFlowNoBlameExplainsNamesItsLeastProbedLink) {
+  testing::BlameFixture t(testing::ThreeLeafMap());
+  t.AddFlow("a", "b", 100, 1);
+  t.AddFlow("c", "b", 200, 0);
+  SignalSpec spec;
+  spec.significance = 1;
+  spec.background = 1e-4;
+  std::vector<LinkBlame> leads = t.tomography().Leads(spec);
+  ASSERT_EQ(leads.size(), 1u);
+  EXPECT_EQ(leads[0].link, t.LinkOf("l1", "s1"));
+  EXPECT_EQ(leads[0].bad_flows, 1u);
+  EXPECT_NEAR(leads[0].significance, 2.0, 0.01);  // P(>= 1 | 0.01)
+  spec.significance = 2.5;
+  EXPECT_TRUE(t.tomography().Leads(spec).empty());
+  spec.significance = 1;
+  SignalSpec blame = spec;
+  blame.min_flows = 1;
+  blame.threshold = 0;
+  ASSERT_EQ(t.tomography().Localize(Signal::kLoss, blame).size(), 1u);
+  EXPECT_TRUE(t.tomography().Leads(spec).empty());
+}
+
 // A lead speaks for every fabric link its lost flow surely crossed (a~b: l1~s1 and l2~s1, not the
 // hosts' access links), and it also raises pairs whose traced flows crossed its link without a
 // lost probe (c~b over l2~s1), after the pairs that lost probes.

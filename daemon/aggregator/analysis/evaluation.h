@@ -104,9 +104,9 @@ struct Analyzer::Evaluation {
   // Loss blames at `escalate_loss_significance` (weaker than a finding's), computed before the
   // blame step: escalation, and the sibling rule of a link's dense confirmation.
   std::vector<LinkBlame> weak_loss;
-  // Leads (AnalysisConfig::escalate_lead_significance): fabric links whose loss is on fewer flows
-  // than `escalate_min_flows`, at the lead's significance, and that are not weakly lossy. Only
-  // escalation and the tracker's weak lead act on them (never the sibling rule).
+  // Leads (AnalysisConfig::escalate_lead_significance, Tomography::Leads): fabric links named by
+  // one lost flow that no loss blame explains. Only escalation and the tracker's weak lead act on
+  // them (never the sibling rule).
   std::vector<LinkBlame> lead_loss;
 
   // Outputs.

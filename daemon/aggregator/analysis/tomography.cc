@@ -163,6 +163,40 @@ double Tomography::RawSurprise(LinkIndex l, Signal s, double background) const {
   return PoissonSurprise(std::floor(bad), Expected(t, s) * background);
 }
 
+std::vector<LinkBlame> Tomography::Leads(const SignalSpec& spec) {
+  std::vector<LinkBlame> out;
+  const auto& explained = explained_[Idx(Signal::kLoss)];
+  if (!map_) return out;
+  for (uint32_t i = 0; i < bad_.size(); ++i) {
+    const FlowObs& o = bad_[i];
+    if (o.lost == 0 || (i < explained.size() && explained[i])) continue;
+    LinkIndex best = aggregator::kNoIndex;
+    ForEachCandidate(o, [&](LinkIndex l, double w) {
+      if (w < 0.999 || map_->links()[l].IsAccess()) return;
+      if (best == aggregator::kNoIndex || totals_[l].probes < totals_[best].probes) best = l;
+    });
+    if (best == aggregator::kNoIndex) continue;
+    const double expected = totals_[best].probes;
+    if (expected < spec.min_expected) continue;
+    const double surprise = PoissonSurprise(o.lost, expected * spec.background);
+    if (surprise < spec.significance) continue;
+    if (std::any_of(out.begin(), out.end(), [&](const LinkBlame& b) { return b.link == best; })) {
+      continue;
+    }
+    LinkBlame b;
+    b.link = best;
+    b.signal = Signal::kLoss;
+    b.estimate = std::min(1.0, o.lost / expected);
+    b.significance = surprise;
+    b.expected = expected;
+    b.bad = o.lost;
+    b.bad_flows = 1;
+    b.explained = {i};
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
 std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spec) {
   const size_t n = totals_.size();
   std::vector<LinkBlame> blames;

@@ -111,6 +111,12 @@ class Tomography {
   void Add(const FlowObs& obs);
   // Localizes one signal; flows explained by an earlier call stay usable for other signals.
   std::vector<LinkBlame> Localize(Signal signal, const SignalSpec& spec);
+  // Escalation leads: each flow with a lost probe that the last Localize(kLoss) left unexplained
+  // and whose path is known (fabric links it surely crossed) blames the one of those links with
+  // the fewest probes, when its lost probes there reach `spec.significance` against
+  // `spec.background` with `spec.min_expected` probes; one lead per link (the first flow's).
+  // Cheap: one pass over the unexplained lost flows, no explaining away.
+  std::vector<LinkBlame> Leads(const SignalSpec& spec);
 
   const std::vector<LinkTotals>& totals() const { return totals_; }
   // Up to kCrossingPairs pairs whose flows surely crossed link l in the window, the first the
