@@ -40,6 +40,12 @@ EscalationStage::EscalationStage(EscalationConfig config, analysis::Analyzer& an
                    .AddCounter("fabricwatch_escalation_started_total",
                                "Escalations started (an element escalated; renewals not counted).")
                    .WithLabels({})),
+      leads_(registry
+                 .AddCounter("fabricwatch_escalation_leads_total",
+                             "Escalations started as a lead: one lost flow on a link, a short "
+                             "escalation served after the others (also in "
+                             "fabricwatch_escalation_started_total).")
+                 .WithLabels({})),
       refused_(registry
                    .AddCounter("fabricwatch_escalation_refused_total",
                                "Suspect elements not escalated because the budget was spent.")
@@ -82,13 +88,16 @@ void EscalationStage::Tick() {
   extra_pps_.Set(s.extra_pps);
   budget_pps_.Set(budget_.last_budget_pps());
   started_.Inc(static_cast<double>(s.started - last_.started));
+  leads_.Inc(static_cast<double>(s.leads_started - last_.leads_started));
   refused_.Inc(static_cast<double>(s.refused_budget - last_.refused_budget));
   extra_probes_.Inc(std::max(0.0, s.extra_probes - last_.extra_probes));
   trace_requests_.Inc(2.0 * static_cast<double>(s.pairs_started - last_.pairs_started));
   if (s.started != last_.started) {
     spdlog::info(
-        "msg=\"escalation\" active_elements={} active_pairs={} extra_pps={:.1f} budget_pps={:.1f}",
-        s.active_elements, s.active_pairs, s.extra_pps, budget_.last_budget_pps());
+        "msg=\"escalation\" active_elements={} active_pairs={} extra_pps={:.1f} budget_pps={:.1f} "
+        "leads_started={}",
+        s.active_elements, s.active_pairs, s.extra_pps, budget_.last_budget_pps(),
+        s.leads_started - last_.leads_started);
   }
   last_ = s;
 }

@@ -43,6 +43,7 @@ class EscalationStage {
   metrics::Gauge& extra_pps_;
   metrics::Gauge& budget_pps_;
   metrics::Counter& started_;
+  metrics::Counter& leads_;
   metrics::Counter& refused_;
   metrics::Counter& extra_probes_;
   metrics::Counter& trace_requests_;

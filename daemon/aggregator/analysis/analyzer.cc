@@ -64,6 +64,7 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     FlowObs o;
     o.src = pair.src;
     o.dst = pair.dst;
+    o.pair_flows = pair.flows;
     o.probes = w.probes;
     o.lost = w.lost;
     o.rtt = w.rtt;
@@ -441,6 +442,12 @@ void Analyzer::Tick() {
         tracker_.Weak("link:" + map_->links()[b.link].id);
       }
     }
+    // Each link a lead speaks for may fire at the next evaluation on the dense data alone.
+    for (const LinkBlame& b : ev.lead_loss) {
+      for (LinkIndex l : LeadLinks(*map_, tomography_, b)) {
+        tracker_.Weak("link:" + map_->links()[l].id);
+      }
+    }
   }
   const ElementTracker::Changes changes = tracker_.EndTick(now_s, wall_ns);
   if (spdlog::should_log(spdlog::level::debug)) LogTimeline(ev);
@@ -470,6 +477,12 @@ void Analyzer::LogTimeline(const Evaluation& ev) const {
           "component=analysis msg=\"link weakly lossy\" link={} estimate={:.4f} "
           "significance={:.1f} bad={} expected={:.0f}",
           map_->links()[b.link].id, b.estimate, b.significance, b.bad, b.expected);
+    }
+    for (const LinkBlame& b : ev.lead_loss) {
+      spdlog::debug(
+          "component=analysis msg=\"link lead\" link={} significance={:.1f} bad={} "
+          "expected={:.0f}",
+          map_->links()[b.link].id, b.significance, b.bad, b.expected);
     }
   }
   for (const auto& [element, obs] : ev.observations) {
@@ -628,6 +641,13 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
     weak.significance = c.escalate_loss_significance;
     weak.min_flows = std::max(1, std::min(c.escalate_min_flows, c.min_flows));
     ev.weak_loss = tomography_.Localize(Signal::kLoss, weak);
+  }
+  if (c.escalate_lead_significance > 0 && map_) {
+    // After the weak pass: the lost flows it left unexplained. One lost probe among a link's ~200
+    // in the window is under a finding's loss ratio: significance alone decides a lead.
+    SignalSpec lead = ev.specs[static_cast<int>(Signal::kLoss)];
+    lead.significance = c.escalate_lead_significance;
+    ev.lead_loss = tomography_.Leads(lead);
   }
   BuildObservations(BlameContext{map_.get(), flows_, tomography_, config_, &tracker_, rails_.get()},
                     ev);

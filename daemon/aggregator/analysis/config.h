@@ -45,6 +45,16 @@ struct AnalysisConfig {
   // a healthy 30-minute run of 64 fabric links, while a 5 % lossy link reaches it with its first 3
   // lost probes.
   double escalate_suspicion_significance = 5.0;
+  // A flow with a lost probe that no loss blame (weak or not) explains and whose path is known
+  // (traced, or the only one) names the fabric link of its path with the fewest probes; when its
+  // lost probes are significant there at least at this level (-log10, against the background,
+  // with no loss-ratio floor), the link is escalated as a *lead* (EscalationRequest::lead): a
+  // short escalation served after every other request, so that a lossy link that lost one probe
+  // in the fault's first second gets dense data for the next evaluation instead of waiting for
+  // its second lost flow at 1 Hz. One lost probe among ~220 crossing a link in 10 s reads ~1.7 at the 10^-4 background
+  // floor; a healthy fleet shows such a lead every few tens of seconds (docs/analysis.md, "Where
+  // the traced suite's seconds go"). 0 turns leads off.
+  double escalate_lead_significance = 1.0;
 
   // --- Latency
   // ------------------------------------------------------------------------------------ A sample

@@ -103,6 +103,19 @@ std::string_view NodeOf(std::string_view element) {
 
 }  // namespace
 
+std::vector<LinkIndex> LeadLinks(const FabricMap& map, Tomography& tomography,
+                                 const LinkBlame& lead) {
+  std::set<LinkIndex> out{lead.link};
+  out.insert(lead.tied.begin(), lead.tied.end());
+  for (uint32_t i : lead.explained) {
+    tomography.ForEachCandidate(tomography.bad_flows()[i], [&](LinkIndex l, double w) {
+      if (w >= 0.999) out.insert(l);
+    });
+  }
+  std::erase_if(out, [&](LinkIndex l) { return map.links()[l].IsAccess(); });
+  return {out.begin(), out.end()};
+}
+
 std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
                                                     const Analyzer::Evaluation& ev,
                                                     const ElementTracker& tracker) {
@@ -134,6 +147,23 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
       }
     }
   }
+  // Leads: one lost flow on a fabric link. Served last and briefly (EscalationBudget); an element
+  // already asked for above is no lead.
+  std::set<std::string> leads;
+  if (ctx.map) {
+    for (const LinkBlame& b : ev.lead_loss) {
+      std::vector<LinkIndex> group{b.link};
+      group.insert(group.end(), b.tied.begin(), b.tied.end());
+      for (LinkIndex l : group) {
+        if (ctx.map->links()[l].IsAccess()) continue;
+        const std::string element = "link:" + ctx.map->links()[l].id;
+        if (tracker.HealthOf(element) != ElementHealth::kOk) continue;
+        if (std::find(elements.begin(), elements.end(), element) != elements.end()) continue;
+        leads.insert(element);
+        elements.push_back(element);
+      }
+    }
+  }
   for (const std::string& element : elements) {
     if (!seen.insert(element).second) continue;
     // What a pair must cross (or be) to speak for the element.
@@ -145,6 +175,21 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
       fabric_link = link;
       crosses = [&, l = *link](const PairAgg& p) {
         return p.mapped && PathsCross(p.paths, [&](LinkIndex x) { return x == l; });
+      };
+    } else if (element.starts_with("links:") && ctx.map) {
+      // An unresolved group ("one of these links", flows not traced): its pairs' escalation also
+      // asks their flows to be traced, which names the link.
+      std::set<LinkIndex> group;
+      std::string_view ids = std::string_view(element).substr(6);
+      while (!ids.empty()) {
+        const size_t comma = ids.find(',');
+        const std::optional<LinkIndex> l = ctx.map->FindLink(std::string(ids.substr(0, comma)));
+        if (l) group.insert(*l);
+        ids = comma == std::string_view::npos ? std::string_view() : ids.substr(comma + 1);
+      }
+      if (group.empty()) continue;
+      crosses = [&, group = std::move(group)](const PairAgg& p) {
+        return p.mapped && PathsCross(p.paths, [&](LinkIndex x) { return group.contains(x); });
       };
     } else if (element.starts_with("switch:") && ctx.map) {
       const std::optional<SwitchIndex> sw = ctx.map->FindSwitch(element.substr(7));
@@ -170,8 +215,12 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
     EscalationRequest r;
     r.element = element;
     r.suspicion = suspicions.contains(element);
+    r.lead = leads.contains(element);
     for (const auto& [key, p] : ev.pairs) {
       if (p.bad_flows == 0 || !crosses(p)) continue;
+      // A lead raises only the pairs that lost probes: pairs with a slow sample cross every link
+      // of a healthy fleet, and a lead must stay cheap.
+      if (r.lead && p.loss_flows == 0) continue;
       pairs.push_back(&p);
       r.priority += 10.0 * p.loss_flows + p.slow_flows + p.bw_bad;
     }
@@ -187,6 +236,7 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
                                              std::min(kOwnPairsFirst, pairs.size()));
       pairs.insert(split, siblings.begin(), siblings.end());
     }
+    std::vector<EscalationPair> raised;
     for (const PairAgg* p : pairs) {
       EscalationPair e;
       e.a = ctx.names.NodeName(p->a);
@@ -210,8 +260,30 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
           }
         }
       }
-      r.pairs.push_back(std::move(e));
+      raised.push_back(std::move(e));
     }
+    // A lead's lost flow is one flow: its pair alone gives the link a few extra probes a second.
+    // Pairs whose flows surely crossed the link (traced) follow, so that the next evaluation has
+    // dense data from several flows over it, as a finding needs (min_flows).
+    if (r.lead && fabric_link) {
+      for (const CrossingPair& c : ctx.tomography.CrossingPairs(*fabric_link)) {
+        EscalationPair e;
+        e.a = ctx.names.NodeName(c.src);
+        e.b = ctx.names.NodeName(c.dst);
+        e.flows = std::clamp<uint32_t>(c.flows, 1, kMaxFlowsPerPair);
+        // Its flow's NICs (a multi-rail plan raises the entries between them).
+        if (c.src_access != aggregator::kNoIndex && c.dst_access != aggregator::kNoIndex) {
+          const auto& nics = ctx.map->host_nics();
+          e.a_nic = nics[ctx.map->links()[c.src_access].host_nic].nic;
+          e.b_nic = nics[ctx.map->links()[c.dst_access].host_nic].nic;
+        }
+        const bool listed = std::any_of(raised.begin(), raised.end(), [&](const EscalationPair& x) {
+          return (x.a == e.a && x.b == e.b) || (x.a == e.b && x.b == e.a);
+        });
+        if (!listed) raised.push_back(std::move(e));
+      }
+    }
+    r.pairs = std::move(raised);
     out.push_back(std::move(r));
   }
   return out;

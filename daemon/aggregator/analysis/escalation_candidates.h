@@ -13,7 +13,15 @@ namespace fw::analysis {
 // links and switches with the bad pairs whose equal-cost paths cross them, NICs and hosts with the
 // bad pairs of their node, pairs with themselves. Pairs are most bad flows first; priority puts
 // loss ahead of latency and bandwidth, then more bad flows. Elements with no crossing bad pair are
-// left out (nothing to escalate).
+// left out (nothing to escalate). Weakly lossy links (ev.weak_loss) are asked for too, and the
+// links of ev.lead_loss as leads (EscalationRequest::lead) with only their pairs that lost probes.
+// The fabric links a lead (ev.lead_loss) speaks for: its link and ties, and every fabric link its
+// lost flow surely crossed (its traced or only path, both ways). Localization names the one with
+// the fewest probes; the fault may be any of them, and the lead's escalation makes all of them
+// dense, so each counts the lead's evaluation as weak (ElementTracker::Weak).
+std::vector<LinkIndex> LeadLinks(const FabricMap& map, Tomography& tomography,
+                                 const LinkBlame& lead);
+
 std::vector<aggregator::EscalationRequest> EscalationCandidates(const BlameContext& ctx,
                                                                 const Analyzer::Evaluation& ev,
                                                                 const ElementTracker& tracker);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/aggregator/analysis/testing/blame_fixture.h"
+#include "daemon/aggregator/analysis/testing/synthetic_fleet.h"
 
 namespace fw::analysis {
 namespace {
@@ -42,6 +43,159 @@ TEST(EscalationCandidates, ALinkSuspicionAlsoEscalatesAPairBesideItUnderItsSwitc
   EXPECT_TRUE(suspicion);
   EXPECT_EQ(pairs(4, &suspicion), (std::vector<std::string>{"a~b", "a~c"}));
   EXPECT_FALSE(suspicion);
+}
+
+// A lead (ev.lead_loss: one lost flow on l1~s1) asks for the link as a lead, with only the pairs
+// that lost probes: a~c lost one, a~b only has slow samples (a healthy fleet's pairs cross every
+// link with some). The same link weakly lossy is an ordinary request, never a lead.
+TEST(EscalationCandidates, ALeadAsksOnlyForThePairsThatLostProbes) {
+  testing::BlameFixture t(testing::ThreeLeafMap());
+  t.AddPair("a", "c", 2, 1);
+  t.AddPair("a", "b", 2, 0);
+  for (auto& [key, p] : t.ev.pairs) {
+    if (p.loss_flows == 0) p.bad_flows = p.slow_flows = 1;
+  }
+  LinkBlame lead = testing::LossBlame(t.LinkOf("l1", "s1"), 0.001, 0);
+  lead.bad = lead.bad_flows = 1;
+  lead.significance = 1.5;
+  t.ev.lead_loss.push_back(lead);
+  ElementTracker tracker(t.config);
+  std::vector<aggregator::EscalationRequest> requests =
+      EscalationCandidates(t.Context(), t.ev, tracker);
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].element, "link:l1~s1");
+  EXPECT_TRUE(requests[0].lead);
+  EXPECT_FALSE(requests[0].suspicion);
+  bool suspicion = true;
+  EXPECT_EQ(PairsOf(requests, "link:l1~s1", &suspicion), (std::vector<std::string>{"a~c"}));
+
+  t.ev.weak_loss.push_back(testing::LossBlame(t.LinkOf("l1", "s1"), 0.02, 0.02));
+  requests = EscalationCandidates(t.Context(), t.ev, tracker);
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_FALSE(requests[0].lead);
+  EXPECT_EQ(PairsOf(requests, "link:l1~s1", &suspicion), (std::vector<std::string>{"a~b", "a~c"}));
+}
+
+// The analyzer end to end on a traced ECMP fleet without background loss: one probe lost on one
+// inter-leaf flow makes a lead on a fabric link of its path, escalating its pair alone; with
+// escalate_lead_significance 0 it escalates nothing.
+TEST(EscalationCandidates, OneLostProbeIsALeadUnlessLeadsAreOff) {
+  auto leads = [](double lead_significance, std::string* pair) {
+    testing::FleetShape shape;
+    shape.spines = 2;
+    shape.leaves = 4;
+    shape.hosts_per_leaf = 2;
+    shape.inter_flows = 2;
+    shape.deterministic = false;
+    shape.switch_addresses = true;
+    shape.background_loss = 0;
+    AnalysisConfig config;
+    config.escalate_lead_significance = lead_significance;
+    testing::SyntheticFleet fleet(shape, config);
+    fleet.TraceFlows();
+    fleet.Run(15);
+    bool dropped = false;
+    fleet.SetRewrite([&](std::vector<ReportedProbe>& batch) {
+      for (ReportedProbe& r : batch) {
+        // The leaf is the name's part before 'h' ("l<leaf>h<host>").
+        const auto leaf = [](const std::string& n) { return n.substr(0, n.find('h')); };
+        if (dropped || r.transport != Transport::kUdp || leaf(r.src_node) == leaf(r.dst_node)) {
+          continue;
+        }
+        r.lost = true;
+        r.rtt_ns = 0;
+        dropped = true;
+        *pair = std::min(r.src_node, r.dst_node) + "~" + std::max(r.src_node, r.dst_node);
+      }
+    });
+    fleet.Run(1);
+    EXPECT_TRUE(dropped);
+    std::vector<aggregator::EscalationRequest> out;
+    for (const auto& r : fleet.analyzer().escalation_candidates()) {
+      EXPECT_TRUE(r.lead) << r.element;
+      out.push_back(r);
+    }
+    EXPECT_TRUE(fleet.Active().empty()) << testing::DescribeFindings(fleet.Active());
+    return out;
+  };
+  std::string pair;
+  const std::vector<aggregator::EscalationRequest> on = leads(1.0, &pair);
+  ASSERT_EQ(on.size(), 1u);
+  EXPECT_TRUE(on[0].element.starts_with("link:leaf")) << on[0].element;
+  // The lost flow's pair first, then pairs whose traced flows crossed the link (no lost probe).
+  ASSERT_GE(on[0].pairs.size(), 2u);
+  EXPECT_LE(on[0].pairs.size(), Tomography::kCrossingPairs + 1);
+  const aggregator::EscalationPair& p = on[0].pairs[0];
+  EXPECT_EQ(std::min(p.a, p.b) + "~" + std::max(p.a, p.b), pair);
+  EXPECT_TRUE(leads(0, &pair).empty());
+}
+
+// Tomography::Leads: a traced flow's one lost probe names the fabric link of its path with the
+// fewest probes (l1~s1: 100, against l2~s1's 300), significant at 10^-2 there; once a loss blame
+// explains the flow (the weak pass, or a finding's), it is no lead.
+TEST(EscalationCandidates, ALostFlowNoBlameExplainsNamesItsLeastProbedLink) {
+  testing::BlameFixture t(testing::ThreeLeafMap());
+  t.AddFlow("a", "b", 100, 1);
+  t.AddFlow("c", "b", 200, 0);
+  SignalSpec spec;
+  spec.significance = 1;
+  spec.background = 1e-4;
+  std::vector<LinkBlame> leads = t.tomography().Leads(spec);
+  ASSERT_EQ(leads.size(), 1u);
+  EXPECT_EQ(leads[0].link, t.LinkOf("l1", "s1"));
+  EXPECT_EQ(leads[0].bad_flows, 1u);
+  EXPECT_NEAR(leads[0].significance, 2.0, 0.01);  // P(>= 1 | 0.01)
+  spec.significance = 2.5;
+  EXPECT_TRUE(t.tomography().Leads(spec).empty());
+  spec.significance = 1;
+  SignalSpec blame = spec;
+  blame.min_flows = 1;
+  blame.threshold = 0;
+  ASSERT_EQ(t.tomography().Localize(Signal::kLoss, blame).size(), 1u);
+  EXPECT_TRUE(t.tomography().Leads(spec).empty());
+}
+
+// A lead speaks for every fabric link its lost flow surely crossed (a~b: l1~s1 and l2~s1, not the
+// hosts' access links), and it also raises pairs whose traced flows crossed its link without a
+// lost probe (c~b over l2~s1), after the pairs that lost probes.
+TEST(EscalationCandidates, ALeadSpeaksForItsFlowsLinksAndRaisesPairsThatCrossedIt) {
+  testing::BlameFixture t(testing::ThreeLeafMap());
+  t.AddFlow("a", "b", 10, 1);
+  t.AddFlow("c", "b", 10, 0);
+  t.AddFlow("c", "d", 10, 0);
+  t.AddPair("a", "b", 2, 1);
+  LinkBlame lead = testing::LossBlame(t.LinkOf("l2", "s1"), 0.01, 0);
+  lead.bad = lead.bad_flows = 1;
+  lead.explained = {0};
+  t.ev.lead_loss.push_back(lead);
+  EXPECT_EQ(LeadLinks(*t.Context().map, t.tomography(), lead),
+            (std::vector<LinkIndex>{t.LinkOf("l1", "s1"), t.LinkOf("l2", "s1")}));
+  ElementTracker tracker(t.config);
+  bool suspicion = true;
+  EXPECT_EQ(PairsOf(EscalationCandidates(t.Context(), t.ev, tracker), "link:l2~s1", &suspicion),
+            (std::vector<std::string>{"a~b", "c~b"}));
+  EXPECT_FALSE(suspicion);
+}
+
+// An unresolved group suspect on loss ("one of l1~s1, l2~s1": flows not traced) escalates the bad
+// pairs that may cross any of its links; their escalation also traces their flows.
+TEST(EscalationCandidates, AnUnresolvedGroupEscalatesThePairsThatCrossItsLinks) {
+  testing::BlameFixture t(testing::ThreeLeafMap());
+  t.AddPair("a", "b", 2, 1);  // l1~s1, l2~s1
+  t.AddPair("a", "c", 2, 1);  // l1~s1, l3~s1
+  t.AddPair("c", "d", 2, 1);  // within l3
+  const std::string group = "links:l1~s1,l2~s1";
+  Observation obs;
+  obs.finding.kind = "link_degraded";
+  t.ev.observations.emplace_back(group, obs);
+  ElementTracker tracker(t.config);
+  tracker.Observe(group, obs);
+  tracker.EndTick(1, 1'000'000'000);
+  ASSERT_EQ(tracker.HealthOf(group), ElementHealth::kSuspect);
+  bool suspicion = false;
+  EXPECT_EQ(PairsOf(EscalationCandidates(t.Context(), t.ev, tracker), group, &suspicion),
+            (std::vector<std::string>{"a~b", "a~c"}));
+  EXPECT_TRUE(suspicion);
 }
 
 }  // namespace

@@ -104,6 +104,10 @@ struct Analyzer::Evaluation {
   // Loss blames at `escalate_loss_significance` (weaker than a finding's), computed before the
   // blame step: escalation, and the sibling rule of a link's dense confirmation.
   std::vector<LinkBlame> weak_loss;
+  // Leads (AnalysisConfig::escalate_lead_significance, Tomography::Leads): fabric links named by
+  // one lost flow that no loss blame explains. Only escalation and the tracker's weak lead act on
+  // them (never the sibling rule).
+  std::vector<LinkBlame> lead_loss;
 
   // Outputs.
   std::vector<std::pair<std::string, Observation>> observations;

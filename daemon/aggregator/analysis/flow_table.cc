@@ -81,7 +81,8 @@ FlowWindow FlowTable::WindowOf(const FlowSeen& f, uint32_t now_s) const {
 void FlowTable::Scan(int64_t now_ns, Visitor& visitor) {
   const uint32_t now_s = FlowSecond(now_ns);
   store_.ForEachPairFlows([&](const PairFlows& p) {
-    const PairRef ref{p.src, p.dst, p.transport, p.paths, p.baseline};
+    const PairRef ref{p.src, p.dst, p.transport, p.paths, p.baseline,
+                      static_cast<uint32_t>(p.flows.size())};
     visitor.BeginPair(ref);
     for (const FlowSeen& f : p.flows) {
       const FlowWindow w = WindowOf(f, now_s);

@@ -62,6 +62,7 @@ struct PairRef {
   Transport transport = Transport::kUdp;
   const PathSet& paths;    // path_class kUnknown when the map does not know the pair
   PairBaseline& baseline;  // the visitor may update `hold`
+  uint32_t flows = 0;      // the pair's planned flows in this direction (Scan only; else 0)
 };
 
 struct FlowRef {

@@ -47,6 +47,8 @@ Tomography::Tomography(std::shared_ptr<const FabricMap> map) : map_(std::move(ma
   recent_probes_.resize(n);
   last_probes_.resize(n);
   recent_rtt_.resize(n);
+  crossing_.resize(n);
+  crossing_n_.resize(n);
   stamp_.resize(n);
   weight_.resize(n);
 }
@@ -56,6 +58,7 @@ void Tomography::Reset() {
   std::fill(recent_probes_.begin(), recent_probes_.end(), 0.0);
   std::fill(last_probes_.begin(), last_probes_.end(), 0.0);
   std::fill(recent_rtt_.begin(), recent_rtt_.end(), 0.0);
+  std::fill(crossing_n_.begin(), crossing_n_.end(), uint8_t{0});
   bad_.clear();
   for (auto& e : explained_) e.clear();
 }
@@ -126,6 +129,15 @@ void Tomography::Add(const FlowObs& o) {
     recent_probes_[l] += w * o.recent_probes;
     last_probes_[l] += w * o.last_probes;
     recent_rtt_[l] += w * o.recent_rtt;
+    // A link's first pairs that surely crossed it; once full, one comparison per flow.
+    uint8_t& n = crossing_n_[l];
+    if (w >= 0.999 && n < kCrossingPairs && o.probes > 0) {
+      auto& pairs = crossing_[l];
+      const bool known = std::any_of(pairs.begin(), pairs.begin() + n, [&](const CrossingPair& c) {
+        return c.src == o.src && c.dst == o.dst;
+      });
+      if (!known) pairs[n++] = CrossingPair{o.src, o.dst, o.pair_flows, o.src_access, o.dst_access};
+    }
   });
   if (o.lost > 0 || o.slow > 0 || o.bw_bad) bad_.push_back(o);
 }
@@ -149,6 +161,40 @@ double Tomography::RawSurprise(LinkIndex l, Signal s, double background) const {
   const LinkTotals& t = totals_[l];
   const double bad = s == Signal::kLoss ? t.lost : (s == Signal::kLatency ? t.slow : t.bw_bad);
   return PoissonSurprise(std::floor(bad), Expected(t, s) * background);
+}
+
+std::vector<LinkBlame> Tomography::Leads(const SignalSpec& spec) {
+  std::vector<LinkBlame> out;
+  const auto& explained = explained_[Idx(Signal::kLoss)];
+  if (!map_) return out;
+  for (uint32_t i = 0; i < bad_.size(); ++i) {
+    const FlowObs& o = bad_[i];
+    if (o.lost == 0 || (i < explained.size() && explained[i])) continue;
+    LinkIndex best = aggregator::kNoIndex;
+    ForEachCandidate(o, [&](LinkIndex l, double w) {
+      if (w < 0.999 || map_->links()[l].IsAccess()) return;
+      if (best == aggregator::kNoIndex || totals_[l].probes < totals_[best].probes) best = l;
+    });
+    if (best == aggregator::kNoIndex) continue;
+    const double expected = totals_[best].probes;
+    if (expected < spec.min_expected) continue;
+    const double surprise = PoissonSurprise(o.lost, expected * spec.background);
+    if (surprise < spec.significance) continue;
+    if (std::any_of(out.begin(), out.end(), [&](const LinkBlame& b) { return b.link == best; })) {
+      continue;
+    }
+    LinkBlame b;
+    b.link = best;
+    b.signal = Signal::kLoss;
+    b.estimate = std::min(1.0, o.lost / expected);
+    b.significance = surprise;
+    b.expected = expected;
+    b.bad = o.lost;
+    b.bad_flows = 1;
+    b.explained = {i};
+    out.push_back(std::move(b));
+  }
+  return out;
 }
 
 std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spec) {

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "daemon/aggregator/analysis/flow_table.h"
@@ -42,6 +43,16 @@ struct FlowObs {
   float bw_ratio = -1;  // goodput / class median; < 0 when the flow has no bandwidth sample
   bool bw_bad = false;
   PathSource path_source = PathSource::kCandidates;  // how `path` was known
+  uint32_t pair_flows = 0;  // the flows of its pair in this direction (0: not known)
+};
+
+// A node pair one of whose flows surely crossed a link (its traced or only path, either way).
+struct CrossingPair {
+  NodeId src = 0;
+  NodeId dst = 0;
+  uint32_t flows = 0;  // the pair's flows in this direction (FlowObs::pair_flows)
+  LinkIndex src_access = aggregator::kNoIndex;  // the flow's access links (its NICs)
+  LinkIndex dst_access = aggregator::kNoIndex;
 };
 
 enum class Signal : uint8_t { kLoss = 0, kLatency, kBandwidth };
@@ -100,8 +111,20 @@ class Tomography {
   void Add(const FlowObs& obs);
   // Localizes one signal; flows explained by an earlier call stay usable for other signals.
   std::vector<LinkBlame> Localize(Signal signal, const SignalSpec& spec);
+  // Escalation leads: each flow with a lost probe that the last Localize(kLoss) left unexplained
+  // and whose path is known (fabric links it surely crossed) blames the one of those links with
+  // the fewest probes, when its lost probes there reach `spec.significance` against
+  // `spec.background` with `spec.min_expected` probes; one lead per link (the first flow's).
+  // Cheap: one pass over the unexplained lost flows, no explaining away.
+  std::vector<LinkBlame> Leads(const SignalSpec& spec);
 
   const std::vector<LinkTotals>& totals() const { return totals_; }
+  // Up to kCrossingPairs pairs whose flows surely crossed link l in the window, the first the
+  // scan met (escalation leads raise them: their probes cross the link).
+  static constexpr size_t kCrossingPairs = 8;
+  std::span<const CrossingPair> CrossingPairs(LinkIndex l) const {
+    return {crossing_[l].data(), crossing_n_[l]};
+  }
   // A link's own rate of bad observations over every flow that may cross it, before anything is
   // explained away (loss ratio, slow fraction, bad-bandwidth fraction); -1 below `min_expected`.
   double RawEstimate(LinkIndex l, Signal s, double min_expected) const;
@@ -134,6 +157,8 @@ class Tomography {
   std::vector<double> recent_probes_;  // per link, Σ weight · probes of the last two seconds
   std::vector<double> last_probes_;    // per link, the same for the last second
   std::vector<double> recent_rtt_;     // per link, Σ weight · RTT samples of the last two seconds
+  std::vector<std::array<CrossingPair, kCrossingPairs>> crossing_;  // per link (CrossingPairs)
+  std::vector<uint8_t> crossing_n_;
   // Candidate-dedup scratch.
   std::vector<uint32_t> stamp_;
   std::vector<float> weight_;

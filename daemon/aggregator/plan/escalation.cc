@@ -20,25 +20,40 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
   last_now_s_ = now_s;
   bool changed = false;
 
-  std::set<std::string> suspect_now;
-  for (const EscalationRequest& r : suspects) suspect_now.insert(r.element);
+  std::map<std::string, const EscalationRequest*> asked;
+  for (const EscalationRequest& r : suspects) asked.emplace(r.element, &r);
+  // A lead asked for as an ordinary escalation now runs as one: widened below, renewed from now.
+  std::set<std::string> promoted;
   // End what is no longer suspect (confirmed, or dropped), and what ran its course.
   for (auto it = active_.begin(); it != active_.end();) {
-    const bool still = suspect_now.count(it->first) > 0;
-    if (still && now_s < it->second.since_s + config_.max_duration_s) {
-      it->second.until_s =
-          std::min(now_s + config_.duration_s, it->second.since_s + config_.max_duration_s);
+    Active& a = it->second;
+    const auto q = asked.find(it->first);
+    const bool still = q != asked.end();
+    const bool ordinary = still && !q->second->lead;
+    if (ordinary && a.lead) {
+      a.lead = false;
+      promoted.insert(it->first);
     }
-    if (!still || now_s >= it->second.until_s) {
-      cooling_[it->first] = now_s + config_.cooldown_s;
+    if (ordinary && now_s < a.since_s + config_.max_duration_s) {
+      a.until_s = std::min(now_s + config_.duration_s, a.since_s + config_.max_duration_s);
+    }
+    // A lead runs its short course even when its link is no longer asked for: the link a lead
+    // names moves along its lost flow's path as the escalated probes add to the links' counts.
+    if ((!still && !a.lead) || now_s >= a.until_s) {
+      (a.lead ? lead_cooling_ : cooling_)[it->first] = now_s + config_.cooldown_s;
       it = active_.erase(it);
       changed = true;
     } else {
       ++it;
     }
   }
-  for (auto it = cooling_.begin(); it != cooling_.end();) {
-    it = now_s >= it->second ? cooling_.erase(it) : std::next(it);
+  for (auto* cooling : {&cooling_, &lead_cooling_}) {
+    for (auto it = cooling->begin(); it != cooling->end();) {
+      it = now_s >= it->second ? cooling->erase(it) : std::next(it);
+    }
+  }
+  for (auto it = lead_pairs_cooling_.begin(); it != lead_pairs_cooling_.end();) {
+    it = now_s >= it->second ? lead_pairs_cooling_.erase(it) : std::next(it);
   }
   Recount();
 
@@ -50,24 +65,48 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
   last_budget_pps_ = budget;
   std::vector<const EscalationRequest*> order;
   for (const EscalationRequest& r : suspects) {
-    if (!active_.count(r.element) && !cooling_.count(r.element) && !r.pairs.empty()) {
-      order.push_back(&r);
+    if (active_.count(r.element) || cooling_.count(r.element) || r.pairs.empty()) continue;
+    // One lost flow makes one lead: its pair (a lead's first) cools down whatever link names it.
+    if (r.lead && (lead_cooling_.count(r.element) ||
+                   lead_pairs_cooling_.count(std::minmax(r.pairs.front().a, r.pairs.front().b)))) {
+      continue;
     }
+    order.push_back(&r);
   }
+  // Leads after every other request: they spend what the others left.
   std::stable_sort(order.begin(), order.end(),
                    [](const EscalationRequest* x, const EscalationRequest* y) {
+                     if (x->lead != y->lead) return y->lead;
                      return x->priority > y->priority;
                    });
+  // A lead gives way: when an ordinary request cannot get its first pair at the full rate from
+  // what is left, the running leads end (their element may start a lead again after cooldown_s).
+  const auto first_ordinary = std::find_if(order.begin(), order.end(),
+                                           [](const EscalationRequest* r) { return !r->lead; });
+  if (first_ordinary != order.end() &&
+      PairCost((*first_ordinary)->pairs.front(), config_.rate_factor) >
+          budget - stats_.extra_pps) {
+    for (auto it = active_.begin(); it != active_.end();) {
+      if (!it->second.lead) {
+        ++it;
+        continue;
+      }
+      lead_cooling_[it->first] = now_s + config_.cooldown_s;
+      it = active_.erase(it);
+      changed = true;
+    }
+    Recount();
+  }
   std::set<std::pair<std::string, std::string>> taken;
   for (const auto& [element, a] : active_) {
     for (const EscalationPair& p : a.pairs) taken.insert(std::minmax(p.a, p.b));
   }
   // Adds `r`'s pairs not escalated yet to `a`, while the budget lasts and `a` has room.
-  auto add_pairs = [&](const EscalationRequest& r, Active& a, double spent) {
+  auto add_pairs = [&](const EscalationRequest& r, Active& a, double spent, double cap) {
     for (const EscalationPair& p : r.pairs) {
       if (a.pairs.size() >= config_.max_pairs_per_element) break;
       if (p.a == p.b || taken.count(std::minmax(p.a, p.b))) continue;
-      const double left = budget - spent - a.extra_pps;
+      const double left = cap - spent - a.extra_pps;
       double factor = config_.rate_factor;
       if (PairCost(p, factor) > left) {
         // What the budget left pays for, if worth it.
@@ -82,15 +121,18 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
   };
   // An escalation started on weak evidence (the plain floor) whose element is a suspicion now is
   // widened with the suspicion's budget: otherwise the pairs it started with, as few as the plain
-  // floor paid for, would carry the suspicion for the rest of its course.
+  // floor paid for, would carry the suspicion for the rest of its course. A lead asked for as an
+  // ordinary escalation now is widened likewise: it started with the pairs of one lost flow.
   for (const EscalationRequest& r : suspects) {
     auto it = active_.find(r.element);
-    if (!r.suspicion || it == active_.end() || it->second.suspicion) continue;
+    if (it == active_.end()) continue;
+    const bool wider = r.suspicion && !it->second.suspicion;
+    if (!wider && !promoted.contains(r.element)) continue;
     Active& a = it->second;
-    a.suspicion = true;
+    a.suspicion = a.suspicion || r.suspicion;
     const double before = a.extra_pps;
     const size_t pairs_before = a.pairs.size();
-    add_pairs(r, a, stats_.extra_pps - before);
+    add_pairs(r, a, stats_.extra_pps - before, budget);
     stats_.extra_pps += a.extra_pps - before;
     if (a.pairs.size() > pairs_before) {
       stats_.pairs_started += a.pairs.size() - pairs_before;
@@ -100,15 +142,24 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
   for (const EscalationRequest* r : order) {
     Active a;
     a.since_s = now_s;
-    a.until_s = now_s + std::min(config_.duration_s, config_.max_duration_s);
+    a.until_s =
+        now_s + std::min(r->lead ? config_.lead_duration_s : config_.duration_s,
+                         config_.max_duration_s);
     a.suspicion = r->suspicion;
-    add_pairs(*r, a, stats_.extra_pps);
+    a.lead = r->lead;
+    add_pairs(*r, a, stats_.extra_pps,
+              r->lead ? std::max(budget, LeadBudgetPps(baseline_pps)) : budget);
     if (a.pairs.empty()) {
       ++stats_.refused_budget;
       continue;
     }
     a.trace_id = next_trace_id_++;
     ++stats_.started;
+    if (a.lead) {
+      ++stats_.leads_started;
+      const auto [lo, hi] = std::minmax(r->pairs.front().a, r->pairs.front().b);
+      lead_pairs_cooling_[{lo, hi}] = now_s + config_.cooldown_s;
+    }
     stats_.pairs_started += a.pairs.size();
     stats_.extra_pps += a.extra_pps;
     active_.emplace(r->element, std::move(a));
@@ -123,6 +174,10 @@ double EscalationBudget::BudgetPps(double baseline_pps, bool suspicion) const {
       suspicion ? std::max(config_.min_budget_pps, config_.suspicion_budget_pps)
                 : config_.min_budget_pps;
   return std::max(floor, config_.budget_fraction * std::max(0.0, baseline_pps));
+}
+
+double EscalationBudget::LeadBudgetPps(double baseline_pps) const {
+  return std::max(config_.lead_budget_pps, BudgetPps(baseline_pps, false));
 }
 
 void EscalationBudget::Recount() {

@@ -26,6 +26,21 @@ struct EscalationConfig {
   double duration_s = 10;
   double max_duration_s = 30;
   double cooldown_s = 60;
+  // A lead (EscalationRequest::lead) lasts this long and is never renewed by a lead: its one lost
+  // probe stays in the analyzer's 10 s window and would otherwise keep it for 10 s or more. It
+  // runs its course even when its link is no longer asked for, runs on as an ordinary escalation
+  // (renewed, widened) once its link is asked for as one, and after it ends its element waits
+  // `cooldown_s` before another lead, but not before an ordinary escalation; a lead's first pair
+  // (its lost flow's) starts no other lead for `cooldown_s` either, whichever link names it. 1 s:
+  // the escalation starts at the evaluation that saw the lead and the next evaluation reads the
+  // dense second; it either asks for the link as an ordinary escalation then, or the lead ends.
+  double lead_duration_s = 1;
+  // Leads may spend up to this many extra probes per second (all escalations together, leads
+  // served last), or the plain budget where that is more: a lead raises the pairs whose flows
+  // surely crossed its link, and its next evaluation needs ~80 probes over the link in that one
+  // second to reach a finding's significance from 5 % loss. A healthy fleet pays it for
+  // `lead_duration_s` per lost probe (docs/analysis.md, "Escalation leads").
+  double lead_budget_pps = 150;
   // The extra probes of all escalations together stay within this share of the fleet's planned
   // probes per second (the target: escalation under 5 % of baseline probe traffic).
   double budget_fraction = 0.03;
@@ -71,11 +86,18 @@ struct EscalationRequest {
   // (AnalysisConfig::escalate_suspicion_significance): the budget's floor is then
   // EscalationConfig::suspicion_budget_pps.
   bool suspicion = false;
+  // Only a lead: one lost flow on a link (AnalysisConfig::escalate_lead_significance), which a
+  // healthy fleet shows every few tens of seconds. Served after every other request, within
+  // EscalationConfig::lead_budget_pps (it never raises the others' floor), for
+  // EscalationConfig::lead_duration_s; running leads end when a new ordinary request cannot get
+  // its first pair at the full rate from what is left.
+  bool lead = false;
   std::vector<EscalationPair> pairs;
 };
 
 struct EscalationStats {
   uint64_t started = 0;         // elements escalated (each start, not each renewal)
+  uint64_t leads_started = 0;   // ...of those, started as a lead
   uint64_t refused_budget = 0;  // element escalations refused (or cut short) by the budget
   uint64_t pairs_started = 0;   // pairs escalated
   size_t active_elements = 0;   // now
@@ -96,8 +118,8 @@ class EscalationBudget {
 
   // One tick at `now_s`: `suspects` are the elements suspect now. `baseline_pps` is the fleet's
   // planned probes per second and `base_rate_pps` one flow's base rate. Starts escalations for new
-  // suspects within the budget, renews those whose element is still suspect, ends the others and
-  // the expired ones. True when the set of escalated pairs changed (the plans must follow).
+  // suspects within the budget (leads last), renews those whose element is still suspect (not by
+  // a lead), ends the others and the expired ones. True when the set of escalated pairs changed (the plans must follow).
   bool Update(double now_s, const std::vector<EscalationRequest>& suspects, double baseline_pps,
               double base_rate_pps);
 
@@ -117,6 +139,8 @@ class EscalationBudget {
   // The extra probes per second all escalations together may use with this baseline, while some
   // element is (`suspicion`) or is not suspect.
   double BudgetPps(double baseline_pps, bool suspicion = false) const;
+  // ...and what leads may spend (EscalationConfig::lead_budget_pps).
+  double LeadBudgetPps(double baseline_pps) const;
 
   // Whether `element` is escalated now, and since when (seconds, Update's clock); -1 when not.
   double EscalatedSince(const std::string& element) const;
@@ -132,6 +156,7 @@ class EscalationBudget {
     double extra_pps = 0;
     uint64_t trace_id = 0;
     bool suspicion = false;  // escalated (or widened) with the suspicion's budget
+    bool lead = false;       // a lead not (yet) asked for as an ordinary escalation
     std::vector<EscalationPair> pairs;
   };
   // Extra probes/s of escalating `p` at `factor` times the base rate.
@@ -145,6 +170,9 @@ class EscalationBudget {
   uint64_t next_trace_id_;
   std::map<std::string, Active> active_;   // by element
   std::map<std::string, double> cooling_;  // element -> may escalate again at this time
+  std::map<std::string, double> lead_cooling_;  // element -> may start a lead again at this time
+  // The first pair of each lead started (its lost flow's) -> no lead starts with it before then.
+  std::map<std::pair<std::string, std::string>, double> lead_pairs_cooling_;
   EscalationStats stats_;
 };
 

@@ -251,5 +251,140 @@ TEST(EscalationBudgetTest, AnEscalationIsWidenedWhenItsElementBecomesASuspicion)
   EXPECT_FALSE(b.Update(3, {r}, 1'000, 1.0));  // widened once
 }
 
+EscalationRequest Lead(const std::string& element, int pairs, uint32_t flows = 1) {
+  EscalationRequest r = Suspect(element, pairs, 0, flows);
+  r.lead = true;
+  return r;
+}
+
+// A lead (one lost flow on a link) runs lead_duration_s (3 s) and is not renewed while it stays a
+// lead, though its lost probe keeps it asked for; then its element waits cooldown_s before
+// another lead.
+TEST(EscalationBudgetTest, ALeadIsShortAndNotRenewedWhileItStaysALead) {
+  EscalationConfig c;
+  c.lead_duration_s = 3;
+  c.cooldown_s = 60;
+  EscalationBudget b(c);
+  const std::vector<EscalationRequest> lead = {Lead("link:x", 1)};
+  EXPECT_TRUE(b.Update(0, lead, 1'000, 1.0));
+  EXPECT_EQ(b.stats().started, 1u);
+  EXPECT_EQ(b.stats().leads_started, 1u);
+  EXPECT_DOUBLE_EQ(b.stats().extra_pps, 18.0);  // one one-flow pair at 10x, both directions
+  EXPECT_FALSE(b.Update(1, lead, 1'000, 1.0));
+  EXPECT_FALSE(b.Update(2, lead, 1'000, 1.0));
+  EXPECT_DOUBLE_EQ(b.EscalatedSince("link:x"), 0);
+  EXPECT_TRUE(b.Update(3, lead, 1'000, 1.0));  // 3 s, though still asked for
+  EXPECT_LT(b.EscalatedSince("link:x"), 0);
+  for (int t = 4; t < 63; ++t) EXPECT_FALSE(b.Update(t, lead, 1'000, 1.0)) << "t=" << t;
+  EXPECT_TRUE(b.Update(63, lead, 1'000, 1.0));  // cooled down
+  EXPECT_EQ(b.stats().leads_started, 2u);
+  // Three seconds of 18 extra probes/s a minute: a lead is cheap.
+  EXPECT_NEAR(b.stats().extra_probes, 3 * 18.0, 1e-9);
+}
+
+// A lead that ended cools down only against leads: its element's weak evidence (an ordinary
+// request) escalates at once, for the ordinary 10 s, renewed.
+TEST(EscalationBudgetTest, AnEndedLeadDoesNotBlockAnOrdinaryEscalation) {
+  EscalationBudget b;
+  EXPECT_TRUE(b.Update(0, {Lead("link:x", 1)}, 1'000, 1.0));
+  EXPECT_TRUE(b.Update(3, {Lead("link:x", 1)}, 1'000, 1.0));  // ran its course
+  EXPECT_LT(b.EscalatedSince("link:x"), 0);
+  EXPECT_TRUE(b.Update(4, {Suspect("link:x", 2)}, 1'000, 1.0));
+  EXPECT_DOUBLE_EQ(b.EscalatedSince("link:x"), 4);
+  EXPECT_EQ(b.stats().started, 2u);
+  EXPECT_EQ(b.stats().leads_started, 1u);
+  EXPECT_FALSE(b.Update(13, {Suspect("link:x", 2)}, 1'000, 1.0));  // renewed to 23
+  EXPECT_DOUBLE_EQ(b.EscalatedSince("link:x"), 4);
+}
+
+// A running lead asked for as an ordinary request (its second lost flow, or a suspicion) runs on
+// as one: renewed past the lead's 3 s and widened to the request's pairs, keeping its start.
+TEST(EscalationBudgetTest, ALeadThatBecomesOrdinaryIsRenewedAndWidened) {
+  EscalationConfig c;
+  c.lead_budget_pps = 0;  // leads at the plain floor
+  EscalationBudget b(c);
+  EscalationRequest r = Lead("link:x", 12);
+  EXPECT_TRUE(b.Update(0, {r}, 1'000, 1.0));
+  EXPECT_EQ(b.stats().active_pairs, 3u);  // the plain 40/s floor: 18 + 18 + 4
+  r.lead = false;
+  r.suspicion = true;
+  EXPECT_TRUE(b.Update(1, {r}, 1'000, 1.0));
+  EXPECT_EQ(b.stats().active_pairs, 8u);
+  EXPECT_EQ(b.stats().started, 1u);
+  EXPECT_FALSE(b.Update(5, {r}, 1'000, 1.0));  // past the lead's 1 s: renewed
+  EXPECT_DOUBLE_EQ(b.EscalatedSince("link:x"), 0);
+  // Asked for only as a lead again: not renewed by it, it ends 10 s after its last renewal.
+  r.lead = true;
+  r.suspicion = false;
+  EXPECT_FALSE(b.Update(14, {r}, 1'000, 1.0));
+  EXPECT_TRUE(b.Update(15, {r}, 1'000, 1.0));
+  EXPECT_LT(b.EscalatedSince("link:x"), 0);
+  // ...and, having run as an ordinary escalation, it cools down against every request.
+  EXPECT_FALSE(b.Update(16, {Suspect("link:x", 2)}, 1'000, 1.0));
+}
+
+// Leads are served after every other request, whatever their order or priority, and a running
+// lead gives way when a new ordinary request cannot get its first pair at the full rate.
+TEST(EscalationBudgetTest, LeadsAreServedLastAndGiveWayToOrdinaryRequests) {
+  EscalationConfig c;
+  c.min_budget_pps = 20;  // one one-flow pair at 10x (18/s)
+  c.lead_budget_pps = 0;  // leads share the plain budget
+  c.min_rate_factor = 10;
+  EscalationBudget b(c);
+  EscalationRequest lead = Lead("link:lead", 1);
+  lead.priority = 100;
+  EXPECT_TRUE(b.Update(0, {lead, Suspect("link:weak", 1, 1)}, 100, 1.0));
+  EXPECT_GE(b.EscalatedSince("link:weak"), 0);
+  EXPECT_LT(b.EscalatedSince("link:lead"), 0);
+  EXPECT_EQ(b.stats().leads_started, 0u);
+
+  EscalationBudget running(c);
+  EXPECT_TRUE(running.Update(0, {lead}, 100, 1.0));
+  EXPECT_GE(running.EscalatedSince("link:lead"), 0);
+  EXPECT_TRUE(running.Update(1, {lead, Suspect("link:weak", 1, 1)}, 100, 1.0));
+  EXPECT_LT(running.EscalatedSince("link:lead"), 0);
+  EXPECT_DOUBLE_EQ(running.EscalatedSince("link:weak"), 1);
+  EXPECT_LE(running.stats().extra_pps, 20.0);
+  // Leads spend at most lead_budget_pps (150/s by default) together, and never raise the others'
+  // floor: an ordinary request beside them gets the plain 40/s, served first.
+  EscalationBudget many;
+  std::vector<EscalationRequest> leads;
+  for (int i = 0; i < 20; ++i) leads.push_back(Lead("link:l" + std::to_string(i), 1));
+  leads.push_back(Suspect("link:weak", 4));
+  many.Update(0, leads, 1'000, 1.0);
+  EXPECT_DOUBLE_EQ(many.last_budget_pps(), 40);
+  EXPECT_DOUBLE_EQ(many.LeadBudgetPps(1'000), 150);
+  EXPECT_LE(many.stats().extra_pps, 150.0);
+  EXPECT_GT(many.stats().extra_pps, 140.0);
+  // The weak link's 3 pairs (40/s), then 6 leads at 10x and a 7th at the 2x the rest pays for.
+  EXPECT_EQ(many.stats().active_elements, 1u + 7u);
+  EXPECT_DOUBLE_EQ(many.EscalatedSince("link:weak"), 0);
+}
+
+// The link a lead names can move along its lost flow's path from one evaluation to the next (the
+// escalated probes change the links' counts). The lead runs its course though its link is no
+// longer asked for, and its lost flow's pair (a lead's first) starts no other lead meanwhile: one
+// lost probe pays for one lead.
+TEST(EscalationBudgetTest, OneLostFlowStartsOneLeadWhicheverLinkNamesIt) {
+  EscalationConfig c;
+  c.lead_duration_s = 2;
+  EscalationBudget b(c);
+  EscalationRequest first = Lead("link:up", 1);
+  first.pairs.front() = {"h1", "h2", 1};
+  first.pairs.push_back({"h3", "h4", 1});
+  EXPECT_TRUE(b.Update(0, {first}, 1'000, 1.0));
+  EscalationRequest moved = Lead("link:down", 1);
+  moved.pairs.front() = {"h2", "h1", 1};
+  EXPECT_FALSE(b.Update(1, {moved}, 1'000, 1.0));
+  EXPECT_DOUBLE_EQ(b.EscalatedSince("link:up"), 0);
+  EXPECT_LT(b.EscalatedSince("link:down"), 0);
+  EXPECT_TRUE(b.Update(2, {moved}, 1'000, 1.0));  // ends at its 2 s; its pair still cools
+  EXPECT_EQ(b.stats().active_elements, 0u);
+  EXPECT_EQ(b.stats().leads_started, 1u);
+  // Another lost flow's lead starts at once.
+  EXPECT_TRUE(b.Update(3, {Lead("link:down", 1)}, 1'000, 1.0));
+  EXPECT_EQ(b.stats().leads_started, 2u);
+}
+
 }  // namespace
 }  // namespace fw::aggregator
