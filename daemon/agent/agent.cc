@@ -606,13 +606,10 @@ void Agent::MaybeReleaseCode(std::chrono::steady_clock::time_point now) {
   }
   code_released_bytes_->Inc(static_cast<double>(r.resident_bytes));
   if (r.failures > 0) code_release_errors_->Inc(static_cast<double>(r.failures));
-  if (first) {
-    spdlog::info("msg=\"released idle code pages\" mappings={} resident_kib={} failures={}",
-                 r.mappings, r.resident_bytes >> 10, r.failures);
-  } else {
-    spdlog::debug("msg=\"released idle code pages\" mappings={} resident_kib={} failures={}",
-                  r.mappings, r.resident_bytes >> 10, r.failures);
-  }
+  // The first release says what start-up left mapped; the later ones are routine.
+  spdlog::log(first ? spdlog::level::info : spdlog::level::debug,
+              "msg=\"released idle code pages\" mappings={} resident_kib={} failures={}",
+              r.mappings, r.resident_bytes >> 10, r.failures);
 }
 
 void Agent::Stop() {

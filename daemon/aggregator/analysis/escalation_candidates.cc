@@ -91,6 +91,20 @@ std::vector<const PairAgg*> SiblingPairs(const BlameContext& ctx, const Analyzer
   return out;
 }
 
+// The fabric (switch-to-switch) links of a loss blame, its link and those tied with it, as
+// "link:<id>" elements, for those the tracker holds healthy: what weak or lead loss escalates.
+template <typename F>
+void ForEachHealthyFabricLink(const BlameContext& ctx, const ElementTracker& tracker,
+                              const LinkBlame& b, const F& f) {
+  std::vector<LinkIndex> group{b.link};
+  group.insert(group.end(), b.tied.begin(), b.tied.end());
+  for (LinkIndex l : group) {
+    if (ctx.map->links()[l].IsAccess()) continue;
+    const std::string element = "link:" + ctx.map->links()[l].id;
+    if (tracker.HealthOf(element) == ElementHealth::kOk) f(element);
+  }
+}
+
 // The node an element "nic:<node>/<device>" or "host:<node>" names, else empty.
 std::string_view NodeOf(std::string_view element) {
   if (element.starts_with("host:")) return element.substr(5);
@@ -131,37 +145,25 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
     elements.push_back(element);
     if (obs.confirm_ticks <= ctx.config.confirm_ticks) suspicions.insert(element);
   }
-  // Links whose loss is significant only at the weak level: denser data decides them sooner.
+  std::set<std::string> leads;
   if (ctx.map) {
+    // Links whose loss is significant only at the weak level: denser data decides them sooner.
     for (const LinkBlame& b : ev.weak_loss) {
-      std::vector<LinkIndex> group{b.link};
-      group.insert(group.end(), b.tied.begin(), b.tied.end());
-      for (LinkIndex l : group) {
-        if (ctx.map->links()[l].IsAccess()) continue;
-        const std::string element = "link:" + ctx.map->links()[l].id;
-        if (tracker.HealthOf(element) != ElementHealth::kOk) continue;
+      ForEachHealthyFabricLink(ctx, tracker, b, [&](const std::string& element) {
         elements.push_back(element);
         if (b.significance >= ctx.config.escalate_suspicion_significance) {
           suspicions.insert(element);
         }
-      }
+      });
     }
-  }
-  // Leads: one lost flow on a fabric link. Served last and briefly (EscalationBudget); an element
-  // already asked for above is no lead.
-  std::set<std::string> leads;
-  if (ctx.map) {
+    // Leads: one lost flow on a fabric link. Served last and briefly (EscalationBudget); an
+    // element already asked for above is no lead.
     for (const LinkBlame& b : ev.lead_loss) {
-      std::vector<LinkIndex> group{b.link};
-      group.insert(group.end(), b.tied.begin(), b.tied.end());
-      for (LinkIndex l : group) {
-        if (ctx.map->links()[l].IsAccess()) continue;
-        const std::string element = "link:" + ctx.map->links()[l].id;
-        if (tracker.HealthOf(element) != ElementHealth::kOk) continue;
-        if (std::find(elements.begin(), elements.end(), element) != elements.end()) continue;
+      ForEachHealthyFabricLink(ctx, tracker, b, [&](const std::string& element) {
+        if (std::find(elements.begin(), elements.end(), element) != elements.end()) return;
         leads.insert(element);
         elements.push_back(element);
-      }
+      });
     }
   }
   for (const std::string& element : elements) {

@@ -47,14 +47,12 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
       ++it;
     }
   }
-  for (auto* cooling : {&cooling_, &lead_cooling_}) {
-    for (auto it = cooling->begin(); it != cooling->end();) {
-      it = now_s >= it->second ? cooling->erase(it) : std::next(it);
-    }
-  }
-  for (auto it = lead_pairs_cooling_.begin(); it != lead_pairs_cooling_.end();) {
-    it = now_s >= it->second ? lead_pairs_cooling_.erase(it) : std::next(it);
-  }
+  auto cooled = [now_s](auto& cooling) {
+    std::erase_if(cooling, [now_s](const auto& kv) { return now_s >= kv.second; });
+  };
+  cooled(cooling_);
+  cooled(lead_cooling_);
+  cooled(lead_pairs_cooling_);
   Recount();
 
   // Start new ones, highest priority first, while the budget lasts. A pair already escalated for
