@@ -57,7 +57,9 @@ void ForEachLink(const PathSet& paths, const F& f) {
 // kMaxSiblingPairs. Their dense data tells a fault of the link from a fault of its switch within
 // the evaluation that confirms the link: a lossy spine's other links lose the escalated probes
 // too (Blamer::SiblingLossy then holds the link's dense confirmation for the switch roll-up); a
-// lossy link's do not. Most of these pairs have no bad flow yet: that is the point.
+// lossy link's do not. The pairs come from `ev.pairs`, which holds only pairs with a bad flow (or
+// unmapped ones), so a sibling is a pair already bad on some other evidence (a slow sample, a
+// lost probe elsewhere on its path).
 std::vector<const PairAgg*> SiblingPairs(const BlameContext& ctx, const Analyzer::Evaluation& ev,
                                          LinkIndex l) {
   const auto& links = ctx.map->links();
