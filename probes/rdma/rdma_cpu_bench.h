@@ -20,7 +20,7 @@ struct CpuBenchOptions {
   double warmup_s = 3;
   double seconds = 15;  // the measured window
   double linger_s = 0;  // kept running after the window (for strace)
-  double send_window_ms = 125;  // UdMeshOptions::send_window_ns of every runner (0: off)
+  double send_window_ms = 250;  // UdMeshOptions::send_window_ns of every runner (0: off)
 };
 
 int RunCpuBench(const CpuBenchOptions& o, std::ostream& out);

@@ -331,7 +331,7 @@ int UdMesh::SetTargets(std::vector<UdTarget> targets) {
   window_ns_ = 0;
   if (opts_.send_window_ns > 0 && !flows_.empty()) {
     window_ns_ = opts_.send_window_ns;
-    for (const Flow& f : flows_) window_ns_ = std::min(window_ns_, f.period_ns);
+    for (const Flow& f : flows_) window_ns_ = std::min(window_ns_, kMaxSendsPerWindow * f.period_ns);
     // The grid is the wall clock's (every host of an NTP-synced fleet has the same window
     // starts), kept in monotonic time from here on: a wall clock step moves it at the next plan.
     const int64_t wall = clock_.WallNanos();
@@ -464,9 +464,8 @@ int64_t UdMesh::Step() {
   // live_pending_ is in answer order: the first entry's hold ends first.
   if (!live_pending_.empty()) {
     const Pending& pe = pending_[live_pending_.front()];
-    const int64_t hold = ReportHoldNs();
-    next = std::min(next, pe.ready ? pe.answered + hold
-                                   : std::max(pe.answered + hold, now + kReportWaitNs));
+    const int64_t end = HoldEnd(pe.answered);
+    next = std::min(next, pe.ready ? end : std::max(end, now + kReportWaitNs));
   }
   if (SoftwareAcksUnstamped()) next = std::min(next, now + kReportWaitNs);
   return std::max<int64_t>(0, next - now);
@@ -739,8 +738,15 @@ void UdMesh::OnProbe(size_t dev, size_t port, UdPort& p, int qp, const UdMessage
   SendReportsWithAck(pi);
 }
 
-int64_t UdMesh::ReportHoldNs() const {
-  return std::clamp<int64_t>(opts_.report_hold_ns, 0, std::max<int64_t>(0, opts_.timeout_ns / 4));
+int64_t UdMesh::HoldEnd(int64_t answered) const {
+  const int64_t hold =
+      std::clamp<int64_t>(opts_.report_hold_ns, 0, std::max<int64_t>(0, opts_.timeout_ns / 4));
+  // With send windows the probers' next probes arrive just after the next window start, so the
+  // hold runs until a quarter window past it (the fleet's clock offsets and wakeups) for their
+  // acks to carry the report; never past half the timeout, by when the prober must have it.
+  if (window_ns_ <= 0 || hold == 0) return answered + hold;
+  const int64_t next_window = WindowStart(answered) + window_ns_ + window_ns_ / 4;
+  return std::min(std::max(answered + hold, next_window), answered + opts_.timeout_ns / 2);
 }
 
 void UdMesh::ReleasePending(uint32_t pi) {
@@ -803,20 +809,20 @@ void UdMesh::SendReportsWithAck(uint32_t ack) {
 }
 
 void UdMesh::FlushReports(int64_t now, bool all) {
-  const int64_t hold = ReportHoldNs();
   // In answer order: when the oldest's hold has not ended, no other's has.
-  if (live_pending_.empty() || (!all && now < pending_[live_pending_.front()].answered + hold)) {
+  if (live_pending_.empty() || (!all && now < HoldEnd(pending_[live_pending_.front()].answered))) {
     return;
   }
   for (size_t i = 0; i < live_pending_.size();) {
     const uint32_t pi = live_pending_[i];
     const Pending& pe = pending_[pi];
-    if (pe.ready && (all || now >= pe.answered + hold)) {
+    const int64_t end = HoldEnd(pe.answered);
+    if (pe.ready && (all || now >= end)) {
       stats_.reports_after_hold++;
       SendReport(pi);  // erases live_pending_[i]
       continue;
     }
-    if (!pe.ready && !all && now >= pe.answered + hold + kAckStampLimitNs) {
+    if (!pe.ready && !all && now >= end + kAckStampLimitNs) {
       ReleasePending(pi);
       continue;
     }
@@ -973,7 +979,7 @@ int64_t UdMesh::WindowStart(int64_t t) const {
 }
 
 void UdMesh::SendDue(int64_t now) {
-  // With send windows, every flow due before the current window ends goes now; the Step that
+  // With send windows, every probe due before the current window ends goes now; the Step that
   // runs at a window's start is the one that sends (wakeups for answers and acks within the
   // window send nothing new). Each wakeup is most of what the mesh costs.
   const int64_t window_end = window_ns_ > 0 ? WindowStart(now) + window_ns_ : 0;
@@ -983,70 +989,84 @@ void UdMesh::SendDue(int64_t now) {
     // Without windows, a flow due within a quarter of its period goes out with this wakeup,
     // early, rather than costing a wakeup of its own. Either way the schedule stays anchored
     // (next_send advances by whole periods), so the rate holds; one interval shortens by at most
-    // a window (a quarter period).
-    if (window_ns_ > 0 ? f.next_send >= window_end : now + f.period_ns / 4 < f.next_send) continue;
-    // One probe per period; after a stall the schedule re-anchors instead of bursting.
-    f.next_send += f.period_ns;
-    if (f.next_send <= now) f.next_send = now + f.period_ns;
-    Device& d = *devices_[f.dev];
-    if (d.dead || f.port >= d.ports.size() || f.ah == nullptr) {
-      stats_.skipped_port_down++;
+    // a window (a quarter period). After a stall the schedule re-anchors instead of bursting.
+    auto advance = [&f, now] {
+      f.next_send += f.period_ns;
+      if (f.next_send <= now) f.next_send = now + f.period_ns;
+    };
+    if (window_ns_ == 0) {
+      if (now + f.period_ns / 4 < f.next_send) continue;
+      advance();
+      SendProbe(fi, now);
       continue;
     }
-    UdPort& p = *d.ports[f.port];
-    if (!p.up() || d.rt[f.port].broken || d.rt[f.port].refresh) {
-      stats_.skipped_port_down++;
-      continue;
-    }
-    if (budget_ != nullptr && !budget_->TryConsume(1, kUdMessageBytes + 58)) {
-      stats_.budget_skipped++;
-      continue;
-    }
-    const int slot = p.AcquireSendSlot();
-    if (slot < 0) {
-      stats_.no_send_slot++;
-      continue;
-    }
-    const uint64_t seq = next_seq_++;
-    Outstanding& o = outstanding_[seq & (kOutstandingSlots - 1)];
-    if (o.in_use) {
-      // The table wrapped before this probe timed out: more in flight than it holds.
-      o.in_use = false;
-      stats_.abandoned++;
-    }
-    const UdTarget& t = targets_[f.target];
-    o = Outstanding{};
-    o.in_use = true;
-    o.seq = seq;
-    o.flow = fi;
-    o.wire_flow = static_cast<uint32_t>(generation_) << 16 | f.index;
-    o.dev = f.dev;
-    o.port = f.port;
-    o.epoch = p.epoch();
-    o.wall = clock_.WallNanos();
-    const UdMessage m = MessageFrom(p, UdType::kProbe, seq, o.wire_flow);
-    WriteUdMessage(m, p.SendBuffer(slot));
-    o.t1 = clock_.MonotonicNanos();
-    o.deadline = o.t1 + opts_.timeout_ns;
-    Status st = p.PostSend(f.qp, slot, *f.ah, t.remote.qpn, t.remote.qkey,
-                           MakeWrId(WrKind::kProbe, p.epoch(), static_cast<uint32_t>(seq),
-                                    static_cast<uint16_t>(slot)));
-    if (!st.ok()) {
-      stats_.post_failures++;
-      p.ReleaseSendSlot(slot);
-      o.in_use = false;
-      PortFailed(f.dev, f.port, now, "post_failed");
-      continue;
-    }
-    stats_.sent++;
-    timeout_ring_[(timeout_head_ + timeout_count_) & (kOutstandingSlots - 1)] = seq;
-    if (timeout_count_ < kOutstandingSlots) {
-      ++timeout_count_;
-    } else {
-      timeout_head_ = (timeout_head_ + 1) & (kOutstandingSlots - 1);
+    for (int k = 0; k < kMaxSendsPerWindow && f.next_send < window_end; ++k) {
+      advance();
+      SendProbe(fi, now);
     }
   }
   if (stats_.sent.load(std::memory_order_relaxed) != sent_before) stats_.send_rounds++;
+}
+
+void UdMesh::SendProbe(uint32_t fi, int64_t now) {
+  const Flow& f = flows_[fi];
+  Device& d = *devices_[f.dev];
+  if (d.dead || f.port >= d.ports.size() || f.ah == nullptr) {
+    stats_.skipped_port_down++;
+    return;
+  }
+  UdPort& p = *d.ports[f.port];
+  if (!p.up() || d.rt[f.port].broken || d.rt[f.port].refresh) {
+    stats_.skipped_port_down++;
+    return;
+  }
+  if (budget_ != nullptr && !budget_->TryConsume(1, kUdMessageBytes + 58)) {
+    stats_.budget_skipped++;
+    return;
+  }
+  const int slot = p.AcquireSendSlot();
+  if (slot < 0) {
+    stats_.no_send_slot++;
+    return;
+  }
+  const uint64_t seq = next_seq_++;
+  Outstanding& o = outstanding_[seq & (kOutstandingSlots - 1)];
+  if (o.in_use) {
+    // The table wrapped before this probe timed out: more in flight than it holds.
+    o.in_use = false;
+    stats_.abandoned++;
+  }
+  const UdTarget& t = targets_[f.target];
+  o = Outstanding{};
+  o.in_use = true;
+  o.seq = seq;
+  o.flow = fi;
+  o.wire_flow = static_cast<uint32_t>(generation_) << 16 | f.index;
+  o.dev = f.dev;
+  o.port = f.port;
+  o.epoch = p.epoch();
+  o.wall = clock_.WallNanos();
+  const UdMessage m = MessageFrom(p, UdType::kProbe, seq, o.wire_flow);
+  WriteUdMessage(m, p.SendBuffer(slot));
+  o.t1 = clock_.MonotonicNanos();
+  o.deadline = o.t1 + opts_.timeout_ns;
+  Status st = p.PostSend(f.qp, slot, *f.ah, t.remote.qpn, t.remote.qkey,
+                         MakeWrId(WrKind::kProbe, p.epoch(), static_cast<uint32_t>(seq),
+                                  static_cast<uint16_t>(slot)));
+  if (!st.ok()) {
+    stats_.post_failures++;
+    p.ReleaseSendSlot(slot);
+    o.in_use = false;
+    PortFailed(f.dev, f.port, now, "post_failed");
+    return;
+  }
+  stats_.sent++;
+  timeout_ring_[(timeout_head_ + timeout_count_) & (kOutstandingSlots - 1)] = seq;
+  if (timeout_count_ < kOutstandingSlots) {
+    ++timeout_count_;
+  } else {
+    timeout_head_ = (timeout_head_ + 1) & (kOutstandingSlots - 1);
+  }
 }
 
 void UdMesh::ExpireTimeouts(int64_t now) {

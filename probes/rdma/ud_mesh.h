@@ -45,6 +45,10 @@ struct UdTarget {
   double rate_hz = 1;        // probes per second per flow
 };
 
+// Send windows (UdMeshOptions::send_window_ns): the most probes one flow posts back to back at a
+// window's start.
+inline constexpr int kMaxSendsPerWindow = 4;
+
 struct UdMeshOptions {
   std::vector<std::string> devices;  // empty: every device
   UdPortOptions port;
@@ -65,18 +69,23 @@ struct UdMeshOptions {
   // after that ack, so the prober's wakeup for the ack reads it too) and costs no wakeup of the
   // prober's own. The turnaround is fixed when the ack's send completes, so the hold delays the
   // result, never its value. At most a quarter of timeout_ns: the prober waits for a report until
-  // its probe's timeout. 0: each report goes at the first wakeup after its ack's send stamp.
+  // its probe's timeout. With send windows it lasts at least until a quarter window past the
+  // next window start (the probers' next probes come just after one), at most half the timeout.
+  // 0: each report goes at the first wakeup after its ack's send stamp.
   int64_t report_hold_ns = 250'000'000;
   // Send phases: probes go out only at the starts of windows of this length on a grid aligned
   // to the wall clock (so every agent of an NTP-synced fleet sends at the same instants), and
-  // each such wakeup sends every flow due before its window ends, early by less than a window.
-  // The window is also at most the shortest flow period (a flow sends at most once per window,
-  // so its rate holds), and the targets are spread over the windows of a period. Peers' probes
-  // then arrive together and are answered in one wakeup, and their acks come back together, so
-  // the sends cost a few wakeups a second instead of one per target phase. Timestamps are taken
-  // as before (the prober's T1 when each probe is posted), so the split is unchanged. 0: each
-  // target has its own phase and a wakeup sends what is due within a quarter of its period.
-  int64_t send_window_ns = 125'000'000;
+  // each such wakeup sends every probe due before its window ends, early by less than a window:
+  // a flow whose period is shorter than the window sends each of its probes due in the window,
+  // back to back (the schedule stays anchored, so its rate holds). The window is at most
+  // kMaxSendsPerWindow periods of the fastest flow, which bounds those bursts, and flows slower
+  // than the window are spread over the windows of their period. Peers' probes then arrive
+  // together and are answered in one wakeup, and their acks come back together, so the sends
+  // cost four wakeups a second at 250 ms, whatever the targets and rates, instead of one per
+  // target phase. Timestamps are taken as before (the prober's T1 when each probe is posted), so
+  // the split is unchanged. 0: each target has its own phase and a wakeup sends what is due
+  // within a quarter of its period.
+  int64_t send_window_ns = 250'000'000;
 };
 
 struct RdmaProbeResult {
@@ -205,7 +214,8 @@ class UdMesh {
   bool SoftwareAcksUnstamped() const;
   // Polls the send CQs for up to kAckStampSpinNs while SoftwareAcksUnstamped().
   void AwaitAckStamps();
-  int64_t ReportHoldNs() const;
+  // When the hold of a report whose probe was answered at `answered` ends (report_hold_ns).
+  int64_t HoldEnd(int64_t answered) const;
   // Sends the reports that are ready: all when `all`, else those whose hold ran out.
   void FlushReports(int64_t now, bool all);
   // Sends the ready reports for the prober that pending_[ack] answers (after its ack).
@@ -221,6 +231,8 @@ class UdMesh {
   void OnAckSent(size_t dev, size_t port, UdPort& p, const WorkCompletion& wc, int64_t now);
   void PortFailed(size_t dev, size_t port, int64_t now, const char* why);
   void SendDue(int64_t now);
+  // Posts flow `fi`'s next probe (its schedule already advanced), or counts why it cannot.
+  void SendProbe(uint32_t fi, int64_t now);
   // The start of the send window that holds `t` (monotonic), on the grid of window_ns_.
   int64_t WindowStart(int64_t t) const;
   void ExpireTimeouts(int64_t now);

@@ -18,7 +18,11 @@ namespace fw::rdma {
 
 struct UdPortOptions {
   int source_qps = 1;    // QPs to rotate flows over (each has its own QPN, hence its own hash)
-  int recv_depth = 128;  // receives posted per QP
+  // Receives posted per QP. A UD message that finds none is dropped by the NIC, and with send
+  // windows (UdMeshOptions::send_window_ns) a window's probes from every prober and the acks of
+  // this node's own probes arrive together: up to kMaxSendsPerWindow per flow of each. 512 slots
+  // of kRecvStride bytes are 64 KiB registered per QP.
+  int recv_depth = 512;
   int send_slots = 128;  // messages in flight per port
   CqTimestamps best_timestamps = CqTimestamps::kWallclock;  // the best to try first
   std::string netdev;  // RoCE: the netdev whose GID to use ("" = the port's own)
