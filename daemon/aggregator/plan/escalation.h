@@ -39,7 +39,8 @@ struct EscalationConfig {
   // served last), or the plain budget where that is more: a lead raises the pairs whose flows
   // surely crossed its link, and its next evaluation needs ~80 probes over the link in that one
   // second to reach a finding's significance from 5 % loss. A healthy fleet pays it for
-  // `lead_duration_s` per lost probe (docs/analysis.md, "Escalation leads").
+  // `lead_duration_s` per lost probe (docs/analysis.md, "Escalation leads"). Weak evidence that is
+  // no suspicion may spend it too for `lead_duration_s` (EscalationRequest::lead_budget).
   double lead_budget_pps = 150;
   // The extra probes of all escalations together stay within this share of the fleet's planned
   // probes per second (the target: escalation under 5 % of baseline probe traffic).
