@@ -75,6 +75,8 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     o.recent_slow = w.recent_slow;
     o.last_probes = w.last_probes;
     o.last_lost = w.last_lost;
+    o.fresh_probes = w.fresh_probes;
+    o.fresh_lost = w.fresh_lost;
     o.ratio_sum = static_cast<float>(w.ratio_sum);
     // A low burst from a prober whose CPUs were saturated (busy share) or contended (its
     // runnable tasks waited for a CPU, CPU pressure) during it measures the host, not the path:
@@ -467,9 +469,10 @@ void Analyzer::LogTimeline(const Evaluation& ev) const {
       for (const LinkBlame& b : ev.blames[s]) {
         spdlog::debug(
             "component=analysis msg=\"link blamed\" link={} signal={} estimate={:.4f} "
-            "significance={:.1f} bad={} expected={:.0f} flows={}",
+            "significance={:.1f} bad={} expected={:.0f} flows={} fresh_probes={:.0f} "
+            "fresh_loss={:.4f}",
             map_->links()[b.link].id, SignalName(b.signal), b.estimate, b.significance, b.bad,
-            b.expected, b.bad_flows);
+            b.expected, b.bad_flows, b.fresh_probes, b.fresh_loss);
       }
     }
     for (const LinkBlame& b : ev.weak_loss) {
@@ -598,6 +601,7 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
     };
     if (noisy(Signal::kLoss)) {
       o.probes = o.lost = o.recent_probes = o.recent_lost = o.last_probes = o.last_lost = 0;
+      o.fresh_probes = o.fresh_lost = 0;
     }
     if (noisy(Signal::kLatency)) {
       o.rtt = o.slow = o.recent_rtt = o.recent_slow = 0;

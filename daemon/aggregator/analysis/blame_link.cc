@@ -372,7 +372,7 @@ void Blamer::SwitchLink(const Verdict& v) {
   // fires as it would.
   const bool held = level == Level::kDegraded && v.loss() && SiblingLossy(v.group.front());
   const bool fresh = level != Level::kLatency && !held && FreshLoss(v);
-  if (fresh) f.evidence["recent_probes"] = v.loss()->recent_probes;
+  if (fresh) f.evidence["recent_probes"] = v.loss()->fresh_probes;
   if (level != Level::kLatency) f.evidence["fresh_loss_confirmed"] = fresh ? 1 : 0;
   if (held) f.evidence["held_for_switch"] = 1;
   const int confirm = level == Level::kLatency

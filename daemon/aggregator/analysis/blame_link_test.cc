@@ -55,14 +55,15 @@ TEST(BlameLinkLevel, LastSecondLosingEverythingIsDown) {
   EXPECT_EQ(kind(0.6, 80), "link_degraded");  // lossy, not down
 }
 
-// The last two complete seconds alone show the loss at a finding's significance: the freshest
-// (escalated) data confirms the suspicion, and the link may fire after two evaluations. A loss
-// that is all in the older part of the 10 s window, or fresh seconds too thin to tell, do not.
+// The freshest probes alone (the last two complete seconds and the tick's own second so far) show
+// the loss at a finding's significance: the freshest (escalated) data confirms the suspicion, and
+// the link may fire after two evaluations. A loss that is all in the older part of the 10 s
+// window, or fresh probes too few to tell, do not.
 TEST(BlameLinkLevel, LossOnTheFreshestSecondsAloneConfirmsDensely) {
-  auto fresh = [](double recent_loss, double recent_probes) {
+  auto fresh = [](double fresh_loss, double fresh_probes) {
     testing::BlameFixture t(testing::TwoLeafMap());
-    LinkBlame b = testing::LossBlame(t.LinkOf("l1", "s1"), 0.05, recent_loss);
-    b.recent_probes = recent_probes;
+    LinkBlame b = testing::LossBlame(t.LinkOf("l1", "s1"), 0.05, fresh_loss);
+    b.recent_probes = b.fresh_probes = fresh_probes;
     t.ev.blames[static_cast<int>(Signal::kLoss)].push_back(b);
     t.MakeBlamer().LinkLevel();
     EXPECT_EQ(t.ev.observations.size(), 1u);
@@ -90,7 +91,7 @@ TEST(BlameLinkLevel, ALossyLinkWaitsWhileALinkBesideItLosesProbes) {
   auto run = [](bool sibling_weak, double recent_loss) {
     testing::BlameFixture t(testing::TwoLeafMap());
     LinkBlame b = testing::LossBlame(t.LinkOf("l1", "s1"), 0.05, recent_loss);
-    b.recent_probes = 100;
+    b.recent_probes = b.fresh_probes = 100;
     t.ev.blames[static_cast<int>(Signal::kLoss)].push_back(b);
     t.ev.weak_loss.push_back(b);  // the link itself is weakly lossy too: it does not count
     if (sibling_weak) t.ev.weak_loss.push_back(testing::LossBlame(t.LinkOf("l2", "s1"), 0.02, 0.02));

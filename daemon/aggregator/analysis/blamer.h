@@ -306,13 +306,16 @@ class Blamer {
         std::move(key), Observation{std::move(f), can_flap, confirm_ticks, dense_confirmed});
   }
 
-  // Whether the verdict's loss is significant on the last two complete seconds alone, at a
-  // finding's level (loss_significance and loss_ratio against this tick's background, from at
-  // least dense_confirm_min_probes probes): the freshest data, escalated where escalation is in
-  // force, confirms the suspicion (Observation::dense_confirmed).
+  // Whether the verdict's loss is significant on the freshest probes alone (the last two complete
+  // seconds and the tick's own second so far, LinkBlame::fresh_*), at a finding's level
+  // (loss_significance and loss_ratio against this tick's background, from at least
+  // dense_confirm_min_probes probes): the freshest data, escalated where escalation is in force,
+  // confirms the suspicion (Observation::dense_confirmed). The tick's own second counts because
+  // the probes an escalation raises arrive from the tick that raised them on, and the complete
+  // seconds hold them only up to the last second boundary, anywhere in the tick's period.
   bool FreshLoss(const Verdict& v) const {
     const LinkBlame* loss = v.loss();
-    return loss && FreshAlone(Signal::kLoss, loss->recent_loss, loss->recent_probes,
+    return loss && FreshAlone(Signal::kLoss, loss->fresh_loss, loss->fresh_probes,
                               c_.dense_confirm_min_probes);
   }
 

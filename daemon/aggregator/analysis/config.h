@@ -169,10 +169,11 @@ struct AnalysisConfig {
   // evaluations (ticks) before a suspect element fires.
   int confirm_ticks = 3;
   // ...or this many, when the loss that made it suspect is significant again on the freshest data
-  // alone: the last two complete seconds (at least `dense_confirm_min_probes` probes, most of them
-  // escalated ones once escalation is in force) reach `loss_significance` and `loss_ratio` on
-  // their own. The loss is then going on now, not a past burst still inside the 10 s window.
-  // Confirmations that ask for persistence (latency alone) are not shortened.
+  // alone: the last two complete seconds and the tick's own second so far (at least
+  // `dense_confirm_min_probes` probes, most of them escalated ones once escalation is in force)
+  // reach `loss_significance` and `loss_ratio` on their own. The loss is then going on now, not a
+  // past burst still inside the 10 s window. Confirmations that ask for persistence (latency alone)
+  // are not shortened.
   int dense_confirm_ticks = 2;
   double dense_confirm_min_probes = 40;
   // A lossy fabric link while a link beside it under one of its switches loses probes too (its own

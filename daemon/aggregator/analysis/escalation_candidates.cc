@@ -148,11 +148,13 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
     if (obs.confirm_ticks <= ctx.config.confirm_ticks) suspicions.insert(element);
   }
   std::set<std::string> leads;
+  std::set<std::string> weak;  // fabric links weakly lossy, not suspect
   if (ctx.map) {
     // Links whose loss is significant only at the weak level: denser data decides them sooner.
     for (const LinkBlame& b : ev.weak_loss) {
       ForEachHealthyFabricLink(ctx, tracker, b, [&](const std::string& element) {
         elements.push_back(element);
+        weak.insert(element);
         if (b.significance >= ctx.config.escalate_suspicion_significance) {
           suspicions.insert(element);
         }
@@ -220,6 +222,10 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
     r.element = element;
     r.suspicion = suspicions.contains(element);
     r.lead = leads.contains(element);
+    // Weak loss that is no suspicion yet is at least a lead's evidence: it may spend a lead's
+    // budget for a lead's course (EscalationRequest::lead_budget), on the pairs that crossed the
+    // link as well.
+    r.lead_budget = fabric_link && !r.lead && !r.suspicion && weak.contains(element);
     for (const auto& [key, p] : ev.pairs) {
       if (p.bad_flows == 0 || !crosses(p)) continue;
       // A lead raises only the pairs that lost probes: pairs with a slow sample cross every link
@@ -268,8 +274,9 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
     }
     // A lead's lost flow is one flow: its pair alone gives the link a few extra probes a second.
     // Pairs whose flows surely crossed the link (traced) follow, so that the next evaluation has
-    // dense data from several flows over it, as a finding needs (min_flows).
-    if (r.lead && fabric_link) {
+    // dense data from several flows over it, as a finding needs (min_flows). Weak evidence on the
+    // lead's budget likewise.
+    if ((r.lead || r.lead_budget) && fabric_link) {
       for (const CrossingPair& c : ctx.tomography.CrossingPairs(*fabric_link)) {
         EscalationPair e;
         e.a = ctx.names.NodeName(c.src);

@@ -47,7 +47,8 @@ TEST(EscalationCandidates, ALinkSuspicionAlsoEscalatesAPairBesideItUnderItsSwitc
 
 // A lead (ev.lead_loss: one lost flow on l1~s1) asks for the link as a lead, with only the pairs
 // that lost probes: a~c lost one, a~b only has slow samples (a healthy fleet's pairs cross every
-// link with some). The same link weakly lossy is an ordinary request, never a lead.
+// link with some). The same link weakly lossy is an ordinary request, never a lead; it may spend
+// a lead's budget (lead_budget) while it is no suspicion.
 TEST(EscalationCandidates, ALeadAsksOnlyForThePairsThatLostProbes) {
   testing::BlameFixture t(testing::ThreeLeafMap());
   t.AddPair("a", "c", 2, 1);
@@ -69,11 +70,21 @@ TEST(EscalationCandidates, ALeadAsksOnlyForThePairsThatLostProbes) {
   bool suspicion = true;
   EXPECT_EQ(PairsOf(requests, "link:l1~s1", &suspicion), (std::vector<std::string>{"a~c"}));
 
-  t.ev.weak_loss.push_back(testing::LossBlame(t.LinkOf("l1", "s1"), 0.02, 0.02));
+  LinkBlame weak = testing::LossBlame(t.LinkOf("l1", "s1"), 0.02, 0.02);
+  weak.significance = 3.5;  // two lost flows: under escalate_suspicion_significance
+  t.ev.weak_loss.push_back(weak);
   requests = EscalationCandidates(t.Context(), t.ev, tracker);
   ASSERT_EQ(requests.size(), 1u);
   EXPECT_FALSE(requests[0].lead);
+  EXPECT_TRUE(requests[0].lead_budget);
   EXPECT_EQ(PairsOf(requests, "link:l1~s1", &suspicion), (std::vector<std::string>{"a~b", "a~c"}));
+  EXPECT_FALSE(suspicion);
+
+  t.ev.weak_loss.back().significance = 40;  // a suspicion has its own budget
+  requests = EscalationCandidates(t.Context(), t.ev, tracker);
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_TRUE(requests[0].suspicion);
+  EXPECT_FALSE(requests[0].lead_budget);
 }
 
 // The analyzer end to end on a traced ECMP fleet without background loss: one probe lost on one

@@ -55,6 +55,10 @@ FlowWindow FlowTable::WindowOf(const FlowSeen& f, uint32_t now_s) const {
     w.rtt += slot.judged;
     w.slow += slot.slow;
     ratio_q += slot.ratio_q;
+    if (sec + 2 >= now_s) {
+      w.fresh_probes += slot.probes;
+      w.fresh_lost += slot.lost;
+    }
     if (sec + 2 >= now_s && sec < now_s) {
       w.recent_probes += slot.probes;
       w.recent_lost += slot.lost;

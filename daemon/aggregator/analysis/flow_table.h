@@ -47,6 +47,11 @@ struct FlowWindow {
   uint32_t recent_slow = 0;
   uint32_t last_probes = 0;  // the one complete second before the tick's second
   uint32_t last_lost = 0;
+  // The freshest probes: the two complete seconds and the tick's own second so far. Counts, not a
+  // reading of a second, so an incomplete second is as good as a complete one; what the tick
+  // knows of it is the freshest data there is (the dense loss test, Blamer::FreshLoss).
+  uint32_t fresh_probes = 0;
+  uint32_t fresh_lost = 0;
   double goodput_bps = 0;  // last bandwidth sample within the bandwidth window, else 0
   // That sample's prober host CPU busy share over the burst (all CPUs, the busiest one), in
   // [0.01, 1]; -1: not measured.

@@ -97,5 +97,37 @@ TEST(FlowTableTest, RepeatedBatchesLandInTheRightFlowsWhateverTheOrder) {
   EXPECT_EQ(counts.at({"c", 40001}), std::make_pair(2u, 0u));
 }
 
+// The fresh counts are the two complete seconds before the tick's second and what the tick's own
+// second holds so far; the recent and last counts, which read seconds, keep to complete ones.
+TEST(FlowTableTest, FreshCountsHoldTheTicksOwnSecondSoFar) {
+  auto names = std::make_shared<aggregator::NameInterner>();
+  FlowTable table(nullptr, {}, 10, names);
+  names->Intern("a");
+  names->Intern("b");
+  auto at = [&](int64_t ns, bool lost) {
+    table.Ingest(std::vector<ReportedProbe>{Named("a", "b", 40000, lost)}, ns);
+  };
+  at(2 * kSecond, true);                // older than the fresh seconds
+  at(3 * kSecond + kSecond / 2, true);  // the two complete seconds before the tick's
+  at(4 * kSecond + kSecond / 2, false);
+  at(5 * kSecond + kSecond / 10, true);  // the tick's own second, before the tick
+  at(5 * kSecond + kSecond / 5, true);
+  struct Fresh final : FlowTable::Visitor {
+    void BeginPair(const PairRef&) override {}
+    void Flow(const PairRef&, const FlowRef&, const FlowWindow& w) override { last = w; }
+    void EndPair(const PairRef&) override {}
+    FlowWindow last;
+  } v;
+  table.Scan(5 * kSecond + kSecond / 2, v);
+  EXPECT_EQ(v.last.probes, 5u);
+  EXPECT_EQ(v.last.lost, 4u);
+  EXPECT_EQ(v.last.recent_probes, 2u);
+  EXPECT_EQ(v.last.recent_lost, 1u);
+  EXPECT_EQ(v.last.last_probes, 1u);
+  EXPECT_EQ(v.last.last_lost, 0u);
+  EXPECT_EQ(v.last.fresh_probes, 4u);
+  EXPECT_EQ(v.last.fresh_lost, 3u);
+}
+
 }  // namespace
 }  // namespace fw::analysis

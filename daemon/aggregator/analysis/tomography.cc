@@ -46,6 +46,7 @@ Tomography::Tomography(std::shared_ptr<const FabricMap> map) : map_(std::move(ma
   totals_.resize(n);
   recent_probes_.resize(n);
   last_probes_.resize(n);
+  fresh_probes_.resize(n);
   recent_rtt_.resize(n);
   crossing_.resize(n);
   crossing_n_.resize(n);
@@ -57,6 +58,7 @@ void Tomography::Reset() {
   std::fill(totals_.begin(), totals_.end(), LinkTotals{});
   std::fill(recent_probes_.begin(), recent_probes_.end(), 0.0);
   std::fill(last_probes_.begin(), last_probes_.end(), 0.0);
+  std::fill(fresh_probes_.begin(), fresh_probes_.end(), 0.0);
   std::fill(recent_rtt_.begin(), recent_rtt_.end(), 0.0);
   std::fill(crossing_n_.begin(), crossing_n_.end(), uint8_t{0});
   bad_.clear();
@@ -128,6 +130,7 @@ void Tomography::Add(const FlowObs& o) {
     ++t.flows;
     recent_probes_[l] += w * o.recent_probes;
     last_probes_[l] += w * o.last_probes;
+    fresh_probes_[l] += w * o.fresh_probes;
     recent_rtt_[l] += w * o.recent_rtt;
     // A link's first pairs that surely crossed it; once full, one comparison per flow.
     uint8_t& n = crossing_n_[l];
@@ -318,11 +321,13 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
     }
     std::sort(blame.tied.begin(), blame.tied.end());
 
-    double recent_lost = 0, last_lost = 0, recent_slow = 0, ratio = 0, rtt = 0, bw = 0, bw_n = 0;
+    double recent_lost = 0, last_lost = 0, fresh_lost = 0, recent_slow = 0, ratio = 0, rtt = 0,
+           bw = 0, bw_n = 0;
     for (uint32_t i : blame.explained) {
       const FlowObs& o = bad_[i];
       recent_lost += o.recent_lost;
       last_lost += o.last_lost;
+      fresh_lost += o.fresh_lost;
       recent_slow += o.recent_slow;
       ratio += o.ratio_sum;
       rtt += o.rtt;
@@ -336,6 +341,9 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
     blame.recent_loss =
         recent_probes_[best] > 0 ? std::min(1.0, recent_lost / recent_probes_[best]) : 0;
     blame.last_loss = last_probes_[best] > 0 ? std::min(1.0, last_lost / last_probes_[best]) : 0;
+    blame.fresh_probes = fresh_probes_[best];
+    blame.fresh_loss =
+        fresh_probes_[best] > 0 ? std::min(1.0, fresh_lost / fresh_probes_[best]) : 0;
     blame.recent_rtt = recent_rtt_[best];
     blame.recent_slow = recent_rtt_[best] > 0 ? std::min(1.0, recent_slow / recent_rtt_[best]) : 0;
     blame.inflation = rtt > 0 ? ratio / rtt : 0;

@@ -39,6 +39,8 @@ struct FlowObs {
   uint32_t recent_slow = 0;
   uint32_t last_probes = 0;
   uint32_t last_lost = 0;
+  uint32_t fresh_probes = 0;  // FlowWindow::fresh_probes
+  uint32_t fresh_lost = 0;
   float ratio_sum = 0;  // Σ RTT/baseline over `rtt` samples
   float bw_ratio = -1;  // goodput / class median; < 0 when the flow has no bandwidth sample
   bool bw_bad = false;
@@ -93,6 +95,8 @@ struct LinkBlame {
   double recent_probes = 0;
   double last_loss = 0;  // ... and in the last one
   double last_probes = 0;
+  double fresh_loss = 0;  // ... and in those two and the tick's own second so far
+  double fresh_probes = 0;
   double recent_slow = 0;  // slow fraction of the last two complete seconds' RTT samples (latency)
   double recent_rtt = 0;
   double inflation = 0;             // mean RTT / baseline over the explained flows
@@ -156,6 +160,7 @@ class Tomography {
   std::array<std::vector<uint8_t>, kSignalCount> explained_;
   std::vector<double> recent_probes_;  // per link, Σ weight · probes of the last two seconds
   std::vector<double> last_probes_;    // per link, the same for the last second
+  std::vector<double> fresh_probes_;   // ...for the last two seconds and the tick's own so far
   std::vector<double> recent_rtt_;     // per link, Σ weight · RTT samples of the last two seconds
   std::vector<std::array<CrossingPair, kCrossingPairs>> crossing_;  // per link (CrossingPairs)
   std::vector<uint8_t> crossing_n_;

@@ -37,6 +37,15 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
     if (ordinary && now_s < a.since_s + config_.max_duration_s) {
       a.until_s = std::min(now_s + config_.duration_s, a.since_s + config_.max_duration_s);
     }
+    // A lead's budget lent to weak evidence ends with a lead's course: the pairs it paid for end.
+    if (a.boost_until_s > 0 && now_s >= a.boost_until_s) {
+      a.boost_until_s = 0;
+      if (a.pairs.size() > a.plain_pairs) {
+        a.pairs.resize(a.plain_pairs);
+        a.extra_pps = a.plain_extra_pps;
+        changed = true;
+      }
+    }
     // A lead runs its short course even when its link is no longer asked for: the link a lead
     // names moves along its lost flow's path as the escalated probes add to the links' counts.
     if ((!still && !a.lead) || now_s >= a.until_s) {
@@ -61,6 +70,9 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
                                      [](const EscalationRequest& r) { return r.suspicion; });
   const double budget = BudgetPps(baseline_pps, suspicion);
   last_budget_pps_ = budget;
+  // What a new request may spend (with what is spent already): a lead, and weak evidence for a
+  // lead's course, also what leads may.
+  const double lead_cap = std::max(budget, LeadBudgetPps(baseline_pps));
   std::vector<const EscalationRequest*> order;
   for (const EscalationRequest& r : suspects) {
     if (active_.count(r.element) || cooling_.count(r.element) || r.pairs.empty()) continue;
@@ -83,7 +95,7 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
                                            [](const EscalationRequest* r) { return !r->lead; });
   if (first_ordinary != order.end() &&
       PairCost((*first_ordinary)->pairs.front(), config_.rate_factor) >
-          budget - stats_.extra_pps) {
+          ((*first_ordinary)->lead_budget ? lead_cap : budget) - stats_.extra_pps) {
     for (auto it = active_.begin(); it != active_.end();) {
       if (!it->second.lead) {
         ++it;
@@ -128,6 +140,7 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
     if (!wider && !promoted.contains(r.element)) continue;
     Active& a = it->second;
     a.suspicion = a.suspicion || r.suspicion;
+    if (a.suspicion) a.boost_until_s = 0;  // the pairs a lead's budget paid for stay
     const double before = a.extra_pps;
     const size_t pairs_before = a.pairs.size();
     add_pairs(r, a, stats_.extra_pps - before, budget);
@@ -145,8 +158,15 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
                          config_.max_duration_s);
     a.suspicion = r->suspicion;
     a.lead = r->lead;
-    add_pairs(*r, a, stats_.extra_pps,
-              r->lead ? std::max(budget, LeadBudgetPps(baseline_pps)) : budget);
+    add_pairs(*r, a, stats_.extra_pps, r->lead ? lead_cap : budget);
+    if (r->lead_budget && !r->lead && !r->suspicion) {
+      a.plain_pairs = a.pairs.size();
+      a.plain_extra_pps = a.extra_pps;
+      add_pairs(*r, a, stats_.extra_pps, lead_cap);
+      if (a.pairs.size() > a.plain_pairs) {
+        a.boost_until_s = now_s + std::min(config_.lead_duration_s, config_.duration_s);
+      }
+    }
     if (a.pairs.empty()) {
       ++stats_.refused_budget;
       continue;

@@ -39,7 +39,8 @@ struct EscalationConfig {
   // served last), or the plain budget where that is more: a lead raises the pairs whose flows
   // surely crossed its link, and its next evaluation needs ~80 probes over the link in that one
   // second to reach a finding's significance from 5 % loss. A healthy fleet pays it for
-  // `lead_duration_s` per lost probe (docs/analysis.md, "Escalation leads").
+  // `lead_duration_s` per lost probe (docs/analysis.md, "Escalation leads"). Weak evidence that is
+  // no suspicion may spend it too for `lead_duration_s` (EscalationRequest::lead_budget).
   double lead_budget_pps = 150;
   // The extra probes of all escalations together stay within this share of the fleet's planned
   // probes per second (the target: escalation under 5 % of baseline probe traffic).
@@ -92,6 +93,13 @@ struct EscalationRequest {
   // EscalationConfig::lead_duration_s; running leads end when a new ordinary request cannot get
   // its first pair at the full rate from what is left.
   bool lead = false;
+  // Only an ordinary request that is no suspicion: weak loss on a fabric link (lost probes on
+  // more than one flow, evidence at least a lead's). For its first
+  // EscalationConfig::lead_duration_s it may also spend what a lead may
+  // (EscalationConfig::lead_budget_pps) on its further pairs, so that the next evaluation reads
+  // a dense second as after a lead; then it keeps the pairs the plain budget paid for, unless it
+  // became a suspicion meanwhile.
+  bool lead_budget = false;
   std::vector<EscalationPair> pairs;
 };
 
@@ -158,6 +166,11 @@ class EscalationBudget {
     bool suspicion = false;  // escalated (or widened) with the suspicion's budget
     bool lead = false;       // a lead not (yet) asked for as an ordinary escalation
     std::vector<EscalationPair> pairs;
+    // EscalationRequest::lead_budget: until this time (0: none) the pairs from `plain_pairs` on
+    // ran on a lead's budget, and `plain_extra_pps` is what the first `plain_pairs` cost.
+    double boost_until_s = 0;
+    size_t plain_pairs = 0;
+    double plain_extra_pps = 0;
   };
   // Extra probes/s of escalating `p` at `factor` times the base rate.
   double PairCost(const EscalationPair& p, double factor) const;

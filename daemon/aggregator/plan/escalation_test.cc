@@ -282,6 +282,41 @@ TEST(EscalationBudgetTest, ALeadIsShortAndNotRenewedWhileItStaysALead) {
   EXPECT_NEAR(b.stats().extra_probes, 3 * 18.0, 1e-9);
 }
 
+// Weak evidence that is no suspicion (EscalationRequest::lead_budget) spends what a lead may for
+// a lead's course: the plain 40/s pays for 3 one-flow pairs (2 at 10x, 1 at 3x), the lead's
+// 150/s for 8; a second later it keeps the 3 plain pairs and runs on, renewed. Become a
+// suspicion within that second, it keeps all 8. Without lead_budget, 3 pairs from the start.
+TEST(EscalationBudgetTest, WeakEvidenceSpendsALeadsBudgetForALeadsCourse) {
+  EscalationConfig c;  // lead_duration_s 1, lead_budget_pps 150, min_budget_pps 40
+  EscalationRequest r = Suspect("link:x", 12);
+  r.lead_budget = true;
+  EscalationBudget b(c);
+  EXPECT_TRUE(b.Update(0, {r}, 1'000, 1.0));
+  EXPECT_EQ(b.stats().active_pairs, 8u);
+  EXPECT_DOUBLE_EQ(b.stats().extra_pps, 40.0 + 5 * 18.0);
+  EXPECT_EQ(b.stats().leads_started, 0u);
+  EXPECT_TRUE(b.Update(1, {r}, 1'000, 1.0));  // the lead's course is over
+  EXPECT_EQ(b.stats().active_pairs, 3u);
+  EXPECT_DOUBLE_EQ(b.stats().extra_pps, 40.0);
+  EXPECT_EQ(b.Overlays().size(), 3u);
+  EXPECT_FALSE(b.Update(2, {r}, 1'000, 1.0));  // renewed, unchanged
+  EXPECT_DOUBLE_EQ(b.EscalatedSince("link:x"), 0);
+
+  EscalationBudget s(c);
+  EXPECT_TRUE(s.Update(0, {r}, 1'000, 1.0));
+  EscalationRequest suspicion = r;
+  suspicion.lead_budget = false;
+  suspicion.suspicion = true;
+  s.Update(0.5, {suspicion}, 1'000, 1.0);
+  EXPECT_FALSE(s.Update(1, {suspicion}, 1'000, 1.0));
+  EXPECT_EQ(s.stats().active_pairs, 8u);
+
+  EscalationBudget plain(c);
+  r.lead_budget = false;
+  EXPECT_TRUE(plain.Update(0, {r}, 1'000, 1.0));
+  EXPECT_EQ(plain.stats().active_pairs, 3u);
+}
+
 // A lead that ended cools down only against leads: its element's weak evidence (an ordinary
 // request) escalates at once, for the ordinary 10 s, renewed.
 TEST(EscalationBudgetTest, AnEndedLeadDoesNotBlockAnOrdinaryEscalation) {

@@ -64,6 +64,15 @@ void AddRcRound(const AgentInfo& self, const AgentInfo& dst, uint64_t round, Pla
   it->rdma_rc_round = round;
 }
 
+// `agent`'s endpoint on `nic`; null for an empty name or when none is on it.
+const ProbeEndpoint* EndpointOn(const AgentInfo& agent, std::string_view nic) {
+  if (nic.empty()) return nullptr;
+  for (const ProbeEndpoint& e : agent.endpoints) {
+    if (e.nic == nic) return &e;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
@@ -113,6 +122,26 @@ void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
           raised = true;
         }
       }
+    }
+    // None planned between them: one is added between those NICs, when both members list an
+    // endpoint on them. The first entry toward the member is another rail's in a multi-rail
+    // plan, whose flows do not cross what the overlay escalates.
+    const ProbeEndpoint* peer_ep = raised ? nullptr : EndpointOn(*a, peer_nic);
+    const ProbeEndpoint* self_ep = self && peer_ep ? EndpointOn(*self, self_nic) : nullptr;
+    if (peer_ep && self_ep) {
+      PlannedPeer p;
+      p.node = peer;
+      p.address = peer_ep->address;
+      p.port = peer_ep->port;
+      p.src_address = self_ep->address;
+      p.src_nic = std::string(self_nic);
+      p.dst_nic = std::string(peer_nic);
+      p.flows = 0;
+      p.transport = Transport::kUdp;
+      p.bandwidth = false;
+      plan.peers.push_back(std::move(p));
+      raise(plan.peers.back());
+      raised = true;
     }
     if (!raised) {
       auto it = std::find_if(plan.peers.begin(), plan.peers.end(), [&](const PlannedPeer& p) {

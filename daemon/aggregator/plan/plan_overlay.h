@@ -39,19 +39,22 @@ struct PlanOverlay {
   double rdma_rate_pps = 0;
   // Empty, or one NIC per member of `nodes` (same order): a member's UDP entries raised toward
   // another member are those from its NIC to the other's (a multi-rail plan has one per NIC
-  // pair). An empty name, or no such entry, raises the first UDP entry toward that member.
+  // pair). With no such entry, one is added between the two NICs when both members have an
+  // endpoint on theirs. An empty name, or a NIC without an endpoint, raises the first UDP entry
+  // toward that member.
   std::vector<std::string> nics{};
 };
 
-// Adds to `node`'s plan an entry for every other overlay member that `agent_of` knows (the first
-// endpoint), or raises an existing entry to the overlay's flows and rate; raises the plan's budget
-// by what it adds (`probe_bytes` per probe), so the agent's token bucket does not drop the mesh.
-// With `nics`, the entries raised are those between the two members' NICs (see PlanOverlay::nics).
-// Adds the overlay's bursts that `node` sends to a peer `agent_of` knows (its first endpoint).
-// With rdma_rate_pps, does the same for the RDMA UD peers toward members with RDMA (each rail of
-// RdmaRoutes). An rdma_rc burst marks (or adds) the sender's RC peer toward the receiver with the
-// round. A node outside the overlay's nodes and bursts is left as it was. Peers stay sorted by
-// (node, address). With a trace_id, adds a trace request per peer to the plan.
+// Adds to `node`'s plan an entry for every other overlay member that `agent_of` knows (between
+// the NICs `nics` names, else at the member's first endpoint), or raises an existing entry to the
+// overlay's flows and rate; raises the plan's budget by what it adds (`probe_bytes` per probe), so
+// the agent's token bucket does not drop the mesh. With `nics`, the entries raised are those
+// between the two members' NICs (see PlanOverlay::nics). Adds the overlay's bursts that `node`
+// sends to a peer `agent_of` knows (its first endpoint). With rdma_rate_pps, does the same for the
+// RDMA UD peers toward members with RDMA (each rail of RdmaRoutes). An rdma_rc burst marks (or
+// adds) the sender's RC peer toward the receiver with the round. A node outside the overlay's nodes
+// and bursts is left as it was. Peers stay sorted by (node, address). With a trace_id, adds a trace
+// request per peer to the plan.
 void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
                   const std::function<const AgentInfo*(std::string_view)>& agent_of,
                   uint32_t probe_bytes, Plan& plan);

@@ -100,6 +100,57 @@ TEST(PlanOverlayTest, RaisesTheEntryBetweenTheNamedNicsOfAMultiRailPlan) {
   EXPECT_EQ(rates(plan), (std::vector<double>{10, 1}));
 }
 
+// An escalated pair need not be planned between the NICs it names (its flows were planned before
+// the plan changed, or its results came from another schedule): the entry is added between those
+// NICs, not raised on the first entry toward the peer, whose rail-0 flows would not cross a
+// rail-1 element. Without an endpoint on the named NIC, the first entry as before.
+TEST(PlanOverlayTest, AddsAnEntryBetweenTheNamedNicsWhenThePlanHasNone) {
+  std::vector<AgentInfo> agents;
+  for (int i = 1; i <= 2; ++i) {
+    AgentInfo a{"n" + std::to_string(i), {}};
+    for (int rail = 0; rail < 2; ++rail) {
+      a.endpoints.push_back({"198.18." + std::to_string(rail) + "." + std::to_string(i), 9753,
+                             "mlx5_" + std::to_string(rail)});
+    }
+    agents.push_back(a);
+  }
+  auto agent_of = [&](std::string_view n) -> const AgentInfo* {
+    for (const AgentInfo& a : agents) {
+      if (a.node == n) return &a;
+    }
+    return nullptr;
+  };
+  Plan base;
+  PlannedPeer rail0;
+  rail0.node = "n2";
+  rail0.address = "198.18.0.2";
+  rail0.port = 9753;
+  rail0.src_nic = rail0.dst_nic = "mlx5_0";
+  rail0.flows = 6;
+  rail0.rate_pps = 1;
+  base.peers.push_back(rail0);
+  PlanOverlay o{"escalation:n1~n2", {"n1", "n2"}, 10, 1};
+  o.nics = {"mlx5_1", "mlx5_1"};
+  Plan plan = base;
+  ApplyOverlay(o, "n1", agent_of, 64, plan);
+  ASSERT_EQ(plan.peers.size(), 2u);
+  EXPECT_EQ(plan.peers[0].rate_pps, 1);  // rail 0 stays
+  const PlannedPeer& added = plan.peers[1];
+  EXPECT_EQ(added.address, "198.18.1.2");
+  EXPECT_EQ(added.src_address, "198.18.1.1");
+  EXPECT_EQ(added.src_nic, "mlx5_1");
+  EXPECT_EQ(added.dst_nic, "mlx5_1");
+  EXPECT_EQ(added.rate_pps, 10);
+  EXPECT_EQ(added.flows, 1u);
+  EXPECT_DOUBLE_EQ(plan.planned.pps, 10.0);
+
+  o.nics = {"mlx5_1", "mlx5_9"};  // the peer has no endpoint on that NIC
+  plan = base;
+  ApplyOverlay(o, "n1", agent_of, 64, plan);
+  ASSERT_EQ(plan.peers.size(), 1u);
+  EXPECT_EQ(plan.peers[0].rate_pps, 10);
+}
+
 }  // namespace
 }  // namespace fw::aggregator
 

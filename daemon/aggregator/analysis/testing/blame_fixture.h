@@ -46,7 +46,8 @@ hosts:
   return std::make_shared<const FabricMap>(std::move(m).value());
 }
 
-// A loss blame on link `l`: `loss` over 1,000 probes, `recent_loss` over the last 40.
+// A loss blame on link `l`: `loss` over 1,000 probes, `recent_loss` over the last 40 (the last two
+// complete seconds; the fresh ones, with the tick's own second, the same).
 inline LinkBlame LossBlame(LinkIndex l, double loss, double recent_loss) {
   LinkBlame b;
   b.link = l;
@@ -58,6 +59,8 @@ inline LinkBlame LossBlame(LinkIndex l, double loss, double recent_loss) {
   b.significance = 40;
   b.recent_probes = 40;
   b.recent_loss = recent_loss;
+  b.fresh_probes = b.recent_probes;
+  b.fresh_loss = recent_loss;
   return b;
 }
 
