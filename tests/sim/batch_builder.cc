@@ -142,6 +142,71 @@ void BatchBuilder::FillColumns(const std::vector<Flow>& flows, int64_t last_seco
   }
 }
 
+void BatchBuilder::FillHeld(const std::vector<HeldResult>& held, int64_t epoch_ns,
+                            v1::ProbeBatch& batch) const {
+  auto sent_ns = [epoch_ns](const HeldResult& h) {
+    return epoch_ns + static_cast<int64_t>(h.sent_s * 1e9);
+  };
+  auto transport = [](const HeldResult& h) {
+    return h.bandwidth ? v1::TRANSPORT_TCP_BW : v1::TRANSPORT_UDP;
+  };
+  if (encoding_ == BatchEncoding::kResults) {
+    batch.clear_columns();
+    batch.clear_results();
+    for (const HeldResult& h : held) {
+      v1::ProbeResult* r = batch.add_results();
+      SetStatic(*h.flow, transport(h), r);
+      r->set_probe_seq(h.seq);
+      r->set_sent_unix_ns(sent_ns(h));
+      r->set_lost(h.lost);
+      r->set_rtt_ns(h.lost ? 0 : h.rtt_ns);
+      if (h.bandwidth && !h.lost) {
+        r->set_bytes(kBandwidthBytes);
+        r->set_goodput_bps(h.goodput_bps);
+        r->set_cpu_busy_permille(h.cpu_busy_permille);
+        r->set_cpu_peak_permille(h.cpu_peak_permille);
+      }
+    }
+    return;
+  }
+  batch.clear_results();
+  v1::ProbeColumns& c = *batch.mutable_columns();
+  c.Clear();
+  // Name table: each peer and NIC once, in first-use order.
+  std::map<std::string_view, uint32_t> index;
+  auto name = [&](std::string_view s) {
+    auto it = index.find(s);
+    if (it != index.end()) return it->second;
+    const auto i = static_cast<uint32_t>(index.size());
+    index.emplace(s, i);
+    c.mutable_names()->append(s);
+    c.add_name_lengths(static_cast<uint32_t>(s.size()));
+    return i;
+  };
+  int64_t prev_sent = 0;
+  for (const HeldResult& h : held) {
+    const Flow& f = *h.flow;
+    c.add_peer(name(tree_.NodeName(static_cast<int>(f.dst_host))));
+    c.add_transport(transport(h));
+    c.add_src_port(f.src_port);
+    c.add_dst_port(kProbePort);
+    c.add_flow_id(f.flow_id);
+    c.add_src_nic(name(tree_.NicName(f.rail)));
+    c.add_dst_nic(name(tree_.NicName(f.rail)));
+    c.add_probe_seq(h.seq);
+    const int64_t sent = sent_ns(h);
+    c.add_sent_unix_ns_delta(sent - prev_sent);
+    prev_sent = sent;
+    c.add_lost(h.lost);
+    c.add_rtt_ns(h.lost ? 0 : h.rtt_ns);
+    const bool burst = h.bandwidth && !h.lost;
+    c.add_bytes(burst ? kBandwidthBytes : 0);
+    c.add_goodput_bps(burst ? h.goodput_bps : 0.0);
+    c.add_cpu_busy_permille(burst ? h.cpu_busy_permille : 0);
+    c.add_cpu_peak_permille(burst ? h.cpu_peak_permille : 0);
+  }
+}
+
 void BatchBuilder::FillResults(const std::vector<Flow>& flows, int64_t second,
                                int64_t second_unix_ns, Rng& rng, v1::ProbeBatch& batch,
                                bool rebuild) const {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "fabricwatch.pb.h"
+#include "tests/sim/delivery.h"
 #include "tests/sim/flows.h"
 #include "tests/sim/link_model.h"
 #include "tests/sim/topology.h"
@@ -41,6 +42,11 @@ class BatchBuilder {
   // changes, which is enough for a flow list that never changes.
   void Fill(const std::vector<Flow>& flows, int64_t second, int64_t second_unix_ns, Rng& rng,
             fabricwatch::v1::ProbeBatch& batch, int seconds = 1, uint64_t* layout = nullptr) const;
+
+  // Writes `held` (results an agent held until now, in the order given) into `batch`, each sent at
+  // `epoch_ns` + its sent_s, in the builder's encoding; the fields are rewritten whole.
+  void FillHeld(const std::vector<HeldResult>& held, int64_t epoch_ns,
+                fabricwatch::v1::ProbeBatch& batch) const;
 
   // The key of `flows`' static fields in a batch of `seconds` blocks (0 is never a key).
   static uint64_t LayoutKey(const std::vector<Flow>& flows, int seconds);

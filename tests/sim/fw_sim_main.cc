@@ -75,6 +75,14 @@ int main(int argc, char** argv) {
                  "(ProbePlan.report_interval_ms)")
       ->check(CLI::Range(0, 10))
       ->capture_default_str();
+  std::string delivery = "agent";
+  app.add_option("--delivery", delivery,
+                 "agent (results reach the aggregator when a real agent's would: answered after the "
+                 "echo, lost after the 1 s probe timeout, batched per report interval or at most "
+                 "every 250 ms when urgent) or second (each simulated second's results at the "
+                 "agent's slot within that second, the model before session 16)")
+      ->check(CLI::IsMember({"agent", "second"}))
+      ->capture_default_str();
   std::string encoding = "columns";
   app.add_option("--batch-encoding", encoding,
                  "columns (ProbeBatch.columns, as the agent sends) or results (one message each)")
@@ -102,6 +110,8 @@ int main(int argc, char** argv) {
     }
     o.aggregator.tls = std::move(*tls);
   }
+  o.delivery = delivery == "second" ? fw::sim::RunOptions::Delivery::kSecond
+                                    : fw::sim::RunOptions::Delivery::kAgent;
   o.batch_encoding =
       encoding == "results" ? fw::sim::BatchEncoding::kResults : fw::sim::BatchEncoding::kColumns;
 

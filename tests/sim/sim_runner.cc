@@ -292,7 +292,12 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
   BatchBuilder builder(tree, model, scenario.bandwidth_probes_per_s, options.batch_encoding);
   Rng rng(scenario.seed * 0x9E3779B97F4A7C15ULL + 1);
   const double scale = options.time_scale;
-  const int slots = 10;  // agents send at 10 evenly spaced instants per simulated second
+  const bool agent_delivery = options.delivery == RunOptions::Delivery::kAgent;
+  // Agents send at `slots` evenly spaced instants per simulated second: each agent's regular
+  // batch at its own one. With agent delivery every agent is visited at every instant (urgent
+  // batches, the probes sent in the instant's window), 50 ms apart, so an urgent batch's 250 ms
+  // gap is kept to the slot.
+  const int slots = agent_delivery ? 20 : 10;
   const auto start = SteadyClock::now();
   const double run_start_unix = NowUnix();
   const int64_t epoch_ns = RealClock::Get().WallNanos();
@@ -332,6 +337,109 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
   // Report pacing: the seconds of results each agent holds, not yet sent.
   std::vector<int> held(static_cast<size_t>(tree.hosts()), 0);
   uint32_t report_ms = 0;
+  // Agent delivery: what each agent holds until it may send it, and scratch.
+  std::vector<Outbox> outbox(agent_delivery ? static_cast<size_t>(tree.hosts()) : 0);
+  std::vector<HeldResult> taken;
+  std::vector<double> instants;
+  // Agent `i`'s traces, when it has flows to trace (all of them once, then the peers its plans ask
+  // to trace again).
+  auto send_traces = [&](int i, int64_t second_ns) {
+    const auto ui = static_cast<size_t>(i);
+    if (!tracing || (!trace_all[ui] && retrace[ui].empty())) return;
+    BuildTraces(tree, model, plan[ui], answered[ui], silent, scenario.tracing.echoes,
+                trace_all[ui] ? nullptr : &retrace[ui], second_ns, traces);
+    if (pool->SendTraces(i, traces)) {
+      (trace_all[ui] ? traces_sent : retraces_sent) += traces.traces_size();
+      trace_all[ui] = 0;
+      retrace[ui].clear();
+    }
+  };
+  // One slot of agent `i` at simulated time `now_s` (second t, slot k): the probes its flows send
+  // in [now_s, now_s + 1/slots) at its plan's rates join what it holds, ready when a real agent
+  // would have them; at its own slot it also runs its bursts, traces and heartbeat, and sends its
+  // regular batch; at any slot it sends when an urgent result is ready.
+  auto agent_slot = [&](int i, int t, int k, double now_s, int64_t second_ns) {
+    const auto ui = static_cast<size_t>(i);
+    const auto& flows = plan[ui];
+    const bool own = k == i % slots;
+    follower.Take(i, &rates, &retrace[ui], &report_ms);
+    if (own) send_traces(i, second_ns);
+    if (own && t == seconds - 1) {
+      for (const Flow& f : flows) planned_last_second += rates->RateOf(f);
+    }
+    const double window = 1.0 / slots;
+    const size_t n = flows.size();
+    bool raised_any = false;
+    for (size_t fi = 0; fi < n; ++fi) {
+      const Flow& f = flows[fi];
+      const bool raised = rates->Raised(f);
+      raised_any |= raised;
+      instants.clear();
+      // Flow fi of n sends at fi/n into each period, as the per-second model spread them.
+      const int count = SendInstants(rates->RateOf(f), static_cast<double>(fi) / n, now_s,
+                                     now_s + window, &instants);
+      // Accounting: a raised flow's baseline share is its class's rate, the rest is escalation.
+      if (raised) {
+        base_this_second += rates->BaseOf(f) * window;
+        extra_this_second += count - rates->BaseOf(f) * window;
+      } else {
+        base_this_second += count;
+      }
+      for (double sent : instants) {
+        const LatencySample ls = model.SampleLatency(f, rng);
+        HeldResult h;
+        h.flow = &f;
+        h.sent_s = sent;
+        h.lost = ls.lost;
+        h.rtt_ns = ls.lost ? 0 : ls.rtt_ns;
+        h.ready_s = sent + (ls.lost ? kProbeTimeoutS : static_cast<double>(ls.rtt_ns) * 1e-9);
+        h.urgent = ls.lost || raised;
+        h.seq = static_cast<uint64_t>(t);
+        outbox[ui].Hold(h);
+      }
+    }
+    bool regular = false;
+    if (own) {
+      escalated_agent_seconds += raised_any;
+      // Bandwidth bursts at the agent's slot, rotating over its flows, as the per-second model.
+      for (int b = 0; n > 0 && b < scenario.bandwidth_probes_per_s; ++b) {
+        const Flow& f = flows[static_cast<size_t>(
+            (static_cast<int64_t>(t) * scenario.bandwidth_probes_per_s + b) %
+            static_cast<int64_t>(n))];
+        const BandwidthSample bs = model.SampleBandwidth(f, BatchBuilder::kBandwidthBytes, rng);
+        HeldResult h;
+        h.flow = &f;
+        h.bandwidth = true;
+        h.sent_s = now_s + b * 1e-6;
+        h.lost = bs.lost;
+        h.rtt_ns = bs.lost ? 0 : bs.duration_ns;
+        h.goodput_bps = bs.goodput_bps;
+        h.cpu_busy_permille = bs.cpu_busy_permille;
+        h.cpu_peak_permille = bs.cpu_peak_permille;
+        h.ready_s =
+            h.sent_s + (bs.lost ? kProbeTimeoutS : static_cast<double>(bs.duration_ns) * 1e-9);
+        h.urgent = bs.lost;
+        h.seq = static_cast<uint64_t>(t);
+        outbox[ui].Hold(h);
+      }
+      const int every = options.batch_seconds > 0
+                            ? options.batch_seconds
+                            : std::max(1, static_cast<int>((report_ms + 500) / 1000));
+      const int hold = ++held[ui];
+      regular = (t + i) % every == every - 1 || hold >= every;
+      if (hb > 0 && (t + i) % hb == 0) pool->SendHeartbeat(i, second_ns);
+    }
+    if (!outbox[ui].Due(now_s, regular)) return;
+    outbox[ui].TakeReady(now_s, &taken);
+    if (taken.empty()) return;
+    if (pool->SendBatch(i, [&](v1::ProbeBatch& b) { builder.FillHeld(taken, epoch_ns, b); })) {
+      outbox[ui].Sent(now_s);
+      if (regular) held[ui] = 0;
+      sent_results += taken.size();
+    } else {
+      outbox[ui].Return(taken);
+    }
+  };
   for (int t = 0; t < seconds; ++t) {
     model.Advance(t);
     int64_t second_ns = epoch_ns + int64_t{t} * 1'000'000'000;
@@ -344,19 +452,16 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
       } else {
         late_s = std::max(late_s, std::chrono::duration<double>(now - due).count());
       }
+      if (agent_delivery) {
+        const double now_s = t + static_cast<double>(k) / slots;
+        for (int i = 0; i < tree.hosts(); ++i) agent_slot(i, t, k, now_s, second_ns);
+        continue;
+      }
       for (int i = k; i < tree.hosts(); i += slots) {
         const auto& flows = plan[static_cast<size_t>(i)];
         const auto ui = static_cast<size_t>(i);
         follower.Take(i, &rates, &retrace[ui], &report_ms);
-        if (tracing && (trace_all[ui] || !retrace[ui].empty())) {
-          BuildTraces(tree, model, flows, answered[ui], silent, scenario.tracing.echoes,
-                      trace_all[ui] ? nullptr : &retrace[ui], second_ns, traces);
-          if (pool->SendTraces(i, traces)) {
-            (trace_all[ui] ? traces_sent : retraces_sent) += traces.traces_size();
-            trace_all[ui] = 0;
-            retrace[ui].clear();
-          }
-        }
+        send_traces(i, second_ns);
         // Each flow probes at its plan's rate (ExpandFlows). An agent sends what it holds every
         // `every` seconds (agents spread over the phases), and at once when it holds bad news
         // (drawn with the chance that this second's probes lose one) or escalated flows' results.

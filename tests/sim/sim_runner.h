@@ -26,6 +26,15 @@ struct RunOptions {
   // seconds, and at once (that second) when they hold a lost probe or it has escalated flows; 0:
   // every ProbePlan.report_interval_ms the aggregator sends it (1 s before its first plan).
   int batch_seconds = 0;
+  // When results reach the aggregator (docs/simulator.md, "Delivery"). kAgent: as a real agent
+  // delivers them (tests/sim/delivery.h): an answered probe's result after its echo, a lost one
+  // after the prober's 1 s timeout, in batches every report interval at the agent's phase, or
+  // sooner (at most every 250 ms) for a lost probe or an escalated flow's result. kSecond: the
+  // model before session 16, each simulated second's results at the agent's slot within that
+  // second (up to a second before a real agent could have them); for ingest benchmarks and
+  // comparisons with earlier figures.
+  enum class Delivery { kAgent, kSecond };
+  Delivery delivery = Delivery::kAgent;
 };
 
 // Streams the scenario in (scaled) real time and scores it. The report's layout is documented in
