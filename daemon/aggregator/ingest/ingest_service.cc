@@ -500,7 +500,9 @@ class Service final : public v1::Aggregator::AsyncService {
   // one message, sent once kAckBatches batches wait in it or kAckDelay after the oldest of them was
   // committed. The agent sends without waiting for acks (they release its buffer, 3,600 batches by
   // default); a client with a window of unacknowledged batches (fw_sim: 4) needs the count bound.
-  static constexpr std::chrono::milliseconds kAckDelay{1000};
+  // The delay exceeds the agents' longest report interval (2 s in fleets of 1,000 nodes or more,
+  // PlanBook's ReportIntervalMs), so that an agent at that pace also gets one ack for two batches.
+  static constexpr std::chrono::milliseconds kAckDelay{2500};
   static constexpr uint32_t kAckBatches = 2;
   struct PendingAck {
     std::shared_ptr<AgentSession> session;  // null: a flush (FlushAcks)
