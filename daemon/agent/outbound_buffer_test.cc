@@ -33,6 +33,27 @@ TEST(OutboundBufferTest, SequencesAckAndResend) {
   EXPECT_EQ(buf.bytes(), 0u);
 }
 
+// The aggregator sends one ack for several batches (docs/durability.md, "Acks per stream"): one
+// cumulative ack releases every batch up to it, also after a reconnect lost the ack in flight.
+TEST(OutboundBufferTest, OneAckReleasesEveryBatchUpToItAlsoAfterAReconnect) {
+  OutboundBuffer buf(100, 1 << 20);
+  for (int i = 1; i <= 6; ++i) buf.Push(Batch(i));
+  EXPECT_EQ(buf.TakeUnsent(64).size(), 6u);  // sent without waiting for any ack
+  buf.Ack(4);
+  EXPECT_EQ(buf.size(), 2u);
+  // The ack of 5 and 6 was lost with the connection: both go out again, and the new session's
+  // resume point (6: the aggregator stored them) releases both; nothing is left to send.
+  buf.RewindForResend();
+  auto again = buf.TakeUnsent(64);
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0].seq(), 5u);
+  buf.Ack(6);
+  EXPECT_EQ(buf.size(), 0u);
+  EXPECT_EQ(buf.bytes(), 0u);
+  EXPECT_EQ(buf.acked(), 6u);
+  EXPECT_TRUE(buf.TakeUnsent(64).empty());
+}
+
 TEST(OutboundBufferTest, OverflowDropsOldestAndCounts) {
   OutboundBuffer buf(3, 1 << 20);
   for (int i = 1; i <= 5; ++i) buf.Push(Batch(i));

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -41,11 +42,22 @@ class GroupCommitQueue {
   // Committer: blocks until an item is pending or Stop() was called, then moves every pending item
   // into `out` (its previous contents are dropped). Returns whether Stop() was called.
   bool TakeAll(std::vector<T>& out) FW_EXCLUDES(mu_) {
+    return TakeAll(out, std::optional<std::chrono::steady_clock::time_point>());
+  }
+
+  // The same, but also returns at `deadline` (when set), with `out` possibly empty: the committer
+  // has other work due then (held acks).
+  bool TakeAll(std::vector<T>& out, std::optional<std::chrono::steady_clock::time_point> deadline)
+      FW_EXCLUDES(mu_) {
     out.clear();
     MutexLock lock(mu_);
     while (!stopped_ && items_.empty()) {
       waiting_ = true;
-      cv_.Wait(mu_);
+      if (!deadline) {
+        cv_.Wait(mu_);
+      } else if (!cv_.WaitUntil(mu_, *deadline)) {
+        break;
+      }
     }
     waiting_ = false;
     out.swap(items_);

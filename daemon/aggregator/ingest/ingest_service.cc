@@ -22,6 +22,7 @@
 
 #include "common/mutex.h"
 #include "common/tls/grpc_credentials.h"
+#include "daemon/aggregator/ingest/ack_pacer.h"
 #include "daemon/aggregator/ingest/group_commit_queue.h"
 #include "daemon/aggregator/ingest/ingest_journal.h"
 #include "daemon/aggregator/ingest/peer_identity.h"
@@ -415,12 +416,13 @@ class Service final : public v1::Aggregator::AsyncService {
     if (old) old->Supersede();
   }
 
-  // Defers an ack until the records it promises are durable (the journal's next commit), which
-  // then enqueues it; false without a journal: the caller enqueues it at once. Takes no session
-  // lock, so a session may call it while holding its own.
-  bool DeferAck(const std::shared_ptr<AgentSession>& s, uint64_t seq) {
+  // Defers an ack until the records it promises are durable (the journal's next commit); the
+  // committer then paces it (AckPacer: one ack message per stream for several batches; `resume`,
+  // the session's resume point, goes out at once). False without a journal: the caller enqueues
+  // it at once. Takes no session lock, so a session may call it while holding its own.
+  bool DeferAck(const std::shared_ptr<AgentSession>& s, uint64_t seq, bool resume) {
     if (!journal_) return false;
-    return pending_acks_.Push({s, seq});
+    return pending_acks_.Push({s, seq, resume});
   }
 
   // Group commit: every ack that arrives while one commit runs waits for the next; one commit
@@ -450,6 +452,23 @@ class Service final : public v1::Aggregator::AsyncService {
     committer_ = std::thread([this] { CommitLoop(); });
   }
 
+  // Sends every ack the committer holds for pacing (each is durable), and commits and sends those
+  // waiting for a commit; returns once they are queued on their streams (at most `timeout`).
+  void FlushAcks(std::chrono::milliseconds timeout) {
+    if (!committer_.joinable()) return;
+    uint64_t target;
+    {
+      MutexLock lock(flush_mu_);
+      target = flushes_done_ + 1;
+    }
+    if (!pending_acks_.Push({nullptr, 0, false})) return;  // a null session asks for a flush
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    MutexLock lock(flush_mu_);
+    while (flushes_done_ < target) {
+      if (!flush_cv_.WaitUntil(flush_mu_, deadline)) return;
+    }
+  }
+
   // Commits what is pending, releases those acks and stops the commit thread.
   void StopJournal() {
     if (!committer_.joinable()) return;
@@ -476,54 +495,96 @@ class Service final : public v1::Aggregator::AsyncService {
   metrics::Gauge& sessions_gauge_;
   metrics::Family<metrics::Counter>& protocol_errors_;
 
+  static constexpr std::chrono::milliseconds kCommitInterval{10};
+  // Ack pacing (AckPacer, docs/durability.md "Acks per stream"): a stream's durable acks fold into
+  // one message, sent once kAckBatches batches wait in it or kAckDelay after the oldest of them was
+  // committed. The agent sends without waiting for acks (they release its buffer, 3,600 batches by
+  // default); a client with a window of unacknowledged batches (fw_sim: 4) needs the count bound.
+  // The delay exceeds the agents' longest report interval (2 s in fleets of 1,000 nodes or more,
+  // PlanBook's ReportIntervalMs), so that an agent at that pace also gets one ack for two batches.
+  static constexpr std::chrono::milliseconds kAckDelay{2500};
+  static constexpr uint32_t kAckBatches = 2;
+  struct PendingAck {
+    std::shared_ptr<AgentSession> session;  // null: a flush (FlushAcks)
+    uint64_t seq = 0;
+    bool resume = false;  // the session's resume point (Hello's answer)
+  };
+
   void CommitLoop() {
     std::vector<PendingAck> acks;
+    std::vector<std::pair<std::shared_ptr<AgentSession>, uint64_t>> due;
     for (;;) {
-      const bool stop = pending_acks_.TakeAll(acks);
+      // Wakes for new acks, or when the oldest held ack falls due.
+      const bool stop = pending_acks_.TakeAll(acks, pacer_.NextDue());
+      bool flush = stop;
+      bool batches = false;
+      for (const PendingAck& a : acks) (a.session ? batches : flush) = true;
       const auto commit_start = std::chrono::steady_clock::now();
-      // Every ack in `acks` was taken after its batch updated the fleet's records, so this
-      // snapshot holds what each promises.
-      for (;;) {
-        auto t0 = std::chrono::steady_clock::now();
-        std::vector<IngestRecord> records = fleet_.TakeDirtyRecords();
-        Status st = journal_->Write(records);
-        if (st.ok()) {
-          commit_seconds_->Observe(
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-          commits_->Inc();
-          commit_acks_->Inc(static_cast<double>(acks.size()));
-          break;
-        }
-        // Unacked batches stay in the agents' buffers; nothing is promised that is not on disk.
-        commit_errors_->Inc();
-        spdlog::error(
-            "msg=\"ingest journal commit failed; acks held until it succeeds\" "
-            "error=\"{}\" records={} acks={}",
-            st.message(), records.size(), acks.size());
-        fleet_.RequeueDirty(records);
-        if (pending_acks_.SleepUntil(std::chrono::steady_clock::now() + std::chrono::seconds(1))) {
-          return;
-        }
+      if (batches && !Commit(acks)) return;  // stopped while a commit kept failing
+      const auto committed = std::chrono::steady_clock::now();
+      for (auto& a : acks) {
+        if (a.session) pacer_.Add(a.session, a.seq, a.resume, committed);
       }
-      for (auto& [s, seq] : acks) {
+      acks.clear();  // drops the session references now, not at the next commit
+      pacer_.TakeDue(committed, due);
+      // A flush (the server stops): every held ack is durable and goes now, before the sessions
+      // drain, so their agents drop those batches instead of resending them.
+      if (flush) pacer_.TakeAll(due);
+      for (auto& [s, seq] : due) {
         v1::AggregatorMessage m;
         m.mutable_ack()->set_seq(seq);
         s->Enqueue(std::move(m));
       }
-      acks.clear();  // drops the session references now, not at the next commit
+      due.clear();  // drops the session references now, not at the next round
+      if (flush) {
+        MutexLock lock(flush_mu_);
+        ++flushes_done_;
+        flush_cv_.NotifyAll();
+      }
+      if (stop && pending_acks_.Empty()) return;
       // At most one commit per kCommitInterval: each fsync costs the same however many records
       // it carries, and acks that wait a few ms more cost agents nothing (they keep sending).
       // Acks deferred meanwhile neither wake this thread nor end the interval early.
-      if (!stop) pending_acks_.SleepUntil(commit_start + kCommitInterval);
-      if (stop && pending_acks_.Empty()) return;
+      if (batches && !stop) pending_acks_.SleepUntil(commit_start + kCommitInterval);
     }
   }
 
-  static constexpr std::chrono::milliseconds kCommitInterval{10};
-  using PendingAck = std::pair<std::shared_ptr<AgentSession>, uint64_t>;
+  // Makes durable what every ack in `acks` promises, retrying a failed commit each second; false
+  // once Stop() was called while it kept failing.
+  bool Commit(const std::vector<PendingAck>& acks) {
+    // Every ack in `acks` was taken after its batch updated the fleet's records, so this
+    // snapshot holds what each promises.
+    for (;;) {
+      auto t0 = std::chrono::steady_clock::now();
+      std::vector<IngestRecord> records = fleet_.TakeDirtyRecords();
+      Status st = journal_->Write(records);
+      if (st.ok()) {
+        commit_seconds_->Observe(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        commits_->Inc();
+        commit_acks_->Inc(static_cast<double>(acks.size()));
+        return true;
+      }
+      // Unacked batches stay in the agents' buffers; nothing is promised that is not on disk.
+      commit_errors_->Inc();
+      spdlog::error(
+          "msg=\"ingest journal commit failed; acks held until it succeeds\" "
+          "error=\"{}\" records={} acks={}",
+          st.message(), records.size(), acks.size());
+      fleet_.RequeueDirty(records);
+      if (pending_acks_.SleepUntil(std::chrono::steady_clock::now() + std::chrono::seconds(1))) {
+        return false;
+      }
+    }
+  }
+
   std::shared_ptr<IngestJournal> journal_;
   std::thread committer_;
   GroupCommitQueue<PendingAck> pending_acks_;
+  AckPacer<std::shared_ptr<AgentSession>> pacer_{kAckDelay, kAckBatches};  // the committer's
+  Mutex flush_mu_;
+  CondVar flush_cv_;
+  uint64_t flushes_done_ FW_GUARDED_BY(flush_mu_) = 0;  // flushes the committer has finished
   metrics::Histogram* commit_seconds_ = nullptr;
   metrics::Counter* commit_acks_ = nullptr;
   metrics::Counter* commits_ = nullptr;
@@ -708,8 +769,9 @@ void AgentSession::HandleMessage(Actions& a) {
       spdlog::info("msg=\"agent connected\" node={} version={} peer={} resume_ack={}", node_,
                    h.version(), peer_, ack);
       // The resume point is the first ack: the agent drops what it covers, so it must be durable
-      // too (it may cover batches whose commit is still running).
-      if (!service_->DeferAck(shared_from_this(), ack)) {
+      // too (it may cover batches whose commit is still running). It goes out right after that
+      // commit: the agent sends no batch before it.
+      if (!service_->DeferAck(shared_from_this(), ack, /*resume=*/true)) {
         v1::AggregatorMessage m;
         m.mutable_ack()->set_seq(ack);
         EnqueueLocked(std::move(m), a);
@@ -735,7 +797,7 @@ void AgentSession::HandleMessage(Actions& a) {
       if (v != BatchVerdict::kDuplicate) {
         service_->sink_.OnSessionProbeBatch(node_, in_->probe_batch(), probe_state_);
       }
-      if (!service_->DeferAck(shared_from_this(), ack)) {
+      if (!service_->DeferAck(shared_from_this(), ack, /*resume=*/false)) {
         v1::AggregatorMessage m;
         m.mutable_ack()->set_seq(ack);
         EnqueueLocked(std::move(m), a);
@@ -983,6 +1045,9 @@ class GrpcServerImpl final : public GrpcServer {
 
   void Shutdown(double grace_s) override {
     if (!server_) return;
+    // What is stored is acknowledged before the streams end (a draining session sends nothing
+    // more): the acks held for pacing, and those waiting for a commit.
+    service_.FlushAcks(std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
     service_.ForEachSession([](AgentSession* s) { s->Drain(); });
     auto grace = std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
     if (!service_.WaitAllDone(grace)) {

@@ -1,18 +1,23 @@
-// The unary calls of the Aggregator service (Qualify, ListFindings) on the async API, through a real
-// server on 127.0.0.1 and a real client: answers, refusals, many calls at once, and a shutdown with
-// calls still waiting for their answer.
+// The Aggregator service on the async API, through a real server on 127.0.0.1 and a real client:
+// the unary calls (Qualify, ListFindings: answers, refusals, many calls at once, and a shutdown with
+// calls still waiting for their answer), and a Connect stream's durable acks (paced: one ack for
+// several batches, an ack lost with its stream answered by the resume point).
 #include "daemon/aggregator/ingest/ingest_service.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/mutex.h"
+#include "common/testing/temp_dir.h"
+#include "daemon/aggregator/ingest/ingest_journal.h"
 #include "exporter/registry.h"
 #include "fabricwatch.grpc.pb.h"
 
@@ -197,6 +202,163 @@ TEST_F(IngestServiceUnaryTest, ShutdownAnswersCallsInFlightAndLateAnswersAreDrop
     held[static_cast<size_t>(i)].second(Status::Ok(),
                                         ReportFor(held[static_cast<size_t>(i)].first));
   }
+}
+
+// Counts every probe batch the service stores, by seq.
+class CountingSink final : public IngestSink {
+ public:
+  void OnProbeBatch(const std::string&, const v1::ProbeBatch& b) override {
+    MutexLock lock(mu_);
+    ++stored_[b.seq()];
+  }
+  void OnCounterBatch(const std::string&, const v1::CounterBatch&) override {}
+  void OnCheckReport(const std::string&, const v1::CheckReport&) override {}
+  std::optional<v1::ProbePlan> PlanFor(const std::string&) override { return std::nullopt; }
+  std::map<uint64_t, int> stored() {
+    MutexLock lock(mu_);
+    return stored_;
+  }
+
+ private:
+  Mutex mu_;
+  std::map<uint64_t, int> stored_ FW_GUARDED_BY(mu_);
+};
+
+// A server with the durable journal, so every ack goes through the committer and its pacing.
+class IngestServiceStreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto j = IngestJournal::Open(IngestJournalPath(dir_.path()), 0);
+    ASSERT_TRUE(j.ok()) << j.status().message();
+    GrpcServer::Options o;
+    o.listen = "127.0.0.1:0";
+    o.journal = std::shared_ptr<IngestJournal>(std::move(*j));
+    auto s = GrpcServer::Start(o, fleet_, sink_, registry_);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    server_ = std::move(*s);
+    stub_ = v1::Aggregator::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown(0.5);
+  }
+
+  struct Stream {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::AggregatorMessage>> rw;
+  };
+  std::unique_ptr<Stream> Open() {
+    auto st = std::make_unique<Stream>();
+    st->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    st->rw = stub_->Connect(&st->ctx);
+    return st;
+  }
+  static bool Hello(Stream& st, uint64_t next_seq) {
+    v1::AgentMessage m;
+    m.mutable_hello()->set_node("n1");
+    m.mutable_hello()->set_session_id(77);
+    m.mutable_hello()->set_next_seq(next_seq);
+    return st.rw->Write(m);
+  }
+  static bool Batch(Stream& st, uint64_t seq) {
+    v1::AgentMessage m;
+    m.mutable_probe_batch()->set_seq(seq);
+    return st.rw->Write(m);
+  }
+  // Reads acks until one covers `seq`; returns every ack read (empty if the stream ended first).
+  static std::vector<uint64_t> AcksThrough(Stream& st, uint64_t seq) {
+    std::vector<uint64_t> acks;
+    v1::AggregatorMessage in;
+    while (st.rw->Read(&in)) {
+      if (!in.has_ack()) continue;
+      acks.push_back(in.ack().seq());
+      if (in.ack().seq() >= seq) return acks;
+    }
+    return {};
+  }
+
+  fw::testing::TempDir dir_{"fw-ingest-acks"};
+  RealClock& clock_ = RealClock::Get();
+  metrics::Registry registry_;
+  FleetState fleet_{clock_, registry_, {}};
+  CountingSink sink_;
+  std::unique_ptr<GrpcServer> server_;
+  std::unique_ptr<v1::Aggregator::Stub> stub_;
+};
+
+TEST_F(IngestServiceStreamTest, SeveralBatchesGetFewerAcksAndTheLastCoversThemAll) {
+  auto st = Open();
+  ASSERT_TRUE(Hello(*st, 0));
+  // The resume point comes without waiting for pacing: the agent sends nothing before it.
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<uint64_t> resume = AcksThrough(*st, 0);
+  ASSERT_EQ(resume, std::vector<uint64_t>{0});
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(900));
+  for (uint64_t seq = 1; seq <= 5; ++seq) ASSERT_TRUE(Batch(*st, seq));
+  std::vector<uint64_t> acks = AcksThrough(*st, 5);
+  ASSERT_FALSE(acks.empty());
+  EXPECT_EQ(acks.back(), 5u);
+  // Two batches per ack at most, the odd one after its delay: never one ack per batch.
+  EXPECT_LE(acks.size(), 3u);
+  for (size_t i = 1; i < acks.size(); ++i) EXPECT_GT(acks[i], acks[i - 1]);
+  std::map<uint64_t, int> stored = sink_.stored();
+  EXPECT_EQ(stored.size(), 5u);
+  for (const auto& [seq, n] : stored) EXPECT_EQ(n, 1) << seq;
+  st->rw->WritesDone();
+  EXPECT_TRUE(st->rw->Finish().ok());
+}
+
+TEST_F(IngestServiceStreamTest, AnAckLostWithItsStreamIsAnsweredByTheResumePointAndNotStoredTwice) {
+  {
+    auto st = Open();
+    ASSERT_TRUE(Hello(*st, 0));
+    ASSERT_EQ(AcksThrough(*st, 0), std::vector<uint64_t>{0});
+    ASSERT_TRUE(Batch(*st, 1));
+    ASSERT_TRUE(Batch(*st, 2));
+    ASSERT_EQ(AcksThrough(*st, 2).back(), 2u);
+    // Batch 3 alone waits for its delay: the stream goes before its ack does.
+    ASSERT_TRUE(Batch(*st, 3));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (sink_.stored().count(3) == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_EQ(sink_.stored().count(3), 1u);
+    st->ctx.TryCancel();
+    st->rw->Finish();
+  }
+  // The agent still holds 3 (never acknowledged) and reconnects: the resume point covers it, so
+  // the agent drops it; an agent that resends it anyway gets it acknowledged, not stored twice.
+  auto st = Open();
+  ASSERT_TRUE(Hello(*st, 3));
+  ASSERT_EQ(AcksThrough(*st, 0), std::vector<uint64_t>{3});
+  ASSERT_TRUE(Batch(*st, 3));
+  ASSERT_TRUE(Batch(*st, 4));
+  std::vector<uint64_t> acks = AcksThrough(*st, 4);
+  ASSERT_FALSE(acks.empty());
+  EXPECT_EQ(acks.back(), 4u);
+  std::map<uint64_t, int> stored = sink_.stored();
+  EXPECT_EQ(stored, (std::map<uint64_t, int>{{1, 1}, {2, 1}, {3, 1}, {4, 1}}));
+  st->rw->WritesDone();
+  EXPECT_TRUE(st->rw->Finish().ok());
+}
+
+// An ack still held for pacing when the server stops is durable and goes out before the stream
+// ends (the agent drops that batch instead of resending it).
+TEST_F(IngestServiceStreamTest, AShutdownSendsTheHeldAck) {
+  auto st = Open();
+  ASSERT_TRUE(Hello(*st, 0));
+  ASSERT_EQ(AcksThrough(*st, 0), std::vector<uint64_t>{0});
+  ASSERT_TRUE(Batch(*st, 1));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (sink_.stored().count(1) == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::thread stop([&] { server_->Shutdown(5); });
+  std::vector<uint64_t> acks = AcksThrough(*st, 1);
+  stop.join();
+  server_.reset();
+  ASSERT_FALSE(acks.empty());
+  EXPECT_EQ(acks.back(), 1u);
 }
 
 }  // namespace
