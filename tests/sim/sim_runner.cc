@@ -337,6 +337,11 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
   // Report pacing: the seconds of results each agent holds, not yet sent.
   std::vector<int> held(static_cast<size_t>(tree.hosts()), 0);
   uint32_t report_ms = 0;
+  // The seconds between an agent's regular batches: --batch-seconds, or its plan's report interval.
+  auto report_every = [&] {
+    return options.batch_seconds > 0 ? options.batch_seconds
+                                     : std::max(1, static_cast<int>((report_ms + 500) / 1000));
+  };
   // Agent delivery: what each agent holds until it may send it, and scratch.
   std::vector<Outbox> outbox(agent_delivery ? static_cast<size_t>(tree.hosts()) : 0);
   std::vector<HeldResult> taken;
@@ -422,9 +427,7 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
         h.seq = static_cast<uint64_t>(t);
         outbox[ui].Hold(h);
       }
-      const int every = options.batch_seconds > 0
-                            ? options.batch_seconds
-                            : std::max(1, static_cast<int>((report_ms + 500) / 1000));
+      const int every = report_every();
       const int hold = ++held[ui];
       regular = (t + i) % every == every - 1 || hold >= every;
       if (hb > 0 && (t + i) % hb == 0) pool->SendHeartbeat(i, second_ns);
@@ -470,9 +473,7 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
         if (t == seconds - 1) {
           for (const Flow& f : flows) planned_last_second += rates->RateOf(f);
         }
-        const int every = options.batch_seconds > 0
-                              ? options.batch_seconds
-                              : std::max(1, static_cast<int>((report_ms + 500) / 1000));
+        const int every = report_every();
         const int hold = ++held[ui];
         const bool due = (t + i) % every == every - 1 || hold >= every || raised ||
                          rng.Uniform() >= model.AllAnsweredProbability(flows);

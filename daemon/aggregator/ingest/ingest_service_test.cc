@@ -277,6 +277,14 @@ class IngestServiceStreamTest : public ::testing::Test {
     return {};
   }
 
+  // Waits up to 10 s until the sink holds batch `seq`.
+  void WaitStored(uint64_t seq) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (sink_.stored().count(seq) == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
   fw::testing::TempDir dir_{"fw-ingest-acks"};
   RealClock& clock_ = RealClock::Get();
   metrics::Registry registry_;
@@ -318,10 +326,7 @@ TEST_F(IngestServiceStreamTest, AnAckLostWithItsStreamIsAnsweredByTheResumePoint
     ASSERT_EQ(AcksThrough(*st, 2).back(), 2u);
     // Batch 3 alone waits for its delay: the stream goes before its ack does.
     ASSERT_TRUE(Batch(*st, 3));
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (sink_.stored().count(3) == 0 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    WaitStored(3);
     ASSERT_EQ(sink_.stored().count(3), 1u);
     st->ctx.TryCancel();
     st->rw->Finish();
@@ -349,10 +354,7 @@ TEST_F(IngestServiceStreamTest, AShutdownSendsTheHeldAck) {
   ASSERT_TRUE(Hello(*st, 0));
   ASSERT_EQ(AcksThrough(*st, 0), std::vector<uint64_t>{0});
   ASSERT_TRUE(Batch(*st, 1));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (sink_.stored().count(1) == 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  WaitStored(1);
   std::thread stop([&] { server_->Shutdown(5); });
   std::vector<uint64_t> acks = AcksThrough(*st, 1);
   stop.join();
