@@ -3,6 +3,10 @@
 #include "daemon/aggregator/analysis/blamer.h"
 
 namespace fw::analysis::blame {
+namespace {
+// Evaluations a link waits while a switch of it with a finding is not cleared: until it is.
+constexpr int kHeldWhileSwitchBlamed = 1 << 20;
+}  // namespace
 
 void Blamer::LinkLevel() {
   const FabricMap& map = *ctx_.map;
@@ -368,16 +372,26 @@ void Blamer::SwitchLink(const Verdict& v) {
   // How the decision can be made: the freshest two seconds alone show the loss (dense data),
   // unless a link beside it under one of its switches loses probes too: then it waits
   // `switch_wait_ticks` more than the usual confirmation, so that the switch roll-up gets its
-  // evaluations (a lossy spine's first escalated links are not named alone). A link held down
-  // fires as it would.
-  const bool held = level == Level::kDegraded && v.loss() && SiblingLossy(v.group.front());
+  // evaluations (a lossy spine's first escalated links are not named alone); or unless its
+  // switches' other flows cannot clear them yet: then it waits up to `switch_clear_wait_ticks`
+  // more (for as long as it takes while such a switch has a finding itself), and the usual
+  // confirmation once they are cleared. A link held down fires as it would.
+  const LinkBlame* loss = v.loss();
+  const bool degraded = level == Level::kDegraded && loss;
+  const bool sibling = degraded && SiblingLossy(v.group.front());
+  const bool uncleared = degraded && !sibling && SwitchNotCleared(v.group.front(), loss->estimate);
+  const bool held = sibling || uncleared;
   const bool fresh = level != Level::kLatency && !held && FreshLoss(v);
   if (fresh) f.evidence["recent_probes"] = v.loss()->fresh_probes;
   if (level != Level::kLatency) f.evidence["fresh_loss_confirmed"] = fresh ? 1 : 0;
   if (held) f.evidence["held_for_switch"] = 1;
-  const int confirm = level == Level::kLatency
-                          ? LatencyConfirm({&v})
-                          : (held ? c_.confirm_ticks + std::max(0, c_.switch_wait_ticks) : 0);
+  const int wait = sibling                               ? c_.switch_wait_ticks
+                   : !uncleared                          ? 0
+                   : SwitchOfLinkFiring(v.group.front()) ? kHeldWhileSwitchBlamed
+                                                         : c_.switch_clear_wait_ticks;
+  const int confirm = level == Level::kLatency ? LatencyConfirm({&v})
+                      : held                   ? c_.confirm_ticks + std::max(0, wait)
+                                               : 0;
   Emit(element, std::move(f), true, confirm, fresh);
 }
 

@@ -47,9 +47,10 @@ TEST(BlameLinkLevel, LastSecondLosingEverythingIsDown) {
     t.ev.blames[static_cast<int>(Signal::kLoss)].push_back(b);
     t.MakeBlamer().LinkLevel();
     EXPECT_EQ(t.ev.observations.size(), 1u);
-    return t.ev.observations.empty() ? std::string() : t.ev.observations.front().second.finding.kind;
+    return t.ev.observations.empty() ? std::string()
+                                     : t.ev.observations.front().second.finding.kind;
   };
-  EXPECT_EQ(kind(1.0, 80), "link_down");      // an escalated link's first dark second
+  EXPECT_EQ(kind(1.0, 80), "link_down");  // an escalated link's first dark second
   EXPECT_EQ(kind(0.95, 20), "link_down");
   EXPECT_EQ(kind(1.0, 10), "link_degraded");  // too few probes to call it down
   EXPECT_EQ(kind(0.6, 80), "link_degraded");  // lossy, not down
@@ -94,7 +95,8 @@ TEST(BlameLinkLevel, ALossyLinkWaitsWhileALinkBesideItLosesProbes) {
     b.recent_probes = b.fresh_probes = 100;
     t.ev.blames[static_cast<int>(Signal::kLoss)].push_back(b);
     t.ev.weak_loss.push_back(b);  // the link itself is weakly lossy too: it does not count
-    if (sibling_weak) t.ev.weak_loss.push_back(testing::LossBlame(t.LinkOf("l2", "s1"), 0.02, 0.02));
+    if (sibling_weak)
+      t.ev.weak_loss.push_back(testing::LossBlame(t.LinkOf("l2", "s1"), 0.02, 0.02));
     t.MakeBlamer().LinkLevel();
     const Observation* o = t.Find("link:l1~s1");
     EXPECT_NE(o, nullptr);
@@ -160,6 +162,15 @@ FlowObs TracedFlow(testing::BlameFixture& t, const FabricMap& map, const char* s
   o.path = o.core && !o.core->paths.empty() ? 0 : -1;
   o.path_source = PathSource::kTraced;
   return o;
+}
+
+// Adds a traced flow from `src` to `dst` with `lost` of `probes` lost to the fixture's tomography.
+void AddLossFlow(testing::BlameFixture& t, const FabricMap& map, const char* src, const char* dst,
+                 uint32_t probes, uint32_t lost) {
+  FlowObs o = TracedFlow(t, map, src, dst);
+  o.probes = probes;
+  o.lost = lost;
+  t.tomography().Add(o);
 }
 
 LinkBlame LatencyBlame(LinkIndex l, uint32_t flow, double inflation) {
@@ -392,17 +403,14 @@ TEST(TomographyAccessLinks, EscalatedFlowsOverALossyUplinkDoNotBlameTheHostsNic)
   testing::BlameFixture t(map);
   Tomography& tomo = t.tomography();
   auto flow = [&](const char* src, const char* dst, uint32_t probes, uint32_t lost) {
-    FlowObs o = TracedFlow(t, *map, src, dst);
-    o.probes = probes;
-    o.lost = lost;
-    tomo.Add(o);
+    AddLossFlow(t, *map, src, dst, probes, lost);
   };
   flow("a", "c", 100, 6);  // escalated, over l1~s1
   flow("c", "a", 100, 6);  // escalated, over l1~s1
   flow("a", "d", 10, 1);
-  flow("a", "b", 10, 0);   // intra-leaf: a's NIC only
+  flow("a", "b", 10, 0);  // intra-leaf: a's NIC only
   flow("b", "a", 10, 0);
-  flow("b", "c", 10, 0);   // b's flows over l1~s1, not escalated, happen to lose nothing yet
+  flow("b", "c", 10, 0);  // b's flows over l1~s1, not escalated, happen to lose nothing yet
   flow("b", "d", 10, 0);
   flow("c", "b", 10, 0);
   flow("d", "b", 10, 0);
@@ -411,6 +419,59 @@ TEST(TomographyAccessLinks, EscalatedFlowsOverALossyUplinkDoNotBlameTheHostsNic)
   ASSERT_EQ(blames.size(), 1u);
   EXPECT_EQ(blames[0].link, t.LinkOf("l1", "s1")) << map->links()[blames[0].link].id;
   EXPECT_EQ(blames[0].bad_flows, 3u);
+}
+
+// The namespace fabric's ECMP run that named a second link: 5 % drop on l1~s1, three flows of the
+// pair a-b escalated (10x the probes) over l1~s1 and l2~s1, and l2~s1's other flows sparse and
+// clean. l2~s1's loss estimate (the escalated flows' losses over its probes) then tops l1~s1's,
+// whose own sparse flows to l3 lose less by chance, and the greedy vote blamed l2~s1 first. Every
+// bad flow of l2~s1 crosses l1~s1, which has lossy flows of its own: l1~s1 is blamed, alone.
+TEST(TomographyCoreLinks, ALinkWhoseBadFlowsAllCrossALossierSetIsNotBlamedBesideIt) {
+  const std::shared_ptr<const FabricMap> map = testing::ThreeLeafMap();
+  testing::BlameFixture t(map);
+  Tomography& tomo = t.tomography();
+  auto flow = [&](const char* src, const char* dst, uint32_t probes, uint32_t lost) {
+    AddLossFlow(t, *map, src, dst, probes, lost);
+  };
+  flow("a", "b", 100, 8);  // escalated, over l1~s1 and l2~s1
+  flow("a", "b", 100, 8);
+  flow("b", "a", 100, 8);
+  flow("a", "c", 20, 1);  // l1~s1 and l3~s1, not escalated
+  flow("c", "a", 20, 0);
+  flow("a", "d", 20, 1);
+  flow("d", "a", 20, 0);
+  flow("b", "c", 10, 0);  // l2~s1 and l3~s1: clean
+  flow("c", "b", 10, 0);
+  SignalSpec spec;
+  const double l2_estimate = 24.0 / 320, l1_estimate = 26.0 / 380;
+  ASSERT_GT(l2_estimate, l1_estimate);  // the greedy vote alone would pick l2~s1
+  const std::vector<LinkBlame> blames = tomo.Localize(Signal::kLoss, spec);
+  ASSERT_EQ(blames.size(), 1u);
+  EXPECT_EQ(blames[0].link, t.LinkOf("l1", "s1")) << map->links()[blames[0].link].id;
+  EXPECT_EQ(blames[0].bad_flows, 5u);
+}
+
+// The same flows with the fault on l2~s1: its flows to l3 lose too, so they are not all on l1~s1's
+// paths, and l2~s1 is blamed, alone.
+TEST(TomographyCoreLinks, ALinkWithBadFlowsOfItsOwnIsBlamed) {
+  const std::shared_ptr<const FabricMap> map = testing::ThreeLeafMap();
+  testing::BlameFixture t(map);
+  Tomography& tomo = t.tomography();
+  auto flow = [&](const char* src, const char* dst, uint32_t probes, uint32_t lost) {
+    AddLossFlow(t, *map, src, dst, probes, lost);
+  };
+  flow("a", "b", 100, 8);
+  flow("a", "b", 100, 8);
+  flow("b", "a", 100, 8);
+  flow("a", "c", 20, 0);
+  flow("c", "a", 20, 0);
+  flow("b", "c", 10, 1);
+  flow("c", "b", 10, 1);
+  SignalSpec spec;
+  const std::vector<LinkBlame> blames = tomo.Localize(Signal::kLoss, spec);
+  ASSERT_EQ(blames.size(), 1u);
+  EXPECT_EQ(blames[0].link, t.LinkOf("l2", "s1")) << map->links()[blames[0].link].id;
+  EXPECT_EQ(blames[0].bad_flows, 5u);
 }
 
 }  // namespace

@@ -408,6 +408,39 @@ class Blamer {
     return false;
   }
 
+  // Whether a switch of fabric link `l` (lossy at rate `loss` in the window) is not cleared of
+  // what `l` shows: its flows that avoid `l` had too few probes in the window to show
+  // `switch_clear_expected` lost ones at that rate, or lost `switch_clear_lost_share` of those
+  // (AnalysisConfig).
+  bool SwitchNotCleared(LinkIndex l, double loss) const {
+    const Link& link = ctx_.map->links()[l];
+    if (link.IsAccess() || loss <= 0 || c_.switch_clear_expected <= 0) return false;
+    const Tomography::Counts mine = ctx_.tomography.SureOfLink(l);
+    if (mine.probes <= 0) return false;  // no flow surely crossed it: nothing to compare with
+    for (aggregator::SwitchIndex sw : {link.a, link.b}) {
+      if (sw == kNoIndex) continue;
+      const Tomography::Counts all = ctx_.tomography.SureOfSwitch(sw);
+      const double expected = std::max(0.0, all.probes - mine.probes) * loss;
+      const double lost = std::max(0.0, all.lost - mine.lost);
+      if (expected < c_.switch_clear_expected || lost >= c_.switch_clear_lost_share * expected) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Whether a switch of link `l` has a finding (firing or recovering) in the tracker.
+  bool SwitchOfLinkFiring(LinkIndex l) const {
+    if (!ctx_.tracker) return false;
+    const Link& link = ctx_.map->links()[l];
+    for (aggregator::SwitchIndex sw : {link.a, link.b}) {
+      if (sw == kNoIndex) continue;
+      const ElementHealth h = ctx_.tracker->HealthOf("switch:" + ctx_.map->switches()[sw].name);
+      if (h == ElementHealth::kFiring || h == ElementHealth::kRecovering) return true;
+    }
+    return false;
+  }
+
   void NodeNics(const std::string& node, const std::vector<const Verdict*>& list);
 
   void Nic(const std::string& node, const Verdict& v);

@@ -51,9 +51,9 @@ struct AnalysisConfig {
   // with no loss-ratio floor), the link is escalated as a *lead* (EscalationRequest::lead): a
   // short escalation served after every other request, so that a lossy link that lost one probe
   // in the fault's first second gets dense data for the next evaluation instead of waiting for
-  // its second lost flow at 1 Hz. One lost probe among ~220 crossing a link in 10 s reads ~1.7 at the 10^-4 background
-  // floor; a healthy fleet shows such a lead every few tens of seconds (docs/analysis.md, "Where
-  // the traced suite's seconds go"). 0 turns leads off.
+  // its second lost flow at 1 Hz. One lost probe among ~220 crossing a link in 10 s reads ~1.7 at
+  // the 10^-4 background floor; a healthy fleet shows such a lead every few tens of seconds
+  // (docs/analysis.md, "Where the traced suite's seconds go"). 0 turns leads off.
   double escalate_lead_significance = 1.0;
 
   // --- Latency
@@ -182,6 +182,16 @@ struct AnalysisConfig {
   // first ones dense and explain-away credits them the flows over two of its links), and the
   // switch roll-up needs `switch_fraction` of them at once. A link fault's neighbours are clean.
   int switch_wait_ticks = 2;
+  // ...and so does a lossy fabric link whose switches are not yet cleared: a switch is cleared
+  // when its flows that avoid the link had enough probes in the window to show, at the link's loss
+  // rate, `switch_clear_expected` lost ones, and lost fewer than `switch_clear_lost_share` of
+  // those. A lossy switch's first blamed link otherwise fires on its own (explain-away leaves its
+  // other links' few flows under significance for several evaluations). Such a link waits at most
+  // `switch_clear_wait_ticks` evaluations more than the usual confirmation, and for as long as it
+  // takes while the switch has a finding itself.
+  double switch_clear_expected = 4;
+  double switch_clear_lost_share = 0.5;
+  int switch_clear_wait_ticks = 2;
   // Latency alone (queueing without loss: congestion on a link, a group of links or a switch, a
   // slow host's NIC cable) fires only after this many: background queueing episodes of a few
   // seconds look the same for as long as they last; a hot spot or a slow host worth acting on

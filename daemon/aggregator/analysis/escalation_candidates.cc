@@ -52,6 +52,21 @@ void ForEachLink(const PathSet& paths, const F& f) {
   }
 }
 
+// The fabric links beside fabric link `l`: those of its switches, `l` excepted.
+std::set<LinkIndex> SiblingLinks(const FabricMap& map, LinkIndex l) {
+  const auto& links = map.links();
+  const aggregator::Link& k = links[l];
+  std::set<LinkIndex> siblings;
+  for (LinkIndex x = 0; x < links.size(); ++x) {
+    const aggregator::Link& o = links[x];
+    if (x == l || o.IsAccess()) continue;
+    if (o.a == k.a || o.b == k.a || (k.b != aggregator::kNoIndex && (o.a == k.b || o.b == k.b))) {
+      siblings.insert(x);
+    }
+  }
+  return siblings;
+}
+
 // For a suspicion on fabric link `l`: pairs whose paths cross a link beside it (another fabric
 // link of one of its switches) but never `l`, the cheapest pair for each such link, at most
 // kMaxSiblingPairs. Their dense data tells a fault of the link from a fault of its switch within
@@ -62,16 +77,7 @@ void ForEachLink(const PathSet& paths, const F& f) {
 // lost probe elsewhere on its path).
 std::vector<const PairAgg*> SiblingPairs(const BlameContext& ctx, const Analyzer::Evaluation& ev,
                                          LinkIndex l) {
-  const auto& links = ctx.map->links();
-  const aggregator::Link& k = links[l];
-  std::set<LinkIndex> siblings;
-  for (LinkIndex x = 0; x < links.size(); ++x) {
-    const aggregator::Link& o = links[x];
-    if (x == l || o.IsAccess()) continue;
-    if (o.a == k.a || o.b == k.a || (k.b != aggregator::kNoIndex && (o.a == k.b || o.b == k.b))) {
-      siblings.insert(x);
-    }
-  }
+  const std::set<LinkIndex> siblings = SiblingLinks(*ctx.map, l);
   std::map<LinkIndex, const PairAgg*> best;
   auto cheaper = [](const PairAgg* x, const PairAgg* y) {
     return std::tie(x->flows, x->a, x->b) < std::tie(y->flows, y->a, y->b);
@@ -242,8 +248,8 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
     // link beside it (up to kMaxSiblingPairs), then its other own pairs.
     if (fabric_link && r.suspicion && !ctx.map->links()[*fabric_link].IsAccess()) {
       std::vector<const PairAgg*> siblings = SiblingPairs(ctx, ev, *fabric_link);
-      const auto split = pairs.begin() + static_cast<std::ptrdiff_t>(
-                                             std::min(kOwnPairsFirst, pairs.size()));
+      const auto split =
+          pairs.begin() + static_cast<std::ptrdiff_t>(std::min(kOwnPairsFirst, pairs.size()));
       pairs.insert(split, siblings.begin(), siblings.end());
     }
     std::vector<EscalationPair> raised;
@@ -272,26 +278,50 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
       }
       raised.push_back(std::move(e));
     }
+    // Adds a pair whose flows surely crossed a link (traced), unless listed; whether it was added.
+    auto add_crossing = [&](const CrossingPair& c) {
+      EscalationPair e;
+      e.a = ctx.names.NodeName(c.src);
+      e.b = ctx.names.NodeName(c.dst);
+      e.flows = std::clamp<uint32_t>(c.flows, 1, kMaxFlowsPerPair);
+      // Its flow's NICs (a multi-rail plan raises the entries between them).
+      if (c.src_access != aggregator::kNoIndex && c.dst_access != aggregator::kNoIndex) {
+        const auto& nics = ctx.map->host_nics();
+        e.a_nic = nics[ctx.map->links()[c.src_access].host_nic].nic;
+        e.b_nic = nics[ctx.map->links()[c.dst_access].host_nic].nic;
+      }
+      const bool listed = std::any_of(raised.begin(), raised.end(), [&](const EscalationPair& x) {
+        return (x.a == e.a && x.b == e.b) || (x.a == e.b && x.b == e.a);
+      });
+      if (!listed) raised.push_back(std::move(e));
+      return !listed;
+    };
     // A lead's lost flow is one flow: its pair alone gives the link a few extra probes a second.
     // Pairs whose flows surely crossed the link (traced) follow, so that the next evaluation has
     // dense data from several flows over it, as a finding needs (min_flows). Weak evidence on the
     // lead's budget likewise.
     if ((r.lead || r.lead_budget) && fabric_link) {
-      for (const CrossingPair& c : ctx.tomography.CrossingPairs(*fabric_link)) {
-        EscalationPair e;
-        e.a = ctx.names.NodeName(c.src);
-        e.b = ctx.names.NodeName(c.dst);
-        e.flows = std::clamp<uint32_t>(c.flows, 1, kMaxFlowsPerPair);
-        // Its flow's NICs (a multi-rail plan raises the entries between them).
-        if (c.src_access != aggregator::kNoIndex && c.dst_access != aggregator::kNoIndex) {
-          const auto& nics = ctx.map->host_nics();
-          e.a_nic = nics[ctx.map->links()[c.src_access].host_nic].nic;
-          e.b_nic = nics[ctx.map->links()[c.dst_access].host_nic].nic;
-        }
-        const bool listed = std::any_of(raised.begin(), raised.end(), [&](const EscalationPair& x) {
-          return (x.a == e.a && x.b == e.b) || (x.a == e.b && x.b == e.a);
+      for (const CrossingPair& c : ctx.tomography.CrossingPairs(*fabric_link)) add_crossing(c);
+    }
+    // A fabric link's suspicion also raises, for each link beside it, a pair that crossed that
+    // link and not this one, lossy or not: their dense data clears the switches the link shares
+    // with them, or shows that one of those is at fault (Blamer::SwitchNotCleared holds the link
+    // until then).
+    if (fabric_link && r.suspicion && !ctx.map->links()[*fabric_link].IsAccess()) {
+      const auto own = ctx.tomography.CrossingPairs(*fabric_link);
+      auto crosses_own = [&](const CrossingPair& c) {
+        return std::any_of(own.begin(), own.end(), [&](const CrossingPair& o) {
+          return (o.src == c.src && o.dst == c.dst) || (o.src == c.dst && o.dst == c.src);
         });
-        if (!listed) raised.push_back(std::move(e));
+      };
+      size_t added = 0;
+      for (LinkIndex x : SiblingLinks(*ctx.map, *fabric_link)) {
+        if (added >= kMaxSiblingPairs) break;
+        for (const CrossingPair& c : ctx.tomography.CrossingPairs(x)) {
+          if (crosses_own(c)) continue;
+          if (add_crossing(c)) ++added;
+          break;
+        }
       }
     }
     r.pairs = std::move(raised);

@@ -8,6 +8,9 @@ namespace fw::analysis {
 namespace {
 constexpr int kMaxBlamesPerSignal = 256;
 constexpr double kTieTolerance = 0.02;
+// Bad flows a covering link must have beyond a covered link's before it is preferred (one more
+// lossy flow may be chance; two seldom are).
+constexpr size_t kSupersetExtraFlows = 2;
 }  // namespace
 
 const char* SignalName(Signal s) {
@@ -52,6 +55,8 @@ Tomography::Tomography(std::shared_ptr<const FabricMap> map) : map_(std::move(ma
   crossing_n_.resize(n);
   stamp_.resize(n);
   weight_.resize(n);
+  link_sure_.resize(n);
+  switch_sure_.resize(map_ ? map_->switches().size() : 0);
 }
 
 void Tomography::Reset() {
@@ -61,6 +66,8 @@ void Tomography::Reset() {
   std::fill(fresh_probes_.begin(), fresh_probes_.end(), 0.0);
   std::fill(recent_rtt_.begin(), recent_rtt_.end(), 0.0);
   std::fill(crossing_n_.begin(), crossing_n_.end(), uint8_t{0});
+  std::fill(switch_sure_.begin(), switch_sure_.end(), Counts{});
+  std::fill(link_sure_.begin(), link_sure_.end(), Counts{});
   bad_.clear();
   for (auto& e : explained_) e.clear();
 }
@@ -115,7 +122,22 @@ double Tomography::Expected(const LinkTotals& t, Signal s) {
 
 void Tomography::Add(const FlowObs& o) {
   const bool has_bw = o.bw_ratio >= 0;
+  flow_switches_.clear();
   ForEachCandidate(o, [&](LinkIndex l, double w) {
+    if (w >= 0.999 && o.probes > 0 && map_) {
+      link_sure_[l].probes += o.probes;
+      link_sure_[l].lost += o.lost;
+      const aggregator::Link& link = map_->links()[l];
+      for (aggregator::SwitchIndex sw : {link.a, link.b}) {
+        if (sw == aggregator::kNoIndex || sw >= switch_sure_.size()) continue;
+        if (std::find(flow_switches_.begin(), flow_switches_.end(), sw) != flow_switches_.end()) {
+          continue;
+        }
+        flow_switches_.push_back(sw);
+        switch_sure_[sw].probes += o.probes;
+        switch_sure_[sw].lost += o.lost;
+      }
+    }
     LinkTotals& t = totals_[l];
     t.probes += w * o.probes;
     t.lost += w * o.lost;
@@ -274,6 +296,42 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
     return any;  // some core link was crossed by every flow, the last included
   };
 
+  auto passes = [&](LinkIndex l) {
+    if (flows[l] < static_cast<uint32_t>(spec.min_flows) || expected[l] < spec.min_expected) {
+      return false;
+    }
+    if (std::min(1.0, bad[l] / expected[l]) < spec.threshold) return false;
+    return PoissonSurprise(bad[l], expected[l] * spec.background) >= spec.significance;
+  };
+  // A switch-to-switch link whose unexplained bad flows all surely cross another such link, which
+  // also has bad flows of its own (at least kSupersetExtraFlows), is not blamed while that holds:
+  // the other link explains everything it does and more. Escalation makes this matter: it raises
+  // the probes of a few pairs across the lossy link, and a second link on those pairs' paths,
+  // whose other flows are sparse and clean, can then show a higher loss estimate than the lossy
+  // link itself, which also carries sparse flows that lose less by chance.
+  std::vector<uint32_t> covering(n, 0);
+  auto superset_link_explains = [&](LinkIndex l) {
+    if (!map_ || map_->links()[l].IsAccess()) return false;
+    const std::vector<uint32_t> mine = unexplained_of(l);
+    if (mine.empty()) return false;
+    std::vector<LinkIndex> seen;
+    for (uint32_t i : mine) {
+      ForEachCandidate(bad_[i], [&](LinkIndex x, double w) {
+        if (x == l || w < 0.999 || blamed[x] || map_->links()[x].IsAccess()) return;
+        if (covering[x]++ == 0) seen.push_back(x);
+      });
+    }
+    bool found = false;
+    for (LinkIndex x : seen) {
+      if (!found && covering[x] == mine.size() &&
+          unexplained_of(x).size() >= mine.size() + kSupersetExtraFlows && passes(x)) {
+        found = true;
+      }
+      covering[x] = 0;
+    }
+    return found;
+  };
+
   for (int round = 0; round < kMaxBlamesPerSignal; ++round) {
     LinkIndex best = aggregator::kNoIndex;
     double best_estimate = 0;
@@ -287,7 +345,7 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
       if (estimate < spec.threshold) continue;
       const double surprise = PoissonSurprise(bad[l], expected[l] * spec.background);
       if (surprise < spec.significance) continue;
-      if (one_core_link_explains(l)) continue;
+      if (one_core_link_explains(l) || superset_link_explains(l)) continue;
       const bool better = best == aggregator::kNoIndex || estimate > best_estimate + 1e-12 ||
                           (std::abs(estimate - best_estimate) <= 1e-12 &&
                            (bad[l] > bad[best] || (bad[l] == bad[best] && l < best)));

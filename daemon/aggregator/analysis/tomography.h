@@ -129,6 +129,17 @@ class Tomography {
   std::span<const CrossingPair> CrossingPairs(LinkIndex l) const {
     return {crossing_[l].data(), crossing_n_[l]};
   }
+  // Probes and lost ones in the window over the flows whose path surely crossed a switch
+  // (SureOfSwitch) or a link (SureOfLink); each flow counts once per switch. Together they give
+  // what a switch's flows that avoid one of its links saw.
+  struct Counts {
+    double probes = 0;
+    double lost = 0;
+  };
+  Counts SureOfSwitch(aggregator::SwitchIndex s) const {
+    return s < switch_sure_.size() ? switch_sure_[s] : Counts{};
+  }
+  Counts SureOfLink(LinkIndex l) const { return l < link_sure_.size() ? link_sure_[l] : Counts{}; }
   // A link's own rate of bad observations over every flow that may cross it, before anything is
   // explained away (loss ratio, slow fraction, bad-bandwidth fraction); -1 below `min_expected`.
   double RawEstimate(LinkIndex l, Signal s, double min_expected) const;
@@ -164,6 +175,9 @@ class Tomography {
   std::vector<double> recent_rtt_;     // per link, Σ weight · RTT samples of the last two seconds
   std::vector<std::array<CrossingPair, kCrossingPairs>> crossing_;  // per link (CrossingPairs)
   std::vector<uint8_t> crossing_n_;
+  std::vector<Counts> switch_sure_;                     // per switch (SureOfSwitch)
+  std::vector<Counts> link_sure_;                       // per link (SureOfLink)
+  std::vector<aggregator::SwitchIndex> flow_switches_;  // scratch of Add()
   // Candidate-dedup scratch.
   std::vector<uint32_t> stamp_;
   std::vector<float> weight_;
