@@ -83,8 +83,10 @@ TEST_F(PlanBookTest, AnEscalatedPairsEntriesCarryTheOverlaysProbeTimeout) {
   Replan(live);
   auto timeouts = [&](const std::string& node) {
     std::map<std::string, uint32_t> out;
-    for (const fabricwatch::v1::PlannedPeer& p : book_.PlanFor(node)->peers())
-      out[p.node()] = p.timeout_ms();
+    const auto plan = book_.PlanFor(node);
+    EXPECT_TRUE(plan.has_value()) << node;
+    if (!plan) return out;
+    for (const fabricwatch::v1::PlannedPeer& p : plan->peers()) out[p.node()] = p.timeout_ms();
     return out;
   };
   EXPECT_EQ(timeouts("a"), (std::map<std::string, uint32_t>{{"b", 0}, {"c", 0}}));
