@@ -76,8 +76,8 @@ TEST(GuardPlan, EachUdpEntryGetsItsOwnTimeoutElseThePlans) {
   GuardedPlan g = GuardPlan(plan, PlanCeilings{});
   ASSERT_EQ(g.peers.size(), 4u);
   EXPECT_EQ(Skipped(g, PlanSkip::kTimeout), 1u);
-  EXPECT_EQ(g.udp_timeouts_ns, (std::vector<int64_t>{2'000'000'000, 250'000'000,
-                                                      60'000'000'000, 0}));
+  EXPECT_EQ(g.udp_timeouts_ns,
+            (std::vector<int64_t>{2'000'000'000, 250'000'000, 60'000'000'000, 0}));
   plan.set_probe_timeout_ms(0);  // an aggregator before the field: the prober's default
   g = GuardPlan(plan, PlanCeilings{});
   ASSERT_EQ(g.udp_timeouts_ns.size(), 4u);

@@ -118,9 +118,9 @@ int main(int argc, char** argv) {
   o.planner.bw_interval_s = static_cast<uint32_t>(std::clamp(bw_interval.value, 1.0, 86400.0));
   // Whole milliseconds, at least 1 when set: 0 is the agents' default.
   o.escalation.probe_timeout_ms =
-      escalation_timeout.value > 0
-          ? static_cast<uint32_t>(std::clamp(std::round(escalation_timeout.value * 1e3), 1.0, 60000.0))
-          : 0;
+      escalation_timeout.value > 0 ? static_cast<uint32_t>(std::clamp(
+                                         std::round(escalation_timeout.value * 1e3), 1.0, 60000.0))
+                                   : 0;
 
   fw::InitLogging("aggregator", log_level);
   fw::BlockTerminationSignals();

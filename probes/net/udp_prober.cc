@@ -474,7 +474,8 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
     }
     ++peers;
     // Room for every probe that can be outstanding within the peer's timeout at its rate.
-    const size_t ring = static_cast<size_t>(std::ceil(rate * static_cast<double>(timeout) * 1e-9)) + 2;
+    const size_t ring =
+        static_cast<size_t>(std::ceil(rate * static_cast<double>(timeout) * 1e-9)) + 2;
     for (uint32_t j = 0; j < p.flows; ++j) {
       flow_rate.push_back(rate);
       Flow f;
