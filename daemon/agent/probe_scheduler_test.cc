@@ -409,17 +409,17 @@ TEST(ProbeScheduler, EachEntryTimesOutOnItsOwnTimeout) {
   auto quick_addr = net::LocalAddress(quick_sink.get());
   auto slow_addr = net::LocalAddress(slow_sink.get());
   ASSERT_TRUE(quick_addr.ok() && slow_addr.ok());
-  OutboundBuffer buffer(1000, 64 << 20);
-  metrics::Registry registry;
-  ProbeScheduler scheduler(
-      LoopbackOptions(), buffer, [] {}, registry);
-  ASSERT_TRUE(scheduler.Start().ok());
   v1::ProbePlan plan;
   plan.set_version(1);
   plan.set_probe_timeout_ms(30'000);
   AddUdpPeer(plan, "quick", "127.0.0.1", quick_addr->port());
   plan.mutable_peers(0)->set_timeout_ms(200);
   AddUdpPeer(plan, "slow", "127.0.0.1", slow_addr->port());
+  OutboundBuffer buffer(1000, 64 << 20);
+  metrics::Registry registry;
+  ProbeScheduler scheduler(
+      LoopbackOptions(), buffer, [] {}, registry);
+  ASSERT_TRUE(scheduler.Start().ok());
   scheduler.ApplyPlan(plan);
   // 20 probes/s each: by 2 s, ~36 of quick's are past their 200 ms on a quiet host; a loaded one
   // stalls some slots and batches later, hence the margins.
