@@ -74,6 +74,13 @@ GuardedPlan GuardPlan(const v1::ProbePlan& plan, const PlanCeilings& c) {
       skip(net::PlanSkip::kRate, p);
       continue;
     }
+    // The entry's own timeout, else the plan's (0 in both: the prober's default).
+    const uint32_t timeout_ms = p.timeout_ms() != 0 ? p.timeout_ms() : plan.probe_timeout_ms();
+    const int64_t timeout_ns = static_cast<int64_t>(timeout_ms) * 1'000'000;
+    if (IsUdp(p) && timeout_ns > net::kUdpMaxTimeoutNs) {
+      skip(net::PlanSkip::kTimeout, p);
+      continue;
+    }
     const size_t flows = UdpFlows(p);
     if (g.udp_flows + flows > net::kUdpMaxTotalFlows) {
       skip(net::PlanSkip::kFlows, p);
@@ -89,6 +96,7 @@ GuardedPlan GuardPlan(const v1::ProbePlan& plan, const PlanCeilings& c) {
     g.peers.push_back(&p);
     g.udp_flows += flows;
     g.udp_rates_hz.push_back(flows == 0 ? 0 : p.rate_pps() > 0 ? p.rate_pps() : kDefaultUdpRateHz);
+    g.udp_timeouts_ns.push_back(flows == 0 ? 0 : timeout_ns);
   }
   std::string& detail = g.trim_detail;
   if (usable > g.peers.size()) {

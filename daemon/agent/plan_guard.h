@@ -37,6 +37,9 @@ struct GuardedPlan {
   // Per entry of `peers`: the probe rate of each of its UDP flows after the ceilings (0 for an
   // entry of another transport). An entry that leaves its rate at 0 gets kDefaultUdpRateHz.
   std::vector<double> udp_rates_hz;
+  // Per entry of `peers`: its UDP probes' timeout (PlannedPeer.timeout_ms, else the plan's
+  // probe_timeout_ms), ns; 0: the prober's default (net::UdpProbePlan::timeout_ns, 1 s).
+  std::vector<int64_t> udp_timeouts_ns;
   size_t udp_flows = 0;
   double udp_pps = 0;          // sum over the UDP entries of flows x rate, after the ceilings
   double udp_max_rate_hz = 0;  // the highest entry rate, after the ceilings (0: no UDP entry)
@@ -49,8 +52,9 @@ struct GuardedPlan {
 inline constexpr double kDefaultUdpRateHz = 1.0;
 
 // Checks and trims `plan`; never fails. Entries are skipped for the causes of net::PlanSkip
-// (name, address, port, flows, rate, transport, duplicate; a UDP entry's rate must be 0 or within
-// [net::kUdpMinRateHz, net::kUdpMaxRateHz]). Past the ceilings:
+// (name, address, port, flows, rate, transport, duplicate, timeout; a UDP entry's rate must be 0
+// or within [net::kUdpMinRateHz, net::kUdpMaxRateHz], its timeout at most
+// net::kUdpMaxTimeoutNs). Past the ceilings:
 // - targets: the first max_targets usable entries in the plan's order are kept (the planner
 //   sends them sorted, so the cut is the same for the same plan);
 // - pps: every UDP entry keeps its own rate; when the sum of flows x rate over the entries is

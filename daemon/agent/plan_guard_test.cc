@@ -61,6 +61,30 @@ TEST(GuardPlan, EachUnusableEntryIsSkippedForItsCauseAndTheRestKeptInOrder) {
   for (bool t : g.trimmed) EXPECT_FALSE(t);
 }
 
+// Each UDP entry's timeout is its own, else the plan's, else 0 (the prober's 1 s); one past 60 s
+// is skipped for `timeout`. A TCP entry ignores both.
+TEST(GuardPlan, EachUdpEntryGetsItsOwnTimeoutElseThePlans) {
+  v1::ProbePlan plan;
+  plan.set_probe_timeout_ms(2000);
+  AddPeer(plan, "plans", "198.18.0.1");
+  AddPeer(plan, "own", "198.18.0.2")->set_timeout_ms(250);
+  AddPeer(plan, "too-long", "198.18.0.3")->set_timeout_ms(60001);
+  AddPeer(plan, "longest", "198.18.0.4")->set_timeout_ms(60000);
+  v1::PlannedPeer* tcp = AddPeer(plan, "tcp", "198.18.0.5");
+  tcp->set_transport(v1::TRANSPORT_TCP_CONNECT);
+  tcp->set_timeout_ms(70000);
+  GuardedPlan g = GuardPlan(plan, PlanCeilings{});
+  ASSERT_EQ(g.peers.size(), 4u);
+  EXPECT_EQ(Skipped(g, PlanSkip::kTimeout), 1u);
+  EXPECT_EQ(g.udp_timeouts_ns,
+            (std::vector<int64_t>{2'000'000'000, 250'000'000, 60'000'000'000, 0}));
+  plan.set_probe_timeout_ms(0);  // an aggregator before the field: the prober's default
+  g = GuardPlan(plan, PlanCeilings{});
+  ASSERT_EQ(g.udp_timeouts_ns.size(), 4u);
+  EXPECT_EQ(g.udp_timeouts_ns[0], 0);
+  EXPECT_EQ(g.udp_timeouts_ns[1], 250'000'000);
+}
+
 TEST(GuardPlan, TheSameDestinationFromTwoSourceNicsIsNotADuplicate) {
   v1::ProbePlan plan;
   AddPeer(plan, "b", "198.18.0.2")->set_src_nic("mlx5_0");

@@ -243,6 +243,10 @@ ProbeScheduler::ProbeScheduler(ProbeSchedulerOptions options, OutboundBuffer& bu
       budget_rejected_(r.AddCounter("fabricwatch_probe_budget_rejected_total",
                                     "Probes not sent because the agent's probe budget was spent.")
                            .WithLabels({})),
+      late_replies_(r.AddCounter("fabricwatch_probe_late_replies_total",
+                                 "UDP probe replies that came after their probe's timeout (the "
+                                 "probe was already reported lost).")
+                        .WithLabels({})),
       probe_errors_(r.AddCounter("fabricwatch_probe_errors_total",
                                  "Connect and bandwidth probes that failed before measuring "
                                  "(refused, unreachable, bad target).")
@@ -397,6 +401,7 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
       t.src_nic = src_nic;
       t.dst_nic = dst_nic;
       t.rate_hz = g.udp_rates_hz[k];  // each entry at its own rate (an escalated pair's only)
+      t.timeout_ns = g.udp_timeouts_ns[k];  // and timeout (an escalated pair's is short)
       if (i < udp.size()) udp[i].peers.push_back(std::move(t));
       ++udp_peers;
     }
@@ -902,12 +907,14 @@ void ProbeScheduler::RefreshStats() {
     net::UdpProberStats s;
     for (const NicProber& p : udp_) {
       const net::UdpProberStats one = p.udp->Stats();
+      s.late += one.late;
       for (size_t i = 0; i < net::kPlanSkipCount; ++i) s.plan_skipped[i] += one.plan_skipped[i];
       for (size_t i = 0; i < net::kDropReasonCount; ++i) s.dropped[i] += one.dropped[i];
     }
     // GuardPlan checks everything else the prober would skip; only the socket cause is its own.
     constexpr size_t kSocket = static_cast<size_t>(net::PlanSkip::kSocket);
     plan_skipped_[kSocket]->Set(static_cast<double>(s.plan_skipped[kSocket]));
+    late_replies_.Set(static_cast<double>(s.late));
     for (size_t i = 1; i < net::kDropReasonCount; ++i) {
       if (s.dropped[i] == 0) continue;
       malformed_replies_

@@ -276,6 +276,7 @@ class ProbeScheduler {
   bool cpu_pressure_logged_ = false;  // the burst thread's: one log line when it is unmeasured
   metrics::Counter& queue_dropped_;
   metrics::Counter& budget_rejected_;
+  metrics::Counter& late_replies_;
   metrics::Counter& probe_errors_;
   metrics::Counter& plans_;
   std::array<metrics::Counter*, static_cast<size_t>(BurstOutcome::kCount)> burst_requests_{};

@@ -123,14 +123,14 @@ std::vector<std::string> ColumnNames(const v1::ProbeColumns& c) {
   return names;
 }
 
-// The answered UDP results batched so far, by peer name.
-std::map<std::string, int> UdpAnsweredByPeer(OutboundBuffer& buffer) {
+// The UDP results batched so far that were answered (or, with `lost`, lost), by peer name.
+std::map<std::string, int> UdpAnsweredByPeer(OutboundBuffer& buffer, bool lost = false) {
   std::map<std::string, int> answered;
   for (const v1::ProbeBatch& b : buffer.TakeUnsent(1 << 20)) {
     const v1::ProbeColumns& c = b.columns();
     const std::vector<std::string> names = ColumnNames(c);
     for (int i = 0; i < c.peer_size(); ++i) {
-      if (c.transport(i) == v1::TRANSPORT_UDP && !c.lost(i)) ++answered[names.at(c.peer(i))];
+      if (c.transport(i) == v1::TRANSPORT_UDP && c.lost(i) == lost) ++answered[names.at(c.peer(i))];
     }
   }
   return answered;
@@ -398,6 +398,36 @@ TEST(ProbeScheduler, AnEscalatedEntryRaisesOnlyItsOwnFlows) {
   }
   EXPECT_GE(sent_after - sent_before, 36);
   EXPECT_LE(sent_after - sent_before, 64);
+}
+
+// The plan's timeouts reach the prober entry by entry: toward two silent peers, the entry with
+// timeout_ms 200 reports its probes lost within the run, the other, on the plan's
+// probe_timeout_ms of 30 s, reports none.
+TEST(ProbeScheduler, EachEntryTimesOutOnItsOwnTimeout) {
+  net::Fd quick_sink = net::testing::UdpSocket();  // bound, never read: nothing answers
+  net::Fd slow_sink = net::testing::UdpSocket();
+  auto quick_addr = net::LocalAddress(quick_sink.get());
+  auto slow_addr = net::LocalAddress(slow_sink.get());
+  ASSERT_TRUE(quick_addr.ok() && slow_addr.ok());
+  v1::ProbePlan plan;
+  plan.set_version(1);
+  plan.set_probe_timeout_ms(30'000);
+  AddUdpPeer(plan, "quick", "127.0.0.1", quick_addr->port());
+  plan.mutable_peers(0)->set_timeout_ms(200);
+  AddUdpPeer(plan, "slow", "127.0.0.1", slow_addr->port());
+  OutboundBuffer buffer(1000, 64 << 20);
+  metrics::Registry registry;
+  ProbeScheduler scheduler(
+      LoopbackOptions(), buffer, [] {}, registry);
+  ASSERT_TRUE(scheduler.Start().ok());
+  scheduler.ApplyPlan(plan);
+  // 20 probes/s each: by 2 s, ~36 of quick's are past their 200 ms on a quiet host; a loaded one
+  // stalls some slots and batches later, hence the margins.
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  scheduler.Stop();
+  const std::map<std::string, int> lost = UdpAnsweredByPeer(buffer, /*lost=*/true);
+  EXPECT_GE(lost.count("quick") ? lost.at("quick") : 0, 10);
+  EXPECT_EQ(lost.count("slow"), 0u) << "the 30 s timeout cannot have passed";
 }
 
 // ProbeSchedulerOptions::send_slots: the flows of one rate go out in that many batches a period,

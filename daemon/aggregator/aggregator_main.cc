@@ -1,6 +1,7 @@
 // fabricwatch-aggregator: flags and config, then run until SIGTERM/SIGINT.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "common/config.h"
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
   fw::Seconds host_delay_floor{o.analysis.rdma_host_delay_floor_s};
   fw::Seconds recovery{o.analysis.recovery_s}, flap_quiet{o.analysis.flap_quiet_s};
   fw::Seconds collective_interval{static_cast<double>(o.collective.schedule.interval_ns) * 1e-9};
+  fw::Seconds escalation_timeout{o.escalation.probe_timeout_ms * 1e-3};
   std::string log_level = "info";
   std::string config;
 
@@ -35,6 +37,7 @@ int main(int argc, char** argv) {
   binding.Bind("bandwidth-interval", &bw_interval);
   binding.Bind("latency-floor", &latency_floor);
   binding.Bind("collective-interval", &collective_interval);
+  binding.Bind("escalation-probe-timeout", &escalation_timeout);
   fw::tls::TlsFiles tls_files;
   std::string web_config;
   fw::tls::BindTlsConfig(binding, &tls_files);
@@ -69,6 +72,10 @@ int main(int argc, char** argv) {
   app.add_option_function<std::string>("--collective-interval", duration(&collective_interval),
                                        "each collective probe group runs once per this period; "
                                        "0 starts none (default 300s)");
+  app.add_option_function<std::string>(
+      "--escalation-probe-timeout", duration(&escalation_timeout),
+      "an escalated pair's UDP probes are lost after this long without an echo (at most 60s; "
+      "0: the agents' own 1s) (default 250ms)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
   fw::tls::AddTlsFlags(app, &tls_files, "the aggregator (it must name the host agents dial)");
   app.add_option("--web-config,--web-config-file", web_config,
@@ -109,6 +116,11 @@ int main(int argc, char** argv) {
   o.collective.schedule.interval_ns =
       static_cast<int64_t>(std::clamp(collective_interval.value, 0.0, 86400.0) * 1e9);
   o.planner.bw_interval_s = static_cast<uint32_t>(std::clamp(bw_interval.value, 1.0, 86400.0));
+  // Whole milliseconds, at least 1 when set: 0 is the agents' default.
+  o.escalation.probe_timeout_ms =
+      escalation_timeout.value > 0 ? static_cast<uint32_t>(std::clamp(
+                                         std::round(escalation_timeout.value * 1e3), 1.0, 60000.0))
+                                   : 0;
 
   fw::InitLogging("aggregator", log_level);
   fw::BlockTerminationSignals();

@@ -24,6 +24,8 @@ std::string_view PlanSkipName(PlanSkip s) {
       return "duplicate";
     case PlanSkip::kSocket:
       return "socket";
+    case PlanSkip::kTimeout:
+      return "timeout";
     case PlanSkip::kCount:
       break;
   }

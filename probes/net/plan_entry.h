@@ -20,6 +20,7 @@ enum class PlanSkip : uint8_t {
   kTransport,  // a transport this agent does not know
   kDuplicate,  // the same entry again
   kSocket,     // no probe socket for the address's family (e.g. IPv6 disabled on this host)
+  kTimeout,    // a UDP probe timeout outside (0, 60 s]
   kCount,
 };
 inline constexpr size_t kPlanSkipCount = static_cast<size_t>(PlanSkip::kCount);

@@ -49,6 +49,7 @@ struct Flow {
   uint32_t wire_id = 0;
   uint64_t next_seq = 0;
   uint64_t oldest = 0;  // lowest seq that may still be outstanding
+  int64_t timeout_ns = 0;  // a probe of this flow unanswered this long is lost
   std::vector<Pending> ring;
   std::vector<uint8_t> tx;      // the packet; only the header changes per probe
   ProbeResult result_template;  // peer, ports, flow id, bytes filled in once
@@ -193,7 +194,6 @@ class UdpProber::Loop {
   std::vector<Flow> flows_;
   std::vector<RateSchedule> schedules_;  // one per distinct rate of the plan
   uint32_t generation_ = 0;
-  int64_t timeout_ns_ = 0;
   int64_t next_send_time_ = 0;  // the earliest next_time of schedules_
   // The first slot time at or after `mono` on the wall clock's grid of slot length `step`
   // (UdpProberOptions::align_send_slots), or `mono` itself without alignment.
@@ -418,7 +418,7 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
   if (!(plan.rate_hz >= kUdpMinRateHz && plan.rate_hz <= kUdpMaxRateHz)) {
     return Status::InvalidArgument("rate_hz must be in [1e-6, 10000]");
   }
-  if (plan.timeout_ns <= 0 || plan.timeout_ns > 60'000'000'000) {
+  if (plan.timeout_ns <= 0 || plan.timeout_ns > kUdpMaxTimeoutNs) {
     return Status::InvalidArgument("timeout must be in (0, 60 s]");
   }
   if (plan.payload_bytes > kMaxEchoPayload) {
@@ -448,6 +448,11 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
       skip(PlanSkip::kRate, p, "rate " + std::to_string(p.rate_hz) + "/s (1e-6..10000)");
       continue;
     }
+    const int64_t timeout = p.timeout_ns == 0 ? plan.timeout_ns : p.timeout_ns;
+    if (timeout <= 0 || timeout > kUdpMaxTimeoutNs) {
+      skip(PlanSkip::kTimeout, p, "timeout " + std::to_string(p.timeout_ns) + " ns (0..60 s)");
+      continue;
+    }
     if (p.flows == 0 || p.flows > kUdpMaxFlowsPerPeer ||
         flows.size() + p.flows > kUdpMaxTotalFlows) {
       skip(PlanSkip::kFlows, p, std::to_string(p.flows) + " flows (1..64 each, 65535 in all)");
@@ -468,14 +473,16 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
       continue;
     }
     ++peers;
-    // Room for every probe that can be outstanding within the timeout at this peer's rate.
-    const size_t ring = static_cast<size_t>(std::ceil(rate * plan.timeout_ns * 1e-9)) + 2;
+    // Room for every probe that can be outstanding within the peer's timeout at its rate.
+    const size_t ring =
+        static_cast<size_t>(std::ceil(rate * static_cast<double>(timeout) * 1e-9)) + 2;
     for (uint32_t j = 0; j < p.flows; ++j) {
       flow_rate.push_back(rate);
       Flow f;
       f.sock = socks[j];
       f.dst = dst;
       f.wire_id = ((generation & 0xffff) << 16) | static_cast<uint32_t>(flows.size());
+      f.timeout_ns = timeout;
       f.ring.resize(ring);
       f.tx.assign(packet_len, 0);
       f.result_template.SetPeer(p.name);
@@ -513,7 +520,6 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
   }
   flows_ = std::move(flows);
   generation_ = generation;
-  timeout_ns_ = plan.timeout_ns;
   // One schedule per distinct rate, each cut into slots as a plan of that rate alone would be, so
   // a peer at another rate (an escalated pair) adds a schedule and leaves the other flows' send
   // instants where they were. Rates are exact, not rounded to a common tick.
@@ -862,7 +868,7 @@ void UdpProber::Loop::ExpireTimeouts(int64_t now) {
     while (f.oldest < f.next_seq) {
       Pending& p = f.ring[f.oldest % f.ring.size()];
       if (p.seq == f.oldest && p.state == SlotState::kOutstanding) {
-        if (now - p.send_mono < timeout_ns_) break;
+        if (now - p.send_mono < f.timeout_ns) break;
         Resolve(f, p, true, 0, 0);
       }
       ++f.oldest;
@@ -884,7 +890,7 @@ int64_t UdpProber::Loop::NextDeadline() const {
   for (const Flow& f : flows_) {
     if (f.oldest < f.next_seq) {
       const Pending& p = f.ring[f.oldest % f.ring.size()];
-      if (p.state == SlotState::kOutstanding) next = std::min(next, p.send_mono + timeout_ns_);
+      if (p.state == SlotState::kOutstanding) next = std::min(next, p.send_mono + f.timeout_ns);
     }
   }
   return next;

@@ -28,6 +28,8 @@ inline constexpr uint32_t kUdpMaxFlowsPerPeer = 64;
 inline constexpr size_t kUdpMaxTotalFlows = 65535;  // the low 16 bits of the wire flow id
 inline constexpr double kUdpMaxRateHz = 10000;      // per flow
 inline constexpr double kUdpMinRateHz = 1e-6;       // per flow: one probe in 11.6 days
+// A probe's timeout (the plan's, or a peer's own) is in (0, kUdpMaxTimeoutNs].
+inline constexpr int64_t kUdpMaxTimeoutNs = 60'000'000'000;
 
 struct PeerTarget {
   std::string name;     // the peer's node name; copied into every ProbeResult (max 63 chars)
@@ -40,6 +42,12 @@ struct PeerTarget {
   // [kUdpMinRateHz, kUdpMaxRateHz] (negative and non-finite ones included) skips the peer
   // (PlanSkip::kRate).
   double rate_hz = 0;
+  // How long each probe of this peer's flows waits for its echo before it is reported lost; 0:
+  // the plan's timeout_ns. Each flow expires on its own timeout, so a dense (escalated) peer can
+  // report its losses quickly while the others keep a long one. A reply read after its probe was
+  // reported lost is counted `late`, not answered. Outside (0, kUdpMaxTimeoutNs] (negative
+  // included) skips the peer (PlanSkip::kTimeout).
+  int64_t timeout_ns = 0;
 };
 
 // A probe plan as the aggregator sends it. Replace it at any time with UdpProber::SetPlan.
@@ -49,7 +57,9 @@ struct PeerTarget {
 struct UdpProbePlan {
   std::vector<PeerTarget> peers;
   double rate_hz = 1.0;                // probes per second, per flow, of peers without a rate
-  int64_t timeout_ns = 1'000'000'000;  // a probe unanswered this long is lost
+  // A probe unanswered this long is lost, for the peers that set no timeout of their own;
+  // (0, kUdpMaxTimeoutNs].
+  int64_t timeout_ns = 1'000'000'000;
   uint32_t payload_bytes = 0;          // padding after the header (the reply is the same size)
 };
 
@@ -158,7 +168,8 @@ class UdpProber {
   // Hands `plan` to the prober thread, which switches over at its next wakeup (probes outstanding
   // under the old plan are abandoned and counted). A peer the prober cannot use (PlanSkip: name,
   // address, port, flows, rate, or no socket for its family) is skipped, logged once per cause and
-  // counted in Stats().plan_skipped; the other peers are probed. Fails, leaving the running plan
+  // counted in Stats().plan_skipped; the other peers are probed. (Cause `timeout`: its own
+  // timeout_ns out of range.) Fails, leaving the running plan
   // as it was, only when the plan as a whole is invalid (rate, timeout, payload) or the prober is
   // stopping. Thread-safe.
   Status SetPlan(UdpProbePlan plan);

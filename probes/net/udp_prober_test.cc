@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <set>
 #include <thread>
@@ -451,6 +452,128 @@ TEST(UdpProberTest, UnansweredProbesAreLostAfterTheTimeout) {
     EXPECT_EQ(r.rtt_ns, 0);
   }
   EXPECT_EQ(prober->Stats().answered, 0u);
+}
+
+// Each flow expires on its peer's own timeout: toward two silent peers, the one with a 200 ms
+// timeout reports its probes lost no sooner than 200 ms after each was sent, while the other,
+// on the plan's 30 s, has reported nothing yet. Peers whose own timeout is out of range are
+// skipped for `timeout`.
+TEST(UdpProberTest, EachFlowIsLostAfterItsOwnPeersTimeout) {
+  Fd quick_sink = testing::UdpSocket();  // bound, never read: nothing answers
+  Fd slow_sink = testing::UdpSocket();
+  auto quick_addr = LocalAddress(quick_sink.get());
+  auto slow_addr = LocalAddress(slow_sink.get());
+  ASSERT_TRUE(quick_addr.ok() && slow_addr.ok());
+  ResultQueue q(4096);
+  auto prober = StartProber(q);
+  ASSERT_TRUE(prober);
+  UdpProbePlan plan;
+  plan.rate_hz = 5;
+  plan.timeout_ns = 30'000'000'000;
+  constexpr int64_t kQuick = 200'000'000;
+  plan.peers.push_back(Peer("quick", quick_addr->port(), 2, 0));
+  plan.peers.back().timeout_ns = kQuick;
+  plan.peers.push_back(Peer("slow", slow_addr->port(), 2, 0));  // the plan's 30 s
+  plan.peers.push_back(Peer("negative", slow_addr->port(), 1, 0));
+  plan.peers.back().timeout_ns = -1;
+  plan.peers.push_back(Peer("too-long", slow_addr->port(), 1, 0));
+  plan.peers.back().timeout_ns = kUdpMaxTimeoutNs + 1;
+  ASSERT_TRUE(prober->SetPlan(plan).ok());
+  UdpProberStats s = prober->Stats();
+  EXPECT_EQ(s.plan_skipped[static_cast<size_t>(PlanSkip::kTimeout)], 2u);
+  EXPECT_EQ(s.planned_peers, 2u);
+  // Results are taken as they come, each stamped with when it was taken (the realtime clock, as
+  // ProbeResult::timestamp_ns, the send time, is).
+  std::vector<std::pair<ProbeResult, int64_t>> taken;
+  std::vector<ProbeResult> batch;
+  const auto until = std::chrono::steady_clock::now() + 3s;
+  while (std::chrono::steady_clock::now() < until) {
+    batch.clear();
+    q.PopBatch(batch, 1 << 20);
+    const int64_t now = RealClock::Get().WallNanos();
+    for (const ProbeResult& r : batch) taken.emplace_back(r, now);
+    std::this_thread::sleep_for(5ms);
+  }
+  const uint64_t sent = prober->Stats().sent;
+  prober->Stop();
+  int quick_lost = 0;
+  for (const auto& [r, at] : taken) {
+    EXPECT_EQ(r.PeerName(), "quick") << "the 30 s timeout cannot have passed";
+    EXPECT_TRUE(r.lost);
+    // Never before its own timeout (1 ms for the clocks' readings); a loaded host only adds.
+    EXPECT_GE(at - r.timestamp_ns, kQuick - 1'000'000) << "seq " << r.seq;
+    quick_lost += r.lost;
+  }
+  // 3 s at 5 Hz on 2 flows: ~28 probes lost by the end on a quiet host; a loaded one stalls some
+  // slots. Under the plan's 30 s there would be none.
+  EXPECT_GE(quick_lost, 10) << "sent " << sent;
+  const UdpProberStats end = prober->Stats();
+  EXPECT_EQ(end.lost, static_cast<uint64_t>(quick_lost));
+  EXPECT_EQ(end.answered, 0u);
+}
+
+// A reply read after its probe was reported lost on the peer's own timeout is counted late, not
+// answered: a peer that echoes every probe 800 ms later, against a 100 ms timeout.
+TEST(UdpProberTest, AReplyAfterThePeersTimeoutIsCountedLate) {
+  Fd peer = testing::UdpSocket();
+  auto addr = LocalAddress(peer.get());
+  ASSERT_TRUE(addr.ok());
+  std::atomic<bool> done{false};
+  std::thread echo([&] {
+    struct Held {
+      std::chrono::steady_clock::time_point due;
+      std::vector<uint8_t> bytes;
+      sockaddr_storage from;
+      socklen_t len;
+    };
+    std::deque<Held> held;
+    while (!done) {
+      pollfd p{peer.get(), POLLIN, 0};
+      if (poll(&p, 1, 5) == 1) {
+        Held h;
+        h.bytes.resize(2048);
+        h.len = sizeof h.from;
+        ssize_t n = recvfrom(peer.get(), h.bytes.data(), h.bytes.size(), 0,
+                             reinterpret_cast<sockaddr*>(&h.from), &h.len);
+        ProbeHeader req;
+        if (n > 0 && ParseDatagram(std::span<const uint8_t>(h.bytes.data(), n), nullptr, &req) ==
+                         DropReason::kNone) {
+          h.bytes.resize(RewriteAsReply(req, PacketType::kEchoReply, req.payload_len, nullptr,
+                                        std::span<uint8_t>(h.bytes.data(), n)));
+          h.due = std::chrono::steady_clock::now() + 800ms;
+          held.push_back(std::move(h));
+        }
+      }
+      while (!held.empty() && held.front().due <= std::chrono::steady_clock::now()) {
+        const Held& h = held.front();
+        sendto(peer.get(), h.bytes.data(), h.bytes.size(), 0,
+               reinterpret_cast<const sockaddr*>(&h.from), h.len);
+        held.pop_front();
+      }
+    }
+  });
+  ResultQueue q(1024);
+  auto prober = StartProber(q);
+  ASSERT_TRUE(prober);
+  UdpProbePlan plan;
+  plan.rate_hz = 5;
+  plan.timeout_ns = 10'000'000'000;  // the plan's; the peer's own is shorter
+  plan.peers.push_back(Peer("slow-echo", addr->port(), 1, 0));
+  plan.peers.back().timeout_ns = 100'000'000;
+  ASSERT_TRUE(prober->SetPlan(plan).ok());
+  const bool counted = Eventually([&] { return prober->Stats().late >= 3; }, 10s);
+  done = true;
+  echo.join();
+  prober->Stop();
+  const UdpProberStats s = prober->Stats();
+  EXPECT_TRUE(counted) << "late " << s.late << " lost " << s.lost;
+  // Every reply comes 700 ms after its probe's timeout: only a prober thread stalled that long
+  // could still read one as answered.
+  EXPECT_EQ(s.answered, 0u);
+  EXPECT_GE(s.lost, s.late);
+  std::vector<ProbeResult> results;
+  q.PopBatch(results, 1 << 20);
+  for (const ProbeResult& r : results) EXPECT_TRUE(r.lost) << "seq " << r.seq;
 }
 
 TEST(UdpProberTest, AResponderThatDropsEverythingShowsAsLoss) {

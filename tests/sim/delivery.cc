@@ -18,6 +18,19 @@ int SendInstants(double rate, double phase, double from, double to, std::vector<
   return n;
 }
 
+HeldResult LatencyResult(const Flow* flow, double sent_s, bool lost, uint64_t rtt_ns,
+                         double timeout_s, bool raised) {
+  const double rtt_s = static_cast<double>(rtt_ns) * 1e-9;
+  HeldResult h;
+  h.flow = flow;
+  h.sent_s = sent_s;
+  h.lost = lost || rtt_s >= timeout_s;
+  h.rtt_ns = h.lost ? 0 : rtt_ns;
+  h.ready_s = sent_s + (h.lost ? timeout_s : rtt_s);
+  h.urgent = h.lost || raised;
+  return h;
+}
+
 bool Outbox::Due(double now_s, bool regular) const {
   if (regular) return next_ready_s_ <= now_s;
   return next_urgent_s_ <= now_s && now_s - last_batch_s_ >= kMinUrgentGapS - 1e-9;

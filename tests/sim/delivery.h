@@ -1,7 +1,8 @@
 // When a simulated agent's results reach the aggregator: no sooner than a real agent's would
 // (docs/simulator.md, "Delivery"). A real agent (daemon/agent/batch_pacer.h, docs/uplink.md "Report
 // pacing") has an answered probe's result once its echo is back, a lost probe's only when the
-// probe has gone unanswered for the prober's timeout (probes/net/udp_prober.h, 1 s), and sends
+// probe has gone unanswered for its flow's timeout (probes/net/udp_prober.h: the plan entry's
+// timeout_ms, an escalated pair's short one, else the agent's 1 s), and sends
 // what it holds every report interval, or sooner, at most every 250 ms, when it holds bad news (a
 // lost probe) or a result toward a peer its plan escalated.
 #pragma once
@@ -14,8 +15,9 @@
 
 namespace fw::sim {
 
-// A real agent's prober declares a probe lost this long after sending it (UdpProberPlan's
-// default timeout_ns; the plan does not change it).
+// A real agent's prober declares a probe lost this long after sending it unless its plan says
+// otherwise (UdpProbePlan's default timeout_ns; ProbePlan.probe_timeout_ms and
+// PlannedPeer.timeout_ms change it).
 inline constexpr double kProbeTimeoutS = 1.0;
 // The shortest gap between two batches when an urgent result waits (BatchPacer::kMinUrgentGap).
 inline constexpr double kMinUrgentGapS = 0.25;
@@ -42,12 +44,19 @@ struct HeldResult {
   uint32_t cpu_peak_permille = 0;
 };
 
+// A latency probe sent at `sent_s` on `flow`, whose echo the model drew (`lost`, else after
+// `rtt_ns`), on a flow whose probes time out after `timeout_s`: answered, ready once its echo is
+// back; or lost (no echo, or one slower than the timeout, which the agent counts late), ready at
+// sent + timeout. Urgent when lost or `raised` (a flow its plan escalates).
+HeldResult LatencyResult(const Flow* flow, double sent_s, bool lost, uint64_t rtt_ns,
+                         double timeout_s, bool raised);
+
 // The results one agent holds and when its batches go: every report interval at the agent's
 // phase (the caller says when that is due), and sooner when an urgent result is ready and the
 // last batch went at least kMinUrgentGapS ago.
 class Outbox {
  public:
-  // `r.ready_s` must be set: an answered probe at sent + RTT, a lost one at sent + kProbeTimeoutS.
+  // `r.ready_s` must be set: an answered probe at sent + RTT, a lost one at sent + its timeout.
   void Hold(const HeldResult& r) {
     held_.push_back(r);
     Note(r);

@@ -64,6 +64,47 @@ TEST(Outbox, ALostProbeWaitsForTheTimeoutThenGoesAtOnce) {
   EXPECT_EQ(box.held(), 0u);
 }
 
+// A lost probe is ready one of its own flow's timeouts after it was sent: an escalated flow's
+// 250 ms one goes out (urgent) at sent + 0.25, a base flow's waits for the agent's 1 s. An echo
+// slower than the flow's timeout is a lost probe too (the agent counts the reply late).
+TEST(LatencyResult, ALostProbeIsReadyAtItsOwnFlowsTimeout) {
+  const HeldResult dense = LatencyResult(nullptr, 12.125, /*lost=*/true, 0, 0.25, /*raised=*/true);
+  EXPECT_TRUE(dense.lost);
+  EXPECT_TRUE(dense.urgent);
+  EXPECT_DOUBLE_EQ(dense.ready_s, 12.375);
+  const HeldResult base = LatencyResult(nullptr, 12.125, true, 0, kProbeTimeoutS, false);
+  EXPECT_TRUE(base.urgent);
+  EXPECT_DOUBLE_EQ(base.ready_s, 13.125);
+  Outbox box;
+  box.Hold(base);
+  box.Hold(dense);
+  EXPECT_FALSE(box.Due(12.37, false));
+  EXPECT_TRUE(box.Due(12.375, false));
+  std::vector<HeldResult> out;
+  box.TakeReady(12.375, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_DOUBLE_EQ(out[0].ready_s, 12.375);
+  box.Sent(12.375);
+  EXPECT_EQ(box.held(), 1u);  // the base flow's loss, not known yet
+  EXPECT_FALSE(box.Due(13.0, true));
+  EXPECT_TRUE(box.Due(13.125, false));
+
+  // Answered within the timeout: ready at its echo, urgent only when raised.
+  const HeldResult quick = LatencyResult(nullptr, 5.0, false, 2'000'000, 0.25, false);
+  EXPECT_FALSE(quick.lost);
+  EXPECT_FALSE(quick.urgent);
+  EXPECT_EQ(quick.rtt_ns, 2'000'000u);
+  EXPECT_DOUBLE_EQ(quick.ready_s, 5.002);
+  // An echo after 300 ms: answered under the 1 s timeout, lost at sent + 0.25 under 250 ms.
+  const HeldResult slow_base = LatencyResult(nullptr, 5.0, false, 300'000'000, 1.0, false);
+  EXPECT_FALSE(slow_base.lost);
+  EXPECT_DOUBLE_EQ(slow_base.ready_s, 5.3);
+  const HeldResult slow_dense = LatencyResult(nullptr, 5.0, false, 300'000'000, 0.25, true);
+  EXPECT_TRUE(slow_dense.lost);
+  EXPECT_EQ(slow_dense.rtt_ns, 0u);
+  EXPECT_DOUBLE_EQ(slow_dense.ready_s, 5.25);
+}
+
 TEST(Outbox, AnsweredResultsWaitForTheReportInterval) {
   Outbox box;
   box.Hold(Result(12.10, false, false));

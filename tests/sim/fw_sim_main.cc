@@ -78,9 +78,9 @@ int main(int argc, char** argv) {
   std::string delivery = "agent";
   app.add_option("--delivery", delivery,
                  "agent (results reach the aggregator when a real agent's would: answered after the "
-                 "echo, lost after the 1 s probe timeout, batched per report interval or at most "
-                 "every 250 ms when urgent) or second (each simulated second's results at the "
-                 "agent's slot within that second, the model before session 16)")
+                 "echo, lost after the flow's probe timeout from its plan, batched per report "
+                 "interval or at most every 250 ms when urgent) or second (each simulated second's "
+                 "results at the agent's slot within that second, the model before session 16)")
       ->check(CLI::IsMember({"agent", "second"}))
       ->capture_default_str();
   std::string encoding = "columns";

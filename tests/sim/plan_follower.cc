@@ -27,6 +27,7 @@ FollowedRates RatesFromPlan(const FatTree& tree, int agent, const v1::ProbePlan&
   // Per class (0: in the agent's leaf, 1: outside): the rates of peers no trace request names, and
   // of all.
   std::vector<double> plain[2], all[2];
+  if (plan.probe_timeout_ms() != 0) r.default_timeout_s = plan.probe_timeout_ms() * 1e-3;
   for (const v1::PlannedPeer& p : plan.peers()) {
     if (p.transport() != v1::TRANSPORT_UDP || !(p.rate_pps() > 0) || !std::isfinite(p.rate_pps())) {
       continue;
@@ -39,6 +40,10 @@ FollowedRates RatesFromPlan(const FatTree& tree, int agent, const v1::ProbePlan&
     }
     double& rate = rail >= 0 ? r.rail_rate[*h * kMaxRails + rail] : r.rate[*h];
     rate = std::max(rate, p.rate_pps());
+    const double timeout = p.timeout_ms() != 0 ? p.timeout_ms() * 1e-3 : r.default_timeout_s;
+    auto [t, added] = rail >= 0 ? r.rail_timeout_s.emplace(*h * kMaxRails + rail, timeout)
+                                : r.timeout_s.emplace(*h, timeout);
+    if (!added) t->second = std::min(t->second, timeout);
     const int c = tree.LeafGroup(*h) == tree.LeafGroup(agent) ? 0 : 1;
     all[c].push_back(p.rate_pps());
     if (!traced.count(*h)) plain[c].push_back(p.rate_pps());

@@ -12,6 +12,7 @@
 
 #include "common/mutex.h"
 #include "fabricwatch.pb.h"
+#include "tests/sim/delivery.h"
 #include "tests/sim/flows.h"
 #include "tests/sim/link_model.h"
 #include "tests/sim/topology.h"
@@ -36,6 +37,12 @@ struct FollowedRates {
   // read the fleet cap's scaled inter-leaf rate as every in-leaf peer escalated.)
   double base_intra = 1.0;
   double base_inter = 1.0;
+  // How long a probe waits for its echo before the agent reports it lost, seconds, keyed as the
+  // rates: an entry's own PlannedPeer.timeout_ms (an escalated pair's short one), else the plan's
+  // probe_timeout_ms, else the agent's default; the shortest of the entries that match a flow.
+  std::unordered_map<int, double> rail_timeout_s;
+  std::unordered_map<int, double> timeout_s;
+  double default_timeout_s = kProbeTimeoutS;  // a flow no entry with a rate names
 
   // The rate at which `f` (a flow of this agent) probes, and the baseline of its class.
   double RateOf(const Flow& f) const {
@@ -45,6 +52,15 @@ struct FollowedRates {
     return it != rate.end() ? it->second : BaseOf(f);
   }
   double BaseOf(const Flow& f) const { return f.inter_leaf ? base_inter : base_intra; }
+  // `f`'s probe timeout, seconds.
+  double TimeoutOf(const Flow& f) const {
+    auto r = rail_timeout_s.find(static_cast<int>(f.dst_host) * kMaxRails + f.rail);
+    auto it = timeout_s.find(static_cast<int>(f.dst_host));
+    if (r != rail_timeout_s.end()) {
+      return it != timeout_s.end() ? std::min(r->second, it->second) : r->second;
+    }
+    return it != timeout_s.end() ? it->second : default_timeout_s;
+  }
   // Whether the plan raises `f` above its class's baseline (an escalation; 1% for rounding).
   bool Raised(const Flow& f) const { return RateOf(f) > BaseOf(f) * 1.01; }
 };

@@ -154,11 +154,10 @@ TEST_F(PlanFollowerTest, AClassWhoseEveryPeerIsEscalatedKeepsTheBaseline) {
 // A per-NIC plan (two rails) has one entry per rail toward a peer, at that rail's address. An
 // escalation of a rail-1 element raises the rail-1 entry: the agent's rail-1 flows to the peer
 // run at the raised rate and its rail-0 flows stay at the base rate (they cross no rail-1 link).
-TEST(PlanFollowerRails, ARaisedEntryRaisesOnlyItsRailsFlows) {
-  auto t = FatTree::Build({.spines = 2, .leaves = 2, .hosts_per_leaf = 2, .rails = 2});
-  ASSERT_TRUE(t.ok());
-  const FatTree& tree = *t;
-  constexpr int kSelf = 0, kPeer = 1;  // the same leaf on both rails
+// Agent kSelf's per-NIC plan on a two-rail tree: one entry per rail toward every other host, at
+// 1/s, and the entry toward kPeer on rail 1 escalated (10/s, with `escalated_timeout_ms`).
+constexpr int kSelf = 0, kPeer = 1;  // the same leaf on both rails
+v1::ProbePlan RailPlan(const FatTree& tree, uint32_t escalated_timeout_ms = 0) {
   v1::ProbePlan plan;
   for (int h = 0; h < tree.hosts(); ++h) {
     if (h == kSelf) continue;
@@ -167,10 +166,19 @@ TEST(PlanFollowerRails, ARaisedEntryRaisesOnlyItsRailsFlows) {
       p->set_node(tree.NodeName(h));
       p->set_address(tree.Address(h, rail));
       p->set_transport(v1::TRANSPORT_UDP);
-      p->set_rate_pps(h == kPeer && rail == 1 ? 10.0 : 1.0);
+      const bool escalated = h == kPeer && rail == 1;
+      p->set_rate_pps(escalated ? 10.0 : 1.0);
+      if (escalated) p->set_timeout_ms(escalated_timeout_ms);
     }
   }
-  const FollowedRates r = RatesFromPlan(tree, kSelf, plan);
+  return plan;
+}
+
+TEST(PlanFollowerRails, ARaisedEntryRaisesOnlyItsRailsFlows) {
+  auto t = FatTree::Build({.spines = 2, .leaves = 2, .hosts_per_leaf = 2, .rails = 2});
+  ASSERT_TRUE(t.ok());
+  const FatTree& tree = *t;
+  const FollowedRates r = RatesFromPlan(tree, kSelf, RailPlan(tree));
   int seen[2] = {0, 0};
   const std::vector<std::vector<Flow>> flows = BuildFlowPlan(tree, {.inter_leaf_flows = 2});
   for (const Flow& f : flows[kSelf]) {
@@ -180,6 +188,30 @@ TEST(PlanFollowerRails, ARaisedEntryRaisesOnlyItsRailsFlows) {
   }
   EXPECT_GT(seen[0], 0);
   EXPECT_GT(seen[1], 0);
+}
+
+// Each flow's timeout follows its plan entry: the escalated rail's own (250 ms), the other rail's
+// the plan's probe_timeout_ms, and without either the agent's default.
+TEST(PlanFollowerRails, EachFlowTimesOutAsItsEntrySays) {
+  auto t = FatTree::Build({.spines = 2, .leaves = 2, .hosts_per_leaf = 2, .rails = 2});
+  ASSERT_TRUE(t.ok());
+  const FatTree& tree = *t;
+  v1::ProbePlan plan = RailPlan(tree, 250);
+  const std::vector<std::vector<Flow>> flows = BuildFlowPlan(tree, {.inter_leaf_flows = 2});
+  for (uint32_t plan_ms : {0u, 2000u}) {
+    plan.set_probe_timeout_ms(plan_ms);
+    const FollowedRates r = RatesFromPlan(tree, kSelf, plan);
+    const double plan_s = plan_ms == 0 ? kProbeTimeoutS : 2.0;
+    int seen = 0;
+    for (const Flow& f : flows[kSelf]) {
+      const bool escalated = f.dst_host == kPeer && f.rail == 1;
+      EXPECT_DOUBLE_EQ(r.TimeoutOf(f), escalated ? 0.25 : plan_s)
+          << "host " << f.dst_host << " rail " << f.rail << " plan " << plan_ms;
+      seen += escalated;
+    }
+    EXPECT_GT(seen, 0);
+  }
+  EXPECT_DOUBLE_EQ(FollowedRates{}.TimeoutOf(flows[kSelf].front()), kProbeTimeoutS);
 }
 
 }  // namespace

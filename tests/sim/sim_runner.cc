@@ -328,6 +328,9 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
   double base_results = 0, extra_results = 0, peak_extra = 0, extra_this_second = 0;
   double base_this_second = 0;
   uint64_t escalated_agent_seconds = 0, sent_results = 0;
+  // Agent delivery: echoes the model drew slower than their flow's timeout, reported lost; and
+  // lost probes reported on a timeout shorter than the agent's default (escalated flows').
+  uint64_t late_echoes = 0, lost_on_short_timeout = 0;
   // What the plans ask of the simulated flows per second, summed over the fleet in the last second.
   double planned_last_second = 0;
   std::shared_ptr<const FollowedRates> rates;
@@ -390,15 +393,13 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
       } else {
         base_this_second += count;
       }
+      // The flow's timeout from the plan: an echo slower than it is a lost probe, reported then.
+      const double timeout_s = rates->TimeoutOf(f);
       for (double sent : instants) {
         const LatencySample ls = model.SampleLatency(f, rng);
-        HeldResult h;
-        h.flow = &f;
-        h.sent_s = sent;
-        h.lost = ls.lost;
-        h.rtt_ns = ls.lost ? 0 : ls.rtt_ns;
-        h.ready_s = sent + (ls.lost ? kProbeTimeoutS : static_cast<double>(ls.rtt_ns) * 1e-9);
-        h.urgent = ls.lost || raised;
+        HeldResult h = LatencyResult(&f, sent, ls.lost, ls.rtt_ns, timeout_s, raised);
+        late_echoes += !ls.lost && h.lost;
+        lost_on_short_timeout += h.lost && timeout_s < kProbeTimeoutS;
         h.seq = static_cast<uint64_t>(t);
         outbox[ui].Hold(h);
       }
@@ -559,6 +560,8 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
       {"sent_results", sent_results},
       {"sent_per_s", seconds > 0 ? static_cast<double>(sent_results) / seconds : 0.0},
       {"planned_per_s_last_second", planned_last_second},
+      {"late_echoes", late_echoes},
+      {"lost_on_short_timeout", lost_on_short_timeout},
       {"plans_received", final_stats.plans_received}};
   report["tracing"] = {{"enabled", tracing},
                        {"silent_switches", scenario.tracing.silent.size()},

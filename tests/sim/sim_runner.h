@@ -28,11 +28,11 @@ struct RunOptions {
   int batch_seconds = 0;
   // When results reach the aggregator (docs/simulator.md, "Delivery"). kAgent: as a real agent
   // delivers them (tests/sim/delivery.h): an answered probe's result after its echo, a lost one
-  // after the prober's 1 s timeout, in batches every report interval at the agent's phase, or
-  // sooner (at most every 250 ms) for a lost probe or an escalated flow's result. kSecond: the
-  // model before session 16, each simulated second's results at the agent's slot within that
-  // second (up to a second before a real agent could have them); for ingest benchmarks and
-  // comparisons with earlier figures.
+  // after its flow's probe timeout (the plan's: 1 s, an escalated entry's shorter), in batches
+  // every report interval at the agent's phase, or sooner (at most every 250 ms) for a lost probe
+  // or an escalated flow's result. kSecond: the model before session 16, each simulated second's
+  // results at the agent's slot within that second (up to a second before a real agent could have
+  // them); for ingest benchmarks and comparisons with earlier figures.
   enum class Delivery { kAgent, kSecond };
   Delivery delivery = Delivery::kAgent;
 };

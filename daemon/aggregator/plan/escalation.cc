@@ -225,6 +225,7 @@ std::vector<PlanOverlay> EscalationBudget::Overlays() const {
       }
       o.rate_pps = p.rate_factor * base_rate_pps_;
       o.flows = 1;  // the planned flows stay; each gets the raised rate
+      o.probe_timeout_ms = config_.probe_timeout_ms;
       o.trace_id = a.trace_id;
       out.push_back(std::move(o));
     }

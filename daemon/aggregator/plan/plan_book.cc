@@ -247,6 +247,7 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live,
         if (!peer.dst_nic.empty()) pp->set_dst_nic(peer.dst_nic);
       }
       if (peer.rdma_rc_round != 0) pp->set_rdma_rc_round(peer.rdma_rc_round);
+      if (peer.timeout_ms != 0 && !peer.rdma) pp->set_timeout_ms(peer.timeout_ms);
     }
     for (const TraceRequest& r : plan.trace_requests) {
       v1::TraceRequest* t = p.add_trace_requests();

@@ -74,6 +74,37 @@ TEST_F(PlanBookTest, EachPlanCarriesTheAddressesOfItsProbers) {
   EXPECT_GT(book_.PlanFor("a")->version(), v1);
 }
 
+// An escalation overlay's short probe timeout reaches both ends' entries toward each other on the
+// wire (PlannedPeer.timeout_ms); every other entry keeps 0 (the agent's default), and so do the
+// escalated ones once the overlay ends.
+TEST_F(PlanBookTest, AnEscalatedPairsEntriesCarryTheOverlaysProbeTimeout) {
+  const std::vector<AgentInfo> live = {Agent("a", "10.0.0.1"), Agent("b", "10.0.0.2"),
+                                       Agent("c", "10.0.0.3")};
+  Replan(live);
+  auto timeouts = [&](const std::string& node) {
+    std::map<std::string, uint32_t> out;
+    const auto plan = book_.PlanFor(node);
+    EXPECT_TRUE(plan.has_value()) << node;
+    if (!plan) return out;
+    for (const fabricwatch::v1::PlannedPeer& p : plan->peers()) out[p.node()] = p.timeout_ms();
+    return out;
+  };
+  EXPECT_EQ(timeouts("a"), (std::map<std::string, uint32_t>{{"b", 0}, {"c", 0}}));
+  PlanOverlay o{"escalation:a~b", {"a", "b"}, 10, 1};
+  o.probe_timeout_ms = 250;
+  book_.SetOverlay(o);
+  clock_.Advance(std::chrono::seconds(60));
+  ASSERT_TRUE(book_.MaybeReplan(clock_.MonotonicNanos(), [&] { return live; }));
+  EXPECT_EQ(timeouts("a"), (std::map<std::string, uint32_t>{{"b", 250}, {"c", 0}}));
+  EXPECT_EQ(timeouts("b"), (std::map<std::string, uint32_t>{{"a", 250}, {"c", 0}}));
+  EXPECT_EQ(timeouts("c"), (std::map<std::string, uint32_t>{{"a", 0}, {"b", 0}}));
+  EXPECT_EQ(book_.PlanFor("a")->probe_timeout_ms(), 0u);  // the plan-wide one: the agent's
+  book_.ClearOverlay(o.id);
+  clock_.Advance(std::chrono::seconds(60));
+  ASSERT_TRUE(book_.MaybeReplan(clock_.MonotonicNanos(), [&] { return live; }));
+  EXPECT_EQ(timeouts("a"), (std::map<std::string, uint32_t>{{"b", 0}, {"c", 0}}));
+}
+
 // A qualification round's bursts reach the sender's plan on the wire (ProbePlan.bursts) with the
 // receiver's responder address, and leave it when the overlay ends.
 TEST_F(PlanBookTest, OverlayBurstsReachTheSendersPlan) {

@@ -104,6 +104,10 @@ void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
     const double before = static_cast<double>(p.flows) * p.rate_pps;
     p.flows = std::max(p.flows, overlay.flows);
     p.rate_pps = std::max(p.rate_pps, overlay.rate_pps);
+    if (overlay.probe_timeout_ms != 0) {
+      p.timeout_ms = p.timeout_ms == 0 ? overlay.probe_timeout_ms
+                                       : std::min(p.timeout_ms, overlay.probe_timeout_ms);
+    }
     added_pps += static_cast<double>(p.flows) * p.rate_pps - before;
   };
   for (size_t m = 0; m < overlay.nodes.size(); ++m) {

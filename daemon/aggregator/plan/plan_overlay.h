@@ -30,6 +30,10 @@ struct PlanOverlay {
   std::vector<std::string> nodes;  // every ordered pair among them is probed
   double rate_pps = 0;             // per flow
   uint32_t flows = 1;
+  // Non-zero: the UDP entries the overlay raises or adds time out their probes after this many
+  // ms (the shorter of it and an entry's own), so that a dense pair's losses reach the analyzer
+  // one short timeout after they were sent instead of the agent's default 1 s. 0: as planned.
+  uint32_t probe_timeout_ms = 0;
   // Non-zero: each member also asks its agent to trace every flow toward the other members, ahead
   // of its other flows, once per id (TraceRequest).
   uint64_t trace_id = 0;
@@ -51,7 +55,8 @@ struct PlanOverlay {
 // the agent's token bucket does not drop the mesh. With `nics`, the entries raised are those
 // between the two members' NICs (see PlanOverlay::nics). Adds the overlay's bursts that `node`
 // sends to a peer `agent_of` knows (its first endpoint). With rdma_rate_pps, does the same for the
-// RDMA UD peers toward members with RDMA (each rail of RdmaRoutes). An rdma_rc burst marks (or
+// RDMA UD peers toward members with RDMA (each rail of RdmaRoutes; probe_timeout_ms is UDP's only).
+// An rdma_rc burst marks (or
 // adds) the sender's RC peer toward the receiver with the round. A node outside the overlay's nodes
 // and bursts is left as it was. Peers stay sorted by (node, address). With a trace_id, adds a trace
 // request per peer to the plan.

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string_view>
+#include <vector>
+
 #include "daemon/aggregator/plan/planner.h"
 
 namespace fw::aggregator {
@@ -16,6 +20,16 @@ std::vector<AgentInfo> Agents(int n) {
         AgentInfo{"n" + std::to_string(i), {{"198.18.0." + std::to_string(i), 9753, ""}}});
   }
   return out;
+}
+
+// ApplyOverlay's view of `agents` (borrowed).
+std::function<const AgentInfo*(std::string_view)> Lookup(const std::vector<AgentInfo>& agents) {
+  return [&agents](std::string_view n) -> const AgentInfo* {
+    for (const AgentInfo& a : agents) {
+      if (a.node == n) return &a;
+    }
+    return nullptr;
+  };
 }
 
 const PlannedPeer* Find(const Plan& p, const std::string& peer) {
@@ -67,12 +81,7 @@ TEST(PlanOverlayTest, MeshAmongTheSetAtTheRaisedRateUntilCleared) {
 // (rail 0's, whose flows do not cross the element). Without NICs the first entry, as before.
 TEST(PlanOverlayTest, RaisesTheEntryBetweenTheNamedNicsOfAMultiRailPlan) {
   const std::vector<AgentInfo> agents = Agents(2);
-  auto agent_of = [&](std::string_view n) -> const AgentInfo* {
-    for (const AgentInfo& a : agents) {
-      if (a.node == n) return &a;
-    }
-    return nullptr;
-  };
+  const auto agent_of = Lookup(agents);
   Plan base;
   for (int rail = 0; rail < 2; ++rail) {
     PlannedPeer p;
@@ -100,6 +109,44 @@ TEST(PlanOverlayTest, RaisesTheEntryBetweenTheNamedNicsOfAMultiRailPlan) {
   EXPECT_EQ(rates(plan), (std::vector<double>{10, 1}));
 }
 
+// An overlay's probe timeout shortens the entries it raises or adds (an entry's own shorter one
+// stays) and touches no other entry; an overlay without one (a qualification's) leaves them.
+TEST(PlanOverlayTest, AnOverlaysProbeTimeoutShortensOnlyTheEntriesItRaises) {
+  const std::vector<AgentInfo> agents = Agents(3);
+  const auto agent_of = Lookup(agents);
+  Plan base;
+  for (const char* peer : {"n2", "n3"}) {
+    PlannedPeer p;
+    p.node = peer;
+    p.address = agent_of(peer)->endpoints.front().address;
+    p.port = 9753;
+    p.rate_pps = 1;
+    base.peers.push_back(p);
+  }
+  PlanOverlay o{"escalation:n1~n2", {"n1", "n2"}, 10, 1};
+  o.probe_timeout_ms = 250;
+  Plan plan = base;
+  ApplyOverlay(o, "n1", agent_of, 64, plan);
+  EXPECT_EQ(Find(plan, "n2")->timeout_ms, 250u);
+  EXPECT_EQ(Find(plan, "n3")->timeout_ms, 0u);
+  // A peer added by the overlay (none planned toward it) gets it too.
+  plan = Plan{};
+  ApplyOverlay(o, "n2", agent_of, 64, plan);
+  ASSERT_NE(Find(plan, "n1"), nullptr);
+  EXPECT_EQ(Find(plan, "n1")->timeout_ms, 250u);
+  // An entry already shorter keeps its own.
+  plan = base;
+  plan.peers[0].timeout_ms = 100;
+  ApplyOverlay(o, "n1", agent_of, 64, plan);
+  EXPECT_EQ(Find(plan, "n2")->timeout_ms, 100u);
+  // Without one: as planned.
+  o.probe_timeout_ms = 0;
+  plan = base;
+  ApplyOverlay(o, "n1", agent_of, 64, plan);
+  EXPECT_EQ(Find(plan, "n2")->timeout_ms, 0u);
+  EXPECT_DOUBLE_EQ(Find(plan, "n2")->rate_pps, 10);
+}
+
 // An escalated pair need not be planned between the NICs it names (its flows were planned before
 // the plan changed, or its results came from another schedule): the entry is added between those
 // NICs, not raised on the first entry toward the peer, whose rail-0 flows would not cross a
@@ -114,12 +161,7 @@ TEST(PlanOverlayTest, AddsAnEntryBetweenTheNamedNicsWhenThePlanHasNone) {
     }
     agents.push_back(a);
   }
-  auto agent_of = [&](std::string_view n) -> const AgentInfo* {
-    for (const AgentInfo& a : agents) {
-      if (a.node == n) return &a;
-    }
-    return nullptr;
-  };
+  const auto agent_of = Lookup(agents);
   Plan base;
   PlannedPeer rail0;
   rail0.node = "n2";

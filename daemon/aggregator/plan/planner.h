@@ -110,6 +110,10 @@ struct PlannedPeer {
   std::shared_ptr<const RdmaRoute> rdma;       // Transport::kRdmaUd and kRdmaRc only
   // Transport::kRdmaRc, non-zero: one burst now for this qualification round (once per value).
   uint64_t rdma_rc_round = 0;
+  // Transport::kUdp, non-zero: each probe waits this long for its echo before it is lost
+  // (PlannedPeer.timeout_ms; an escalation's short one, PlanOverlay::probe_timeout_ms); 0: the
+  // agent's default.
+  uint32_t timeout_ms = 0;
 };
 
 // A bandwidth burst the agent runs now (a qualification round; fabricwatch.v1.BurstRequest).
