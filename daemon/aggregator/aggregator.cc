@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <filesystem>
 #include <span>
 
@@ -187,9 +188,27 @@ void Aggregator::Stop() {
 }
 
 void Aggregator::TickLoop() {
+  using Steady = std::chrono::steady_clock;
+  const auto period =
+      std::chrono::duration_cast<Steady::duration>(std::chrono::duration<double>(options_.tick_s));
+  const auto recheck = std::chrono::duration_cast<Steady::duration>(
+      std::chrono::duration<double>(analyzer_->config().dense_recheck_s));
   MutexLock lock(tick_mu_);
   while (!stopping_) {
-    tick_cv_.WaitFor(tick_mu_, std::chrono::duration<double>(options_.tick_s));
+    const auto next_tick = Steady::now() + period;
+    // Between ticks, only the dense test of links that wait for nothing else (Analyzer::Recheck),
+    // as their escalated probes' results arrive; the next tick keeps its period.
+    while (!stopping_ && recheck.count() > 0 && analyzer_->RecheckPending()) {
+      const auto at = Steady::now() + recheck;
+      if (at >= next_tick) break;
+      tick_cv_.WaitUntil(tick_mu_, at);
+      if (stopping_) break;
+      lock.Unlock();
+      analyzer_->Recheck();
+      lock.Lock();
+    }
+    if (stopping_) break;
+    tick_cv_.WaitUntil(tick_mu_, next_tick);
     if (stopping_) break;
     lock.Unlock();
     fleet_.Sweep();

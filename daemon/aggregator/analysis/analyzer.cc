@@ -205,6 +205,7 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
         }
       }
     }
+    if (a_.watching_) a_.RecordWatched(pair, flow, o);
     if (bad) {
       ev_.deferred.push_back(o);
     } else {
@@ -452,6 +453,7 @@ void Analyzer::Tick() {
     }
   }
   const ElementTracker::Changes changes = tracker_.EndTick(now_s, wall_ns);
+  PlanRechecks(ev);
   if (spdlog::should_log(spdlog::level::debug)) LogTimeline(ev);
   escalation_candidates_ =
       EscalationCandidates(BlameContext{map_.get(), flows_, tomography_, config_}, ev, tracker_);
@@ -461,6 +463,122 @@ void Analyzer::Tick() {
   Publish(changes, ev, now_s, wall_ns);
   MutexLock lock(views_mu_);
   stats_.last_tick_seconds = (RealClock::Get().MonotonicNanos() - started) * 1e-9;
+}
+
+void Analyzer::RecordWatched(const PairRef& pair, const FlowRef& flow, const FlowObs& o) {
+  tomography_.ForEachCandidate(o, [&](LinkIndex l, double w) {
+    if (w < 0.999 || l >= watch_.size() || !watch_[l]) return;
+    watched_flows_[l].push_back(
+        WatchedFlow{pair.src, pair.dst, pair.transport, flow.src_port, flow.flow_id, flow.paths, o});
+  });
+}
+
+void Analyzer::PlanRechecks(const Evaluation& ev) {
+  rechecks_.clear();
+  recheck_spec_ = ev.specs[static_cast<int>(Signal::kLoss)];
+  if (map_ && config_.dense_recheck_s > 0 && !watched_flows_.empty()) {
+    std::vector<uint8_t> blamed(map_->links().size(), 0);
+    for (const LinkBlame& b : ev.blames[static_cast<int>(Signal::kLoss)]) {
+      blamed[b.link] = 1;
+      for (LinkIndex l : b.tied) blamed[l] = 1;
+    }
+    for (auto& [link, flows] : watched_flows_) {
+      auto el = ev.link_elements.find(link);
+      if (el == ev.link_elements.end() || !tracker_.DenseRecheckable(el->second.first)) continue;
+      RecheckLink r{el->second.first, link, {}};
+      // A flow that surely crossed another link blamed for loss too may have lost its probes
+      // there (explain-away gave them to whichever was blamed first): it is left out.
+      for (WatchedFlow& f : flows) {
+        bool other = false;
+        tomography_.ForEachCandidate(f.way, [&](LinkIndex l, double) {
+          other |= l != link && l < blamed.size() && blamed[l];
+        });
+        if (!other) r.flows.push_back(std::move(f));
+      }
+      if (!r.flows.empty()) rechecks_.push_back(std::move(r));
+    }
+  }
+  watched_flows_.clear();
+  // The next scan keeps the flows that surely cross a link suspect or weakly lossy now: a link
+  // weak now that turns suspect at the next tick may wait for its dense data after it.
+  std::vector<LinkIndex> watch;
+  if (map_ && config_.dense_recheck_s > 0) {
+    for (const std::string& key : tracker_.SuspectOrWeak()) {
+      if (!key.starts_with("link:")) continue;
+      if (auto l = map_->FindLink(std::string_view(key).substr(5))) watch.push_back(*l);
+    }
+  }
+  if (!watching_ && watch.empty()) return;
+  watch_.assign(map_->links().size(), 0);
+  for (LinkIndex l : watch) watch_[l] = 1;
+  watching_ = !watch.empty();
+}
+
+int Analyzer::Recheck() {
+  if (rechecks_.empty()) return 0;
+  const int64_t now_ns = clock_.MonotonicNanos();
+  const int64_t wall_ns = clock_.WallNanos();
+  std::vector<TrackedFinding> opened;
+  for (auto it = rechecks_.begin(); it != rechecks_.end();) {
+    if (!tracker_.DenseRecheckable(it->element)) {
+      it = rechecks_.erase(it);
+      continue;
+    }
+    // The freshest probes of the link's flows, read where they are now: the two complete seconds
+    // and this second so far, as a tick reads them (FlowWindow::fresh_*).
+    std::map<NodeId, std::vector<const WatchedFlow*>> by_src;
+    for (const WatchedFlow& f : it->flows) by_src[f.src].push_back(&f);
+    double probes = 0, lost = 0;
+    for (const auto& [src, list] : by_src) {
+      flows_.ScanFrom(src, now_ns, [&](const PairRef& p, const FlowRef& fr, const FlowWindow& w) {
+        for (const WatchedFlow* f : list) {
+          if (f->dst == p.dst && f->transport == p.transport && f->src_port == fr.src_port &&
+              f->flow_id == fr.flow_id && f->paths == fr.paths) {
+            probes += w.fresh_probes;
+            lost += w.fresh_lost;
+            break;
+          }
+        }
+      });
+    }
+    // The tick's dense test (Blamer::FreshAlone) against the last tick's background.
+    const SignalSpec& spec = recheck_spec_;
+    const bool pass = probes >= config_.dense_confirm_min_probes && probes > 0 &&
+                      lost / probes >= spec.threshold &&
+                      PoissonSurprise(lost, spec.background * probes) >= spec.significance;
+    if (!pass) {
+      ++it;
+      continue;
+    }
+    spdlog::debug(
+        "component=analysis msg=\"dense between ticks\" element={} fresh_probes={:.0f} "
+        "fresh_lost={:.0f}",
+        it->element, probes, lost);
+    const ElementTracker::Changes changes = tracker_.ConfirmDense(
+        it->element, wall_ns,
+        {{"fresh_loss_confirmed", 1}, {"recent_probes", probes}, {"dense_between_ticks", 1}});
+    opened.insert(opened.end(), changes.material.begin(), changes.material.end());
+    it = rechecks_.erase(it);
+  }
+  if (!opened.empty()) PublishFindings(opened);
+  return static_cast<int>(opened.size());
+}
+
+void Analyzer::PublishFindings(const std::vector<TrackedFinding>& opened) {
+  for (const TrackedFinding& f : opened) {
+    spdlog::info("component=analysis msg=\"finding active\" id={} kind={} summary={}",
+                 LogQuote(f.id), f.finding.kind, LogQuote(f.finding.summary));
+  }
+  uint64_t store_errors = 0;
+  if (store_) {
+    (void)store_->Save(opened);
+    store_errors = store_->error_count();
+  }
+  std::vector<TrackedFinding> active = tracker_.ActiveFindings();
+  MutexLock lock(views_mu_);
+  active_view_ = std::move(active);
+  stats_.active_findings = active_view_.size();
+  if (store_) stats_.store_errors = store_errors;
 }
 
 void Analyzer::LogTimeline(const Evaluation& ev) const {

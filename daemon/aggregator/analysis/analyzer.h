@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
@@ -98,6 +99,13 @@ class Analyzer {
 
   // One evaluation. Call every tick (default 1 s).
   void Tick();
+  // Between ticks, every AnalysisConfig::dense_recheck_s while RecheckPending(): the dense loss
+  // test read again, on its links' surely-crossing flows, for links that had their evaluations at
+  // the last tick and wait only for the freshest data (ElementTracker::DenseRecheckable). A link
+  // that passes fires now (evidence `dense_between_ticks` 1, `recent_probes`). Tick thread, like
+  // Tick(). Returns how many fired.
+  int Recheck();
+  bool RecheckPending() const { return !rechecks_.empty(); }
 
   std::vector<TrackedFinding> Findings(bool active_only) const;
   std::vector<LinkView> Links() const;
@@ -141,6 +149,34 @@ class Analyzer {
   void LogTimeline(const Evaluation& ev) const;
   void Publish(const ElementTracker::Changes& changes, const Evaluation& ev, double now_s,
                int64_t now_wall_ns);
+  // Findings opened between ticks (Recheck): logged, stored and shown, as a tick's.
+  void PublishFindings(const std::vector<TrackedFinding>& opened);
+  // The scan's part of Recheck: a flow that surely crossed a watched link is kept for it.
+  void RecordWatched(const PairRef& pair, const FlowRef& flow, const FlowObs& o);
+  // After a tick: the links Recheck reads until the next one, and the links the next scan watches.
+  void PlanRechecks(const Evaluation& ev);
+
+  // A flow kept for Recheck: where it is in the pair store, and its way (FlowObs's path fields).
+  struct WatchedFlow {
+    NodeId src = 0;
+    NodeId dst = 0;
+    Transport transport = Transport::kUdp;
+    uint16_t src_port = 0;
+    uint32_t flow_id = 0;
+    const PathSet* paths = nullptr;  // identifies the flow's NIC pair within its pair
+    FlowObs way;
+  };
+  struct RecheckLink {
+    std::string element;
+    LinkIndex link = aggregator::kNoIndex;
+    std::vector<WatchedFlow> flows;
+  };
+  // Links whose surely-crossing flows this scan keeps (suspect or weak after the last tick).
+  std::vector<uint8_t> watch_;
+  bool watching_ = false;
+  std::unordered_map<LinkIndex, std::vector<WatchedFlow>> watched_flows_;
+  std::vector<RecheckLink> rechecks_;
+  SignalSpec recheck_spec_;  // the last tick's loss spec (background, threshold, significance)
 
   const Clock& clock_;
   std::shared_ptr<const FabricMap> map_;

@@ -176,6 +176,15 @@ struct AnalysisConfig {
   // are not shortened.
   int dense_confirm_ticks = 2;
   double dense_confirm_min_probes = 40;
+  // Between ticks, every this many seconds (0: never), the dense test is read again for a link
+  // that has had its `dense_confirm_ticks` evaluations of loss but whose freshest data did not yet
+  // pass it at the last tick (Analyzer::Recheck): the same test (the link's surely-crossing flows'
+  // freshest probes alone at `loss_significance` and `loss_ratio`, from at least
+  // `dense_confirm_min_probes`), read as the escalated probes' results arrive instead of at the
+  // next tick. An agent reports a lost probe only after its 1 s timeout, so the dense second's
+  // losses reach the aggregator a second after its probes, spread over the next tick's period.
+  // Nothing else is evaluated between ticks: suspicions, counts, latency and flaps stay per tick.
+  double dense_recheck_s = 0.25;
   // A lossy fabric link while a link beside it under one of its switches loses probes too (its own
   // unexplained flows: a loss blame or weak loss) waits this many evaluations more, and not the
   // dense confirmation: a lossy switch's links are blamed a few at a time (escalation makes the

@@ -31,6 +31,9 @@ struct Observation {
   // finding's level: the element may fire after `dense_confirm_ticks` instead of `confirm_ticks`
   // (AnalysisConfig), unless it asks for persistence.
   bool dense_confirmed = false;
+  // Loss evidence that the dense test may confirm (not latency alone, not held for its switch)
+  // and that it did not confirm in this evaluation: Analyzer::Recheck reads it again between ticks.
+  bool dense_recheck = false;
 };
 
 // Not thread-safe: the analyzer's tick thread owns it.
@@ -72,6 +75,18 @@ class ElementTracker {
     std::vector<TrackedFinding> touched;
   };
   Changes EndTick(double now_s, int64_t now_wall_ns);
+
+  // After EndTick: whether `element` is suspect on loss evidence that the dense test alone would
+  // fire now (Observation::dense_recheck, its `dense_confirm_ticks` evaluations counted as at a
+  // tick, no persistence asked), had the freshest data passed it.
+  bool DenseRecheckable(const std::string& element) const;
+  // Between ticks: the dense test passed on the freshest data for such an element (it is still
+  // DenseRecheckable): it fires now, as it would have at a tick, with `evidence` added to its
+  // finding. Returns the opened finding in `material`; nothing for any other element.
+  Changes ConfirmDense(const std::string& element, int64_t now_wall_ns,
+                       const std::map<std::string, double>& evidence);
+  // After EndTick: the elements suspect, or weakly lossy, after it.
+  std::vector<std::string> SuspectOrWeak() const;
 
   std::vector<TrackedFinding> ActiveFindings() const;
   ElementHealth HealthOf(const std::string& element) const;

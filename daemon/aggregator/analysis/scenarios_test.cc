@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -743,6 +746,61 @@ TEST(Scenarios, WeakEvidenceThenFreshLossConfirmsAtTheSuspicion) {
   EXPECT_EQ(fired_at(1, true), 4);   // weak too long ago: two evaluations
   EXPECT_EQ(fired_at(0, true), 4);
   EXPECT_EQ(fired_at(2, false), 5);  // no fresh confirmation: three evaluations
+}
+
+// Between ticks the dense test fires only what the tick's own dense rule would have fired had the
+// freshest data passed: a link with its evaluations counted (two, or a weak one and the
+// suspicion), on loss that may be densely confirmed, not yet confirmed. Latency alone, a link held
+// for its switch (no dense_recheck) and a first suspicion wait for their ticks.
+TEST(Scenarios, DenseRecheckFiresOnlyWhatTheTicksDenseRuleWould) {
+  Observation o;
+  o.finding.kind = "link_degraded";
+  o.dense_recheck = true;
+  const std::map<std::string, double> evidence = {{"dense_between_ticks", 1}};
+  {
+    ElementTracker tracker(AnalysisConfig{});
+    tracker.Weak("link:x");
+    EXPECT_TRUE(tracker.EndTick(1, 1'000'000'000).material.empty());
+    tracker.Observe("link:x", o);
+    EXPECT_TRUE(tracker.EndTick(2, 2'000'000'000).material.empty());
+    ASSERT_TRUE(tracker.DenseRecheckable("link:x"));
+    const auto changes = tracker.ConfirmDense("link:x", 2'250'000'000, evidence);
+    ASSERT_EQ(changes.material.size(), 1u);
+    EXPECT_EQ(changes.material[0].finding.kind, "link_degraded");
+    EXPECT_EQ(changes.material[0].finding.evidence.at("dense_between_ticks"), 1);
+    EXPECT_EQ(tracker.HealthOf("link:x"), ElementHealth::kFiring);
+    // Once firing, nothing more to confirm.
+    EXPECT_FALSE(tracker.DenseRecheckable("link:x"));
+    EXPECT_TRUE(tracker.ConfirmDense("link:x", 2'500'000'000, evidence).material.empty());
+  }
+  {
+    // A first suspicion without a weak evaluation before it: one evaluation, not two.
+    ElementTracker tracker(AnalysisConfig{});
+    tracker.Observe("link:x", o);
+    tracker.EndTick(1, 1'000'000'000);
+    EXPECT_FALSE(tracker.DenseRecheckable("link:x"));
+    EXPECT_TRUE(tracker.ConfirmDense("link:x", 1'250'000'000, evidence).material.empty());
+    tracker.Observe("link:x", o);
+    tracker.EndTick(2, 2'000'000'000);
+    EXPECT_TRUE(tracker.DenseRecheckable("link:x"));
+  }
+  auto recheckable_after_two = [&](Observation obs) {
+    ElementTracker tracker(AnalysisConfig{});
+    for (int t = 1; t <= 2; ++t) {
+      tracker.Observe("link:x", obs);
+      tracker.EndTick(t, t * 1'000'000'000LL);
+    }
+    return tracker.DenseRecheckable("link:x");
+  };
+  Observation latency = o;
+  latency.confirm_ticks = 30;  // latency alone asks for persistence
+  EXPECT_FALSE(recheckable_after_two(latency));
+  Observation held = o;
+  held.dense_recheck = false;  // held for its switch, or latency: blame_link does not set it
+  EXPECT_FALSE(recheckable_after_two(held));
+  Observation confirmed = o;
+  confirmed.dense_confirmed = true;  // fired at the tick already
+  EXPECT_FALSE(recheckable_after_two(confirmed));
 }
 
 // On a fleet whose links carry dense probes (32 flows per inter-leaf pair), 5 % loss on one link
