@@ -55,6 +55,11 @@ class ElementTracker {
   // the next evaluation, that evaluation counts towards `dense_confirm_ticks`: the fresh, escalated
   // data then confirms on its own a suspicion that the earlier data raised.
   void Weak(const std::string& element) { weak_now_.insert(element); }
+  // Between ticks: `element` is weakly lossy on evidence judged since the last EndTick (a lead
+  // found between ticks, Analyzer::BetweenTicks), which counts as the evaluation before the next
+  // tick: an element that turns suspect at the next tick has it as its weak lead, as if the last
+  // tick had called Weak() for it.
+  void WeakBeforeNextTick(const std::string& element) { weak_prev_.insert(element); }
   // During a tick: a per-second up/down reading of a link or NIC (for flapping). A down element
   // toggles back up only on a clean reading.
   // `clean`: read up with little loss (Evaluation::LinkInstant), the only reading that can end a
