@@ -519,8 +519,8 @@ void Analyzer::PlanRechecks(const Evaluation& ev) {
       // there (explain-away gave them to whichever was blamed first): it is left out.
       for (WatchedFlow& f : flows) {
         bool other = false;
-        tomography_.ForEachCandidate(f.way, [&](LinkIndex l, double) {
-          other |= l != link && l < blamed.size() && blamed[l];
+        tomography_.ForEachCandidate(f.way, [&, own = link](LinkIndex l, double) {
+          other |= l != own && l < blamed.size() && blamed[l];
         });
         if (!other) r.flows.push_back(std::move(f));
       }
@@ -662,7 +662,8 @@ int Analyzer::Recheck() {
     std::map<NodeId, std::vector<const WatchedFlow*>> by_src;
     for (const WatchedFlow& f : it->flows) by_src[f.key.src].push_back(&f);
     double probes = 0, lost = 0;
-    for (const auto& [src, list] : by_src) {
+    for (const auto& [src, of_src] : by_src) {
+      const std::vector<const WatchedFlow*>& list = of_src;
       flows_.ScanFrom(src, now_ns, [&](const PairRef& p, const FlowRef& fr, const FlowWindow& w) {
         for (const WatchedFlow* f : list) {
           if (f->key == FlowKey{p.src, p.dst, p.transport, fr.src_port, fr.flow_id} &&
