@@ -219,7 +219,7 @@ void Aggregator::TickLoop() {
       if (stopping_) break;
       lock.Unlock();
       analyzer_->BetweenTicks();
-      escalation_->BetweenTicks(std::chrono::duration<double>(next_tick - Steady::now()).count());
+      escalation_->BetweenTicks();
       ReplanAndPush(clock_.MonotonicNanos());
       lock.Lock();
     }

@@ -70,10 +70,9 @@ EscalationStage::EscalationStage(EscalationConfig config, analysis::Analyzer& an
 
 void EscalationStage::Tick() { Apply(analyzer_.escalation_candidates()); }
 
-bool EscalationStage::BetweenTicks(double to_next_tick_s) {
+bool EscalationStage::BetweenTicks() {
   std::vector<aggregator::EscalationRequest> leads = analyzer_.TakeBetweenTickLeads();
   if (leads.empty()) return false;
-  for (aggregator::EscalationRequest& r : leads) r.lead_extra_s = to_next_tick_s;
   std::vector<aggregator::EscalationRequest> requests = analyzer_.escalation_candidates();
   requests.insert(requests.end(), std::make_move_iterator(leads.begin()),
                   std::make_move_iterator(leads.end()));

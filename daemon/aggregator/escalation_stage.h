@@ -28,10 +28,9 @@ class EscalationStage {
   // evidence follow.
   void Tick();
   // Between ticks, after Analyzer::BetweenTicks(): the leads it found start now, with the last
-  // tick's requests (which renew as at a tick) so that nothing else ends early; each lead's course
-  // is longer by `to_next_tick_s` (EscalationRequest::lead_extra_s). True when the overlays
-  // changed (the plans must be pushed).
-  bool BetweenTicks(double to_next_tick_s);
+  // tick's requests (which renew as at a tick) so that nothing else ends early. True when the
+  // overlays changed (the plans must be pushed).
+  bool BetweenTicks();
 
   const EscalationBudget& budget() const { return budget_; }
 

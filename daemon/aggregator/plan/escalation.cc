@@ -154,8 +154,7 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
     Active a;
     a.since_s = now_s;
     a.until_s =
-        now_s + std::min(r->lead ? config_.lead_duration_s + std::max(0.0, r->lead_extra_s)
-                                 : config_.duration_s,
+        now_s + std::min(r->lead ? config_.lead_duration_s : config_.duration_s,
                          config_.max_duration_s);
     a.suspicion = r->suspicion;
     a.lead = r->lead;

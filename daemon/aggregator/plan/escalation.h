@@ -93,10 +93,6 @@ struct EscalationRequest {
   // EscalationConfig::lead_duration_s; running leads end when a new ordinary request cannot get
   // its first pair at the full rate from what is left.
   bool lead = false;
-  // Only a lead: its course runs this much longer than EscalationConfig::lead_duration_s. A lead
-  // started between the analyzer's ticks gets the time to the next tick, so that the evaluation
-  // after that one reads a whole dense second, as after a lead started at a tick.
-  double lead_extra_s = 0;
   // Only an ordinary request that is no suspicion: weak loss on a fabric link (lost probes on
   // more than one flow, evidence at least a lead's). For its first
   // EscalationConfig::lead_duration_s it may also spend what a lead may

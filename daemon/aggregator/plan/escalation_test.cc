@@ -282,27 +282,6 @@ TEST(EscalationBudgetTest, ALeadIsShortAndNotRenewedWhileItStaysALead) {
   EXPECT_NEAR(b.stats().extra_probes, 3 * 18.0, 1e-9);
 }
 
-// A lead started between the analyzer's ticks (EscalationRequest::lead_extra_s: the time to the
-// next tick) runs lead_duration_s past that tick, so that the evaluation after it reads a whole
-// dense second; the extra is a lead's only.
-TEST(EscalationBudgetTest, ALeadStartedBetweenTicksRunsItsCoursePastTheNextTick) {
-  EscalationConfig c;  // lead_duration_s 1
-  EscalationBudget b(c);
-  EscalationRequest lead = Lead("link:x", 1);
-  lead.lead_extra_s = 0.6;
-  EXPECT_TRUE(b.Update(10.4, {lead}, 1'000, 1.0));
-  EXPECT_FALSE(b.Update(11.0, {}, 1'000, 1.0));  // the next tick: still running
-  EXPECT_FALSE(b.Update(11.9, {}, 1'000, 1.0));
-  EXPECT_DOUBLE_EQ(b.EscalatedSince("link:x"), 10.4);
-  EXPECT_TRUE(b.Update(12.0, {}, 1'000, 1.0));  // 1 s past the next tick
-  EXPECT_LT(b.EscalatedSince("link:x"), 0);
-  EscalationRequest ordinary = Suspect("link:y", 1);
-  ordinary.lead_extra_s = 5;  // not a lead: its course is duration_s
-  EscalationBudget o(c);
-  EXPECT_TRUE(o.Update(0, {ordinary}, 1'000, 1.0));
-  EXPECT_TRUE(o.Update(0.5, {}, 1'000, 1.0));  // no longer asked for: ends
-}
-
 // Weak evidence that is no suspicion (EscalationRequest::lead_budget) spends what a lead may for
 // a lead's course: the plain 40/s pays for 3 one-flow pairs (2 at 10x, 1 at 3x), the lead's
 // 150/s for 8; a second later it keeps the 3 plain pairs and runs on, renewed. Become a
