@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <filesystem>
 #include <span>
 
@@ -131,9 +132,10 @@ Status Aggregator::Start() {
            [this](const std::vector<std::string>& nodes) {
              for (const std::string& n : nodes) collective_->pauses().Resume(n);
            },
-       .busy = [this](const std::vector<std::string>& nodes) {
-         return collective_->ScheduledJobOn(nodes);
-       }});
+       .busy =
+           [this](const std::vector<std::string>& nodes) {
+             return collective_->ScheduledJobOn(nodes);
+           }});
   auto http =
       http::Server::Start(options_.http_listen, 32, options_.web ? &*options_.web : nullptr);
   if (!http.ok()) return http.status();
@@ -186,10 +188,43 @@ void Aggregator::Stop() {
   spdlog::info("msg=\"aggregator stopped\"");
 }
 
+void Aggregator::ReplanAndPush(int64_t now) {
+  plans_->MaybeReplan(now, [this] {
+    const std::vector<NodeView> nodes = fleet_.Nodes();
+    probe_ingest_.SetKnownNodes(nodes);
+    return LiveAgents(nodes);
+  });
+  plans_->PushPending([this](const std::function<bool(const std::string&)>& wanted) {
+    if (grpc_) grpc_->PushPlans(wanted);
+  });
+}
+
 void Aggregator::TickLoop() {
+  using Steady = std::chrono::steady_clock;
+  const auto period =
+      std::chrono::duration_cast<Steady::duration>(std::chrono::duration<double>(options_.tick_s));
+  const auto between = std::chrono::duration_cast<Steady::duration>(
+      std::chrono::duration<double>(analyzer_->config().between_ticks_s));
   MutexLock lock(tick_mu_);
   while (!stopping_) {
-    tick_cv_.WaitFor(tick_mu_, std::chrono::duration<double>(options_.tick_s));
+    const auto next_tick = Steady::now() + period;
+    // Between ticks, on this thread (it owns the analyzer): lost probes just ingested may start
+    // escalation leads, and links that wait only for their dense data may fire
+    // (Analyzer::BetweenTicks); a re-plan the escalations or the last tick left pending goes out.
+    // The next tick keeps its period.
+    while (!stopping_ && between.count() > 0) {
+      const auto at = Steady::now() + between;
+      if (at >= next_tick) break;
+      tick_cv_.WaitUntil(tick_mu_, at);
+      if (stopping_) break;
+      lock.Unlock();
+      analyzer_->BetweenTicks();
+      escalation_->BetweenTicks();
+      ReplanAndPush(clock_.MonotonicNanos());
+      lock.Lock();
+    }
+    if (stopping_) break;
+    tick_cv_.WaitUntil(tick_mu_, next_tick);
     if (stopping_) break;
     lock.Unlock();
     fleet_.Sweep();
@@ -199,16 +234,8 @@ void Aggregator::TickLoop() {
     escalation_->Tick();
     // ...which the re-plan sends in this tick: the dense data a suspicion is confirmed or dropped
     // from starts a tick sooner than if it waited for the next one.
-    int64_t now = clock_.MonotonicNanos();
-    const bool replanned = plans_->MaybeReplan(now, [this] {
-      const std::vector<NodeView> nodes = fleet_.Nodes();
-      probe_ingest_.SetKnownNodes(nodes);
-      return LiveAgents(nodes);
-    });
-    if (replanned) now = clock_.MonotonicNanos();
-    plans_->PushPending([this](const std::function<bool(const std::string&)>& wanted) {
-      if (grpc_) grpc_->PushPlans(wanted);
-    });
+    ReplanAndPush(clock_.MonotonicNanos());
+    const int64_t now = clock_.MonotonicNanos();
     collective_->Tick([this] { return collective::CollectiveNodesOf(fleet_.Nodes(), map_.get()); },
                       now);
     // Tracked from the analyzer's next tick on, so /api/v1/findings and the status page show them.
@@ -249,6 +276,7 @@ void Aggregator::OnSessionProbeBatch(const std::string& node, const v1::ProbeBat
 
 void Aggregator::RecordResults(std::span<const ReportedProbe> results) {
   pairs_->RecordBatch(results);
+  analyzer_->NoteLost(results);  // after the store: a lead read between ticks finds the loss
   analyzer_->OnHostDelays(results);
   qualify_->OnResults(results);
 }

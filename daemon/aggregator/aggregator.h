@@ -99,6 +99,9 @@ class Aggregator final : public IngestSink {
  private:
   // The tick thread: every tick_s, each stage's periodic work in data-flow order.
   void TickLoop();
+  // Tick thread: re-plans if an overlay or membership change is pending and its spacing allows,
+  // and pushes the plans that changed.
+  void ReplanAndPush(int64_t now);
   void NoteQuarantined(const std::optional<QuarantinedFile>& q);
   // A batch's decoded results into the pair table, the host delays and qualification.
   void RecordResults(std::span<const ReportedProbe> results);

@@ -1,6 +1,8 @@
 // EscalationStage: analyzer suspects -> EscalationBudget -> PlanBook overlays, with metrics.
 #include "daemon/aggregator/escalation_stage.h"
 
+#include <iterator>
+
 #include "common/log.h"
 
 namespace fw::aggregator {
@@ -58,13 +60,32 @@ EscalationStage::EscalationStage(EscalationConfig config, analysis::Analyzer& an
                           .AddCounter("fabricwatch_escalation_trace_requests_total",
                                       "Trace requests sent to agents for escalated pairs (one per "
                                       "pair and direction; the agent traces every flow of it).")
-                          .WithLabels({})) {}
+                          .WithLabels({})),
+      between_ticks_(registry
+                         .AddCounter("fabricwatch_escalation_between_ticks_total",
+                                     "Escalations started between the analyzer's ticks: leads "
+                                     "from lost probes just ingested (also in "
+                                     "fabricwatch_escalation_started_total).")
+                         .WithLabels({})) {}
 
-void EscalationStage::Tick() {
+void EscalationStage::Tick() { Apply(analyzer_.escalation_candidates()); }
+
+bool EscalationStage::BetweenTicks() {
+  std::vector<aggregator::EscalationRequest> leads = analyzer_.TakeBetweenTickLeads();
+  if (leads.empty()) return false;
+  std::vector<aggregator::EscalationRequest> requests = analyzer_.escalation_candidates();
+  requests.insert(requests.end(), std::make_move_iterator(leads.begin()),
+                  std::make_move_iterator(leads.end()));
+  const uint64_t started = budget_.stats().started;
+  const bool changed = Apply(requests);
+  between_ticks_.Inc(static_cast<double>(budget_.stats().started - started));
+  return changed;
+}
+
+bool EscalationStage::Apply(const std::vector<aggregator::EscalationRequest>& requests) {
   const double now_s = static_cast<double>(clock_.MonotonicNanos()) * 1e-9;
   const double baseline = plans_.BasePps();
-  const bool changed =
-      budget_.Update(now_s, analyzer_.escalation_candidates(), baseline, base_rate_pps_);
+  const bool changed = budget_.Update(now_s, requests, baseline, base_rate_pps_);
   if (changed) {
     std::map<std::string, uint64_t> now_set;
     for (PlanOverlay& o : budget_.Overlays()) {
@@ -100,6 +121,7 @@ void EscalationStage::Tick() {
         s.leads_started - last_.leads_started);
   }
   last_ = s;
+  return changed;
 }
 
 }  // namespace fw::aggregator

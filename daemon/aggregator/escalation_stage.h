@@ -5,6 +5,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "daemon/aggregator/analysis/analyzer.h"
@@ -26,6 +27,10 @@ class EscalationStage {
   // After Analyzer::Tick(): escalates, renews and ends; the overlays and the analyzer's escalation
   // evidence follow.
   void Tick();
+  // Between ticks, after Analyzer::BetweenTicks(): the leads it found start now, with the last
+  // tick's requests (which renew as at a tick) so that nothing else ends early. True when the
+  // overlays changed (the plans must be pushed).
+  bool BetweenTicks();
 
   const EscalationBudget& budget() const { return budget_; }
 
@@ -35,6 +40,9 @@ class EscalationStage {
   PlanBook& plans_;
   const double base_rate_pps_;
   const Clock& clock_;
+  // Budget update with `requests`, overlays, the analyzer's escalations and the metrics; true when
+  // the escalated pairs changed.
+  bool Apply(const std::vector<aggregator::EscalationRequest>& requests);
   std::map<std::string, uint64_t> overlays_;  // set on the PlanBook now: id -> trace id
   EscalationStats last_;                      // counters are fed by the difference
   metrics::Gauge& active_elements_;
@@ -47,6 +55,7 @@ class EscalationStage {
   metrics::Counter& refused_;
   metrics::Counter& extra_probes_;
   metrics::Counter& trace_requests_;
+  metrics::Counter& between_ticks_;
 };
 
 }  // namespace fw::aggregator

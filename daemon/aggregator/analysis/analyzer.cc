@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <set>
 #include <unordered_map>
 
 #include "common/log.h"
@@ -170,41 +171,8 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
       cur_.paths = paths;
       cur_.rail_bad = true;
     }
-    o.src_access = paths.src_access;
-    o.dst_access = paths.dst_access;
-    o.core = paths.core.get();
-    o.path = flow.path;
-    o.path_source = flow.path >= 0 || !o.core || o.core->paths.size() <= 1
-                        ? PathSource::kMap
-                        : PathSource::kCandidates;
-    // A traced path is the flow's own: it wins over the map's convention. Only UDP flows: the
-    // trace probes share their 5-tuple, and other transports hash differently.
-    if (a_.traced_ && o.core && o.core->paths.size() > 1 && pair.transport == Transport::kUdp &&
-        !a_.traced_->empty()) {
-      // Only a trace taken between the flow's own NICs: two rails may share source ports.
-      const FlowNics nics = NicsOfPaths(*a_.map_, paths);
-      const std::optional<int32_t> traced =
-          a_.traced_->PathOf(pair.src, pair.dst, flow.src_port, now_ns_, nics);
-      if (traced && static_cast<size_t>(*traced) < o.core->paths.size()) {
-        const int32_t map_path = o.path;  // the map's convention (deterministic), or -1
-        o.path = *traced;
-        o.path_source = PathSource::kTraced;
-        ++ev_.traced_flows;
-        const std::optional<int32_t> echo =
-            a_.traced_->EchoPathOf(pair.src, pair.dst, flow.src_port, now_ns_, nics);
-        if (echo && static_cast<size_t>(*echo) < o.core->paths.size()) {
-          o.echo_path = *echo;
-        } else if (map_path >= 0 && map_path != o.path) {
-          // The trace shows the probe's way only. Where it left the map's path (its leaf routes
-          // around a down uplink), the echo still follows the map's path, pinned the same way
-          // from the far leaf: the down link's spine keeps dropping it there until a trace of
-          // the echo says otherwise. Voting the flow onto the detour alone blamed the leaf's
-          // other uplink for the down link's losses (switch_degraded on the leaf in the namespace
-          // demo, `Scenarios.HeldDownUplinkWhoseLeafRoutesAroundItStaysLinkDown`).
-          o.echo_path = map_path;
-        }
-      }
-    }
+    if (a_.ResolveWay(pair, paths, flow, now_ns_, o)) ++ev_.traced_flows;
+    if (a_.watching_) a_.RecordWatched(pair, flow, o);
     if (bad) {
       ev_.deferred.push_back(o);
     } else {
@@ -284,6 +252,48 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
   bool has_data_ = false;
   const int64_t now_ns_;
 };
+
+// The flow's way through the fabric: its access links, its core paths and the path it took (the
+// map's convention, else its fresh trace, else every candidate). True when a trace named it.
+bool Analyzer::ResolveWay(const PairRef& pair, const PathSet& paths, const FlowRef& flow,
+                          int64_t now_ns, FlowObs& o) const {
+  bool traced_now = false;
+  o.src_access = paths.src_access;
+  o.dst_access = paths.dst_access;
+  o.core = paths.core.get();
+  o.path = flow.path;
+  o.path_source = flow.path >= 0 || !o.core || o.core->paths.size() <= 1 ? PathSource::kMap
+                                                                         : PathSource::kCandidates;
+  // A traced path is the flow's own: it wins over the map's convention. Only UDP flows: the
+  // trace probes share their 5-tuple, and other transports hash differently.
+  if (traced_ && o.core && o.core->paths.size() > 1 && pair.transport == Transport::kUdp &&
+      !traced_->empty()) {
+    // Only a trace taken between the flow's own NICs: two rails may share source ports.
+    const FlowNics nics = NicsOfPaths(*map_, paths);
+    const std::optional<int32_t> traced =
+        traced_->PathOf(pair.src, pair.dst, flow.src_port, now_ns, nics);
+    if (traced && static_cast<size_t>(*traced) < o.core->paths.size()) {
+      const int32_t map_path = o.path;  // the map's convention (deterministic), or -1
+      o.path = *traced;
+      o.path_source = PathSource::kTraced;
+      traced_now = true;
+      const std::optional<int32_t> echo =
+          traced_->EchoPathOf(pair.src, pair.dst, flow.src_port, now_ns, nics);
+      if (echo && static_cast<size_t>(*echo) < o.core->paths.size()) {
+        o.echo_path = *echo;
+      } else if (map_path >= 0 && map_path != o.path) {
+        // The trace shows the probe's way only. Where it left the map's path (its leaf routes
+        // around a down uplink), the echo still follows the map's path, pinned the same way
+        // from the far leaf: the down link's spine keeps dropping it there until a trace of
+        // the echo says otherwise. Voting the flow onto the detour alone blamed the leaf's
+        // other uplink for the down link's losses (switch_degraded on the leaf in the namespace
+        // demo, `Scenarios.HeldDownUplinkWhoseLeafRoutesAroundItStaysLinkDown`).
+        o.echo_path = map_path;
+      }
+    }
+  }
+  return traced_now;
+}
 
 Analyzer::Analyzer(const Clock& clock, std::shared_ptr<const FabricMap> map,
                    aggregator::PairTable* pairs, AnalysisConfig config, PathResolver resolver,
@@ -404,6 +414,12 @@ void Analyzer::Tick() {
   const int64_t now_ns = clock_.MonotonicNanos();
   const double now_s = static_cast<double>(now_ns) * 1e-9;
   const int64_t wall_ns = clock_.WallNanos();
+  // The tick reads every lost probe itself: what BetweenTicks() has not judged yet is its.
+  {
+    MutexLock lock(lost_mu_);
+    lost_notes_.clear();
+  }
+  between_leads_.clear();
   RefreshBaselines(now_ns);
 
   Evaluation ev;
@@ -452,6 +468,7 @@ void Analyzer::Tick() {
     }
   }
   const ElementTracker::Changes changes = tracker_.EndTick(now_s, wall_ns);
+  PlanRechecks(ev);
   if (spdlog::should_log(spdlog::level::debug)) LogTimeline(ev);
   escalation_candidates_ =
       EscalationCandidates(BlameContext{map_.get(), flows_, tomography_, config_}, ev, tracker_);
@@ -461,6 +478,241 @@ void Analyzer::Tick() {
   Publish(changes, ev, now_s, wall_ns);
   MutexLock lock(views_mu_);
   stats_.last_tick_seconds = (RealClock::Get().MonotonicNanos() - started) * 1e-9;
+}
+
+void Analyzer::RecordWatched(const PairRef& pair, const FlowRef& flow, const FlowObs& o) {
+  tomography_.ForEachCandidate(o, [&](LinkIndex l, double w) {
+    if (w < 0.999 || l >= watch_.size() || !watch_[l]) return;
+    watched_flows_[l].push_back(WatchedFlow{
+        {pair.src, pair.dst, pair.transport, flow.src_port, flow.flow_id}, flow.paths, o});
+  });
+}
+
+void Analyzer::PlanRechecks(const Evaluation& ev) {
+  rechecks_.clear();
+  recheck_spec_ = ev.specs[static_cast<int>(Signal::kLoss)];
+  if (map_ && config_.between_ticks_s > 0) {
+    loss_blamed_.assign(map_->links().size(), 0);
+    for (const auto* list : {&ev.blames[static_cast<int>(Signal::kLoss)], &ev.weak_loss}) {
+      for (const LinkBlame& b : *list) {
+        loss_blamed_[b.link] = 1;
+        for (LinkIndex l : b.tied) loss_blamed_[l] = 1;
+      }
+    }
+    loss_noisy_.assign(ev.hosts.size(), 0);
+    const int k = static_cast<int>(Signal::kLoss);
+    for (size_t n = 0; n < ev.hosts.size(); ++n) {
+      loss_noisy_[n] = (ev.hosts[n].noisy_out_by[k] ? 1 : 0) | (ev.hosts[n].noisy_in_by[k] ? 2 : 0);
+    }
+  }
+  if (map_ && config_.between_ticks_s > 0 && !watched_flows_.empty()) {
+    std::vector<uint8_t> blamed(map_->links().size(), 0);
+    for (const LinkBlame& b : ev.blames[static_cast<int>(Signal::kLoss)]) {
+      blamed[b.link] = 1;
+      for (LinkIndex l : b.tied) blamed[l] = 1;
+    }
+    for (auto& [link, flows] : watched_flows_) {
+      auto el = ev.link_elements.find(link);
+      if (el == ev.link_elements.end() || !tracker_.DenseRecheckable(el->second.first)) continue;
+      RecheckLink r{el->second.first, link, {}};
+      // A flow that surely crossed another link blamed for loss too may have lost its probes
+      // there (explain-away gave them to whichever was blamed first): it is left out.
+      for (WatchedFlow& f : flows) {
+        bool other = false;
+        tomography_.ForEachCandidate(f.way, [&, own = link](LinkIndex l, double) {
+          other |= l != own && l < blamed.size() && blamed[l];
+        });
+        if (!other) r.flows.push_back(std::move(f));
+      }
+      if (!r.flows.empty()) rechecks_.push_back(std::move(r));
+    }
+  }
+  watched_flows_.clear();
+  // The next scan keeps the flows that surely cross a link suspect or weakly lossy now: a link
+  // weak now that turns suspect at the next tick may wait for its dense data after it.
+  std::vector<LinkIndex> watch;
+  if (map_ && config_.between_ticks_s > 0) {
+    for (const std::string& key : tracker_.SuspectOrWeak()) {
+      if (!key.starts_with("link:")) continue;
+      if (auto l = map_->FindLink(std::string_view(key).substr(5))) watch.push_back(*l);
+    }
+  }
+  if (!watching_ && watch.empty()) return;
+  watch_.assign(map_->links().size(), 0);
+  for (LinkIndex l : watch) watch_[l] = 1;
+  watching_ = !watch.empty();
+}
+
+void Analyzer::NoteLost(std::span<const aggregator::ReportedProbe> results) {
+  if (!map_ || config_.between_ticks_s <= 0 || config_.escalate_lead_significance <= 0) return;
+  std::vector<FlowKey> notes;
+  for (const aggregator::ReportedProbe& r : results) {
+    if (!r.lost) continue;
+    FlowKey n{r.src_id, r.dst_id, r.transport, r.src_port, r.flow_id};
+    if (n.src == kNoNode) {  // named by name (tests, tools)
+      n.src = flows_.FindNode(r.src_node).value_or(kNoNode);
+      n.dst = flows_.FindNode(r.dst_node).value_or(kNoNode);
+    }
+    if (n.src != kNoNode && n.dst != kNoNode) notes.push_back(n);
+  }
+  if (notes.empty()) return;
+  MutexLock lock(lost_mu_);
+  const size_t room = kMaxLostNotes - std::min(kMaxLostNotes, lost_notes_.size());
+  lost_notes_.insert(lost_notes_.end(), notes.begin(),
+                     notes.begin() + static_cast<std::ptrdiff_t>(std::min(room, notes.size())));
+}
+
+int Analyzer::BetweenTicks() {
+  if (config_.between_ticks_s <= 0) return 0;
+  if (map_ && tick_count_ > 0) LeadsBetweenTicks(clock_.MonotonicNanos());
+  const int fired = Recheck();
+  if (fired > 0) {
+    MutexLock lock(views_mu_);
+    stats_.between_tick_findings += static_cast<uint64_t>(fired);
+  }
+  return fired;
+}
+
+void Analyzer::LeadsBetweenTicks(int64_t now_ns) {
+  std::vector<FlowKey> notes;
+  {
+    MutexLock lock(lost_mu_);
+    notes.swap(lost_notes_);
+  }
+  if (notes.empty() || loss_blamed_.empty()) return;
+  std::sort(notes.begin(), notes.end());
+  notes.erase(std::unique(notes.begin(), notes.end()), notes.end());
+  SignalSpec spec = recheck_spec_;  // the last tick's loss background, as Evaluate's lead pass
+  spec.significance = config_.escalate_lead_significance;
+  const BlameContext ctx{map_.get(), flows_, tomography_, config_};
+  std::set<LinkIndex> led;
+  size_t found = 0, sources = 0;
+  for (auto first = notes.begin(); first != notes.end();) {
+    const NodeId src = first->src;
+    // Each source costs a walk over its pairs: a fault that makes many sources lose probes at
+    // once (a switch down) is the tick's to read, and the first sources already lead to it.
+    if (++sources > kMaxLeadSourcesPerPass) break;
+    const auto last =
+        std::find_if(first, notes.end(), [&](const FlowKey& n) { return n.src != src; });
+    if ((src < loss_noisy_.size() && (loss_noisy_[src] & 1)) || src >= flows_.NodeCount()) {
+      first = last;
+      continue;
+    }
+    flows_.ScanFrom(
+        src, now_ns, [&](const PairRef& pair, const FlowRef& flow, const FlowWindow& w) {
+          if (w.lost == 0) return;
+          const FlowKey key{pair.src, pair.dst, pair.transport, flow.src_port, flow.flow_id};
+          if (!std::binary_search(first, last, key)) return;
+          if (pair.dst < loss_noisy_.size() && (loss_noisy_[pair.dst] & 2)) return;
+          const PathSet& paths = flow.paths ? *flow.paths : pair.paths;
+          if (paths.path_class == PathClass::kUnknown || !paths.core) return;
+          FlowObs o;
+          o.src = pair.src;
+          o.dst = pair.dst;
+          o.probes = w.probes;
+          o.lost = w.lost;
+          ResolveWay(pair, paths, flow, now_ns, o);
+          // Explained by a link the last tick blamed for loss: that blame escalates it, not a lead.
+          bool explained = false;
+          tomography_.ForEachCandidate(o, [&](LinkIndex l, double) {
+            explained |= l < loss_blamed_.size() && loss_blamed_[l];
+          });
+          if (explained) return;
+          const std::optional<LinkBlame> lead = tomography_.LeadOf(o, spec);
+          if (!lead || !led.insert(lead->link).second) return;
+          const std::string element = "link:" + map_->links()[lead->link].id;
+          if (tracker_.HealthOf(element) != ElementHealth::kOk) return;
+          // The fabric links the lost flow surely crossed: each may fire at the next tick on its
+          // dense data alone, as after a lead seen at a tick (LeadLinks).
+          tomography_.ForEachCandidate(o, [&](LinkIndex l, double wt) {
+            if (wt < 0.999 || map_->links()[l].IsAccess()) return;
+            tracker_.WeakBeforeNextTick("link:" + map_->links()[l].id);
+            if (watch_.size() != map_->links().size()) watch_.assign(map_->links().size(), 0);
+            watch_[l] = 1;
+            watching_ = true;
+          });
+          between_leads_.push_back(LeadRequest(ctx, element, lead->link, pair.src, pair.dst,
+                                               pair.flows,
+                                               &paths != &pair.paths ? &paths : nullptr));
+          ++found;
+          spdlog::debug(
+              "component=analysis msg=\"lead between ticks\" link={} significance={:.1f} lost={}",
+              map_->links()[lead->link].id, lead->significance, w.lost);
+        });
+    first = last;
+  }
+  if (found > 0) {
+    MutexLock lock(views_mu_);
+    stats_.between_tick_leads += found;
+  }
+}
+
+int Analyzer::Recheck() {
+  if (rechecks_.empty()) return 0;
+  const int64_t now_ns = clock_.MonotonicNanos();
+  const int64_t wall_ns = clock_.WallNanos();
+  std::vector<TrackedFinding> opened;
+  for (auto it = rechecks_.begin(); it != rechecks_.end();) {
+    if (!tracker_.DenseRecheckable(it->element)) {
+      it = rechecks_.erase(it);
+      continue;
+    }
+    // The freshest probes of the link's flows, read where they are now: the two complete seconds
+    // and this second so far, as a tick reads them (FlowWindow::fresh_*).
+    std::map<NodeId, std::vector<const WatchedFlow*>> by_src;
+    for (const WatchedFlow& f : it->flows) by_src[f.key.src].push_back(&f);
+    double probes = 0, lost = 0;
+    for (const auto& [src, of_src] : by_src) {
+      const std::vector<const WatchedFlow*>& list = of_src;
+      flows_.ScanFrom(src, now_ns, [&](const PairRef& p, const FlowRef& fr, const FlowWindow& w) {
+        for (const WatchedFlow* f : list) {
+          if (f->key == FlowKey{p.src, p.dst, p.transport, fr.src_port, fr.flow_id} &&
+              f->paths == fr.paths) {
+            probes += w.fresh_probes;
+            lost += w.fresh_lost;
+            break;
+          }
+        }
+      });
+    }
+    // The tick's dense test (Blamer::FreshAlone) against the last tick's background.
+    const SignalSpec& spec = recheck_spec_;
+    const bool pass = probes >= config_.dense_confirm_min_probes && probes > 0 &&
+                      lost / probes >= spec.threshold &&
+                      PoissonSurprise(lost, spec.background * probes) >= spec.significance;
+    if (!pass) {
+      ++it;
+      continue;
+    }
+    spdlog::debug(
+        "component=analysis msg=\"dense between ticks\" element={} fresh_probes={:.0f} "
+        "fresh_lost={:.0f}",
+        it->element, probes, lost);
+    const ElementTracker::Changes changes = tracker_.ConfirmDense(
+        it->element, wall_ns,
+        {{"fresh_loss_confirmed", 1}, {"recent_probes", probes}, {"dense_between_ticks", 1}});
+    opened.insert(opened.end(), changes.material.begin(), changes.material.end());
+    it = rechecks_.erase(it);
+  }
+  if (!opened.empty()) PublishFindings(opened);
+  return static_cast<int>(opened.size());
+}
+
+void Analyzer::PublishFindings(const std::vector<TrackedFinding>& opened) {
+  for (const TrackedFinding& f : opened) {
+    spdlog::info("component=analysis msg=\"finding active\" id={} kind={} summary={}",
+                 LogQuote(f.id), f.finding.kind, LogQuote(f.finding.summary));
+  }
+  uint64_t store_errors = 0;
+  if (store_) {
+    (void)store_->Save(opened);
+    store_errors = store_->error_count();
+  }
+  std::vector<TrackedFinding> active = tracker_.ActiveFindings();
+  MutexLock lock(views_mu_);
+  active_view_ = std::move(active);
+  stats_.active_findings = active_view_.size();
+  if (store_) stats_.store_errors = store_errors;
 }
 
 void Analyzer::LogTimeline(const Evaluation& ev) const {
@@ -489,9 +741,10 @@ void Analyzer::LogTimeline(const Evaluation& ev) const {
     }
   }
   for (const auto& [element, obs] : ev.observations) {
-    spdlog::debug("component=analysis msg=\"element bad\" element={} kind={} health={} escalated={}",
-                  element, obs.finding.kind, ElementHealthName(tracker_.HealthOf(element)),
-                  escalated_.contains(element) ? 1 : 0);
+    spdlog::debug(
+        "component=analysis msg=\"element bad\" element={} kind={} health={} escalated={}", element,
+        obs.finding.kind, ElementHealthName(tracker_.HealthOf(element)),
+        escalated_.contains(element) ? 1 : 0);
   }
 }
 

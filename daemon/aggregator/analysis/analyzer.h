@@ -12,6 +12,8 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -67,6 +69,10 @@ struct TickStats {
   // rdma_ud series not created because their table was full (HostDelays, RdmaLosses::kMaxSeries).
   uint64_t rdma_host_delay_refused = 0;
   uint64_t rdma_loss_refused = 0;
+  // Since start: leads found between ticks (Analyzer::BetweenTicks), and findings that fired
+  // between ticks (the dense recheck).
+  uint64_t between_tick_leads = 0;
+  uint64_t between_tick_findings = 0;
 };
 
 class Analyzer {
@@ -76,8 +82,7 @@ class Analyzer {
   // source of the long-window baselines and of the per-flow short windows. New flows in it get
   // their path from `resolver`. `store` may be null.
   Analyzer(const Clock& clock, std::shared_ptr<const FabricMap> map, aggregator::PairTable* pairs,
-           AnalysisConfig config = {}, PathResolver resolver = {},
-           FindingsStore* store = nullptr);
+           AnalysisConfig config = {}, PathResolver resolver = {}, FindingsStore* store = nullptr);
   ~Analyzer();
   Analyzer(const Analyzer&) = delete;
   Analyzer& operator=(const Analyzer&) = delete;
@@ -98,6 +103,37 @@ class Analyzer {
 
   // One evaluation. Call every tick (default 1 s).
   void Tick();
+  // Ingest threads, beside PairTable::RecordBatch: notes the lost probes of `results` for the
+  // next BetweenTicks() (at most kMaxLostNotes between two of its calls; the tick reads the rest).
+  // Cheap: nothing is evaluated here. Nothing without a map, with leads off
+  // (escalate_lead_significance 0) or between-tick work off (between_ticks_s 0).
+  void NoteLost(std::span<const aggregator::ReportedProbe> results);
+  static constexpr size_t kMaxLostNotes = 1024;
+  // Source nodes whose noted flows one BetweenTicks() reads at most (the rest wait for the tick).
+  static constexpr size_t kMaxLeadSourcesPerPass = 32;
+  // Tick thread, every AnalysisConfig::between_ticks_s between two Tick()s: what arrived since is
+  // judged by two of the tick's rules, and nothing else is evaluated.
+  // - Leads: each flow noted lost (NoteLost) that makes a lead by the tick's rule
+  //   (Tomography::LeadOf against the last tick's link totals and loss background; not a flow of a
+  //   host the last tick found noisy for loss, nor one that crosses a link the last tick blamed
+  //   for loss, weakly or not; its link healthy) becomes a lead escalation request now
+  //   (TakeBetweenTickLeads), and the fabric links it surely crossed count it as their weak
+  //   evaluation before the next tick (ElementTracker::WeakBeforeNextTick).
+  // - Dense rechecks (Recheck()).
+  // Returns the findings that fired.
+  int BetweenTicks();
+  // The lead escalation requests the last BetweenTicks() found (EscalationRequest::lead), moved
+  // out; the escalation stage adds them to the last tick's candidates. Tick thread.
+  std::vector<aggregator::EscalationRequest> TakeBetweenTickLeads() {
+    return std::exchange(between_leads_, {});
+  }
+  // Between ticks, every AnalysisConfig::between_ticks_s while RecheckPending(): the dense loss
+  // test read again, on its links' surely-crossing flows, for links that had their evaluations at
+  // the last tick and wait only for the freshest data (ElementTracker::DenseRecheckable). A link
+  // that passes fires now (evidence `dense_between_ticks` 1, `recent_probes`). Tick thread, like
+  // Tick(). Returns how many fired.
+  int Recheck();
+  bool RecheckPending() const { return !rechecks_.empty(); }
 
   std::vector<TrackedFinding> Findings(bool active_only) const;
   std::vector<LinkView> Links() const;
@@ -141,6 +177,53 @@ class Analyzer {
   void LogTimeline(const Evaluation& ev) const;
   void Publish(const ElementTracker::Changes& changes, const Evaluation& ev, double now_s,
                int64_t now_wall_ns);
+  // Findings opened between ticks (Recheck): logged, stored and shown, as a tick's.
+  void PublishFindings(const std::vector<TrackedFinding>& opened);
+  // The scan's part of Recheck: a flow that surely crossed a watched link is kept for it.
+  void RecordWatched(const PairRef& pair, const FlowRef& flow, const FlowObs& o);
+  // After a tick: the links Recheck reads until the next one, the links the next scan watches,
+  // and what BetweenTicks() judges leads against (loss spec, loss-blamed links, noisy hosts).
+  void PlanRechecks(const Evaluation& ev);
+  // The flow's way (FlowObs's path fields) from its paths, its trace or the map's convention, as
+  // the scan sets it. True when a fresh trace named its path.
+  bool ResolveWay(const PairRef& pair, const PathSet& paths, const FlowRef& flow, int64_t now_ns,
+                  FlowObs& o) const;
+  // BetweenTicks()'s leads from the flows noted lost since its last call.
+  void LeadsBetweenTicks(int64_t now_ns);
+
+  // A flow of the pair store: its pair, transport, source port and planned index.
+  struct FlowKey {
+    NodeId src = 0;
+    NodeId dst = 0;
+    Transport transport = Transport::kUdp;
+    uint16_t src_port = 0;
+    uint32_t flow_id = 0;
+    auto operator<=>(const FlowKey&) const = default;
+  };
+  // A flow kept for Recheck: where it is in the pair store, and its way (FlowObs's path fields).
+  struct WatchedFlow {
+    FlowKey key;
+    const PathSet* paths = nullptr;  // identifies the flow's NIC pair within its pair
+    FlowObs way;
+  };
+  struct RecheckLink {
+    std::string element;
+    LinkIndex link = aggregator::kNoIndex;
+    std::vector<WatchedFlow> flows;
+  };
+  // Links whose surely-crossing flows this scan keeps (suspect or weak after the last tick).
+  std::vector<uint8_t> watch_;
+  bool watching_ = false;
+  std::unordered_map<LinkIndex, std::vector<WatchedFlow>> watched_flows_;
+  std::vector<RecheckLink> rechecks_;
+  SignalSpec recheck_spec_;  // the last tick's loss spec (background, threshold, significance)
+  // What the last tick leaves for BetweenTicks()'s leads: links blamed for loss (weakly or not,
+  // with their ties), and per node 1: noisy for loss as prober, 2: as target.
+  std::vector<uint8_t> loss_blamed_;
+  std::vector<uint8_t> loss_noisy_;
+  std::vector<aggregator::EscalationRequest> between_leads_;
+  mutable Mutex lost_mu_;
+  std::vector<FlowKey> lost_notes_ FW_GUARDED_BY(lost_mu_);  // flows noted lost (NoteLost)
 
   const Clock& clock_;
   std::shared_ptr<const FabricMap> map_;

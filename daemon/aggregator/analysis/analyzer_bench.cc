@@ -78,6 +78,34 @@ BENCHMARK(BM_AnalyzerTick)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(5);
 
+// One pass between ticks (Analyzer::BetweenTicks) after a tick, with the lost probes of one
+// second of a 5 % lossy link noted by ingest: the leads read (at most kMaxLeadSourcesPerPass
+// sources) and the dense rechecks. Counters: the lost probes noted per pass.
+void BM_AnalyzerBetweenTicks(benchmark::State& state) {
+  SyntheticFleet fleet(ShapeOf(state));
+  fleet.SetLinkFault("leaf1~spine1", LinkFault{0.05});
+  const std::vector<ReportedProbe> second = fleet.GenerateSecond();
+  for (int s = 0; s < 10; ++s) {
+    IngestSecond(fleet, second);
+    fleet.clock().Advance(std::chrono::seconds(1));
+  }
+  fleet.analyzer().Tick();
+  size_t lost = 0;
+  for (const ReportedProbe& r : second) lost += r.lost;
+  for (auto _ : state) {
+    state.PauseTiming();
+    fleet.analyzer().NoteLost(second);
+    state.ResumeTiming();
+    fleet.analyzer().BetweenTicks();
+    benchmark::DoNotOptimize(fleet.analyzer().TakeBetweenTickLeads());
+  }
+  state.counters["lost_noted"] = static_cast<double>(lost);
+}
+BENCHMARK(BM_AnalyzerBetweenTicks)
+    ->Args({63, 32, 16, 4})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(20);
+
 void BM_AnalyzerIngest(benchmark::State& state) {
   SyntheticFleet fleet(ShapeOf(state));
   const std::vector<ReportedProbe> second = fleet.GenerateSecond();

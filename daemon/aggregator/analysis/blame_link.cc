@@ -393,6 +393,11 @@ void Blamer::SwitchLink(const Verdict& v) {
                       : held                   ? c_.confirm_ticks + std::max(0, wait)
                                                : 0;
   Emit(element, std::move(f), true, confirm, fresh);
+  // Read again between ticks as the escalated probes' results arrive (Analyzer::Recheck).
+  if (level != Level::kLatency && !held && !fresh && !ev_.observations.empty() &&
+      ev_.observations.back().first == element) {
+    ev_.observations.back().second.dense_recheck = true;
+  }
 }
 
 }  // namespace fw::analysis::blame

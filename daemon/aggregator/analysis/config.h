@@ -176,6 +176,20 @@ struct AnalysisConfig {
   // are not shortened.
   int dense_confirm_ticks = 2;
   double dense_confirm_min_probes = 40;
+  // Between ticks, every this many seconds (0: never), two rules of the tick are applied to what
+  // arrived since, and nothing else (Analyzer::BetweenTicks):
+  // - a lost probe ingested since the last tick whose flow makes a lead by the tick's own lead rule
+  //   (`escalate_lead_significance` against the last tick's link totals and background, not
+  //   explained by a link the last tick blamed for loss, its link healthy) is escalated as a lead
+  //   now, and its links count the lead as their weak evaluation before the next tick
+  //   (ElementTracker::WeakBeforeNextTick), as a lead seen at a tick would for the tick after it;
+  // - a link that has had its `dense_confirm_ticks` evaluations of loss but whose freshest data
+  //   did not yet pass the dense test at the last tick is tested again (Analyzer::Recheck): the
+  //   same test (the link's surely-crossing flows' freshest probes alone at `loss_significance`
+  //   and `loss_ratio`, from at least `dense_confirm_min_probes`), read as the escalated probes'
+  //   results arrive instead of at the next tick.
+  // Suspicions, blame, counts, latency and flaps stay per tick.
+  double between_ticks_s = 0.25;
   // A lossy fabric link while a link beside it under one of its switches loses probes too (its own
   // unexplained flows: a loss blame or weak loss) waits this many evaluations more, and not the
   // dense confirmation: a lossy switch's links are blamed a few at a time (escalation makes the

@@ -175,6 +175,37 @@ void ElementTracker::Fire(const std::string& key, Element& e, int64_t now_wall_n
   changes.material.push_back(f);
 }
 
+bool ElementTracker::DenseRecheckable(const std::string& element) const {
+  auto it = elements_.find(element);
+  if (it == elements_.end()) return false;
+  const Element& e = it->second;
+  // The tick's own dense condition (EndTick), less the freshest data's verdict.
+  return e.health == ElementHealth::kSuspect && e.pending.dense_recheck &&
+         !e.pending.dense_confirmed && e.confirm_needed <= config_.confirm_ticks &&
+         e.consecutive_bad + e.weak_lead >= std::max(1, config_.dense_confirm_ticks);
+}
+
+ElementTracker::Changes ElementTracker::ConfirmDense(
+    const std::string& element, int64_t now_wall_ns,
+    const std::map<std::string, double>& evidence) {
+  Changes changes;
+  if (!DenseRecheckable(element)) return changes;
+  Element& e = elements_.find(element)->second;
+  e.pending.dense_confirmed = true;
+  e.pending.dense_recheck = false;
+  for (const auto& [k, v] : evidence) e.pending.finding.evidence[k] = v;
+  Fire(element, e, now_wall_ns, changes);
+  return changes;
+}
+
+std::vector<std::string> ElementTracker::SuspectOrWeak() const {
+  std::vector<std::string> out(weak_prev_.begin(), weak_prev_.end());
+  for (const auto& [key, e] : elements_) {
+    if (e.health == ElementHealth::kSuspect && !weak_prev_.contains(key)) out.push_back(key);
+  }
+  return out;
+}
+
 ElementTracker::Changes ElementTracker::EndTick(double now_s, int64_t now_wall_ns) {
   Changes changes;
   // A link that is not judged in a tick keeps its state (down stays down: not being judged is no

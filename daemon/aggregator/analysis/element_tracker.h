@@ -31,6 +31,9 @@ struct Observation {
   // finding's level: the element may fire after `dense_confirm_ticks` instead of `confirm_ticks`
   // (AnalysisConfig), unless it asks for persistence.
   bool dense_confirmed = false;
+  // Loss evidence that the dense test may confirm (not latency alone, not held for its switch)
+  // and that it did not confirm in this evaluation: Analyzer::Recheck reads it again between ticks.
+  bool dense_recheck = false;
 };
 
 // Not thread-safe: the analyzer's tick thread owns it.
@@ -52,6 +55,11 @@ class ElementTracker {
   // the next evaluation, that evaluation counts towards `dense_confirm_ticks`: the fresh, escalated
   // data then confirms on its own a suspicion that the earlier data raised.
   void Weak(const std::string& element) { weak_now_.insert(element); }
+  // Between ticks: `element` is weakly lossy on evidence judged since the last EndTick (a lead
+  // found between ticks, Analyzer::BetweenTicks), which counts as the evaluation before the next
+  // tick: an element that turns suspect at the next tick has it as its weak lead, as if the last
+  // tick had called Weak() for it.
+  void WeakBeforeNextTick(const std::string& element) { weak_prev_.insert(element); }
   // During a tick: a per-second up/down reading of a link or NIC (for flapping). A down element
   // toggles back up only on a clean reading.
   // `clean`: read up with little loss (Evaluation::LinkInstant), the only reading that can end a
@@ -72,6 +80,18 @@ class ElementTracker {
     std::vector<TrackedFinding> touched;
   };
   Changes EndTick(double now_s, int64_t now_wall_ns);
+
+  // After EndTick: whether `element` is suspect on loss evidence that the dense test alone would
+  // fire now (Observation::dense_recheck, its `dense_confirm_ticks` evaluations counted as at a
+  // tick, no persistence asked), had the freshest data passed it.
+  bool DenseRecheckable(const std::string& element) const;
+  // Between ticks: the dense test passed on the freshest data for such an element (it is still
+  // DenseRecheckable): it fires now, as it would have at a tick, with `evidence` added to its
+  // finding. Returns the opened finding in `material`; nothing for any other element.
+  Changes ConfirmDense(const std::string& element, int64_t now_wall_ns,
+                       const std::map<std::string, double>& evidence);
+  // After EndTick: the elements suspect, or weakly lossy, after it.
+  std::vector<std::string> SuspectOrWeak() const;
 
   std::vector<TrackedFinding> ActiveFindings() const;
   ElementHealth HealthOf(const std::string& element) const;

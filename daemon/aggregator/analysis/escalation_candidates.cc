@@ -123,7 +123,96 @@ std::string_view NodeOf(std::string_view element) {
   return {};
 }
 
+// An escalated pair of nodes a and b with `flows` planned flows per direction; `rail` (or null)
+// the paths of its bad flows' rail, whose NIC pair the overlay then raises (a multi-rail plan
+// holds one entry per NIC pair toward a peer, and the first is another rail's).
+EscalationPair MakePair(const BlameContext& ctx, NodeId a, NodeId b, uint32_t flows,
+                        const PathSet* rail) {
+  EscalationPair e;
+  e.a = ctx.names.NodeName(a);
+  e.b = ctx.names.NodeName(b);
+  e.flows = std::clamp<uint32_t>(flows, 1, kMaxFlowsPerPair);
+  if (rail && ctx.map) {
+    const FlowNics nics = NicsOfPaths(*ctx.map, *rail);
+    if (nics.known()) {
+      const aggregator::HostNic& s = ctx.map->host_nics()[nics.src];
+      const aggregator::HostNic& d = ctx.map->host_nics()[nics.dst];
+      if (s.node == e.a && d.node == e.b) {
+        e.a_nic = s.nic;
+        e.b_nic = d.nic;
+      } else if (s.node == e.b && d.node == e.a) {
+        e.a_nic = d.nic;
+        e.b_nic = s.nic;
+      }
+    }
+  }
+  return e;
+}
+
+// A lead's lost flow is one flow: its pair alone gives the link a few extra probes a second.
+// Pairs whose flows surely crossed the link (traced) follow, so that the next evaluation has
+// dense data from several flows over it, as a finding needs (min_flows).
+// Adds a pair whose flows surely crossed a link (traced) to `raised`, unless it is listed there;
+// whether it was added.
+bool AddCrossingPair(const BlameContext& ctx, const CrossingPair& c,
+                     std::vector<EscalationPair>& raised) {
+  EscalationPair e;
+  e.a = ctx.names.NodeName(c.src);
+  e.b = ctx.names.NodeName(c.dst);
+  e.flows = std::clamp<uint32_t>(c.flows, 1, kMaxFlowsPerPair);
+  // Its flow's NICs (a multi-rail plan raises the entries between them).
+  if (c.src_access != aggregator::kNoIndex && c.dst_access != aggregator::kNoIndex) {
+    const auto& nics = ctx.map->host_nics();
+    e.a_nic = nics[ctx.map->links()[c.src_access].host_nic].nic;
+    e.b_nic = nics[ctx.map->links()[c.dst_access].host_nic].nic;
+  }
+  const bool listed = std::any_of(raised.begin(), raised.end(), [&](const EscalationPair& x) {
+    return (x.a == e.a && x.b == e.b) || (x.a == e.b && x.b == e.a);
+  });
+  if (!listed) raised.push_back(std::move(e));
+  return !listed;
+}
+
+void AddCrossingPairs(const BlameContext& ctx, LinkIndex link,
+                      std::vector<EscalationPair>& raised) {
+  for (const CrossingPair& c : ctx.tomography.CrossingPairs(link)) AddCrossingPair(ctx, c, raised);
+}
+
+// A fabric link's suspicion also raises, for each link beside it, a pair that crossed that link
+// and not this one, lossy or not: their dense data clears the switches the link shares with them,
+// or shows that one of those is at fault (Blamer::SwitchNotCleared holds the link until then).
+// SiblingPairs finds only pairs already bad.
+void AddClearingPairs(const BlameContext& ctx, LinkIndex link,
+                      std::vector<EscalationPair>& raised) {
+  const auto own = ctx.tomography.CrossingPairs(link);
+  auto crosses_own = [&](const CrossingPair& c) {
+    return std::any_of(own.begin(), own.end(), [&](const CrossingPair& o) {
+      return (o.src == c.src && o.dst == c.dst) || (o.src == c.dst && o.dst == c.src);
+    });
+  };
+  size_t added = 0;
+  for (LinkIndex x : SiblingLinks(*ctx.map, link)) {
+    if (added >= kMaxSiblingPairs) break;
+    for (const CrossingPair& c : ctx.tomography.CrossingPairs(x)) {
+      if (crosses_own(c)) continue;
+      if (AddCrossingPair(ctx, c, raised)) ++added;
+      break;
+    }
+  }
+}
+
 }  // namespace
+
+EscalationRequest LeadRequest(const BlameContext& ctx, const std::string& element, LinkIndex link,
+                              NodeId src, NodeId dst, uint32_t flows, const PathSet* rail) {
+  EscalationRequest r;
+  r.element = element;
+  r.lead = true;
+  r.priority = 10.0;  // one lost flow, as EscalationCandidates prices a lead's pair
+  r.pairs.push_back(MakePair(ctx, src, dst, flows, rail));
+  AddCrossingPairs(ctx, link, r.pairs);
+  return r;
+}
 
 std::vector<LinkIndex> LeadLinks(const FabricMap& map, Tomography& tomography,
                                  const LinkBlame& lead) {
@@ -254,75 +343,14 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
     }
     std::vector<EscalationPair> raised;
     for (const PairAgg* p : pairs) {
-      EscalationPair e;
-      e.a = ctx.names.NodeName(p->a);
-      e.b = ctx.names.NodeName(p->b);
       // PairAgg counts both directions; the budget prices one direction's flows.
-      e.flows = std::clamp<uint32_t>((p->flows + 1) / 2, 1, kMaxFlowsPerPair);
-      // The rail the pair's bad flows took (they named their NICs): the overlay raises that NIC
-      // pair's entries, not the first entry toward the peer, which is another rail's in a
-      // multi-rail plan.
-      if (p->rail_bad && ctx.map) {
-        const FlowNics nics = NicsOfPaths(*ctx.map, p->paths);
-        if (nics.known()) {
-          const aggregator::HostNic& s = ctx.map->host_nics()[nics.src];
-          const aggregator::HostNic& d = ctx.map->host_nics()[nics.dst];
-          if (s.node == e.a && d.node == e.b) {
-            e.a_nic = s.nic;
-            e.b_nic = d.nic;
-          } else if (s.node == e.b && d.node == e.a) {
-            e.a_nic = d.nic;
-            e.b_nic = s.nic;
-          }
-        }
-      }
-      raised.push_back(std::move(e));
+      raised.push_back(
+          MakePair(ctx, p->a, p->b, (p->flows + 1) / 2, p->rail_bad ? &p->paths : nullptr));
     }
-    // Adds a pair whose flows surely crossed a link (traced), unless listed; whether it was added.
-    auto add_crossing = [&](const CrossingPair& c) {
-      EscalationPair e;
-      e.a = ctx.names.NodeName(c.src);
-      e.b = ctx.names.NodeName(c.dst);
-      e.flows = std::clamp<uint32_t>(c.flows, 1, kMaxFlowsPerPair);
-      // Its flow's NICs (a multi-rail plan raises the entries between them).
-      if (c.src_access != aggregator::kNoIndex && c.dst_access != aggregator::kNoIndex) {
-        const auto& nics = ctx.map->host_nics();
-        e.a_nic = nics[ctx.map->links()[c.src_access].host_nic].nic;
-        e.b_nic = nics[ctx.map->links()[c.dst_access].host_nic].nic;
-      }
-      const bool listed = std::any_of(raised.begin(), raised.end(), [&](const EscalationPair& x) {
-        return (x.a == e.a && x.b == e.b) || (x.a == e.b && x.b == e.a);
-      });
-      if (!listed) raised.push_back(std::move(e));
-      return !listed;
-    };
-    // A lead's lost flow is one flow: its pair alone gives the link a few extra probes a second.
-    // Pairs whose flows surely crossed the link (traced) follow, so that the next evaluation has
-    // dense data from several flows over it, as a finding needs (min_flows). Weak evidence on the
-    // lead's budget likewise.
-    if ((r.lead || r.lead_budget) && fabric_link) {
-      for (const CrossingPair& c : ctx.tomography.CrossingPairs(*fabric_link)) add_crossing(c);
-    }
-    // A fabric link's suspicion also raises, for each link beside it, a pair that crossed that
-    // link and not this one, lossy or not: their dense data clears the switches the link shares
-    // with them, or shows that one of those is at fault (Blamer::SwitchNotCleared holds the link
-    // until then).
+    // Weak evidence on the lead's budget raises the crossing pairs as a lead does.
+    if ((r.lead || r.lead_budget) && fabric_link) AddCrossingPairs(ctx, *fabric_link, raised);
     if (fabric_link && r.suspicion && !ctx.map->links()[*fabric_link].IsAccess()) {
-      const auto own = ctx.tomography.CrossingPairs(*fabric_link);
-      auto crosses_own = [&](const CrossingPair& c) {
-        return std::any_of(own.begin(), own.end(), [&](const CrossingPair& o) {
-          return (o.src == c.src && o.dst == c.dst) || (o.src == c.dst && o.dst == c.src);
-        });
-      };
-      size_t added = 0;
-      for (LinkIndex x : SiblingLinks(*ctx.map, *fabric_link)) {
-        if (added >= kMaxSiblingPairs) break;
-        for (const CrossingPair& c : ctx.tomography.CrossingPairs(x)) {
-          if (crosses_own(c)) continue;
-          if (add_crossing(c)) ++added;
-          break;
-        }
-      }
+      AddClearingPairs(ctx, *fabric_link, raised);
     }
     r.pairs = std::move(raised);
     out.push_back(std::move(r));

@@ -2,6 +2,7 @@
 // node pairs whose flows cross it, so that the aggregator raises their probe rate and traces them.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "daemon/aggregator/analysis/evaluation.h"
@@ -21,6 +22,13 @@ namespace fw::analysis {
 // dense, so each counts the lead's evaluation as weak (ElementTracker::Weak).
 std::vector<LinkIndex> LeadLinks(const FabricMap& map, Tomography& tomography,
                                  const LinkBlame& lead);
+
+// A lead found between ticks (Analyzer::BetweenTicks) as EscalationCandidates asks for one: the
+// lost flow's pair (src, dst, `flows` planned flows per direction; `rail`, or null, the paths of
+// the flow's NIC pair), then the pairs whose flows surely crossed `link` at the last tick.
+aggregator::EscalationRequest LeadRequest(const BlameContext& ctx, const std::string& element,
+                                          LinkIndex link, NodeId src, NodeId dst, uint32_t flows,
+                                          const PathSet* rail);
 
 std::vector<aggregator::EscalationRequest> EscalationCandidates(const BlameContext& ctx,
                                                                 const Analyzer::Evaluation& ev,

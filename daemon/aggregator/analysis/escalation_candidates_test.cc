@@ -4,6 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "daemon/aggregator/analysis/testing/blame_fixture.h"
 #include "daemon/aggregator/analysis/testing/synthetic_fleet.h"
 
@@ -87,40 +92,51 @@ TEST(EscalationCandidates, ALeadAsksOnlyForThePairsThatLostProbes) {
   EXPECT_FALSE(requests[0].lead_budget);
 }
 
+// A traced ECMP fleet (2 spines, 4 leaves, 2 hosts each) without background loss, 15 s in, whose
+// next second's results lose one probe of one inter-leaf UDP flow; its pair ("a~b") goes to
+// `*pair` when it is dropped.
+std::unique_ptr<testing::SyntheticFleet> FleetLosingOneProbe(double lead_significance,
+                                                             std::string* pair) {
+  testing::FleetShape shape;
+  shape.spines = 2;
+  shape.leaves = 4;
+  shape.hosts_per_leaf = 2;
+  shape.inter_flows = 2;
+  shape.deterministic = false;
+  shape.switch_addresses = true;
+  shape.background_loss = 0;
+  AnalysisConfig config;
+  config.escalate_lead_significance = lead_significance;
+  auto fleet = std::make_unique<testing::SyntheticFleet>(shape, config);
+  fleet->TraceFlows();
+  fleet->Run(15);
+  auto dropped = std::make_shared<bool>(false);
+  fleet->SetRewrite([dropped, pair](std::vector<ReportedProbe>& batch) {
+    for (ReportedProbe& r : batch) {
+      // The leaf is the name's part before 'h' ("l<leaf>h<host>").
+      const auto leaf = [](const std::string& n) { return n.substr(0, n.find('h')); };
+      if (*dropped || r.transport != Transport::kUdp || leaf(r.src_node) == leaf(r.dst_node)) {
+        continue;
+      }
+      r.lost = true;
+      r.rtt_ns = 0;
+      *dropped = true;
+      *pair = std::min(r.src_node, r.dst_node) + "~" + std::max(r.src_node, r.dst_node);
+    }
+  });
+  return fleet;
+}
+
 // The analyzer end to end on a traced ECMP fleet without background loss: one probe lost on one
 // inter-leaf flow makes a lead on a fabric link of its path, escalating its pair alone; with
 // escalate_lead_significance 0 it escalates nothing.
 TEST(EscalationCandidates, OneLostProbeIsALeadUnlessLeadsAreOff) {
   auto leads = [](double lead_significance, std::string* pair) {
-    testing::FleetShape shape;
-    shape.spines = 2;
-    shape.leaves = 4;
-    shape.hosts_per_leaf = 2;
-    shape.inter_flows = 2;
-    shape.deterministic = false;
-    shape.switch_addresses = true;
-    shape.background_loss = 0;
-    AnalysisConfig config;
-    config.escalate_lead_significance = lead_significance;
-    testing::SyntheticFleet fleet(shape, config);
-    fleet.TraceFlows();
-    fleet.Run(15);
-    bool dropped = false;
-    fleet.SetRewrite([&](std::vector<ReportedProbe>& batch) {
-      for (ReportedProbe& r : batch) {
-        // The leaf is the name's part before 'h' ("l<leaf>h<host>").
-        const auto leaf = [](const std::string& n) { return n.substr(0, n.find('h')); };
-        if (dropped || r.transport != Transport::kUdp || leaf(r.src_node) == leaf(r.dst_node)) {
-          continue;
-        }
-        r.lost = true;
-        r.rtt_ns = 0;
-        dropped = true;
-        *pair = std::min(r.src_node, r.dst_node) + "~" + std::max(r.src_node, r.dst_node);
-      }
-    });
+    pair->clear();
+    std::unique_ptr<testing::SyntheticFleet> f = FleetLosingOneProbe(lead_significance, pair);
+    testing::SyntheticFleet& fleet = *f;
     fleet.Run(1);
-    EXPECT_TRUE(dropped);
+    EXPECT_FALSE(pair->empty());
     std::vector<aggregator::EscalationRequest> out;
     for (const auto& r : fleet.analyzer().escalation_candidates()) {
       EXPECT_TRUE(r.lead) << r.element;
@@ -139,6 +155,41 @@ TEST(EscalationCandidates, OneLostProbeIsALeadUnlessLeadsAreOff) {
   const aggregator::EscalationPair& p = on[0].pairs[0];
   EXPECT_EQ(std::min(p.a, p.b) + "~" + std::max(p.a, p.b), pair);
   EXPECT_TRUE(leads(0, &pair).empty());
+}
+
+// The same lost probe judged between ticks (Analyzer::BetweenTicks, 250 ms after ingest) makes
+// the lead the next tick would make of it: the same link, the lost flow's pair first, then the
+// pairs whose flows crossed the link. With leads off, nothing between ticks either.
+TEST(EscalationCandidates, ALostProbeBetweenTicksIsTheLeadTheNextTickWouldMake) {
+  auto run = [](double lead_significance, bool between) {
+    std::string pair;
+    std::unique_ptr<testing::SyntheticFleet> f = FleetLosingOneProbe(lead_significance, &pair);
+    testing::SyntheticFleet& fleet = *f;
+    if (!between) {
+      fleet.Run(1);
+      return fleet.analyzer().escalation_candidates();
+    }
+    fleet.RunWithBetweenTicks(1);
+    EXPECT_TRUE(fleet.Active().empty()) << testing::DescribeFindings(fleet.Active());
+    return fleet.between_leads();
+  };
+  const std::vector<aggregator::EscalationRequest> at_tick = run(1.0, false);
+  const std::vector<aggregator::EscalationRequest> between = run(1.0, true);
+  ASSERT_EQ(at_tick.size(), 1u);
+  ASSERT_EQ(between.size(), 1u);
+  EXPECT_TRUE(between[0].lead);
+  EXPECT_FALSE(between[0].suspicion);
+  EXPECT_EQ(between[0].element, at_tick[0].element);
+  ASSERT_EQ(between[0].pairs.size(), at_tick[0].pairs.size());
+  for (size_t i = 0; i < between[0].pairs.size(); ++i) {
+    const aggregator::EscalationPair& x = between[0].pairs[i];
+    const aggregator::EscalationPair& y = at_tick[0].pairs[i];
+    EXPECT_EQ(std::minmax(x.a, x.b), std::minmax(y.a, y.b)) << i;
+    // The lost flow's pair is priced at its direction's flows (the tick halves a count that holds
+    // only the bad direction's); a crossing pair's the same way as at the tick.
+    EXPECT_GE(x.flows, y.flows) << i;
+  }
+  EXPECT_TRUE(run(0, true).empty());
 }
 
 // Tomography::Leads: a traced flow's one lost probe names the fabric link of its path with the

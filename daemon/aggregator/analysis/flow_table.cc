@@ -99,6 +99,23 @@ void FlowTable::Scan(int64_t now_ns, Visitor& visitor) {
   });
 }
 
+void FlowTable::ScanFrom(
+    NodeId src, int64_t now_ns,
+    const std::function<void(const PairRef&, const FlowRef&, const FlowWindow&)>& fn) {
+  const uint32_t now_s = FlowSecond(now_ns);
+  store_.ForEachPairFlowsFrom(src, [&](const PairFlows& p) {
+    const PairRef ref{p.src, p.dst, p.transport, p.paths, p.baseline,
+                      static_cast<uint32_t>(p.flows.size())};
+    for (const FlowSeen& f : p.flows) {
+      const FlowWindow w = WindowOf(f, now_s);
+      if (w.probes == 0 && w.goodput_bps == 0) continue;
+      const PathSet* paths =
+          f.nics == 0 || f.nics > p.nic_pairs.size() ? &p.paths : &p.nic_pairs[f.nics - 1].paths;
+      fn(ref, FlowRef{f.src_port, f.flow_id, f.path, paths}, w);
+    }
+  });
+}
+
 void FlowTable::ForEachPairFrom(NodeId src, const std::function<void(const PairRef&)>& fn) {
   store_.ForEachPairFlowsFrom(src, [&](const PairFlows& p) {
     fn(PairRef{p.src, p.dst, p.transport, p.paths, p.baseline});

@@ -110,6 +110,11 @@ class FlowTable {
     virtual void EndPair(const PairRef& pair) = 0;
   };
   void Scan(int64_t now_ns, Visitor& visitor);
+  // The same for the pairs whose source is `src` only (a few flows read between ticks):
+  // fn(pair, flow, window) for each flow with data in the window. Under a shard lock: fn must not
+  // call back into the table.
+  void ScanFrom(NodeId src, int64_t now_ns,
+                const std::function<void(const PairRef&, const FlowRef&, const FlowWindow&)>& fn);
 
   // Calls fn for every pair whose source is `src`, with its baseline writable.
   void ForEachPairFrom(NodeId src, const std::function<void(const PairRef&)>& fn);

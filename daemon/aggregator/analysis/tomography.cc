@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace fw::analysis {
 namespace {
@@ -188,36 +189,44 @@ double Tomography::RawSurprise(LinkIndex l, Signal s, double background) const {
   return PoissonSurprise(std::floor(bad), Expected(t, s) * background);
 }
 
+std::optional<LinkBlame> Tomography::LeadOf(const FlowObs& o, const SignalSpec& spec) {
+  if (!map_ || o.lost == 0) return std::nullopt;
+  LinkIndex best = aggregator::kNoIndex;
+  ForEachCandidate(o, [&](LinkIndex l, double w) {
+    if (w < 0.999 || l >= totals_.size() || map_->links()[l].IsAccess()) return;
+    if (best == aggregator::kNoIndex || totals_[l].probes < totals_[best].probes) best = l;
+  });
+  if (best == aggregator::kNoIndex) return std::nullopt;
+  const double expected = totals_[best].probes;
+  if (expected < spec.min_expected) return std::nullopt;
+  const double surprise = PoissonSurprise(o.lost, expected * spec.background);
+  if (surprise < spec.significance) return std::nullopt;
+  LinkBlame b;
+  b.link = best;
+  b.signal = Signal::kLoss;
+  b.estimate = std::min(1.0, o.lost / expected);
+  b.significance = surprise;
+  b.expected = expected;
+  b.bad = o.lost;
+  b.bad_flows = 1;
+  return b;
+}
+
 std::vector<LinkBlame> Tomography::Leads(const SignalSpec& spec) {
   std::vector<LinkBlame> out;
   const auto& explained = explained_[Idx(Signal::kLoss)];
   if (!map_) return out;
   for (uint32_t i = 0; i < bad_.size(); ++i) {
     const FlowObs& o = bad_[i];
-    if (o.lost == 0 || (i < explained.size() && explained[i])) continue;
-    LinkIndex best = aggregator::kNoIndex;
-    ForEachCandidate(o, [&](LinkIndex l, double w) {
-      if (w < 0.999 || map_->links()[l].IsAccess()) return;
-      if (best == aggregator::kNoIndex || totals_[l].probes < totals_[best].probes) best = l;
-    });
-    if (best == aggregator::kNoIndex) continue;
-    const double expected = totals_[best].probes;
-    if (expected < spec.min_expected) continue;
-    const double surprise = PoissonSurprise(o.lost, expected * spec.background);
-    if (surprise < spec.significance) continue;
-    if (std::any_of(out.begin(), out.end(), [&](const LinkBlame& b) { return b.link == best; })) {
+    if (i < explained.size() && explained[i]) continue;
+    std::optional<LinkBlame> b = LeadOf(o, spec);
+    if (!b) continue;
+    if (std::any_of(out.begin(), out.end(),
+                    [&](const LinkBlame& x) { return x.link == b->link; })) {
       continue;
     }
-    LinkBlame b;
-    b.link = best;
-    b.signal = Signal::kLoss;
-    b.estimate = std::min(1.0, o.lost / expected);
-    b.significance = surprise;
-    b.expected = expected;
-    b.bad = o.lost;
-    b.bad_flows = 1;
-    b.explained = {i};
-    out.push_back(std::move(b));
+    b->explained = {i};
+    out.push_back(std::move(*b));
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -121,6 +122,10 @@ class Tomography {
   // `spec.background` with `spec.min_expected` probes; one lead per link (the first flow's).
   // Cheap: one pass over the unexplained lost flows, no explaining away.
   std::vector<LinkBlame> Leads(const SignalSpec& spec);
+  // One flow's lead by the same rule (its `explained` left empty), against the link totals of the
+  // last scan: between ticks, a lost probe just ingested is judged as the next tick would judge it
+  // (Analyzer::BetweenTicks). Nothing when the flow lost no probe or the rule is not met.
+  std::optional<LinkBlame> LeadOf(const FlowObs& o, const SignalSpec& spec);
 
   const std::vector<LinkTotals>& totals() const { return totals_; }
   // Up to kCrossingPairs pairs whose flows surely crossed link l in the window, the first the

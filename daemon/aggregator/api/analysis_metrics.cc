@@ -59,7 +59,19 @@ AnalysisMetrics::AnalysisMetrics(metrics::Registry& registry)
           "host_delay, rdma_loss; 65,536 series each).",
           {"table"})),
       rdma_host_delay_refused_(rdma_refused_.WithLabels({"host_delay"})),
-      rdma_loss_refused_(rdma_refused_.WithLabels({"rdma_loss"})) {
+      rdma_loss_refused_(rdma_refused_.WithLabels({"rdma_loss"})),
+      between_tick_leads_(
+          registry
+              .AddCounter("fabricwatch_analysis_between_tick_leads_total",
+                          "Escalation leads found between the analyzer's ticks: a lost probe just "
+                          "ingested that the tick's lead rule names a link for.")
+              .WithLabels({})),
+      between_tick_findings_(
+          registry
+              .AddCounter("fabricwatch_analysis_between_tick_findings_total",
+                          "Findings that fired between the analyzer's ticks: links whose escalated "
+                          "probes passed the dense loss test as they arrived.")
+              .WithLabels({})) {
   for (const char* kind : kKinds) {
     for (const char* severity : {"warning", "critical"}) {
       by_kind_[{kind, severity}] = &findings_active_.WithLabels({kind, severity});
@@ -132,6 +144,8 @@ void AnalysisMetrics::Update(const Analyzer& analyzer) {
   store_errors_.Set(static_cast<double>(st.store_errors));
   rdma_host_delay_refused_.Set(static_cast<double>(st.rdma_host_delay_refused));
   rdma_loss_refused_.Set(static_cast<double>(st.rdma_loss_refused));
+  between_tick_leads_.Set(static_cast<double>(st.between_tick_leads));
+  between_tick_findings_.Set(static_cast<double>(st.between_tick_findings));
 }
 
 }  // namespace fw::analysis

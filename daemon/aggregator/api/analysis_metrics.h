@@ -23,6 +23,8 @@ namespace fw::analysis {
 //   fabricwatch_analysis_tick_seconds, fabricwatch_analysis_ticks_total,
 //   fabricwatch_analysis_flows, fabricwatch_analysis_cpu_saturated_bursts,
 //   fabricwatch_findings_store_errors_total
+//   fabricwatch_analysis_between_tick_leads_total
+//   fabricwatch_analysis_between_tick_findings_total
 //   fabricwatch_analysis_rdma_series_refused_total{table}   host_delay | rdma_loss
 // Cardinality is bounded by links and active findings, never by node pairs. Not thread-safe: call
 // Update() from the tick thread after Analyzer::Tick().
@@ -55,6 +57,8 @@ class AnalysisMetrics {
   metrics::Family<metrics::Counter>& rdma_refused_;
   metrics::Counter& rdma_host_delay_refused_;
   metrics::Counter& rdma_loss_refused_;
+  metrics::Counter& between_tick_leads_;
+  metrics::Counter& between_tick_findings_;
 
   std::vector<LinkSeries> links_;  // in map order, as Analyzer::Links() returns them
   std::map<std::pair<std::string, std::string>, metrics::Gauge*> by_kind_;

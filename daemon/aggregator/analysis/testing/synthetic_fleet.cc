@@ -218,23 +218,41 @@ std::vector<ReportedProbe> SyntheticFleet::GenerateSecond() {
   return out;
 }
 
-void SyntheticFleet::Run(int seconds) {
+void SyntheticFleet::IngestSecond() {
+  std::vector<ReportedProbe> batch = GenerateSecond();
+  if (rewrite_) rewrite_(batch);
+  results_ += batch.size();
+  // Agents batch per source node; results of one node are contiguous in the plan.
+  size_t begin = 0;
+  for (size_t j = 1; j <= batch.size(); ++j) {
+    if (j == batch.size() || batch[j].src_node != batch[begin].src_node) {
+      const std::span<const ReportedProbe> part(batch.data() + begin, j - begin);
+      pairs_->RecordBatch(part);
+      analyzer_->OnHostDelays(part);
+      analyzer_->NoteLost(part);
+      begin = j;
+    }
+  }
+}
+
+void SyntheticFleet::Run(int seconds) { Step(seconds, false); }
+
+void SyntheticFleet::RunWithBetweenTicks(int seconds) { Step(seconds, true); }
+
+void SyntheticFleet::Step(int seconds, bool between_ticks) {
   for (int i = 0; i < seconds; ++i) {
     clock_.Advance(std::chrono::milliseconds(100));
-    std::vector<ReportedProbe> batch = GenerateSecond();
-    if (rewrite_) rewrite_(batch);
-    results_ += batch.size();
-    // Agents batch per source node; results of one node are contiguous in the plan.
-    size_t begin = 0;
-    for (size_t j = 1; j <= batch.size(); ++j) {
-      if (j == batch.size() || batch[j].src_node != batch[begin].src_node) {
-        const std::span<const ReportedProbe> part(batch.data() + begin, j - begin);
-        pairs_->RecordBatch(part);
-        analyzer_->OnHostDelays(part);
-        begin = j;
+    IngestSecond();
+    if (between_ticks) {
+      clock_.Advance(std::chrono::milliseconds(250));
+      analyzer_->BetweenTicks();
+      for (aggregator::EscalationRequest& r : analyzer_->TakeBetweenTickLeads()) {
+        between_leads_.push_back(std::move(r));
       }
+      clock_.Advance(std::chrono::milliseconds(600));
+    } else {
+      clock_.Advance(std::chrono::milliseconds(850));
     }
-    clock_.Advance(std::chrono::milliseconds(850));
     analyzer_->Tick();
     clock_.Advance(std::chrono::milliseconds(50));
   }

@@ -73,6 +73,12 @@ class SyntheticFleet {
 
   // Simulates `seconds` seconds: each second's results are ingested, then the analyzer ticks.
   void Run(int seconds);
+  // As Run(), with the aggregator's work between ticks: 250 ms after each second's results are
+  // ingested, Analyzer::BetweenTicks() (its leads are counted, not escalated: the fleet's rates
+  // are fixed), then the tick.
+  void RunWithBetweenTicks(int seconds);
+  // Leads BetweenTicks() found in RunWithBetweenTicks(), oldest first.
+  const std::vector<aggregator::EscalationRequest>& between_leads() const { return between_leads_; }
   // One second of results, grouped by source node (as agents batch them).
   std::vector<ReportedProbe> GenerateSecond();
 
@@ -101,6 +107,10 @@ class SyntheticFleet {
     double bw_phase_s = -1;  // bandwidth flow: offset of its bursts
   };
   void Plan();
+  // One second's results, ingested as agents' batches (one per source node).
+  void IngestSecond();
+  // Run() or RunWithBetweenTicks().
+  void Step(int seconds, bool between_ticks);
   std::vector<aggregator::LinkIndex> RouteOf(const PlannedFlow& f) const;
 
   FleetShape shape_;
@@ -117,6 +127,7 @@ class SyntheticFleet {
   uint64_t results_ = 0;
   std::function<void(std::vector<ReportedProbe>&)> rewrite_;
   int64_t second_ = 0;
+  std::vector<aggregator::EscalationRequest> between_leads_;
   uint64_t route_salt_ = 0;
 };
 
