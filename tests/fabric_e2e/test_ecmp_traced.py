@@ -38,6 +38,11 @@ LINK = "leaf1~spine1"
 TBF_LINK = "leaf2~spine1"
 SPINE = "spine2"
 RESOLVE_S = 60
+# The analyzer judges loss over a 10 s window (AnalysisConfig): the next fault starts only once the
+# last one's losses are out of it, or a fault whose finding resolved on dense data within a second
+# or two (a link back up) still lends its losses to the next fault's roll-up (leaf1~spine1's
+# outage and spine2's first lossy link came out as switch leaf1).
+WINDOW_S = 10
 
 
 def counter(text, name, labels):
@@ -80,10 +85,12 @@ class EcmpTracedTest(FindingsCase):
             self.assert_only(run, f)
         finally:
             undo()
+            undone = time.monotonic()
         if resolve and not after_ok:
             self.wait_resolved(run, f, within=RESOLVE_S)
         elif resolve:
             self.wait_clear(run, f, set(after_ok))
+        time.sleep(max(0.0, undone + WINDOW_S + 1 - time.monotonic()))
         return f
 
     def wait_clear(self, run, finding, allowed):
