@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   app.add_option_function<std::string>(
       "--escalation-probe-timeout", duration(&escalation_timeout),
       "an escalated pair's UDP probes are lost after this long without an echo (at most 60s; "
-      "0: the agents' own 1s) (default 250ms)");
+      "0: the agents' own 1s) (default 0)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
   fw::tls::AddTlsFlags(app, &tls_files, "the aggregator (it must name the host agents dial)");
   app.add_option("--web-config,--web-config-file", web_config,

@@ -196,16 +196,18 @@ struct AnalysisConfig {
   // first ones dense and explain-away credits them the flows over two of its links), and the
   // switch roll-up needs `switch_fraction` of them at once. A link fault's neighbours are clean.
   int switch_wait_ticks = 2;
-  // ...and so does a lossy fabric link whose switches are not yet cleared: a switch is cleared
-  // when its flows that avoid the link had enough probes in the window to show, at the link's loss
-  // rate, `switch_clear_expected` lost ones, and lost fewer than `switch_clear_lost_share` of
-  // those. A lossy switch's first blamed link otherwise fires on its own (explain-away leaves its
-  // other links' few flows under significance for several evaluations). Such a link waits at most
-  // `switch_clear_wait_ticks` evaluations more than the usual confirmation, and for as long as it
-  // takes while the switch has a finding itself.
+  // A lossy fabric link whose switches are not yet cleared is not confirmed densely either: a
+  // switch is cleared when its flows that avoid the link had enough probes in the window to show,
+  // at the link's loss rate, `switch_clear_expected` lost ones, and lost fewer than
+  // `switch_clear_lost_share` of those. A lossy switch's first blamed link otherwise fires on its
+  // own (explain-away leaves its other links' few flows under significance for several
+  // evaluations). Such a link waits `switch_clear_wait_ticks` evaluations more than the usual
+  // confirmation (0: the dense confirmation's head start is what it loses; 2 cost the traced
+  // suite's two-rails fault up to 3 s), and for as long as it takes while the switch has a finding
+  // itself.
   double switch_clear_expected = 4;
   double switch_clear_lost_share = 0.5;
-  int switch_clear_wait_ticks = 2;
+  int switch_clear_wait_ticks = 0;
   // Latency alone (queueing without loss: congestion on a link, a group of links or a switch, a
   // slow host's NIC cable) fires only after this many: background queueing episodes of a few
   // seconds look the same for as long as they last; a hot spot or a slow host worth acting on

@@ -62,11 +62,11 @@ struct EscalationConfig {
   size_t max_pairs_per_element = 8;
   // An escalated pair's UDP probes are reported lost after this many ms without an echo instead
   // of the agent's default 1 s (PlanOverlay::probe_timeout_ms), so that the dense probes' losses
-  // reach the analyzer sooner. A reply after it counts as lost (and late at the agent): 250 ms is
-  // far above a fabric's round trips (µs to ms) and a busy host's scheduling delays, but a host
-  // stalled longer than that loses its escalated probes (docs/planner.md, "Escalation"). 0: the
-  // agent's default. --escalation-probe-timeout.
-  uint32_t probe_timeout_ms = 250;
+  // reach the analyzer sooner. A reply after it counts as lost (and late at the agent): a host
+  // stalled longer than that, or a queue deeper than that on the escalated link, reads as loss
+  // (docs/planner.md, "Escalation": a congested link with a 1 s queue came out as down and
+  // flapping at 250 ms). 0, the default: the agent's own. --escalation-probe-timeout.
+  uint32_t probe_timeout_ms = 0;
 };
 
 // A node pair whose flows cross a suspect element.

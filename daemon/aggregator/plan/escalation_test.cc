@@ -149,14 +149,14 @@ TEST(EscalationBudgetTest, OverlaysNameThePairsNicsInMemberOrder) {
   EXPECT_EQ(overlays[0].nics, (std::vector<std::string>{"mlx5_3", "mlx5_1"}));
   EXPECT_EQ(overlays[1].nodes, (std::vector<std::string>{"n3", "n4"}));
   EXPECT_TRUE(overlays[1].nics.empty());
-  // Both carry the configured short probe timeout (EscalationConfig::probe_timeout_ms).
-  EXPECT_EQ(overlays[0].probe_timeout_ms, 250u);
-  EXPECT_EQ(overlays[1].probe_timeout_ms, 250u);
+  // By default they keep the agents' own timeout (EscalationConfig::probe_timeout_ms 0)...
+  for (const PlanOverlay& o : overlays) EXPECT_EQ(o.probe_timeout_ms, 0u);
+  // ...and carry the configured short one when set.
   EscalationConfig c;
-  c.probe_timeout_ms = 0;  // the agents' own
-  EscalationBudget off(c);
-  off.Update(0, {r}, 10'000, 1.0);
-  for (const PlanOverlay& o : off.Overlays()) EXPECT_EQ(o.probe_timeout_ms, 0u);
+  c.probe_timeout_ms = 250;
+  EscalationBudget on(c);
+  on.Update(0, {r}, 10'000, 1.0);
+  for (const PlanOverlay& o : on.Overlays()) EXPECT_EQ(o.probe_timeout_ms, 250u);
 }
 
 TEST(EscalationBudgetTest, APairTheBudgetCannotPayInFullRunsAtTheRateItCan) {
