@@ -488,17 +488,27 @@ void Analyzer::RecordWatched(const PairRef& pair, const FlowRef& flow, const Flo
   });
 }
 
+namespace {
+// 1 for each link of `n` that a blame of `lists` names, its tied links included.
+std::vector<uint8_t> BlamedLinks(size_t n,
+                                 std::initializer_list<const std::vector<LinkBlame>*> lists) {
+  std::vector<uint8_t> out(n, 0);
+  for (const std::vector<LinkBlame>* list : lists) {
+    for (const LinkBlame& b : *list) {
+      out[b.link] = 1;
+      for (LinkIndex l : b.tied) out[l] = 1;
+    }
+  }
+  return out;
+}
+}  // namespace
+
 void Analyzer::PlanRechecks(const Evaluation& ev) {
   rechecks_.clear();
   recheck_spec_ = ev.specs[static_cast<int>(Signal::kLoss)];
   if (map_ && config_.between_ticks_s > 0) {
-    loss_blamed_.assign(map_->links().size(), 0);
-    for (const auto* list : {&ev.blames[static_cast<int>(Signal::kLoss)], &ev.weak_loss}) {
-      for (const LinkBlame& b : *list) {
-        loss_blamed_[b.link] = 1;
-        for (LinkIndex l : b.tied) loss_blamed_[l] = 1;
-      }
-    }
+    loss_blamed_ = BlamedLinks(map_->links().size(),
+                               {&ev.blames[static_cast<int>(Signal::kLoss)], &ev.weak_loss});
     loss_noisy_.assign(ev.hosts.size(), 0);
     const int k = static_cast<int>(Signal::kLoss);
     for (size_t n = 0; n < ev.hosts.size(); ++n) {
@@ -506,11 +516,8 @@ void Analyzer::PlanRechecks(const Evaluation& ev) {
     }
   }
   if (map_ && config_.between_ticks_s > 0 && !watched_flows_.empty()) {
-    std::vector<uint8_t> blamed(map_->links().size(), 0);
-    for (const LinkBlame& b : ev.blames[static_cast<int>(Signal::kLoss)]) {
-      blamed[b.link] = 1;
-      for (LinkIndex l : b.tied) blamed[l] = 1;
-    }
+    const std::vector<uint8_t> blamed =
+        BlamedLinks(map_->links().size(), {&ev.blames[static_cast<int>(Signal::kLoss)]});
     for (auto& [link, flows] : watched_flows_) {
       auto el = ev.link_elements.find(link);
       if (el == ev.link_elements.end() || !tracker_.DenseRecheckable(el->second.first)) continue;
@@ -676,11 +683,7 @@ int Analyzer::Recheck() {
       });
     }
     // The tick's dense test (Blamer::FreshAlone) against the last tick's background.
-    const SignalSpec& spec = recheck_spec_;
-    const bool pass = probes >= config_.dense_confirm_min_probes && probes > 0 &&
-                      lost / probes >= spec.threshold &&
-                      PoissonSurprise(lost, spec.background * probes) >= spec.significance;
-    if (!pass) {
+    if (!BadAlone(recheck_spec_, lost, probes, config_.dense_confirm_min_probes)) {
       ++it;
       continue;
     }

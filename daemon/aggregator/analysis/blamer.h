@@ -267,11 +267,8 @@ class Blamer {
   // for `signal` on its own: at least `min_samples`, the signal's threshold, and its significance
   // against this tick's background.
   bool FreshAlone(Signal signal, double fraction, double samples, double min_samples) const {
-    if (samples < min_samples) return false;
-    const SignalSpec& spec = ev_.specs[static_cast<int>(signal)];
-    return fraction >= spec.threshold &&
-           PoissonSurprise(std::round(fraction * samples), spec.background * samples) >=
-               spec.significance;
+    return BadAlone(ev_.specs[static_cast<int>(signal)], std::round(fraction * samples), samples,
+                    min_samples);
   }
   // Verdicts of `list` whose latency is slow on the freshest data alone (FreshLatency); a group
   // of tied links counts once.

@@ -45,6 +45,12 @@ double PoissonSurprise(double k, double lambda) {
   return std::min(300.0, std::max(0.0, -log10_p));
 }
 
+bool BadAlone(const SignalSpec& spec, double bad, double samples, double min_samples) {
+  if (samples < min_samples || samples <= 0) return false;
+  return bad / samples >= spec.threshold &&
+         PoissonSurprise(bad, spec.background * samples) >= spec.significance;
+}
+
 Tomography::Tomography(std::shared_ptr<const FabricMap> map) : map_(std::move(map)) {
   const size_t n = map_ ? map_->links().size() : 0;
   totals_.resize(n);
@@ -306,11 +312,8 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
   };
 
   auto passes = [&](LinkIndex l) {
-    if (flows[l] < static_cast<uint32_t>(spec.min_flows) || expected[l] < spec.min_expected) {
-      return false;
-    }
-    if (std::min(1.0, bad[l] / expected[l]) < spec.threshold) return false;
-    return PoissonSurprise(bad[l], expected[l] * spec.background) >= spec.significance;
+    return flows[l] >= static_cast<uint32_t>(spec.min_flows) &&
+           BadAlone(spec, bad[l], expected[l], spec.min_expected);
   };
   // A switch-to-switch link whose unexplained bad flows all surely cross another such link, which
   // also has bad flows of its own (at least kSupersetExtraFlows), is not blamed while that holds:

@@ -239,4 +239,8 @@ void Tomography::ForEachCandidate(const FlowObs& obs, Fn&& fn) {
 // -log10 P(X >= k) for X ~ Poisson(lambda); large for surprising counts, 0 when k <= 0.
 double PoissonSurprise(double k, double lambda);
 
+// Whether `bad` of `samples` observations are bad at a finding's level on their own: at least
+// `min_samples`, `spec.threshold`, and `spec.significance` against `spec.background`.
+bool BadAlone(const SignalSpec& spec, double bad, double samples, double min_samples);
+
 }  // namespace fw::analysis
