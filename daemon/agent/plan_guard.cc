@@ -98,6 +98,8 @@ GuardedPlan GuardPlan(const v1::ProbePlan& plan, const PlanCeilings& c) {
     g.udp_rates_hz.push_back(flows == 0 ? 0 : p.rate_pps() > 0 ? p.rate_pps() : kDefaultUdpRateHz);
     g.udp_timeouts_ns.push_back(flows == 0 ? 0 : timeout_ns);
   }
+  g.udp_timeout_floor_ns =
+      std::min(static_cast<int64_t>(plan.probe_timeout_floor_ms()) * 1'000'000, net::kUdpMaxTimeoutNs);
   std::string& detail = g.trim_detail;
   if (usable > g.peers.size()) {
     g.trimmed[static_cast<size_t>(PlanTrim::kTargets)] = true;

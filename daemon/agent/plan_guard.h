@@ -40,6 +40,9 @@ struct GuardedPlan {
   // Per entry of `peers`: its UDP probes' timeout (PlannedPeer.timeout_ms, else the plan's
   // probe_timeout_ms), ns; 0: the prober's default (net::UdpProbePlan::timeout_ns, 1 s).
   std::vector<int64_t> udp_timeouts_ns;
+  // ProbePlan.probe_timeout_floor_ms, ns, at most net::kUdpMaxTimeoutNs: non-zero, each UDP flow's
+  // timeout follows its round trip down to it (net::UdpProbePlan::timeout_floor_ns).
+  int64_t udp_timeout_floor_ns = 0;
   size_t udp_flows = 0;
   double udp_pps = 0;          // sum over the UDP entries of flows x rate, after the ceilings
   double udp_max_rate_hz = 0;  // the highest entry rate, after the ceilings (0: no UDP entry)

@@ -85,6 +85,18 @@ TEST(GuardPlan, EachUdpEntryGetsItsOwnTimeoutElseThePlans) {
   EXPECT_EQ(g.udp_timeouts_ns[1], 250'000'000);
 }
 
+// The plan's timeout floor goes to every UDP prober, in ns, at most the prober's 60 s limit; an
+// aggregator before the field sends 0 (fixed timeouts).
+TEST(GuardPlan, ThePlansTimeoutFloorIsPassedOnInNanoseconds) {
+  v1::ProbePlan plan;
+  AddPeer(plan, "a", "198.18.0.1");
+  EXPECT_EQ(GuardPlan(plan, PlanCeilings{}).udp_timeout_floor_ns, 0);
+  plan.set_probe_timeout_floor_ms(200);
+  EXPECT_EQ(GuardPlan(plan, PlanCeilings{}).udp_timeout_floor_ns, 200'000'000);
+  plan.set_probe_timeout_floor_ms(4'000'000'000u);
+  EXPECT_EQ(GuardPlan(plan, PlanCeilings{}).udp_timeout_floor_ns, net::kUdpMaxTimeoutNs);
+}
+
 TEST(GuardPlan, TheSameDestinationFromTwoSourceNicsIsNotADuplicate) {
   v1::ProbePlan plan;
   AddPeer(plan, "b", "198.18.0.2")->set_src_nic("mlx5_0");

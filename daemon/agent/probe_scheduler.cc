@@ -421,6 +421,7 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
         now + static_cast<int64_t>((0.1 + jitter(rng)) * g.bandwidth_interval_s * 1e9);
     slow.push_back(std::move(s));
   }
+  for (net::UdpProbePlan& u : udp) u.timeout_floor_ns = g.udp_timeout_floor_ns;
   const size_t peers = udp_peers;
   Status st = udp_.empty() ? Status::FailedPrecondition("not started") : Status::Ok();
   for (size_t i = 0; i < udp_.size() && st.ok(); ++i) {

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   fw::Seconds recovery{o.analysis.recovery_s}, flap_quiet{o.analysis.flap_quiet_s};
   fw::Seconds collective_interval{static_cast<double>(o.collective.schedule.interval_ns) * 1e-9};
   fw::Seconds escalation_timeout{o.escalation.probe_timeout_ms * 1e-3};
+  fw::Seconds timeout_floor{o.planner.probe_timeout_floor_ms * 1e-3};
   std::string log_level = "info";
   std::string config;
 
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   binding.Bind("latency-floor", &latency_floor);
   binding.Bind("collective-interval", &collective_interval);
   binding.Bind("escalation-probe-timeout", &escalation_timeout);
+  binding.Bind("probe-timeout-floor", &timeout_floor);
   fw::tls::TlsFiles tls_files;
   std::string web_config;
   fw::tls::BindTlsConfig(binding, &tls_files);
@@ -76,6 +78,11 @@ int main(int argc, char** argv) {
       "--escalation-probe-timeout", duration(&escalation_timeout),
       "an escalated pair's UDP probes are lost after this long without an echo (at most 60s; "
       "0: the agents' own 1s) (default 0)");
+  app.add_option_function<std::string>(
+      "--probe-timeout-floor", duration(&timeout_floor),
+      "agents' UDP probe timeouts follow each flow's round trip down to this floor, so a lost "
+      "probe is reported within it instead of the fixed timeout (at most 60s; 0: fixed) "
+      "(default 0)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
   fw::tls::AddTlsFlags(app, &tls_files, "the aggregator (it must name the host agents dial)");
   app.add_option("--web-config,--web-config-file", web_config,
@@ -121,6 +128,10 @@ int main(int argc, char** argv) {
       escalation_timeout.value > 0 ? static_cast<uint32_t>(std::clamp(
                                          std::round(escalation_timeout.value * 1e3), 1.0, 60000.0))
                                    : 0;
+  o.planner.probe_timeout_floor_ms =
+      timeout_floor.value > 0 ? static_cast<uint32_t>(std::clamp(std::round(timeout_floor.value * 1e3),
+                                                                 1.0, 60000.0))
+                              : 0;
 
   fw::InitLogging("aggregator", log_level);
   fw::BlockTerminationSignals();

@@ -17,9 +17,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
+#include <unordered_map>
 
 #include "common/log.h"
 #include "common/mutex.h"
+#include "probes/net/probe_timeout.h"
 #include "probes/net/socket_util.h"
 
 namespace fw::net {
@@ -39,6 +42,7 @@ struct Pending {
   int64_t send_mono = 0;
   int64_t tx_real = 0;  // kernel software TX timestamp (CLOCK_REALTIME), 0 until read back
   int64_t send_wall = 0;
+  int64_t wait_ns = 0;  // how long this probe waits for its echo (the flow's timeout when sent)
   uint64_t window = 0;  // the busy-poll window (send slot serial) this probe was sent in
   SlotState state = SlotState::kFree;
 };
@@ -50,6 +54,9 @@ struct Flow {
   uint64_t next_seq = 0;
   uint64_t oldest = 0;  // lowest seq that may still be outstanding
   int64_t timeout_ns = 0;  // a probe of this flow unanswered this long is lost
+  // With the plan's timeout floor: the flow's round trip, and from it each probe's wait in
+  // [floor, timeout_ns]. Kept across plans for the same destination and socket (the same 5-tuple).
+  ProbeTimeout rto;
   std::vector<Pending> ring;
   std::vector<uint8_t> tx;      // the packet; only the header changes per probe
   ProbeResult result_template;  // peer, ports, flow id, bytes filled in once
@@ -194,6 +201,7 @@ class UdpProber::Loop {
   std::vector<Flow> flows_;
   std::vector<RateSchedule> schedules_;  // one per distinct rate of the plan
   uint32_t generation_ = 0;
+  int64_t timeout_floor_ns_ = 0;  // the plan's UdpProbePlan::timeout_floor_ns
   int64_t next_send_time_ = 0;  // the earliest next_time of schedules_
   // The first slot time at or after `mono` on the wall clock's grid of slot length `step`
   // (UdpProberOptions::align_send_slots), or `mono` itself without alignment.
@@ -421,6 +429,9 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
   if (plan.timeout_ns <= 0 || plan.timeout_ns > kUdpMaxTimeoutNs) {
     return Status::InvalidArgument("timeout must be in (0, 60 s]");
   }
+  if (plan.timeout_floor_ns < 0 || plan.timeout_floor_ns > kUdpMaxTimeoutNs) {
+    return Status::InvalidArgument("timeout floor must be in [0, 60 s]");
+  }
   if (plan.payload_bytes > kMaxEchoPayload) {
     return Status::InvalidArgument("payload_bytes must be <= " + std::to_string(kMaxEchoPayload));
   }
@@ -518,6 +529,25 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
     for (const Pending& p : f.ring)
       abandoned_.fetch_add(p.state == SlotState::kOutstanding, kRelaxed);
   }
+  // Round-trip estimates carry over to the new plan's flows of the same 5-tuple (destination and
+  // source socket): an escalation re-plans a pair without forgetting its flows' round trips.
+  if (plan.timeout_floor_ns > 0 && !flows_.empty()) {
+    std::unordered_map<std::string, const ProbeTimeout*> old;
+    old.reserve(flows_.size());
+    auto key = [](const Flow& f) {
+      std::string k(reinterpret_cast<const char*>(f.dst.get()), f.dst.len);
+      k.append(reinterpret_cast<const char*>(&f.sock), sizeof f.sock);
+      return k;
+    };
+    for (const Flow& f : flows_) {
+      if (f.rto.sampled()) old.emplace(key(f), &f.rto);
+    }
+    for (Flow& f : flows) {
+      auto it = old.find(key(f));
+      if (it != old.end()) f.rto = *it->second;
+    }
+  }
+  timeout_floor_ns_ = plan.timeout_floor_ns;
   flows_ = std::move(flows);
   generation_ = generation;
   // One schedule per distinct rate, each cut into slots as a plan of that rate alone would be, so
@@ -580,10 +610,14 @@ void UdpProber::Loop::QueueSlot(const std::vector<uint32_t>& slot, int64_t wall)
       continue;
     }
     Pending& p = f.ring[f.next_seq % f.ring.size()];
-    if (p.state == SlotState::kOutstanding) Resolve(f, p, true, 0, 0);  // stalled past the ring
+    if (p.state == SlotState::kOutstanding) {  // stalled past the ring
+      Resolve(f, p, true, 0, 0);
+      f.rto.OnLoss();
+    }
     Sock& s = sockets_[f.sock];
     p.seq = f.next_seq++;
     p.send_wall = wall;
+    p.wait_ns = f.rto.Next(timeout_floor_ns_, f.timeout_ns);
     p.tx_real = 0;
     p.window = window_serial_;
     ++window_outstanding_;
@@ -708,6 +742,11 @@ void UdpProber::Loop::HandleReply(size_t sock_index, const mmsghdr& m, const uin
   Pending& p = f.ring[h.seq % f.ring.size()];
   if (p.seq != h.seq || h.seq >= f.next_seq || p.state == SlotState::kLost) {
     late_.fetch_add(1, kRelaxed);
+    // The echo of a probe already reported lost still times the flow's round trip (its sequence
+    // number and send stamp name the probe): a queue that outgrew the timeout lifts it.
+    if (p.seq == h.seq && p.state == SlotState::kLost && p.send_mono == h.send_ts_ns) {
+      f.rto.OnEcho(now_mono - p.send_mono);
+    }
     return;
   }
   if (p.state == SlotState::kAnswered || p.send_mono != h.send_ts_ns) {
@@ -724,6 +763,7 @@ void UdpProber::Loop::HandleReply(size_t sock_index, const mmsghdr& m, const uin
   // it falls through to the next source, or to none.
   const int64_t user_rtt = now_mono - p.send_mono;
   busy_poll_.RecordRtt(user_rtt);
+  f.rto.OnEcho(user_rtt);
   int64_t kernel_rtt = 0;
   bool kernel_tx = false;
   for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr); c;
@@ -868,8 +908,9 @@ void UdpProber::Loop::ExpireTimeouts(int64_t now) {
     while (f.oldest < f.next_seq) {
       Pending& p = f.ring[f.oldest % f.ring.size()];
       if (p.seq == f.oldest && p.state == SlotState::kOutstanding) {
-        if (now - p.send_mono < f.timeout_ns) break;
+        if (now - p.send_mono < p.wait_ns) break;
         Resolve(f, p, true, 0, 0);
+        f.rto.OnLoss();
       }
       ++f.oldest;
     }
@@ -890,7 +931,7 @@ int64_t UdpProber::Loop::NextDeadline() const {
   for (const Flow& f : flows_) {
     if (f.oldest < f.next_seq) {
       const Pending& p = f.ring[f.oldest % f.ring.size()];
-      if (p.state == SlotState::kOutstanding) next = std::min(next, p.send_mono + f.timeout_ns);
+      if (p.state == SlotState::kOutstanding) next = std::min(next, p.send_mono + p.wait_ns);
     }
   }
   return next;

@@ -60,6 +60,12 @@ struct UdpProbePlan {
   // A probe unanswered this long is lost, for the peers that set no timeout of their own;
   // (0, kUdpMaxTimeoutNs].
   int64_t timeout_ns = 1'000'000'000;
+  // Non-zero: each flow's timeout follows its own round trip (ProbeTimeout: RFC 6298's srtt +
+  // 4·rttvar from every echo, late ones included, doubled per loss until the next echo), at least
+  // this and at most the flow's timeout above (which it keeps until its first echo). A lost probe is
+  // then reported within about this floor on a fast fabric, while a queue that builds lifts the
+  // timeouts of the flows through it. [0, kUdpMaxTimeoutNs]; 0: every probe waits the fixed timeout.
+  int64_t timeout_floor_ns = 0;
   uint32_t payload_bytes = 0;          // padding after the header (the reply is the same size)
 };
 

@@ -514,12 +514,22 @@ TEST(UdpProberTest, EachFlowIsLostAfterItsOwnPeersTimeout) {
 
 // A reply read after its probe was reported lost on the peer's own timeout is counted late, not
 // answered: a peer that echoes every probe 800 ms later, against a 100 ms timeout.
-TEST(UdpProberTest, AReplyAfterThePeersTimeoutIsCountedLate) {
-  Fd peer = testing::UdpSocket();
-  auto addr = LocalAddress(peer.get());
-  ASSERT_TRUE(addr.ok());
-  std::atomic<bool> done{false};
-  std::thread echo([&] {
+// A peer that echoes every probe `delay_ms` after it arrives, or drops them all while `drop` is
+// set; on its own thread until destroyed.
+class DelayedEcho {
+ public:
+  explicit DelayedEcho(int delay_ms) : delay_ms_(delay_ms), sock_(testing::UdpSocket()) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~DelayedEcho() {
+    done_ = true;
+    thread_.join();
+  }
+  uint16_t port() const { return LocalAddress(sock_.get())->port(); }
+  std::atomic<bool> drop{false};
+
+ private:
+  void Run() {
     struct Held {
       std::chrono::steady_clock::time_point due;
       std::vector<uint8_t> bytes;
@@ -527,43 +537,52 @@ TEST(UdpProberTest, AReplyAfterThePeersTimeoutIsCountedLate) {
       socklen_t len;
     };
     std::deque<Held> held;
-    while (!done) {
-      pollfd p{peer.get(), POLLIN, 0};
+    while (!done_) {
+      pollfd p{sock_.get(), POLLIN, 0};
       if (poll(&p, 1, 5) == 1) {
         Held h;
         h.bytes.resize(2048);
         h.len = sizeof h.from;
-        ssize_t n = recvfrom(peer.get(), h.bytes.data(), h.bytes.size(), 0,
+        ssize_t n = recvfrom(sock_.get(), h.bytes.data(), h.bytes.size(), 0,
                              reinterpret_cast<sockaddr*>(&h.from), &h.len);
         ProbeHeader req;
-        if (n > 0 && ParseDatagram(std::span<const uint8_t>(h.bytes.data(), n), nullptr, &req) ==
-                         DropReason::kNone) {
+        if (n > 0 && !drop &&
+            ParseDatagram(std::span<const uint8_t>(h.bytes.data(), n), nullptr, &req) ==
+                DropReason::kNone) {
           h.bytes.resize(RewriteAsReply(req, PacketType::kEchoReply, req.payload_len, nullptr,
                                         std::span<uint8_t>(h.bytes.data(), n)));
-          h.due = std::chrono::steady_clock::now() + 800ms;
+          h.due = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms_);
           held.push_back(std::move(h));
         }
       }
       while (!held.empty() && held.front().due <= std::chrono::steady_clock::now()) {
         const Held& h = held.front();
-        sendto(peer.get(), h.bytes.data(), h.bytes.size(), 0,
+        sendto(sock_.get(), h.bytes.data(), h.bytes.size(), 0,
                reinterpret_cast<const sockaddr*>(&h.from), h.len);
         held.pop_front();
       }
     }
-  });
+  }
+  const int delay_ms_;
+  Fd sock_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+// A reply read after its probe was reported lost on the peer's own timeout is counted late, not
+// answered: a peer that echoes every probe 800 ms later, against a 100 ms timeout.
+TEST(UdpProberTest, AReplyAfterThePeersTimeoutIsCountedLate) {
+  DelayedEcho echo(800);
   ResultQueue q(1024);
   auto prober = StartProber(q);
   ASSERT_TRUE(prober);
   UdpProbePlan plan;
   plan.rate_hz = 5;
   plan.timeout_ns = 10'000'000'000;  // the plan's; the peer's own is shorter
-  plan.peers.push_back(Peer("slow-echo", addr->port(), 1, 0));
+  plan.peers.push_back(Peer("slow-echo", echo.port(), 1, 0));
   plan.peers.back().timeout_ns = 100'000'000;
   ASSERT_TRUE(prober->SetPlan(plan).ok());
   const bool counted = Eventually([&] { return prober->Stats().late >= 3; }, 10s);
-  done = true;
-  echo.join();
   prober->Stop();
   const UdpProberStats s = prober->Stats();
   EXPECT_TRUE(counted) << "late " << s.late << " lost " << s.lost;
@@ -574,6 +593,48 @@ TEST(UdpProberTest, AReplyAfterThePeersTimeoutIsCountedLate) {
   std::vector<ProbeResult> results;
   q.PopBatch(results, 1 << 20);
   for (const ProbeResult& r : results) EXPECT_TRUE(r.lost) << "seq " << r.seq;
+}
+
+// With a timeout floor, a flow's timeout follows its round trip: a peer that echoes 300 ms late
+// is answered although the floor is 100 ms, and once it stops echoing its probes are reported
+// lost after about that round trip's timeout, not after the plan's fixed 3 s.
+TEST(UdpProberTest, WithATimeoutFloorEachFlowsTimeoutFollowsItsRoundTrip) {
+  DelayedEcho echo(300);
+  UdpProbePlan plan = Plan("queued", echo.port(), 2, 5, 3'000'000'000);
+  plan.timeout_floor_ns = 100'000'000;
+  ResultQueue q(4096);
+  auto prober = StartProber(q);
+  ASSERT_TRUE(prober);
+  ASSERT_TRUE(prober->SetPlan(plan).ok());
+  ASSERT_TRUE(Eventually([&] { return prober->Stats().answered >= 20; }, 10s));
+  UdpProberStats s = prober->Stats();
+  EXPECT_EQ(s.lost, 0u) << "a 300 ms round trip read as loss against the 100 ms floor";
+  EXPECT_EQ(s.late, 0u);
+  // A re-plan of the same flows keeps what they learnt: the first probes after it do not wait
+  // the fixed 3 s, and are not lost on the floor either.
+  ASSERT_TRUE(prober->SetPlan(plan).ok());
+  std::vector<ProbeResult> scratch;
+  q.PopBatch(scratch, 1 << 20);
+  echo.drop = true;
+  std::vector<std::pair<ProbeResult, int64_t>> lost;
+  const auto until = std::chrono::steady_clock::now() + 4s;
+  std::vector<ProbeResult> batch;
+  while (std::chrono::steady_clock::now() < until && lost.size() < 4) {
+    batch.clear();
+    q.PopBatch(batch, 1 << 20);
+    const int64_t now = RealClock::Get().WallNanos();
+    for (const ProbeResult& r : batch) {
+      if (r.lost) lost.emplace_back(r, now);
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  prober->Stop();
+  ASSERT_FALSE(lost.empty()) << "no loss reported within 4 s of the peer going silent";
+  // The first lost probes waited about 1.5x the 300 ms round trip (RFC 6298 with its margin), far
+  // from the fixed 3 s; a loaded host only adds its scheduling delay.
+  const int64_t waited = lost.front().second - lost.front().first.timestamp_ns;
+  EXPECT_GE(waited, 300'000'000) << "lost sooner than its own round trip";
+  EXPECT_LT(waited, 2'000'000'000) << "waited like the fixed timeout";
 }
 
 TEST(UdpProberTest, AResponderThatDropsEverythingShowsAsLoss) {

@@ -28,6 +28,7 @@ FollowedRates RatesFromPlan(const FatTree& tree, int agent, const v1::ProbePlan&
   // of all.
   std::vector<double> plain[2], all[2];
   if (plan.probe_timeout_ms() != 0) r.default_timeout_s = plan.probe_timeout_ms() * 1e-3;
+  r.timeout_floor_s = plan.probe_timeout_floor_ms() * 1e-3;
   for (const v1::PlannedPeer& p : plan.peers()) {
     if (p.transport() != v1::TRANSPORT_UDP || !(p.rate_pps() > 0) || !std::isfinite(p.rate_pps())) {
       continue;

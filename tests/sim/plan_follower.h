@@ -43,6 +43,9 @@ struct FollowedRates {
   std::unordered_map<int, double> rail_timeout_s;
   std::unordered_map<int, double> timeout_s;
   double default_timeout_s = kProbeTimeoutS;  // a flow no entry with a rate names
+  // ProbePlan.probe_timeout_floor_ms: non-zero, each flow's timeout follows its round trip
+  // (net::ProbeTimeout) between this floor and the timeout above, as the agent's prober does.
+  double timeout_floor_s = 0;
 
   // The rate at which `f` (a flow of this agent) probes, and the baseline of its class.
   double RateOf(const Flow& f) const {

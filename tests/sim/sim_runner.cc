@@ -19,6 +19,7 @@
 
 #include "common/clock.h"
 #include "common/mutex.h"
+#include "probes/net/probe_timeout.h"
 #include "tests/sim/agent_pool.h"
 #include "tests/sim/batch_builder.h"
 #include "tests/sim/link_model.h"
@@ -331,6 +332,9 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
   // Agent delivery: echoes the model drew slower than their flow's timeout, reported lost; and
   // lost probes reported on a timeout shorter than the agent's default (escalated flows').
   uint64_t late_echoes = 0, lost_on_short_timeout = 0;
+  // Per agent and flow: the round-trip estimate a prober keeps when its plan sets a timeout floor.
+  std::vector<std::vector<net::ProbeTimeout>> rto(plan.size());
+  for (size_t i = 0; i < plan.size(); ++i) rto[i].resize(plan[i].size());
   // What the plans ask of the simulated flows per second, summed over the fleet in the last second.
   double planned_last_second = 0;
   std::shared_ptr<const FollowedRates> rates;
@@ -394,10 +398,19 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
         base_this_second += count;
       }
       // The flow's timeout from the plan: an echo slower than it is a lost probe, reported then.
-      const double timeout_s = rates->TimeoutOf(f);
+      // With a floor, the timeout follows the flow's round trip as the agent's prober does.
+      const double cap_s = rates->TimeoutOf(f);
+      net::ProbeTimeout& est = rto[ui][fi];
       for (double sent : instants) {
+        const double timeout_s =
+            rates->timeout_floor_s > 0
+                ? 1e-9 * static_cast<double>(est.Next(std::llround(rates->timeout_floor_s * 1e9),
+                                                      std::llround(cap_s * 1e9)))
+                : cap_s;
         const LatencySample ls = model.SampleLatency(f, rng);
         HeldResult h = LatencyResult(&f, sent, ls.lost, ls.rtt_ns, timeout_s, raised);
+        if (h.lost) est.OnLoss();
+        if (!ls.lost) est.OnEcho(ls.rtt_ns);  // in time or late: either teaches the estimate
         late_echoes += !ls.lost && h.lost;
         lost_on_short_timeout += h.lost && timeout_s < kProbeTimeoutS;
         h.seq = static_cast<uint64_t>(t);

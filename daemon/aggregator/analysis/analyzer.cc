@@ -725,9 +725,11 @@ void Analyzer::LogTimeline(const Evaluation& ev) const {
         spdlog::debug(
             "component=analysis msg=\"link blamed\" link={} signal={} estimate={:.4f} "
             "significance={:.1f} bad={} expected={:.0f} flows={} fresh_probes={:.0f} "
-            "fresh_loss={:.4f}",
+            "fresh_loss={:.4f} recent_probes={:.0f} recent_loss={:.4f} last_probes={:.0f} "
+            "last_loss={:.4f}",
             map_->links()[b.link].id, SignalName(b.signal), b.estimate, b.significance, b.bad,
-            b.expected, b.bad_flows, b.fresh_probes, b.fresh_loss);
+            b.expected, b.bad_flows, b.fresh_probes, b.fresh_loss, b.recent_probes, b.recent_loss,
+            b.last_probes, b.last_loss);
       }
     }
     for (const LinkBlame& b : ev.weak_loss) {

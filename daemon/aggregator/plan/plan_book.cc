@@ -80,6 +80,7 @@ PlanBook::PlanBook(PlannerConfig config, std::shared_ptr<const FabricMap> map, c
                    metrics::Registry& registry)
     : clock_(clock),
       trace_refresh_s_(config.trace_refresh_s),
+      probe_timeout_floor_ms_(config.probe_timeout_floor_ms),
       planner_(std::move(config), std::move(map)),
       replan_seconds_(registry
                           .AddGauge("fabricwatch_planner_replan_seconds",
@@ -256,6 +257,7 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live,
       t->set_id(r.id);
     }
     p.set_trace_refresh_s(trace_refresh_s_);
+    if (probe_timeout_floor_ms_ != 0) p.set_probe_timeout_floor_ms(probe_timeout_floor_ms_);
     p.set_report_interval_ms(ReportIntervalMs(live.size()));
     for (const PlannedBurst& b : plan.bursts) BurstToWire(b, *p.add_bursts());
     plan = {};

@@ -100,6 +100,7 @@ class PlanBook {
 
   const Clock& clock_;
   const double trace_refresh_s_;
+  const uint32_t probe_timeout_floor_ms_;
   Planner planner_;
   std::atomic<double> base_pps_{0};
   // Membership changes are coalesced: the tick thread re-plans once the fleet has been quiet for
