@@ -729,9 +729,13 @@ void ProbeScheduler::BatchNow() {
         c.add_cpu_pressure_permille(r.cpu_pressure_permille);
       }
     }
+    // A late column only when some row takes a loss back (ProbeResult::late).
+    if (std::any_of(results.begin(), results.end(), [](const auto& r) { return r.late; })) {
+      for (const net::ProbeResult& r : results) c.add_late(r.late);
+    }
     int64_t prev_sent = 0;
     for (const net::ProbeResult& r : results) {
-      Publish(r);
+      if (!r.late) Publish(r);  // the probe was counted sent and lost already
       c.add_peer(name_index(r.PeerName()));
       c.add_transport(ToWire(r.transport));
       c.add_src_port(r.src_port);

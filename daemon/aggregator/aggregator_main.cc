@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
       "--probe-timeout-floor", duration(&timeout_floor),
       "agents' UDP probe timeouts follow each flow's round trip down to this floor, so a lost "
       "probe is reported within it instead of the fixed timeout (at most 60s; 0: fixed) "
-      "(default 0)");
+      "(default 200ms)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
   fw::tls::AddTlsFlags(app, &tls_files, "the aggregator (it must name the host agents dial)");
   app.add_option("--web-config,--web-config-file", web_config,

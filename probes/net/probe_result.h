@@ -29,6 +29,10 @@ struct ProbeResult {
   uint32_t flow_id = 0;  // index of the flow within its peer, stable across plans
   uint64_t seq = 0;
   bool lost = false;   // no answer within the timeout (rtt_ns is then 0)
+  // The echo of a probe this prober had already reported lost on a timeout shorter than the
+  // flow's fixed one (UdpProbePlan::timeout_floor_ns), arriving within the fixed one: rtt_ns is
+  // its round trip and the aggregator takes back the loss (ProbeColumns.late). lost is false.
+  bool late = false;
   int64_t rtt_ns = 0;  // round trip on the prober's CLOCK_MONOTONIC (see docs/probes.md)
   // udp: the round trip between the kernel's software stamps (TX, or the user-space send when
   // there is no TX stamp, to RX), which leaves out the prober's own syscalls and scheduling; 0

@@ -228,7 +228,8 @@ class UdpProber::Loop {
   };
   std::array<CmsgBuffer, kRxBatch> rx_cmsg_{};
 
-  std::atomic<uint64_t> sent_{0}, answered_{0}, lost_{0}, late_{0}, duplicate_{0}, stray_{0},
+  std::atomic<uint64_t> sent_{0}, answered_{0}, lost_{0}, late_{0}, retracted_{0}, duplicate_{0},
+      stray_{0},
       budget_skipped_{0}, send_errors_{0}, rx_kernel_ts_{0}, tx_kernel_ts_{0}, rx_user_ts_{0},
       abandoned_{0}, plans_applied_{0}, wakeups_{0}, busy_polls_{0}, busy_poll_ns_{0},
       busy_poll_hits_{0}, busy_poll_timeouts_{0}, busy_poll_skipped_{0}, planned_peers_{0};
@@ -745,7 +746,19 @@ void UdpProber::Loop::HandleReply(size_t sock_index, const mmsghdr& m, const uin
     // The echo of a probe already reported lost still times the flow's round trip (its sequence
     // number and send stamp name the probe): a queue that outgrew the timeout lifts it.
     if (p.seq == h.seq && p.state == SlotState::kLost && p.send_mono == h.send_ts_ns) {
-      f.rto.OnEcho(now_mono - p.send_mono);
+      const int64_t rtt = now_mono - p.send_mono;
+      f.rto.OnEcho(rtt);
+      // Lost on a round-trip timeout shorter than the fixed one, answered within the fixed one:
+      // the fixed timeout would have read it answered, so the loss is taken back.
+      if (p.wait_ns < f.timeout_ns && rtt < f.timeout_ns) {
+        ProbeResult r = f.result_template;
+        r.seq = p.seq;
+        r.late = true;
+        r.rtt_ns = rtt;
+        r.timestamp_ns = p.send_wall;
+        results_.TryPush(r);
+        retracted_.fetch_add(1, kRelaxed);
+      }
     }
     return;
   }
@@ -1011,6 +1024,7 @@ UdpProberStats UdpProber::Loop::Snapshot() const {
   s.answered = answered_.load(kRelaxed);
   s.lost = lost_.load(kRelaxed);
   s.late = late_.load(kRelaxed);
+  s.retracted = retracted_.load(kRelaxed);
   s.duplicate = duplicate_.load(kRelaxed);
   s.stray = stray_.load(kRelaxed);
   s.budget_skipped = budget_skipped_.load(kRelaxed);

@@ -118,6 +118,9 @@ struct UdpProberStats {
   uint64_t answered = 0;
   uint64_t lost = 0;
   uint64_t late = 0;  // a reply after its probe was declared lost
+  // ...of which within the flow's fixed timeout, after a shorter round-trip timeout: reported again
+  // as a late result (ProbeResult::late) that takes the loss back
+  uint64_t retracted = 0;
   uint64_t duplicate = 0;
   uint64_t stray = 0;           // valid reply matching no outstanding flow (old plan, bad source)
   uint64_t budget_skipped = 0;  // probes not sent because the agent budget was spent

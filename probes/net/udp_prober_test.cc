@@ -518,7 +518,7 @@ TEST(UdpProberTest, EachFlowIsLostAfterItsOwnPeersTimeout) {
 // set; on its own thread until destroyed.
 class DelayedEcho {
  public:
-  explicit DelayedEcho(int delay_ms) : delay_ms_(delay_ms), sock_(testing::UdpSocket()) {
+  explicit DelayedEcho(int delay_ms) : delay_ms(delay_ms), sock_(testing::UdpSocket()) {
     thread_ = std::thread([this] { Run(); });
   }
   ~DelayedEcho() {
@@ -527,6 +527,7 @@ class DelayedEcho {
   }
   uint16_t port() const { return LocalAddress(sock_.get())->port(); }
   std::atomic<bool> drop{false};
+  std::atomic<int> delay_ms;
 
  private:
   void Run() {
@@ -551,7 +552,7 @@ class DelayedEcho {
                 DropReason::kNone) {
           h.bytes.resize(RewriteAsReply(req, PacketType::kEchoReply, req.payload_len, nullptr,
                                         std::span<uint8_t>(h.bytes.data(), n)));
-          h.due = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms_);
+          h.due = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms.load());
           held.push_back(std::move(h));
         }
       }
@@ -563,7 +564,6 @@ class DelayedEcho {
       }
     }
   }
-  const int delay_ms_;
   Fd sock_;
   std::atomic<bool> done_{false};
   std::thread thread_;
@@ -635,6 +635,45 @@ TEST(UdpProberTest, WithATimeoutFloorEachFlowsTimeoutFollowsItsRoundTrip) {
   const int64_t waited = lost.front().second - lost.front().first.timestamp_ns;
   EXPECT_GE(waited, 300'000'000) << "lost sooner than its own round trip";
   EXPECT_LT(waited, 2'000'000'000) << "waited like the fixed timeout";
+}
+
+// A queue that jumps past the round-trip timeout: the probes it catches are reported lost on
+// the floor, and their echoes, within the fixed timeout, come back as late results that take the
+// losses back (ProbeResult::late, UdpProberStats::retracted); then the timeout has learnt the
+// queue and the next probes are answered.
+TEST(UdpProberTest, AnEchoAfterTheRoundTripTimeoutButWithinTheFixedOneIsReportedLate) {
+  DelayedEcho echo(0);
+  UdpProbePlan plan = Plan("jump", echo.port(), 1, 10, 2'000'000'000);
+  plan.timeout_floor_ns = 100'000'000;
+  ResultQueue q(4096);
+  auto prober = StartProber(q);
+  ASSERT_TRUE(prober);
+  ASSERT_TRUE(prober->SetPlan(plan).ok());
+  ASSERT_TRUE(Eventually([&] { return prober->Stats().answered >= 10; }, 10s));
+  echo.delay_ms = 400;
+  ASSERT_TRUE(Eventually([&] { return prober->Stats().retracted >= 1; }, 10s))
+      << "lost " << prober->Stats().lost << " late " << prober->Stats().late;
+  // Learnt: answered again at 400 ms.
+  const uint64_t answered = prober->Stats().answered;
+  ASSERT_TRUE(Eventually([&] { return prober->Stats().answered >= answered + 5; }, 10s));
+  prober->Stop();
+  const UdpProberStats s = prober->Stats();
+  EXPECT_LE(s.retracted, s.late);
+  EXPECT_LE(s.retracted, s.lost);
+  std::vector<ProbeResult> results;
+  q.PopBatch(results, 1 << 20);
+  std::map<uint64_t, int> lost_seqs;
+  int late = 0;
+  for (const ProbeResult& r : results) {
+    if (r.lost) ++lost_seqs[r.seq];
+    if (!r.late) continue;
+    ++late;
+    EXPECT_FALSE(r.lost);
+    EXPECT_EQ(lost_seqs.count(r.seq), 1u) << "a late result for a probe never reported lost";
+    EXPECT_GE(r.rtt_ns, 390'000'000);
+    EXPECT_LT(r.rtt_ns, 2'000'000'000);
+  }
+  EXPECT_EQ(static_cast<uint64_t>(late), s.retracted);
 }
 
 TEST(UdpProberTest, AResponderThatDropsEverythingShowsAsLoss) {

@@ -160,6 +160,7 @@ void BatchBuilder::FillHeld(const std::vector<HeldResult>& held, int64_t epoch_n
       r->set_sent_unix_ns(sent_ns(h));
       r->set_lost(h.lost);
       r->set_rtt_ns(h.lost ? 0 : h.rtt_ns);
+      if (h.late) r->set_late(true);
       if (h.bandwidth && !h.lost) {
         r->set_bytes(kBandwidthBytes);
         r->set_goodput_bps(h.goodput_bps);
@@ -184,8 +185,11 @@ void BatchBuilder::FillHeld(const std::vector<HeldResult>& held, int64_t epoch_n
     return i;
   };
   int64_t prev_sent = 0;
+  // The late column only when some row is late, as the agent sends it.
+  const bool late = std::any_of(held.begin(), held.end(), [](const HeldResult& h) { return h.late; });
   for (const HeldResult& h : held) {
     const Flow& f = *h.flow;
+    if (late) c.add_late(h.late);
     c.add_peer(name(tree_.NodeName(static_cast<int>(f.dst_host))));
     c.add_transport(transport(h));
     c.add_src_port(f.src_port);

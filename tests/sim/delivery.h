@@ -36,6 +36,9 @@ struct HeldResult {
   double ready_s = 0;  // when the agent has it: the echo back, or the timeout for a lost probe
   bool bandwidth = false;
   bool lost = false;
+  // The echo of a probe reported lost on a round-trip timeout, within the fixed one: rtt_ns is its
+  // round trip, and the aggregator takes the loss back (ProbeResult.late). Ready at sent + RTT.
+  bool late = false;
   bool urgent = false;  // lost, or toward a peer the plan escalates: sent without waiting
   uint64_t seq = 0;
   uint64_t rtt_ns = 0;  // the burst's duration for a bandwidth result

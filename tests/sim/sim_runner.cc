@@ -331,7 +331,7 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
   uint64_t escalated_agent_seconds = 0, sent_results = 0;
   // Agent delivery: echoes the model drew slower than their flow's timeout, reported lost; and
   // lost probes reported on a timeout shorter than the agent's default (escalated flows').
-  uint64_t late_echoes = 0, lost_on_short_timeout = 0;
+  uint64_t late_echoes = 0, lost_on_short_timeout = 0, retracted = 0;
   // Per agent and flow: the round-trip estimate a prober keeps when its plan sets a timeout floor.
   std::vector<std::vector<net::ProbeTimeout>> rto(plan.size());
   for (size_t i = 0; i < plan.size(); ++i) rto[i].resize(plan[i].size());
@@ -415,6 +415,15 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
         lost_on_short_timeout += h.lost && timeout_s < kProbeTimeoutS;
         h.seq = static_cast<uint64_t>(t);
         outbox[ui].Hold(h);
+        // Lost on the round-trip timeout, echoed within the fixed one: the agent reports the echo
+        // late and the aggregator takes the loss back.
+        if (h.lost && !ls.lost && timeout_s < cap_s && static_cast<double>(ls.rtt_ns) * 1e-9 < cap_s) {
+          HeldResult back = LatencyResult(&f, sent, false, ls.rtt_ns, cap_s, raised);
+          back.late = true;
+          back.seq = h.seq;
+          outbox[ui].Hold(back);
+          ++retracted;
+        }
       }
     }
     bool regular = false;
@@ -574,6 +583,7 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
       {"sent_per_s", seconds > 0 ? static_cast<double>(sent_results) / seconds : 0.0},
       {"planned_per_s_last_second", planned_last_second},
       {"late_echoes", late_echoes},
+      {"retracted", retracted},
       {"lost_on_short_timeout", lost_on_short_timeout},
       {"plans_received", final_stats.plans_received}};
   report["tracing"] = {{"enabled", tracing},

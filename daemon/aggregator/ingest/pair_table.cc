@@ -172,7 +172,21 @@ void PairTable::RecordLocked(Pair& p, FlowSeen& f, const ProbeSample& sample, Tr
   }
   f.last_s = std::max(f.last_s, s);
   FlowSlot& slot = f.slots[s % kSlots];
-  SaturatingAdd(slot.probes, 1);
+  if (sample.late) {
+    // A loss reported on a round-trip timeout, answered within the fixed one after all: the
+    // flow's newest recorded loss in the window becomes an answered probe (it was reported within
+    // the last fixed timeout, so it is that one or one of its seconds' neighbours), and the echo's
+    // round trip is judged in this second like any other.
+    for (uint32_t back = 0; back < kSlots && back < s; ++back) {
+      FlowSlot& x = f.slots[(s - back) % kSlots];
+      if (x.lost > 0) {
+        --x.lost;
+        break;
+      }
+    }
+  } else {
+    SaturatingAdd(slot.probes, 1);
+  }
   if (sample.lost) {
     SaturatingAdd(slot.lost, 1);
     return;
@@ -279,7 +293,7 @@ size_t PairTable::RecordBatch(std::span<const ReportedProbe> results, int64_t no
     runs.Advance();
     RecordLocked(*p, *f,
                  ProbeSample{r.lost, r.rtt_ns, r.goodput_bps, r.cpu_busy_permille,
-                             r.cpu_peak_permille, r.cpu_pressure_permille},
+                             r.cpu_peak_permille, r.cpu_pressure_permille, r.late},
                  r.transport, now_ns);
     ++recorded;
   }

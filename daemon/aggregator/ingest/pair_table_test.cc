@@ -63,6 +63,38 @@ TEST(PairTableTest, BatchCreatesPairsWithPathClassesAndFlows) {
   EXPECT_THAT(table.SourceNodes(), UnorderedElementsAre("a"));
 }
 
+// A late result (ReportedProbe::late) takes back the flow's newest recorded loss, in an earlier
+// second too, and adds its round trip, not a probe; the pair's windows keep the loss.
+TEST(PairTableTest, ALateEchoTakesBackTheFlowsLoss) {
+  FakeClock clock;
+  clock.Advance(std::chrono::seconds(100));
+  PairTable table(clock, SmallMap());
+  std::vector<ReportedProbe> batch = {Result("a", "c", 40001, 0, true),
+                                      Result("a", "c", 40001, 0, true)};
+  table.RecordBatch(batch);
+  clock.Advance(std::chrono::milliseconds(1200));
+  ReportedProbe late = Result("a", "c", 40001, 400'000'000);
+  late.late = true;
+  std::vector<ReportedProbe> one = {late};
+  table.RecordBatch(one);
+  int seen = 0;
+  table.ForEachPairFrom("a", [&](const PairView& v) {
+    ASSERT_EQ(v.flows.size(), 1u);
+    uint32_t probes = 0, lost = 0;
+    for (const FlowSlot& slot : v.flows[0].slots) {
+      probes += slot.probes;
+      lost += slot.lost;
+    }
+    EXPECT_EQ(probes, 2u);  // the two probes sent, not a third for the echo
+    EXPECT_EQ(lost, 1u);    // one of the two answered after all
+    const auto w = v.windows.Snapshot(clock.MonotonicNanos(), Window::k10s);
+    EXPECT_EQ(w.probes, 2u);
+    EXPECT_EQ(w.rtt_samples, 1u);
+    ++seen;
+  });
+  EXPECT_EQ(seen, 1);
+}
+
 TEST(PairTableTest, TransportsArePairsOfTheirOwn) {
   FakeClock clock;
   PairTable table(clock, nullptr);

@@ -158,7 +158,7 @@ void PairWindows::RecordTier(int t, int64_t now_ns, const ProbeSample& sample, i
   const int index = tier.offset + static_cast<int>(epoch % n);
   Slot& slot = slots_[index];
   if (slot.probes == UINT16_MAX) return;  // saturated: see the class comment
-  ++slot.probes;
+  if (!sample.late) ++slot.probes;
   if (sample.lost) {
     ++slot.lost;
     return;
@@ -224,7 +224,7 @@ void PairWindows::Record(int64_t now_ns, const ProbeSample& sample) {
   }
   if (pending_ && epoch == tier_epoch_[kTier10s] && !bandwidth) {
     Slot& slot = slots_[tier.offset + static_cast<int>(epoch % tier.slots)];
-    ++slot.probes;  // below pending_room_ <= 65,535 until the fold just below
+    if (!sample.late) ++slot.probes;  // below pending_room_ <= 65,535 until the fold just below
     if (sample.lost) {
       ++slot.lost;
     } else if (bucket >= 0) {

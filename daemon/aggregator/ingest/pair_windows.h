@@ -29,6 +29,10 @@ struct ProbeSample {
   uint16_t cpu_busy_permille = 0;
   uint16_t cpu_peak_permille = 0;
   uint16_t cpu_pressure_permille = 0;  // CPU pressure over the burst (ReportedProbe); 0: none
+  // The late echo of a probe recorded lost before (ReportedProbe::late): its round trip counts,
+  // not another probe. The pair's windows keep the earlier loss (the flow windows the analyzer
+  // reads take it back, PairTable).
+  bool late = false;
 };
 
 struct WindowStats {

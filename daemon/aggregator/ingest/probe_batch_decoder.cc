@@ -80,7 +80,7 @@ ColumnError CheckColumns(const v1::ProbeColumns& c, size_t names) {
       !fits(c.rtt_ns_size()) || !fits(c.bytes_size()) || !fits(c.goodput_bps_size()) ||
       !fits(c.sent_unix_ns_delta_size()) || !fits(c.src_nic_size()) || !fits(c.dst_nic_size()) ||
       !fits(c.cpu_busy_permille_size()) || !fits(c.cpu_peak_permille_size()) ||
-      !fits(c.cpu_pressure_permille_size())) {
+      !fits(c.cpu_pressure_permille_size()) || !fits(c.late_size())) {
     return ColumnError::kColumnLength;
   }
   auto in_range = [names](const google::protobuf::RepeatedField<uint32_t>& col) {
@@ -255,6 +255,7 @@ DecodeOutcome Decode(std::string_view node, NodeId node_id, const v1::ProbeBatch
     x.flow_id = r.flow_id();
     x.seq = r.probe_seq();
     x.lost = r.lost();
+    x.late = r.late() && !x.lost && x.transport == Transport::kUdp;
     x.rtt_ns = CleanRtt(r.rtt_ns());
     x.bytes = r.bytes();
     x.goodput_bps = CleanGoodput(r.goodput_bps());
@@ -337,6 +338,7 @@ DecodeOutcome Decode(std::string_view node, NodeId node_id, const v1::ProbeBatch
         x.flow_id = c.flow_id().empty() ? 0 : c.flow_id(row);
         x.seq = c.probe_seq().empty() ? 0 : c.probe_seq(row);
         x.lost = c.lost().empty() ? false : c.lost(row);
+        x.late = !c.late().empty() && c.late(row) && !x.lost && x.transport == Transport::kUdp;
         x.rtt_ns = c.rtt_ns().empty() ? 0 : CleanRtt(c.rtt_ns(row));
         x.bytes = c.bytes().empty() ? 0 : c.bytes(row);
         x.goodput_bps = c.goodput_bps().empty() ? 0.0 : CleanGoodput(c.goodput_bps(row));

@@ -195,6 +195,29 @@ TEST(ProbeBatchDecoderTest, CpuPressureSurvivesTheWireAndOldAgentsAndGarbageRead
             ColumnError::kColumnLength);
 }
 
+// The late column (ProbeColumns.late, ProbeResult.late): a UDP row that is not lost carries it;
+// on a lost row or a burst it is dropped alone; a column of the wrong length refuses the batch.
+TEST(ProbeBatchDecoderTest, LateRowsSurviveTheWireOnlyOnAnsweredUdpRows) {
+  std::vector<ReportedProbe> out;
+  v1::ProbeBatch cols = ColumnBatch();
+  for (bool l : {true, true, true}) cols.mutable_columns()->add_late(l);
+  ASSERT_EQ(DecodeProbeBatch("me", cols, kAnyPeer, out).appended, 3u);
+  EXPECT_TRUE(out[0].late);   // udp, answered
+  EXPECT_FALSE(out[1].late);  // udp, lost: a late echo is never lost
+  EXPECT_FALSE(out[2].late);  // a burst
+  v1::ProbeBatch rows = RowBatch();
+  for (v1::ProbeResult& r : *rows.mutable_results()) r.set_late(true);
+  ASSERT_EQ(DecodeProbeBatch("me", rows, kAnyPeer, out).appended, 3u);
+  EXPECT_TRUE(out[0].late);
+  EXPECT_FALSE(out[1].late);
+  EXPECT_FALSE(out[2].late);
+  // An agent before the field: no column, and a reused slot is not late.
+  ASSERT_EQ(DecodeProbeBatch("me", ColumnBatch(), kAnyPeer, out).appended, 3u);
+  EXPECT_FALSE(out[0].late);
+  cols.mutable_columns()->mutable_late()->RemoveLast();
+  EXPECT_EQ(DecodeProbeBatch("me", cols, kAnyPeer, out).column_error, ColumnError::kColumnLength);
+}
+
 TEST(ProbeBatchDecoderTest, ABatchWithBothFormsYieldsResultsThenRows) {
   v1::ProbeBatch b = ColumnBatch();
   *b.mutable_results() = RowBatch().results();

@@ -43,6 +43,9 @@ struct ReportedProbe {
   uint32_t flow_id = 0;   // the planner's flow index for this peer
   uint64_t seq = 0;
   bool lost = false;         // timed out; rtt_ns is then meaningless
+  // Takes back a loss reported earlier for this flow (ProbeResult.late): answered after all, rtt_ns
+  // late. Never with lost; udp only (the decoder clears it elsewhere).
+  bool late = false;
   int64_t rtt_ns = 0;        // round trip (latency transports) or burst duration (tcp_bw)
   uint64_t bytes = 0;        // bytes moved by the probe
   double goodput_bps = 0.0;  // tcp_bw only: bits per second; 0 elsewhere

@@ -80,7 +80,7 @@ struct PlannerConfig {
   // ProbePlan.probe_timeout_floor_ms: non-zero, every UDP flow's timeout follows its round trip
   // down to this floor (a lost probe is known within it instead of the fixed 1 s, while a building
   // queue lifts the timeouts of the flows through it); 0: the fixed timeout.
-  uint32_t probe_timeout_floor_ms = 0;
+  uint32_t probe_timeout_floor_ms = 200;
   // RDMA UD (docs/rdma.md): a node with RDMA ports probes the RDMA ports of the nodes its latency
   // plan names, rail by rail, with up to rdma_max_flows flow labels. Each target (one peer port)
   // gets at most this many probes/s over all its flows: pairs on one leaf are few and tell the

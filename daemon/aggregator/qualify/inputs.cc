@@ -74,7 +74,11 @@ void QualifyInputs::OnResults(std::span<const aggregator::ReportedProbe> results
       continue;
     }
     PairSamples& s = c->pairs_[family][{r.src_id, r.dst_id}];
-    ++s.probes;
+    if (r.late) {
+      if (s.lost > 0) --s.lost;  // the loss reported earlier was answered after all
+    } else {
+      ++s.probes;
+    }
     if (r.lost) {
       ++s.lost;
     } else {
