@@ -247,6 +247,11 @@ ProbeScheduler::ProbeScheduler(ProbeSchedulerOptions options, OutboundBuffer& bu
                                  "UDP probe replies that came after their probe's timeout (the "
                                  "probe was already reported lost).")
                         .WithLabels({})),
+      losses_taken_back_(r.AddCounter(
+                             "fabricwatch_probe_losses_taken_back_total",
+                             "UDP probes reported lost on their round-trip timeout whose echo then "
+                             "came within the fixed timeout, reported again as late results.")
+                             .WithLabels({})),
       probe_errors_(r.AddCounter("fabricwatch_probe_errors_total",
                                  "Connect and bandwidth probes that failed before measuring "
                                  "(refused, unreachable, bad target).")
@@ -913,6 +918,7 @@ void ProbeScheduler::RefreshStats() {
     for (const NicProber& p : udp_) {
       const net::UdpProberStats one = p.udp->Stats();
       s.late += one.late;
+      s.retracted += one.retracted;
       for (size_t i = 0; i < net::kPlanSkipCount; ++i) s.plan_skipped[i] += one.plan_skipped[i];
       for (size_t i = 0; i < net::kDropReasonCount; ++i) s.dropped[i] += one.dropped[i];
     }
@@ -920,6 +926,7 @@ void ProbeScheduler::RefreshStats() {
     constexpr size_t kSocket = static_cast<size_t>(net::PlanSkip::kSocket);
     plan_skipped_[kSocket]->Set(static_cast<double>(s.plan_skipped[kSocket]));
     late_replies_.Set(static_cast<double>(s.late));
+    losses_taken_back_.Set(static_cast<double>(s.retracted));
     for (size_t i = 1; i < net::kDropReasonCount; ++i) {
       if (s.dropped[i] == 0) continue;
       malformed_replies_

@@ -277,6 +277,7 @@ class ProbeScheduler {
   metrics::Counter& queue_dropped_;
   metrics::Counter& budget_rejected_;
   metrics::Counter& late_replies_;
+  metrics::Counter& losses_taken_back_;
   metrics::Counter& probe_errors_;
   metrics::Counter& plans_;
   std::array<metrics::Counter*, static_cast<size_t>(BurstOutcome::kCount)> burst_requests_{};

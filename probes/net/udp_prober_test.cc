@@ -512,8 +512,6 @@ TEST(UdpProberTest, EachFlowIsLostAfterItsOwnPeersTimeout) {
   EXPECT_EQ(end.answered, 0u);
 }
 
-// A reply read after its probe was reported lost on the peer's own timeout is counted late, not
-// answered: a peer that echoes every probe 800 ms later, against a 100 ms timeout.
 // A peer that echoes every probe `delay_ms` after it arrives, or drops them all while `drop` is
 // set; on its own thread until destroyed.
 class DelayedEcho {
@@ -569,6 +567,13 @@ class DelayedEcho {
   std::thread thread_;
 };
 
+// One peer on loopback at `port` with a 100 ms timeout floor under a fixed `timeout_ns`.
+UdpProbePlan FloorPlan(uint16_t port, uint32_t flows, double rate_hz, int64_t timeout_ns) {
+  UdpProbePlan plan = Plan("floor", port, flows, rate_hz, timeout_ns);
+  plan.timeout_floor_ns = 100'000'000;
+  return plan;
+}
+
 // A reply read after its probe was reported lost on the peer's own timeout is counted late, not
 // answered: a peer that echoes every probe 800 ms later, against a 100 ms timeout.
 TEST(UdpProberTest, AReplyAfterThePeersTimeoutIsCountedLate) {
@@ -600,12 +605,10 @@ TEST(UdpProberTest, AReplyAfterThePeersTimeoutIsCountedLate) {
 // lost after about that round trip's timeout, not after the plan's fixed 3 s.
 TEST(UdpProberTest, WithATimeoutFloorEachFlowsTimeoutFollowsItsRoundTrip) {
   DelayedEcho echo(300);
-  UdpProbePlan plan = Plan("queued", echo.port(), 2, 5, 3'000'000'000);
-  plan.timeout_floor_ns = 100'000'000;
+  UdpProbePlan plan = FloorPlan(echo.port(), 2, 5, 3'000'000'000);
   ResultQueue q(4096);
   auto prober = StartProber(q);
-  ASSERT_TRUE(prober);
-  ASSERT_TRUE(prober->SetPlan(plan).ok());
+  ASSERT_TRUE(prober && prober->SetPlan(plan).ok());
   ASSERT_TRUE(Eventually([&] { return prober->Stats().answered >= 20; }, 10s));
   UdpProberStats s = prober->Stats();
   EXPECT_EQ(s.lost, 0u) << "a 300 ms round trip read as loss against the 100 ms floor";
@@ -643,12 +646,9 @@ TEST(UdpProberTest, WithATimeoutFloorEachFlowsTimeoutFollowsItsRoundTrip) {
 // queue and the next probes are answered.
 TEST(UdpProberTest, AnEchoAfterTheRoundTripTimeoutButWithinTheFixedOneIsReportedLate) {
   DelayedEcho echo(0);
-  UdpProbePlan plan = Plan("jump", echo.port(), 1, 10, 2'000'000'000);
-  plan.timeout_floor_ns = 100'000'000;
   ResultQueue q(4096);
   auto prober = StartProber(q);
-  ASSERT_TRUE(prober);
-  ASSERT_TRUE(prober->SetPlan(plan).ok());
+  ASSERT_TRUE(prober && prober->SetPlan(FloorPlan(echo.port(), 1, 10, 2'000'000'000)).ok());
   ASSERT_TRUE(Eventually([&] { return prober->Stats().answered >= 10; }, 10s));
   echo.delay_ms = 400;
   ASSERT_TRUE(Eventually([&] { return prober->Stats().retracted >= 1; }, 10s))
