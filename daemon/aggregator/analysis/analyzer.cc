@@ -889,7 +889,7 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
       static_cast<double>(c.min_probes), c.min_flows, c.loss_ratio, c.loss_significance, loss_bg};
   ev.specs[static_cast<int>(Signal::kLatency)] =
       SignalSpec{static_cast<double>(c.min_rtt_samples), c.min_flows, c.slow_fraction,
-                 c.slow_significance, slow_bg, c.fresh_latency_min_samples};
+                 c.slow_significance, slow_bg};
   ev.specs[static_cast<int>(Signal::kBandwidth)] =
       SignalSpec{static_cast<double>(c.min_flows), c.min_flows, c.bad_bandwidth_fraction,
                  c.bandwidth_significance, c.background_bandwidth_floor};

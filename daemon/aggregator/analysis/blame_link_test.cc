@@ -380,43 +380,7 @@ TEST(TomographyLatency, RecentSlowFractionIsTheFreshSecondsOfTheExplainedFlows) 
   EXPECT_DOUBLE_EQ(b.recent_slow, 11.0 / 16);  // 4 + 3 + 4 of them slow
 }
 
-// A queue that began two seconds ago: 20 % of the link's window is slow (under slow_fraction), all
-// of its last two seconds. With SignalSpec::fresh_min_expected the link is blamed on those seconds
-// (the window still gives the significance); without it, or with fewer fresh samples than asked,
-// it waits for the window to fill.
-TEST(TomographyLatency, AQueueOfTheLastTwoSecondsIsBlamedOnThemAlone) {
-  const std::shared_ptr<const FabricMap> map = testing::ThreeLeafMap();
-  auto localize = [&](double fresh_min) {
-    testing::BlameFixture t(map);
-    Tomography& tomo = t.tomography();
-    auto flow = [&](const char* src, const char* dst, uint32_t slow) {
-      FlowObs o = TracedFlow(t, *map, src, dst);
-      o.probes = o.rtt = 20;
-      o.slow = slow;
-      o.recent_probes = o.recent_rtt = 4;
-      o.recent_slow = slow > 0 ? 4 : 0;
-      o.ratio_sum = 20 + 3.0f * slow;
-      tomo.Add(o);
-    };
-    flow("a", "b", 4);  // l1~s1's four flows: three queue in their last two seconds only
-    flow("a", "c", 4);
-    flow("b", "a", 4);
-    flow("c", "a", 0);
-    flow("b", "c", 0);
-    flow("c", "b", 0);
-    SignalSpec spec{20, 3, 0.3, 9, 0.01, fresh_min};
-    std::vector<LinkBlame> blames = tomo.Localize(Signal::kLatency, spec);
-    return std::make_pair(std::move(blames), t.LinkOf("l1", "s1"));
-  };
-  auto [fresh, l1s1] = localize(12);
-  ASSERT_FALSE(fresh.empty());
-  EXPECT_EQ(fresh.front().link, l1s1);
-  EXPECT_DOUBLE_EQ(fresh.front().estimate, 0.75);  // 12 of the 16 fresh samples, over 12 of 80
-  EXPECT_TRUE(localize(0).first.empty());   // the window alone: 12 of 80 slow
-  EXPECT_TRUE(localize(17).first.empty());  // 16 fresh samples, 17 asked
-}
-
-// Two links of a two-link switch are not enough correlation: the usual latency wait.// Two links of a two-link switch are not enough correlation: the usual latency wait.
+// Two links of a two-link switch are not enough correlation: the usual latency wait.
 TEST(BlameLinkLevel, QueueingOnTwoLinksWaitsTheUsualLatencyConfirmation) {
   testing::BlameFixture t(testing::TwoLeafMap());
   std::vector<LinkBlame>& lat = t.ev.blames[static_cast<int>(Signal::kLatency)];

@@ -13,12 +13,6 @@ struct AnalysisConfig {
   int min_probes = 20;
   // RTT samples an element needs before its latency is judged.
   int min_rtt_samples = 20;
-  // A link's latency is also judged on its last two complete seconds alone once they hold this
-  // many (weighted) RTT samples (SignalSpec::fresh_min_expected): a queue that started a second or
-  // two ago is suspect at once instead of when it fills `slow_fraction` of the 10 s window (3 s).
-  // What it fires still waits for the latency confirmations below (30 evaluations alone; a
-  // switch's correlated links confirm on fresh data in every evaluation). 0: the window alone.
-  double fresh_latency_min_samples = 40;
 
   // --- Loss
   // ---------------------------------------------------------------------------------------

@@ -279,25 +279,6 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
     }
     return out;
   };
-  // Latency's fresh reading (SignalSpec::fresh_min_expected): the slow samples of the last two
-  // complete seconds against their weighted RTT samples, per link, explained away like the rest.
-  const bool fresh = signal == Signal::kLatency && spec.fresh_min_expected > 0;
-  std::vector<double> fresh_bad, fresh_expected;
-  if (fresh) {
-    fresh_expected = recent_rtt_;
-    fresh_bad.assign(n, 0.0);
-    for (const FlowObs& o : bad_) {
-      if (!IsBad(o, signal) || o.recent_slow == 0) continue;
-      ForEachCandidate(o, [&](LinkIndex l, double) { fresh_bad[l] += o.recent_slow; });
-    }
-  }
-  auto estimate_of = [&](LinkIndex l) {
-    double e = std::min(1.0, bad[l] / expected[l]);
-    if (fresh && fresh_expected[l] >= spec.fresh_min_expected) {
-      e = std::max(e, std::min(1.0, fresh_bad[l] / fresh_expected[l]));
-    }
-    return e;
-  };
   std::vector<uint8_t> blamed(n, 0);
   // An access link whose unexplained bad flows all surely cross one switch-to-switch link cannot
   // be told from that link by these flows; the shared link is the likelier cause (a NIC fault
@@ -372,7 +353,7 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
           expected[l] < spec.min_expected) {
         continue;
       }
-      const double estimate = estimate_of(l);
+      const double estimate = std::min(1.0, bad[l] / expected[l]);
       if (estimate < spec.threshold) continue;
       const double surprise = PoissonSurprise(bad[l], expected[l] * spec.background);
       if (surprise < spec.significance) continue;
@@ -404,7 +385,7 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
           expected[l] <= 0) {
         continue;
       }
-      const double estimate = estimate_of(l);
+      const double estimate = std::min(1.0, bad[l] / expected[l]);
       if (std::abs(estimate - best_estimate) > kTieTolerance * best_estimate) continue;
       if (unexplained_of(l) == blame.explained) blame.tied.push_back(l);
     }
@@ -449,10 +430,6 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
       ForEachCandidate(o, [&](LinkIndex l, double w) {
         expected[l] = std::max(0.0, expected[l] - w * count);
         bad[l] = std::max(0.0, bad[l] - b);
-        if (fresh) {
-          fresh_expected[l] = std::max(0.0, fresh_expected[l] - w * o.recent_rtt);
-          fresh_bad[l] = std::max(0.0, fresh_bad[l] - o.recent_slow);
-        }
         if (flows[l] > 0) --flows[l];
       });
     }

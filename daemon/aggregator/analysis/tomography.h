@@ -69,10 +69,6 @@ struct SignalSpec {
   double threshold = 0.005;  // estimate (loss ratio, slow or bad-bandwidth fraction)
   double significance = 9;   // -log10 of the chance that the background alone explains it
   double background = 1e-4;  // fleet background rate of the signal
-  // Latency only, non-zero: a link whose last two complete seconds hold at least this many
-  // (weighted) RTT samples is also judged on their slow fraction alone, the higher of it and the
-  // window's counting against `threshold` (significance stays the window's). 0: the window alone.
-  double fresh_min_expected = 0;
 };
 
 // Per-link totals over every observed flow (before any explaining away), for display.
