@@ -105,6 +105,12 @@ class PathTracer::Loop final : public LoopGuest {
     TakeInputs();
     StartTraces(now);
     Advance(now);
+    {
+      // A queued trace that did not start waits for budget (or, with every slot in flight, for a
+      // slot: a hop deadline or an answer wakes the loop then, budget or not).
+      MutexLock lock(mu);
+      wants_budget = scheduler_.queued() > 0 && in_flight_.size() < options_.max_concurrent;
+    }
     int64_t next = INT64_MAX;
     for (const InFlight& t : in_flight_) next = std::min(next, t.deadline_ns);
     return next;
@@ -123,6 +129,9 @@ class PathTracer::Loop final : public LoopGuest {
   std::optional<std::vector<TraceFlow>> new_flows FW_GUARDED_BY(mu);
   std::vector<std::pair<TraceFlow, bool>> changed FW_GUARDED_BY(mu);
   uint64_t probe_packets FW_GUARDED_BY(mu) = 0;
+  // As of the loop's last Service(): new budget could start a trace. Read by AddProbePackets to
+  // wake the loop only then (the agent adds budget every second; an idle tracer needs no wakeup).
+  bool wants_budget FW_GUARDED_BY(mu) = false;
   std::deque<TracedPath> done FW_GUARDED_BY(mu);
   PathTracerStats stats FW_GUARDED_BY(mu);
 
@@ -283,12 +292,17 @@ void PathTracer::Changed(const TraceFlow& flow, bool suspect) {
 }
 
 void PathTracer::AddProbePackets(uint64_t n) {
+  bool wake = false;
   {
     MutexLock lock(loop_->mu);
     loop_->probe_packets += n;
+    // New budget may let a deferred trace start, which an idle loop would not see before its next
+    // input. A Service() running now may set wants_budget just after this read; its trace then
+    // waits for the next call (the agent's next counter pass).
+    wake = n > 0 && loop_->wants_budget;
+    if (wake) ++loop_->stats.budget_wakes;
   }
-  // New budget may let deferred traces start; the idle loop would otherwise see it only after 1 s.
-  if (n > 0) loop_->Wake();
+  if (wake) loop_->Wake();
 }
 
 std::vector<TracedPath> PathTracer::TakeTraces() {
