@@ -559,11 +559,12 @@ std::chrono::steady_clock::time_point Agent::RunReportWork() {
     report_.last_batch = now;
   }
   // A forced report (a reconnect) sends the latest pass and keeps the sampling period. The next
-  // pass is a period after this wakeup (not after the pass), the batch's phase.
+  // pass is a period after this wakeup (not after the pass), the batch's phase, or after its due
+  // time when a batch took it along early (BatchPacer::NextPass).
   if (forced || jobs.pass) {
     if (jobs.pass) {
       (void)node_->SampleNow();  // errors are logged and counted inside
-      report_.next_pass = now + report_.period;
+      report_.next_pass = BatchPacer::NextPass(now, report_.next_pass, report_.period);
     }
     PumpTraces();
     NodeSnapshot snap = node_->Latest();
