@@ -554,6 +554,9 @@ std::chrono::steady_clock::time_point Agent::RunReportWork() {
               : BatchPacer::Jobs{now >= report_.next_pass, false};
   if (jobs.batch) batch_now_ = false;
   lock.Unlock();
+  // The probe batch, the counter batch, traces and a check report reach the uplink with one
+  // wake-up of its thread, at the end of this wakeup (Uplink::WakeHold).
+  std::optional<Uplink::WakeHold> hold(std::in_place, *uplink_);
   if (jobs.batch) {
     probes_->BatchNow();
     report_.last_batch = now;
@@ -588,6 +591,7 @@ std::chrono::steady_clock::time_point Agent::RunReportWork() {
     }
     MaybeReleaseCode(now);
   }
+  hold.reset();
   lock.Lock();
   return NextReportDue();
 }
