@@ -30,8 +30,9 @@ TraceFlow Loopback(uint16_t dst_port) {
   return f;
 }
 
-// The agent adds the probe packets of each second. New budget wakes the prober's loop only while
-// a queued trace waits for it; an idle tracer is left asleep and its budget taken later.
+// The agent adds the probe packets of each second. New budget wakes the prober's loop only when
+// it lets a queued trace start; an idle tracer, or one still short of a trace's budget, is left
+// asleep and the budget taken at its next wakeup.
 TEST(PathTracerTest, NewBudgetWakesTheLoopOnlyForAWaitingTrace) {
   if (!CanOpenRawSockets()) GTEST_SKIP() << "raw sockets need CAP_NET_RAW";
   ResultQueue results(64);
@@ -58,8 +59,12 @@ TEST(PathTracerTest, NewBudgetWakesTheLoopOnlyForAWaitingTrace) {
   EXPECT_GE(t.Stats().budget_deferred, 1u);
   EXPECT_EQ(t.Stats().budget_wakes, 0u);
 
-  // Enough for the second: one wakeup, and it runs at once.
-  t.AddProbePackets(3);
+  // The second needs 3 more packets: 2 wake nothing, the third wakes the loop once, and the
+  // trace runs at once.
+  t.AddProbePackets(1);
+  t.AddProbePackets(1);
+  EXPECT_EQ(t.Stats().budget_wakes, 0u);
+  t.AddProbePackets(1);
   EXPECT_EQ(t.Stats().budget_wakes, 1u);
   ASSERT_TRUE(Eventually([&] { return t.Stats().traces_done >= 2; }, 3000ms));
   EXPECT_EQ(t.Stats().traces_started, 2u);
