@@ -589,6 +589,7 @@ std::chrono::steady_clock::time_point Agent::RunReportWork() {
       report_.last_report = now;
       SendCheckReport();
     }
+    hold.reset();  // the code release reads /proc/self/smaps and unmaps: not while held
     MaybeReleaseCode(now);
   }
   hold.reset();
