@@ -554,16 +554,20 @@ std::chrono::steady_clock::time_point Agent::RunReportWork() {
               : BatchPacer::Jobs{now >= report_.next_pass, false};
   if (jobs.batch) batch_now_ = false;
   lock.Unlock();
+  // The probe batch, the counter batch, traces and a check report reach the uplink with one
+  // wake-up of its thread, at the end of this wakeup (Uplink::WakeHold).
+  std::optional<Uplink::WakeHold> hold(std::in_place, *uplink_);
   if (jobs.batch) {
     probes_->BatchNow();
     report_.last_batch = now;
   }
   // A forced report (a reconnect) sends the latest pass and keeps the sampling period. The next
-  // pass is a period after this wakeup (not after the pass), the batch's phase.
+  // pass is a period after this wakeup (not after the pass), the batch's phase, or after its due
+  // time when a batch took it along early (BatchPacer::NextPass).
   if (forced || jobs.pass) {
     if (jobs.pass) {
       (void)node_->SampleNow();  // errors are logged and counted inside
-      report_.next_pass = now + report_.period;
+      report_.next_pass = BatchPacer::NextPass(now, report_.next_pass, report_.period);
     }
     PumpTraces();
     NodeSnapshot snap = node_->Latest();
@@ -585,8 +589,10 @@ std::chrono::steady_clock::time_point Agent::RunReportWork() {
       report_.last_report = now;
       SendCheckReport();
     }
+    hold.reset();  // the code release reads /proc/self/smaps and unmaps: not while held
     MaybeReleaseCode(now);
   }
+  hold.reset();
   lock.Lock();
   return NextReportDue();
 }

@@ -2,6 +2,7 @@
 // interval the aggregator's plan sets, and at once when they hold news the aggregator acts on.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -58,6 +59,14 @@ class BatchPacer {
     bool pass = false;
     bool batch = false;
   };
+  // When the counter pass is due next, after one that ran at `now` and was due at `pass_due`: a
+  // period after it was due when it ran early (taken along by a batch), so that batches pulled
+  // forward by urgent results cannot make the passes run more often than every period; a period
+  // after `now` when it ran late (the wakeup's latency is not caught up on).
+  static Clock::time_point NextPass(Clock::time_point now, Clock::time_point pass_due,
+                                    std::chrono::nanoseconds pass_period) {
+    return std::max(now, pass_due) + pass_period;
+  }
   static Jobs DueTogether(Clock::time_point now, Clock::time_point pass_due,
                           std::chrono::nanoseconds pass_period, Clock::time_point batch_due,
                           std::chrono::nanoseconds batch_interval) {

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace fw::agent {
 namespace {
 
@@ -79,6 +81,51 @@ TEST(BatchPacerTest, ThePassAndTheBatchGoTogetherWhenCloseAndApartOtherwise) {
   // A 5 s batch interval with 1 s passes: a batch goes at most half a pass period early.
   EXPECT_EQ(jobs(milliseconds(0), seconds(1), milliseconds(600), seconds(5)), P(true, false));
   EXPECT_EQ(jobs(milliseconds(0), seconds(1), milliseconds(400), seconds(5)), P(true, true));
+}
+
+// The report loop's schedule over a minute (wakeups 1 ms late, as Agent::RunReportWork takes
+// them): with urgent results waiting all the time (a peer whose every probe is lost, or an
+// escalated one), batches go every kMinUrgentGap and take the pass along whenever it is due
+// within half a period. The pass still runs once a period; re-armed a period after the wakeup
+// that took it early, it would run twice as often.
+TEST(BatchPacerTest, UrgentBatchesDoNotMakeThePassRunMoreOftenThanItsPeriod) {
+  using Clock = BatchPacer::Clock;
+  const seconds period(1), interval(1);
+  struct Count {
+    int passes = 0, batches = 0;
+    Clock::duration shortest_pass_gap = std::chrono::hours(1);
+  };
+  auto simulate = [&](bool urgent, bool from_due) {
+    const Clock::time_point start = Clock::time_point{} + seconds(100);
+    Clock::time_point next_pass = start + period, last_batch = start, last_pass = start;
+    Count c;
+    for (;;) {
+      const Clock::time_point batch_due = BatchPacer::Due(last_batch, interval, urgent);
+      const Clock::time_point now = std::min(next_pass, batch_due) + milliseconds(1);
+      if (now >= start + seconds(60)) return c;
+      const auto j = BatchPacer::DueTogether(now, next_pass, period, batch_due, interval);
+      if (j.batch) {
+        ++c.batches;
+        last_batch = now;
+      }
+      if (j.pass) {
+        ++c.passes;
+        c.shortest_pass_gap = std::min(c.shortest_pass_gap, now - last_pass);
+        last_pass = now;
+        next_pass = from_due ? BatchPacer::NextPass(now, next_pass, period) : now + period;
+      }
+    }
+  };
+  const Count urgent = simulate(true, true);
+  EXPECT_GE(urgent.passes, 59);
+  EXPECT_LE(urgent.passes, 61);
+  EXPECT_GE(urgent.batches, 200);  // every 250-500 ms
+  EXPECT_GE(urgent.shortest_pass_gap, milliseconds(500));
+  const Count calm = simulate(false, true);
+  EXPECT_GE(calm.passes, 58);
+  EXPECT_LE(calm.passes, 60);
+  EXPECT_EQ(calm.batches, calm.passes);  // one phase: every batch with a pass
+  EXPECT_GE(simulate(true, false).passes, 100);  // re-armed from the wakeup: about 2 a second
 }
 
 }  // namespace

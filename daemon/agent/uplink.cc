@@ -133,7 +133,7 @@ void Uplink::Stop() {
     if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
     if (active_context_ != nullptr) static_cast<grpc::ClientContext*>(active_context_)->TryCancel();
-    WakeSessionLocked();
+    (void)WakeSessionLocked();
   }
   cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
@@ -142,10 +142,30 @@ void Uplink::Stop() {
 void Uplink::Notify() {
   {
     MutexLock lock(mu_);
-    wake_ = true;
-    WakeSessionLocked();
+    HandOverLocked();
   }
   cv_.NotifyAll();
+}
+
+void Uplink::HoldWakes() {
+  MutexLock lock(mu_);
+  ++holds_;
+}
+
+void Uplink::ReleaseWakes() {
+  MutexLock lock(mu_);
+  if (--holds_ > 0 || !held_wake_) return;
+  held_wake_ = false;
+  if (WakeSessionLocked()) handover_wakes_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Uplink::HandOverLocked() {
+  wake_ = true;
+  if (holds_ > 0) {
+    held_wake_ = true;
+    return;
+  }
+  if (WakeSessionLocked()) handover_wakes_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Uplink::SendBestEffort(v1::AgentMessage msg) {
@@ -156,8 +176,7 @@ void Uplink::SendBestEffort(v1::AgentMessage msg) {
       side_.pop_front();
       side_dropped_.Inc();
     }
-    wake_ = true;
-    WakeSessionLocked();
+    HandOverLocked();
   }
   cv_.NotifyAll();
 }
@@ -203,13 +222,14 @@ Op OpOf(void* tag) { return static_cast<Op>(reinterpret_cast<intptr_t>(tag)); }
 
 }  // namespace
 
-void Uplink::WakeSessionLocked() {
-  if (session_alarm_ == nullptr || alarm_armed_) return;
+bool Uplink::WakeSessionLocked() {
+  if (session_alarm_ == nullptr || alarm_armed_) return false;
   alarm_armed_ = true;
   // A deadline in the past: the alarm's tag is queued at once.
   static_cast<grpc::Alarm*>(session_alarm_)
       ->Set(static_cast<grpc::CompletionQueue*>(session_cq_), gpr_time_0(GPR_CLOCK_MONOTONIC),
             TagOf(Op::kWake));
+  return true;
 }
 
 // One session on gRPC's async API, driven from this one thread: at most one read, one write and

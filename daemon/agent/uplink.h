@@ -66,7 +66,29 @@ class Uplink {
   using MessageFn = std::function<void(const fabricwatch::v1::AggregatorMessage&)>;
   void SetMessageHandler(MessageFn fn) { on_message_ = std::move(fn); }
 
+  // While a hold is taken, hand-overs (Notify, SendBestEffort) queue their work without waking
+  // the session's loop; releasing the last hold wakes it once for all of them, and the loop
+  // writes them back to back. The report loop holds the uplink across one wakeup (the probe
+  // batch, the counter batch, a check report), so that the uplink wakes once a period instead of
+  // once per message. Every thread's hand-overs wait for the release, a report wakeup's length
+  // (milliseconds). Holds nest.
+  class WakeHold {
+   public:
+    explicit WakeHold(Uplink& uplink) : uplink_(uplink) { uplink_.HoldWakes(); }
+    ~WakeHold() { uplink_.ReleaseWakes(); }
+    WakeHold(const WakeHold&) = delete;
+    WakeHold& operator=(const WakeHold&) = delete;
+
+   private:
+    Uplink& uplink_;
+  };
+  void HoldWakes();
+  void ReleaseWakes();
+
   bool connected() const { return connected_.load(); }
+  // How often a hand-over armed the session's wake-up alarm (each is one wakeup of the uplink's
+  // thread, the writes' completions and the acks not counted).
+  uint64_t handover_wakes() const { return handover_wakes_.load(); }
   uint64_t reconnects() const { return static_cast<uint64_t>(reconnects_.Value()); }
 
   static constexpr size_t kMaxSideMessages = 16;
@@ -76,8 +98,11 @@ class Uplink {
   // One connection's life; returns when the stream ends or Stop() is called.
   void RunSession();
   bool SleepInterruptible(double seconds);
-  // Arms the session's alarm so that its loop wakes up (no-op between sessions or when armed).
-  void WakeSessionLocked() FW_REQUIRES(mu_);
+  // Arms the session's alarm so that its loop wakes up (no-op between sessions or when armed);
+  // whether it armed it.
+  bool WakeSessionLocked() FW_REQUIRES(mu_);
+  // A hand-over's wake-up: now, or at the release of the last hold.
+  void HandOverLocked() FW_REQUIRES(mu_);
 
   Options options_;
   OutboundBuffer& buffer_;
@@ -99,6 +124,9 @@ class Uplink {
   void* session_cq_ FW_GUARDED_BY(mu_) = nullptr;     // grpc::CompletionQueue*
   void* session_alarm_ FW_GUARDED_BY(mu_) = nullptr;  // grpc::Alarm*
   bool alarm_armed_ FW_GUARDED_BY(mu_) = false;
+  int holds_ FW_GUARDED_BY(mu_) = 0;
+  bool held_wake_ FW_GUARDED_BY(mu_) = false;  // a hand-over came while held
+  std::atomic<uint64_t> handover_wakes_{0};
   std::atomic<bool> connected_{false};
 
   metrics::Gauge& connected_gauge_;

@@ -2,6 +2,7 @@
 #include "probes/net/path_trace.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace fw::net {
@@ -201,6 +202,12 @@ void TraceScheduler::AddProbePackets(uint64_t n) {
   // Unused credit is capped so that a long quiet spell cannot turn into a burst of traces.
   const double cap = std::max<double>(max_ttl_, 4.0 * max_ttl_);
   credit_ = std::min(cap, credit_ + fraction_ * static_cast<double>(n));
+}
+
+uint64_t TraceScheduler::PacketsUntilNext() const {
+  if (credit_ >= max_ttl_) return 0;
+  if (fraction_ <= 0) return UINT64_MAX;
+  return static_cast<uint64_t>(std::ceil((max_ttl_ - credit_) / fraction_));
 }
 
 std::optional<TraceFlow> TraceScheduler::Next() {

@@ -137,6 +137,9 @@ class TraceScheduler {
   std::optional<TraceFlow> Next();
 
   size_t queued() const { return suspects_.size() + fresh_.size() + changed_.size(); }
+  // Probe packets still to be added before Next() can start a trace (0: it can now; UINT64_MAX:
+  // never, with a zero fraction).
+  uint64_t PacketsUntilNext() const;
   double credit() const { return credit_; }
   uint64_t deferred() const { return deferred_; }  // Next() calls refused for budget
 

@@ -179,6 +179,27 @@ TEST(TraceBudget, TracesNewFlowsOnceAndStaysWithinItsFraction) {
   EXPECT_LE((traced - 1) * 8.0, 0.02 * probes);
 }
 
+// What the tracer's loop publishes so that the agent's budget wakes it only when a trace can
+// start: the probe packets still missing, exact at the boundary.
+TEST(TraceBudget, PacketsUntilNextIsWhatNextStillLacks) {
+  TraceScheduler s(0.02, 8);
+  s.SetFlows({Flow(1), Flow(2)});
+  EXPECT_EQ(s.PacketsUntilNext(), 0u);  // the starting credit
+  ASSERT_TRUE(s.Next().has_value());
+  EXPECT_EQ(s.PacketsUntilNext(), 400u);  // 8 packets of budget at 2 %
+  s.AddProbePackets(399);
+  EXPECT_EQ(s.PacketsUntilNext(), 1u);
+  EXPECT_FALSE(s.Next().has_value());
+  s.AddProbePackets(1);
+  EXPECT_EQ(s.PacketsUntilNext(), 0u);
+  EXPECT_TRUE(s.Next().has_value());
+  EXPECT_EQ(TraceScheduler(0, 8).PacketsUntilNext(), 0u);  // the starting credit, then never
+  TraceScheduler none(0, 8);
+  none.SetFlows({Flow(1)});
+  ASSERT_TRUE(none.Next().has_value());
+  EXPECT_EQ(none.PacketsUntilNext(), UINT64_MAX);
+}
+
 TEST(TraceBudget, SuspectsGoFirstAndChangedFlowsAreTracedAgain) {
   TraceScheduler s(1.0, 4);
   std::vector<TraceFlow> flows = {Flow(1), Flow(2), Flow(3)};

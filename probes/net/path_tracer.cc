@@ -105,6 +105,14 @@ class PathTracer::Loop final : public LoopGuest {
     TakeInputs();
     StartTraces(now);
     Advance(now);
+    {
+      // A queued trace that did not start waits for budget (or, with every slot in flight, for a
+      // slot: a hop deadline or an answer wakes the loop then, budget or not).
+      MutexLock lock(mu);
+      packets_wanted = scheduler_.queued() > 0 && in_flight_.size() < options_.max_concurrent
+                           ? scheduler_.PacketsUntilNext()
+                           : UINT64_MAX;
+    }
     int64_t next = INT64_MAX;
     for (const InFlight& t : in_flight_) next = std::min(next, t.deadline_ns);
     return next;
@@ -123,6 +131,11 @@ class PathTracer::Loop final : public LoopGuest {
   std::optional<std::vector<TraceFlow>> new_flows FW_GUARDED_BY(mu);
   std::vector<std::pair<TraceFlow, bool>> changed FW_GUARDED_BY(mu);
   uint64_t probe_packets FW_GUARDED_BY(mu) = 0;
+  // As of the loop's last Service(): the probe packets after which a queued trace can start
+  // (UINT64_MAX: none waits for budget). AddProbePackets wakes the loop only once probe_packets
+  // reach it: the agent adds budget every second, a trace needs max_ttl packets of it (at the
+  // default 2 % of 50 probes/s, one every 8 s), and an idle tracer needs none.
+  uint64_t packets_wanted FW_GUARDED_BY(mu) = UINT64_MAX;
   std::deque<TracedPath> done FW_GUARDED_BY(mu);
   PathTracerStats stats FW_GUARDED_BY(mu);
 
@@ -283,12 +296,17 @@ void PathTracer::Changed(const TraceFlow& flow, bool suspect) {
 }
 
 void PathTracer::AddProbePackets(uint64_t n) {
+  bool wake = false;
   {
     MutexLock lock(loop_->mu);
     loop_->probe_packets += n;
+    // Enough new budget lets a deferred trace start, which an idle loop would not see before its
+    // next input. A Service() running now may set packets_wanted just after this read; its trace
+    // then waits for the next call (the agent's next counter pass).
+    wake = n > 0 && loop_->probe_packets >= loop_->packets_wanted;
+    if (wake) ++loop_->stats.budget_wakes;
   }
-  // New budget may let deferred traces start; the idle loop would otherwise see it only after 1 s.
-  if (n > 0) loop_->Wake();
+  if (wake) loop_->Wake();
 }
 
 std::vector<TracedPath> PathTracer::TakeTraces() {

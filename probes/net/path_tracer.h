@@ -48,6 +48,7 @@ struct PathTracerStats {
   uint64_t answers = 0;            // answers matched to a trace in flight
   uint64_t answers_unmatched = 0;  // well-formed, but for no trace in flight (late, other tools)
   uint64_t budget_deferred = 0;
+  uint64_t budget_wakes = 0;  // AddProbePackets woke the loop: budget for a waiting trace came
   uint64_t dropped_traces = 0;                      // finished traces not collected (queue full)
   std::array<uint64_t, kTraceDropCount> dropped{};  // ICMP datagrams refused, by TraceDrop
 };
@@ -65,7 +66,9 @@ class PathTracer {
   void SetFlows(std::vector<TraceFlow> flows);
   // A flow's results changed; `suspect`: they turned bad.
   void Changed(const TraceFlow& flow, bool suspect);
-  // Probe packets the prober sent (earns trace budget).
+  // Probe packets the prober sent (earns trace budget). Wakes the host's loop only once the budget
+  // added since its last wakeup lets a queued trace start; otherwise the budget is taken at the
+  // loop's next wakeup.
   void AddProbePackets(uint64_t n);
   // Finished traces since the last call (at most 4,096 are kept).
   std::vector<TracedPath> TakeTraces();
