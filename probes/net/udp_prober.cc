@@ -758,6 +758,7 @@ void UdpProber::Loop::HandleReply(size_t sock_index, const mmsghdr& m, const uin
         r.timestamp_ns = p.send_wall;
         results_.TryPush(r);
         retracted_.fetch_add(1, kRelaxed);
+        p.state = SlotState::kAnswered;  // a second copy of this echo is a duplicate
       }
     }
     return;
