@@ -592,6 +592,7 @@ void UdpProber::Loop::Resolve(Flow& f, Pending& p, bool lost, int64_t rtt_ns,
                               int64_t kernel_rtt_ns) {
   p.state = lost ? SlotState::kLost : SlotState::kAnswered;
   (lost ? lost_ : answered_).fetch_add(1, kRelaxed);
+  if (lost) f.rto.OnLoss();
   if (!lost && p.window == window_serial_ && window_outstanding_ > 0) --window_outstanding_;
   if (!lost && in_window_) busy_poll_hits_.fetch_add(1, kRelaxed);
   ProbeResult r = f.result_template;
@@ -611,10 +612,7 @@ void UdpProber::Loop::QueueSlot(const std::vector<uint32_t>& slot, int64_t wall)
       continue;
     }
     Pending& p = f.ring[f.next_seq % f.ring.size()];
-    if (p.state == SlotState::kOutstanding) {  // stalled past the ring
-      Resolve(f, p, true, 0, 0);
-      f.rto.OnLoss();
-    }
+    if (p.state == SlotState::kOutstanding) Resolve(f, p, true, 0, 0);  // stalled past the ring
     Sock& s = sockets_[f.sock];
     p.seq = f.next_seq++;
     p.send_wall = wall;
@@ -924,7 +922,6 @@ void UdpProber::Loop::ExpireTimeouts(int64_t now) {
       if (p.seq == f.oldest && p.state == SlotState::kOutstanding) {
         if (now - p.send_mono < p.wait_ns) break;
         Resolve(f, p, true, 0, 0);
-        f.rto.OnLoss();
       }
       ++f.oldest;
     }

@@ -173,6 +173,18 @@ void AddLossFlow(testing::BlameFixture& t, const FabricMap& map, const char* src
   t.tomography().Add(o);
 }
 
+// Traced loss flows over `map` (one call each, as AddLossFlow) and the loss blame of their
+// tomography at the default SignalSpec (0.5 %, 3 flows, 20 probes, significance 9 over 1e-4).
+struct LossFlows {
+  explicit LossFlows(std::shared_ptr<const FabricMap> m) : map(std::move(m)), t(map) {}
+  void operator()(const char* src, const char* dst, uint32_t probes, uint32_t lost) {
+    AddLossFlow(t, *map, src, dst, probes, lost);
+  }
+  std::vector<LinkBlame> Localize() { return t.tomography().Localize(Signal::kLoss, SignalSpec{}); }
+  std::shared_ptr<const FabricMap> map;
+  testing::BlameFixture t;
+};
+
 LinkBlame LatencyBlame(LinkIndex l, uint32_t flow, double inflation) {
   LinkBlame b;
   b.link = l;
@@ -399,12 +411,7 @@ TEST(BlameLinkLevel, QueueingOnTwoLinksWaitsTheUsualLatencyConfirmation) {
 // blamed first. Its bad flows all cross that uplink, so they cannot tell its NIC from the uplink:
 // the uplink, which other hosts' flows cross too, is blamed and the NIC is not.
 TEST(TomographyAccessLinks, EscalatedFlowsOverALossyUplinkDoNotBlameTheHostsNic) {
-  const std::shared_ptr<const FabricMap> map = testing::TwoLeafMap();
-  testing::BlameFixture t(map);
-  Tomography& tomo = t.tomography();
-  auto flow = [&](const char* src, const char* dst, uint32_t probes, uint32_t lost) {
-    AddLossFlow(t, *map, src, dst, probes, lost);
-  };
+  LossFlows flow(testing::TwoLeafMap());
   flow("a", "c", 100, 6);  // escalated, over l1~s1
   flow("c", "a", 100, 6);  // escalated, over l1~s1
   flow("a", "d", 10, 1);
@@ -414,10 +421,9 @@ TEST(TomographyAccessLinks, EscalatedFlowsOverALossyUplinkDoNotBlameTheHostsNic)
   flow("b", "d", 10, 0);
   flow("c", "b", 10, 0);
   flow("d", "b", 10, 0);
-  SignalSpec spec;  // loss: 0.5 %, 3 flows, 20 probes, significance 9 over 1e-4
-  const std::vector<LinkBlame> blames = tomo.Localize(Signal::kLoss, spec);
+  const std::vector<LinkBlame> blames = flow.Localize();
   ASSERT_EQ(blames.size(), 1u);
-  EXPECT_EQ(blames[0].link, t.LinkOf("l1", "s1")) << map->links()[blames[0].link].id;
+  EXPECT_EQ(blames[0].link, flow.t.LinkOf("l1", "s1")) << flow.map->links()[blames[0].link].id;
   EXPECT_EQ(blames[0].bad_flows, 3u);
 }
 
@@ -427,12 +433,7 @@ TEST(TomographyAccessLinks, EscalatedFlowsOverALossyUplinkDoNotBlameTheHostsNic)
 // whose own sparse flows to l3 lose less by chance, and the greedy vote blamed l2~s1 first. Every
 // bad flow of l2~s1 crosses l1~s1, which has lossy flows of its own: l1~s1 is blamed, alone.
 TEST(TomographyCoreLinks, ALinkWhoseBadFlowsAllCrossALossierSetIsNotBlamedBesideIt) {
-  const std::shared_ptr<const FabricMap> map = testing::ThreeLeafMap();
-  testing::BlameFixture t(map);
-  Tomography& tomo = t.tomography();
-  auto flow = [&](const char* src, const char* dst, uint32_t probes, uint32_t lost) {
-    AddLossFlow(t, *map, src, dst, probes, lost);
-  };
+  LossFlows flow(testing::ThreeLeafMap());
   flow("a", "b", 100, 8);  // escalated, over l1~s1 and l2~s1
   flow("a", "b", 100, 8);
   flow("b", "a", 100, 8);
@@ -442,24 +443,18 @@ TEST(TomographyCoreLinks, ALinkWhoseBadFlowsAllCrossALossierSetIsNotBlamedBeside
   flow("d", "a", 20, 0);
   flow("b", "c", 10, 0);  // l2~s1 and l3~s1: clean
   flow("c", "b", 10, 0);
-  SignalSpec spec;
   const double l2_estimate = 24.0 / 320, l1_estimate = 26.0 / 380;
   ASSERT_GT(l2_estimate, l1_estimate);  // the greedy vote alone would pick l2~s1
-  const std::vector<LinkBlame> blames = tomo.Localize(Signal::kLoss, spec);
+  const std::vector<LinkBlame> blames = flow.Localize();
   ASSERT_EQ(blames.size(), 1u);
-  EXPECT_EQ(blames[0].link, t.LinkOf("l1", "s1")) << map->links()[blames[0].link].id;
+  EXPECT_EQ(blames[0].link, flow.t.LinkOf("l1", "s1")) << flow.map->links()[blames[0].link].id;
   EXPECT_EQ(blames[0].bad_flows, 5u);
 }
 
 // The same flows with the fault on l2~s1: its flows to l3 lose too, so they are not all on l1~s1's
 // paths, and l2~s1 is blamed, alone.
 TEST(TomographyCoreLinks, ALinkWithBadFlowsOfItsOwnIsBlamed) {
-  const std::shared_ptr<const FabricMap> map = testing::ThreeLeafMap();
-  testing::BlameFixture t(map);
-  Tomography& tomo = t.tomography();
-  auto flow = [&](const char* src, const char* dst, uint32_t probes, uint32_t lost) {
-    AddLossFlow(t, *map, src, dst, probes, lost);
-  };
+  LossFlows flow(testing::ThreeLeafMap());
   flow("a", "b", 100, 8);
   flow("a", "b", 100, 8);
   flow("b", "a", 100, 8);
@@ -467,10 +462,9 @@ TEST(TomographyCoreLinks, ALinkWithBadFlowsOfItsOwnIsBlamed) {
   flow("c", "a", 20, 0);
   flow("b", "c", 10, 1);
   flow("c", "b", 10, 1);
-  SignalSpec spec;
-  const std::vector<LinkBlame> blames = tomo.Localize(Signal::kLoss, spec);
+  const std::vector<LinkBlame> blames = flow.Localize();
   ASSERT_EQ(blames.size(), 1u);
-  EXPECT_EQ(blames[0].link, t.LinkOf("l2", "s1")) << map->links()[blames[0].link].id;
+  EXPECT_EQ(blames[0].link, flow.t.LinkOf("l2", "s1")) << flow.map->links()[blames[0].link].id;
   EXPECT_EQ(blames[0].bad_flows, 5u);
 }
 

@@ -97,13 +97,7 @@ TEST(EscalationCandidates, ALeadAsksOnlyForThePairsThatLostProbes) {
 // `*pair` when it is dropped.
 std::unique_ptr<testing::SyntheticFleet> FleetLosingOneProbe(double lead_significance,
                                                              std::string* pair) {
-  testing::FleetShape shape;
-  shape.spines = 2;
-  shape.leaves = 4;
-  shape.hosts_per_leaf = 2;
-  shape.inter_flows = 2;
-  shape.deterministic = false;
-  shape.switch_addresses = true;
+  testing::FleetShape shape = testing::TracedEcmpShape(2, 4, 2, 2);
   shape.background_loss = 0;
   AnalysisConfig config;
   config.escalate_lead_significance = lead_significance;

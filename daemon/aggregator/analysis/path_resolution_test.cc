@@ -107,13 +107,7 @@ TEST(PathResolution, ARetracedFlowIsJudgedOnItsNewPath) {
 // switch_clear_expected). Without that wait, 4 of the 20 spine runs and 2 of the 20 link runs
 // named a wrong element; with it, at most 1 of each.
 FleetShape ThreeLeafShape(uint64_t seed) {
-  FleetShape shape;
-  shape.spines = 2;
-  shape.leaves = 3;
-  shape.hosts_per_leaf = 4;
-  shape.inter_flows = 16;
-  shape.deterministic = false;
-  shape.switch_addresses = true;
+  FleetShape shape = TracedEcmpShape(2, 3, 4, 16);
   shape.seed = seed;
   return shape;
 }

@@ -258,12 +258,12 @@ void SyntheticFleet::Step(int seconds, bool between_ticks) {
   }
 }
 
-FleetShape TracedEcmpShape() {
+FleetShape TracedEcmpShape(int spines, int leaves, int hosts_per_leaf, int inter_flows) {
   FleetShape s;
-  s.spines = 4;
-  s.leaves = 8;
-  s.hosts_per_leaf = 6;
-  s.inter_flows = 32;
+  s.spines = spines;
+  s.leaves = leaves;
+  s.hosts_per_leaf = hosts_per_leaf;
+  s.inter_flows = inter_flows;
   s.deterministic = false;
   s.switch_addresses = true;
   return s;

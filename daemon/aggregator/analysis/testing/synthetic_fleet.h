@@ -131,9 +131,11 @@ class SyntheticFleet {
   uint64_t route_salt_ = 0;
 };
 
-// The path-resolution tests' fleet: 4 spines x 8 leaves x 6 hosts, 32 flows per inter-leaf
-// pair, routed by an ECMP hash the analyzer cannot see, switches listing their addresses.
-FleetShape TracedEcmpShape();
+// A fleet routed by an ECMP hash the analyzer cannot see, its switches listing their addresses
+// (traced): by default the path-resolution tests' 4 spines x 8 leaves x 6 hosts, 32 flows per
+// inter-leaf pair.
+FleetShape TracedEcmpShape(int spines = 4, int leaves = 8, int hosts_per_leaf = 6,
+                           int inter_flows = 32);
 // "kind@location ..." of findings, for assertion messages.
 std::string DescribeFindings(const std::vector<TrackedFinding>& findings);
 // A finding's evidence value, -1 when it has none by that name.
