@@ -45,6 +45,16 @@ int main(int argc, char** argv) {
   app.add_option("--time-scale", o.time_scale, "simulated seconds per real second")
       ->check(CLI::Range(0.01, 1000.0))
       ->capture_default_str();
+  app.add_option("--start-phase", o.start_phase_s,
+                 "real seconds to wait after the fleet connects before the simulated clock "
+                 "starts: the phase of the faults' starts against the aggregator's ticks")
+      ->check(CLI::Range(0.0, 10.0))
+      ->capture_default_str();
+  app.add_option("--findings-poll", o.findings_poll_s,
+                 "seconds between the scorer's reads of /api/v1/findings (a finding's time to "
+                 "detect is read when a poll first sees it)")
+      ->check(CLI::Range(0.02, 10.0))
+      ->capture_default_str();
   app.add_option("--duration", duration, "override the scenario's duration (seconds)");
   double heartbeat = -1;
   std::string routing;

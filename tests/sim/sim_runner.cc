@@ -299,6 +299,9 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) 
   // batches, the probes sent in the instant's window), 50 ms apart, so an urgent batch's 250 ms
   // gap is kept to the slot.
   const int slots = agent_delivery ? 20 : 10;
+  if (options.start_phase_s > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(options.start_phase_s));
+  }
   const auto start = SteadyClock::now();
   const double run_start_unix = NowUnix();
   const int64_t epoch_ns = RealClock::Get().WallNanos();

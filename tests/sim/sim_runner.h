@@ -21,6 +21,11 @@ struct RunOptions {
   double grace_s = 30;          // findings up to this long after a fault's end still count for it
   double findings_poll_s = 1;   // how often the scorer polls /api/v1/findings
   double warmup_s = 5;          // real seconds of streaming before the ingest window opens
+  // Real seconds between the fleet's connection and the simulated clock's start: the phase of
+  // every simulated second, so of every fault's start, against the aggregator's 1 Hz ticks, which
+  // count from its own start. 0 starts at once, which puts each fault a few tens of ms after a
+  // tick: a finding read at a tick waits nearly a whole period (docs/simulator.md, "Phase").
+  double start_phase_s = 0;
   BatchEncoding batch_encoding = BatchEncoding::kColumns;  // how results go on the wire
   // Report pacing (docs/uplink.md): each agent sends its results every this many simulated
   // seconds, and at once (that second) when they hold a lost probe or it has escalated flows; 0:

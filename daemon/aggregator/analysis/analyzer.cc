@@ -78,6 +78,7 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     o.last_lost = w.last_lost;
     o.fresh_probes = w.fresh_probes;
     o.fresh_lost = w.fresh_lost;
+    o.lost_run = w.lost_run;
     o.ratio_sum = static_cast<float>(w.ratio_sum);
     // A low burst from a prober whose CPUs were saturated (busy share) or contended (its
     // runnable tasks waited for a CPU, CPU pressure) during it measures the host, not the path:
@@ -859,7 +860,7 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
     };
     if (noisy(Signal::kLoss)) {
       o.probes = o.lost = o.recent_probes = o.recent_lost = o.last_probes = o.last_lost = 0;
-      o.fresh_probes = o.fresh_lost = 0;
+      o.fresh_probes = o.fresh_lost = o.lost_run = 0;
     }
     if (noisy(Signal::kLatency)) {
       o.rtt = o.slow = o.recent_rtt = o.recent_slow = 0;

@@ -346,10 +346,14 @@ void Blamer::SwitchLink(const Verdict& v) {
   if (level == Level::kDown) {
     f.kind = "link_down";
     f.severity = Severity::kCritical;
-    f.summary = "Link " + link.id + " is down: it " + what +
-                "; check the link state, cable and "
-                "optics on " +
-                a + " and " + b + ".";
+    const LinkBlame* loss = v.loss();
+    const std::string runs =
+        loss && loss->sure_flows > 0
+            ? Fmt("; %.0f of the %.0f flows across it with fresh probes lose every probe now",
+                  loss->dead_flows, loss->sure_flows)
+            : std::string();
+    f.summary = "Link " + link.id + " is down: it " + what + runs +
+                "; check the link state, cable and optics on " + a + " and " + b + ".";
   } else if (level == Level::kDegraded) {
     f.kind = "link_degraded";
     const LinkBlame* loss = v.loss();

@@ -56,6 +56,42 @@ TEST(BlameLinkLevel, LastSecondLosingEverythingIsDown) {
   EXPECT_EQ(kind(0.6, 80), "link_degraded");  // lossy, not down
 }
 
+// The first seconds of an outage read by flows: the seconds still mix answers from before it with
+// losses after it (30 % in the last two, 50 % in the last one), but 19 of the 20 flows across the
+// link lost every probe since their last answer, 60 probes in all: down. Fewer flows than 90 %, a
+// few flows only, or short runs (a lossy link's flows each lose their newest probe now and then)
+// stay degraded.
+TEST(BlameLinkLevel, FlowsLosingEveryProbeSinceTheirLastAnswerAreDown) {
+  auto kind = [](uint32_t sure, uint32_t dead, uint32_t run) {
+    testing::BlameFixture t(testing::TwoLeafMap());
+    LinkBlame b = testing::LossBlame(t.LinkOf("l2", "s1"), 0.2, 0.3);
+    b.last_loss = 0.5;
+    b.last_probes = 40;
+    b.sure_flows = sure;
+    b.dead_flows = dead;
+    b.dead_run = run;
+    t.ev.blames[static_cast<int>(Signal::kLoss)].push_back(b);
+    t.MakeBlamer().LinkLevel();
+    EXPECT_EQ(t.ev.observations.size(), 1u);
+    if (t.ev.observations.empty()) return std::string();
+    const Finding& f = t.ev.observations.front().second.finding;
+    EXPECT_EQ(f.evidence.at("flows_losing_every_probe"), dead);
+    EXPECT_EQ(f.evidence.at("flows_with_fresh_probes"), sure);
+    if (f.kind == "link_down") {
+      EXPECT_NE(f.summary.find(std::to_string(dead) + " of the " + std::to_string(sure) +
+                               " flows across it with fresh probes lose every probe now"),
+                std::string::npos)
+          << f.summary;
+    }
+    return f.kind;
+  };
+  EXPECT_EQ(kind(20, 19, 60), "link_down");
+  EXPECT_EQ(kind(4, 4, 30), "link_down");
+  EXPECT_EQ(kind(20, 17, 60), "link_degraded");  // three flows still answered last
+  EXPECT_EQ(kind(3, 3, 60), "link_degraded");    // too few flows to tell
+  EXPECT_EQ(kind(20, 20, 25), "link_degraded");  // runs too short: not enough probes yet
+}
+
 // The freshest probes alone (the last two complete seconds and the tick's own second so far) show
 // the loss at a finding's significance: the freshest (escalated) data confirms the suspicion, and
 // the link may fire after two evaluations. A loss that is all in the older part of the 10 s

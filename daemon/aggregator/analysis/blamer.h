@@ -77,6 +77,12 @@ class Blamer {
         loss->last_loss >= c_.down_loss_ratio) {
       return Level::kDown;
     }
+    // Every flow across it (but a tenth) loses every probe now, over enough of them.
+    if (loss && loss->sure_flows >= static_cast<uint32_t>(std::max(1, c_.down_run_min_flows)) &&
+        loss->dead_flows >= c_.down_loss_ratio * loss->sure_flows &&
+        loss->dead_run >= c_.down_run_min_lost) {
+      return Level::kDown;
+    }
     // Queueing with little loss is congestion even when probe bursts get less goodput: a busy
     // link shares its capacity. Lower goodput without queueing is a degraded link (half speed).
     if (loss) return Level::kDegraded;
@@ -111,6 +117,10 @@ class Blamer {
       f.evidence["lost"] = b->bad;
       f.evidence["probes"] = b->expected;
       f.evidence["recent_loss_ratio"] = b->recent_loss;
+      if (b->sure_flows > 0) {
+        f.evidence["flows_losing_every_probe"] = b->dead_flows;
+        f.evidence["flows_with_fresh_probes"] = b->sure_flows;
+      }
       f.evidence["bad_flows"] = b->bad_flows;
       f.evidence["significance"] = b->significance;
     }

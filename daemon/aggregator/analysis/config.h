@@ -32,6 +32,15 @@ struct AnalysisConfig {
   // escalated link has 80 or more a second). A link losing 20 % reads 18 of 20 lost with a chance
   // of ~10^-11, so a degraded link is not called down by it; the first second of an outage is.
   double down_last_second_min_probes = 20;
+  // ...or read from each flow's newest results: at least `down_run_min_flows` flows surely cross
+  // the link with fresh probes, at least `down_loss_ratio` of them lost every probe since their
+  // last answered one, and those runs of losses sum to at least `down_run_min_lost`. Seconds are
+  // arrival seconds, so the first complete second of an outage still holds the answers of probes
+  // sent before it; a flow's run is not mixed up that way. A link losing a share p of its probes
+  // shows all of 8 flows on runs that sum to 30 with a chance of about p^8 · P(runs ≥ 30): for
+  // p = 0.5 about 2·10^-5 a tick; a link losing 80 % reads down often, and carries little.
+  int down_run_min_flows = 4;
+  double down_run_min_lost = 30;
 
   // Links whose loss reaches this significance (weaker than `loss_significance`) are escalated
   // before they are suspect: the denser data crosses the significance of a finding sooner. Only

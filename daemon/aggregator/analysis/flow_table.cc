@@ -71,6 +71,7 @@ FlowWindow FlowTable::WindowOf(const FlowSeen& f, uint32_t now_s) const {
     }
   }
   w.ratio_sum = ratio_q / FlowSeen::kRatioScale;
+  w.lost_run = f.lost_run;
   if (f.goodput_s != 0 && now_s - f.goodput_s <= bandwidth_window_s_) {
     w.goodput_bps = f.goodput_bps;
     if (f.goodput_cpu_busy_pct != 0) w.goodput_cpu_busy = f.goodput_cpu_busy_pct / 100.0;

@@ -52,6 +52,9 @@ struct FlowWindow {
   // knows of it is the freshest data there is (the dense loss test, Blamer::FreshLoss).
   uint32_t fresh_probes = 0;
   uint32_t fresh_lost = 0;
+  // Lost probes since the flow's last answered one, in arrival order (FlowSeen::lost_run): with
+  // fresh probes, the flow loses every probe now.
+  uint32_t lost_run = 0;
   double goodput_bps = 0;  // last bandwidth sample within the bandwidth window, else 0
   // That sample's prober host CPU busy share over the burst (all CPUs, the busiest one), in
   // [0.01, 1]; -1: not measured.

@@ -56,6 +56,9 @@ Tomography::Tomography(std::shared_ptr<const FabricMap> map) : map_(std::move(ma
   totals_.resize(n);
   recent_probes_.resize(n);
   last_probes_.resize(n);
+  sure_flows_.resize(n);
+  dead_flows_.resize(n);
+  dead_run_.resize(n);
   fresh_probes_.resize(n);
   recent_rtt_.resize(n);
   crossing_.resize(n);
@@ -70,6 +73,9 @@ void Tomography::Reset() {
   std::fill(totals_.begin(), totals_.end(), LinkTotals{});
   std::fill(recent_probes_.begin(), recent_probes_.end(), 0.0);
   std::fill(last_probes_.begin(), last_probes_.end(), 0.0);
+  std::fill(sure_flows_.begin(), sure_flows_.end(), 0u);
+  std::fill(dead_flows_.begin(), dead_flows_.end(), 0u);
+  std::fill(dead_run_.begin(), dead_run_.end(), 0u);
   std::fill(fresh_probes_.begin(), fresh_probes_.end(), 0.0);
   std::fill(recent_rtt_.begin(), recent_rtt_.end(), 0.0);
   std::fill(crossing_n_.begin(), crossing_n_.end(), uint8_t{0});
@@ -131,6 +137,13 @@ void Tomography::Add(const FlowObs& o) {
   const bool has_bw = o.bw_ratio >= 0;
   flow_switches_.clear();
   ForEachCandidate(o, [&](LinkIndex l, double w) {
+    if (w >= 0.999 && o.fresh_probes > 0) {
+      ++sure_flows_[l];
+      if (o.lost_run > 0) {
+        ++dead_flows_[l];
+        dead_run_[l] += o.lost_run;
+      }
+    }
     if (w >= 0.999 && o.probes > 0 && map_) {
       link_sure_[l].probes += o.probes;
       link_sure_[l].lost += o.lost;
@@ -412,6 +425,9 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
         recent_probes_[best] > 0 ? std::min(1.0, recent_lost / recent_probes_[best]) : 0;
     blame.last_loss = last_probes_[best] > 0 ? std::min(1.0, last_lost / last_probes_[best]) : 0;
     blame.fresh_probes = fresh_probes_[best];
+    blame.sure_flows = sure_flows_[best];
+    blame.dead_flows = dead_flows_[best];
+    blame.dead_run = dead_run_[best];
     blame.fresh_loss =
         fresh_probes_[best] > 0 ? std::min(1.0, fresh_lost / fresh_probes_[best]) : 0;
     blame.recent_rtt = recent_rtt_[best];

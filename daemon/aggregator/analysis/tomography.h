@@ -42,6 +42,7 @@ struct FlowObs {
   uint32_t last_lost = 0;
   uint32_t fresh_probes = 0;  // FlowWindow::fresh_probes
   uint32_t fresh_lost = 0;
+  uint32_t lost_run = 0;  // FlowWindow::lost_run
   float ratio_sum = 0;  // Σ RTT/baseline over `rtt` samples
   float bw_ratio = -1;  // goodput / class median; < 0 when the flow has no bandwidth sample
   bool bw_bad = false;
@@ -98,6 +99,13 @@ struct LinkBlame {
   double last_probes = 0;
   double fresh_loss = 0;  // ... and in those two and the tick's own second so far
   double fresh_probes = 0;
+  // The flows that surely cross the link with fresh probes (FlowObs::fresh_probes), those of them
+  // that lost every probe since their last answered one (FlowObs::lost_run > 0), and the sum of
+  // those runs: a link that carries nothing now, read from each flow's newest results instead of
+  // from seconds that still mix the answers of before the outage with the losses after it.
+  uint32_t sure_flows = 0;
+  uint32_t dead_flows = 0;
+  uint32_t dead_run = 0;
   double recent_slow = 0;  // slow fraction of the last two complete seconds' RTT samples (latency)
   double recent_rtt = 0;
   double inflation = 0;             // mean RTT / baseline over the explained flows
@@ -176,6 +184,11 @@ class Tomography {
   std::array<std::vector<uint8_t>, kSignalCount> explained_;
   std::vector<double> recent_probes_;  // per link, Σ weight · probes of the last two seconds
   std::vector<double> last_probes_;    // per link, the same for the last second
+  // Per link, over the flows that surely cross it with fresh probes: their count, those on a run
+  // of losses, and the runs' sum (LinkBlame::sure_flows, dead_flows, dead_run).
+  std::vector<uint32_t> sure_flows_;
+  std::vector<uint32_t> dead_flows_;
+  std::vector<uint32_t> dead_run_;
   std::vector<double> fresh_probes_;   // ...for the last two seconds and the tick's own so far
   std::vector<double> recent_rtt_;     // per link, Σ weight · RTT samples of the last two seconds
   std::vector<std::array<CrossingPair, kCrossingPairs>> crossing_;  // per link (CrossingPairs)

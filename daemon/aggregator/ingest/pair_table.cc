@@ -165,6 +165,7 @@ void PairTable::RecordLocked(Pair& p, FlowSeen& f, const ProbeSample& sample, Tr
   constexpr uint32_t kSlots = FlowSeen::kSlots;
   if (f.last_s == 0 || s >= f.last_s + kSlots) {
     f.slots.fill(FlowSlot{});
+    f.lost_run = 0;
   } else if (s > f.last_s) {
     for (uint32_t x = f.last_s + 1; x <= s; ++x) f.slots[x % kSlots] = FlowSlot{};
   } else if (f.last_s - s >= kSlots) {
@@ -189,8 +190,10 @@ void PairTable::RecordLocked(Pair& p, FlowSeen& f, const ProbeSample& sample, Tr
   }
   if (sample.lost) {
     SaturatingAdd(slot.lost, 1);
+    if (f.lost_run < UINT8_MAX) ++f.lost_run;
     return;
   }
+  f.lost_run = 0;
   if (t == Transport::kTcpBw || t == Transport::kRdmaRc) {  // bursts: goodput, no RTT
     if (sample.goodput_bps > 0 && std::isfinite(sample.goodput_bps)) {
       f.goodput_bps = static_cast<float>(sample.goodput_bps);

@@ -76,6 +76,10 @@ struct FlowSeen {
   uint8_t goodput_cpu_busy_pct = 0;
   uint8_t goodput_cpu_peak_pct = 0;
   uint8_t goodput_cpu_pressure_pct = 0;
+  // Lost probes recorded since the flow's last answered one (a late echo answers), saturating:
+  // how long the flow has lost every probe, in the order its results arrived. 0 once the window
+  // is empty (its seconds all left it).
+  uint8_t lost_run = 0;
 };
 
 // The store's seconds for flows: aggregator monotonic seconds + 1, so that 0 means "never".

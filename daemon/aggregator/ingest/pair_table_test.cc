@@ -95,6 +95,37 @@ TEST(PairTableTest, ALateEchoTakesBackTheFlowsLoss) {
   EXPECT_EQ(seen, 1);
 }
 
+// A flow's run of losses counts the lost probes recorded since its last answered one, in arrival
+// order: an answer, or a late echo that takes a loss back, ends it; so does a window that emptied.
+TEST(PairTableTest, AFlowsLostRunCountsLossesSinceItsLastAnswer) {
+  FakeClock clock;
+  clock.Advance(std::chrono::seconds(100));
+  PairTable table(clock, SmallMap());
+  auto run = [&] {
+    uint32_t out = 999;
+    table.ForEachPairFrom("a", [&](const PairView& v) { out = v.flows.at(0).lost_run; });
+    return out;
+  };
+  auto record = [&](std::vector<ReportedProbe> batch) { table.RecordBatch(batch); };
+  record({Result("a", "c", 40001, 400'000), Result("a", "c", 40001, 0, true)});
+  EXPECT_EQ(run(), 1u);
+  record({Result("a", "c", 40001, 0, true), Result("a", "c", 40001, 0, true)});
+  EXPECT_EQ(run(), 3u);
+  ReportedProbe late = Result("a", "c", 40001, 400'000'000);
+  late.late = true;
+  record({late});  // the newest loss was answered after all
+  EXPECT_EQ(run(), 0u);
+  record({Result("a", "c", 40001, 0, true), Result("a", "c", 40001, 0, true)});
+  EXPECT_EQ(run(), 2u);
+  record({Result("a", "c", 40001, 400'000)});
+  EXPECT_EQ(run(), 0u);
+  for (int i = 0; i < 300; ++i) record({Result("a", "c", 40001, 0, true)});
+  EXPECT_EQ(run(), 255u);  // saturates
+  clock.Advance(std::chrono::seconds(FlowSeen::kSlots + 1));
+  record({Result("a", "c", 40001, 0, true)});  // the old run left the window with its seconds
+  EXPECT_EQ(run(), 1u);
+}
+
 TEST(PairTableTest, TransportsArePairsOfTheirOwn) {
   FakeClock clock;
   PairTable table(clock, nullptr);
