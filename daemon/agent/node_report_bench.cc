@@ -97,6 +97,21 @@ void BM_CounterBatch(benchmark::State& state) {
 }
 BENCHMARK(BM_CounterBatch)->ArgName("map")->DenseRange(kNone, kBusy)->Unit(benchmark::kMicrosecond);
 
+// The reader's side: parsing the batch (the aggregator does it for every agent every pass, and
+// then reads no map).
+void BM_ParseCounterBatch(benchmark::State& state) {
+  CounterMapBase base;
+  const NodeSnapshot snap = Snapshot(static_cast<Map>(state.range(0)), base);
+  v1::AgentMessage m;
+  *m.mutable_counter_batch() = CounterBatchToProto(snap, &base);
+  const std::string wire = m.SerializeAsString();
+  for (auto _ : state) {
+    v1::AgentMessage parsed;
+    benchmark::DoNotOptimize(parsed.ParseFromString(wire));
+  }
+}
+BENCHMARK(BM_ParseCounterBatch)->ArgName("map")->DenseRange(kNone, kBusy)->Unit(benchmark::kMicrosecond);
+
 // A full map's other cost: recording it as the base (once a minute).
 void BM_SetCounterMapBase(benchmark::State& state) {
   CounterMapBase base;
