@@ -570,11 +570,13 @@ std::chrono::steady_clock::time_point Agent::RunReportWork() {
       report_.next_pass = BatchPacer::NextPass(now, report_.next_pass, report_.period);
     }
     PumpTraces();
+    // A new connection's aggregator holds no base for partial maps of raw counters.
+    if (forced) report_.counters.Reset();
     NodeSnapshot snap = node_->Latest();
     if (snap.seq != report_.last_seq && !snap.ports.empty()) {
       report_.last_seq = snap.seq;
       v1::AgentMessage m;
-      *m.mutable_counter_batch() = CounterBatchToProto(snap);
+      *m.mutable_counter_batch() = report_.counters.Next(snap, now);
       uplink_->SendBestEffort(std::move(m));
     }
     std::string& findings = report_.findings;

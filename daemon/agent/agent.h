@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "daemon/agent/collective_agent.h"
 #include "daemon/agent/node/node_metrics.h"
+#include "daemon/agent/node_report.h"
 #include "daemon/agent/outbound_buffer.h"
 #include "daemon/agent/probe_scheduler.h"
 #include "daemon/agent/trace_runner.h"
@@ -179,6 +180,7 @@ class Agent {
     std::chrono::steady_clock::time_point last_report, next_pass, last_batch;
     std::chrono::steady_clock::duration period{};
     std::chrono::steady_clock::time_point next_code_release;  // max(): never
+    CounterBatcher counters;  // full maps of raw counters once a minute and per connection
   };
   ReportState report_;
   metrics::Counter* code_released_bytes_ = nullptr;

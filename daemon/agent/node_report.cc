@@ -83,10 +83,39 @@ v1::Finding FindingToProto(const Finding& f) {
   return out;
 }
 
-v1::CounterBatch CounterBatchToProto(const NodeSnapshot& snap) {
+namespace {
+
+// The base's readings of `p`: the port at the same index when it is that port (the sampler keeps
+// its ports' order), else the one of the same name; null when the base lacks it.
+const CounterMapBase::Port* BasePort(const CounterMapBase& base, size_t index,
+                                     const counters::PortSample& p) {
+  auto same = [&](const CounterMapBase::Port& b) { return b.port == p.port && b.device == p.device; };
+  if (index < base.ports.size() && same(base.ports[index])) return &base.ports[index];
+  for (const CounterMapBase::Port& b : base.ports) {
+    if (same(b)) return &b;
+  }
+  return nullptr;
+}
+
+// Whether counter `j` of a port goes into a partial map: readable, and not the base's value (a
+// counter the base read under another name at that index, or lacks, counts as changed).
+bool Changed(const CounterMapBase::Port* base, size_t j, const counters::CounterReading& c) {
+  if (!c.valid) return false;
+  if (base == nullptr || j >= base->readings.size()) return true;
+  const CounterMapBase::Reading& b = base->readings[j];
+  return !b.valid || b.value != c.value || b.name != c.name;
+}
+
+}  // namespace
+
+v1::CounterBatch CounterBatchToProto(const NodeSnapshot& snap, const CounterMapBase* base) {
+  if (base != nullptr && base->sampled_unix_ns == 0) base = nullptr;
   v1::CounterBatch out;
   out.set_sampled_unix_ns(snap.wall_ns);
-  for (const counters::PortSample& p : snap.ports) {
+  if (base != nullptr) out.set_counters_base_unix_ns(base->sampled_unix_ns);
+  for (size_t i = 0; i < snap.ports.size(); ++i) {
+    const counters::PortSample& p = snap.ports[i];
+    const CounterMapBase::Port* base_port = base ? BasePort(*base, i, p) : nullptr;
     v1::PortSample* ps = out.add_ports();
     ps->set_device(p.device);
     ps->set_port(static_cast<uint32_t>(std::max(0, p.port)));
@@ -104,8 +133,11 @@ v1::CounterBatch CounterBatchToProto(const NodeSnapshot& snap) {
     // only if no error counter had a known rate.
     double errors = 0;
     bool any_known = false;
-    for (const counters::CounterReading& c : p.counters) {
-      if (c.valid) (*ps->mutable_counters())[c.name] = c.Scaled();
+    for (size_t j = 0; j < p.counters.size(); ++j) {
+      const counters::CounterReading& c = p.counters[j];
+      if (base == nullptr ? c.valid : Changed(base_port, j, c)) {
+        (*ps->mutable_counters())[c.name] = c.Scaled();
+      }
       if (c.spec.error && c.rate) {
         errors += *c.rate;
         any_known = true;
@@ -113,6 +145,33 @@ v1::CounterBatch CounterBatchToProto(const NodeSnapshot& snap) {
     }
     ps->set_error_rate(any_known ? errors : kUnknown);
   }
+  return out;
+}
+
+void SetCounterMapBase(const NodeSnapshot& snap, CounterMapBase& base) {
+  base.sampled_unix_ns = snap.wall_ns;
+  base.ports.resize(snap.ports.size());
+  for (size_t i = 0; i < snap.ports.size(); ++i) {
+    const counters::PortSample& p = snap.ports[i];
+    CounterMapBase::Port& b = base.ports[i];
+    b.device = p.device;
+    b.port = p.port;
+    b.readings.resize(p.counters.size());
+    for (size_t j = 0; j < p.counters.size(); ++j) {
+      b.readings[j].name = p.counters[j].name;
+      b.readings[j].valid = p.counters[j].valid;
+      b.readings[j].value = p.counters[j].value;
+    }
+  }
+}
+
+v1::CounterBatch CounterBatcher::Next(const NodeSnapshot& snap, Clock::time_point now) {
+  if (base_.sampled_unix_ns != 0 && now - last_full_ < full_every_) {
+    return CounterBatchToProto(snap, &base_);
+  }
+  v1::CounterBatch out = CounterBatchToProto(snap);
+  SetCounterMapBase(snap, base_);
+  last_full_ = now;
   return out;
 }
 
