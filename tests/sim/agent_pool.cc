@@ -97,6 +97,7 @@ class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Aggr
   static constexpr size_t kRing = 256;
   uint64_t cum_at_seq_[kRing] FW_GUARDED_BY(mu_) = {};
   uint32_t pending_results_ FW_GUARDED_BY(mu_) = 0;  // results in the batch in flight
+  bool planned_ = false;  // a ProbePlan arrived; touched only by OnReadDone (one read at a time)
 };
 
 class PoolImpl final : public AgentPool {
@@ -172,6 +173,7 @@ class PoolImpl final : public AgentPool {
     s.results_acked = results_acked_.load();
     s.acks_received = acks_.load();
     s.plans_received = plans_.load();
+    s.planned = planned_.load();
     s.trace_reports_sent = trace_reports_.load();
     s.skipped = skipped_.load();
     return s;
@@ -218,7 +220,7 @@ class PoolImpl final : public AgentPool {
   uint64_t max_unacked() const { return static_cast<uint64_t>(options_.max_unacked_batches); }
 
   std::atomic<uint64_t> batches_sent_{0}, heartbeats_sent_{0}, results_sent_{0}, results_acked_{0},
-      acks_{0}, plans_{0}, skipped_{0}, trace_reports_{0};
+      acks_{0}, plans_{0}, planned_{0}, skipped_{0}, trace_reports_{0};
 
  private:
   Options options_;
@@ -472,6 +474,10 @@ void SimAgent::OnReadDone(bool ok) {
     }
   } else if (in_.has_probe_plan()) {
     pool_->plans_.fetch_add(1, std::memory_order_relaxed);
+    if (!planned_) {
+      planned_ = true;
+      pool_->planned_.fetch_add(1, std::memory_order_relaxed);
+    }
     pool_->OnPlan(index_, in_.probe_plan());
   }
   StartRead(&in_);

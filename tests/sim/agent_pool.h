@@ -24,6 +24,7 @@ struct PoolStats {
   uint64_t results_acked = 0;    // results in batches the aggregator acknowledged
   uint64_t acks_received = 0;
   uint64_t plans_received = 0;
+  uint64_t planned = 0;  // streams that received at least one ProbePlan
   uint64_t trace_reports_sent = 0;  // PathTraceReport writes completed
   // Batches not sent because the previous write was still in flight or the window of
   // unacknowledged batches was full: the aggregator (or the simulator) could not keep up.

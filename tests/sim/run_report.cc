@@ -35,6 +35,7 @@ json BuildIngestReport(const ReportInputs& in) {
                   {"results_acked", f.results_acked},
                   {"acks_received", f.acks_received},
                   {"plans_received", f.plans_received},
+                  {"planned", f.planned},
                   {"skipped_batches", f.skipped}};
   json failures = json::array(), warnings = json::array();
   if (f.ready < static_cast<uint64_t>(in.agents)) {
@@ -46,6 +47,10 @@ json BuildIngestReport(const ReportInputs& in) {
     warnings.push_back(std::to_string(f.skipped) +
                        " batches skipped: a write was still in flight a second later "
                        "(aggregator or simulator saturated)");
+  }
+  if (f.planned < f.ready) {
+    warnings.push_back(std::to_string(f.ready - f.planned) + " of " + std::to_string(f.ready) +
+                       " streams never received a plan (they probe at 1/s a flow)");
   }
   json ingest;
   if (in.window_start && in.window_end) {

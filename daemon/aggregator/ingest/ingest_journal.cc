@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <utility>
 
 namespace fw::aggregator {
 
@@ -137,6 +138,7 @@ StatusOr<std::unique_ptr<IngestJournal>> IngestJournal::Open(const std::string& 
   // survive a power loss too, not only a killed process.
   Status st = j->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;");
   if (st.ok()) st = j->Exec(kSchema);
+  if (st.ok()) st = j->Prepare();
   if (!st.ok()) return st;
   return j;
 }
@@ -155,7 +157,50 @@ StatusOr<std::shared_ptr<IngestJournal>> OpenIngestJournal(FleetState& fleet,
   return std::shared_ptr<IngestJournal>(std::move(*journal));
 }
 
-IngestJournal::~IngestJournal() { sqlite3_close(db_); }
+IngestJournal::~IngestJournal() {
+  for (sqlite3_stmt* s : {begin_, commit_, rollback_, upsert_, delete_}) sqlite3_finalize(s);
+  sqlite3_close(db_);
+}
+
+Status IngestJournal::Prepare() {
+  const std::pair<sqlite3_stmt**, const char*> statements[] = {
+      {&begin_, "BEGIN IMMEDIATE"},
+      {&commit_, "COMMIT"},
+      {&rollback_, "ROLLBACK"},
+      {&upsert_,
+       "INSERT INTO ingest (node, session_id, last_seq, batches, results, "
+       "duplicates, gaps, recent, test_batches, test_ids) VALUES (?,?,?,?,?,?,?,?,?,?) "
+       "ON CONFLICT(node) DO "
+       "UPDATE SET session_id=excluded.session_id, last_seq=excluded.last_seq, "
+       "batches=excluded.batches, results=excluded.results, "
+       "duplicates=excluded.duplicates, gaps=excluded.gaps, "
+       "recent=excluded.recent, test_batches=excluded.test_batches, "
+       "test_ids=excluded.test_ids"},
+      {&delete_, "DELETE FROM ingest WHERE node = ?"},
+  };
+  for (const auto& [stmt, sql] : statements) {
+    if (sqlite3_prepare_v2(db_, sql, -1, stmt, nullptr) != SQLITE_OK) {
+      return Status::Unavailable("ingest journal " + path_ + ": " + sqlite3_errmsg(db_));
+    }
+  }
+  return Status::Ok();
+}
+
+Status IngestJournal::Step(sqlite3_stmt* s) {
+  const int rc = sqlite3_step(s);
+  // The message before the reset, which may replace it.
+  Status st = rc == SQLITE_DONE
+                  ? Status::Ok()
+                  : Status::Unavailable("ingest journal " + path_ + ": " + sqlite3_errmsg(db_));
+  sqlite3_reset(s);
+  sqlite3_clear_bindings(s);
+  return st;
+}
+
+void IngestJournal::RollBack() {
+  // A failed ROLLBACK leaves nothing more to do: the next BEGIN reports the state.
+  if (sqlite3_get_autocommit(db_) == 0) (void)Step(rollback_);
+}
 
 Status IngestJournal::Exec(const char* sql) {
   char* err = nullptr;
@@ -203,30 +248,13 @@ StatusOr<std::vector<IngestRecord>> IngestJournal::Load() {
 
 Status IngestJournal::Write(const std::vector<IngestRecord>& records) {
   if (records.empty()) return Status::Ok();
-  Status st = Exec("BEGIN IMMEDIATE");
+  Status st = Step(begin_);
   if (!st.ok()) return st;
-  Stmt up, del;
-  if (sqlite3_prepare_v2(
-          db_,
-          "INSERT INTO ingest (node, session_id, last_seq, batches, results, "
-          "duplicates, gaps, recent, test_batches, test_ids) VALUES (?,?,?,?,?,?,?,?,?,?) "
-          "ON CONFLICT(node) DO "
-          "UPDATE SET session_id=excluded.session_id, last_seq=excluded.last_seq, "
-          "batches=excluded.batches, results=excluded.results, "
-          "duplicates=excluded.duplicates, gaps=excluded.gaps, "
-          "recent=excluded.recent, test_batches=excluded.test_batches, "
-          "test_ids=excluded.test_ids",
-          -1, &up.st, nullptr) != SQLITE_OK ||
-      sqlite3_prepare_v2(db_, "DELETE FROM ingest WHERE node = ?", -1, &del.st, nullptr) !=
-          SQLITE_OK) {
-    std::string msg = sqlite3_errmsg(db_);
-    Exec("ROLLBACK");
-    return Status::Unavailable("ingest journal " + path_ + ": " + msg);
-  }
   for (const IngestRecord& r : records) {
-    sqlite3_stmt* s = r.retired ? del.st : up.st;
-    sqlite3_reset(s);
+    sqlite3_stmt* s = r.retired ? delete_ : upsert_;
+    // Bound with SQLITE_STATIC: each string outlives the Step below, which clears the bindings.
     sqlite3_bind_text(s, 1, r.node.c_str(), static_cast<int>(r.node.size()), SQLITE_STATIC);
+    std::string recent, ids;
     if (!r.retired) {
       sqlite3_bind_int64(s, 2, ToDb(r.session_id));
       sqlite3_bind_int64(s, 3, ToDb(r.last_seq));
@@ -234,19 +262,21 @@ Status IngestJournal::Write(const std::vector<IngestRecord>& records) {
       sqlite3_bind_int64(s, 5, ToDb(r.results));
       sqlite3_bind_int64(s, 6, ToDb(r.duplicates));
       sqlite3_bind_int64(s, 7, ToDb(r.gaps));
-      const std::string recent = EncodeRecent(r.recent);
-      sqlite3_bind_text(s, 8, recent.c_str(), static_cast<int>(recent.size()), SQLITE_TRANSIENT);
+      recent = EncodeRecent(r.recent);
+      sqlite3_bind_text(s, 8, recent.c_str(), static_cast<int>(recent.size()), SQLITE_STATIC);
       sqlite3_bind_int64(s, 9, ToDb(r.test_batches));
-      const std::string ids = EncodeIds(r.test_ids);
-      sqlite3_bind_text(s, 10, ids.c_str(), static_cast<int>(ids.size()), SQLITE_TRANSIENT);
+      ids = EncodeIds(r.test_ids);
+      sqlite3_bind_text(s, 10, ids.c_str(), static_cast<int>(ids.size()), SQLITE_STATIC);
     }
-    if (sqlite3_step(s) != SQLITE_DONE) {
-      std::string msg = sqlite3_errmsg(db_);
-      Exec("ROLLBACK");
-      return Status::Unavailable("ingest journal " + path_ + ": " + msg);
+    st = Step(s);
+    if (!st.ok()) {
+      RollBack();
+      return st;
     }
   }
-  return Exec("COMMIT");
+  st = Step(commit_);
+  if (!st.ok()) RollBack();
+  return st;
 }
 
 }  // namespace fw::aggregator

@@ -317,6 +317,16 @@ DecodeOutcome Decode(std::string_view node, NodeId node_id, const v1::ProbeBatch
         if (!split) split = SplitNames(c, names);  // the cached table was checked: cannot fail
         return i < names.size() ? names[i] : std::string_view();
       };
+      // Per name: whether it passes CleanNic, decided the first time a row names it as a NIC (a
+      // table names a rail's NIC once, its rows each time).
+      thread_local std::vector<uint8_t> nic_state;  // kNicUnknown, kNicClean or kNicRefused
+      enum : uint8_t { kNicUnknown, kNicClean, kNicRefused };
+      nic_state.assign(ids->size(), kNicUnknown);
+      auto clean_nic = [&](uint32_t i) -> std::string_view {
+        uint8_t& state = nic_state[i];  // i < ids->size(): CheckColumns checked the NIC columns
+        if (state == kNicUnknown) state = CleanNic(name_of(i)) ? kNicClean : kNicRefused;
+        return state == kNicClean ? name_of(i) : std::string_view();
+      };
       for (size_t i = 0; i < n; ++i) {
         const int row = static_cast<int>(i);
         const uint32_t peer = c.peer(row);
@@ -344,14 +354,8 @@ DecodeOutcome Decode(std::string_view node, NodeId node_id, const v1::ProbeBatch
         x.goodput_bps = c.goodput_bps().empty() ? 0.0 : CleanGoodput(c.goodput_bps(row));
         ClearHostSplit(x);
         // The NICs name the result's rail (the analyzer keys flows by them).
-        if (!c.src_nic().empty()) {
-          const std::string_view nic = name_of(c.src_nic(row));
-          if (CleanNic(nic)) x.src_nic.assign(nic);
-        }
-        if (!c.dst_nic().empty()) {
-          const std::string_view nic = name_of(c.dst_nic(row));
-          if (CleanNic(nic)) x.dst_nic.assign(nic);
-        }
+        if (!c.src_nic().empty()) x.src_nic.assign(clean_nic(c.src_nic(row)));
+        if (!c.dst_nic().empty()) x.dst_nic.assign(clean_nic(c.dst_nic(row)));
         if (!c.cpu_busy_permille().empty()) {
           x.cpu_busy_permille = CleanPermille(c.cpu_busy_permille(row));
         }

@@ -380,6 +380,39 @@ TEST(ProbeBatchDecoderTest, IdFormCarriesResolvedIdsInsteadOfNames) {
   EXPECT_EQ(rows[1].dst_id, by_id[1].dst_id);
 }
 
+// A column NIC name too long for a device (it passes the name table's own checks) is dropped from
+// every row that names it, alone: the rows and their other NIC stay, in the by-name form, in the
+// id form and on a cache hit, and a reused slot does not keep a NIC of an earlier row.
+TEST(ProbeBatchDecoderTest, ABadColumnNicIsDroppedFromEveryRowThatNamesIt) {
+  v1::ProbeBatch b;
+  v1::ProbeColumns& c = *b.mutable_columns();
+  const uint32_t peer = AddName(c, "node-a");
+  const uint32_t good = AddName(c, "mlx5_1");
+  const uint32_t bad = AddName(c, std::string(65, 'x'));
+  for (int i = 0; i < 4; ++i) {
+    c.add_peer(peer);
+    c.add_transport(v1::TRANSPORT_UDP);
+    c.add_src_nic(i % 2 == 0 ? good : bad);
+    c.add_dst_nic(i % 2 == 0 ? bad : good);
+  }
+  auto check = [](const std::vector<ReportedProbe>& out, size_t n) {
+    ASSERT_EQ(n, 4u);
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(out[i].src_nic, i % 2 == 0 ? "mlx5_1" : "") << i;
+      EXPECT_EQ(out[i].dst_nic, i % 2 == 0 ? "" : "mlx5_1") << i;
+    }
+  };
+  std::vector<ReportedProbe> out;
+  check(out, DecodeProbeBatch("me", b, kAnyPeer, out).appended);
+  NameInterner names;
+  const PeerResolver resolve = [&](std::string_view p) { return names.Intern(p); };
+  PeerNameCache cache;
+  for (int round = 0; round < 2; ++round) {  // the second one hits the cache
+    for (ReportedProbe& r : out) r.src_nic = r.dst_nic = "stale";
+    check(out, DecodeProbeBatch("me", names.Intern("me"), b, resolve, out, &cache, 1).appended);
+  }
+}
+
 // A repeated name table resolves nothing again until the epoch changes; a changed table or a
 // refused peer is handled as without the cache.
 TEST(ProbeBatchDecoderTest, RepeatedNameTableIsResolvedOncePerEpoch) {
