@@ -311,15 +311,19 @@ int64_t RunQueueWaitNs(int tid) {
 
 // Samples, every 2 ms on its own thread, the summed run-queue wait of some threads against the
 // wall clock; WaitedIn() is the wait accrued inside a wall-clock window (widened to the samples
-// around it, so it may count a little more than the window's own). Stop() takes a last sample, so
-// that a window which ended before it is covered; a thread that has exited keeps its last reading.
+// around it, so it may count a little more than the window's own). The constructor takes the
+// first sample before it returns, and Stop() takes a last one, so that every window which began
+// after the constructor and ended before Stop() is covered; the sampling thread's own start is
+// not ordered against the sampled threads' work (under load it starts milliseconds late). A
+// thread that has exited keeps its last reading.
 class RunQueueSampler {
  public:
   explicit RunQueueSampler(std::vector<int> tids) : tids_(std::move(tids)), last_(tids_.size(), 0) {
+    Sample();
     thread_ = std::thread([this] {
       while (!stop_.load()) {
-        Sample();
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        Sample();
       }
     });
   }
@@ -364,7 +368,8 @@ class RunQueueSampler {
     int64_t wall, waited;
   };
   std::vector<int> tids_;
-  std::vector<int64_t> last_;  // per thread, its last reading (only the sampling thread writes)
+  std::vector<int64_t> last_;  // per thread, its last reading (written by the constructor, then
+                               // by the sampling thread alone, then by Stop() after the join)
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::vector<Point> samples_;
