@@ -8,7 +8,7 @@
 #   -b  build directory holding tests/sim/fw_sim and daemon/aggregator/fabricwatch-aggregator
 #       (default: build)
 #   -o  where the JSON reports go (default: a new temporary directory)
-#   -n  nightly: add the 30-minute healthy run
+#   -n  nightly: add the 30-minute healthy runs (deterministic; ECMP with tracing and escalation)
 #   -r  comma-separated routings (deterministic,ecmp): the suite once per routing, reports in
 #       OUT_DIR/<routing>/ and one table each (default: the scenarios' own, ecmp)
 # Exit status: 0 when no scenario has a verdict failure, 1 otherwise, 3 on usage errors.
@@ -53,7 +53,8 @@ if [[ ${#scenarios[@]} -eq 0 ]]; then
            link_flap two_faults congested_spine bad_nic noisy_host; do
     scenarios+=("$here/scenarios/$s.yaml")
   done
-  [[ $nightly -eq 1 ]] && scenarios+=("$here/scenarios/healthy_30min.yaml")
+  [[ $nightly -eq 1 ]] && scenarios+=("$here/scenarios/healthy_30min.yaml" \
+                              "$here/scenarios/healthy_30min_traced.yaml")
 fi
 [[ -n "$out" ]] || out=$(mktemp -d "${TMPDIR:-/tmp}/fw_sim_suite.XXXXXX")
 mkdir -p "$out"
