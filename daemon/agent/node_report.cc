@@ -135,7 +135,7 @@ v1::CounterBatch CounterBatchToProto(const NodeSnapshot& snap, const CounterMapB
     bool any_known = false;
     for (size_t j = 0; j < p.counters.size(); ++j) {
       const counters::CounterReading& c = p.counters[j];
-      if (base == nullptr ? c.valid : Changed(base_port, j, c)) {
+      if (Changed(base_port, j, c)) {  // without a base (base_port null): every readable one
         (*ps->mutable_counters())[c.name] = c.Scaled();
       }
       if (c.spec.error && c.rate) {
