@@ -66,6 +66,7 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     o.src = pair.src;
     o.dst = pair.dst;
     o.pair_flows = pair.flows;
+    o.flow_bit = pair.transport == Transport::kUdp ? FlowBit(flow.flow_id) : 0;
     o.probes = w.probes;
     o.lost = w.lost;
     o.rtt = w.rtt;
@@ -639,9 +640,10 @@ void Analyzer::LeadsBetweenTicks(int64_t now_ns) {
             watch_[l] = 1;
             watching_ = true;
           });
-          between_leads_.push_back(LeadRequest(ctx, element, lead->link, pair.src, pair.dst,
-                                               pair.flows,
-                                               &paths != &pair.paths ? &paths : nullptr));
+          between_leads_.push_back(LeadRequest(
+              ctx, element, lead->link, pair.src, pair.dst, pair.flows,
+              pair.transport == Transport::kUdp ? FlowBit(flow.flow_id) : 0,
+              &paths != &pair.paths ? &paths : nullptr));
           ++found;
           spdlog::debug(
               "component=analysis msg=\"lead between ticks\" link={} significance={:.1f} lost={}",
