@@ -494,7 +494,7 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
     ++peers;
     for (uint32_t j = 0; j < p.flows; ++j) {
       const double own_rate =
-          !per_flow || (p.raised_flows >> j & 1) != 0 ? rate : p.unraised_rate_hz;
+          !per_flow || ((p.raised_flows >> j) & 1) != 0 ? rate : p.unraised_rate_hz;
       // Room for every probe that can be outstanding within the flow's timeout at its own rate.
       const size_t ring =
           static_cast<size_t>(std::ceil(own_rate * static_cast<double>(timeout) * 1e-9)) + 2;
