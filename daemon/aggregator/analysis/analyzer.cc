@@ -632,18 +632,21 @@ void Analyzer::LeadsBetweenTicks(int64_t now_ns) {
           const std::string element = "link:" + map_->links()[lead->link].id;
           if (tracker_.HealthOf(element) != ElementHealth::kOk) return;
           // The fabric links the lost flow surely crossed: each may fire at the next tick on its
-          // dense data alone, as after a lead seen at a tick (LeadLinks).
+          // dense data alone, as after a lead seen at a tick (LeadLinks), and the escalation
+          // raises flows over each.
+          std::vector<LinkIndex> links{lead->link};
           tomography_.ForEachCandidate(o, [&](LinkIndex l, double wt) {
             if (wt < 0.999 || map_->links()[l].IsAccess()) return;
+            if (l != lead->link) links.push_back(l);
             tracker_.WeakBeforeNextTick("link:" + map_->links()[l].id);
             if (watch_.size() != map_->links().size()) watch_.assign(map_->links().size(), 0);
             watch_[l] = 1;
             watching_ = true;
           });
-          between_leads_.push_back(LeadRequest(
-              ctx, element, lead->link, pair.src, pair.dst, pair.flows,
-              pair.transport == Transport::kUdp ? FlowBit(flow.flow_id) : 0,
-              &paths != &pair.paths ? &paths : nullptr));
+          between_leads_.push_back(
+              LeadRequest(ctx, element, links, pair.src, pair.dst, pair.flows,
+                          pair.transport == Transport::kUdp ? FlowBit(flow.flow_id) : 0,
+                          &paths != &pair.paths ? &paths : nullptr));
           ++found;
           spdlog::debug(
               "component=analysis msg=\"lead between ticks\" link={} significance={:.1f} lost={}",
@@ -761,14 +764,18 @@ void Analyzer::AddEscalationEvidence(Evaluation& ev, double now_s) {
   for (auto& [element, obs] : ev.observations) {
     if (auto it = escalated_.find(element); it != escalated_.end()) {
       double factor = 0;
+      double flows = 0;  // raised, both directions
       for (const aggregator::EscalationPair& p : it->second.pairs) {
         factor = std::max(factor, p.rate_factor);
+        flows += aggregator::RaisedFlowCount(p.a_flows, p.flows) +
+                 aggregator::RaisedFlowCount(p.b_flows, p.flows);
       }
       // An escalation ends when its element fires; the finding keeps saying it was escalated.
       escalation_evidence_[element] = {
           {"escalated", 1},
           {"escalated_for_s", std::max(0.0, now_s - it->second.since_s)},
           {"escalated_pairs", static_cast<double>(it->second.pairs.size())},
+          {"escalated_flows", flows},
           {"escalation_rate_factor", factor}};
     }
     if (auto it = escalation_evidence_.find(element); it != escalation_evidence_.end()) {

@@ -189,8 +189,8 @@ void Tomography::Add(const FlowObs& o) {
         if (known != pairs.begin() + n) {
           known->flow_ids |= o.flow_bit;
         } else {
-          pairs[n++] = CrossingPair{o.src,        o.dst,        o.pair_flows,
-                                    o.flow_bit, o.src_access, o.dst_access};
+          pairs[n++] =
+              CrossingPair{o.src, o.dst, o.pair_flows, o.flow_bit, o.src_access, o.dst_access};
         }
       }
     }

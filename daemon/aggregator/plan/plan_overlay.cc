@@ -144,9 +144,8 @@ void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
   const size_t self_member = static_cast<size_t>(self_at - overlay.nodes.begin());
   const std::string_view self_nic = nic_of(self_member);
   // The flows of this member's entries the overlay raises (PlanOverlay::flow_sets).
-  const uint64_t self_flows = overlay.flow_sets.size() == overlay.nodes.size()
-                                  ? overlay.flow_sets[self_member]
-                                  : kAllFlows;
+  const uint64_t self_flows =
+      overlay.flow_sets.size() == overlay.nodes.size() ? overlay.flow_sets[self_member] : kAllFlows;
   double added_pps = 0;
   auto raise = [&](PlannedPeer& p) {
     const double before = EntryPps(p);
