@@ -45,8 +45,8 @@ TEST(EscalationStageTest, AnOverlayWhoseFlowsChangeIsSetAgain) {
   EXPECT_TRUE(ChangedOverlays(book, budget.Overlays()).set.empty());
 
   // link:z escalates flow 3 of the same pair: same overlay id and trace id, flows 1 and 3.
-  ASSERT_TRUE(budget.Update(
-      1, {Suspect("link:x", FlowBit(1)), Suspect("link:z", FlowBit(3))}, 1'000, 1.0));
+  ASSERT_TRUE(
+      budget.Update(1, {Suspect("link:x", FlowBit(1)), Suspect("link:z", FlowBit(3))}, 1'000, 1.0));
   ASSERT_EQ(budget.Escalations().size(), 2u);
   changes = ChangedOverlays(book, budget.Overlays());
   ASSERT_EQ(changes.set.size(), 1u);
