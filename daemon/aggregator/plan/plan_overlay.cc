@@ -77,10 +77,17 @@ double EntryPps(const PlannedPeer& p) {
 
 // Raises `p`'s flows in `set` (FlowBit ids; kAllFlows every flow) to `rate`: a raise of some flows
 // keeps the others at the entry's rate before (unraised_rate_pps). A set naming a flow the entry
-// does not have raises every flow: the overlay's flows were another entry's.
+// does not have raises every flow: the overlay's flows were another entry's. A raise of every flow
+// on an entry that lists raised flows (a qualification mesh over an escalated pair, in whichever
+// order they were set) brings the others up to `rate` and leaves the listed ones at theirs if
+// higher, so that the result does not depend on the overlays' order.
 void RaiseFlows(PlannedPeer& p, uint64_t set, double rate) {
   const uint64_t mine = p.flows >= 64 ? kAllFlows : (uint64_t{1} << p.flows) - 1;
   if (set == kAllFlows || (set & ~mine) != 0 || (set & mine) == mine) {
+    if (!p.raised_flows.empty() && p.unraised_rate_pps > 0 && rate < p.rate_pps) {
+      p.unraised_rate_pps = std::max(p.unraised_rate_pps, rate);
+      return;
+    }
     p.raised_flows.clear();
     p.unraised_rate_pps = 0;
     p.rate_pps = std::max(p.rate_pps, rate);

@@ -33,6 +33,8 @@ struct OverlayBurst {
   // An RDMA RC write burst on the first rail both nodes have (RcPeers; the agent's
   // rdma_rc_bytes), instead of a TCP burst to the peer's responder.
   bool rdma_rc = false;
+
+  bool operator==(const OverlayBurst&) const = default;
 };
 
 struct PlanOverlay {
@@ -62,6 +64,9 @@ struct PlanOverlay {
   // other flows keep their rate. kAllFlows: every flow; 0: the member's entries are not raised.
   // Empty: every flow of every member. An escalation raises the flows that crossed its element.
   std::vector<uint64_t> flow_sets{};
+
+  // Equal overlays make equal plans (EscalationStage sets an overlay again only when it changed).
+  bool operator==(const PlanOverlay&) const = default;
 };
 
 // Adds to `node`'s plan an entry for every other overlay member that `agent_of` knows (between

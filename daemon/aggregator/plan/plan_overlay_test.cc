@@ -199,9 +199,15 @@ TEST(PlanOverlayTest, RaisesOnlyTheFlowsInTheMembersSet) {
   EXPECT_DOUBLE_EQ(Find(plan, "n2")->rate_pps, 20);
   EXPECT_DOUBLE_EQ(Find(plan, "n2")->unraised_rate_pps, 1);
   EXPECT_DOUBLE_EQ(plan.budget.pps, 18 + (3 * 20 + 5 - 8 * 1 - 18));
-  // Then every flow: no list.
+  // Then every flow at 10 (no list): the others come up to 10, the raised ones stay at 20.
   PlanOverlay all = o;
   all.flow_sets.clear();
+  ApplyOverlay(all, "n1", agent_of, 64, plan);
+  EXPECT_EQ(Find(plan, "n2")->raised_flows, (std::vector<uint32_t>{1, 2, 5}));
+  EXPECT_DOUBLE_EQ(Find(plan, "n2")->rate_pps, 20);
+  EXPECT_DOUBLE_EQ(Find(plan, "n2")->unraised_rate_pps, 10);
+  // And every flow at 20 or more: one rate, no list.
+  all.rate_pps = 20;
   ApplyOverlay(all, "n1", agent_of, 64, plan);
   EXPECT_TRUE(Find(plan, "n2")->raised_flows.empty());
   EXPECT_DOUBLE_EQ(Find(plan, "n2")->rate_pps, 20);
@@ -219,6 +225,38 @@ TEST(PlanOverlayTest, RaisesOnlyTheFlowsInTheMembersSet) {
   ApplyOverlay(o, "n1", agent_of, 64, plan);
   EXPECT_TRUE(Find(plan, "n2")->raised_flows.empty());
   EXPECT_DOUBLE_EQ(Find(plan, "n2")->rate_pps, 10);
+}
+
+// An escalation of some flows and an overlay of every flow (a qualification mesh) on one entry:
+// the escalated flows at the escalation's rate, the others at the mesh's, whichever overlay the
+// planner applies first (it applies them in the order they were set). Raising every flow to the
+// escalation's rate instead would send probes neither overlay asked or paid for.
+TEST(PlanOverlayTest, AnEscalationAndAMeshOnOneEntryGiveTheSameRatesInEitherOrder) {
+  const std::vector<AgentInfo> agents = Agents(2);
+  const auto agent_of = Lookup(agents);
+  Plan base;
+  PlannedPeer p;
+  p.node = "n2";
+  p.address = agent_of("n2")->endpoints.front().address;
+  p.port = 9753;
+  p.flows = 8;
+  p.rate_pps = 1;
+  base.peers.push_back(p);
+  PlanOverlay escalation{"escalation:n1~n2", {"n1", "n2"}, 10, 1};
+  escalation.flow_sets = {FlowBit(1) | FlowBit(5), 0};
+  const PlanOverlay mesh{"q1", {"n1", "n2"}, 5, 8};
+  for (const bool escalation_first : {true, false}) {
+    SCOPED_TRACE(escalation_first ? "escalation first" : "mesh first");
+    Plan plan = base;
+    ApplyOverlay(escalation_first ? escalation : mesh, "n1", agent_of, 64, plan);
+    ApplyOverlay(escalation_first ? mesh : escalation, "n1", agent_of, 64, plan);
+    const PlannedPeer* raised = Find(plan, "n2");
+    ASSERT_NE(raised, nullptr);
+    EXPECT_EQ(raised->raised_flows, (std::vector<uint32_t>{1, 5}));
+    EXPECT_DOUBLE_EQ(raised->unraised_rate_pps, 5);
+    EXPECT_DOUBLE_EQ(raised->rate_pps, 10);
+    EXPECT_DOUBLE_EQ(plan.budget.pps, 2 * 9.0 + 6 * 4.0);
+  }
 }
 
 // An escalated pair need not be planned between the NICs it names (its flows were planned before
