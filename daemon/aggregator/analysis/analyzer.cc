@@ -632,19 +632,16 @@ void Analyzer::LeadsBetweenTicks(int64_t now_ns) {
           const std::string element = "link:" + map_->links()[lead->link].id;
           if (tracker_.HealthOf(element) != ElementHealth::kOk) return;
           // The fabric links the lost flow surely crossed: each may fire at the next tick on its
-          // dense data alone, as after a lead seen at a tick (LeadLinks), and the escalation
-          // raises flows over each.
-          std::vector<LinkIndex> links{lead->link};
+          // dense data alone, as after a lead seen at a tick (LeadLinks).
           tomography_.ForEachCandidate(o, [&](LinkIndex l, double wt) {
             if (wt < 0.999 || map_->links()[l].IsAccess()) return;
-            if (l != lead->link) links.push_back(l);
             tracker_.WeakBeforeNextTick("link:" + map_->links()[l].id);
             if (watch_.size() != map_->links().size()) watch_.assign(map_->links().size(), 0);
             watch_[l] = 1;
             watching_ = true;
           });
           between_leads_.push_back(
-              LeadRequest(ctx, element, links, pair.src, pair.dst, pair.flows,
+              LeadRequest(ctx, element, lead->link, pair.src, pair.dst, pair.flows,
                           pair.transport == Transport::kUdp ? FlowBit(flow.flow_id) : 0,
                           &paths != &pair.paths ? &paths : nullptr));
           ++found;

@@ -229,50 +229,6 @@ void AddCrossingPairs(const BlameContext& ctx, LinkIndex link,
   for (const CrossingPair& c : ctx.tomography.CrossingPairs(link)) AddCrossingPair(ctx, c, raised);
 }
 
-// A lead's crossing pairs: those of every fabric link its lost flow surely crossed, taken in turn
-// (the first of each link, then the second, ...), so that the pair cap leaves each link some. The
-// lead names the link with the fewest probes, but its lost probe may have been lost on the other
-// leaf's link, which then needs the dense probes as much.
-void AddLeadCrossingPairs(const BlameContext& ctx, const std::vector<LinkIndex>& links,
-                          std::vector<EscalationPair>& raised) {
-  for (size_t k = 0; k < Tomography::kCrossingPairs; ++k) {
-    for (LinkIndex l : links) {
-      const auto pairs = ctx.tomography.CrossingPairs(l);
-      if (k < pairs.size()) AddCrossingPair(ctx, pairs[k], raised);
-    }
-  }
-}
-
-// The fabric links a lead speaks for (LeadLinks without Tomography's scratch): its link, those
-// tied with it, and every fabric link its explained flows surely crossed, `first` first.
-std::vector<LinkIndex> LeadFabricLinks(const BlameContext& ctx, const LinkBlame& lead) {
-  std::vector<LinkIndex> out{lead.link};
-  auto add = [&](LinkIndex l) {
-    if (l < ctx.map->links().size() && !ctx.map->links()[l].IsAccess() &&
-        std::find(out.begin(), out.end(), l) == out.end()) {
-      out.push_back(l);
-    }
-  };
-  for (LinkIndex l : lead.tied) add(l);
-  for (uint32_t i : lead.explained) {
-    if (i >= ctx.tomography.bad_flows().size()) continue;
-    const FlowObs& o = ctx.tomography.bad_flows()[i];
-    if (!o.core || o.core->paths.empty()) continue;
-    const auto& paths = o.core->paths;
-    auto add_path = [&](int32_t p) {
-      if (p < 0 || static_cast<size_t>(p) >= paths.size()) return;
-      for (LinkIndex l : paths[p]) add(l);
-    };
-    if (o.path >= 0) {
-      add_path(o.path);
-      add_path(o.echo_path);
-    } else if (paths.size() == 1) {
-      add_path(0);
-    }
-  }
-  return out;
-}
-
 // A fabric link's suspicion also raises, for each link beside it, a pair that crossed that link
 // and not this one, lossy or not: their dense data clears the switches the link shares with them,
 // or shows that one of those is at fault (Blamer::SwitchNotCleared holds the link until then).
@@ -298,10 +254,9 @@ void AddClearingPairs(const BlameContext& ctx, LinkIndex link,
 
 }  // namespace
 
-EscalationRequest LeadRequest(const BlameContext& ctx, const std::string& element,
-                              const std::vector<LinkIndex>& links, NodeId src, NodeId dst,
-                              uint32_t flows, uint64_t lost_flow, const PathSet* rail) {
-  const LinkIndex link = links.front();
+EscalationRequest LeadRequest(const BlameContext& ctx, const std::string& element, LinkIndex link,
+                              NodeId src, NodeId dst, uint32_t flows, uint64_t lost_flow,
+                              const PathSet* rail) {
   EscalationRequest r;
   r.element = element;
   r.lead = true;
@@ -313,7 +268,7 @@ EscalationRequest LeadRequest(const BlameContext& ctx, const std::string& elemen
     r.pairs.back().a_flows = (ab == kAllFlows ? 0 : ab) | lost_flow;
     r.pairs.back().b_flows = ba == kAllFlows ? 0 : ba;
   }
-  AddLeadCrossingPairs(ctx, links, r.pairs);
+  AddCrossingPairs(ctx, link, r.pairs);
   return r;
 }
 
@@ -346,7 +301,6 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
     if (obs.confirm_ticks <= ctx.config.confirm_ticks) suspicions.insert(element);
   }
   std::set<std::string> leads;
-  std::map<std::string, std::vector<LinkIndex>> lead_links;  // by lead element (LeadFabricLinks)
   std::set<std::string> weak;  // fabric links weakly lossy, not suspect
   if (ctx.map) {
     // Links whose loss is significant only at the weak level: denser data decides them sooner.
@@ -366,7 +320,6 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
         if (std::find(elements.begin(), elements.end(), element) != elements.end()) return;
         leads.insert(element);
         elements.push_back(element);
-        lead_links.emplace(element, LeadFabricLinks(ctx, b));
       });
     }
   }
@@ -457,13 +410,7 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
       if (across) std::tie(raised.back().a_flows, raised.back().b_flows) = across->Of(p->a, p->b);
     }
     // Weak evidence on the lead's budget raises the crossing pairs as a lead does.
-    if (r.lead && fabric_link) {
-      std::vector<LinkIndex> links = lead_links[element];
-      if (links.empty() || links.front() != *fabric_link) links.insert(links.begin(), *fabric_link);
-      AddLeadCrossingPairs(ctx, links, raised);
-    } else if (r.lead_budget && fabric_link) {
-      AddCrossingPairs(ctx, *fabric_link, raised);
-    }
+    if ((r.lead || r.lead_budget) && fabric_link) AddCrossingPairs(ctx, *fabric_link, raised);
     if (fabric_link && r.suspicion && !ctx.map->links()[*fabric_link].IsAccess()) {
       AddClearingPairs(ctx, *fabric_link, raised);
     }

@@ -25,15 +25,12 @@ std::vector<LinkIndex> LeadLinks(const FabricMap& map, Tomography& tomography,
 
 // A lead found between ticks (Analyzer::BetweenTicks) as EscalationCandidates asks for one: the
 // lost flow's pair (src, dst, `flows` planned flows per direction; `rail`, or null, the paths of
-// the flow's NIC pair), then the pairs whose flows surely crossed one of `links` at the last tick,
-// in turn: `links` are the fabric links the lost flow surely crossed, the lead's own (the one it
-// names) first. The lost flow's pair raises that flow (`lost_flow`, a FlowBit; 0: a flow escalation
-// cannot raise) and its flows that crossed the lead's link at the last tick; the other pairs raise
-// theirs.
+// the flow's NIC pair), then the pairs whose flows surely crossed `link` at the last tick. The
+// lost flow's pair raises that flow (`lost_flow`, a FlowBit; 0: a flow escalation cannot raise)
+// and its flows that crossed the link at the last tick; the other pairs raise theirs.
 aggregator::EscalationRequest LeadRequest(const BlameContext& ctx, const std::string& element,
-                                          const std::vector<LinkIndex>& links, NodeId src,
-                                          NodeId dst, uint32_t flows, uint64_t lost_flow,
-                                          const PathSet* rail);
+                                          LinkIndex link, NodeId src, NodeId dst, uint32_t flows,
+                                          uint64_t lost_flow, const PathSet* rail);
 
 std::vector<aggregator::EscalationRequest> EscalationCandidates(const BlameContext& ctx,
                                                                 const Analyzer::Evaluation& ev,

@@ -150,7 +150,7 @@ class Tomography {
   // scan met, each with the ids of its UDP flows that did (escalation raises those flows: their
   // probes cross the link). The scan visits a pair's flows together, so a pair listed has every
   // such flow's id.
-  static constexpr size_t kCrossingPairs = 16;  // EscalationConfig::max_flow_pairs_per_element
+  static constexpr size_t kCrossingPairs = 8;
   std::span<const CrossingPair> CrossingPairs(LinkIndex l) const {
     return {crossing_[l].data(), crossing_n_[l]};
   }

@@ -143,14 +143,8 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
   }
   // Adds `r`'s pairs not escalated yet to `a`, while the budget lasts and `a` has room.
   auto add_pairs = [&](const EscalationRequest& r, Active& a, double spent, double cap) {
-    const size_t most = std::max(config_.max_pairs_per_element, config_.max_flow_pairs_per_element);
     for (const EscalationPair& p : r.pairs) {
-      if (a.pairs.size() >= most) break;
-      const bool some_flows = p.a_flows != kAllFlows || p.b_flows != kAllFlows;
-      if (a.pairs.size() >=
-          (some_flows ? config_.max_flow_pairs_per_element : config_.max_pairs_per_element)) {
-        continue;
-      }
+      if (a.pairs.size() >= config_.max_pairs_per_element) break;
       if (p.a == p.b || RaisedFlows(p) == 0 || is_taken(p)) continue;
       const double left = cap - spent - a.extra_pps;
       double factor = config_.rate_factor;

@@ -58,13 +58,11 @@ struct EscalationConfig {
   // (docs/analysis.md, "Escalation budget under a suspicion").
   double suspicion_budget_pps = 150;
   // Pairs escalated per element at most: enough flows to separate the element from its
-  // neighbours, not every pair that crosses a spine...
+  // neighbours, not every pair that crosses a spine. Pairs that raise only the flows that crossed
+  // the element cost less each, but more of them were measured to spend more of a healthy fleet's
+  // probes on leads (docs/planner.md, "Escalation": 16 gave 4.1-5.7 % in the traced suite's
+  // healthy run against its 5 % target).
   size_t max_pairs_per_element = 8;
-  // ...and up to this many in all when the further pairs raise only the flows that crossed the
-  // element (EscalationPair::a_flows/b_flows): each costs a fraction of a whole pair (one flow of
-  // one direction, where a pair's flows take one path each way), so the budget that paid for 8
-  // whole pairs puts its dense probes over the element on twice as many hosts' flows.
-  size_t max_flow_pairs_per_element = 16;
   // An escalated pair's UDP probes are reported lost after this many ms without an echo instead
   // of the agent's default 1 s (PlanOverlay::probe_timeout_ms), so that the dense probes' losses
   // reach the analyzer sooner. A reply after it counts as lost (and late at the agent): a host

@@ -497,27 +497,5 @@ TEST(EscalationBudgetTest, APairsOtherFlowsAreEscalatedForAnotherElement) {
   EXPECT_EQ(overlays[0].flow_sets, (std::vector<uint64_t>{FlowBit(1) | FlowBit(3), 0}));
 }
 
-// An element escalates at most 8 whole pairs, and up to 16 when they raise only some flows
-// (EscalationConfig::max_flow_pairs_per_element): those cost a fraction of a pair each.
-TEST(EscalationBudgetTest, PairsOfSomeFlowsMayBeTwiceAsManyAsWholePairs) {
-  EscalationConfig c;
-  c.min_budget_pps = 10'000;
-  EscalationBudget whole(c);
-  whole.Update(0, {Suspect("link:x", 20)}, 1'000, 1.0);
-  EXPECT_EQ(whole.stats().active_pairs, 8u);
-  EscalationBudget some(c);
-  EscalationRequest r = Suspect("link:x", 20);
-  for (EscalationPair& p : r.pairs) {
-    p.a_flows = FlowBit(0);
-    p.b_flows = 0;
-  }
-  // Whole pairs after 16 of some flows find no room; before it, they stop at 8.
-  r.pairs.push_back({"w-a", "w-b", 1});
-  some.Update(0, {r}, 1'000, 1.0);
-  EXPECT_EQ(some.stats().active_pairs, 16u);
-  EXPECT_EQ(some.stats().active_flows, 16u);
-  EXPECT_DOUBLE_EQ(some.stats().extra_pps, 16 * 9.0);
-}
-
 }  // namespace
 }  // namespace fw::aggregator
