@@ -2,6 +2,7 @@
 #include "daemon/agent/plan_guard.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <set>
 #include <string>
@@ -74,6 +75,14 @@ GuardedPlan GuardPlan(const v1::ProbePlan& plan, const PlanCeilings& c) {
       skip(net::PlanSkip::kRate, p);
       continue;
     }
+    // The unraised rate is checked where it is used: a UDP entry with raised flows.
+    const bool per_flow = IsUdp(p) && p.raised_flows_size() > 0;
+    const double unraised = p.unraised_rate_pps();
+    if (per_flow && (!std::isfinite(unraised) || unraised < 0 ||
+                     (unraised > 0 && unraised < net::kUdpMinRateHz))) {
+      skip(net::PlanSkip::kRate, p);
+      continue;
+    }
     // The entry's own timeout, else the plan's (0 in both: the prober's default).
     const uint32_t timeout_ms = p.timeout_ms() != 0 ? p.timeout_ms() : plan.probe_timeout_ms();
     const int64_t timeout_ns = static_cast<int64_t>(timeout_ms) * 1'000'000;
@@ -95,7 +104,35 @@ GuardedPlan GuardPlan(const v1::ProbePlan& plan, const PlanCeilings& c) {
     if (g.peers.size() >= c.max_targets) continue;
     g.peers.push_back(&p);
     g.udp_flows += flows;
-    g.udp_rates_hz.push_back(flows == 0 ? 0 : p.rate_pps() > 0 ? p.rate_pps() : kDefaultUdpRateHz);
+    double rate = flows == 0 ? 0 : p.rate_pps() > 0 ? p.rate_pps() : kDefaultUdpRateHz;
+    double unraised_rate = 0;
+    uint64_t raised = 0;
+    if (per_flow) {
+      for (uint32_t id : p.raised_flows()) {
+        const uint64_t bit = uint64_t{1} << (id % 64);
+        if (id >= flows || (raised & bit) != 0) {
+          ++g.raised_ids_ignored;
+          continue;
+        }
+        raised |= bit;
+      }
+      const uint64_t all = flows >= 64 ? ~uint64_t{0} : (uint64_t{1} << flows) - 1;
+      unraised_rate = unraised > 0 ? unraised : kDefaultUdpRateHz;
+      if (raised == 0) {
+        rate = unraised_rate;  // no id in range: every flow unraised
+        unraised_rate = 0;
+      } else if (raised == all) {
+        unraised_rate = 0;  // every flow raised
+        raised = 0;
+      } else {
+        const size_t n = static_cast<size_t>(std::popcount(raised));
+        g.udp_raised_flows_total += n;
+        g.udp_unraised_flows_total += flows - n;
+      }
+    }
+    g.udp_rates_hz.push_back(rate);
+    g.udp_unraised_rates_hz.push_back(unraised_rate);
+    g.udp_raised_flows.push_back(raised);
     g.udp_timeouts_ns.push_back(flows == 0 ? 0 : timeout_ns);
   }
   g.udp_timeout_floor_ns =
@@ -107,22 +144,35 @@ GuardedPlan GuardPlan(const v1::ProbePlan& plan, const PlanCeilings& c) {
   }
 
   const double pps_cap = std::max(0.001, c.max_pps);
-  // Each entry's flows at its own rate: no entry past the prober's per-flow ceiling, then all of
-  // them scaled alike until their sum fits the cap.
+  // Each flow at its own rate (its entry's, or its entry's raised or unraised one): none past the
+  // prober's per-flow ceiling, then all of them scaled alike until their sum fits the cap.
   auto udp_pps = [&] {
     double pps = 0;
     for (size_t k = 0; k < g.peers.size(); ++k) {
-      const double flows = static_cast<double>(UdpFlows(*g.peers[k]));
-      if (g.udp_rates_hz[k] > 0) pps += g.udp_rates_hz[k] * flows;
+      const size_t flows = UdpFlows(*g.peers[k]);
+      const size_t raised = g.udp_unraised_rates_hz[k] > 0
+                                ? static_cast<size_t>(std::popcount(g.udp_raised_flows[k]))
+                                : flows;
+      pps += g.udp_rates_hz[k] * static_cast<double>(raised) +
+             g.udp_unraised_rates_hz[k] * static_cast<double>(flows - raised);
     }
     return pps;
   };
-  size_t over_max = 0;
-  for (double& r : g.udp_rates_hz) {
-    if (r > net::kUdpMaxRateHz) {
-      r = net::kUdpMaxRateHz;
-      ++over_max;
+  // Raised and unraised rates alike: each is some flows' rate.
+  auto each_rate = [&](auto&& f) {
+    for (double& r : g.udp_rates_hz) f(r);
+    for (double& r : g.udp_unraised_rates_hz) f(r);
+  };
+  size_t over_max = 0;  // entries with a rate past it, raised or unraised
+  for (size_t k = 0; k < g.peers.size(); ++k) {
+    bool over = false;
+    for (double* r : {&g.udp_rates_hz[k], &g.udp_unraised_rates_hz[k]}) {
+      if (*r > net::kUdpMaxRateHz) {
+        *r = net::kUdpMaxRateHz;
+        over = true;
+      }
     }
+    over_max += over;
   }
   if (over_max > 0) {
     g.trimmed[static_cast<size_t>(PlanTrim::kPps)] = true;
@@ -133,15 +183,15 @@ GuardedPlan GuardPlan(const v1::ProbePlan& plan, const PlanCeilings& c) {
   if (g.udp_pps > pps_cap) {
     const double asked = g.udp_pps;
     const double factor = pps_cap / g.udp_pps;
-    for (double& r : g.udp_rates_hz) {
+    each_rate([&](double& r) {
       if (r > 0) r = std::max(net::kUdpMinRateHz, r * factor);
-    }
+    });
     g.udp_pps = udp_pps();
     g.trimmed[static_cast<size_t>(PlanTrim::kPps)] = true;
     detail += "udp_pps " + std::to_string(asked) + "->" + std::to_string(g.udp_pps) + " (rates x" +
               std::to_string(factor) + ") ";
   }
-  for (double r : g.udp_rates_hz) g.udp_max_rate_hz = std::max(g.udp_max_rate_hz, r);
+  each_rate([&](double& r) { g.udp_max_rate_hz = std::max(g.udp_max_rate_hz, r); });
   if (plan.has_budget() && plan.budget().packets_per_s() > 0 && plan.budget().bytes_per_s() > 0) {
     g.budget_pps = plan.budget().packets_per_s();
     g.budget_bytes_per_s = plan.budget().bytes_per_s();

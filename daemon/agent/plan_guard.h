@@ -35,8 +35,16 @@ struct GuardedPlan {
   std::array<bool, kPlanTrimCount> trimmed{};
   std::string trim_detail;  // what was asked and what is kept, for the log
   // Per entry of `peers`: the probe rate of each of its UDP flows after the ceilings (0 for an
-  // entry of another transport). An entry that leaves its rate at 0 gets kDefaultUdpRateHz.
+  // entry of another transport), of its raised flows only where udp_unraised_rates_hz is non-zero.
+  // An entry that leaves its rate at 0 gets kDefaultUdpRateHz.
   std::vector<double> udp_rates_hz;
+  // Per entry of `peers`, its per-flow rates (PlannedPeer.raised_flows, unraised_rate_pps): 0 when
+  // every flow runs at udp_rates_hz (no raised_flows, not UDP, or the raised ids in range name
+  // every flow or none, the entry then at the one rate they all share); else the rate of the flows
+  // whose bit is clear in udp_raised_flows, after the ceilings (unraised_rate_pps 0:
+  // kDefaultUdpRateHz). As net::PeerTarget::unraised_rate_hz and raised_flows take them.
+  std::vector<double> udp_unraised_rates_hz;
+  std::vector<uint64_t> udp_raised_flows;  // bit j: flow j is raised (ids in range, once each)
   // Per entry of `peers`: its UDP probes' timeout (PlannedPeer.timeout_ms, else the plan's
   // probe_timeout_ms), ns; 0: the prober's default (net::UdpProbePlan::timeout_ns, 1 s).
   std::vector<int64_t> udp_timeouts_ns;
@@ -44,8 +52,12 @@ struct GuardedPlan {
   // timeout follows its round trip down to it (net::UdpProbePlan::timeout_floor_ns).
   int64_t udp_timeout_floor_ns = 0;
   size_t udp_flows = 0;
-  double udp_pps = 0;          // sum over the UDP entries of flows x rate, after the ceilings
-  double udp_max_rate_hz = 0;  // the highest entry rate, after the ceilings (0: no UDP entry)
+  // Of udp_flows, those of entries with per-flow rates: raised ones, and unraised ones.
+  size_t udp_raised_flows_total = 0, udp_unraised_flows_total = 0;
+  // raised_flows ids ignored: out of range (>= the entry's flows) or listed twice.
+  size_t raised_ids_ignored = 0;
+  double udp_pps = 0;          // sum over the UDP flows of each one's rate, after the ceilings
+  double udp_max_rate_hz = 0;  // the highest flow rate, after the ceilings (0: no UDP entry)
   // The plan's budget after the ceilings; 0 when the plan carries none (keep the current one).
   double budget_pps = 0, budget_bytes_per_s = 0;
   double bandwidth_interval_s = 300;  // stretched so that bursts fit max_bytes_per_s
@@ -56,15 +68,17 @@ inline constexpr double kDefaultUdpRateHz = 1.0;
 
 // Checks and trims `plan`; never fails. Entries are skipped for the causes of net::PlanSkip
 // (name, address, port, flows, rate, transport, duplicate, timeout; a UDP entry's rate must be 0
-// or within [net::kUdpMinRateHz, net::kUdpMaxRateHz], its timeout at most
-// net::kUdpMaxTimeoutNs). Past the ceilings:
+// or at least net::kUdpMinRateHz, and so must its unraised_rate_pps when it lists raised_flows;
+// its timeout at most net::kUdpMaxTimeoutNs). raised_flows ids out of range or listed twice are
+// ignored (counted in raised_ids_ignored). Past the ceilings:
 // - targets: the first max_targets usable entries in the plan's order are kept (the planner
 //   sends them sorted, so the cut is the same for the same plan);
-// - pps: every UDP entry keeps its own rate; when the sum of flows x rate over the entries is
-//   past max_pps, every rate is scaled by the same factor until it fits (an escalated entry keeps
-//   its multiple of the others'; the agent cannot tell an escalation from a base rate, and the
-//   planner scales its budget the same way), never below net::kUdpMinRateHz; the plan's packet
-//   budget is capped;
+// - pps: every UDP flow keeps its own rate (its entry's rate_pps, or per flow: raised_flows at
+//   rate_pps, the others at unraised_rate_pps); no rate past net::kUdpMaxRateHz, and when the sum
+//   of the flows' rates is past max_pps, every rate (raised and unraised alike) is scaled by the
+//   same factor until it fits (an escalated flow keeps its multiple of the others'; the agent
+//   cannot tell an escalation from a base rate, and the planner scales its budget the same way),
+//   never below net::kUdpMinRateHz; the plan's packet budget is capped;
 // - bytes/s: the plan's byte budget is capped, and the bandwidth interval stretched until every
 //   bandwidth peer's burst fits in it.
 GuardedPlan GuardPlan(const fabricwatch::v1::ProbePlan& plan, const PlanCeilings& ceilings);

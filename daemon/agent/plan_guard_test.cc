@@ -197,6 +197,119 @@ TEST(GuardPlan, AnEntryPastThePerFlowCeilingIsHeldToIt) {
   EXPECT_DOUBLE_EQ(g.udp_pps, net::kUdpMaxRateHz + 1);
 }
 
+v1::PlannedPeer* Raise(v1::PlannedPeer* p, std::vector<uint32_t> ids, double unraised) {
+  for (uint32_t id : ids) p->add_raised_flows(id);
+  p->set_unraised_rate_pps(unraised);
+  return p;
+}
+
+// An entry with raised_flows runs those flows at rate_pps and its others at unraised_rate_pps
+// (0: the default rate), and is priced so: an escalation of 2 of 8 flows at 10/s costs 2 x 10 +
+// 6 x 1, not 8 x 10. Without raised_flows, unraised_rate_pps means nothing.
+TEST(GuardPlan, RaisedFlowsRunAtTheRateAndTheOthersAtTheUnraisedRate) {
+  v1::ProbePlan plan;
+  Raise(AddPeer(plan, "hot", "198.18.0.1", 9753, 8, 10), {1, 5}, 1);
+  Raise(AddPeer(plan, "default", "198.18.0.2", 9753, 4, 20), {0}, 0);
+  AddPeer(plan, "plain", "198.18.0.3", 9753, 4, 1)->set_unraised_rate_pps(7);
+  const GuardedPlan g = GuardPlan(plan, PlanCeilings{});
+  ASSERT_EQ(g.peers.size(), 3u);
+  EXPECT_EQ(g.udp_rates_hz, (std::vector<double>{10, 20, 1}));
+  EXPECT_EQ(g.udp_unraised_rates_hz, (std::vector<double>{1, kDefaultUdpRateHz, 0}));
+  EXPECT_EQ(g.udp_raised_flows, (std::vector<uint64_t>{0b100010, 0b1, 0}));
+  EXPECT_EQ(g.udp_flows, 16u);
+  EXPECT_EQ(g.udp_raised_flows_total, 3u);
+  EXPECT_EQ(g.udp_unraised_flows_total, 9u);
+  EXPECT_EQ(g.raised_ids_ignored, 0u);
+  EXPECT_DOUBLE_EQ(g.udp_pps, (2 * 10 + 6 * 1) + (1 * 20 + 3 * 1) + 4 * 1);
+  EXPECT_DOUBLE_EQ(g.udp_max_rate_hz, 20);
+  for (bool t : g.trimmed) EXPECT_FALSE(t) << g.trim_detail;
+}
+
+// Ids past the entry's flows and ids listed twice are ignored (and counted); ids that name every
+// flow make a plain entry at rate_pps, ids none of which is in range one at the unraised rate.
+TEST(GuardPlan, RaisedFlowIdsOutOfRangeOrRepeatedAreIgnored) {
+  v1::ProbePlan plan;
+  Raise(AddPeer(plan, "mixed", "198.18.0.1", 9753, 4, 10), {3, 4, 3, 64, 1000000, 0}, 2);
+  Raise(AddPeer(plan, "all", "198.18.0.2", 9753, 2, 10), {1, 0, 1}, 2);
+  Raise(AddPeer(plan, "none", "198.18.0.3", 9753, 2, 10), {2, 7}, 3);
+  Raise(AddPeer(plan, "one-flow", "198.18.0.4", 9753, 0, 10), {0}, 2);  // no src_ports: 1 flow
+  Raise(AddPeer(plan, "tcp", "198.18.0.5", 9753, 1, 0), {0}, 2)
+      ->set_transport(v1::TRANSPORT_TCP_CONNECT);
+  Raise(AddPeer(plan, "sixty-four", "198.18.0.6", 9753, 64, 10), {63}, 2);
+  const GuardedPlan g = GuardPlan(plan, PlanCeilings{});
+  ASSERT_EQ(g.peers.size(), 6u);
+  EXPECT_EQ(g.udp_raised_flows, (std::vector<uint64_t>{0b1001, 0, 0, 0, 0, uint64_t{1} << 63}));
+  EXPECT_EQ(g.udp_rates_hz, (std::vector<double>{10, 10, 3, 10, 0, 10}));
+  EXPECT_EQ(g.udp_unraised_rates_hz, (std::vector<double>{2, 0, 0, 0, 0, 2}));
+  // mixed: 4, 3 (again), 64, 1000000; all: 1 (again); none: 2, 7.
+  EXPECT_EQ(g.raised_ids_ignored, 7u);
+  EXPECT_DOUBLE_EQ(g.udp_pps, (2 * 10 + 2 * 2) + 2 * 10 + 2 * 3 + 10 + (10 + 63 * 2));
+  EXPECT_DOUBLE_EQ(g.udp_max_rate_hz, 10);
+}
+
+// An unraised rate the prober cannot run (NaN, infinite, negative, below its minimum) skips the
+// entry for `rate`, as a bad rate_pps does; without raised_flows it is not read.
+TEST(GuardPlan, AnUnusableUnraisedRateSkipsTheEntry) {
+  v1::ProbePlan plan;
+  Raise(AddPeer(plan, "nan", "198.18.0.1", 9753, 4, 10), {1}, std::nan(""));
+  Raise(AddPeer(plan, "inf", "198.18.0.2", 9753, 4, 10), {1}, INFINITY);
+  Raise(AddPeer(plan, "negative", "198.18.0.3", 9753, 4, 10), {1}, -1);
+  Raise(AddPeer(plan, "too-slow", "198.18.0.4", 9753, 4, 10), {1}, 1e-300);
+  Raise(AddPeer(plan, "good", "198.18.0.5", 9753, 4, 10), {1}, 1);
+  AddPeer(plan, "unread", "198.18.0.6", 9753, 4, 10)->set_unraised_rate_pps(-1);
+  const GuardedPlan g = GuardPlan(plan, PlanCeilings{});
+  EXPECT_EQ(Skipped(g, PlanSkip::kRate), 4u);
+  EXPECT_NE(g.example[static_cast<size_t>(PlanSkip::kRate)].find("'nan'"), std::string::npos)
+      << g.example[static_cast<size_t>(PlanSkip::kRate)];
+  ASSERT_EQ(g.peers.size(), 2u);
+  EXPECT_EQ(g.peers[0]->node(), "good");
+  EXPECT_EQ(g.peers[1]->node(), "unread");
+  EXPECT_EQ(g.udp_unraised_rates_hz, (std::vector<double>{1, 0}));
+}
+
+// The ceilings hold raised and unraised rates alike: each is held to the prober's per-flow
+// ceiling on its own, and past max_pps both are scaled by the one factor (the raised flows keep
+// their multiple of the others'), priced per flow.
+TEST(GuardPlan, CeilingsScaleRaisedAndUnraisedRatesAlike) {
+  v1::ProbePlan plan;
+  Raise(AddPeer(plan, "hot", "198.18.0.1", 9753, 8, 100), {0, 1}, 10);  // 200 + 60
+  AddPeer(plan, "base", "198.18.0.2", 9753, 4, 10);                     // + 40 = 300
+  PlanCeilings c;
+  c.max_pps = 150;
+  GuardedPlan g = GuardPlan(plan, c);
+  EXPECT_TRUE(Trimmed(g, PlanTrim::kPps));
+  EXPECT_NEAR(g.udp_pps, 150, 1e-9);
+  EXPECT_NEAR(g.udp_rates_hz[0], 50, 1e-9);
+  EXPECT_NEAR(g.udp_unraised_rates_hz[0], 5, 1e-9);
+  EXPECT_NEAR(g.udp_rates_hz[1], 5, 1e-9);
+  EXPECT_EQ(g.udp_unraised_rates_hz[1], 0);  // a plain entry stays plain
+  EXPECT_DOUBLE_EQ(g.udp_max_rate_hz, g.udp_rates_hz[0]);
+  EXPECT_NE(g.trim_detail.find("udp_pps 300"), std::string::npos) << g.trim_detail;
+  // Priced per flow, 300/s fits a 300/s ceiling that 8 x 100 + 4 x 10 would not.
+  c.max_pps = 300;
+  g = GuardPlan(plan, c);
+  EXPECT_FALSE(Trimmed(g, PlanTrim::kPps)) << g.trim_detail;
+
+  // Per-flow ceiling: an unraised rate past it is held to it (and counted once per entry), and
+  // the highest flow rate is the unraised one when it is the higher.
+  v1::ProbePlan fast;
+  Raise(AddPeer(fast, "odd", "198.18.0.1", 9753, 4, 2 * net::kUdpMaxRateHz), {0},
+        3 * net::kUdpMaxRateHz);
+  Raise(AddPeer(fast, "inverted", "198.18.0.2", 9753, 2, 1), {0}, 50);
+  c.max_pps = 1e9;
+  g = GuardPlan(fast, c);
+  EXPECT_TRUE(Trimmed(g, PlanTrim::kPps));
+  EXPECT_EQ(g.udp_rates_hz, (std::vector<double>{net::kUdpMaxRateHz, 1}));
+  EXPECT_EQ(g.udp_unraised_rates_hz, (std::vector<double>{net::kUdpMaxRateHz, 50}));
+  EXPECT_NE(g.trim_detail.find("udp_entries_over_max_rate 1->"), std::string::npos)
+      << g.trim_detail;
+  EXPECT_DOUBLE_EQ(g.udp_pps, 4 * net::kUdpMaxRateHz + 1 + 50);
+  EXPECT_DOUBLE_EQ(g.udp_max_rate_hz, net::kUdpMaxRateHz);
+  fast.mutable_peers(0)->set_transport(v1::TRANSPORT_TCP_CONNECT);
+  g = GuardPlan(fast, c);
+  EXPECT_DOUBLE_EQ(g.udp_max_rate_hz, 50);
+}
+
 TEST(GuardPlan, ByteBudgetIsCappedAndBurstsSpreadOut) {
   v1::ProbePlan plan;
   for (int i = 0; i < 4; ++i) {

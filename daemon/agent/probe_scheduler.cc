@@ -406,6 +406,9 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
       t.src_nic = src_nic;
       t.dst_nic = dst_nic;
       t.rate_hz = g.udp_rates_hz[k];  // each entry at its own rate (an escalated pair's only)
+      // ... or, an escalation that raises only the flows across its suspect, per flow
+      t.raised_flows = g.udp_raised_flows[k];
+      t.unraised_rate_hz = g.udp_unraised_rates_hz[k];
       t.timeout_ns = g.udp_timeouts_ns[k];  // and timeout (an escalated pair's is short)
       if (i < udp.size()) udp[i].peers.push_back(std::move(t));
       ++udp_peers;
@@ -462,8 +465,9 @@ void ProbeScheduler::ApplyPlan(const v1::ProbePlan& plan) {
   planned_peers_.Set(static_cast<double>(g.peers.size()));
   spdlog::info(
       "msg=\"probe plan applied\" version={} peers={} udp_peers={} udp_flows={} udp_pps={:.3f} "
-      "max_rate_hz={:.3f}",
-      plan.version(), g.peers.size(), peers, g.udp_flows, g.udp_pps, g.udp_max_rate_hz);
+      "max_rate_hz={:.3f} per_flow_raised={} per_flow_unraised={} raised_ids_ignored={}",
+      plan.version(), g.peers.size(), peers, g.udp_flows, g.udp_pps, g.udp_max_rate_hz,
+      g.udp_raised_flows_total, g.udp_unraised_flows_total, g.raised_ids_ignored);
   cv_.NotifyAll();
   if (connect_) connect_->Wake();  // new targets, and perhaps bursts to run
 }

@@ -212,6 +212,17 @@ ProbeSchedulerOptions LoopbackOptions() {
   return o;
 }
 
+// Runs `plan` on a scheduler on loopback for `run`, its results batched into `buffer`.
+void RunPlan(const v1::ProbePlan& plan, std::chrono::milliseconds run, OutboundBuffer& buffer) {
+  metrics::Registry registry;
+  ProbeScheduler scheduler(
+      LoopbackOptions(), buffer, [] {}, registry);
+  ASSERT_TRUE(scheduler.Start().ok());
+  scheduler.ApplyPlan(plan);
+  std::this_thread::sleep_for(run);
+  scheduler.Stop();
+}
+
 void AddUdpPeer(v1::ProbePlan& plan, std::string node, std::string address, uint32_t port) {
   v1::PlannedPeer* p = plan.add_peers();
   p->set_node(std::move(node));
@@ -400,6 +411,44 @@ TEST(ProbeScheduler, AnEscalatedEntryRaisesOnlyItsOwnFlows) {
   EXPECT_LE(sent_after - sent_before, 64);
 }
 
+// An entry's per-flow rates reach the prober: of one peer's 4 flows, raised_flows {1, 3} probe at
+// rate_pps (20/s) and flows 0 and 2 at unraised_rate_pps (2/s), each result under its own flow id.
+TEST(ProbeScheduler, AnEntrysRaisedFlowsRunAtItsRateAndTheOthersAtTheUnraisedRate) {
+  auto responder = net::testing::StartResponder();
+  ASSERT_TRUE(responder);
+  v1::ProbePlan plan;
+  plan.set_version(1);
+  AddUdpPeer(plan, "pair", "127.0.0.1", responder->port());
+  v1::PlannedPeer& peer = *plan.mutable_peers(0);
+  for (uint32_t j = 1; j < 4; ++j) peer.add_src_ports(j);  // 4 flows
+  peer.set_rate_pps(20);
+  for (uint32_t id : {3u, 1u, 9u}) peer.add_raised_flows(id);  // 9: out of range, ignored
+  peer.set_unraised_rate_pps(2);
+  OutboundBuffer buffer(1000, 64 << 20);
+  RunPlan(plan, std::chrono::seconds(2), buffer);
+  std::map<uint32_t, int> by_flow;
+  int lost = 0;
+  for (const v1::ProbeBatch& b : buffer.TakeUnsent(1 << 20)) {
+    const v1::ProbeColumns& c = b.columns();
+    for (int i = 0; i < c.peer_size(); ++i) {
+      if (c.transport(i) != v1::TRANSPORT_UDP) continue;
+      lost += c.lost(i);
+      ++by_flow[c.flow_id_size() > i ? c.flow_id(i) : 0];
+    }
+  }
+  std::printf("per flow: 0=%d 1=%d 2=%d 3=%d\n", by_flow[0], by_flow[1], by_flow[2], by_flow[3]);
+  // 2 s: 40 probes of each raised flow and 4 of each other on a quiet host; a loaded one may
+  // stall a few slots (re-anchored, not caught up). Every flow at 20/s would give 0 and 2 ~40.
+  const std::map<uint32_t, std::pair<int, int>> expected = {
+      {0, {2, 6}}, {1, {26, 46}}, {2, {2, 6}}, {3, {26, 46}}};  // flow: fewest, most
+  for (const auto& [flow, range] : expected) {
+    EXPECT_GE(by_flow[flow], range.first) << flow;
+    EXPECT_LE(by_flow[flow], range.second) << flow;
+  }
+  EXPECT_EQ(by_flow.size(), 4u);
+  EXPECT_EQ(lost, 0);
+}
+
 // The plan's timeouts reach the prober entry by entry: toward two silent peers, the entry with
 // timeout_ms 200 reports its probes lost within the run, the other, on the plan's
 // probe_timeout_ms of 30 s, reports none.
@@ -415,16 +464,10 @@ TEST(ProbeScheduler, EachEntryTimesOutOnItsOwnTimeout) {
   AddUdpPeer(plan, "quick", "127.0.0.1", quick_addr->port());
   plan.mutable_peers(0)->set_timeout_ms(200);
   AddUdpPeer(plan, "slow", "127.0.0.1", slow_addr->port());
-  OutboundBuffer buffer(1000, 64 << 20);
-  metrics::Registry registry;
-  ProbeScheduler scheduler(
-      LoopbackOptions(), buffer, [] {}, registry);
-  ASSERT_TRUE(scheduler.Start().ok());
-  scheduler.ApplyPlan(plan);
   // 20 probes/s each: by 2 s, ~36 of quick's are past their 200 ms on a quiet host; a loaded one
   // stalls some slots and batches later, hence the margins.
-  std::this_thread::sleep_for(std::chrono::seconds(2));
-  scheduler.Stop();
+  OutboundBuffer buffer(1000, 64 << 20);
+  RunPlan(plan, std::chrono::seconds(2), buffer);
   const std::map<std::string, int> lost = UdpAnsweredByPeer(buffer, /*lost=*/true);
   EXPECT_GE(lost.count("quick") ? lost.at("quick") : 0, 10);
   EXPECT_EQ(lost.count("slow"), 0u) << "the 30 s timeout cannot have passed";

@@ -2,6 +2,7 @@
 #include "daemon/aggregator/escalation_stage.h"
 
 #include <iterator>
+#include <set>
 
 #include "common/log.h"
 
@@ -68,6 +69,24 @@ EscalationStage::EscalationStage(EscalationConfig config, analysis::Analyzer& an
                                      "fabricwatch_escalation_started_total).")
                          .WithLabels({})) {}
 
+OverlayChanges ChangedOverlays(const std::map<std::string, PlanOverlay>& set,
+                               std::vector<PlanOverlay> now) {
+  OverlayChanges out;
+  std::set<std::string> ids;
+  for (PlanOverlay& o : now) {
+    ids.insert(o.id);
+    // Only new or changed overlays are set: setting one again would re-plan for nothing. A pair's
+    // overlay changes without a new trace id when a second element escalates other flows of it,
+    // or the one that did ends (EscalationBudget::Overlays: one overlay per pair).
+    auto it = set.find(o.id);
+    if (it == set.end() || !(it->second == o)) out.set.push_back(std::move(o));
+  }
+  for (const auto& [id, o] : set) {
+    if (!ids.contains(id)) out.clear.push_back(id);
+  }
+  return out;
+}
+
 void EscalationStage::Tick() { Apply(analyzer_.escalation_candidates()); }
 
 bool EscalationStage::BetweenTicks() {
@@ -87,18 +106,15 @@ bool EscalationStage::Apply(const std::vector<aggregator::EscalationRequest>& re
   const double baseline = plans_.BasePps();
   const bool changed = budget_.Update(now_s, requests, baseline, base_rate_pps_);
   if (changed) {
-    std::map<std::string, uint64_t> now_set;
-    for (PlanOverlay& o : budget_.Overlays()) {
-      now_set[o.id] = o.trace_id;
-      // Only new overlays are set (a pair escalated anew has a new trace id): setting one again
-      // would re-plan for nothing.
-      auto it = overlays_.find(o.id);
-      if (it == overlays_.end() || it->second != o.trace_id) plans_.SetOverlay(std::move(o));
+    OverlayChanges c = ChangedOverlays(overlays_, budget_.Overlays());
+    for (const std::string& id : c.clear) {
+      plans_.ClearOverlay(id);
+      overlays_.erase(id);
     }
-    for (const auto& [id, trace_id] : overlays_) {
-      if (!now_set.contains(id)) plans_.ClearOverlay(id);
+    for (PlanOverlay& o : c.set) {
+      overlays_[o.id] = o;
+      plans_.SetOverlay(std::move(o));
     }
-    overlays_ = std::move(now_set);
   }
   analyzer_.SetEscalated(budget_.Escalations());
 

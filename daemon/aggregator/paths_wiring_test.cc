@@ -225,6 +225,9 @@ TEST_F(EscalationWiring, ASuspectLinkEscalatesItsPairsWithinBudgetAndTheOverlays
   EXPECT_EQ(active[0].finding.location.id, "leaf2~spine1");
   EXPECT_EQ(FindingEvidence(active[0], "escalated"), 1);
   EXPECT_GT(FindingEvidence(active[0], "escalated_pairs"), 0);
+  EXPECT_GT(FindingEvidence(active[0], "escalated_flows"), 0);
+  EXPECT_LT(FindingEvidence(active[0], "escalated_flows"),
+            2 * 32 * FindingEvidence(active[0], "escalated_pairs"));
   EXPECT_GE(FindingEvidence(active[0], "escalation_rate_factor"), 1.5);
   EXPECT_EQ(stage_.budget().stats().active_pairs, 0u);
   const auto [requests, rate] = PlanOf(node);

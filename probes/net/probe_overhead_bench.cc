@@ -92,7 +92,7 @@ std::map<std::string, double> ThreadCpu() {
 int main(int argc, char** argv) {
   CLI::App app{"UDP prober overhead: CPU and RSS of one prober probing many flows"};
   double seconds = 60, rate = 1, hot_rate = 10;
-  uint32_t peers = 16, flows = 4, slots = 10, hot_peers = 0;
+  uint32_t peers = 16, flows = 4, slots = 10, hot_peers = 0, hot_flows = 0;
   std::string key;
   fw::net::BusyPollOptions busy;
   double busy_poll_us = static_cast<double>(busy.max_window_ns) / 1e3;  // the agent's default
@@ -102,6 +102,9 @@ int main(int argc, char** argv) {
   app.add_option("--rate", rate, "probes/s per flow");
   app.add_option("--hot-peers", hot_peers, "the first N peers probe at --hot-rate (escalated)");
   app.add_option("--hot-rate", hot_rate, "probes/s per flow of the --hot-peers");
+  app.add_option("--hot-flows", hot_flows,
+                 "of each hot peer, only the first N flows at --hot-rate, the others at --rate "
+                 "(per-flow rates; 0: every flow)");
   app.add_option("--slots", slots, "send slots per period");
   app.add_option("--key", key, "shared key (adds HMAC work)");
   app.add_option("--busy-poll-us", busy_poll_us, "longest busy-poll window (0: off)");
@@ -139,13 +142,20 @@ int main(int argc, char** argv) {
     waitpid(child, nullptr, 0);
     return 3;
   }
+  // Flows of each hot peer at --hot-rate: the first --hot-flows, or all of them.
+  const uint32_t hot_each = hot_flows > 0 && hot_flows < std::min(flows, 64u) ? hot_flows : flows;
   fw::net::UdpProbePlan plan;
   plan.rate_hz = rate;
   for (uint32_t i = 0; i < peers; ++i) {
     char name[32];
     std::snprintf(name, sizeof name, "peer-%02u", i);
     plan.peers.push_back({name, "127.0.0.1", port, flows});
-    if (i < hot_peers) plan.peers.back().rate_hz = hot_rate;
+    if (i >= hot_peers) continue;
+    plan.peers.back().rate_hz = hot_rate;
+    if (hot_each < flows) {
+      plan.peers.back().raised_flows = (uint64_t{1} << hot_each) - 1;
+      plan.peers.back().unraised_rate_hz = rate;
+    }
   }
   if (fw::Status s = (*prober)->SetPlan(plan); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
@@ -184,9 +194,9 @@ int main(int argc, char** argv) {
   const uint64_t sent = stats.sent - stats0.sent;
   const uint64_t wakeups = stats.wakeups - stats0.wakeups;
   std::printf(
-      "probe_overhead_bench: %u peers x %u flows = %u flows at %.2f Hz (%u peers at %.2f Hz), %.1f "
-      "s measured%s\n",
-      peers, flows, peers * flows, rate, std::min(hot_peers, peers), hot_rate, wall,
+      "probe_overhead_bench: %u peers x %u flows = %u flows at %.2f Hz (%u peers at %.2f Hz, %u "
+      "flows each), %.1f s measured%s\n",
+      peers, flows, peers * flows, rate, std::min(hot_peers, peers), hot_rate, hot_each, wall,
       key.empty() ? "" : ", HMAC on");
   std::printf("  prober process CPU: %.3f%% of one core (%.1f ms/s)\n", 100 * cpu / wall,
               1000 * cpu / wall);

@@ -75,8 +75,9 @@ struct Sock {
   Fd fd;
   int family = AF_INET;
   uint16_t port = 0;
-  // One per peer: a peer's flow j is on socket j and in one slot of one schedule, so a batch
-  // (the slots of every schedule due at one wakeup) holds at most one probe per peer.
+  // One per peer: a peer's flow j is on socket j and in one slot of one schedule (its own rate's,
+  // whether or not the peer's flows run at several), so a batch (the slots of every schedule due
+  // at one wakeup) holds at most one probe per peer.
   std::vector<mmsghdr> tx_msgs;
   std::vector<iovec> tx_iov;
   std::vector<uint32_t> tx_flows;  // flow index of each queued message
@@ -460,6 +461,12 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
       skip(PlanSkip::kRate, p, "rate " + std::to_string(p.rate_hz) + "/s (1e-6..10000)");
       continue;
     }
+    const bool per_flow = p.unraised_rate_hz != 0;  // NaN is per-flow, and fails below
+    if (per_flow && !(p.unraised_rate_hz >= kUdpMinRateHz && p.unraised_rate_hz <= kUdpMaxRateHz)) {
+      skip(PlanSkip::kRate, p,
+           "unraised rate " + std::to_string(p.unraised_rate_hz) + "/s (1e-6..10000)");
+      continue;
+    }
     const int64_t timeout = p.timeout_ns == 0 ? plan.timeout_ns : p.timeout_ns;
     if (timeout <= 0 || timeout > kUdpMaxTimeoutNs) {
       skip(PlanSkip::kTimeout, p, "timeout " + std::to_string(p.timeout_ns) + " ns (0..60 s)");
@@ -485,11 +492,13 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
       continue;
     }
     ++peers;
-    // Room for every probe that can be outstanding within the peer's timeout at its rate.
-    const size_t ring =
-        static_cast<size_t>(std::ceil(rate * static_cast<double>(timeout) * 1e-9)) + 2;
     for (uint32_t j = 0; j < p.flows; ++j) {
-      flow_rate.push_back(rate);
+      const double own_rate =
+          !per_flow || ((p.raised_flows >> j) & 1) != 0 ? rate : p.unraised_rate_hz;
+      // Room for every probe that can be outstanding within the flow's timeout at its own rate.
+      const size_t ring =
+          static_cast<size_t>(std::ceil(own_rate * static_cast<double>(timeout) * 1e-9)) + 2;
+      flow_rate.push_back(own_rate);
       Flow f;
       f.sock = socks[j];
       f.dst = dst;

@@ -30,6 +30,7 @@ inline constexpr double kUdpMaxRateHz = 10000;      // per flow
 inline constexpr double kUdpMinRateHz = 1e-6;       // per flow: one probe in 11.6 days
 // A probe's timeout (the plan's, or a peer's own) is in (0, kUdpMaxTimeoutNs].
 inline constexpr int64_t kUdpMaxTimeoutNs = 60'000'000'000;
+static_assert(kUdpMaxFlowsPerPeer <= 64, "PeerTarget::raised_flows has a bit per flow");
 
 struct PeerTarget {
   std::string name;     // the peer's node name; copied into every ProbeResult (max 63 chars)
@@ -42,6 +43,12 @@ struct PeerTarget {
   // [kUdpMinRateHz, kUdpMaxRateHz] (negative and non-finite ones included) skips the peer
   // (PlanSkip::kRate).
   double rate_hz = 0;
+  // Per-flow rates (an escalation raises only the flows that cross its suspect link). Non-zero:
+  // the flows whose bit is set in raised_flows (bit j: flow j) run at rate_hz and the others at
+  // unraised_rate_hz, which is checked like rate_hz (PlanSkip::kRate); bits at or past `flows`
+  // mean nothing. 0: every flow at rate_hz, whatever raised_flows holds.
+  uint64_t raised_flows = 0;
+  double unraised_rate_hz = 0;
   // How long each probe of this peer's flows waits for its echo before it is reported lost; 0:
   // the plan's timeout_ns. Each flow expires on its own timeout, so a dense (escalated) peer can
   // report its losses quickly while the others keep a long one. A reply read after its probe was
@@ -51,9 +58,10 @@ struct PeerTarget {
 };
 
 // A probe plan as the aggregator sends it. Replace it at any time with UdpProber::SetPlan.
-// Each peer's flows run at the peer's own rate: the flows of one rate share a schedule (period =
-// 1/rate, cut into send slots on the wall clock's grid), and the schedules of different rates run
-// side by side on the prober's thread, their slots that fall due together going out in one batch.
+// Each flow runs at its own rate (its peer's, or per flow: PeerTarget::raised_flows): the flows of
+// one rate share a schedule (period = 1/rate, cut into send slots on the wall clock's grid), and
+// the schedules of different rates run side by side on the prober's thread, their slots that fall
+// due together going out in one batch.
 struct UdpProbePlan {
   std::vector<PeerTarget> peers;
   double rate_hz = 1.0;                // probes per second, per flow, of peers without a rate

@@ -88,6 +88,19 @@ std::vector<ProbeResult> Collect(ResultQueue& q, size_t n, std::chrono::millisec
   return out;
 }
 
+// Lets `prober` run for `run`, then stops it (after 100 ms more for the last replies) and returns
+// every result it queued; `*sent`: the probes it had sent by the end of `run`.
+std::vector<ProbeResult> RunThenStop(UdpProber& prober, ResultQueue& q,
+                                     std::chrono::milliseconds run, uint64_t* sent) {
+  std::this_thread::sleep_for(run);
+  *sent = prober.Stats().sent;
+  std::this_thread::sleep_for(100ms);
+  prober.Stop();
+  std::vector<ProbeResult> results;
+  q.PopBatch(results, 1 << 20);
+  return results;
+}
+
 TEST(UdpProberTest, MeasuresRoundTripsOnEveryFlowWithDistinctSourcePorts) {
   auto responder = StartResponder();
   ASSERT_TRUE(responder);
@@ -171,14 +184,9 @@ TEST(UdpProberTest, EachPeerSendsAtItsOwnRate) {
   UdpProberStats s = prober->Stats();
   EXPECT_EQ(s.plan_skipped[static_cast<size_t>(PlanSkip::kRate)], 4u);
   EXPECT_EQ(s.planned_peers, 2u);
-  std::this_thread::sleep_for(2s);
-  const uint64_t sent = prober->Stats().sent;
-  std::this_thread::sleep_for(100ms);  // the last replies
-  prober->Stop();
+  uint64_t sent = 0;
   std::map<std::string, int> answered;
-  std::vector<ProbeResult> results;
-  q.PopBatch(results, 1 << 20);
-  for (const ProbeResult& r : results) {
+  for (const ProbeResult& r : RunThenStop(*prober, q, 2s, &sent)) {
     EXPECT_FALSE(r.lost) << r.PeerName() << " seq " << r.seq;
     ++answered[std::string(r.PeerName())];
   }
@@ -192,6 +200,97 @@ TEST(UdpProberTest, EachPeerSendsAtItsOwnRate) {
   EXPECT_GE(sent, 15u);
   EXPECT_LE(sent, 25u);
   EXPECT_EQ(prober->Stats().lost, 0u);
+}
+
+// Per-flow rates: of one peer's 4 flows, the raised ones (1 and 3) run at the peer's 20/s and the
+// others at its unraised 2/s, each result under its own flow id and source port. A peer whose
+// unraised rate is unusable is skipped for `rate`.
+TEST(UdpProberTest, RaisedFlowsRunAtThePeersRateAndTheOthersAtTheUnraisedRate) {
+  ResultQueue q(4096);
+  auto responder = StartResponder();
+  auto prober = StartProber(q);
+  ASSERT_TRUE(responder && prober);
+  UdpProbePlan plan;
+  plan.rate_hz = 20;
+  plan.peers.push_back(Peer("pair", responder->port(), 4, 20));
+  plan.peers.back().raised_flows = 0b1010;
+  plan.peers.back().unraised_rate_hz = 2;
+  for (double bad : {std::nan(""), -1.0, kUdpMaxRateHz * 2, 1e-300}) {
+    plan.peers.push_back(Peer("bad", responder->port(), 4, 20));
+    plan.peers.back().raised_flows = 0b1;
+    plan.peers.back().unraised_rate_hz = bad;
+  }
+  ASSERT_TRUE(prober->SetPlan(plan).ok());
+  UdpProberStats s = prober->Stats();
+  EXPECT_EQ(s.plan_skipped[static_cast<size_t>(PlanSkip::kRate)], 4u);
+  EXPECT_EQ(s.planned_peers, 1u);
+  uint64_t sent = 0;
+  const std::vector<ProbeResult> results = RunThenStop(*prober, q, 2s, &sent);
+  const std::vector<uint16_t> ports = prober->SourcePorts();
+  std::map<uint32_t, int> by_flow;
+  for (const ProbeResult& r : results) {
+    EXPECT_FALSE(r.lost) << "flow " << r.flow_id << " seq " << r.seq;
+    EXPECT_EQ(r.PeerName(), "pair");
+    ASSERT_LT(r.flow_id, ports.size());
+    EXPECT_EQ(r.src_port, ports[r.flow_id]) << "flow j leaves from socket j";
+    ++by_flow[r.flow_id];
+  }
+  std::printf("sent %llu; per flow: 0=%d 1=%d 2=%d 3=%d\n", static_cast<unsigned long long>(sent),
+              by_flow[0], by_flow[1], by_flow[2], by_flow[3]);
+  // 2 s: 40 probes of each raised flow and 4 of each other on a quiet host; a loaded one may
+  // stall a few slots (re-anchored, not caught up). The peer's one rate would send ~40 on each.
+  EXPECT_EQ(by_flow.size(), 4u);
+  for (uint32_t j = 0; j < 4; ++j) {
+    const bool raised = j % 2 == 1;
+    EXPECT_GE(by_flow[j], raised ? 28 : 2) << j;
+    EXPECT_LE(by_flow[j], raised ? 46 : 6) << j;
+  }
+  EXPECT_EQ(prober->Stats().lost, 0u);
+}
+
+// Each flow's ring holds the probes it can have outstanding at its own rate: toward a silent peer
+// with a 1 s timeout, a raised flow at 20/s (20 outstanding) reports each probe lost no sooner
+// than 1 s after it was sent. On a ring sized for the peer's unraised 1/s (3 slots) each would
+// be reported lost 150 ms after it went, when the ring wrapped.
+TEST(UdpProberTest, EachFlowsRingIsSizedForItsOwnRate) {
+  Fd sink = testing::UdpSocket();  // bound, never read: nothing answers
+  auto addr = LocalAddress(sink.get());
+  ASSERT_TRUE(addr.ok());
+  ResultQueue q(4096);
+  auto prober = StartProber(q);
+  ASSERT_TRUE(prober);
+  UdpProbePlan plan;
+  plan.rate_hz = 1;
+  constexpr int64_t kTimeout = 1'000'000'000;
+  plan.timeout_ns = kTimeout;
+  plan.peers.push_back(Peer("silent", addr->port(), 4, 20));
+  plan.peers.back().raised_flows = 0b1010;
+  plan.peers.back().unraised_rate_hz = 1;
+  ASSERT_TRUE(prober->SetPlan(plan).ok());
+  std::vector<std::pair<ProbeResult, int64_t>> taken;  // each result, and when it was taken
+  std::vector<ProbeResult> batch;
+  const auto until = std::chrono::steady_clock::now() + 2500ms;
+  while (std::chrono::steady_clock::now() < until) {
+    batch.clear();
+    q.PopBatch(batch, 1 << 20);
+    const int64_t now = RealClock::Get().WallNanos();
+    for (const ProbeResult& r : batch) taken.emplace_back(r, now);
+    std::this_thread::sleep_for(5ms);
+  }
+  prober->Stop();
+  std::map<uint32_t, int> lost;
+  for (const auto& [r, at] : taken) {
+    EXPECT_TRUE(r.lost);
+    // Never before its timeout (1 ms for the clocks' readings); a loaded host only adds.
+    EXPECT_GE(at - r.timestamp_ns, kTimeout - 1'000'000)
+        << "flow " << r.flow_id << " seq " << r.seq;
+    ++lost[r.flow_id];
+  }
+  // ~1.5 s of expiries at 20/s: ~30 per raised flow on a quiet host; one or two per other flow.
+  EXPECT_GE(lost[1], 15);
+  EXPECT_GE(lost[3], 15);
+  EXPECT_LE(lost[0], 3);
+  EXPECT_LE(lost[2], 3);
 }
 
 // Without the wall clock's grid (align_send_slots false, the agent's default) a schedule keeps

@@ -39,15 +39,27 @@ FollowedRates RatesFromPlan(const FatTree& tree, int agent, const v1::ProbePlan&
     for (int k = 0; k < tree.rails() && !p.address().empty(); ++k) {
       if (tree.Address(*h, k) == p.address()) rail = k;
     }
+    // Per-flow rates: the listed flows at rate_pps, the entry's others at its unraised rate (0:
+    // the agent's default, 1 probe/s).
+    double entry_rate = p.rate_pps();
+    if (p.raised_flows_size() > 0) {
+      for (uint32_t id : p.raised_flows()) {
+        double& fr = r.flow_rate[FollowedRates::FlowKey(static_cast<uint32_t>(*h), rail, id)];
+        fr = std::max(fr, p.rate_pps());
+      }
+      entry_rate = p.unraised_rate_pps() > 0 && std::isfinite(p.unraised_rate_pps())
+                       ? p.unraised_rate_pps()
+                       : 1.0;
+    }
     double& rate = rail >= 0 ? r.rail_rate[*h * kMaxRails + rail] : r.rate[*h];
-    rate = std::max(rate, p.rate_pps());
+    rate = std::max(rate, entry_rate);
     const double timeout = p.timeout_ms() != 0 ? p.timeout_ms() * 1e-3 : r.default_timeout_s;
     auto [t, added] = rail >= 0 ? r.rail_timeout_s.emplace(*h * kMaxRails + rail, timeout)
                                 : r.timeout_s.emplace(*h, timeout);
     if (!added) t->second = std::min(t->second, timeout);
     const int c = tree.LeafGroup(*h) == tree.LeafGroup(agent) ? 0 : 1;
-    all[c].push_back(p.rate_pps());
-    if (!traced.count(*h)) plain[c].push_back(p.rate_pps());
+    all[c].push_back(entry_rate);
+    if (!traced.count(*h)) plain[c].push_back(entry_rate);
   }
   double base[2];
   for (int c = 0; c < 2; ++c) {

@@ -47,12 +47,29 @@ struct FollowedRates {
   // (net::ProbeTimeout) between this floor and the timeout above, as the agent's prober does.
   double timeout_floor_s = 0;
 
+  // Flows an entry raises by id (PlannedPeer.raised_flows) toward a host on a rail, keyed by
+  // FlowKey (rail -1: the entries whose address is none of the host's NICs'): their rate. The
+  // entry's other flows are at its unraised rate, in `rail_rate` or `rate`.
+  std::unordered_map<uint64_t, double> flow_rate;
+  static uint64_t FlowKey(uint32_t host, int rail, uint32_t flow_id) {
+    return (uint64_t{host} << 40) | (static_cast<uint64_t>(rail + 1) << 32) | flow_id;
+  }
+
   // The rate at which `f` (a flow of this agent) probes, and the baseline of its class.
   double RateOf(const Flow& f) const {
+    double raised = 0;
+    if (!flow_rate.empty()) {
+      for (int rail : {static_cast<int>(f.rail), -1}) {
+        auto x = flow_rate.find(FlowKey(f.dst_host, rail, f.flow_id));
+        if (x != flow_rate.end()) raised = std::max(raised, x->second);
+      }
+    }
     auto r = rail_rate.find(static_cast<int>(f.dst_host) * kMaxRails + f.rail);
     auto it = rate.find(static_cast<int>(f.dst_host));
-    if (r != rail_rate.end()) return it != rate.end() ? std::max(r->second, it->second) : r->second;
-    return it != rate.end() ? it->second : BaseOf(f);
+    if (r != rail_rate.end()) {
+      return std::max(raised, it != rate.end() ? std::max(r->second, it->second) : r->second);
+    }
+    return std::max(raised, it != rate.end() ? it->second : BaseOf(f));
   }
   double BaseOf(const Flow& f) const { return f.inter_leaf ? base_inter : base_intra; }
   // `f`'s probe timeout, seconds.

@@ -110,6 +110,42 @@ TEST_F(PlanFollowerTest, AnEscalatedPeerAddsOnlyWhatItsRaisedRateAdds) {
   EXPECT_NEAR(base + extra, sent, 1e-6);
 }
 
+// An escalation of some flows of a pair (PlannedPeer.raised_flows): the listed flows toward the
+// peer at the raised rate, its other flows at the entry's unraised rate, and only those listed
+// count as raised.
+TEST_F(PlanFollowerTest, AnEntrysRaisedFlowsAloneGoFaster) {
+  // Agent 9 has one flow toward each host: the entry lists another id first, then that flow's.
+  const Flow& target = flows.front();
+  const int peer = static_cast<int>(target.dst_host);
+  v1::ProbePlan plan = Plan(kIntra, kInter, peer, 10.0);
+  for (v1::PlannedPeer& p : *plan.mutable_peers()) {
+    if (p.node() != tree->NodeName(peer)) continue;
+    p.add_raised_flows(target.flow_id + 1);  // not this flow
+    p.set_unraised_rate_pps(kIntra);
+  }
+  FollowedRates r = RatesFromPlan(*tree, kAgent, plan);
+  EXPECT_DOUBLE_EQ(r.RateOf(target), kIntra);
+  EXPECT_FALSE(r.Raised(target));
+  for (v1::PlannedPeer& p : *plan.mutable_peers()) {
+    if (p.node() == tree->NodeName(peer)) p.add_raised_flows(target.flow_id);
+  }
+  r = RatesFromPlan(*tree, kAgent, plan);
+  EXPECT_DOUBLE_EQ(r.RateOf(target), 10.0);
+  EXPECT_TRUE(r.Raised(target));
+  int raised = 0;
+  for (const Flow& f : flows) raised += r.Raised(f);
+  EXPECT_EQ(raised, 1);
+  // The unraised rate 0 is the agent's default, 1 probe/s.
+  for (v1::PlannedPeer& p : *plan.mutable_peers()) {
+    if (p.node() == tree->NodeName(peer)) {
+      p.clear_raised_flows();
+      p.add_raised_flows(target.flow_id + 1);
+      p.set_unraised_rate_pps(0);
+    }
+  }
+  EXPECT_DOUBLE_EQ(RatesFromPlan(*tree, kAgent, plan).RateOf(target), 1.0);
+}
+
 TEST_F(PlanFollowerTest, UnscaledPlanSendsOneProbeAFlowAndDrawsOnlyForRaisedFlows) {
   // The suite's fleets are below the fleet cap: every rate is 1/s and a raised flow draws once,
   // as before plans were followed literally, so their random streams are unchanged.

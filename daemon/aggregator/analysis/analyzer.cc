@@ -66,6 +66,7 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     o.src = pair.src;
     o.dst = pair.dst;
     o.pair_flows = pair.flows;
+    o.flow_bit = pair.transport == Transport::kUdp ? FlowBit(flow.flow_id) : 0;
     o.probes = w.probes;
     o.lost = w.lost;
     o.rtt = w.rtt;
@@ -639,9 +640,10 @@ void Analyzer::LeadsBetweenTicks(int64_t now_ns) {
             watch_[l] = 1;
             watching_ = true;
           });
-          between_leads_.push_back(LeadRequest(ctx, element, lead->link, pair.src, pair.dst,
-                                               pair.flows,
-                                               &paths != &pair.paths ? &paths : nullptr));
+          between_leads_.push_back(
+              LeadRequest(ctx, element, lead->link, pair.src, pair.dst, pair.flows,
+                          pair.transport == Transport::kUdp ? FlowBit(flow.flow_id) : 0,
+                          &paths != &pair.paths ? &paths : nullptr));
           ++found;
           spdlog::debug(
               "component=analysis msg=\"lead between ticks\" link={} significance={:.1f} lost={}",
@@ -759,14 +761,18 @@ void Analyzer::AddEscalationEvidence(Evaluation& ev, double now_s) {
   for (auto& [element, obs] : ev.observations) {
     if (auto it = escalated_.find(element); it != escalated_.end()) {
       double factor = 0;
+      double flows = 0;  // raised, both directions
       for (const aggregator::EscalationPair& p : it->second.pairs) {
         factor = std::max(factor, p.rate_factor);
+        flows += aggregator::RaisedFlowCount(p.a_flows, p.flows) +
+                 aggregator::RaisedFlowCount(p.b_flows, p.flows);
       }
       // An escalation ends when its element fires; the finding keeps saying it was escalated.
       escalation_evidence_[element] = {
           {"escalated", 1},
           {"escalated_for_s", std::max(0.0, now_s - it->second.since_s)},
           {"escalated_pairs", static_cast<double>(it->second.pairs.size())},
+          {"escalated_flows", flows},
           {"escalation_rate_factor", factor}};
     }
     if (auto it = escalation_evidence_.find(element); it != escalation_evidence_.end()) {

@@ -149,6 +149,49 @@ EscalationPair MakePair(const BlameContext& ctx, NodeId a, NodeId b, uint32_t fl
   return e;
 }
 
+// Whether `o` surely crossed `l` (its resolved path or echo path, its only path, or an access
+// link of its NICs).
+bool SurelyCrossed(const FlowObs& o, LinkIndex l) {
+  if (l == o.src_access || l == o.dst_access) return true;
+  if (!o.core || o.core->paths.empty()) return false;
+  const auto& paths = o.core->paths;
+  auto on = [&](int32_t i) {
+    return i >= 0 && static_cast<size_t>(i) < paths.size() &&
+           std::find(paths[i].begin(), paths[i].end(), l) != paths[i].end();
+  };
+  if (o.path >= 0) return on(o.path) || on(o.echo_path);
+  return paths.size() == 1 && on(0);
+}
+
+// The UDP flows that surely crossed a link at the last scan, by directed pair (FlowBit sets):
+// those of the pairs the link lists (Tomography::CrossingPairs, the first the scan met) and its
+// bad flows (lost or slow probes), so that a lossy pair is known whatever the list's room. These
+// are what an escalation of the link raises.
+class FlowsAcrossLink {
+ public:
+  FlowsAcrossLink(const BlameContext& ctx, LinkIndex link) {
+    for (const CrossingPair& c : ctx.tomography.CrossingPairs(link)) {
+      // Listed by other transports' flows alone: which UDP flows crossed is not known.
+      sets_[{c.src, c.dst}] |= c.flow_ids == 0 ? kAllFlows : c.flow_ids;
+    }
+    for (const FlowObs& o : ctx.tomography.bad_flows()) {
+      if (o.flow_bit != 0 && SurelyCrossed(o, link)) sets_[{o.src, o.dst}] |= o.flow_bit;
+    }
+  }
+  // a's flows toward b and b's toward a that crossed. A pair with none known in either direction
+  // keeps every flow (not traced over the link, or past the list's room); one known in one
+  // direction crossed with none in the other.
+  std::pair<uint64_t, uint64_t> Of(NodeId a, NodeId b) const {
+    const auto ab = sets_.find({a, b});
+    const auto ba = sets_.find({b, a});
+    if (ab == sets_.end() && ba == sets_.end()) return {kAllFlows, kAllFlows};
+    return {ab == sets_.end() ? 0 : ab->second, ba == sets_.end() ? 0 : ba->second};
+  }
+
+ private:
+  std::map<std::pair<NodeId, NodeId>, uint64_t> sets_;
+};
+
 // A lead's lost flow is one flow: its pair alone gives the link a few extra probes a second.
 // Pairs whose flows surely crossed the link (traced) follow, so that the next evaluation has
 // dense data from several flows over it, as a finding needs (min_flows).
@@ -160,17 +203,25 @@ bool AddCrossingPair(const BlameContext& ctx, const CrossingPair& c,
   e.a = ctx.names.NodeName(c.src);
   e.b = ctx.names.NodeName(c.dst);
   e.flows = std::clamp<uint32_t>(c.flows, 1, kMaxFlowsPerPair);
+  // Its flows that crossed the link (the other direction's come as a pair of their own).
+  e.a_flows = c.flow_ids == 0 ? kAllFlows : c.flow_ids;
+  e.b_flows = 0;
   // Its flow's NICs (a multi-rail plan raises the entries between them).
   if (c.src_access != aggregator::kNoIndex && c.dst_access != aggregator::kNoIndex) {
     const auto& nics = ctx.map->host_nics();
     e.a_nic = nics[ctx.map->links()[c.src_access].host_nic].nic;
     e.b_nic = nics[ctx.map->links()[c.dst_access].host_nic].nic;
   }
-  const bool listed = std::any_of(raised.begin(), raised.end(), [&](const EscalationPair& x) {
+  auto listed = std::find_if(raised.begin(), raised.end(), [&](const EscalationPair& x) {
     return (x.a == e.a && x.b == e.b) || (x.a == e.b && x.b == e.a);
   });
-  if (!listed) raised.push_back(std::move(e));
-  return !listed;
+  if (listed == raised.end()) {
+    raised.push_back(std::move(e));
+    return true;
+  }
+  // Listed: its flows in this direction that crossed the link are raised too.
+  (listed->a == e.a ? listed->a_flows : listed->b_flows) |= e.a_flows;
+  return false;
 }
 
 void AddCrossingPairs(const BlameContext& ctx, LinkIndex link,
@@ -204,12 +255,19 @@ void AddClearingPairs(const BlameContext& ctx, LinkIndex link,
 }  // namespace
 
 EscalationRequest LeadRequest(const BlameContext& ctx, const std::string& element, LinkIndex link,
-                              NodeId src, NodeId dst, uint32_t flows, const PathSet* rail) {
+                              NodeId src, NodeId dst, uint32_t flows, uint64_t lost_flow,
+                              const PathSet* rail) {
   EscalationRequest r;
   r.element = element;
   r.lead = true;
   r.priority = 10.0;  // one lost flow, as EscalationCandidates prices a lead's pair
   r.pairs.push_back(MakePair(ctx, src, dst, flows, rail));
+  // The lost flow (it surely crossed the link), and the pair's flows that did at the last tick.
+  if (lost_flow != 0) {
+    const auto [ab, ba] = FlowsAcrossLink(ctx, link).Of(src, dst);
+    r.pairs.back().a_flows = (ab == kAllFlows ? 0 : ab) | lost_flow;
+    r.pairs.back().b_flows = ba == kAllFlows ? 0 : ba;
+  }
   AddCrossingPairs(ctx, link, r.pairs);
   return r;
 }
@@ -342,10 +400,14 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
       pairs.insert(split, siblings.begin(), siblings.end());
     }
     std::vector<EscalationPair> raised;
+    std::optional<FlowsAcrossLink> across;
+    if (fabric_link) across.emplace(ctx, *fabric_link);
     for (const PairAgg* p : pairs) {
       // PairAgg counts both directions; the budget prices one direction's flows.
       raised.push_back(
           MakePair(ctx, p->a, p->b, (p->flows + 1) / 2, p->rail_bad ? &p->paths : nullptr));
+      // A link's pair raises its flows that crossed the link, where the link lists them.
+      if (across) std::tie(raised.back().a_flows, raised.back().b_flows) = across->Of(p->a, p->b);
     }
     // Weak evidence on the lead's budget raises the crossing pairs as a lead does.
     if ((r.lead || r.lead_budget) && fabric_link) AddCrossingPairs(ctx, *fabric_link, raised);

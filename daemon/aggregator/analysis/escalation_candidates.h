@@ -25,10 +25,12 @@ std::vector<LinkIndex> LeadLinks(const FabricMap& map, Tomography& tomography,
 
 // A lead found between ticks (Analyzer::BetweenTicks) as EscalationCandidates asks for one: the
 // lost flow's pair (src, dst, `flows` planned flows per direction; `rail`, or null, the paths of
-// the flow's NIC pair), then the pairs whose flows surely crossed `link` at the last tick.
+// the flow's NIC pair), then the pairs whose flows surely crossed `link` at the last tick. The
+// lost flow's pair raises that flow (`lost_flow`, a FlowBit; 0: a flow escalation cannot raise)
+// and its flows that crossed the link at the last tick; the other pairs raise theirs.
 aggregator::EscalationRequest LeadRequest(const BlameContext& ctx, const std::string& element,
                                           LinkIndex link, NodeId src, NodeId dst, uint32_t flows,
-                                          const PathSet* rail);
+                                          uint64_t lost_flow, const PathSet* rail);
 
 std::vector<aggregator::EscalationRequest> EscalationCandidates(const BlameContext& ctx,
                                                                 const Analyzer::Evaluation& ev,

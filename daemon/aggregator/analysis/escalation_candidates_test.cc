@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -184,6 +187,74 @@ TEST(EscalationCandidates, ALostProbeBetweenTicksIsTheLeadTheNextTickWouldMake) 
     EXPECT_GE(x.flows, y.flows) << i;
   }
   EXPECT_TRUE(run(0, true).empty());
+}
+
+// A lead raises, of each pair, the UDP flows that crossed its link (EscalationPair::a_flows and
+// b_flows, from the traces), not every flow of the pair: 8 flows a pair over 4 spines, so about 2
+// a direction cross a leaf's link to one spine. The lost flow is among its pair's.
+TEST(EscalationCandidates, ALeadRaisesOnlyTheFlowsThatCrossedItsLink) {
+  testing::FleetShape shape = testing::TracedEcmpShape(4, 4, 2, 8);
+  shape.background_loss = 0;
+  testing::SyntheticFleet fleet(shape, AnalysisConfig{});
+  fleet.TraceFlows();
+  fleet.Run(15);
+  std::string lost_src, lost_dst;
+  uint32_t lost_id = 0;
+  fleet.SetRewrite([&](std::vector<ReportedProbe>& batch) {
+    for (ReportedProbe& r : batch) {
+      const auto leaf = [](const std::string& n) { return n.substr(0, n.find('h')); };
+      if (!lost_src.empty() || r.transport != Transport::kUdp ||
+          leaf(r.src_node) == leaf(r.dst_node)) {
+        continue;
+      }
+      r.lost = true;
+      r.rtt_ns = 0;
+      lost_src = r.src_node;
+      lost_dst = r.dst_node;
+      lost_id = r.flow_id;
+    }
+  });
+  fleet.Run(1);
+  ASSERT_FALSE(lost_src.empty());
+  const std::vector<aggregator::EscalationRequest> requests =
+      fleet.analyzer().escalation_candidates();
+  ASSERT_EQ(requests.size(), 1u);
+  ASSERT_TRUE(requests[0].lead);
+  // The link's two switches, and which flows' traced paths pass both (flow id = src_port - 40000).
+  const FabricMap& map = *fleet.map();
+  const std::optional<aggregator::LinkIndex> link =
+      map.FindLink(requests[0].element.substr(std::string("link:").size()));
+  ASSERT_TRUE(link.has_value());
+  std::set<std::string> ends;
+  for (aggregator::SwitchIndex sw : {map.links()[*link].a, map.links()[*link].b}) {
+    ends.insert(map.switches()[sw].addresses.front());
+  }
+  std::map<std::pair<std::string, std::string>, uint64_t> crossed;
+  for (const auto& t : fleet.FlowTraces()) {
+    const auto on = std::count_if(t.hops.begin(), t.hops.end(),
+                                  [&](const std::string& h) { return ends.contains(h); });
+    if (on == 2) crossed[{t.src, t.dst}] |= aggregator::FlowBit(t.src_port - 40000);
+  }
+  size_t raised = 0, planned = 0;  // flows raised, and the pairs' flows in both directions
+  for (const aggregator::EscalationPair& p : requests[0].pairs) {
+    ASSERT_NE(p.a_flows, aggregator::kAllFlows) << p.a << "~" << p.b;
+    ASSERT_NE(p.b_flows, aggregator::kAllFlows) << p.a << "~" << p.b;
+    const uint64_t ab = crossed[{p.a, p.b}], ba = crossed[{p.b, p.a}];
+    EXPECT_EQ(p.a_flows & ~ab, 0u) << p.a << "->" << p.b << " raises a flow that did not cross";
+    EXPECT_EQ(p.b_flows & ~ba, 0u) << p.b << "->" << p.a << " raises a flow that did not cross";
+    EXPECT_NE(p.a_flows | p.b_flows, 0u) << p.a << "~" << p.b;
+    raised += aggregator::RaisedFlowCount(p.a_flows, p.flows) +
+              aggregator::RaisedFlowCount(p.b_flows, p.flows);
+    planned += 2 * 8;
+  }
+  const aggregator::EscalationPair& first = requests[0].pairs.front();
+  ASSERT_EQ(std::minmax(first.a, first.b), std::minmax(lost_src, lost_dst));
+  EXPECT_NE((first.a == lost_src ? first.a_flows : first.b_flows) & aggregator::FlowBit(lost_id),
+            0u);
+  EXPECT_GE(requests[0].pairs.size(), 2u);
+  // Every flow of each pair would be 16 (8 a direction); this fleet's hash sends 5 of the lost
+  // flow's pair's 8 over the link, and 1-2 of the others'.
+  EXPECT_LE(raised * 2, planned) << raised << " of " << planned << " flows raised";
 }
 
 // Tomography::Leads: a traced flow's one lost probe names the fabric link of its path with the

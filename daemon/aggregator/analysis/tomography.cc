@@ -174,14 +174,27 @@ void Tomography::Add(const FlowObs& o) {
     last_probes_[l] += w * o.last_probes;
     fresh_probes_[l] += w * o.fresh_probes;
     recent_rtt_[l] += w * o.recent_rtt;
-    // A link's first pairs that surely crossed it; once full, one comparison per flow.
+    // A link's first pairs that surely crossed it, with their flows that did. The scan visits a
+    // pair's good flows together, so while they come the pair is the link's last one listed: once
+    // the list is full, one comparison per good flow. Bad flows come after the scan (deferred),
+    // and are few: each looks for its pair, so that a listed pair's lossy flows are in its set.
     uint8_t& n = crossing_n_[l];
-    if (w >= 0.999 && n < kCrossingPairs && o.probes > 0) {
+    if (w >= 0.999 && o.probes > 0) {
       auto& pairs = crossing_[l];
-      const bool known = std::any_of(pairs.begin(), pairs.begin() + n, [&](const CrossingPair& c) {
-        return c.src == o.src && c.dst == o.dst;
-      });
-      if (!known) pairs[n++] = CrossingPair{o.src, o.dst, o.pair_flows, o.src_access, o.dst_access};
+      auto same = [&](const CrossingPair& c) { return c.src == o.src && c.dst == o.dst; };
+      const bool bad = o.lost > 0 || o.slow > 0 || o.bw_bad;
+      if (n > 0 && same(pairs[n - 1])) {
+        pairs[n - 1].flow_ids |= o.flow_bit;
+      } else if (n < kCrossingPairs || bad) {
+        // Listed before: its bad flows, and another transport's flows, come apart from its others.
+        auto* known = std::find_if(pairs.begin(), pairs.begin() + n, same);
+        if (known != pairs.begin() + n) {
+          known->flow_ids |= o.flow_bit;
+        } else if (n < kCrossingPairs) {
+          pairs[n++] =
+              CrossingPair{o.src, o.dst, o.pair_flows, o.flow_bit, o.src_access, o.dst_access};
+        }
+      }
     }
   });
   if (o.lost > 0 || o.slow > 0 || o.bw_bad) bad_.push_back(o);

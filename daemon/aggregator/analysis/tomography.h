@@ -13,6 +13,7 @@
 #include "daemon/aggregator/analysis/flow_table.h"
 #include "daemon/aggregator/analysis/traced_paths.h"
 #include "daemon/aggregator/plan/fabric_map.h"
+#include "daemon/aggregator/plan/plan_overlay.h"
 
 namespace fw::analysis {
 
@@ -48,13 +49,22 @@ struct FlowObs {
   bool bw_bad = false;
   PathSource path_source = PathSource::kCandidates;  // how `path` was known
   uint32_t pair_flows = 0;  // the flows of its pair in this direction (0: not known)
+  // FlowBit(FlowRef::flow_id) for a UDP flow, else 0: which of its pair's flows it is, for the
+  // flows escalation raises (UDP ones).
+  uint64_t flow_bit = 0;
 };
+
+using aggregator::FlowBit;
+using aggregator::kAllFlows;
 
 // A node pair one of whose flows surely crossed a link (its traced or only path, either way).
 struct CrossingPair {
   NodeId src = 0;
   NodeId dst = 0;
   uint32_t flows = 0;  // the pair's flows in this direction (FlowObs::pair_flows)
+  // The ids of its UDP flows (src -> dst) that surely crossed the link in the window (FlowBit);
+  // 0 when only other transports' did.
+  uint64_t flow_ids = 0;
   LinkIndex src_access = aggregator::kNoIndex;  // the flow's access links (its NICs)
   LinkIndex dst_access = aggregator::kNoIndex;
 };
@@ -137,7 +147,9 @@ class Tomography {
 
   const std::vector<LinkTotals>& totals() const { return totals_; }
   // Up to kCrossingPairs pairs whose flows surely crossed link l in the window, the first the
-  // scan met (escalation leads raise them: their probes cross the link).
+  // scan met, each with the ids of its UDP flows that did (escalation raises those flows: their
+  // probes cross the link). The scan visits a pair's flows together, so a pair listed has every
+  // such flow's id.
   static constexpr size_t kCrossingPairs = 8;
   std::span<const CrossingPair> CrossingPairs(LinkIndex l) const {
     return {crossing_[l].data(), crossing_n_[l]};

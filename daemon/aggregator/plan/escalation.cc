@@ -2,13 +2,28 @@
 #include "daemon/aggregator/plan/escalation.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
+#include <utility>
 
 namespace fw::aggregator {
+namespace {
+
+// Both directions' raised flows.
+uint32_t RaisedFlows(const EscalationPair& p) {
+  return RaisedFlowCount(p.a_flows, p.flows) + RaisedFlowCount(p.b_flows, p.flows);
+}
+
+// A pair's flow sets ordered as its nodes are by name (lower first), as overlays list members.
+std::pair<uint64_t, uint64_t> SetsInOrder(const EscalationPair& p) {
+  return p.a <= p.b ? std::pair{p.a_flows, p.b_flows} : std::pair{p.b_flows, p.a_flows};
+}
+
+}  // namespace
 
 double EscalationBudget::PairCost(const EscalationPair& p, double factor) const {
-  // Both directions, every flow, from the base rate up to `factor` times it.
-  return 2.0 * std::max<uint32_t>(1, p.flows) * base_rate_pps_ * std::max(0.0, factor - 1);
+  // The raised flows of both directions, from the base rate up to `factor` times it.
+  return RaisedFlows(p) * base_rate_pps_ * std::max(0.0, factor - 1);
 }
 
 bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>& suspects,
@@ -107,15 +122,30 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
     }
     Recount();
   }
-  std::set<std::pair<std::string, std::string>> taken;
+  // The flows escalated per pair (both directions, in SetsInOrder's order): a pair whose flows
+  // another escalation raises already costs nothing more; one whose other flows crossed this
+  // element is escalated again for those.
+  std::map<std::pair<std::string, std::string>, std::pair<uint64_t, uint64_t>> taken;
+  auto take = [&](const EscalationPair& p) {
+    const auto [lo, hi] = SetsInOrder(p);
+    auto& t = taken[std::minmax(p.a, p.b)];
+    t.first |= lo;
+    t.second |= hi;
+  };
+  auto is_taken = [&](const EscalationPair& p) {
+    auto it = taken.find(std::minmax(p.a, p.b));
+    if (it == taken.end()) return false;
+    const auto [lo, hi] = SetsInOrder(p);
+    return (lo & ~it->second.first) == 0 && (hi & ~it->second.second) == 0;
+  };
   for (const auto& [element, a] : active_) {
-    for (const EscalationPair& p : a.pairs) taken.insert(std::minmax(p.a, p.b));
+    for (const EscalationPair& p : a.pairs) take(p);
   }
   // Adds `r`'s pairs not escalated yet to `a`, while the budget lasts and `a` has room.
   auto add_pairs = [&](const EscalationRequest& r, Active& a, double spent, double cap) {
     for (const EscalationPair& p : r.pairs) {
       if (a.pairs.size() >= config_.max_pairs_per_element) break;
-      if (p.a == p.b || taken.count(std::minmax(p.a, p.b))) continue;
+      if (p.a == p.b || RaisedFlows(p) == 0 || is_taken(p)) continue;
       const double left = cap - spent - a.extra_pps;
       double factor = config_.rate_factor;
       if (PairCost(p, factor) > left) {
@@ -126,7 +156,7 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
       a.extra_pps += PairCost(p, factor);
       a.pairs.push_back(p);
       a.pairs.back().rate_factor = factor;
-      taken.insert(std::minmax(p.a, p.b));
+      take(p);
     }
   };
   // An escalation started on weak evidence (the plain floor) whose element is a suspicion now is
@@ -205,30 +235,44 @@ void EscalationBudget::Recount() {
   stats_.extra_pps = 0;
   for (const auto& [element, a] : active_) {
     stats_.active_pairs += a.pairs.size();
-    for (const EscalationPair& p : a.pairs)
-      stats_.active_flows += 2 * std::max<uint32_t>(1, p.flows);
+    for (const EscalationPair& p : a.pairs) stats_.active_flows += RaisedFlows(p);
     stats_.extra_pps += a.extra_pps;
   }
 }
 
 std::vector<PlanOverlay> EscalationBudget::Overlays() const {
-  std::vector<PlanOverlay> out;
+  // One overlay per pair: a pair two elements escalate (different flows of it) raises the flows of
+  // both at the higher rate, and traces under the first one's id.
+  std::map<std::pair<std::string, std::string>, PlanOverlay> by_pair;
   for (const auto& [element, a] : active_) {
     for (const EscalationPair& p : a.pairs) {
       const auto [lo, hi] = std::minmax(p.a, p.b);
-      PlanOverlay o;
-      o.id = "escalation:" + lo + "~" + hi;
-      o.nodes = {lo, hi};
-      if (!p.a_nic.empty() && !p.b_nic.empty()) {
-        o.nics = p.a == lo ? std::vector<std::string>{p.a_nic, p.b_nic}
-                           : std::vector<std::string>{p.b_nic, p.a_nic};
+      const auto [lo_flows, hi_flows] = SetsInOrder(p);
+      auto [it, fresh] = by_pair.try_emplace({lo, hi});
+      PlanOverlay& o = it->second;
+      if (fresh) {
+        o.id = "escalation:" + lo + "~" + hi;
+        o.nodes = {lo, hi};
+        if (!p.a_nic.empty() && !p.b_nic.empty()) {
+          o.nics = p.a == lo ? std::vector<std::string>{p.a_nic, p.b_nic}
+                             : std::vector<std::string>{p.b_nic, p.a_nic};
+        }
+        o.flows = 1;  // the planned flows stay; those in flow_sets get the raised rate
+        o.probe_timeout_ms = config_.probe_timeout_ms;
+        o.trace_id = a.trace_id;
+        o.flow_sets = {0, 0};
       }
-      o.rate_pps = p.rate_factor * base_rate_pps_;
-      o.flows = 1;  // the planned flows stay; each gets the raised rate
-      o.probe_timeout_ms = config_.probe_timeout_ms;
-      o.trace_id = a.trace_id;
-      out.push_back(std::move(o));
+      o.rate_pps = std::max(o.rate_pps, p.rate_factor * base_rate_pps_);
+      o.flow_sets[0] |= lo_flows;
+      o.flow_sets[1] |= hi_flows;
     }
+  }
+  std::vector<PlanOverlay> out;
+  out.reserve(by_pair.size());
+  for (auto& [pair, o] : by_pair) {
+    // Every flow of both: the plain overlay (as before flow sets).
+    if (o.flow_sets[0] == kAllFlows && o.flow_sets[1] == kAllFlows) o.flow_sets.clear();
+    out.push_back(std::move(o));
   }
   return out;
 }

@@ -58,7 +58,10 @@ struct EscalationConfig {
   // (docs/analysis.md, "Escalation budget under a suspicion").
   double suspicion_budget_pps = 150;
   // Pairs escalated per element at most: enough flows to separate the element from its
-  // neighbours, not every pair that crosses a spine.
+  // neighbours, not every pair that crosses a spine. Pairs that raise only the flows that crossed
+  // the element cost less each, but more of them were measured to spend more of a healthy fleet's
+  // probes on leads (docs/planner.md, "Escalation": 16 gave 4.1-5.7 % in the traced suite's
+  // healthy run against its 5 % target).
   size_t max_pairs_per_element = 8;
   // An escalated pair's UDP probes are reported lost after this many ms without an echo instead
   // of the agent's default 1 s (PlanOverlay::probe_timeout_ms), so that the dense probes' losses
@@ -73,7 +76,7 @@ struct EscalationConfig {
 struct EscalationPair {
   std::string a;  // the two nodes; both directions are escalated
   std::string b;
-  uint32_t flows = 1;  // planned flows per direction (the extra cost scales with it)
+  uint32_t flows = 1;  // planned flows per direction (the extra cost scales with those raised)
   // Set by EscalationBudget when escalated: the multiple of the base rate the pair's flows run at
   // (rate_factor, or less where the budget was short).
   double rate_factor = 0;
@@ -82,6 +85,12 @@ struct EscalationPair {
   // entries between these NICs, so a rail-1 suspicion densifies rail 1's flows.
   std::string a_nic{};
   std::string b_nic{};
+  // The flows raised in each direction (a's flows toward b, b's toward a; FlowBit sets of flow
+  // ids): those that surely crossed the element, where the analyzer knows them, so that the
+  // budget pays only for probes over it. kAllFlows (the default): every flow; 0: that direction
+  // is not raised.
+  uint64_t a_flows = kAllFlows;
+  uint64_t b_flows = kAllFlows;
 };
 
 // One suspect element and the pairs that cross it, most telling first.

@@ -429,5 +429,73 @@ TEST(EscalationBudgetTest, OneLostFlowStartsOneLeadWhicheverLinkNamesIt) {
   EXPECT_EQ(b.stats().leads_started, 2u);
 }
 
+// A pair whose flows that crossed the element are known pays for those only: its other flows, and
+// a direction none of whose flows crossed, stay at the base rate. Its overlay lists the flows per
+// member, in member order.
+TEST(EscalationBudgetTest, APairPaysForTheFlowsThatCrossedAndItsOverlayListsThem) {
+  EscalationConfig c;
+  c.min_budget_pps = 40;
+  c.budget_fraction = 0;
+  c.min_rate_factor = 10;  // full rate or nothing
+  EscalationBudget book(c);
+  EscalationRequest r = Suspect("link:x", 0);
+  // 8 flows a direction; n9's flows 1 and 5 toward n1 crossed, none of n1's toward n9.
+  EscalationPair p{"n9", "n1", 8};
+  p.a_flows = FlowBit(1) | FlowBit(5);
+  p.b_flows = 0;
+  r.pairs.push_back(p);
+  // Every flow of a second pair: 2 x 8 flows x 9 = 144 > 40 - 18 left.
+  r.pairs.push_back({"n2", "n3", 8});
+  // One flow of a third: 9.
+  EscalationPair q{"n4", "n5", 8};
+  q.a_flows = 0;
+  q.b_flows = FlowBit(7);
+  r.pairs.push_back(q);
+  EXPECT_TRUE(book.Update(0, {r}, 1'000, 1.0));
+  EXPECT_DOUBLE_EQ(book.stats().extra_pps, 2 * 9.0 + 9.0);
+  EXPECT_EQ(book.stats().active_pairs, 2u);  // the whole pair did not fit
+  EXPECT_EQ(book.stats().active_flows, 3u);
+  const std::vector<PlanOverlay> overlays = book.Overlays();
+  ASSERT_EQ(overlays.size(), 2u);
+  EXPECT_EQ(overlays[0].nodes, (std::vector<std::string>{"n1", "n9"}));
+  EXPECT_EQ(overlays[0].flow_sets, (std::vector<uint64_t>{0, FlowBit(1) | FlowBit(5)}));
+  EXPECT_DOUBLE_EQ(overlays[0].rate_pps, 10.0);
+  EXPECT_EQ(overlays[1].nodes, (std::vector<std::string>{"n4", "n5"}));
+  EXPECT_EQ(overlays[1].flow_sets, (std::vector<uint64_t>{0, FlowBit(7)}));
+  // A pair with every flow raised keeps the plain overlay (no flow sets).
+  EscalationBudget plain(c);
+  plain.Update(0, {Suspect("link:y", 1)}, 1'000, 1.0);
+  ASSERT_EQ(plain.Overlays().size(), 1u);
+  EXPECT_TRUE(plain.Overlays()[0].flow_sets.empty());
+}
+
+// A pair another element escalates already costs nothing more when its flows are raised already;
+// other flows of it that crossed another element are escalated for that one, and the pair's one
+// overlay raises both elements' flows.
+TEST(EscalationBudgetTest, APairsOtherFlowsAreEscalatedForAnotherElement) {
+  EscalationConfig c;
+  c.min_budget_pps = 100;
+  c.budget_fraction = 0;
+  EscalationBudget book(c);
+  auto one = [](const std::string& element, uint64_t a_flows) {
+    EscalationRequest r;
+    r.element = element;
+    EscalationPair p{"a", "b", 8};
+    p.a_flows = a_flows;
+    p.b_flows = 0;
+    r.pairs.push_back(p);
+    return r;
+  };
+  book.Update(0, {one("link:x", FlowBit(1)), one("link:y", FlowBit(1)), one("link:z", FlowBit(3))},
+              1'000, 1.0);
+  EXPECT_EQ(book.stats().active_elements, 2u);  // y's flow is x's already
+  EXPECT_EQ(book.Escalations().count("link:y"), 0u);
+  EXPECT_DOUBLE_EQ(book.stats().extra_pps, 2 * 9.0);
+  const std::vector<PlanOverlay> overlays = book.Overlays();
+  ASSERT_EQ(overlays.size(), 1u);
+  EXPECT_EQ(overlays[0].id, "escalation:a~b");
+  EXPECT_EQ(overlays[0].flow_sets, (std::vector<uint64_t>{FlowBit(1) | FlowBit(3), 0}));
+}
+
 }  // namespace
 }  // namespace fw::aggregator

@@ -249,6 +249,10 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live,
       }
       if (peer.rdma_rc_round != 0) pp->set_rdma_rc_round(peer.rdma_rc_round);
       if (peer.timeout_ms != 0 && !peer.rdma) pp->set_timeout_ms(peer.timeout_ms);
+      if (!peer.raised_flows.empty() && !peer.rdma) {
+        for (uint32_t f : peer.raised_flows) pp->add_raised_flows(f);
+        pp->set_unraised_rate_pps(peer.unraised_rate_pps);
+      }
     }
     for (const TraceRequest& r : plan.trace_requests) {
       v1::TraceRequest* t = p.add_trace_requests();

@@ -105,6 +105,76 @@ TEST_F(PlanBookTest, AnEscalatedPairsEntriesCarryTheOverlaysProbeTimeout) {
   EXPECT_EQ(timeouts("a"), (std::map<std::string, uint32_t>{{"b", 0}, {"c", 0}}));
 }
 
+// An escalation that raises some flows of a pair puts them on the wire (PlannedPeer.raised_flows,
+// with the rate of the others in unraised_rate_pps); the other direction, none of whose flows
+// crossed, stays as planned; every plan is plain again once the overlay ends.
+TEST_F(PlanBookTest, AnEscalationOfSomeFlowsListsThemOnTheWire) {
+  const std::vector<AgentInfo> live = {Agent("a", "10.0.0.1"), Agent("b", "10.0.0.2"),
+                                       Agent("c", "10.0.0.3")};
+  Replan(live);
+  auto entry = [&](const std::string& node, const std::string& peer) {
+    fabricwatch::v1::PlannedPeer out;
+    const auto plan = book_.PlanFor(node);
+    EXPECT_TRUE(plan.has_value()) << node;
+    if (!plan) return out;
+    for (const fabricwatch::v1::PlannedPeer& p : plan->peers()) {
+      if (p.node() == peer) out = p;
+    }
+    return out;
+  };
+  const double base = entry("a", "b").rate_pps();
+  ASSERT_GT(base, 0);
+  ASSERT_EQ(entry("a", "b").src_ports_size(), 4);  // the map-less mesh's flows
+  PlanOverlay o{"escalation:a~b", {"a", "b"}, 10 * base, 1};
+  o.flow_sets = {FlowBit(0) | FlowBit(3), 0};
+  book_.SetOverlay(o);
+  clock_.Advance(std::chrono::seconds(60));
+  ASSERT_TRUE(book_.MaybeReplan(clock_.MonotonicNanos(), [&] { return live; }));
+  const fabricwatch::v1::PlannedPeer ab = entry("a", "b");
+  EXPECT_EQ(std::vector<uint32_t>(ab.raised_flows().begin(), ab.raised_flows().end()),
+            (std::vector<uint32_t>{0, 3}));
+  EXPECT_DOUBLE_EQ(ab.rate_pps(), 10 * base);
+  EXPECT_DOUBLE_EQ(ab.unraised_rate_pps(), base);
+  EXPECT_EQ(entry("b", "a").raised_flows_size(), 0);
+  EXPECT_DOUBLE_EQ(entry("b", "a").rate_pps(), base);
+  EXPECT_EQ(entry("a", "c").raised_flows_size(), 0);
+  EXPECT_DOUBLE_EQ(entry("a", "c").rate_pps(), base);
+  book_.ClearOverlay(o.id);
+  clock_.Advance(std::chrono::seconds(60));
+  ASSERT_TRUE(book_.MaybeReplan(clock_.MonotonicNanos(), [&] { return live; }));
+  EXPECT_EQ(entry("a", "b").raised_flows_size(), 0);
+  EXPECT_DOUBLE_EQ(entry("a", "b").rate_pps(), base);
+}
+
+// The same escalation overlay with other flows (a second element escalating other flows of the
+// pair, or one of two ending) changes only PlannedPeer.raised_flows: the sender's plan gets a new
+// version with the new list, so its agent applies it; the other member's plan stays as it was.
+TEST_F(PlanBookTest, AChangeOfTheRaisedFlowsAloneIsANewPlan) {
+  const std::vector<AgentInfo> live = {Agent("a", "10.0.0.1"), Agent("b", "10.0.0.2")};
+  Replan(live);
+  const double base = book_.PlanFor("a")->peers(0).rate_pps();
+  PlanOverlay o{"escalation:a~b", {"a", "b"}, 10 * base, 1};
+  o.flow_sets = {FlowBit(1), 0};
+  auto apply = [&](uint64_t a_flows) {
+    o.flow_sets[0] = a_flows;
+    book_.SetOverlay(o);
+    clock_.Advance(std::chrono::seconds(60));
+    EXPECT_TRUE(book_.MaybeReplan(clock_.MonotonicNanos(), [&] { return live; }));
+    const auto a = book_.PlanFor("a");
+    const auto b = book_.PlanFor("b");
+    EXPECT_TRUE(a && b);
+    return std::pair{*a, *b};
+  };
+  const auto [a1, b1] = apply(FlowBit(1));
+  const auto [a2, b2] = apply(FlowBit(1) | FlowBit(2));
+  EXPECT_GT(a2.version(), a1.version());
+  ASSERT_EQ(a2.peers_size(), 1);
+  EXPECT_EQ(
+      std::vector<uint32_t>(a2.peers(0).raised_flows().begin(), a2.peers(0).raised_flows().end()),
+      (std::vector<uint32_t>{1, 2}));
+  EXPECT_EQ(b2.version(), b1.version());
+}
+
 // A qualification round's bursts reach the sender's plan on the wire (ProbePlan.bursts) with the
 // receiver's responder address, and leave it when the overlay ends.
 TEST_F(PlanBookTest, OverlayBurstsReachTheSendersPlan) {

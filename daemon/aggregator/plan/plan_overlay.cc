@@ -2,6 +2,7 @@
 #include "daemon/aggregator/plan/plan_overlay.h"
 
 #include <algorithm>
+#include <bit>
 #include <string_view>
 #include <tuple>
 
@@ -64,6 +65,51 @@ void AddRcRound(const AgentInfo& self, const AgentInfo& dst, uint64_t round, Pla
   it->rdma_rc_round = round;
 }
 
+// An entry's UDP probes per second: its raised flows at rate_pps, the others at
+// unraised_rate_pps (priced at rate_pps when that is 0, the agent's default, which no plan below
+// it sets).
+double EntryPps(const PlannedPeer& p) {
+  if (p.raised_flows.empty()) return static_cast<double>(p.flows) * p.rate_pps;
+  const double raised = static_cast<double>(p.raised_flows.size());
+  const double unraised = p.unraised_rate_pps > 0 ? p.unraised_rate_pps : p.rate_pps;
+  return raised * p.rate_pps + (static_cast<double>(p.flows) - raised) * unraised;
+}
+
+// Raises `p`'s flows in `set` (FlowBit ids; kAllFlows every flow) to `rate`: a raise of some flows
+// keeps the others at the entry's rate before (unraised_rate_pps). A set naming a flow the entry
+// does not have raises every flow: the overlay's flows were another entry's. A raise of every flow
+// on an entry that lists raised flows (a qualification mesh over an escalated pair, in whichever
+// order they were set) brings the others up to `rate` and leaves the listed ones at theirs if
+// higher, so that the result does not depend on the overlays' order.
+void RaiseFlows(PlannedPeer& p, uint64_t set, double rate) {
+  const uint64_t mine = p.flows >= 64 ? kAllFlows : (uint64_t{1} << p.flows) - 1;
+  if (set == kAllFlows || (set & ~mine) != 0 || (set & mine) == mine) {
+    if (!p.raised_flows.empty() && p.unraised_rate_pps > 0 && rate < p.rate_pps) {
+      p.unraised_rate_pps = std::max(p.unraised_rate_pps, rate);
+      return;
+    }
+    p.raised_flows.clear();
+    p.unraised_rate_pps = 0;
+    p.rate_pps = std::max(p.rate_pps, rate);
+    return;
+  }
+  if (p.raised_flows.empty()) {
+    if (rate <= p.rate_pps) return;  // every flow is at that rate already
+    p.unraised_rate_pps = p.rate_pps;
+  } else {
+    for (uint32_t id : p.raised_flows) set |= FlowBit(id);
+  }
+  p.rate_pps = std::max(p.rate_pps, rate);
+  p.raised_flows.clear();
+  if (set == mine) {
+    p.unraised_rate_pps = 0;
+    return;
+  }
+  for (uint32_t id = 0; id < p.flows; ++id) {
+    if (set & FlowBit(id)) p.raised_flows.push_back(id);
+  }
+}
+
 // `agent`'s endpoint on `nic`; null for an empty name or when none is on it.
 const ProbeEndpoint* EndpointOn(const AgentInfo& agent, std::string_view nic) {
   if (nic.empty()) return nullptr;
@@ -74,6 +120,11 @@ const ProbeEndpoint* EndpointOn(const AgentInfo& agent, std::string_view nic) {
 }
 
 }  // namespace
+
+uint32_t RaisedFlowCount(uint64_t set, uint32_t flows) {
+  return set == kAllFlows ? std::max<uint32_t>(1, flows)
+                          : static_cast<uint32_t>(std::popcount(set));
+}
 
 void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
                   const std::function<const AgentInfo*(std::string_view)>& agent_of,
@@ -97,24 +148,35 @@ void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
     return overlay.nics.size() == overlay.nodes.size() ? std::string_view(overlay.nics[member])
                                                        : std::string_view();
   };
-  const std::string_view self_nic =
-      nic_of(static_cast<size_t>(self_at - overlay.nodes.begin()));
+  const size_t self_member = static_cast<size_t>(self_at - overlay.nodes.begin());
+  const std::string_view self_nic = nic_of(self_member);
+  // The flows of this member's entries the overlay raises (PlanOverlay::flow_sets).
+  const uint64_t self_flows =
+      overlay.flow_sets.size() == overlay.nodes.size() ? overlay.flow_sets[self_member] : kAllFlows;
   double added_pps = 0;
   auto raise = [&](PlannedPeer& p) {
-    const double before = static_cast<double>(p.flows) * p.rate_pps;
+    const double before = EntryPps(p);
     p.flows = std::max(p.flows, overlay.flows);
-    p.rate_pps = std::max(p.rate_pps, overlay.rate_pps);
+    RaiseFlows(p, self_flows, overlay.rate_pps);
     if (overlay.probe_timeout_ms != 0) {
       p.timeout_ms = p.timeout_ms == 0 ? overlay.probe_timeout_ms
                                        : std::min(p.timeout_ms, overlay.probe_timeout_ms);
     }
-    added_pps += static_cast<double>(p.flows) * p.rate_pps - before;
+    added_pps += EntryPps(p) - before;
   };
   for (size_t m = 0; m < overlay.nodes.size(); ++m) {
     const std::string& peer = overlay.nodes[m];
     if (peer == node) continue;
     const AgentInfo* a = agent_of(peer);
     if (!a || a->endpoints.empty()) continue;
+    // None of this member's flows crossed what the overlay escalates: its traces may still tell.
+    if (self_flows == 0) {
+      if (overlay.trace_id != 0) {
+        plan.trace_requests.push_back(
+            TraceRequest{.peer = peer, .src_port = 0, .id = overlay.trace_id});
+      }
+      continue;
+    }
     // Between the two members' NICs: every such UDP entry (one per NIC pair in a per-NIC plan).
     const std::string_view peer_nic = nic_of(m);
     bool raised = false;

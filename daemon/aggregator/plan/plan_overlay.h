@@ -11,6 +11,16 @@
 
 namespace fw::aggregator {
 
+// Flow ids as a set (which of an entry's UDP flows an overlay raises): bit i is flow id i, as
+// results report it. kAllFlows is every flow: a flow id of 64 or more is not expressible, so a set
+// that would hold one holds every flow instead.
+inline constexpr uint64_t kAllFlows = ~uint64_t{0};
+constexpr uint64_t FlowBit(uint32_t flow_id) {
+  return flow_id < 64 ? uint64_t{1} << flow_id : kAllFlows;
+}
+// How many of `flows` flows the set raises.
+uint32_t RaisedFlowCount(uint64_t set, uint32_t flows);
+
 struct AgentInfo;  // planner.h
 struct Plan;       // planner.h
 
@@ -23,6 +33,8 @@ struct OverlayBurst {
   // An RDMA RC write burst on the first rail both nodes have (RcPeers; the agent's
   // rdma_rc_bytes), instead of a TCP burst to the peer's responder.
   bool rdma_rc = false;
+
+  bool operator==(const OverlayBurst&) const = default;
 };
 
 struct PlanOverlay {
@@ -47,6 +59,14 @@ struct PlanOverlay {
   // endpoint on theirs. An empty name, or a NIC without an endpoint, raises the first UDP entry
   // toward that member.
   std::vector<std::string> nics{};
+  // Empty, or one flow set per member of `nodes` (same order): the ids of the member's UDP flows
+  // toward the other members that the overlay raises (PlannedPeer::raised_flows); the entry's
+  // other flows keep their rate. kAllFlows: every flow; 0: the member's entries are not raised.
+  // Empty: every flow of every member. An escalation raises the flows that crossed its element.
+  std::vector<uint64_t> flow_sets{};
+
+  // Equal overlays make equal plans (EscalationStage sets an overlay again only when it changed).
+  bool operator==(const PlanOverlay&) const = default;
 };
 
 // Adds to `node`'s plan an entry for every other overlay member that `agent_of` knows (between

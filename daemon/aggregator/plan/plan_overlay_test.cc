@@ -147,6 +147,118 @@ TEST(PlanOverlayTest, AnOverlaysProbeTimeoutShortensOnlyTheEntriesItRaises) {
   EXPECT_DOUBLE_EQ(Find(plan, "n2")->rate_pps, 10);
 }
 
+// An escalation raises the flows that crossed its element (PlanOverlay::flow_sets): the listed
+// flows at the overlay's rate, the entry's others at their own, and the budget grows by the raised
+// flows' extra probes only. A member none of whose flows crossed keeps its entry as planned (its
+// traces are still asked for); every flow, or a flow the entry does not have, raises every flow.
+TEST(PlanOverlayTest, RaisesOnlyTheFlowsInTheMembersSet) {
+  const std::vector<AgentInfo> agents = Agents(3);
+  const auto agent_of = Lookup(agents);
+  Plan base;
+  for (const char* peer : {"n1", "n2", "n3"}) {
+    PlannedPeer p;
+    p.node = peer;
+    p.address = agent_of(peer)->endpoints.front().address;
+    p.port = 9753;
+    p.flows = 8;
+    p.rate_pps = 1;
+    base.peers.push_back(p);
+  }
+  PlanOverlay o{"escalation:n1~n2", {"n1", "n2"}, 10, 1};
+  o.trace_id = 7;
+  o.flow_sets = {FlowBit(1) | FlowBit(5), 0};
+  Plan plan = base;
+  ApplyOverlay(o, "n1", agent_of, 64, plan);
+  const PlannedPeer* raised = Find(plan, "n2");
+  ASSERT_NE(raised, nullptr);
+  EXPECT_EQ(raised->flows, 8u);
+  EXPECT_EQ(raised->raised_flows, (std::vector<uint32_t>{1, 5}));
+  EXPECT_DOUBLE_EQ(raised->rate_pps, 10);
+  EXPECT_DOUBLE_EQ(raised->unraised_rate_pps, 1);
+  EXPECT_TRUE(Find(plan, "n3")->raised_flows.empty());
+  EXPECT_DOUBLE_EQ(Find(plan, "n3")->rate_pps, 1);
+  EXPECT_DOUBLE_EQ(plan.budget.pps, 2 * 9.0);  // two flows from 1 to 10 probes/s
+  ASSERT_EQ(plan.trace_requests.size(), 1u);
+  // n2's flows toward n1 did not cross: its entry stays, its traces are asked for.
+  plan = base;
+  ApplyOverlay(o, "n2", agent_of, 64, plan);
+  EXPECT_TRUE(Find(plan, "n1")->raised_flows.empty());
+  EXPECT_DOUBLE_EQ(Find(plan, "n1")->rate_pps, 1);
+  EXPECT_DOUBLE_EQ(plan.budget.pps, 0);
+  ASSERT_EQ(plan.trace_requests.size(), 1u);
+  EXPECT_EQ(plan.trace_requests[0].peer, "n1");
+  EXPECT_EQ(plan.trace_requests[0].id, 7u);
+  // A second escalation of other flows of the pair: the union, at the higher rate.
+  plan = base;
+  ApplyOverlay(o, "n1", agent_of, 64, plan);
+  PlanOverlay other = o;
+  other.rate_pps = 20;
+  other.flow_sets = {FlowBit(2), 0};
+  ApplyOverlay(other, "n1", agent_of, 64, plan);
+  EXPECT_EQ(Find(plan, "n2")->raised_flows, (std::vector<uint32_t>{1, 2, 5}));
+  EXPECT_DOUBLE_EQ(Find(plan, "n2")->rate_pps, 20);
+  EXPECT_DOUBLE_EQ(Find(plan, "n2")->unraised_rate_pps, 1);
+  EXPECT_DOUBLE_EQ(plan.budget.pps, 18 + (3 * 20 + 5 - 8 * 1 - 18));
+  // Then every flow at 10 (no list): the others come up to 10, the raised ones stay at 20.
+  PlanOverlay all = o;
+  all.flow_sets.clear();
+  ApplyOverlay(all, "n1", agent_of, 64, plan);
+  EXPECT_EQ(Find(plan, "n2")->raised_flows, (std::vector<uint32_t>{1, 2, 5}));
+  EXPECT_DOUBLE_EQ(Find(plan, "n2")->rate_pps, 20);
+  EXPECT_DOUBLE_EQ(Find(plan, "n2")->unraised_rate_pps, 10);
+  // And every flow at 20 or more: one rate, no list.
+  all.rate_pps = 20;
+  ApplyOverlay(all, "n1", agent_of, 64, plan);
+  EXPECT_TRUE(Find(plan, "n2")->raised_flows.empty());
+  EXPECT_DOUBLE_EQ(Find(plan, "n2")->rate_pps, 20);
+  EXPECT_DOUBLE_EQ(Find(plan, "n2")->unraised_rate_pps, 0);
+  // A set naming flow 9 of an 8-flow entry (another entry's flow): every flow.
+  plan = base;
+  o.flow_sets = {FlowBit(9), 0};
+  ApplyOverlay(o, "n1", agent_of, 64, plan);
+  EXPECT_TRUE(Find(plan, "n2")->raised_flows.empty());
+  EXPECT_DOUBLE_EQ(Find(plan, "n2")->rate_pps, 10);
+  EXPECT_DOUBLE_EQ(plan.budget.pps, 8 * 9.0);
+  // A set of every flow of the entry is every flow too.
+  plan = base;
+  o.flow_sets = {0xff, 0};
+  ApplyOverlay(o, "n1", agent_of, 64, plan);
+  EXPECT_TRUE(Find(plan, "n2")->raised_flows.empty());
+  EXPECT_DOUBLE_EQ(Find(plan, "n2")->rate_pps, 10);
+}
+
+// An escalation of some flows and an overlay of every flow (a qualification mesh) on one entry:
+// the escalated flows at the escalation's rate, the others at the mesh's, whichever overlay the
+// planner applies first (it applies them in the order they were set). Raising every flow to the
+// escalation's rate instead would send probes neither overlay asked or paid for.
+TEST(PlanOverlayTest, AnEscalationAndAMeshOnOneEntryGiveTheSameRatesInEitherOrder) {
+  const std::vector<AgentInfo> agents = Agents(2);
+  const auto agent_of = Lookup(agents);
+  Plan base;
+  PlannedPeer p;
+  p.node = "n2";
+  p.address = agent_of("n2")->endpoints.front().address;
+  p.port = 9753;
+  p.flows = 8;
+  p.rate_pps = 1;
+  base.peers.push_back(p);
+  PlanOverlay escalation{"escalation:n1~n2", {"n1", "n2"}, 10, 1};
+  escalation.flow_sets = {FlowBit(1) | FlowBit(5), 0};
+  const PlanOverlay mesh{"q1", {"n1", "n2"}, 5, 8};
+  for (const bool escalation_first : {true, false}) {
+    SCOPED_TRACE(escalation_first ? "escalation first" : "mesh first");
+    Plan plan = base;
+    ApplyOverlay(escalation_first ? escalation : mesh, "n1", agent_of, 64, plan);
+    ApplyOverlay(escalation_first ? mesh : escalation, "n1", agent_of, 64, plan);
+    const PlannedPeer* raised = Find(plan, "n2");
+    ASSERT_NE(raised, nullptr);
+    EXPECT_EQ(raised->raised_flows, (std::vector<uint32_t>{1, 5}));
+    EXPECT_DOUBLE_EQ(raised->unraised_rate_pps, 5);
+    EXPECT_DOUBLE_EQ(raised->rate_pps, 10);
+    EXPECT_DOUBLE_EQ(plan.budget.pps, 2 * 9.0 + 6 * 4.0);
+  }
+}
+
 // An escalated pair need not be planned between the NICs it names (its flows were planned before
 // the plan changed, or its results came from another schedule): the entry is added between those
 // NICs, not raised on the first entry toward the peer, whose rail-0 flows would not cross a

@@ -118,6 +118,12 @@ struct PlannedPeer {
   // (PlannedPeer.timeout_ms; an escalation's short one, PlanOverlay::probe_timeout_ms); 0: the
   // agent's default.
   uint32_t timeout_ms = 0;
+  // Transport::kUdp, per-flow rates (PlannedPeer.raised_flows): non-empty, only these flow ids
+  // (sorted, each < flows) probe at rate_pps and the others at unraised_rate_pps (0: the agent's
+  // default). Empty: every flow at rate_pps. An escalation raises the flows that crossed its
+  // element.
+  std::vector<uint32_t> raised_flows;
+  double unraised_rate_pps = 0;
 };
 
 // A bandwidth burst the agent runs now (a qualification round; fabricwatch.v1.BurstRequest).
