@@ -75,11 +75,9 @@ OverlayChanges ChangedOverlays(const std::map<std::string, PlanOverlay>& set,
   std::set<std::string> ids;
   for (PlanOverlay& o : now) {
     ids.insert(o.id);
-    // Only new or changed overlays are set: setting one again would re-plan for nothing. A pair's
-    // overlay changes without a new trace id when a second element escalates other flows of it,
-    // or the one that did ends (EscalationBudget::Overlays: one overlay per pair).
+    // Only new overlays and those under another trace id are set (OverlayChanges).
     auto it = set.find(o.id);
-    if (it == set.end() || !(it->second == o)) out.set.push_back(std::move(o));
+    if (it == set.end() || it->second.trace_id != o.trace_id) out.set.push_back(std::move(o));
   }
   for (const auto& [id, o] : set) {
     if (!ids.contains(id)) out.clear.push_back(id);

@@ -44,22 +44,29 @@ TEST(EscalationStageTest, AnOverlayWhoseFlowsChangeIsSetAgain) {
   // Nothing changed: nothing to set.
   EXPECT_TRUE(ChangedOverlays(book, budget.Overlays()).set.empty());
 
-  // link:z escalates flow 3 of the same pair: same overlay id and trace id, flows 1 and 3.
+  // link:z escalates flow 3 of the same pair: same overlay id, flows 1 and 3, under z's (newer)
+  // trace id, which is what sets it again.
   ASSERT_TRUE(
       budget.Update(1, {Suspect("link:x", FlowBit(1)), Suspect("link:z", FlowBit(3))}, 1'000, 1.0));
   ASSERT_EQ(budget.Escalations().size(), 2u);
+  const uint64_t x_trace = book.at("escalation:a~b").trace_id;
   changes = ChangedOverlays(book, budget.Overlays());
   ASSERT_EQ(changes.set.size(), 1u);
   EXPECT_EQ(changes.set[0].id, "escalation:a~b");
-  EXPECT_EQ(changes.set[0].trace_id, book.at("escalation:a~b").trace_id);
+  EXPECT_GT(changes.set[0].trace_id, x_trace);
   EXPECT_EQ(changes.set[0].flow_sets, (std::vector<uint64_t>{FlowBit(1) | FlowBit(3), 0}));
   Follow(book, changes);
+  // A change under the same trace id (a rate) is not set again: each set re-plans both agents.
+  std::vector<PlanOverlay> same = budget.Overlays();
+  same[0].rate_pps *= 2;
+  EXPECT_TRUE(ChangedOverlays(book, same).set.empty());
 
-  // link:z ends (no longer asked for): flow 3 goes back to its planned rate.
+  // link:z ends (no longer asked for): flow 3 goes back to its planned rate, under x's id again.
   ASSERT_TRUE(budget.Update(2, {Suspect("link:x", FlowBit(1))}, 1'000, 1.0));
   changes = ChangedOverlays(book, budget.Overlays());
   ASSERT_EQ(changes.set.size(), 1u);
   EXPECT_EQ(changes.set[0].flow_sets, (std::vector<uint64_t>{FlowBit(1), 0}));
+  EXPECT_EQ(changes.set[0].trace_id, x_trace);
   Follow(book, changes);
 
   // Then link:x ends too: the overlay is cleared.

@@ -242,7 +242,7 @@ void EscalationBudget::Recount() {
 
 std::vector<PlanOverlay> EscalationBudget::Overlays() const {
   // One overlay per pair: a pair two elements escalate (different flows of it) raises the flows of
-  // both at the higher rate, and traces under the first one's id.
+  // both at the higher rate, and traces under the newer one's id.
   std::map<std::pair<std::string, std::string>, PlanOverlay> by_pair;
   for (const auto& [element, a] : active_) {
     for (const EscalationPair& p : a.pairs) {
@@ -262,6 +262,9 @@ std::vector<PlanOverlay> EscalationBudget::Overlays() const {
         o.trace_id = a.trace_id;
         o.flow_sets = {0, 0};
       }
+      // The newest escalation's trace id: a second element's flows on an escalated pair change
+      // the id, which is what makes the stage set the overlay again (EscalationStage::Apply).
+      o.trace_id = std::max(o.trace_id, a.trace_id);
       o.rate_pps = std::max(o.rate_pps, p.rate_factor * base_rate_pps_);
       o.flow_sets[0] |= lo_flows;
       o.flow_sets[1] |= hi_flows;
