@@ -69,7 +69,7 @@ EscalationStage::EscalationStage(EscalationConfig config, analysis::Analyzer& an
                                      "fabricwatch_escalation_started_total).")
                          .WithLabels({})) {}
 
-OverlayChanges ChangedOverlays(const std::map<std::string, PlanOverlay>& set,
+OverlayChanges ChangedOverlays(const std::map<std::string, uint64_t>& set,
                                std::vector<PlanOverlay> now) {
   OverlayChanges out;
   std::set<std::string> ids;
@@ -77,9 +77,9 @@ OverlayChanges ChangedOverlays(const std::map<std::string, PlanOverlay>& set,
     ids.insert(o.id);
     // Only new overlays and those under another trace id are set (OverlayChanges).
     auto it = set.find(o.id);
-    if (it == set.end() || it->second.trace_id != o.trace_id) out.set.push_back(std::move(o));
+    if (it == set.end() || it->second != o.trace_id) out.set.push_back(std::move(o));
   }
-  for (const auto& [id, o] : set) {
+  for (const auto& [id, trace_id] : set) {
     if (!ids.contains(id)) out.clear.push_back(id);
   }
   return out;
@@ -110,7 +110,7 @@ bool EscalationStage::Apply(const std::vector<aggregator::EscalationRequest>& re
       overlays_.erase(id);
     }
     for (PlanOverlay& o : c.set) {
-      overlays_[o.id] = o;
+      overlays_[o.id] = o.trace_id;
       plans_.SetOverlay(std::move(o));
     }
   }

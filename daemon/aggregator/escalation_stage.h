@@ -15,7 +15,8 @@
 
 namespace fw::aggregator {
 
-// What the PlanBook must be told to go from the escalation overlays set on it (`set`, by id) to
+// What the PlanBook must be told to go from the escalation overlays set on it (`set`: id -> trace
+// id) to
 // EscalationBudget::Overlays() (`now`): the overlays new or under another trace id, to set, and
 // the ids no longer there, to clear. A pair's overlay takes the newest trace id of the escalations
 // that raise it, so a second element's flows on it, or the end of the newer of two, sets it again.
@@ -25,7 +26,7 @@ struct OverlayChanges {
   std::vector<PlanOverlay> set;
   std::vector<std::string> clear;
 };
-OverlayChanges ChangedOverlays(const std::map<std::string, PlanOverlay>& set,
+OverlayChanges ChangedOverlays(const std::map<std::string, uint64_t>& set,
                                std::vector<PlanOverlay> now);
 
 // Not thread-safe: the aggregator's tick thread owns it.
@@ -56,8 +57,8 @@ class EscalationStage {
   // Budget update with `requests`, overlays, the analyzer's escalations and the metrics; true when
   // the escalated pairs changed.
   bool Apply(const std::vector<aggregator::EscalationRequest>& requests);
-  std::map<std::string, PlanOverlay> overlays_;  // set on the PlanBook now, by id
-  EscalationStats last_;                         // counters are fed by the difference
+  std::map<std::string, uint64_t> overlays_;  // set on the PlanBook now: id -> trace id
+  EscalationStats last_;                      // counters are fed by the difference
   metrics::Gauge& active_elements_;
   metrics::Gauge& active_pairs_;
   metrics::Gauge& active_flows_;

@@ -19,22 +19,22 @@ EscalationRequest Suspect(const std::string& element, uint64_t a_flows) {
   return EscalationRequest{.element = element, .pairs = {pair}};
 }
 
-// What the stage does with the changes: the overlays set on the book afterwards, by id.
-void Follow(std::map<std::string, PlanOverlay>& book, const OverlayChanges& c) {
+// What the stage does with the changes: the overlays set on the book afterwards, id -> trace id.
+void Follow(std::map<std::string, uint64_t>& book, const OverlayChanges& c) {
   for (const std::string& id : c.clear) book.erase(id);
-  for (const PlanOverlay& o : c.set) book[o.id] = o;
+  for (const PlanOverlay& o : c.set) book[o.id] = o.trace_id;
 }
 
 // Two elements escalating other flows of one pair share its overlay (one per pair), under the
-// first element's trace id: a second element's flows change the overlay's flow sets, not its id
-// or trace id, and the plans must carry them (the budget pays for them), as they must drop them
-// when that element ends.
+// newer element's trace id: a second element's flows change the overlay's flow sets and its
+// trace id, and the plans must carry them (the budget pays for them), as they must drop them when
+// that element ends.
 TEST(EscalationStageTest, AnOverlayWhoseFlowsChangeIsSetAgain) {
   EscalationConfig c;
   c.min_budget_pps = 100;
   c.budget_fraction = 0;
   EscalationBudget budget(c);
-  std::map<std::string, PlanOverlay> book;
+  std::map<std::string, uint64_t> book;
 
   ASSERT_TRUE(budget.Update(0, {Suspect("link:x", FlowBit(1))}, 1'000, 1.0));
   OverlayChanges changes = ChangedOverlays(book, budget.Overlays());
@@ -49,7 +49,7 @@ TEST(EscalationStageTest, AnOverlayWhoseFlowsChangeIsSetAgain) {
   ASSERT_TRUE(
       budget.Update(1, {Suspect("link:x", FlowBit(1)), Suspect("link:z", FlowBit(3))}, 1'000, 1.0));
   ASSERT_EQ(budget.Escalations().size(), 2u);
-  const uint64_t x_trace = book.at("escalation:a~b").trace_id;
+  const uint64_t x_trace = book.at("escalation:a~b");
   changes = ChangedOverlays(book, budget.Overlays());
   ASSERT_EQ(changes.set.size(), 1u);
   EXPECT_EQ(changes.set[0].id, "escalation:a~b");

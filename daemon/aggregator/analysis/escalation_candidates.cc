@@ -149,20 +149,6 @@ EscalationPair MakePair(const BlameContext& ctx, NodeId a, NodeId b, uint32_t fl
   return e;
 }
 
-// Whether `o` surely crossed `l` (its resolved path or echo path, its only path, or an access
-// link of its NICs).
-bool SurelyCrossed(const FlowObs& o, LinkIndex l) {
-  if (l == o.src_access || l == o.dst_access) return true;
-  if (!o.core || o.core->paths.empty()) return false;
-  const auto& paths = o.core->paths;
-  auto on = [&](int32_t i) {
-    return i >= 0 && static_cast<size_t>(i) < paths.size() &&
-           std::find(paths[i].begin(), paths[i].end(), l) != paths[i].end();
-  };
-  if (o.path >= 0) return on(o.path) || on(o.echo_path);
-  return paths.size() == 1 && on(0);
-}
-
 // The UDP flows that surely crossed a link at the last scan, by directed pair (FlowBit sets):
 // those of the pairs the link lists (Tomography::CrossingPairs, the first the scan met) and its
 // bad flows (lost or slow probes), so that a lossy pair is known whatever the list's room. These
@@ -175,7 +161,10 @@ class FlowsAcrossLink {
       sets_[{c.src, c.dst}] |= c.flow_ids == 0 ? kAllFlows : c.flow_ids;
     }
     for (const FlowObs& o : ctx.tomography.bad_flows()) {
-      if (o.flow_bit != 0 && SurelyCrossed(o, link)) sets_[{o.src, o.dst}] |= o.flow_bit;
+      if (o.flow_bit == 0) continue;
+      bool crossed = false;
+      Tomography::ForEachSureLink(o, [&](LinkIndex l) { crossed |= l == link; });
+      if (crossed) sets_[{o.src, o.dst}] |= o.flow_bit;
     }
   }
   // a's flows toward b and b's toward a that crossed. A pair with none known in either direction

@@ -182,6 +182,12 @@ class Tomography {
   // paths that cross the link.
   template <typename Fn>
   void ForEachCandidate(const FlowObs& obs, Fn&& fn);
+  // Calls fn(link) once per link `obs` surely crossed: its access links, and the links of its way
+  // when that is known (its resolved path and echo path, or its only path). True when that is all
+  // of its candidates (the way is known, or it has no core paths); false when several candidate
+  // paths remain, whose links ForEachCandidate weighs.
+  template <typename Fn>
+  static bool ForEachSureLink(const FlowObs& obs, Fn&& fn);
 
  private:
   static int Idx(Signal s) { return static_cast<int>(s); }
@@ -216,31 +222,38 @@ class Tomography {
 };
 
 template <typename Fn>
-void Tomography::ForEachCandidate(const FlowObs& obs, Fn&& fn) {
-  if (obs.src_access != aggregator::kNoIndex) fn(obs.src_access, 1.0);
+bool Tomography::ForEachSureLink(const FlowObs& obs, Fn&& fn) {
+  if (obs.src_access != aggregator::kNoIndex) fn(obs.src_access);
   if (obs.dst_access != aggregator::kNoIndex && obs.dst_access != obs.src_access) {
-    fn(obs.dst_access, 1.0);
+    fn(obs.dst_access);
   }
-  if (!obs.core || obs.core->paths.empty()) return;
+  if (!obs.core || obs.core->paths.empty()) return true;
   const auto& paths = obs.core->paths;
   if (obs.path >= 0 && static_cast<size_t>(obs.path) < paths.size()) {
-    for (LinkIndex l : paths[obs.path]) fn(l, 1.0);
+    for (LinkIndex l : paths[obs.path]) fn(l);
     if (obs.echo_path < 0 || obs.echo_path == obs.path ||
         static_cast<size_t>(obs.echo_path) >= paths.size()) {
-      return;
+      return true;
     }
     // The echo's own links, once each: links the two ways share were reported above.
     for (LinkIndex l : paths[obs.echo_path]) {
       if (std::find(paths[obs.path].begin(), paths[obs.path].end(), l) == paths[obs.path].end()) {
-        fn(l, 1.0);
+        fn(l);
       }
     }
-    return;
+    return true;
   }
   if (paths.size() == 1) {
-    for (LinkIndex l : paths[0]) fn(l, 1.0);
-    return;
+    for (LinkIndex l : paths[0]) fn(l);
+    return true;
   }
+  return false;
+}
+
+template <typename Fn>
+void Tomography::ForEachCandidate(const FlowObs& obs, Fn&& fn) {
+  if (ForEachSureLink(obs, [&](LinkIndex l) { fn(l, 1.0); })) return;
+  const auto& paths = obs.core->paths;
   // Links shared by several candidate paths are reported once, with their summed share.
   if (++seq_ == 0) {
     std::fill(stamp_.begin(), stamp_.end(), 0);

@@ -169,14 +169,12 @@ void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
     if (peer == node) continue;
     const AgentInfo* a = agent_of(peer);
     if (!a || a->endpoints.empty()) continue;
-    // None of this member's flows crossed what the overlay escalates: its traces may still tell.
-    if (self_flows == 0) {
-      if (overlay.trace_id != 0) {
-        plan.trace_requests.push_back(
-            TraceRequest{.peer = peer, .src_port = 0, .id = overlay.trace_id});
-      }
-      continue;
+    if (overlay.trace_id != 0) {
+      plan.trace_requests.push_back(
+          TraceRequest{.peer = peer, .src_port = 0, .id = overlay.trace_id});
     }
+    // None of this member's flows crossed what the overlay escalates: its traces may still tell.
+    if (self_flows == 0) continue;
     // Between the two members' NICs: every such UDP entry (one per NIC pair in a per-NIC plan).
     const std::string_view peer_nic = nic_of(m);
     bool raised = false;
@@ -228,10 +226,6 @@ void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
     }
     if (overlay.rdma_rate_pps > 0 && self) {
       added_pps += RaiseRdmaUd(*self, *a, overlay, plan);
-    }
-    if (overlay.trace_id != 0) {
-      plan.trace_requests.push_back(
-          TraceRequest{.peer = peer, .src_port = 0, .id = overlay.trace_id});
     }
   }
   std::sort(plan.peers.begin(), plan.peers.end(), [](const PlannedPeer& a, const PlannedPeer& b) {

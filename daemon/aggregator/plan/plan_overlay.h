@@ -33,8 +33,6 @@ struct OverlayBurst {
   // An RDMA RC write burst on the first rail both nodes have (RcPeers; the agent's
   // rdma_rc_bytes), instead of a TCP burst to the peer's responder.
   bool rdma_rc = false;
-
-  bool operator==(const OverlayBurst&) const = default;
 };
 
 struct PlanOverlay {
@@ -66,7 +64,6 @@ struct PlanOverlay {
   std::vector<uint64_t> flow_sets{};
 
   // Equal overlays make equal plans (EscalationStage sets an overlay again only when it changed).
-  bool operator==(const PlanOverlay&) const = default;
 };
 
 // Adds to `node`'s plan an entry for every other overlay member that `agent_of` knows (between
