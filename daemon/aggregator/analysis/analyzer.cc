@@ -74,6 +74,8 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     o.recent_probes = w.recent_probes;
     o.recent_lost = w.recent_lost;
     o.recent_rtt = w.recent_rtt;
+    o.fresh_rtt = w.fresh_rtt;
+    o.fresh_slow = w.fresh_slow;
     o.recent_slow = w.recent_slow;
     o.last_probes = w.last_probes;
     o.last_lost = w.last_lost;
@@ -462,6 +464,9 @@ void Analyzer::Tick() {
         tracker_.Weak("link:" + map_->links()[b.link].id);
       }
     }
+    // A switch whose links queue on the freshest seconds may fire at the next evaluation, once
+    // its windows show it too, on the dense test alone.
+    for (const std::string& key : ev.fresh_latency_leads) tracker_.Weak(key);
     // Each link a lead speaks for may fire at the next evaluation on the dense data alone.
     for (const LinkBlame& b : ev.lead_loss) {
       for (LinkIndex l : LeadLinks(*map_, tomography_, b)) {
@@ -748,6 +753,17 @@ void Analyzer::LogTimeline(const Evaluation& ev) const {
           map_->links()[b.link].id, b.significance, b.bad, b.expected);
     }
   }
+  if (map_) {
+    for (const LinkBlame& b : ev.fresh_latency) {
+      spdlog::debug(
+          "component=analysis msg=\"link slow on the freshest seconds\" link={} estimate={:.4f} "
+          "significance={:.1f} bad={} expected={:.0f} flows={}",
+          map_->links()[b.link].id, b.estimate, b.significance, b.bad, b.expected, b.bad_flows);
+    }
+  }
+  for (const std::string& element : ev.fresh_latency_leads) {
+    spdlog::debug("component=analysis msg=\"fresh latency lead\" element={}", element);
+  }
   for (const auto& [element, obs] : ev.observations) {
     spdlog::debug(
         "component=analysis msg=\"element bad\" element={} kind={} health={} escalated={}", element,
@@ -869,7 +885,7 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
       o.fresh_probes = o.fresh_lost = o.lost_run = 0;
     }
     if (noisy(Signal::kLatency)) {
-      o.rtt = o.slow = o.recent_rtt = o.recent_slow = 0;
+      o.rtt = o.slow = o.recent_rtt = o.recent_slow = o.fresh_rtt = o.fresh_slow = 0;
       o.ratio_sum = 0;
     }
     if (noisy(Signal::kBandwidth)) {
@@ -917,6 +933,10 @@ void Analyzer::Evaluate(Evaluation& ev, double now_s) {
     SignalSpec lead = ev.specs[static_cast<int>(Signal::kLoss)];
     lead.significance = c.escalate_lead_significance;
     ev.lead_loss = tomography_.Leads(lead);
+  }
+  if (c.correlated_fresh_latency_lead && map_) {
+    ev.fresh_latency =
+        tomography_.LocalizeFreshLatency(ev.specs[static_cast<int>(Signal::kLatency)]);
   }
   BuildObservations(BlameContext{map_.get(), flows_, tomography_, config_, &tracker_, rails_.get()},
                     ev);

@@ -142,6 +142,53 @@ void Blamer::LinkLevel() {
   }
   for (const auto& [node, list] : by_node) NodeNics(node, list);
   AmbiguousGroups(ambiguous);
+  std::set<aggregator::SwitchIndex> rolled_up;
+  for (const auto& [sw, list] : rolled) {
+    if (!list.empty()) rolled_up.insert(sw);
+  }
+  FreshLatencyLeads(with_data, rolled_up);
+}
+
+void Blamer::FreshLatencyLeads(const std::vector<uint32_t>& with_data,
+                               const std::set<aggregator::SwitchIndex>& rolled) {
+  if (!c_.correlated_fresh_latency_lead || ev_.fresh_latency.empty()) return;
+  const FabricMap& map = *ctx_.map;
+  // Fabric links blamed on the freshest seconds, by the switch all of a blame's links touch (a
+  // tied group counts once), and their fresh slow shares.
+  std::map<aggregator::SwitchIndex, std::set<LinkIndex>> fresh;
+  std::map<aggregator::SwitchIndex, std::vector<double>> shares;
+  for (const LinkBlame& b : ev_.fresh_latency) {
+    std::vector<LinkIndex> group{b.link};
+    group.insert(group.end(), b.tied.begin(), b.tied.end());
+    if (map.links()[b.link].IsAccess()) continue;
+    for (aggregator::SwitchIndex sw : CommonSwitches(group)) {
+      fresh[sw].insert(b.link);
+      for (LinkIndex l : group) fresh[sw].insert(l);
+      shares[sw].push_back(ctx_.tomography.FreshSlowShare(b.link));
+    }
+  }
+  for (auto& [sw, links] : fresh) {
+    if (rolled.contains(sw)) continue;
+    // As for the window's roll-up (LinkLevel): explain-away credits a flow over two of the
+    // switch's links to the first blamed, so with two blamed a link of the switch whose own
+    // fresh share over all its flows is at least half theirs counts too.
+    if (links.size() >= 2) {
+      const double floor = 0.5 * Median(shares[sw]);
+      for (LinkIndex l = 0; l < map.links().size(); ++l) {
+        const Link& link = map.links()[l];
+        if (link.IsAccess() || (link.a != sw && link.b != sw) || links.contains(l) ||
+            ctx_.tomography.FreshRtt(l) < c_.min_rtt_samples) {
+          continue;
+        }
+        if (ctx_.tomography.FreshSlowShare(l) >= floor) links.insert(l);
+      }
+    }
+    if (links.size() < CorrelatedLinksNeeded() ||
+        links.size() < c_.switch_fraction * with_data[sw]) {
+      continue;
+    }
+    ev_.fresh_latency_leads.push_back("switch:" + map.switches()[sw].name);
+  }
 }
 
 // Unresolved ECMP groups. One group is "one of these links" (Ambiguous). When most of the

@@ -397,6 +397,19 @@ TEST(BlameLinkLevel, CorrelatedQueueingOnTheFreshestSecondsConfirmsInTheUsualEva
   EXPECT_GE(c.correlated_fresh_latency_confirm_ticks, c.confirm_ticks);
 }
 
+// Adds a traced flow from `src` to `dst` with 20 RTT samples in the window, `slow` of them slow,
+// 4 in the freshest seconds (complete and the tick's own alike), `fresh_slow` of those slow.
+void AddLatencyFlow(testing::BlameFixture& t, const FabricMap& map, const char* src,
+                    const char* dst, uint32_t slow, uint32_t fresh_slow) {
+  FlowObs o = TracedFlow(t, map, src, dst);
+  o.probes = o.rtt = 20;
+  o.slow = slow;
+  o.recent_probes = o.recent_rtt = o.fresh_probes = o.fresh_rtt = 4;
+  o.recent_slow = o.fresh_slow = fresh_slow;
+  o.ratio_sum = 20 + 3.0f * slow;
+  t.tomography().Add(o);
+}
+
 // The fresh figures of a latency blame are its explained flows' slow samples of the last two
 // complete seconds over every RTT sample of those seconds that crossed the link.
 TEST(TomographyLatency, RecentSlowFractionIsTheFreshSecondsOfTheExplainedFlows) {
@@ -404,13 +417,7 @@ TEST(TomographyLatency, RecentSlowFractionIsTheFreshSecondsOfTheExplainedFlows) 
   testing::BlameFixture t(map);
   Tomography& tomo = t.tomography();
   auto flow = [&](const char* src, const char* dst, uint32_t slow, uint32_t recent_slow) {
-    FlowObs o = TracedFlow(t, *map, src, dst);
-    o.probes = o.rtt = 20;
-    o.slow = slow;
-    o.recent_probes = o.recent_rtt = 4;
-    o.recent_slow = recent_slow;
-    o.ratio_sum = 20 + 3.0f * slow;
-    tomo.Add(o);
+    AddLatencyFlow(t, *map, src, dst, slow, recent_slow);
   };
   // l1~s1 carries a->b, a->c, b->a, c->a; the first three queue, the last does not.
   flow("a", "b", 10, 4);
@@ -426,6 +433,56 @@ TEST(TomographyLatency, RecentSlowFractionIsTheFreshSecondsOfTheExplainedFlows) 
   EXPECT_EQ(b.link, t.LinkOf("l1", "s1")) << map->links()[b.link].id;
   EXPECT_DOUBLE_EQ(b.recent_rtt, 16);          // four flows' 4 fresh samples cross l1~s1
   EXPECT_DOUBLE_EQ(b.recent_slow, 11.0 / 16);  // 4 + 3 + 4 of them slow
+}
+
+// The fresh pass judges the freshest seconds alone: a link whose flows began to queue
+// in them is blamed there while its window is still under slow_fraction, and the window's own
+// latency pass (and what it explained) is untouched.
+TEST(TomographyLatency, TheFreshPassBlamesQueueingTheWindowDoesNotShowYet) {
+  const std::shared_ptr<const FabricMap> map = testing::ThreeLeafMap();
+  testing::BlameFixture t(map);
+  Tomography& tomo = t.tomography();
+  // Slow only in the freshest seconds: 4 of 20 in the window.
+  auto flow = [&](const char* src, const char* dst, uint32_t recent_slow) {
+    AddLatencyFlow(t, *map, src, dst, recent_slow, recent_slow);
+  };
+  flow("a", "b", 4);
+  flow("a", "c", 4);
+  flow("b", "a", 4);
+  flow("c", "a", 0);
+  flow("b", "c", 0);
+  flow("c", "b", 0);
+  SignalSpec spec{10, 3, 0.3, 9, 0.01};
+  EXPECT_TRUE(tomo.Localize(Signal::kLatency, spec).empty());  // the window: 12 of 80 slow
+  const std::vector<LinkBlame> fresh = tomo.LocalizeFreshLatency(spec);
+  ASSERT_EQ(fresh.size(), 1u);
+  EXPECT_EQ(fresh.front().link, t.LinkOf("l1", "s1")) << map->links()[fresh.front().link].id;
+  EXPECT_DOUBLE_EQ(fresh.front().estimate, 12.0 / 16);
+  for (uint32_t i = 0; i < tomo.bad_flows().size(); ++i) {
+    EXPECT_FALSE(tomo.Explained(Signal::kLatency, i)) << i;  // the window's pass explained none
+  }
+}
+
+// A switch most of whose links queue on the freshest seconds, correlated, is a fresh latency lead
+// while its windows do not show it yet; a leaf with one such uplink is not.
+TEST(BlameLinkLevel, ASwitchWhoseLinksQueueOnTheFreshestSecondsIsALead) {
+  testing::BlameFixture t(testing::ThreeLeafMap());
+  for (const char* leaf : {"l1", "l2", "l3"}) {
+    t.ev.fresh_latency.push_back(
+        LatencyBlame(t.LinkOf(leaf, "s1"), AddBadFlow(t, PathSource::kTraced, true), 4));
+  }
+  t.MakeBlamer().LinkLevel();
+  EXPECT_EQ(t.ev.fresh_latency_leads, std::vector<std::string>{"switch:s1"});
+  EXPECT_EQ(t.Find("switch:s1"), nullptr);  // a lead, not an observation
+
+  testing::BlameFixture off(testing::ThreeLeafMap());
+  off.config.correlated_fresh_latency_lead = false;
+  for (const char* leaf : {"l1", "l2", "l3"}) {
+    off.ev.fresh_latency.push_back(
+        LatencyBlame(off.LinkOf(leaf, "s1"), AddBadFlow(off, PathSource::kTraced, true), 4));
+  }
+  off.MakeBlamer().LinkLevel();
+  EXPECT_TRUE(off.ev.fresh_latency_leads.empty());
 }
 
 // Two links of a two-link switch are not enough correlation: the usual latency wait.

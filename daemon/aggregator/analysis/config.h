@@ -251,6 +251,16 @@ struct AnalysisConfig {
   // two) neither lifts the 10 s window over `slow_fraction` nor keeps two overlapping fresh pairs
   // of seconds slow. Off: `correlated_fresh_latency_confirm_ticks` evaluations.
   bool correlated_fresh_latency_dense = true;
+  // ...and a switch at least `correlated_latency_links` (and `switch_fraction`) of whose links
+  // with data queue on the freshest data alone (latency localized on the last two complete
+  // seconds and the tick's own so far, Tomography::LocalizeFreshLatency, at `slow_fraction` and
+  // `slow_significance`, at least `min_rtt_samples` samples a link), is a weak lead
+  // (ElementTracker::Weak) even while its links' 10 s windows are still under `slow_fraction`: when
+  // those windows reach it at the next evaluation and that evaluation passes the dense test, the
+  // switch fires then instead of one evaluation later. A queue under ~3 s still never fires: the
+  // firing evaluation needs the 10 s windows at `slow_fraction`. Off: the suspicion is the windows'
+  // first evaluation.
+  bool correlated_fresh_latency_lead = true;
   // Seconds an element must stay good before its finding resolves.
   double recovery_s = 30.0;
   // Flapping: at least `flap_toggles` up/down changes within `flap_window_s`. Three is down, up

@@ -108,6 +108,9 @@ struct Analyzer::Evaluation {
   // one lost flow that no loss blame explains. Only escalation and the tracker's weak lead act on
   // them (never the sibling rule).
   std::vector<LinkBlame> lead_loss;
+  // Latency blames on the last two complete seconds alone (Tomography::LocalizeFreshLatency),
+  // for the switches' fresh latency leads only (AnalysisConfig::correlated_fresh_latency_lead).
+  std::vector<LinkBlame> fresh_latency;
 
   // Outputs.
   std::vector<std::pair<std::string, Observation>> observations;
@@ -122,6 +125,9 @@ struct Analyzer::Evaluation {
   };
   std::vector<LinkInstant> instants;
   std::vector<std::string> superseded;  // elements explained by a larger one in this tick
+  // Switches whose links queue on the freshest seconds alone, correlated, before their 10 s
+  // windows show it (AnalysisConfig::correlated_fresh_latency_lead): the tracker's weak lead.
+  std::vector<std::string> fresh_latency_leads;
   // Per link: the element whose finding speaks for it and the confidence of this tick's verdict.
   std::unordered_map<aggregator::LinkIndex, std::pair<std::string, double>> link_elements;
 };

@@ -58,6 +58,8 @@ FlowWindow FlowTable::WindowOf(const FlowSeen& f, uint32_t now_s) const {
     if (sec + 2 >= now_s) {
       w.fresh_probes += slot.probes;
       w.fresh_lost += slot.lost;
+      w.fresh_rtt += slot.judged;
+      w.fresh_slow += slot.slow;
     }
     if (sec + 2 >= now_s && sec < now_s) {
       w.recent_probes += slot.probes;

@@ -52,6 +52,8 @@ struct FlowWindow {
   // knows of it is the freshest data there is (the dense loss test, Blamer::FreshLoss).
   uint32_t fresh_probes = 0;
   uint32_t fresh_lost = 0;
+  uint32_t fresh_rtt = 0;  // ...and their RTT samples, and of those the slow ones
+  uint32_t fresh_slow = 0;
   // Lost probes since the flow's last answered one, in arrival order (FlowSeen::lost_run): with
   // fresh probes, the flow loses every probe now.
   uint32_t lost_run = 0;

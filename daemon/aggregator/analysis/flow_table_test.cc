@@ -127,6 +127,9 @@ TEST(FlowTableTest, FreshCountsHoldTheTicksOwnSecondSoFar) {
   EXPECT_EQ(v.last.last_lost, 0u);
   EXPECT_EQ(v.last.fresh_probes, 4u);
   EXPECT_EQ(v.last.fresh_lost, 3u);
+  // The tick's own second's probes were lost: no RTT sample beyond the complete seconds'.
+  EXPECT_EQ(v.last.fresh_rtt, v.last.recent_rtt);
+  EXPECT_EQ(v.last.fresh_slow, v.last.recent_slow);
 }
 
 }  // namespace

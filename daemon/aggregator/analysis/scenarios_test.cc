@@ -373,7 +373,9 @@ TEST(Scenarios, CongestedSpineSoonAfterTheStartIsFoundWithinFifteenSeconds) {
 
 // A congested spine whose links are slow on the last two complete seconds on their own confirms
 // in correlated_fresh_latency_confirm_ticks (3) from its suspicion, not
-// correlated_latency_confirm_ticks (5): two evaluations sooner, the same single finding.
+// correlated_latency_confirm_ticks (5): two evaluations sooner, the same single finding; densely
+// confirmed, one sooner again; and with the fresh lead (its links slow on the freshest seconds
+// before their windows show it), one sooner again.
 TEST(Scenarios, CongestedSpineSlowOnTheFreshestSecondsConfirmsTwoEvaluationsSooner) {
   auto detect = [](const AnalysisConfig& config) {
     SyntheticFleet fleet(Shape(), config);
@@ -387,20 +389,28 @@ TEST(Scenarios, CongestedSpineSlowOnTheFreshestSecondsConfirmsTwoEvaluationsSoon
     EXPECT_EQ(all.size(), 1u) << Describe(all);
     return ttd;
   };
-  AnalysisConfig fresh_config;  // the fresh rule's evaluations, without its dense confirmation
+  AnalysisConfig no_lead;  // dense confirmation from the windows' suspicion on
+  no_lead.correlated_fresh_latency_lead = false;
+  AnalysisConfig fresh_config = no_lead;  // the fresh rule's evaluations, not dense
   fresh_config.correlated_fresh_latency_dense = false;
   AnalysisConfig persistence = fresh_config;  // without the fresh rule
   persistence.correlated_fresh_latency_confirm_ticks = persistence.correlated_latency_confirm_ticks;
   const int fresh = detect(fresh_config);
   const int before = detect(persistence);
-  const int dense = detect(AnalysisConfig{});
-  std::printf("congested spine: %d s densely confirmed, %d s with the fresh rule, %d s without\n",
-              dense, fresh, before);
+  const int dense = detect(no_lead);
+  const int lead = detect(AnalysisConfig{});
+  std::printf(
+      "congested spine: %d s with the fresh lead, %d s densely confirmed, %d s with the fresh "
+      "rule, %d s without\n",
+      lead, dense, fresh, before);
   ASSERT_GT(fresh, 0);
   ASSERT_GT(before, 0);
   EXPECT_EQ(fresh, before - 2);
   // Every evaluation from the suspicion on passed the fresh test: dense_confirm_ticks (2).
   EXPECT_EQ(dense, fresh - 1);
+  // The freshest seconds showed the spine's links queueing one evaluation before their windows
+  // did: that evaluation is the weak lead, and the windows' first evaluation fires.
+  EXPECT_EQ(lead, dense - 1);
 }
 
 // Short correlated queueing on every link of a spine (our own bursts crossing it at once, a

@@ -61,6 +61,8 @@ Tomography::Tomography(std::shared_ptr<const FabricMap> map) : map_(std::move(ma
   dead_run_.resize(n);
   fresh_probes_.resize(n);
   recent_rtt_.resize(n);
+  fresh_rtt_.resize(n);
+  fresh_slow_.resize(n);
   crossing_.resize(n);
   crossing_n_.resize(n);
   stamp_.resize(n);
@@ -78,6 +80,8 @@ void Tomography::Reset() {
   std::fill(dead_run_.begin(), dead_run_.end(), 0u);
   std::fill(fresh_probes_.begin(), fresh_probes_.end(), 0.0);
   std::fill(recent_rtt_.begin(), recent_rtt_.end(), 0.0);
+  std::fill(fresh_rtt_.begin(), fresh_rtt_.end(), 0.0);
+  std::fill(fresh_slow_.begin(), fresh_slow_.end(), 0.0);
   std::fill(crossing_n_.begin(), crossing_n_.end(), uint8_t{0});
   std::fill(switch_sure_.begin(), switch_sure_.end(), Counts{});
   std::fill(link_sure_.begin(), link_sure_.end(), Counts{});
@@ -85,36 +89,38 @@ void Tomography::Reset() {
   for (auto& e : explained_) e.clear();
 }
 
-bool Tomography::IsBad(const FlowObs& o, Signal s) {
+bool Tomography::IsBad(const FlowObs& o, Signal s) { return IsBad(o, s, false); }
+
+bool Tomography::IsBad(const FlowObs& o, Signal s, bool fresh) {
   switch (s) {
     case Signal::kLoss:
       return o.lost > 0;
     case Signal::kLatency:
-      return o.slow > 0;
+      return fresh ? o.fresh_slow > 0 : o.slow > 0;
     case Signal::kBandwidth:
       return o.bw_bad;
   }
   return false;
 }
 
-double Tomography::Count(const FlowObs& o, Signal s) {
+double Tomography::Count(const FlowObs& o, Signal s, bool fresh) {
   switch (s) {
     case Signal::kLoss:
       return o.probes;
     case Signal::kLatency:
-      return o.rtt;
+      return fresh ? o.fresh_rtt : o.rtt;
     case Signal::kBandwidth:
       return o.bw_ratio >= 0 ? 1 : 0;
   }
   return 0;
 }
 
-uint32_t Tomography::BadCount(const FlowObs& o, Signal s) {
+uint32_t Tomography::BadCount(const FlowObs& o, Signal s, bool fresh) {
   switch (s) {
     case Signal::kLoss:
       return o.lost;
     case Signal::kLatency:
-      return o.slow;
+      return fresh ? o.fresh_slow : o.slow;
     case Signal::kBandwidth:
       return o.bw_bad ? 1 : 0;
   }
@@ -174,6 +180,8 @@ void Tomography::Add(const FlowObs& o) {
     last_probes_[l] += w * o.last_probes;
     fresh_probes_[l] += w * o.fresh_probes;
     recent_rtt_[l] += w * o.recent_rtt;
+    fresh_rtt_[l] += w * o.fresh_rtt;
+    fresh_slow_[l] += w * o.fresh_slow;
     // A link's first pairs that surely crossed it, with their flows that did. The scan visits a
     // pair's good flows together, so while they come the pair is the link's last one listed: once
     // the list is full, one comparison per good flow. Bad flows come after the scan (deferred),
@@ -263,6 +271,15 @@ std::vector<LinkBlame> Tomography::Leads(const SignalSpec& spec) {
   return out;
 }
 
+std::vector<LinkBlame> Tomography::LocalizeFreshLatency(SignalSpec spec) {
+  spec.fresh = true;
+  auto& explained = explained_[Idx(Signal::kLatency)];
+  std::vector<uint8_t> window = explained;
+  std::vector<LinkBlame> out = Localize(Signal::kLatency, spec);
+  explained.swap(window);
+  return out;
+}
+
 std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spec) {
   const size_t n = totals_.size();
   std::vector<LinkBlame> blames;
@@ -272,14 +289,17 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
 
   // Working copies: expected observations, bad observations and bad flows per link.
   std::vector<double> expected(n);
-  for (size_t l = 0; l < n; ++l) expected[l] = Expected(totals_[l], signal);
+  const bool fresh = spec.fresh && signal == Signal::kLatency;
+  for (size_t l = 0; l < n; ++l) {
+    expected[l] = fresh ? fresh_rtt_[l] : Expected(totals_[l], signal);
+  }
   std::vector<double> bad(n, 0.0);
   std::vector<uint32_t> flows(n, 0);
   std::vector<uint32_t> offsets(n + 1, 0);
   std::vector<LinkIndex> touched;
   for (const FlowObs& o : bad_) {
-    if (!IsBad(o, signal)) continue;
-    const uint32_t b = BadCount(o, signal);
+    if (!IsBad(o, signal, fresh)) continue;
+    const uint32_t b = BadCount(o, signal, fresh);
     ForEachCandidate(o, [&](LinkIndex l, double) {
       if (flows[l] == 0) touched.push_back(l);
       bad[l] += b;
@@ -294,7 +314,7 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
   {
     std::vector<uint32_t> fill(offsets.begin(), offsets.end() - 1);
     for (uint32_t i = 0; i < bad_.size(); ++i) {
-      if (!IsBad(bad_[i], signal)) continue;
+      if (!IsBad(bad_[i], signal, fresh)) continue;
       ForEachCandidate(bad_[i], [&](LinkIndex l, double) { entries[fill[l]++] = i; });
     }
   }
@@ -454,8 +474,8 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
     for (uint32_t i : blame.explained) {
       explained[i] = 1;
       const FlowObs& o = bad_[i];
-      const double count = Count(o, signal);
-      const uint32_t b = BadCount(o, signal);
+      const double count = Count(o, signal, fresh);
+      const uint32_t b = BadCount(o, signal, fresh);
       ForEachCandidate(o, [&](LinkIndex l, double w) {
         expected[l] = std::max(0.0, expected[l] - w * count);
         bad[l] = std::max(0.0, bad[l] - b);

@@ -43,6 +43,8 @@ struct FlowObs {
   uint32_t last_lost = 0;
   uint32_t fresh_probes = 0;  // FlowWindow::fresh_probes
   uint32_t fresh_lost = 0;
+  uint32_t fresh_rtt = 0;  // FlowWindow::fresh_rtt
+  uint32_t fresh_slow = 0;
   uint32_t lost_run = 0;  // FlowWindow::lost_run
   float ratio_sum = 0;  // Σ RTT/baseline over `rtt` samples
   float bw_ratio = -1;  // goodput / class median; < 0 when the flow has no bandwidth sample
@@ -80,6 +82,9 @@ struct SignalSpec {
   double threshold = 0.005;  // estimate (loss ratio, slow or bad-bandwidth fraction)
   double significance = 9;   // -log10 of the chance that the background alone explains it
   double background = 1e-4;  // fleet background rate of the signal
+  // Latency only: judge the freshest data (the last two complete seconds and the tick's own so
+  // far: FlowObs::fresh_rtt, fresh_slow) instead of the window (Tomography::LocalizeFreshLatency).
+  bool fresh = false;
 };
 
 // Per-link totals over every observed flow (before any explaining away), for display.
@@ -134,6 +139,10 @@ class Tomography {
   void Add(const FlowObs& obs);
   // Localizes one signal; flows explained by an earlier call stay usable for other signals.
   std::vector<LinkBlame> Localize(Signal signal, const SignalSpec& spec);
+  // Localizes latency on the last two complete seconds alone (SignalSpec::fresh: each flow's
+  // recent RTT samples and slow ones stand for its window's), with its own explaining away; what
+  // the window's latency blames explained is left as it was.
+  std::vector<LinkBlame> LocalizeFreshLatency(SignalSpec spec);
   // Escalation leads: each flow with a lost probe that the last Localize(kLoss) left unexplained
   // and whose path is known (fabric links it surely crossed) blames the one of those links with
   // the fewest probes, when its lost probes there reach `spec.significance` against
@@ -165,6 +174,15 @@ class Tomography {
     return s < switch_sure_.size() ? switch_sure_[s] : Counts{};
   }
   Counts SureOfLink(LinkIndex l) const { return l < link_sure_.size() ? link_sure_[l] : Counts{}; }
+  // A link's RTT samples of the freshest data (the last two complete seconds and the tick's own
+  // so far) over every flow that may cross it (Σ weight · samples), and the slow share of them,
+  // before anything is explained away.
+  double FreshRtt(LinkIndex l) const { return l < fresh_rtt_.size() ? fresh_rtt_[l] : 0; }
+  double FreshSlowShare(LinkIndex l) const {
+    return l < fresh_rtt_.size() && fresh_rtt_[l] > 0
+               ? std::min(1.0, fresh_slow_[l] / fresh_rtt_[l])
+               : 0;
+  }
   // A link's own rate of bad observations over every flow that may cross it, before anything is
   // explained away (loss ratio, slow fraction, bad-bandwidth fraction); -1 below `min_expected`.
   double RawEstimate(LinkIndex l, Signal s, double min_expected) const;
@@ -192,8 +210,9 @@ class Tomography {
  private:
   static int Idx(Signal s) { return static_cast<int>(s); }
   // A flow's observations of the signal, and how many of them were bad.
-  static double Count(const FlowObs& o, Signal s);
-  static uint32_t BadCount(const FlowObs& o, Signal s);
+  static double Count(const FlowObs& o, Signal s, bool fresh = false);
+  static uint32_t BadCount(const FlowObs& o, Signal s, bool fresh = false);
+  static bool IsBad(const FlowObs& o, Signal s, bool fresh);
   static double Expected(const LinkTotals& t, Signal s);
 
   std::shared_ptr<const FabricMap> map_;
@@ -209,6 +228,8 @@ class Tomography {
   std::vector<uint32_t> dead_run_;
   std::vector<double> fresh_probes_;   // ...for the last two seconds and the tick's own so far
   std::vector<double> recent_rtt_;     // per link, Σ weight · RTT samples of the last two seconds
+  std::vector<double> fresh_rtt_;      // ...for the last two seconds and the tick's own so far
+  std::vector<double> fresh_slow_;     // ...and of those the slow ones
   std::vector<std::array<CrossingPair, kCrossingPairs>> crossing_;  // per link (CrossingPairs)
   std::vector<uint8_t> crossing_n_;
   std::vector<Counts> switch_sure_;                     // per switch (SureOfSwitch)
