@@ -99,7 +99,7 @@ class NicFlowCounts {
   explicit NicFlowCounts(const PairFlows& p) : all_(static_cast<uint32_t>(p.flows.size())) {
     if (p.nic_pairs.empty()) return;  // every flow is on the pair's own NICs
     split_ = true;
-    counts_.fill(0);
+    std::fill_n(counts_.begin(), std::min(p.nic_pairs.size() + 1, counts_.size()), 0u);
     for (const FlowSeen& f : p.flows) ++counts_[std::min(NicsOf(p, f), counts_.size() - 1)];
   }
   uint32_t Of(size_t nics) const {
