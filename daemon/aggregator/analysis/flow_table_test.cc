@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/aggregator/analysis/testing/blame_fixture.h"
+
 namespace fw::analysis {
 namespace {
 
@@ -70,19 +72,9 @@ TEST(FlowTableTest, ResultsByIdAndByNameLandInTheSameFlows) {
 
 // Flow ids are per NIC pair (each its own plan entry): FlowRef::nic_flows counts the flows of the
 // flow's own NIC pair, not the node pair's. a's e0 -> b's e0 has 3 flows, e1 -> e1 2, with the
-// same ids and ports.
+// same ids and ports (a leaf-per-host fabric).
 TEST(FlowTableTest, EachFlowKnowsTheFlowsOfItsNicPair) {
-  auto map = FabricMap::Parse(R"(
-switches: [{name: l1, tier: leaf}, {name: l2, tier: leaf}, {name: s1, tier: spine}]
-links: [{a: l1, b: s1}, {a: l2, b: s1}]
-hosts:
-  - {node: a, nic: e0, address: 198.18.0.1, switch: l1}
-  - {node: a, nic: e1, address: 198.18.0.2, switch: l1}
-  - {node: b, nic: e0, address: 198.18.1.1, switch: l2}
-  - {node: b, nic: e1, address: 198.18.1.2, switch: l2}
-)");
-  ASSERT_TRUE(map.ok()) << map.status().ToString();
-  FlowTable table(std::make_shared<const FabricMap>(std::move(map).value()), {}, 10);
+  FlowTable table(testing::LeafPerHostMap(), {}, 10);
   std::vector<ReportedProbe> batch;
   for (const auto& [nic, flows] : {std::pair{"e0", 3}, std::pair{"e1", 2}}) {
     for (int i = 0; i < flows; ++i) {
