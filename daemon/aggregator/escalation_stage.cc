@@ -23,7 +23,8 @@ EscalationStage::EscalationStage(EscalationConfig config, analysis::Analyzer& an
                            .WithLabels({})),
       active_pairs_(registry
                         .AddGauge("fabricwatch_escalation_active_pairs",
-                                  "Node pairs escalated now (both directions).")
+                                  "Node pairs escalated now (both directions), once per NIC pair "
+                                  "escalated.")
                         .WithLabels({})),
       active_flows_(registry
                         .AddGauge("fabricwatch_escalation_active_flows",

@@ -65,7 +65,7 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     FlowObs o;
     o.src = pair.src;
     o.dst = pair.dst;
-    o.pair_flows = pair.flows;
+    o.pair_flows = flow.nic_flows;
     o.flow_bit = pair.transport == Transport::kUdp ? FlowBit(flow.flow_id) : 0;
     o.probes = w.probes;
     o.lost = w.lost;
@@ -646,9 +646,8 @@ void Analyzer::LeadsBetweenTicks(int64_t now_ns) {
             watching_ = true;
           });
           between_leads_.push_back(
-              LeadRequest(ctx, element, lead->link, pair.src, pair.dst, pair.flows,
-                          pair.transport == Transport::kUdp ? FlowBit(flow.flow_id) : 0,
-                          &paths != &pair.paths ? &paths : nullptr));
+              LeadRequest(ctx, element, lead->link, pair.src, pair.dst, flow.nic_flows,
+                          pair.transport == Transport::kUdp ? FlowBit(flow.flow_id) : 0, paths));
           ++found;
           spdlog::debug(
               "component=analysis msg=\"lead between ticks\" link={} significance={:.1f} lost={}",

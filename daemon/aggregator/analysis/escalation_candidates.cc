@@ -149,43 +149,130 @@ EscalationPair MakePair(const BlameContext& ctx, NodeId a, NodeId b, uint32_t fl
   return e;
 }
 
-// The UDP flows that surely crossed a link at the last scan, by directed pair (FlowBit sets):
-// those of the pairs the link lists (Tomography::CrossingPairs, the first the scan met) and its
-// bad flows (lost or slow probes), so that a lossy pair is known whatever the list's room. These
-// are what an escalation of the link raises.
+// A directed NIC pair (one plan entry): src's NIC to dst's, named by its flows' access links, as
+// Tomography::CrossingPair names it.
+struct NicPairKey {
+  NodeId src = 0;
+  NodeId dst = 0;
+  LinkIndex src_access = aggregator::kNoIndex;
+  LinkIndex dst_access = aggregator::kNoIndex;
+  static NicPairKey Of(const CrossingPair& c) { return {c.src, c.dst, c.src_access, c.dst_access}; }
+  static NicPairKey Of(const FlowObs& o) { return {o.src, o.dst, o.src_access, o.dst_access}; }
+  // The entry of the other direction between the same two NICs.
+  NicPairKey Reversed() const { return {dst, src, dst_access, src_access}; }
+  auto operator<=>(const NicPairKey&) const = default;
+};
+
+// `e`'s NICs (EscalationPair::a_nic, b_nic) at the access links of its a and b, when the map names
+// both: a multi-NIC plan raises the entries between them.
+void SetNics(const BlameContext& ctx, LinkIndex a_access, LinkIndex b_access, EscalationPair& e) {
+  if (!ctx.map || a_access == aggregator::kNoIndex || b_access == aggregator::kNoIndex) return;
+  const auto& nics = ctx.map->host_nics();
+  e.a_nic = nics[ctx.map->links()[a_access].host_nic].nic;
+  e.b_nic = nics[ctx.map->links()[b_access].host_nic].nic;
+}
+
+// Whether `x` escalates the same two NICs of the same two nodes as `e`, and if so whether with
+// its ends swapped.
+std::optional<bool> SameNicPair(const EscalationPair& x, const EscalationPair& e) {
+  if (x.a == e.a && x.b == e.b && x.a_nic == e.a_nic && x.b_nic == e.b_nic) return false;
+  if (x.a == e.b && x.b == e.a && x.a_nic == e.b_nic && x.b_nic == e.a_nic) return true;
+  return std::nullopt;
+}
+
+// Adds `e` to `raised`, unless its NIC pair is listed there already, which then raises `e`'s
+// flows too; whether it was added.
+bool AddPair(EscalationPair e, std::vector<EscalationPair>& raised) {
+  for (EscalationPair& x : raised) {
+    const std::optional<bool> swapped = SameNicPair(x, e);
+    if (!swapped) continue;
+    x.a_flows |= *swapped ? e.b_flows : e.a_flows;
+    x.b_flows |= *swapped ? e.a_flows : e.b_flows;
+    x.flows = std::max(x.flows, e.flows);
+    return false;
+  }
+  raised.push_back(std::move(e));
+  return true;
+}
+
+// The UDP flows that surely crossed a link at the last scan, by directed NIC pair (FlowBit sets;
+// flow ids are per plan entry, so per NIC pair): those of the NIC pairs the link lists
+// (Tomography::CrossingPairs, the first the scan met) and its bad flows (lost or slow probes), so
+// that a lossy flow is known whatever the list's room. These are what an escalation of the link
+// raises.
 class FlowsAcrossLink {
  public:
   FlowsAcrossLink(const BlameContext& ctx, LinkIndex link) {
     for (const CrossingPair& c : ctx.tomography.CrossingPairs(link)) {
       // Listed by other transports' flows alone: which UDP flows crossed is not known.
-      sets_[{c.src, c.dst}] |= c.flow_ids == 0 ? kAllFlows : c.flow_ids;
+      Add(NicPairKey::Of(c), c.flow_ids == 0 ? kAllFlows : c.flow_ids, c.flows);
     }
     for (const FlowObs& o : ctx.tomography.bad_flows()) {
       if (o.flow_bit == 0) continue;
       bool crossed = false;
       Tomography::ForEachSureLink(o, [&](LinkIndex l) { crossed |= l == link; });
-      if (crossed) sets_[{o.src, o.dst}] |= o.flow_bit;
+      if (crossed) Add(NicPairKey::Of(o), o.flow_bit, o.pair_flows);
     }
   }
-  // a's flows toward b and b's toward a that crossed. A pair with none known in either direction
-  // keeps every flow (not traced over the link, or past the list's room); one known in one
-  // direction crossed with none in the other.
-  std::pair<uint64_t, uint64_t> Of(NodeId a, NodeId b) const {
-    const auto ab = sets_.find({a, b});
-    const auto ba = sets_.find({b, a});
-    if (ab == sets_.end() && ba == sets_.end()) return {kAllFlows, kAllFlows};
-    return {ab == sets_.end() ? 0 : ab->second, ba == sets_.end() ? 0 : ba->second};
+  // The flows of one directed NIC pair that crossed; 0 when none is known.
+  uint64_t Of(const NicPairKey& key) const {
+    const auto it = sets_.find(key);
+    return it == sets_.end() ? 0 : it->second.ids;
+  }
+  // One escalation pair per NIC pair of nodes a and b that crossed in either direction: a's flows
+  // toward b from its NIC to b's, and b's toward a between the same two NICs (a NIC pair known in
+  // one direction crossed with none in the other). Empty when none is known (not traced over the
+  // link, or past the list's room): the caller raises every flow.
+  std::vector<EscalationPair> PairsOf(const BlameContext& ctx, NodeId a, NodeId b) const {
+    std::vector<EscalationPair> out;
+    std::vector<std::pair<LinkIndex, LinkIndex>> accesses;  // out[i]'s a and b access links
+    auto add = [&](NodeId src, NodeId dst, bool forward) {
+      for (auto it = sets_.lower_bound(NicPairKey{src, dst, 0, 0});
+           it != sets_.end() && it->first.src == src && it->first.dst == dst; ++it) {
+        const NicPairKey& k = it->first;
+        const std::pair<LinkIndex, LinkIndex> ends =
+            forward ? std::pair{k.src_access, k.dst_access} : std::pair{k.dst_access, k.src_access};
+        auto at = std::find(accesses.begin(), accesses.end(), ends);
+        if (at == accesses.end()) {
+          EscalationPair e;
+          e.a = ctx.names.NodeName(a);
+          e.b = ctx.names.NodeName(b);
+          e.flows = 0;
+          e.a_flows = e.b_flows = 0;
+          SetNics(ctx, ends.first, ends.second, e);
+          out.push_back(std::move(e));
+          accesses.push_back(ends);
+          at = accesses.end() - 1;
+        }
+        EscalationPair& e = out[static_cast<size_t>(at - accesses.begin())];
+        (forward ? e.a_flows : e.b_flows) |= it->second.ids;
+        e.flows = std::max(e.flows, it->second.flows);
+      }
+    };
+    add(a, b, true);
+    add(b, a, false);
+    for (EscalationPair& e : out) e.flows = std::clamp<uint32_t>(e.flows, 1, kMaxFlowsPerPair);
+    return out;
   }
 
  private:
-  std::map<std::pair<NodeId, NodeId>, uint64_t> sets_;
+  struct Crossed {
+    uint64_t ids = 0;
+    uint32_t flows = 0;  // the NIC pair's flows in this direction
+  };
+  void Add(const NicPairKey& key, uint64_t ids, uint32_t flows) {
+    Crossed& c = sets_[key];
+    c.ids |= ids;
+    c.flows = std::max(c.flows, flows);
+  }
+  std::map<NicPairKey, Crossed> sets_;
 };
 
 // A lead's lost flow is one flow: its pair alone gives the link a few extra probes a second.
 // Pairs whose flows surely crossed the link (traced) follow, so that the next evaluation has
 // dense data from several flows over it, as a finding needs (min_flows).
-// Adds a pair whose flows surely crossed a link (traced) to `raised`, unless it is listed there;
-// whether it was added.
+// Adds a NIC pair whose flows surely crossed a link (traced) to `raised`, unless it is listed
+// there (then its flows that crossed are raised too); whether it was added.
 bool AddCrossingPair(const BlameContext& ctx, const CrossingPair& c,
                      std::vector<EscalationPair>& raised) {
   EscalationPair e;
@@ -195,22 +282,9 @@ bool AddCrossingPair(const BlameContext& ctx, const CrossingPair& c,
   // Its flows that crossed the link (the other direction's come as a pair of their own).
   e.a_flows = c.flow_ids == 0 ? kAllFlows : c.flow_ids;
   e.b_flows = 0;
-  // Its flow's NICs (a multi-rail plan raises the entries between them).
-  if (c.src_access != aggregator::kNoIndex && c.dst_access != aggregator::kNoIndex) {
-    const auto& nics = ctx.map->host_nics();
-    e.a_nic = nics[ctx.map->links()[c.src_access].host_nic].nic;
-    e.b_nic = nics[ctx.map->links()[c.dst_access].host_nic].nic;
-  }
-  auto listed = std::find_if(raised.begin(), raised.end(), [&](const EscalationPair& x) {
-    return (x.a == e.a && x.b == e.b) || (x.a == e.b && x.b == e.a);
-  });
-  if (listed == raised.end()) {
-    raised.push_back(std::move(e));
-    return true;
-  }
-  // Listed: its flows in this direction that crossed the link are raised too.
-  (listed->a == e.a ? listed->a_flows : listed->b_flows) |= e.a_flows;
-  return false;
+  // Its NICs: the plan entry between them is the one raised.
+  SetNics(ctx, c.src_access, c.dst_access, e);
+  return AddPair(std::move(e), raised);
 }
 
 void AddCrossingPairs(const BlameContext& ctx, LinkIndex link,
@@ -245,15 +319,18 @@ void AddClearingPairs(const BlameContext& ctx, LinkIndex link,
 
 EscalationRequest LeadRequest(const BlameContext& ctx, const std::string& element, LinkIndex link,
                               NodeId src, NodeId dst, uint32_t flows, uint64_t lost_flow,
-                              const PathSet* rail) {
+                              const PathSet& paths) {
   EscalationRequest r;
   r.element = element;
   r.lead = true;
   r.priority = 10.0;  // one lost flow, as EscalationCandidates prices a lead's pair
-  r.pairs.push_back(MakePair(ctx, src, dst, flows, rail));
-  // The lost flow (it surely crossed the link), and the pair's flows that did at the last tick.
+  r.pairs.push_back(MakePair(ctx, src, dst, flows, &paths));
+  // The lost flow (it surely crossed the link), and its NIC pair's flows that did at the last
+  // tick, both ways between its two NICs.
   if (lost_flow != 0) {
-    const auto [ab, ba] = FlowsAcrossLink(ctx, link).Of(src, dst);
+    const FlowsAcrossLink across(ctx, link);
+    const NicPairKey key{src, dst, paths.src_access, paths.dst_access};
+    const uint64_t ab = across.Of(key), ba = across.Of(key.Reversed());
     r.pairs.back().a_flows = (ab == kAllFlows ? 0 : ab) | lost_flow;
     r.pairs.back().b_flows = ba == kAllFlows ? 0 : ba;
   }
@@ -392,11 +469,16 @@ std::vector<EscalationRequest> EscalationCandidates(const BlameContext& ctx,
     std::optional<FlowsAcrossLink> across;
     if (fabric_link) across.emplace(ctx, *fabric_link);
     for (const PairAgg* p : pairs) {
-      // PairAgg counts both directions; the budget prices one direction's flows.
-      raised.push_back(
-          MakePair(ctx, p->a, p->b, (p->flows + 1) / 2, p->rail_bad ? &p->paths : nullptr));
-      // A link's pair raises its flows that crossed the link, where the link lists them.
-      if (across) std::tie(raised.back().a_flows, raised.back().b_flows) = across->Of(p->a, p->b);
+      // A link's pair raises, per NIC pair (plan entry), its flows that crossed the link, where
+      // the link knows them: each NIC pair's own ids, on its own entry.
+      if (across) {
+        std::vector<EscalationPair> nic_pairs = across->PairsOf(ctx, p->a, p->b);
+        for (EscalationPair& e : nic_pairs) AddPair(std::move(e), raised);
+        if (!nic_pairs.empty()) continue;
+      }
+      // Every flow. PairAgg counts both directions; the budget prices one direction's flows.
+      AddPair(MakePair(ctx, p->a, p->b, (p->flows + 1) / 2, p->rail_bad ? &p->paths : nullptr),
+              raised);
     }
     // Weak evidence on the lead's budget raises the crossing pairs as a lead does.
     if ((r.lead || r.lead_budget) && fabric_link) AddCrossingPairs(ctx, *fabric_link, raised);

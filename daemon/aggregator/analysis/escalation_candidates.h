@@ -24,13 +24,14 @@ std::vector<LinkIndex> LeadLinks(const FabricMap& map, Tomography& tomography,
                                  const LinkBlame& lead);
 
 // A lead found between ticks (Analyzer::BetweenTicks) as EscalationCandidates asks for one: the
-// lost flow's pair (src, dst, `flows` planned flows per direction; `rail`, or null, the paths of
-// the flow's NIC pair), then the pairs whose flows surely crossed `link` at the last tick. The
-// lost flow's pair raises that flow (`lost_flow`, a FlowBit; 0: a flow escalation cannot raise)
-// and its flows that crossed the link at the last tick; the other pairs raise theirs.
+// lost flow's NIC pair (src, dst, `flows` planned flows of its entry; `paths`, the flow's own,
+// name its NICs by their access links), then the NIC pairs whose flows surely crossed `link` at
+// the last tick. The lost flow's NIC pair raises that flow (`lost_flow`, a FlowBit; 0: a flow
+// escalation cannot raise) and its flows that crossed the link at the last tick, both ways
+// between its two NICs; the other NIC pairs raise theirs (flow ids are per NIC pair).
 aggregator::EscalationRequest LeadRequest(const BlameContext& ctx, const std::string& element,
                                           LinkIndex link, NodeId src, NodeId dst, uint32_t flows,
-                                          uint64_t lost_flow, const PathSet* rail);
+                                          uint64_t lost_flow, const PathSet& paths);
 
 std::vector<aggregator::EscalationRequest> EscalationCandidates(const BlameContext& ctx,
                                                                 const Analyzer::Evaluation& ev,

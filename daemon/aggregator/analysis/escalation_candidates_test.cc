@@ -14,6 +14,9 @@
 
 #include "daemon/aggregator/analysis/testing/blame_fixture.h"
 #include "daemon/aggregator/analysis/testing/synthetic_fleet.h"
+#include "daemon/aggregator/plan/escalation.h"
+#include "daemon/aggregator/plan/plan_overlay.h"
+#include "daemon/aggregator/plan/planner.h"
 
 namespace fw::analysis {
 namespace {
@@ -255,6 +258,139 @@ TEST(EscalationCandidates, ALeadRaisesOnlyTheFlowsThatCrossedItsLink) {
   // Every flow of each pair would be 16 (8 a direction); this fleet's hash sends 5 of the lost
   // flow's pair's 8 over the link, and 1-2 of the others'.
   EXPECT_LE(raised * 2, planned) << raised << " of " << planned << " flows raised";
+}
+
+// Flow ids are per plan entry, so per NIC pair. In a leaf-per-host fabric two NIC pairs of a and b
+// (e0 -> e0 and e1 -> e1, 4 flows each) cross l1~s1 with different ids under ECMP: 0 and 2 of
+// e0's, 1 and 3 of e1's (one of them lost), and b's e0 -> a's e0 flow 1. Weak loss on l1~s1
+// escalates each NIC pair with its own ids (the link lists them per NIC pair), the budget prices
+// exactly those 5 flows, and each pair's overlay raises them on its own entries: a's e0 -> b's
+// e0 entry flows 0 and 2, its e1 -> e1 entry 1 and 3, b's e0 -> a's e0 entry flow 1, and no other
+// entry. Node-pair sets (before) raised 0-3 on one entry and nothing on the other.
+TEST(EscalationCandidates, EachNicPairOfALeafPerHostPairRaisesItsOwnCrossingFlows) {
+  testing::BlameFixture t(testing::LeafPerHostMap());
+  for (uint32_t id = 0; id < 4; ++id) {
+    t.AddNicFlow("a/e0", "b/e0", id, 4, id % 2 == 0 ? "s1" : "s2", 20, 0);
+    t.AddNicFlow("a/e1", "b/e1", id, 4, id % 2 == 1 ? "s1" : "s2", 20, id == 3 ? 1 : 0);
+    t.AddNicFlow("b/e0", "a/e0", id, 4, id == 1 ? "s1" : "s2", 20, 0);
+  }
+  const LinkIndex l1s1 = t.LinkOf("l1", "s1");
+  ASSERT_EQ(t.tomography().CrossingPairs(l1s1).size(), 3u);
+  for (const CrossingPair& c : t.tomography().CrossingPairs(l1s1)) EXPECT_EQ(c.flows, 4u);
+  t.AddPair("a", "b", 24, 1);
+  LinkBlame weak = testing::LossBlame(l1s1, 0.02, 0.02);
+  weak.significance = 4;  // weak, no suspicion: no pairs beside it
+  t.ev.weak_loss.push_back(weak);
+  ElementTracker tracker(t.config);
+  const std::vector<aggregator::EscalationRequest> requests =
+      EscalationCandidates(t.Context(), t.ev, tracker);
+  ASSERT_EQ(requests.size(), 1u);
+  ASSERT_EQ(requests[0].element, "link:l1~s1");
+  std::map<std::string, std::pair<uint64_t, uint64_t>> sets;  // "a_nic~b_nic" -> a's, b's
+  for (const aggregator::EscalationPair& p : requests[0].pairs) {
+    ASSERT_EQ(std::minmax(p.a, p.b), std::minmax(std::string("a"), std::string("b")));
+    EXPECT_EQ(p.flows, 4u);
+    const bool ab = p.a == "a";
+    sets[(ab ? p.a_nic : p.b_nic) + "~" + (ab ? p.b_nic : p.a_nic)] =
+        ab ? std::pair{p.a_flows, p.b_flows} : std::pair{p.b_flows, p.a_flows};
+  }
+  using aggregator::FlowBit;
+  const std::map<std::string, std::pair<uint64_t, uint64_t>> want = {
+      {"e0~e0", {FlowBit(0) | FlowBit(2), FlowBit(1)}}, {"e1~e1", {FlowBit(1) | FlowBit(3), 0}}};
+  EXPECT_EQ(sets, want);
+
+  aggregator::EscalationBudget budget;
+  ASSERT_TRUE(budget.Update(0, requests, 10000, 1));
+  EXPECT_EQ(budget.stats().active_flows, 5u);
+  EXPECT_DOUBLE_EQ(budget.stats().extra_pps, 5 * (budget.config().rate_factor - 1));
+
+  // a's and b's plans: an entry for each of their four NIC pairs, 4 flows each, 1 probe/s a flow.
+  std::map<std::string, aggregator::AgentInfo> agents;
+  std::map<std::string, aggregator::Plan> plans;
+  for (const auto& [node, peer, net] : {std::tuple{"a", "b", "1"}, std::tuple{"b", "a", "0"}}) {
+    aggregator::AgentInfo& agent = agents[node];
+    agent.node = node;
+    aggregator::Plan& plan = plans[node];
+    for (int i = 0; i < 2; ++i) {
+      const std::string ip = std::string(node) == "a" ? "198.18.0." : "198.18.1.";
+      agent.endpoints.push_back({ip + std::to_string(i + 1), 9753, "e" + std::to_string(i)});
+      for (int j = 0; j < 2; ++j) {
+        aggregator::PlannedPeer p;
+        p.node = peer;
+        p.address = std::string("198.18.") + net + "." + std::to_string(j + 1);
+        p.src_address = ip + std::to_string(i + 1);
+        p.src_nic = "e" + std::to_string(i);
+        p.dst_nic = "e" + std::to_string(j);
+        p.flows = 4;
+        p.rate_pps = 1;
+        plan.peers.push_back(p);
+      }
+    }
+  }
+  const std::vector<aggregator::PlanOverlay> overlays = budget.Overlays();
+  ASSERT_EQ(overlays.size(), 2u);
+  double added = 0;
+  for (auto& [node, plan] : plans) {
+    const double before = plan.planned.pps;
+    for (const aggregator::PlanOverlay& o : overlays) {
+      aggregator::ApplyOverlay(
+          o, node,
+          [&](std::string_view n) -> const aggregator::AgentInfo* {
+            auto it = agents.find(std::string(n));
+            return it == agents.end() ? nullptr : &it->second;
+          },
+          64, plan);
+    }
+    added += plan.planned.pps - before;
+    EXPECT_EQ(plan.trace_requests.size(), 1u) << node;  // once for the node pair
+  }
+  EXPECT_DOUBLE_EQ(added, budget.stats().extra_pps);  // what is raised is what was priced
+  std::map<std::string, std::vector<uint32_t>> raised;  // "node:src_nic~dst_nic" -> flow ids
+  for (const auto& [node, plan] : plans) {
+    for (const aggregator::PlannedPeer& p : plan.peers) {
+      EXPECT_EQ(p.flows, 4u);
+      if (p.raised_flows.empty()) {
+        EXPECT_DOUBLE_EQ(p.rate_pps, 1) << node << ":" << p.src_nic << "~" << p.dst_nic;
+        continue;
+      }
+      EXPECT_DOUBLE_EQ(p.rate_pps, budget.config().rate_factor);
+      EXPECT_DOUBLE_EQ(p.unraised_rate_pps, 1);
+      raised[node + ":" + p.src_nic + "~" + p.dst_nic] = p.raised_flows;
+    }
+  }
+  const std::map<std::string, std::vector<uint32_t>> want_raised = {
+      {"a:e0~e0", {0, 2}}, {"a:e1~e1", {1, 3}}, {"b:e0~e0", {1}}};
+  EXPECT_EQ(raised, want_raised);
+}
+
+// A lead's lost flow (between ticks) raises its own NIC pair's flows: flow 3 of a's e1 -> b's e1
+// entry was lost, and that NIC pair's crossing flows are 1 and 3; its e0 -> e0 NIC pair follows
+// as a crossing pair of its own with 0 and 2 (and b's flow 1 toward a's e0). Before, the lost
+// flow's pair carried the union of both NIC pairs' ids (0-3) and no NICs.
+TEST(EscalationCandidates, ALeadRaisesTheLostFlowsNicPairWithItsOwnIds) {
+  testing::BlameFixture t(testing::LeafPerHostMap());
+  for (uint32_t id = 0; id < 4; ++id) {
+    t.AddNicFlow("a/e0", "b/e0", id, 4, id % 2 == 0 ? "s1" : "s2", 20, 0);
+    t.AddNicFlow("a/e1", "b/e1", id, 4, id % 2 == 1 ? "s1" : "s2", 20, 0);
+    t.AddNicFlow("b/e0", "a/e0", id, 4, id == 1 ? "s1" : "s2", 20, 0);
+  }
+  const aggregator::PathSet lost_paths =
+      t.Context().map->Paths(t.NicOf("a/e1"), t.NicOf("b/e1"));
+  const aggregator::EscalationRequest r =
+      LeadRequest(t.Context(), "link:l1~s1", t.LinkOf("l1", "s1"), t.Id("a"), t.Id("b"), 4,
+                  aggregator::FlowBit(3), lost_paths);
+  ASSERT_EQ(r.pairs.size(), 2u);
+  using aggregator::FlowBit;
+  const aggregator::EscalationPair& first = r.pairs[0];
+  EXPECT_EQ(std::tie(first.a, first.b, first.a_nic, first.b_nic),
+            std::make_tuple("a", "b", "e1", "e1"));
+  EXPECT_EQ(first.a_flows, FlowBit(1) | FlowBit(3));
+  EXPECT_EQ(first.b_flows, 0u);
+  const aggregator::EscalationPair& second = r.pairs[1];
+  ASSERT_EQ(std::tie(second.a, second.b, second.a_nic, second.b_nic),
+            std::make_tuple("a", "b", "e0", "e0"));
+  EXPECT_EQ(second.a_flows, FlowBit(0) | FlowBit(2));
+  EXPECT_EQ(second.b_flows, FlowBit(1));
 }
 
 // Tomography::Leads: a traced flow's one lost probe names the fabric link of its path with the

@@ -2,6 +2,7 @@
 #include "daemon/aggregator/analysis/flow_table.h"
 
 #include <algorithm>
+#include <array>
 
 #include "common/clock.h"
 
@@ -85,18 +86,47 @@ FlowWindow FlowTable::WindowOf(const FlowSeen& f, uint32_t now_s) const {
   return w;
 }
 
+namespace {
+
+// The NIC pair a flow's paths are (FlowSeen::nics), 0 for the pair's own.
+size_t NicsOf(const PairFlows& p, const FlowSeen& f) {
+  return f.nics > p.nic_pairs.size() ? 0 : f.nics;
+}
+
+// The flows of each NIC pair of `p` (FlowRef::nic_flows), by NicsOf.
+class NicFlowCounts {
+ public:
+  explicit NicFlowCounts(const PairFlows& p) : all_(static_cast<uint32_t>(p.flows.size())) {
+    if (p.nic_pairs.empty()) return;  // every flow is on the pair's own NICs
+    split_ = true;
+    std::fill_n(counts_.begin(), std::min(p.nic_pairs.size() + 1, counts_.size()), 0u);
+    for (const FlowSeen& f : p.flows) ++counts_[std::min(NicsOf(p, f), counts_.size() - 1)];
+  }
+  uint32_t Of(size_t nics) const {
+    return split_ ? counts_[std::min(nics, counts_.size() - 1)] : all_;
+  }
+
+ private:
+  uint32_t all_;
+  bool split_ = false;
+  std::array<uint32_t, aggregator::PairTable::kMaxNicPairs + 1> counts_;
+};
+
+}  // namespace
+
 void FlowTable::Scan(int64_t now_ns, Visitor& visitor) {
   const uint32_t now_s = FlowSecond(now_ns);
   store_.ForEachPairFlows([&](const PairFlows& p) {
     const PairRef ref{p.src, p.dst, p.transport, p.paths, p.baseline,
                       static_cast<uint32_t>(p.flows.size())};
+    const NicFlowCounts nic_flows(p);
     visitor.BeginPair(ref);
     for (const FlowSeen& f : p.flows) {
       const FlowWindow w = WindowOf(f, now_s);
       if (w.probes == 0 && w.goodput_bps == 0) continue;
-      const PathSet* paths =
-          f.nics == 0 || f.nics > p.nic_pairs.size() ? &p.paths : &p.nic_pairs[f.nics - 1].paths;
-      visitor.Flow(ref, FlowRef{f.src_port, f.flow_id, f.path, paths}, w);
+      const size_t nics = NicsOf(p, f);
+      const PathSet* paths = nics == 0 ? &p.paths : &p.nic_pairs[nics - 1].paths;
+      visitor.Flow(ref, FlowRef{f.src_port, f.flow_id, f.path, paths, nic_flows.Of(nics)}, w);
     }
     visitor.EndPair(ref);
   });
@@ -109,12 +139,13 @@ void FlowTable::ScanFrom(
   store_.ForEachPairFlowsFrom(src, [&](const PairFlows& p) {
     const PairRef ref{p.src, p.dst, p.transport, p.paths, p.baseline,
                       static_cast<uint32_t>(p.flows.size())};
+    const NicFlowCounts nic_flows(p);
     for (const FlowSeen& f : p.flows) {
       const FlowWindow w = WindowOf(f, now_s);
       if (w.probes == 0 && w.goodput_bps == 0) continue;
-      const PathSet* paths =
-          f.nics == 0 || f.nics > p.nic_pairs.size() ? &p.paths : &p.nic_pairs[f.nics - 1].paths;
-      fn(ref, FlowRef{f.src_port, f.flow_id, f.path, paths}, w);
+      const size_t nics = NicsOf(p, f);
+      const PathSet* paths = nics == 0 ? &p.paths : &p.nic_pairs[nics - 1].paths;
+      fn(ref, FlowRef{f.src_port, f.flow_id, f.path, paths, nic_flows.Of(nics)}, w);
     }
   });
 }

@@ -82,6 +82,9 @@ struct FlowRef {
   // The flow's own candidate paths: its NIC pair's (its rail, leaves and access links) when its
   // results named NICs, else the pair's. `path` indexes these. Never null in a Scan.
   const PathSet* paths = nullptr;
+  // The flows of its NIC pair (FlowSeen::nics) in this pair: what a plan entry toward the peer
+  // holds, flow ids 0..n-1 (each NIC pair is its own entry). Scan and ScanFrom only; else 0.
+  uint32_t nic_flows = 0;
 };
 
 // Thread-safe: a view of an aggregator::PairTable, which ingest writes once per batch and which

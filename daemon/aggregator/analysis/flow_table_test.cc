@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include "daemon/aggregator/analysis/testing/blame_fixture.h"
 
 namespace fw::analysis {
 namespace {
@@ -64,6 +68,43 @@ TEST(FlowTableTest, ResultsByIdAndByNameLandInTheSameFlows) {
   const Counts c = Scan(table, 6 * kSecond);
   EXPECT_EQ(c.at({"b", 40000}), std::make_pair(2u, 1u));
   EXPECT_EQ(c.at({"b", 40001}), std::make_pair(1u, 0u));
+}
+
+// Flow ids are per NIC pair (each its own plan entry): FlowRef::nic_flows counts the flows of the
+// flow's own NIC pair, not the node pair's. a's e0 -> b's e0 has 3 flows, e1 -> e1 2, with the
+// same ids and ports (a leaf-per-host fabric).
+TEST(FlowTableTest, EachFlowKnowsTheFlowsOfItsNicPair) {
+  FlowTable table(testing::LeafPerHostMap(), {}, 10);
+  std::vector<ReportedProbe> batch;
+  for (const auto& [nic, flows] : {std::pair{"e0", 3}, std::pair{"e1", 2}}) {
+    for (int i = 0; i < flows; ++i) {
+      ReportedProbe r = Named("a", "b", static_cast<uint16_t>(40000 + i));
+      r.src_nic = r.dst_nic = nic;
+      batch.push_back(r);
+    }
+  }
+  table.Ingest(batch, 5 * kSecond);
+  ASSERT_EQ(table.FlowCount(), 5u);
+  std::map<std::string, std::vector<uint32_t>> nic_flows;  // by src access link's NIC
+  table.ScanFrom(*table.FindNode("a"), 6 * kSecond,
+                 [&](const PairRef&, const FlowRef& f, const FlowWindow&) {
+                   nic_flows[std::to_string(f.paths->src_access)].push_back(f.nic_flows);
+                 });
+  ASSERT_EQ(nic_flows.size(), 2u);
+  std::multiset<std::vector<uint32_t>> got;
+  for (const auto& [nic, counts] : nic_flows) got.insert(counts);
+  EXPECT_EQ(got, (std::multiset<std::vector<uint32_t>>{{2, 2}, {3, 3, 3}}));
+  struct Visitor final : FlowTable::Visitor {
+    void BeginPair(const PairRef&) override {}
+    void Flow(const PairRef& pair, const FlowRef& f, const FlowWindow&) override {
+      EXPECT_EQ(pair.flows, 5u);
+      sum += f.nic_flows;
+    }
+    void EndPair(const PairRef&) override {}
+    uint32_t sum = 0;
+  } v;
+  table.Scan(6 * kSecond, v);
+  EXPECT_EQ(v.sum, 3u * 3 + 2u * 2);
 }
 
 // Ingest remembers where each position of a source's last batch went; a batch in another order,

@@ -182,26 +182,33 @@ void Tomography::Add(const FlowObs& o) {
     recent_rtt_[l] += w * o.recent_rtt;
     fresh_rtt_[l] += w * o.fresh_rtt;
     fresh_slow_[l] += w * o.fresh_slow;
-    // A link's first pairs that surely crossed it, with their flows that did. The scan visits a
-    // pair's good flows together, so while they come the pair is the link's last one listed: once
-    // the list is full, one comparison per good flow. Bad flows come after the scan (deferred),
-    // and are few: each looks for its pair, so that a listed pair's lossy flows are in its set.
+    // A link's first NIC pairs that surely crossed it, with their flows that did. The scan visits
+    // a node pair's good flows together, so while they come the NIC pairs listed for it are the
+    // link's last ones: once the list is full, a good flow looks among those alone (one
+    // comparison for the other node pairs' flows). Bad flows come after the scan (deferred), and
+    // are few: each looks for its NIC pair in the whole list, so that a listed NIC pair's lossy
+    // flows are in its set; so does a flow while the list has room (another transport's flows of
+    // a listed pair come apart from its others).
     uint8_t& n = crossing_n_[l];
     if (w >= 0.999 && o.probes > 0) {
       auto& pairs = crossing_[l];
-      auto same = [&](const CrossingPair& c) { return c.src == o.src && c.dst == o.dst; };
-      const bool bad = o.lost > 0 || o.slow > 0 || o.bw_bad;
-      if (n > 0 && same(pairs[n - 1])) {
-        pairs[n - 1].flow_ids |= o.flow_bit;
-      } else if (n < kCrossingPairs || bad) {
-        // Listed before: its bad flows, and another transport's flows, come apart from its others.
-        auto* known = std::find_if(pairs.begin(), pairs.begin() + n, same);
-        if (known != pairs.begin() + n) {
-          known->flow_ids |= o.flow_bit;
-        } else if (n < kCrossingPairs) {
-          pairs[n++] =
-              CrossingPair{o.src, o.dst, o.pair_flows, o.flow_bit, o.src_access, o.dst_access};
+      CrossingPair* known = nullptr;
+      for (uint8_t k = n; k > 0 && pairs[k - 1].src == o.src && pairs[k - 1].dst == o.dst; --k) {
+        if (pairs[k - 1].Holds(o)) {
+          known = &pairs[k - 1];
+          break;
         }
+      }
+      if (!known && (n < kCrossingPairs || o.lost > 0 || o.slow > 0 || o.bw_bad)) {
+        auto* it = std::find_if(pairs.begin(), pairs.begin() + n,
+                                [&](const CrossingPair& c) { return c.Holds(o); });
+        if (it != pairs.begin() + n) known = it;
+      }
+      if (known) {
+        known->flow_ids |= o.flow_bit;
+      } else if (n < kCrossingPairs) {
+        pairs[n++] =
+            CrossingPair{o.src, o.dst, o.pair_flows, o.flow_bit, o.src_access, o.dst_access};
       }
     }
   });

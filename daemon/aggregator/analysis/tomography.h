@@ -50,25 +50,36 @@ struct FlowObs {
   float bw_ratio = -1;  // goodput / class median; < 0 when the flow has no bandwidth sample
   bool bw_bad = false;
   PathSource path_source = PathSource::kCandidates;  // how `path` was known
-  uint32_t pair_flows = 0;  // the flows of its pair in this direction (0: not known)
-  // FlowBit(FlowRef::flow_id) for a UDP flow, else 0: which of its pair's flows it is, for the
-  // flows escalation raises (UDP ones).
+  // The flows of its NIC pair in this direction (FlowRef::nic_flows; 0: not known): its plan
+  // entry's.
+  uint32_t pair_flows = 0;
+  // FlowBit(FlowRef::flow_id) for a UDP flow, else 0: which of its NIC pair's flows it is, for the
+  // flows escalation raises (UDP ones). Flow ids are per plan entry, so per NIC pair: the same id
+  // on two NIC pairs of one node pair is two flows, which may take different paths.
   uint64_t flow_bit = 0;
 };
 
 using aggregator::FlowBit;
 using aggregator::kAllFlows;
 
-// A node pair one of whose flows surely crossed a link (its traced or only path, either way).
+// A NIC pair (one plan entry) one of whose flows surely crossed a link (its traced or only path,
+// either way): src's NIC to dst's, named by the flows' access links (FlowObs::src_access,
+// dst_access; both kNoIndex where the map lacks the NICs, the node pair then counting as one).
+// Two NIC pairs of one node pair are two CrossingPairs: their flow ids are their own.
 struct CrossingPair {
   NodeId src = 0;
   NodeId dst = 0;
-  uint32_t flows = 0;  // the pair's flows in this direction (FlowObs::pair_flows)
+  uint32_t flows = 0;  // the NIC pair's flows in this direction (FlowObs::pair_flows)
   // The ids of its UDP flows (src -> dst) that surely crossed the link in the window (FlowBit);
   // 0 when only other transports' did.
   uint64_t flow_ids = 0;
-  LinkIndex src_access = aggregator::kNoIndex;  // the flow's access links (its NICs)
+  LinkIndex src_access = aggregator::kNoIndex;  // the flows' access links (their NICs)
   LinkIndex dst_access = aggregator::kNoIndex;
+  // Whether `o` is one of its flows: the same nodes and NICs.
+  bool Holds(const FlowObs& o) const {
+    return src == o.src && dst == o.dst && src_access == o.src_access &&
+           dst_access == o.dst_access;
+  }
 };
 
 enum class Signal : uint8_t { kLoss = 0, kLatency, kBandwidth };
@@ -155,10 +166,10 @@ class Tomography {
   std::optional<LinkBlame> LeadOf(const FlowObs& o, const SignalSpec& spec);
 
   const std::vector<LinkTotals>& totals() const { return totals_; }
-  // Up to kCrossingPairs pairs whose flows surely crossed link l in the window, the first the
+  // Up to kCrossingPairs NIC pairs whose flows surely crossed link l in the window, the first the
   // scan met, each with the ids of its UDP flows that did (escalation raises those flows: their
-  // probes cross the link). The scan visits a pair's flows together, so a pair listed has every
-  // such flow's id.
+  // probes cross the link). The scan visits a node pair's flows together (its NIC pairs'
+  // interleaved), so a NIC pair listed has every such flow's id.
   static constexpr size_t kCrossingPairs = 8;
   std::span<const CrossingPair> CrossingPairs(LinkIndex l) const {
     return {crossing_[l].data(), crossing_n_[l]};

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 
 namespace fw::aggregator {
@@ -17,6 +18,13 @@ uint32_t RaisedFlows(const EscalationPair& p) {
 // A pair's flow sets ordered as its nodes are by name (lower first), as overlays list members.
 std::pair<uint64_t, uint64_t> SetsInOrder(const EscalationPair& p) {
   return p.a <= p.b ? std::pair{p.a_flows, p.b_flows} : std::pair{p.b_flows, p.a_flows};
+}
+
+// The plan entries a pair raises: its two nodes and their NICs, lower node first (flow ids are
+// per entry, so per NIC pair; empty NICs: the first entry toward the peer).
+using NicPairKey = std::tuple<std::string, std::string, std::string, std::string>;
+NicPairKey KeyOf(const EscalationPair& p) {
+  return p.a <= p.b ? NicPairKey{p.a, p.b, p.a_nic, p.b_nic} : NicPairKey{p.b, p.a, p.b_nic, p.a_nic};
 }
 
 }  // namespace
@@ -125,15 +133,16 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
   // The flows escalated per pair (both directions, in SetsInOrder's order): a pair whose flows
   // another escalation raises already costs nothing more; one whose other flows crossed this
   // element is escalated again for those.
-  std::map<std::pair<std::string, std::string>, std::pair<uint64_t, uint64_t>> taken;
+  // Per NIC pair: another NIC pair's flows of the same nodes are other flows.
+  std::map<NicPairKey, std::pair<uint64_t, uint64_t>> taken;
   auto take = [&](const EscalationPair& p) {
     const auto [lo, hi] = SetsInOrder(p);
-    auto& t = taken[std::minmax(p.a, p.b)];
+    auto& t = taken[KeyOf(p)];
     t.first |= lo;
     t.second |= hi;
   };
   auto is_taken = [&](const EscalationPair& p) {
-    auto it = taken.find(std::minmax(p.a, p.b));
+    auto it = taken.find(KeyOf(p));
     if (it == taken.end()) return false;
     const auto [lo, hi] = SetsInOrder(p);
     return (lo & ~it->second.first) == 0 && (hi & ~it->second.second) == 0;
@@ -241,30 +250,39 @@ void EscalationBudget::Recount() {
 }
 
 std::vector<PlanOverlay> EscalationBudget::Overlays() const {
-  // One overlay per pair: a pair two elements escalate (different flows of it) raises the flows of
-  // both at the higher rate, and traces under the newer one's id.
-  std::map<std::pair<std::string, std::string>, PlanOverlay> by_pair;
+  // One overlay per NIC pair of a node pair (the plan entries between those two NICs, both ways):
+  // a NIC pair two elements escalate (different flows of it) raises the flows of both at the
+  // higher rate. Every overlay of a node pair traces under the newest id of its escalations.
+  std::map<std::pair<std::string, std::string>, uint64_t> trace_ids;
   for (const auto& [element, a] : active_) {
     for (const EscalationPair& p : a.pairs) {
-      const auto [lo, hi] = std::minmax(p.a, p.b);
+      uint64_t& id = trace_ids[std::minmax(p.a, p.b)];
+      id = std::max(id, a.trace_id);
+    }
+  }
+  std::map<NicPairKey, PlanOverlay> by_pair;
+  for (const auto& [element, a] : active_) {
+    for (const EscalationPair& p : a.pairs) {
+      const NicPairKey key = KeyOf(p);
+      const auto& [lo, hi, lo_nic, hi_nic] = key;
       const auto [lo_flows, hi_flows] = SetsInOrder(p);
-      auto [it, fresh] = by_pair.try_emplace({lo, hi});
+      auto [it, fresh] = by_pair.try_emplace(key);
       PlanOverlay& o = it->second;
       if (fresh) {
+        // The NIC-less id for a pair without NICs, as before NIC pairs had overlays of their own.
         o.id = "escalation:" + lo + "~" + hi;
         o.nodes = {lo, hi};
-        if (!p.a_nic.empty() && !p.b_nic.empty()) {
-          o.nics = p.a == lo ? std::vector<std::string>{p.a_nic, p.b_nic}
-                             : std::vector<std::string>{p.b_nic, p.a_nic};
+        if (!lo_nic.empty() && !hi_nic.empty()) {
+          o.id += "/" + lo_nic + "~" + hi_nic;
+          o.nics = {lo_nic, hi_nic};
         }
         o.flows = 1;  // the planned flows stay; those in flow_sets get the raised rate
         o.probe_timeout_ms = config_.probe_timeout_ms;
-        o.trace_id = a.trace_id;
+        // The newest escalation's trace id: a second element's flows on an escalated pair change
+        // the id, which is what makes the stage set the overlay again (EscalationStage::Apply).
+        o.trace_id = trace_ids[{lo, hi}];
         o.flow_sets = {0, 0};
       }
-      // The newest escalation's trace id: a second element's flows on an escalated pair change
-      // the id, which is what makes the stage set the overlay again (EscalationStage::Apply).
-      o.trace_id = std::max(o.trace_id, a.trace_id);
       o.rate_pps = std::max(o.rate_pps, p.rate_factor * base_rate_pps_);
       o.flow_sets[0] |= lo_flows;
       o.flow_sets[1] |= hi_flows;

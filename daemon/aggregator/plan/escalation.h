@@ -72,23 +72,27 @@ struct EscalationConfig {
   uint32_t probe_timeout_ms = 0;
 };
 
-// A node pair whose flows cross a suspect element.
+// A node pair whose flows cross a suspect element: one NIC pair of it where the NICs are known
+// (a_nic, b_nic), as flow ids are per plan entry; two NIC pairs of the same nodes are two pairs.
 struct EscalationPair {
   std::string a;  // the two nodes; both directions are escalated
   std::string b;
-  uint32_t flows = 1;  // planned flows per direction (the extra cost scales with those raised)
+  // Planned flows per direction of its entries (the extra cost scales with those raised).
+  uint32_t flows = 1;
   // Set by EscalationBudget when escalated: the multiple of the base rate the pair's flows run at
   // (rate_factor, or less where the budget was short).
   double rate_factor = 0;
-  // The NICs of `a` and `b` on the rail whose flows cross the element (both set, or neither: any
-  // rail). A multi-rail plan holds one entry per NIC pair toward a peer; the overlay raises the
-  // entries between these NICs, so a rail-1 suspicion densifies rail 1's flows.
+  // The NICs of `a` and `b` whose flows cross the element (both set, or neither: the first
+  // entry toward the peer). A multi-NIC plan holds one entry per NIC pair toward a peer; the
+  // overlay raises the entries between these NICs (a's toward b's, and b's toward a's), so a
+  // rail-1 suspicion densifies rail 1's flows, and in a leaf-per-host fabric each NIC pair whose
+  // flows crossed the element raises its own.
   std::string a_nic{};
   std::string b_nic{};
-  // The flows raised in each direction (a's flows toward b, b's toward a; FlowBit sets of flow
-  // ids): those that surely crossed the element, where the analyzer knows them, so that the
-  // budget pays only for probes over it. kAllFlows (the default): every flow; 0: that direction
-  // is not raised.
+  // The flows raised in each direction (a's flows toward b, b's toward a, on the entries between
+  // a_nic and b_nic; FlowBit sets of those entries' flow ids): those that surely crossed the
+  // element, where the analyzer knows them, so that the budget pays only for probes over it.
+  // kAllFlows (the default): every flow; 0: that direction is not raised.
   uint64_t a_flows = kAllFlows;
   uint64_t b_flows = kAllFlows;
 };
@@ -147,10 +151,12 @@ class EscalationBudget {
   bool Update(double now_s, const std::vector<EscalationRequest>& suspects, double baseline_pps,
               double base_rate_pps);
 
-  // The overlays for the escalated pairs: one per pair, id "escalation:<a>~<b>", rate
-  // the pair's rate factor x base rate on every flow of both directions, and a trace request for
-  // every flow of the pair (the escalation's trace id), which agents serve before their other
-  // flows.
+  // The overlays for the escalated pairs: one per NIC pair of a node pair (a < b by name), id
+  // "escalation:<a>~<b>/<a_nic>~<b_nic>" ("escalation:<a>~<b>" for a pair without NICs), naming
+  // those NICs (PlanOverlay::nics) and the flows raised each way (flow_sets: the union of its
+  // escalations' sets for that NIC pair), at the highest of their rate factors x base rate, and
+  // a trace request for every flow of the pair under the newest trace id of the node pair's
+  // escalations, which agents serve before their other flows.
   std::vector<PlanOverlay> Overlays() const;
 
   // The escalated elements now, with the pairs each escalated (for the findings' evidence).

@@ -1,12 +1,14 @@
 // The plans as agents get them: each carries its responder's allow list (the addresses of the
 // nodes whose plans name it), and a list that changes alone still gives the plan a new version.
 #include "daemon/aggregator/plan/plan_book.h"
+#include "daemon/aggregator/plan/escalation.h"
 #include "daemon/aggregator/plan/testing/leaf_spine.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -345,6 +347,113 @@ TEST(PlanBookRailsTest, UdpPeersNameBothNics) {
   ASSERT_TRUE(n2.has_value());
   EXPECT_EQ(std::set<std::string>(n2->allowed_probers().begin(), n2->allowed_probers().end()),
             (std::set<std::string>{"198.18.1.2", "198.19.1.2"}));
+}
+
+// Flow ids are per entry (NIC pair), and so are the escalated flow sets, end to end on the wire.
+// A leaf-per-host fabric (n1's two NICs on leaf1, n2's on leaf2, 4 spines) with 4 flows per
+// representative: n1 probes n2 from both its NICs. An escalation of a leaf1 link names, per
+// NIC pair, the flows that crossed it (ids that differ under ECMP): each entry lists exactly its
+// own on the wire, no other entry of the node pair is raised, the budget prices what the entries
+// raise, and n1's plan asks once for n2's traces.
+TEST(PlanBookRailsTest, EachNicPairOfAnEscalatedPairListsItsOwnFlowsOnTheWire) {
+  std::string y = "routing: ecmp\nswitches:\n";
+  for (const char* sw : {"leaf1", "leaf2"}) y += std::string("  - {name: ") + sw + ", tier: leaf}\n";
+  for (int s = 1; s <= 4; ++s) y += "  - {name: spine" + std::to_string(s) + ", tier: spine}\n";
+  y += "links:\n";
+  for (int l = 1; l <= 2; ++l) {
+    for (int s = 1; s <= 4; ++s) {
+      y += "  - {a: leaf" + std::to_string(l) + ", b: spine" + std::to_string(s) + "}\n";
+    }
+  }
+  y += "hosts:\n";
+  std::vector<AgentInfo> live(2);
+  for (int h = 1; h <= 2; ++h) {
+    live[h - 1].node = "n" + std::to_string(h);
+    for (int n = 0; n < 2; ++n) {
+      const std::string addr = "198.18." + std::to_string(h) + "." + std::to_string(n + 2);
+      y += "  - {node: n" + std::to_string(h) + ", nic: eth" + std::to_string(n) +
+           ", address: " + addr + ", switch: leaf" + std::to_string(h) + "}\n";
+      live[h - 1].endpoints.push_back({addr, 9753, "eth" + std::to_string(n)});
+    }
+  }
+  auto m = FabricMap::Parse(y);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  fw::testing::TempDir dir{"fw-planbook-nicflows"};
+  FakeClock clock;
+  metrics::Registry registry;
+  PlannerConfig config;
+  config.max_flows_per_pair = 4;  // several representatives between the two hosts
+  PlanBook book(config, std::make_shared<const FabricMap>(std::move(m).value()), clock, registry);
+  ASSERT_TRUE(book.Start(dir.path()).ok());
+  book.NoteMembershipChange();
+  clock.Advance(std::chrono::seconds(60));
+  ASSERT_TRUE(book.MaybeReplan(clock.MonotonicNanos(), [&] { return live; }));
+  // n1's UDP entries toward n2, by NIC pair.
+  auto entries = [&] {
+    std::map<std::pair<std::string, std::string>, fabricwatch::v1::PlannedPeer> out;
+    const auto plan = book.PlanFor("n1");
+    EXPECT_TRUE(plan.has_value());
+    if (!plan) return out;
+    for (const fabricwatch::v1::PlannedPeer& p : plan->peers()) {
+      if (p.transport() == fabricwatch::v1::TRANSPORT_UDP && p.node() == "n2") {
+        out[{p.src_nic(), p.dst_nic()}] = p;
+      }
+    }
+    return out;
+  };
+  const auto before = entries();
+  ASSERT_GE(before.size(), 2u);
+  auto first = before.begin();
+  auto second = std::next(first);
+  ASSERT_GE(first->second.src_ports_size(), 4);
+  ASSERT_GE(second->second.src_ports_size(), 4);
+  const double base = first->second.rate_pps();
+  ASSERT_GT(base, 0);
+
+  // The two NIC pairs' crossing flows: 0 and 2 of the first, 1 and 3 of the second.
+  EscalationRequest r;
+  r.element = "link:leaf1~spine1";
+  r.priority = 10;
+  for (const auto& [nics, ids] :
+       {std::pair{first->first, FlowBit(0) | FlowBit(2)}, std::pair{second->first, FlowBit(1) | FlowBit(3)}}) {
+    EscalationPair p;
+    p.a = "n1";
+    p.b = "n2";
+    p.flows = 4;
+    p.a_nic = nics.first;
+    p.b_nic = nics.second;
+    p.a_flows = ids;
+    p.b_flows = 0;
+    r.pairs.push_back(p);
+  }
+  EscalationBudget budget;
+  ASSERT_TRUE(budget.Update(0, {r}, 10000, base));
+  EXPECT_DOUBLE_EQ(budget.stats().extra_pps, 4 * base * (budget.config().rate_factor - 1));
+  const double budget_before = book.PlanFor("n1")->budget().packets_per_s();
+  for (PlanOverlay& o : budget.Overlays()) book.SetOverlay(std::move(o));
+  clock.Advance(std::chrono::seconds(60));
+  ASSERT_TRUE(book.MaybeReplan(clock.MonotonicNanos(), [&] { return live; }));
+  const auto after = entries();
+  ASSERT_EQ(after.size(), before.size());
+  std::map<std::pair<std::string, std::string>, std::vector<uint32_t>> raised;
+  double extra = 0;  // the probes/s the entries add
+  for (const auto& [nics, p] : after) {
+    extra += p.raised_flows_size() * (p.rate_pps() - p.unraised_rate_pps());
+    if (p.raised_flows_size() == 0) {
+      EXPECT_DOUBLE_EQ(p.rate_pps(), base) << nics.first << "~" << nics.second;
+      continue;
+    }
+    raised[nics] = {p.raised_flows().begin(), p.raised_flows().end()};
+    EXPECT_DOUBLE_EQ(p.rate_pps(), budget.config().rate_factor * base);
+    EXPECT_DOUBLE_EQ(p.unraised_rate_pps(), base);
+  }
+  EXPECT_EQ(raised, (std::map<std::pair<std::string, std::string>, std::vector<uint32_t>>{
+                        {first->first, {0, 2}}, {second->first, {1, 3}}}));
+  const auto plan = book.PlanFor("n1");
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_NEAR(extra, budget.stats().extra_pps, 1e-9);
+  EXPECT_NEAR(plan->budget().packets_per_s() - budget_before, budget.stats().extra_pps, 1e-6);
+  EXPECT_EQ(plan->trace_requests_size(), 1);
 }
 
 }  // namespace

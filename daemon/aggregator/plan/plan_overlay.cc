@@ -169,7 +169,13 @@ void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
     if (peer == node) continue;
     const AgentInfo* a = agent_of(peer);
     if (!a || a->endpoints.empty()) continue;
-    if (overlay.trace_id != 0) {
+    // Once per peer and id: an escalation's overlays of one node pair, one per NIC pair, share
+    // its trace id, and the request traces every flow toward the peer.
+    if (overlay.trace_id != 0 &&
+        std::none_of(plan.trace_requests.begin(), plan.trace_requests.end(),
+                     [&](const TraceRequest& t) {
+                       return t.peer == peer && t.src_port == 0 && t.id == overlay.trace_id;
+                     })) {
       plan.trace_requests.push_back(
           TraceRequest{.peer = peer, .src_port = 0, .id = overlay.trace_id});
     }

@@ -60,7 +60,9 @@ struct PlanOverlay {
   // Empty, or one flow set per member of `nodes` (same order): the ids of the member's UDP flows
   // toward the other members that the overlay raises (PlannedPeer::raised_flows); the entry's
   // other flows keep their rate. kAllFlows: every flow; 0: the member's entries are not raised.
-  // Empty: every flow of every member. An escalation raises the flows that crossed its element.
+  // Empty: every flow of every member. Flow ids are an entry's own (0..flows-1 per PlannedPeer),
+  // so a set means the entries `nics` names: an escalation raises the flows that crossed its
+  // element with one overlay per NIC pair (EscalationBudget::Overlays), each naming its NICs.
   std::vector<uint64_t> flow_sets{};
 
   // Equal overlays make equal plans (EscalationStage sets an overlay again only when it changed).
@@ -76,7 +78,7 @@ struct PlanOverlay {
 // An rdma_rc burst marks (or
 // adds) the sender's RC peer toward the receiver with the round. A node outside the overlay's nodes
 // and bursts is left as it was. Peers stay sorted by (node, address). With a trace_id, adds a trace
-// request per peer to the plan.
+// request per peer to the plan, unless the plan has that peer's request under that id already.
 void ApplyOverlay(const PlanOverlay& overlay, const std::string& node,
                   const std::function<const AgentInfo*(std::string_view)>& agent_of,
                   uint32_t probe_bytes, Plan& plan);

@@ -46,6 +46,25 @@ hosts:
   return std::make_shared<const FabricMap>(std::move(m).value());
 }
 
+// A leaf-per-host fabric (every NIC of a host on the host's one leaf): leaves l1 (host a, NICs e0
+// and e1) and l2 (host b, the same), spines s1 and s2, ECMP. Two NIC pairs of a and b cross the
+// same leaf-spine links, each with flow ids of its own.
+inline std::shared_ptr<const FabricMap> LeafPerHostMap() {
+  auto m = FabricMap::Parse(R"(
+routing: ecmp
+switches: [{name: l1, tier: leaf}, {name: l2, tier: leaf}, {name: s1, tier: spine},
+           {name: s2, tier: spine}]
+links: [{a: l1, b: s1}, {a: l1, b: s2}, {a: l2, b: s1}, {a: l2, b: s2}]
+hosts:
+  - {node: a, nic: e0, address: 198.18.0.1, switch: l1}
+  - {node: a, nic: e1, address: 198.18.0.2, switch: l1}
+  - {node: b, nic: e0, address: 198.18.1.1, switch: l2}
+  - {node: b, nic: e1, address: 198.18.1.2, switch: l2}
+)");
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return std::make_shared<const FabricMap>(std::move(m).value());
+}
+
 // A loss blame on link `l`: `loss` over 1,000 probes, `recent_loss` over the last 40 (the last two
 // complete seconds; the fresh ones, with the tick's own second, the same).
 inline LinkBlame LossBlame(LinkIndex l, double loss, double recent_loss) {
@@ -119,6 +138,46 @@ class BlameFixture {
     o.path_source = PathSource::kTraced;
     o.probes = probes;
     o.lost = lost;
+    tomography_.Add(o);
+    paths_.push_back(paths);  // o.core points into it
+  }
+  // The host NIC "node/nic".
+  aggregator::HostNicIndex NicOf(const std::string& name) const {
+    for (aggregator::HostNicIndex i = 0; i < map_->host_nics().size(); ++i) {
+      const auto& n = map_->host_nics()[i];
+      if (n.node + "/" + n.nic == name) return i;
+    }
+    ADD_FAILURE() << "no NIC " << name;
+    return 0;
+  }
+  // UDP flow `flow_id` of the NIC pair src_nic -> dst_nic ("a/e0"), one of `nic_flows` of its
+  // plan entry, traced over the path through `via` (a switch), with `lost` of `probes` lost, as
+  // the analyzer adds it.
+  void AddNicFlow(const std::string& src_nic, const std::string& dst_nic, uint32_t flow_id,
+                  uint32_t nic_flows, const std::string& via, uint32_t probes, uint32_t lost) {
+    const aggregator::HostNicIndex s = NicOf(src_nic), d = NicOf(dst_nic);
+    const aggregator::PathSet paths = map_->Paths(s, d);
+    FlowObs o;
+    o.src = Id(map_->host_nics()[s].node);
+    o.dst = Id(map_->host_nics()[d].node);
+    o.src_access = paths.src_access;
+    o.dst_access = paths.dst_access;
+    o.core = paths.core.get();
+    for (size_t i = 0; o.core && i < o.core->paths.size(); ++i) {
+      for (LinkIndex l : o.core->paths[i]) {
+        const aggregator::Link& link = map_->links()[l];
+        if (map_->switches()[link.a].name == via ||
+            (link.b != aggregator::kNoIndex && map_->switches()[link.b].name == via)) {
+          o.path = static_cast<int32_t>(i);
+        }
+      }
+    }
+    EXPECT_GE(o.path, 0) << src_nic << " -> " << dst_nic << " via " << via;
+    o.path_source = PathSource::kTraced;
+    o.probes = probes;
+    o.lost = lost;
+    o.pair_flows = nic_flows;
+    o.flow_bit = aggregator::FlowBit(flow_id);
     tomography_.Add(o);
     paths_.push_back(paths);  // o.core points into it
   }
