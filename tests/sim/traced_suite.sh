@@ -5,6 +5,8 @@
 #
 #   tests/sim/traced_suite.sh FW_SIM AGGREGATOR_BIN [OUT_DIR]
 #
+# FW_SIM_ARGS (environment): extra options for every fw_sim, e.g. "--findings-poll 0.1".
+#
 # Printed: every scenario's row and the suite's figures against issue 16's targets (exact-element
 # localization >= 0.95, precision >= 0.99, recall >= 0.95, median TTD <= 3 s, congested spine <= 15 s,
 # flapping link <= 10 s, healthy 0 findings, escalation traffic < 5 %). The median TTD over the
@@ -36,7 +38,9 @@ pids=()
 reports=()  # the scenarios' own reports: a reused OUT_DIR also holds suite.json and asserted.json
 for s in "$here"/scenarios/traced/*.yaml; do
   name=$(basename "$s" .yaml)
+  # shellcheck disable=SC2086 # FW_SIM_ARGS: extra fw_sim options, split on spaces
   "$sim" --scenario "$s" --aggregator-bin "$agg" --json-out "$out/$name.json" --log-level warn \
+    ${FW_SIM_ARGS:-} \
     >"$out/$name.txt" 2>&1 &
   pids+=($!)
   reports+=("$out/$name.json")
