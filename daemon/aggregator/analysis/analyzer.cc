@@ -455,7 +455,15 @@ void Analyzer::Tick() {
   Evaluate(ev, now_s);
   AddEscalationEvidence(ev, now_s);
 
-  for (auto& [element, obs] : ev.observations) tracker_.Observe(element, std::move(obs));
+  for (auto& [element, obs] : ev.observations) {
+    if (fresh_latency_leads_.contains(element) &&
+        tracker_.HealthOf(element) == ElementHealth::kOk) {
+      led_by_fresh_latency_.insert(element);
+    }
+    if (led_by_fresh_latency_.contains(element)) obs.finding.evidence["fresh_latency_lead"] = 1;
+    tracker_.Observe(element, std::move(obs));
+  }
+  fresh_latency_leads_ = {ev.fresh_latency_leads.begin(), ev.fresh_latency_leads.end()};
   for (const auto& i : ev.instants) tracker_.Instant(i.element, i.down, i.clean, now_s, i.probes);
   for (const std::string& element : ev.superseded) tracker_.Supersede(element);
   if (map_) {
@@ -481,6 +489,8 @@ void Analyzer::Tick() {
       EscalationCandidates(BlameContext{map_.get(), flows_, tomography_, config_}, ev, tracker_);
   std::erase_if(escalation_evidence_,
                 [&](const auto& kv) { return tracker_.HealthOf(kv.first) == ElementHealth::kOk; });
+  std::erase_if(led_by_fresh_latency_,
+                [&](const std::string& e) { return tracker_.HealthOf(e) == ElementHealth::kOk; });
   ++tick_count_;
   Publish(changes, ev, now_s, wall_ns);
   MutexLock lock(views_mu_);

@@ -9,6 +9,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <tuple>
@@ -243,6 +244,11 @@ class Analyzer {
   std::map<std::string, aggregator::EscalationBudget::Escalated> escalated_;  // tick thread
   // Elements observed while escalated: their evidence, kept until the element is ok again.
   std::map<std::string, std::map<std::string, double>> escalation_evidence_;  // tick thread
+  // The last tick's fresh latency leads (Evaluation::fresh_latency_leads), and the elements
+  // observed at the tick after their lead: their findings carry evidence `fresh_latency_lead` 1
+  // until the element is ok again.
+  std::set<std::string> fresh_latency_leads_;   // tick thread
+  std::set<std::string> led_by_fresh_latency_;  // tick thread
 
   // Fleet background per path class (last tick), used by this tick's judgements.
   struct ClassStats {

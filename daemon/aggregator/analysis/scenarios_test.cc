@@ -377,7 +377,8 @@ TEST(Scenarios, CongestedSpineSoonAfterTheStartIsFoundWithinFifteenSeconds) {
 // confirmed, one sooner again; and with the fresh lead (its links slow on the freshest seconds
 // before their windows show it), one sooner again.
 TEST(Scenarios, CongestedSpineSlowOnTheFreshestSecondsConfirmsTwoEvaluationsSooner) {
-  auto detect = [](const AnalysisConfig& config) {
+  bool led = false;  // the last detection's finding carries evidence fresh_latency_lead 1
+  auto detect = [&led](const AnalysisConfig& config) {
     SyntheticFleet fleet(Shape(), config);
     fleet.Run(kWarmup);
     for (int l = 0; l < 8; ++l) {
@@ -387,6 +388,8 @@ TEST(Scenarios, CongestedSpineSlowOnTheFreshestSecondsConfirmsTwoEvaluationsSoon
     fleet.Run(5);
     const auto all = fleet.analyzer().Findings(false);
     EXPECT_EQ(all.size(), 1u) << Describe(all);
+    led = !all.empty() && all[0].finding.evidence.count("fresh_latency_lead") > 0 &&
+          all[0].finding.evidence.at("fresh_latency_lead") == 1;
     return ttd;
   };
   AnalysisConfig no_lead;  // dense confirmation from the windows' suspicion on
@@ -398,7 +401,9 @@ TEST(Scenarios, CongestedSpineSlowOnTheFreshestSecondsConfirmsTwoEvaluationsSoon
   const int fresh = detect(fresh_config);
   const int before = detect(persistence);
   const int dense = detect(no_lead);
+  EXPECT_FALSE(led);
   const int lead = detect(AnalysisConfig{});
+  EXPECT_TRUE(led);  // five evaluations after it fired, still said
   std::printf(
       "congested spine: %d s with the fresh lead, %d s densely confirmed, %d s with the fresh "
       "rule, %d s without\n",
