@@ -651,8 +651,9 @@ void ProbeScheduler::Publish(const net::ProbeResult& r) {
   if (r.lost) {
     lost_[t]->Inc();
   } else if (r.transport != net::Transport::kTcpBw && r.transport != net::Transport::kRdmaRc) {
-    // Bursts (tcp_bw, rdma_rc) have a goodput, no round trip.
-    rtt_[t]->Observe(static_cast<double>(r.rtt_ns) * 1e-9);
+    // Bursts (tcp_bw, rdma_rc) have a goodput, no round trip; a UDP reply read deferred without
+    // a receive stamp has none either (rtt_ns 0).
+    if (r.rtt_ns > 0) rtt_[t]->Observe(static_cast<double>(r.rtt_ns) * 1e-9);
   }
   if (r.transport == net::Transport::kTcpBw && !r.lost) {
     goodput_.Set(r.goodput_bps);
@@ -832,6 +833,7 @@ Status ProbeScheduler::StartProbers() {
   base.align_send_slots = options_.send_slot_phase_ns >= 0;
   base.send_slot_phase_ns = std::max<int64_t>(0, options_.send_slot_phase_ns);
   base.send_slots = std::max<uint32_t>(1, options_.send_slots);
+  base.reply_reads = options_.reply_reads;
   if (options_.nics.empty()) {
     net::UdpProberOptions uo = base;
     // Probes leave from the probe address (when it is one), so that the peers' allow lists,
