@@ -247,6 +247,10 @@ ProbeScheduler::ProbeScheduler(ProbeSchedulerOptions options, OutboundBuffer& bu
                                  "UDP probe replies that came after their probe's timeout (the "
                                  "probe was already reported lost).")
                         .WithLabels({})),
+      receive_drops_(r.AddCounter("fabricwatch_probe_receive_drops_total",
+                                  "Datagrams the kernel dropped on a full UDP probe socket receive "
+                                  "buffer (their probes count as lost).")
+                         .WithLabels({})),
       losses_taken_back_(r.AddCounter(
                              "fabricwatch_probe_losses_taken_back_total",
                              "UDP probes reported lost on their round-trip timeout whose echo then "
@@ -925,6 +929,7 @@ void ProbeScheduler::RefreshStats() {
       const net::UdpProberStats one = p.udp->Stats();
       s.late += one.late;
       s.retracted += one.retracted;
+      s.rx_queue_drops += one.rx_queue_drops;
       for (size_t i = 0; i < net::kPlanSkipCount; ++i) s.plan_skipped[i] += one.plan_skipped[i];
       for (size_t i = 0; i < net::kDropReasonCount; ++i) s.dropped[i] += one.dropped[i];
     }
@@ -933,6 +938,7 @@ void ProbeScheduler::RefreshStats() {
     plan_skipped_[kSocket]->Set(static_cast<double>(s.plan_skipped[kSocket]));
     late_replies_.Set(static_cast<double>(s.late));
     losses_taken_back_.Set(static_cast<double>(s.retracted));
+    receive_drops_.Set(static_cast<double>(s.rx_queue_drops));
     for (size_t i = 1; i < net::kDropReasonCount; ++i) {
       if (s.dropped[i] == 0) continue;
       malformed_replies_

@@ -279,6 +279,7 @@ class ProbeScheduler {
   metrics::Counter& queue_dropped_;
   metrics::Counter& budget_rejected_;
   metrics::Counter& late_replies_;
+  metrics::Counter& receive_drops_;
   metrics::Counter& losses_taken_back_;
   metrics::Counter& probe_errors_;
   metrics::Counter& plans_;
