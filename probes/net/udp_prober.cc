@@ -287,6 +287,9 @@ Status UdpProber::Loop::Open() {
         "component=udp_prober msg=\"deferred reply reads need the real clock and kernel receive "
         "stamps; replies are read immediately\"");
   }
+  if (!(options_.deferred_expiry_slack >= 0 && options_.deferred_expiry_slack <= 1)) {
+    return Status::InvalidArgument("deferred_expiry_slack must be in [0, 1]");
+  }
   if (deferred_) {
     if (options_.busy_poll.max_window_ns > 0) {
       return Status::InvalidArgument("deferred reply reads do not busy-poll: set one or the other");
@@ -839,6 +842,12 @@ void UdpProber::Loop::HandleReply(size_t sock_index, const mmsghdr& m, const uin
       StopDeferring();
     }
   }
+  // Deferred reads judge an echo by its receive stamp: one that came after its probe's deadline is
+  // late, as it would be had the prober woken there, even when the expiry pass has not run yet
+  // (it may wait for the next send slot: UdpProberOptions::deferred_expiry_slack).
+  if (deferred && echo && p.state == SlotState::kOutstanding && rtt > p.wait_ns) {
+    Resolve(f, p, true, 0, 0);
+  }
   if (!same_seq || p.state == SlotState::kLost) {
     late_.fetch_add(1, kRelaxed);
     // The echo of a probe already reported lost still times the flow's round trip: a queue that
@@ -1119,7 +1128,16 @@ int64_t UdpProber::Loop::NextDeadline() const {
   for (const Flow& f : flows_) {
     if (f.oldest < f.next_seq) {
       const Pending& p = f.ring[f.oldest % f.ring.size()];
-      if (p.state == SlotState::kOutstanding) next = std::min(next, p.send_mono + p.wait_ns);
+      if (p.state != SlotState::kOutstanding) continue;
+      int64_t due = p.send_mono + p.wait_ns;
+      // Deferred reads: a send slot soon after the deadline expires the probe instead of a
+      // wakeup of its own (HandleReply judges its echo by the receive stamp meanwhile).
+      const double slack = options_.deferred_expiry_slack * static_cast<double>(p.wait_ns);
+      if (deferred_ && next_send_time_ >= due &&
+          static_cast<double>(next_send_time_ - due) <= slack) {
+        due = next_send_time_;
+      }
+      next = std::min(next, due);
     }
   }
   return next;

@@ -86,7 +86,8 @@ enum class ReplyReads : uint8_t {
   // Replies wake no one: they wait in the socket buffers and are read in the turns the prober
   // takes anyway (each send slot, each loss deadline, a plan, a guest), always before a probe is
   // declared lost. ProbeResult::rtt_ns is then the user-space send time to the reply's kernel
-  // receive stamp, which the wait in the buffer does not lengthen. Needs the real clock and
+  // receive stamp, which the wait in the buffer does not lengthen, and an echo is answered if
+  // that stamp is within its probe's wait (late otherwise, whenever it is read). Needs the real clock and
   // kernel_rx_timestamps (otherwise the prober reads immediately, Stats().reply_reads_deferred
   // 0); never busy-polls. A reply read without a receive stamp is answered with rtt_ns 0 (round
   // trip unknown, counted in rx_unstamped_deferred), and the prober reads immediately from then
@@ -137,6 +138,13 @@ struct UdpProberOptions {
   // spin). `busy_poll.max_window_ns = 0` disables it.
   BusyPollOptions busy_poll;
   ReplyReads reply_reads = ReplyReads::kImmediate;
+  // Deferred reads: a probe's loss deadline that the next send slot follows within this fraction
+  // of the probe's wait is expired in that slot's turn instead of a wakeup of its own. Its echo is
+  // judged by the kernel's receive stamp against the deadline either way (after it: late, the
+  // probe lost), so the outcome is the same; only the loss is reported up to that much later.
+  // At the agent's 250 ms slots and the planner's 200 ms timeout floor, 0.25 saves the prober a
+  // wakeup a slot. [0, 1]; 0: every deadline wakes the prober.
+  double deferred_expiry_slack = 0.25;
 };
 
 struct UdpProberStats {

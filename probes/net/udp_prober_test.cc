@@ -1219,6 +1219,63 @@ TEST(UdpProberTest, DeferredReadsStillReportASilentPeerLostOnTime) {
   EXPECT_EQ(prober->Stats().answered, 0u);
 }
 
+// At the agent's shape (a send slot every 250 ms, a 200 ms wait: the planner's timeout floor) a
+// deferred probe's expiry waits for the next slot, 50 ms after its deadline, instead of a wakeup of
+// its own: the prober wakes ~4 times a second, not 8. The outcome is the deadline's: an echo
+// 100 ms after its probe is answered, one 220 ms after (past the deadline, before the slot that
+// expires it) is late and its probe lost, as with a wakeup at every deadline
+// (deferred_expiry_slack 0); a silent peer's losses are reported between the deadline and the
+// next slot.
+TEST(UdpProberTest, DeferredExpiryWaitsForTheNextSlotButJudgesEchoesAtTheDeadline) {
+  DelayedEcho fast(100);
+  DelayedEcho slow(220);
+  Fd sink = testing::UdpSocket();
+  auto silent = LocalAddress(sink.get());
+  ASSERT_TRUE(silent.ok());
+  constexpr int64_t kWait = 200'000'000;
+  for (double slack : {0.25, 0.0}) {
+    ResultQueue q(4096);
+    UdpProberOptions o = Deferred(1);
+    o.deferred_expiry_slack = slack;
+    auto prober = StartProber(q, o);
+    ASSERT_TRUE(prober);
+    UdpProbePlan plan;
+    plan.rate_hz = 4;
+    plan.timeout_ns = kWait;
+    plan.peers.push_back(Peer("fast", fast.port(), 1, 0));
+    plan.peers.push_back(Peer("slow", slow.port(), 1, 0));
+    plan.peers.push_back(Peer("silent", silent->port(), 1, 0));
+    ASSERT_TRUE(prober->SetPlan(plan).ok());
+    const UdpProberStats s0 = prober->Stats();
+    const Taken taken = TakeFor(q, 2500ms, 1ms);
+    const UdpProberStats s1 = prober->Stats();
+    prober->Stop();
+    std::map<std::string, int> answered, lost;
+    std::vector<int64_t> silent_after;
+    for (const auto& [r, at] : taken) {
+      const std::string peer(r.PeerName());
+      ++(r.lost ? lost : answered)[peer];
+      if (peer == "silent") silent_after.push_back(at - r.timestamp_ns);
+      if (peer == "fast") EXPECT_FALSE(r.lost) << "slack " << slack << " seq " << r.seq;
+      if (peer != "fast") EXPECT_TRUE(r.lost) << peer << " slack " << slack << " seq " << r.seq;
+      if (r.lost) EXPECT_GE(at - r.timestamp_ns, kWait - 1'000'000) << peer << " seq " << r.seq;
+    }
+    EXPECT_GE(answered["fast"], 7) << slack;
+    EXPECT_GE(lost["slow"], 7) << slack;
+    EXPECT_GE(lost["silent"], 7) << slack;
+    EXPECT_GE(s1.late, 6u) << "the slow peer's echoes, each after its probe's deadline";
+    const uint64_t wakeups = s1.wakeups - s0.wakeups;  // 2.5 s: 10 slots, 10 deadlines
+    if (slack > 0) {
+      EXPECT_LE(wakeups, 14u);
+      // Reported at the next slot, 250 ms after the send; a loaded host adds, never subtracts.
+      EXPECT_GE(Median(silent_after), 240'000'000);
+    } else {
+      EXPECT_GE(wakeups, 17u);
+      EXPECT_LT(Median(silent_after), 240'000'000);
+    }
+  }
+}
+
 // The plan eventfd and a guest's descriptor still wake a deferred prober at once: its plan of one
 // slot a second leaves it asleep for up to a second otherwise.
 TEST(UdpProberTest, DeferredReadsLeaveGuestsAndPlansWakingTheProberAtOnce) {
