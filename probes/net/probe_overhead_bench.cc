@@ -113,6 +113,10 @@ int main(int argc, char** argv) {
                  "immediate (each reply wakes the prober) or deferred (read in its other wakeups; "
                  "needs --busy-poll-us 0) (default immediate)")
       ->check(CLI::IsMember({"immediate", "deferred"}));
+  bool tx_stamps = true;
+  app.add_option("--tx-stamps", tx_stamps,
+                 "kernel TX timestamps read back from the error queue (true|false; they feed only "
+                 "kernel_rtt_ns) (default true)");
   CLI11_PARSE(app, argc, argv);
 
   int pipe_fd[2];
@@ -140,6 +144,7 @@ int main(int argc, char** argv) {
   o.send_slots = slots;
   o.busy_poll.max_window_ns = static_cast<int64_t>(busy_poll_us * 1e3);
   if (reply_reads == "deferred") o.reply_reads = fw::net::ReplyReads::kDeferred;
+  o.kernel_tx_timestamps = tx_stamps;
   if (!key.empty()) o.key = key;
   auto prober = fw::net::UdpProber::Start(o, fw::RealClock::Get(), queue);
   if (!prober.ok()) {
