@@ -165,6 +165,15 @@ Status Agent::Start(ReportOn report_on) {
       return Status::InvalidArgument("--probe-send-slots must be 1..100");
     }
     po.send_slots = static_cast<uint32_t>(options_.probe_send_slots);
+    if (options_.probe_reply_reads == "deferred") {
+      if (po.busy_poll_ns > 0) {
+        return Status::InvalidArgument(
+            "--probe-reply-reads deferred does not busy-poll: set --probe-busy-poll-us 0");
+      }
+      po.reply_reads = net::ReplyReads::kDeferred;
+    } else if (options_.probe_reply_reads != "immediate") {
+      return Status::InvalidArgument("--probe-reply-reads must be immediate or deferred");
+    }
     if (options_.plan_max_targets < 1 || !(options_.plan_max_pps > 0) ||
         !(options_.plan_max_bytes_per_s > 0)) {
       return Status::InvalidArgument(

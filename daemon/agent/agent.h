@@ -44,6 +44,9 @@ struct AgentOptions {
   // UDP send slots per period of each plan rate (net::UdpProberOptions::send_slots): the prober
   // and the peers' responders wake about this many times a second per rate (docs/probes.md).
   int probe_send_slots = 4;
+  // When the UDP prober reads its replies (net::ReplyReads): "immediate" (each reply wakes it) or
+  // "deferred" (in the turns it takes anyway; rtt from the kernel receive stamp).
+  std::string probe_reply_reads = "immediate";
   // Local ceilings on what a plan may ask (PlanCeilings; docs/probes.md, "Plan ceilings").
   int plan_max_targets = 4096;
   double plan_max_pps = 10'000;

@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
   binding.Bind("probe-busy-poll-us", &o.probe_busy_poll_us);
   binding.Bind("probe-send-phase-ms", &o.probe_send_phase_ms);
   binding.Bind("probe-send-slots", &o.probe_send_slots);
+  binding.Bind("probe-reply-reads", &o.probe_reply_reads);
   binding.Bind("plan-max-targets", &o.plan_max_targets);
   binding.Bind("plan-max-pps", &o.plan_max_pps);
   binding.Bind("plan-max-bytes-per-s", &o.plan_max_bytes_per_s);
@@ -153,6 +154,12 @@ int main(int argc, char** argv) {
                  "responders (docs/probes.md)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
+  app.add_option("--probe-reply-reads", o.probe_reply_reads,
+                 "when the UDP prober reads its replies: immediate (each reply wakes it; rtt is "
+                 "the user-space round trip, as sockperf's) or deferred (in the wakeups it takes "
+                 "anyway to send and expire; rtt ends at the kernel's receive stamp; "
+                 "docs/probes.md) (default immediate)")
+      ->check(CLI::IsMember({"immediate", "deferred"}));
   // Ceilings on what any plan may ask; a plan past them is trimmed and counted (docs/probes.md).
   app.add_option("--plan-max-targets", o.plan_max_targets,
                  "most plan entries probed; later ones are left out")

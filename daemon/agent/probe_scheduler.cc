@@ -247,6 +247,10 @@ ProbeScheduler::ProbeScheduler(ProbeSchedulerOptions options, OutboundBuffer& bu
                                  "UDP probe replies that came after their probe's timeout (the "
                                  "probe was already reported lost).")
                         .WithLabels({})),
+      receive_drops_(r.AddCounter("fabricwatch_probe_receive_drops_total",
+                                  "Datagrams the kernel dropped on a full UDP probe socket receive "
+                                  "buffer (their probes count as lost).")
+                         .WithLabels({})),
       losses_taken_back_(r.AddCounter(
                              "fabricwatch_probe_losses_taken_back_total",
                              "UDP probes reported lost on their round-trip timeout whose echo then "
@@ -651,8 +655,9 @@ void ProbeScheduler::Publish(const net::ProbeResult& r) {
   if (r.lost) {
     lost_[t]->Inc();
   } else if (r.transport != net::Transport::kTcpBw && r.transport != net::Transport::kRdmaRc) {
-    // Bursts (tcp_bw, rdma_rc) have a goodput, no round trip.
-    rtt_[t]->Observe(static_cast<double>(r.rtt_ns) * 1e-9);
+    // Bursts (tcp_bw, rdma_rc) have a goodput, no round trip; a UDP reply read deferred without
+    // a receive stamp has none either (rtt_ns 0).
+    if (r.rtt_ns > 0) rtt_[t]->Observe(static_cast<double>(r.rtt_ns) * 1e-9);
   }
   if (r.transport == net::Transport::kTcpBw && !r.lost) {
     goodput_.Set(r.goodput_bps);
@@ -832,6 +837,7 @@ Status ProbeScheduler::StartProbers() {
   base.align_send_slots = options_.send_slot_phase_ns >= 0;
   base.send_slot_phase_ns = std::max<int64_t>(0, options_.send_slot_phase_ns);
   base.send_slots = std::max<uint32_t>(1, options_.send_slots);
+  base.reply_reads = options_.reply_reads;
   if (options_.nics.empty()) {
     net::UdpProberOptions uo = base;
     // Probes leave from the probe address (when it is one), so that the peers' allow lists,
@@ -923,6 +929,7 @@ void ProbeScheduler::RefreshStats() {
       const net::UdpProberStats one = p.udp->Stats();
       s.late += one.late;
       s.retracted += one.retracted;
+      s.rx_queue_drops += one.rx_queue_drops;
       for (size_t i = 0; i < net::kPlanSkipCount; ++i) s.plan_skipped[i] += one.plan_skipped[i];
       for (size_t i = 0; i < net::kDropReasonCount; ++i) s.dropped[i] += one.dropped[i];
     }
@@ -931,6 +938,7 @@ void ProbeScheduler::RefreshStats() {
     plan_skipped_[kSocket]->Set(static_cast<double>(s.plan_skipped[kSocket]));
     late_replies_.Set(static_cast<double>(s.late));
     losses_taken_back_.Set(static_cast<double>(s.retracted));
+    receive_drops_.Set(static_cast<double>(s.rx_queue_drops));
     for (size_t i = 1; i < net::kDropReasonCount; ++i) {
       if (s.dropped[i] == 0) continue;
       malformed_replies_

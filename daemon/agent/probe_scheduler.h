@@ -85,6 +85,8 @@ struct ProbeSchedulerOptions {
   // the prober, and the responders it probes, once; 4 at the planner's 1 Hz is one every 250 ms
   // (docs/probes.md, "Send slots: how many").
   uint32_t send_slots = 4;
+  // When the UDP probers read their replies (net::UdpProberOptions::reply_reads).
+  net::ReplyReads reply_reads = net::ReplyReads::kImmediate;
   // What any plan may ask of this node (--plan-max-targets, --plan-max-pps,
   // --plan-max-bytes-per-s); a plan past them is trimmed and counted (plan_guard.h).
   PlanCeilings ceilings;
@@ -277,6 +279,7 @@ class ProbeScheduler {
   metrics::Counter& queue_dropped_;
   metrics::Counter& budget_rejected_;
   metrics::Counter& late_replies_;
+  metrics::Counter& receive_drops_;
   metrics::Counter& losses_taken_back_;
   metrics::Counter& probe_errors_;
   metrics::Counter& plans_;

@@ -516,6 +516,51 @@ TEST(ProbeScheduler, TheFlowsOfARateGoOutInItsSendSlots) {
   }
 }
 
+// ProbeSchedulerOptions::reply_reads (--probe-reply-reads deferred) reaches the UDP prober: its
+// replies wait up to a send slot (250 ms at 2/s in 2 slots) and each is reported with the network's
+// round trip, not that wait. A UDP result answered without a round trip (a deferred reply that came
+// without a receive stamp, rtt_ns 0) counts as sent, not in the RTT histogram.
+TEST(ProbeScheduler, DeferredReplyReadsReportTheNetworksRoundTrip) {
+  OutboundBuffer buffer(1000, 64 << 20);
+  metrics::Registry registry;
+  ProbeSchedulerOptions o = LoopbackOptions();
+  o.reply_reads = net::ReplyReads::kDeferred;
+  ProbeScheduler scheduler(
+      o, buffer, [] {}, registry);
+  ASSERT_TRUE(scheduler.Start().ok());
+  v1::ProbePlan plan;
+  plan.set_version(1);
+  AddUdpPeer(plan, "peer", "127.0.0.1", scheduler.responder_port());
+  plan.mutable_peers(0)->add_src_ports(1);
+  plan.mutable_peers(0)->set_rate_pps(2);
+  scheduler.ApplyPlan(plan);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2200));
+  scheduler.Stop();
+  int answered = 0;
+  for (const v1::ProbeBatch& b : buffer.TakeUnsent(1 << 20)) {
+    const v1::ProbeColumns& c = b.columns();
+    for (int i = 0; i < c.transport_size(); ++i) {
+      if (c.transport(i) != v1::TRANSPORT_UDP) continue;
+      EXPECT_FALSE(c.lost(i));
+      EXPECT_GT(c.rtt_ns(i), 0u);
+      EXPECT_LT(c.rtt_ns(i), 20'000'000u);
+      ++answered;
+    }
+  }
+  EXPECT_GE(answered, 5);
+
+  net::ProbeResult unknown;
+  unknown.transport = net::Transport::kUdp;
+  scheduler.RecordResult(unknown);
+  const std::string text = registry.RenderToString();
+  EXPECT_EQ(MetricValue(text, R"(fabricwatch_probe_rtt_seconds_count{transport="udp"})"),
+            answered)
+      << text;
+  EXPECT_EQ(MetricValue(text, R"(fabricwatch_probe_sent_total{transport="udp"})"), answered + 1)
+      << text;
+  EXPECT_EQ(MetricValue(text, "fabricwatch_probe_receive_drops_total"), 0) << text;
+}
+
 TEST(ProbeScheduler, AVersionIsRecordedOnlyOnceItsPlanApplied) {
   OutboundBuffer buffer(1000, 64 << 20);
   metrics::Registry registry;

@@ -108,6 +108,15 @@ int main(int argc, char** argv) {
   app.add_option("--slots", slots, "send slots per period");
   app.add_option("--key", key, "shared key (adds HMAC work)");
   app.add_option("--busy-poll-us", busy_poll_us, "longest busy-poll window (0: off)");
+  std::string reply_reads = "immediate";
+  app.add_option("--reply-reads", reply_reads,
+                 "immediate (each reply wakes the prober) or deferred (read in its other wakeups; "
+                 "needs --busy-poll-us 0) (default immediate)")
+      ->check(CLI::IsMember({"immediate", "deferred"}));
+  bool tx_stamps = true;
+  app.add_option("--tx-stamps", tx_stamps,
+                 "kernel TX timestamps read back from the error queue (true|false; they feed only "
+                 "kernel_rtt_ns) (default true)");
   CLI11_PARSE(app, argc, argv);
 
   int pipe_fd[2];
@@ -134,6 +143,8 @@ int main(int argc, char** argv) {
   fw::net::UdpProberOptions o;
   o.send_slots = slots;
   o.busy_poll.max_window_ns = static_cast<int64_t>(busy_poll_us * 1e3);
+  if (reply_reads == "deferred") o.reply_reads = fw::net::ReplyReads::kDeferred;
+  o.kernel_tx_timestamps = tx_stamps;
   if (!key.empty()) o.key = key;
   auto prober = fw::net::UdpProber::Start(o, fw::RealClock::Get(), queue);
   if (!prober.ok()) {
@@ -164,17 +175,26 @@ int main(int argc, char** argv) {
     return 3;
   }
 
-  // The main thread plays the uplink: it drains results once a second.
+  // The main thread plays the uplink: it drains results once a second, and keeps the measured
+  // window's round trips (reported and kernel-stamped) for their medians.
   std::vector<fw::net::ProbeResult> batch;
   batch.reserve(4096);
+  std::vector<int64_t> rtts, kernel_rtts;
+  bool keep = false;
   auto drain = [&](int secs) {
     for (int i = 0; i < secs; ++i) {
       std::this_thread::sleep_for(std::chrono::seconds(1));
       batch.clear();
       queue.PopBatch(batch, batch.capacity());
+      for (const fw::net::ProbeResult& r : batch) {
+        if (!keep || r.lost) continue;
+        if (r.rtt_ns > 0) rtts.push_back(r.rtt_ns);
+        if (r.kernel_rtt_ns > 0) kernel_rtts.push_back(r.kernel_rtt_ns);
+      }
     }
   };
   drain(2);
+  keep = true;
   const auto stats0 = (*prober)->Stats();
   const double cpu0 = ProcessCpu(RUSAGE_SELF);
   const auto threads0 = ThreadCpu();
@@ -223,6 +243,21 @@ int main(int argc, char** argv) {
       stats.busy_poll_hits - stats0.busy_poll_hits, answered,
       stats.busy_poll_timeouts - stats0.busy_poll_timeouts,
       stats.busy_poll_skipped - stats0.busy_poll_skipped);
+  auto quantile_us = [](std::vector<int64_t>& v, double q) {
+    if (v.empty()) return 0.0;
+    const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+    return static_cast<double>(v[k]) / 1e3;
+  };
+  std::printf(
+      "  reply reads %s%s: rtt p50 %.1f us p99 %.1f us (%zu), kernel-stamped rtt p50 %.1f us p99 "
+      "%.1f us (%zu); unstamped deferred %lu, receive-queue drops %lu\n",
+      reply_reads.c_str(),
+      reply_reads == "deferred" && !stats.reply_reads_deferred ? " (in effect: immediate)" : "",
+      quantile_us(rtts, 0.5), quantile_us(rtts, 0.99), rtts.size(), quantile_us(kernel_rtts, 0.5),
+      quantile_us(kernel_rtts, 0.99), kernel_rtts.size(),
+      stats.rx_unstamped_deferred - stats0.rx_unstamped_deferred,
+      stats.rx_queue_drops - stats0.rx_queue_drops);
   std::printf("  responder (child process, whole run incl. warm-up): %.3f s CPU\n", responder_cpu);
   const bool ok = 100 * cpu / wall <= 0.5 && rss <= 30;
   std::printf("  target <= 0.5%% CPU and <= 30 MB RSS: %s\n", ok ? "met" : "NOT met");

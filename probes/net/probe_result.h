@@ -33,7 +33,11 @@ struct ProbeResult {
   // flow's fixed one (UdpProbePlan::timeout_floor_ns), arriving within the fixed one: rtt_ns is
   // its round trip and the aggregator takes back the loss (ProbeColumns.late). lost is false.
   bool late = false;
-  int64_t rtt_ns = 0;  // round trip on the prober's CLOCK_MONOTONIC (see docs/probes.md)
+  // Round trip on the prober's CLOCK_MONOTONIC (see docs/probes.md). udp: the user-space one (send
+  // -> reply read), or with deferred reply reads (UdpProberOptions::reply_reads) send -> the
+  // kernel's receive stamp; 0 on an answered probe whose round trip is unknown (a deferred read
+  // without a receive stamp).
+  int64_t rtt_ns = 0;
   // udp: the round trip between the kernel's software stamps (TX, or the user-space send when
   // there is no TX stamp, to RX), which leaves out the prober's own syscalls and scheduling; 0
   // without kernel stamps. rtt_ns is this value when UdpProberOptions::report_kernel_rtt is set.

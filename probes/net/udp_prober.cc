@@ -34,6 +34,13 @@ constexpr uint32_t kWakeTag = UINT32_MAX;
 // indexes into sockets_, far below it.
 constexpr uint32_t kGuestTag = 1u << 30;
 constexpr size_t kIpUdpOverhead = 28;  // IPv4 + UDP headers, for the byte budget
+// What one queued small datagram is charged against a socket's receive buffer (its skb's
+// truesize), taken high: NIC drivers that receive into 2 KiB buffers charge that much; loopback
+// about half.
+constexpr int64_t kQueuedDatagramBytes = 2048;
+// The most receive buffer deferred reads ask of a socket (the kernel doubles what is asked, and
+// caps it at net.core.rmem_max unless the process may force it).
+constexpr int64_t kMaxDeferredRcvbuf = 4 << 20;
 
 enum class SlotState : uint8_t { kFree, kOutstanding, kAnswered, kLost };
 
@@ -75,6 +82,7 @@ struct Sock {
   Fd fd;
   int family = AF_INET;
   uint16_t port = 0;
+  uint32_t drops_seen = 0;  // the kernel's drop count (SO_RXQ_OVFL) last read on this socket
   // One per peer: a peer's flow j is on socket j and in one slot of one schedule (its own rate's,
   // whether or not the peer's flows run at several), so a batch (the slots of every schedule due
   // at one wakeup) holds at most one probe per peer.
@@ -108,6 +116,9 @@ class UdpProber::Loop {
       : options_(std::move(options)),
         clock_(clock),
         real_clock_(&clock == &RealClock::Get()),
+        // Deferred reads time a reply by its kernel receive stamp, which needs both.
+        deferred_(options_.reply_reads == ReplyReads::kDeferred && real_clock_ &&
+                  options_.kernel_rx_timestamps),
         results_(results),
         budget_(budget),
         busy_poll_(options_.busy_poll, clock.MonotonicNanos()) {
@@ -141,6 +152,18 @@ class UdpProber::Loop {
   void QueueSlot(const std::vector<uint32_t>& slot, int64_t wall);
   // `events`: what epoll reported for the socket (EPOLLERR: its error queue holds TX stamps).
   void Receive(size_t sock_index, uint32_t events);
+  // Deferred reads: reads every socket that holds replies or TX stamps (one zero-timeout epoll on
+  // the socket set the thread does not sleep on).
+  void ReadDeferred();
+  // Deferred reads end (a reply came without a receive stamp): the sockets move into the set the
+  // thread sleeps on, and every reply is read at once from then on.
+  void StopDeferring();
+  // Deferred reads: each socket's receive buffer holds the replies and TX stamps of the probes it
+  // sends in one turn, twice over (the plan's busiest turn, every schedule due together).
+  void SizeReceiveBuffers();
+  // The kernel's receive stamp of a reply (CLOCK_REALTIME ns, 0 without one); counts the drops
+  // the kernel reports with it (SO_RXQ_OVFL).
+  int64_t ReadRxCmsgs(size_t sock_index, const msghdr& h);
   // Reads software TX timestamps off the socket's error queue into the pending probes.
   void DrainTxStamps(size_t sock_index);
   void HandleReply(size_t sock_index, const mmsghdr& m, const uint8_t* data, int64_t offset,
@@ -164,12 +187,16 @@ class UdpProber::Loop {
   const UdpProberOptions options_;
   const Clock& clock_;
   const bool real_clock_;
+  bool deferred_;  // replies read deferred (ReplyReads::kDeferred in effect); thread-owned
   ResultQueue& results_;
   ProbeBudget* const budget_;
   std::optional<HmacSha256> key_;
   BusyPollPolicy busy_poll_;
 
   Fd epoll_fd_, wake_fd_;
+  // Deferred reads: the probe sockets, watched here instead of in epoll_fd_ (which the thread
+  // sleeps on), so that a reply or TX stamp wakes no one.
+  Fd reply_epoll_fd_;
   std::atomic<bool> stopping_{false};
 
   // Shared with SetPlan callers: the handoff of a new plan and its outcome.
@@ -221,14 +248,19 @@ class UdpProber::Loop {
   std::array<sockaddr_storage, kRxBatch> rx_addr_{};
   // Room for SCM_TIMESTAMPNS on replies, and for SCM_TIMESTAMPING plus IP(V6)_RECVERR with its
   // offender address on error-queue stamps; too small a buffer shows up as MSG_CTRUNC.
+  // Room for SO_RXQ_OVFL's drop count too.
   static constexpr size_t kCmsgSpace =
       CMSG_SPACE(sizeof(scm_timestamping)) +
-      CMSG_SPACE(sizeof(sock_extended_err) + sizeof(sockaddr_in6)) + CMSG_SPACE(sizeof(timespec));
+      CMSG_SPACE(sizeof(sock_extended_err) + sizeof(sockaddr_in6)) + CMSG_SPACE(sizeof(timespec)) +
+      CMSG_SPACE(sizeof(uint32_t));
   struct alignas(cmsghdr) CmsgBuffer {
     uint8_t bytes[kCmsgSpace];
   };
   std::array<CmsgBuffer, kRxBatch> rx_cmsg_{};
 
+  int64_t drops_logged_ns_ = 0;  // when receive-queue drops were last logged
+  bool rcvbuf_warned_ = false;    // a socket got less receive buffer than deferred reads want
+  std::atomic<uint64_t> rx_unstamped_deferred_{0}, rx_queue_drops_{0}, reply_reads_deferred_{0};
   std::atomic<uint64_t> sent_{0}, answered_{0}, lost_{0}, late_{0}, retracted_{0}, duplicate_{0},
       stray_{0},
       budget_skipped_{0}, send_errors_{0}, rx_kernel_ts_{0}, tx_kernel_ts_{0}, rx_user_ts_{0},
@@ -250,6 +282,22 @@ Status UdpProber::Loop::Open() {
   if (epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev) != 0) {
     return ErrnoStatus("epoll_ctl(eventfd)", errno);
   }
+  if (options_.reply_reads == ReplyReads::kDeferred && !deferred_) {
+    SPDLOG_WARN(
+        "component=udp_prober msg=\"deferred reply reads need the real clock and kernel receive "
+        "stamps; replies are read immediately\"");
+  }
+  if (!(options_.deferred_expiry_slack >= 0 && options_.deferred_expiry_slack <= 1)) {
+    return Status::InvalidArgument("deferred_expiry_slack must be in [0, 1]");
+  }
+  if (deferred_) {
+    if (options_.busy_poll.max_window_ns > 0) {
+      return Status::InvalidArgument("deferred reply reads do not busy-poll: set one or the other");
+    }
+    reply_epoll_fd_.Reset(epoll_create1(EPOLL_CLOEXEC));
+    if (!reply_epoll_fd_.valid()) return ErrnoStatus("epoll_create1(replies)", errno);
+  }
+  reply_reads_deferred_.store(deferred_ ? 1 : 0, kRelaxed);
   return Status::Ok();
 }
 
@@ -400,6 +448,10 @@ StatusOr<size_t> UdpProber::Loop::SocketFor(int family, uint32_t j) {
         return ErrnoStatus("setsockopt(SO_TIMESTAMPING)", errno);
       }
     }
+    // The kernel's count of datagrams dropped on a full receive buffer rides on every later one.
+    if (int one = 1; setsockopt(s.fd.get(), SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof one) != 0) {
+      return ErrnoStatus("setsockopt(SO_RXQ_OVFL)", errno);
+    }
     if (!options_.bind_device.empty() &&
         setsockopt(s.fd.get(), SOL_SOCKET, SO_BINDTODEVICE, options_.bind_device.c_str(),
                    static_cast<socklen_t>(options_.bind_device.size())) != 0) {
@@ -414,7 +466,8 @@ StatusOr<size_t> UdpProber::Loop::SocketFor(int family, uint32_t j) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u32 = static_cast<uint32_t>(sockets_.size());
-    if (epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, s.fd.get(), &ev) != 0) {
+    const int set = deferred_ ? reply_epoll_fd_.get() : epoll_fd_.get();
+    if (epoll_ctl(set, EPOLL_CTL_ADD, s.fd.get(), &ev) != 0) {
       return ErrnoStatus("epoll_ctl(probe socket)", errno);
     }
     pool.push_back(sockets_.size());
@@ -581,6 +634,7 @@ Status UdpProber::Loop::Apply(const UdpProbePlan& plan) {
     schedules_.push_back(std::move(r));
   }
   packet_len_ = packet_len;
+  if (deferred_) SizeReceiveBuffers();
   // Room to see (and reject) a longer reply, and for the headers an error-queue copy carries.
   rx_buffer_size_ = packet_len + 256;  // room to see (and reject) a longer datagram
   rx_buffers_.assign(kRxBatch * rx_buffer_size_, 0);
@@ -723,6 +777,7 @@ void UdpProber::Loop::SendDueSlots(int64_t now) {
 void UdpProber::Loop::HandleReply(size_t sock_index, const mmsghdr& m, const uint8_t* data,
                                   int64_t offset, int64_t now_mono) {
   const HmacSha256* key = key_ ? &*key_ : nullptr;
+  const int64_t rx_real = ReadRxCmsgs(sock_index, m.msg_hdr);
   if (m.msg_hdr.msg_flags & MSG_TRUNC) {
     dropped_[static_cast<size_t>(DropReason::kBadLength)].fetch_add(1, kRelaxed);
     return;
@@ -748,16 +803,62 @@ void UdpProber::Loop::HandleReply(size_t sock_index, const mmsghdr& m, const uin
     return;
   }
   Pending& p = f.ring[h.seq % f.ring.size()];
-  if (p.seq != h.seq || h.seq >= f.next_seq || p.state == SlotState::kLost) {
+  const bool same_seq = p.seq == h.seq && h.seq < f.next_seq;
+  // The echo of a probe still on record (its sequence number and send stamp name it).
+  const bool echo = same_seq && p.send_mono == h.send_ts_ns &&
+                    (p.state == SlotState::kOutstanding || p.state == SlotState::kLost);
+  // The round trips of this echo. The user-space one (send time written into the probe -> the
+  // receive time of its batch, both CLOCK_MONOTONIC) is what an application sees. The
+  // kernel-stamped one leaves out the prober's own syscalls and scheduling, best source first:
+  //  1. kernel TX stamp -> kernel RX stamp: both CLOCK_REALTIME, one clock, no conversion;
+  //  2. user-space send time -> kernel RX stamp mapped onto CLOCK_MONOTONIC with the offset
+  //     sampled for this batch.
+  // A kernel-based value outside (0, user-space RTT] means the wall clock stepped in between:
+  // it falls through to the next source, or to none.
+  const int64_t user_rtt = echo ? now_mono - p.send_mono : 0;
+  int64_t arrival_rtt = 0;  // source 2
+  int64_t kernel_rtt = 0;
+  bool kernel_tx = false;
+  if (rx_real != 0 && echo) {
+    if (const int64_t k = rx_real - offset; k > p.send_mono && k <= now_mono) {
+      arrival_rtt = k - p.send_mono;
+    }
+    if (p.tx_real != 0 && rx_real > p.tx_real && rx_real - p.tx_real <= user_rtt) {
+      kernel_rtt = rx_real - p.tx_real;
+      kernel_tx = true;
+    } else {
+      kernel_rtt = arrival_rtt;
+    }
+  }
+  // The round trip that times the flow and is reported. Deferred reads: the read time includes
+  // the reply's wait in the buffer, so the user-space send time to the kernel's receive stamp
+  // (source 2; source 1 if only it is sound); 0 when there is no stamp: unknown, never the wait.
+  const bool deferred = deferred_;  // as this reply was read (StopDeferring below ends it)
+  int64_t rtt = user_rtt;
+  if (deferred && echo) {
+    rtt = arrival_rtt > 0 ? arrival_rtt : kernel_rtt;
+    if (rtt == 0) {
+      rx_unstamped_deferred_.fetch_add(1, kRelaxed);
+      StopDeferring();
+    }
+  }
+  // Deferred reads judge an echo by its receive stamp: one that came after its probe's deadline is
+  // late, as it would be had the prober woken there, even when the expiry pass has not run yet
+  // (it may wait for the next send slot: UdpProberOptions::deferred_expiry_slack).
+  if (deferred && echo && p.state == SlotState::kOutstanding && rtt > p.wait_ns) {
+    Resolve(f, p, true, 0, 0);
+  }
+  if (!same_seq || p.state == SlotState::kLost) {
     late_.fetch_add(1, kRelaxed);
-    // The echo of a probe already reported lost still times the flow's round trip (its sequence
-    // number and send stamp name the probe): a queue that outgrew the timeout lifts it.
-    if (p.seq == h.seq && p.state == SlotState::kLost && p.send_mono == h.send_ts_ns) {
-      const int64_t rtt = now_mono - p.send_mono;
+    // The echo of a probe already reported lost still times the flow's round trip: a queue that
+    // outgrew the timeout lifts it.
+    if (echo) {
       f.rto.OnEcho(rtt);
       // Lost on a round-trip timeout shorter than the fixed one, answered within the fixed one:
-      // the fixed timeout would have read it answered, so the loss is taken back.
-      if (p.wait_ns < f.timeout_ns && rtt < f.timeout_ns) {
+      // the fixed timeout would have read it answered, so the loss is taken back. (An unknown
+      // round trip was within it when its upper bound, the read time, was.)
+      const int64_t bound = rtt > 0 ? rtt : user_rtt;
+      if (p.wait_ns < f.timeout_ns && bound < f.timeout_ns) {
         ProbeResult r = f.result_template;
         r.seq = p.seq;
         r.late = true;
@@ -770,39 +871,114 @@ void UdpProber::Loop::HandleReply(size_t sock_index, const mmsghdr& m, const uin
     }
     return;
   }
-  if (p.state == SlotState::kAnswered || p.send_mono != h.send_ts_ns) {
+  if (!echo) {  // answered already, or a send stamp that is not this probe's
     duplicate_.fetch_add(1, kRelaxed);
     return;
   }
-  // Two round trips. The user-space one (send time written into the probe -> the receive time of
-  // its batch, both CLOCK_MONOTONIC) is what an application sees. The kernel-stamped one leaves
-  // out the prober's own syscalls and scheduling, best source first:
-  //  1. kernel TX stamp -> kernel RX stamp: both CLOCK_REALTIME, one clock, no conversion;
-  //  2. user-space send time -> kernel RX stamp mapped onto CLOCK_MONOTONIC with the offset
-  //     sampled for this batch.
-  // A kernel-based value outside (0, user-space RTT] means the wall clock stepped in between:
-  // it falls through to the next source, or to none.
-  const int64_t user_rtt = now_mono - p.send_mono;
-  busy_poll_.RecordRtt(user_rtt);
-  f.rto.OnEcho(user_rtt);
-  int64_t kernel_rtt = 0;
-  bool kernel_tx = false;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr); c;
-       c = CMSG_NXTHDR(const_cast<msghdr*>(&m.msg_hdr), c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_TIMESTAMPNS || !real_clock_) continue;
-    timespec ts;
-    std::memcpy(&ts, CMSG_DATA(c), sizeof ts);
-    const int64_t rx_real = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-    if (p.tx_real != 0 && rx_real > p.tx_real && rx_real - p.tx_real <= user_rtt) {
-      kernel_rtt = rx_real - p.tx_real;
-      kernel_tx = true;
-    } else if (int64_t k = rx_real - offset; k > p.send_mono && k <= now_mono) {
-      kernel_rtt = k - p.send_mono;
+  busy_poll_.RecordRtt(rtt);
+  f.rto.OnEcho(rtt);
+  if (!deferred || rtt > 0) (kernel_rtt > 0 ? rx_kernel_ts_ : rx_user_ts_).fetch_add(1, kRelaxed);
+  if (kernel_tx) tx_kernel_ts_.fetch_add(1, kRelaxed);
+  Resolve(f, p, false, rtt, kernel_rtt);
+}
+
+int64_t UdpProber::Loop::ReadRxCmsgs(size_t sock_index, const msghdr& h) {
+  int64_t rx_real = 0;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), c)) {
+    if (c->cmsg_level != SOL_SOCKET) continue;
+    if (c->cmsg_type == SCM_TIMESTAMPNS && real_clock_) {
+      timespec ts;
+      std::memcpy(&ts, CMSG_DATA(c), sizeof ts);
+      rx_real = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+    } else if (c->cmsg_type == SO_RXQ_OVFL) {
+      uint32_t total;
+      std::memcpy(&total, CMSG_DATA(c), sizeof total);
+      Sock& s = sockets_[sock_index];
+      const uint32_t fresh = total - s.drops_seen;  // a running count; wraps at 2^32
+      if (fresh == 0) continue;
+      s.drops_seen = total;
+      rx_queue_drops_.fetch_add(fresh, kRelaxed);
+      const int64_t now = ReadClock(CLOCK_MONOTONIC);
+      if (drops_logged_ns_ == 0 || now - drops_logged_ns_ >= 60'000'000'000) {
+        drops_logged_ns_ = now;
+        SPDLOG_WARN(
+            "component=udp_prober msg=\"datagrams dropped on a full receive buffer; their probes "
+            "count as lost\" port={} dropped={} deferred_reads={} note=\"logged at most once a "
+            "minute; see rx_queue_drops\"",
+            s.port, fresh, deferred_);
+      }
     }
   }
-  (kernel_rtt > 0 ? rx_kernel_ts_ : rx_user_ts_).fetch_add(1, kRelaxed);
-  if (kernel_tx) tx_kernel_ts_.fetch_add(1, kRelaxed);
-  Resolve(f, p, false, user_rtt, kernel_rtt);
+  return rx_real;
+}
+
+void UdpProber::Loop::SizeReceiveBuffers() {
+  // Probes each socket sends in the plan's busiest turn: the largest slot of every schedule on it.
+  std::vector<int64_t> per_turn(sockets_.size(), 0);
+  std::vector<int64_t> in_slot(sockets_.size(), 0);
+  for (const RateSchedule& r : schedules_) {
+    std::vector<int64_t> most(sockets_.size(), 0);
+    for (const std::vector<uint32_t>& slot : r.slots) {
+      std::fill(in_slot.begin(), in_slot.end(), 0);
+      for (uint32_t fi : slot) ++in_slot[flows_[fi].sock];
+      for (size_t i = 0; i < most.size(); ++i) most[i] = std::max(most[i], in_slot[i]);
+    }
+    for (size_t i = 0; i < most.size(); ++i) per_turn[i] += most[i];
+  }
+  for (size_t i = 0; i < sockets_.size(); ++i) {
+    Sock& s = sockets_[i];
+    // A reply and a TX stamp per probe, for this turn's probes and stragglers of the last.
+    const int64_t want = std::min(per_turn[i] * 2 * 2 * kQueuedDatagramBytes, kMaxDeferredRcvbuf);
+    int have = 0;
+    socklen_t len = sizeof have;
+    if (getsockopt(s.fd.get(), SOL_SOCKET, SO_RCVBUF, &have, &len) != 0 || have >= want) continue;
+    const int ask = static_cast<int>((want + 1) / 2);  // the kernel doubles it for its overhead
+    if (setsockopt(s.fd.get(), SOL_SOCKET, SO_RCVBUFFORCE, &ask, sizeof ask) != 0) {
+      (void)setsockopt(s.fd.get(), SOL_SOCKET, SO_RCVBUF, &ask, sizeof ask);  // capped: rmem_max
+    }
+    len = sizeof have;
+    if (getsockopt(s.fd.get(), SOL_SOCKET, SO_RCVBUF, &have, &len) == 0 && have < want &&
+        !rcvbuf_warned_) {
+      rcvbuf_warned_ = true;
+      SPDLOG_WARN(
+          "component=udp_prober msg=\"receive buffer below what deferred reply reads want; "
+          "replies may be dropped (rx_queue_drops)\" port={} bytes={} wanted={} "
+          "note=\"raise net.core.rmem_max or grant CAP_NET_ADMIN; logged once\"",
+          s.port, have, want);
+    }
+  }
+}
+
+void UdpProber::Loop::ReadDeferred() {
+  std::array<epoll_event, 64> events;
+  const timespec zero{};
+  for (;;) {
+    int n = epoll_pwait2(reply_epoll_fd_.get(), events.data(), events.size(), &zero, nullptr);
+    if (n < 0 && errno == EINTR) continue;
+    // An error here fails the main loop's epoll_pwait2 too, which reports it.
+    for (int i = 0; i < n; ++i) Receive(events[i].data.u32, events[i].events);
+    // Receive drained each socket it was given; a full batch may have left others ready.
+    if (n < static_cast<int>(events.size()) || !deferred_) return;
+  }
+}
+
+void UdpProber::Loop::StopDeferring() {
+  if (!deferred_) return;
+  deferred_ = false;
+  reply_reads_deferred_.store(0, kRelaxed);
+  for (size_t i = 0; i < sockets_.size(); ++i) {
+    epoll_ctl(reply_epoll_fd_.get(), EPOLL_CTL_DEL, sockets_[i].fd.get(), nullptr);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = static_cast<uint32_t>(i);
+    if (epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, sockets_[i].fd.get(), &ev) != 0) {
+      SPDLOG_ERROR("component=udp_prober msg=\"epoll_ctl(probe socket) failed\" error={}",
+                   std::strerror(errno));
+    }
+  }
+  SPDLOG_WARN(
+      "component=udp_prober msg=\"a reply came without a kernel receive stamp; replies are read "
+      "immediately from now on\" note=\"see rx_unstamped_deferred\"");
 }
 
 void UdpProber::Loop::DrainTxStamps(size_t sock_index) {
@@ -891,6 +1067,7 @@ void UdpProber::Loop::Receive(size_t sock_index, uint32_t events) {
 }
 
 void UdpProber::Loop::BusyPoll() {
+  if (deferred_) return;  // Open() refuses a window with deferred reads; a fallback keeps none
   if (!real_clock_ || !busy_poll_.enabled() || window_outstanding_ == 0) return;
   const int64_t start = clock_.MonotonicNanos();
   const int64_t window = busy_poll_.Admit(start);
@@ -951,7 +1128,16 @@ int64_t UdpProber::Loop::NextDeadline() const {
   for (const Flow& f : flows_) {
     if (f.oldest < f.next_seq) {
       const Pending& p = f.ring[f.oldest % f.ring.size()];
-      if (p.state == SlotState::kOutstanding) next = std::min(next, p.send_mono + p.wait_ns);
+      if (p.state != SlotState::kOutstanding) continue;
+      int64_t due = p.send_mono + p.wait_ns;
+      // Deferred reads: a send slot soon after the deadline expires the probe instead of a
+      // wakeup of its own (HandleReply judges its echo by the receive stamp meanwhile).
+      const double slack = options_.deferred_expiry_slack * static_cast<double>(p.wait_ns);
+      if (deferred_ && next_send_time_ >= due &&
+          static_cast<double>(next_send_time_ - due) <= slack) {
+        due = next_send_time_;
+      }
+      next = std::min(next, due);
     }
   }
   return next;
@@ -981,6 +1167,10 @@ void UdpProber::Loop::Run() {
                    std::strerror(errno));
       break;
     }
+    // Deferred reads: the replies and TX stamps that came while the thread slept, first, as an
+    // immediate turn reads its ready sockets first: before a plan abandons their probes, before
+    // the guests, and before the expiry pass below declares any probe lost.
+    if (deferred_) ReadDeferred();
     for (int i = 0; i < n; ++i) {
       if (events[i].data.u32 & kGuestTag && events[i].data.u32 != kWakeTag) continue;  // below
       if (events[i].data.u32 != kWakeTag) {
@@ -1039,6 +1229,9 @@ UdpProberStats UdpProber::Loop::Snapshot() const {
   s.rx_kernel_ts = rx_kernel_ts_.load(kRelaxed);
   s.tx_kernel_ts = tx_kernel_ts_.load(kRelaxed);
   s.rx_user_ts = rx_user_ts_.load(kRelaxed);
+  s.rx_unstamped_deferred = rx_unstamped_deferred_.load(kRelaxed);
+  s.rx_queue_drops = rx_queue_drops_.load(kRelaxed);
+  s.reply_reads_deferred = reply_reads_deferred_.load(kRelaxed);
   s.abandoned = abandoned_.load(kRelaxed);
   s.plans_applied = plans_applied_.load(kRelaxed);
   s.wakeups = wakeups_.load(kRelaxed);

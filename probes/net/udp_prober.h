@@ -77,6 +77,24 @@ struct UdpProbePlan {
   uint32_t payload_bytes = 0;          // padding after the header (the reply is the same size)
 };
 
+// When the prober reads its replies (UdpProberOptions::reply_reads; docs/probes.md, "Deferred
+// reply reads").
+enum class ReplyReads : uint8_t {
+  // Every reply wakes the prober's thread and is read at once; ProbeResult::rtt_ns is the
+  // user-space round trip, as an application (and sockperf) sees it.
+  kImmediate,
+  // Replies wake no one: they wait in the socket buffers and are read in the turns the prober
+  // takes anyway (each send slot, each loss deadline, a plan, a guest), always before a probe is
+  // declared lost. ProbeResult::rtt_ns is then the user-space send time to the reply's kernel
+  // receive stamp, which the wait in the buffer does not lengthen, and an echo is answered if
+  // that stamp is within its probe's wait (late otherwise, whenever it is read). Needs the real clock and
+  // kernel_rx_timestamps (otherwise the prober reads immediately, Stats().reply_reads_deferred
+  // 0); never busy-polls. A reply read without a receive stamp is answered with rtt_ns 0 (round
+  // trip unknown, counted in rx_unstamped_deferred), and the prober reads immediately from then
+  // on.
+  kDeferred,
+};
+
 struct UdpProberOptions {
   std::optional<std::string> key;  // shared probe key: requests are signed, replies verified
   // Source port of flow j is src_port_base + j; 0 lets the kernel pick ephemeral ports.
@@ -119,6 +137,14 @@ struct UdpProberOptions {
   // never runs past the next send slot. Only with the real clock (a fake one would not bound the
   // spin). `busy_poll.max_window_ns = 0` disables it.
   BusyPollOptions busy_poll;
+  ReplyReads reply_reads = ReplyReads::kImmediate;
+  // Deferred reads: a probe's loss deadline that the next send slot follows within this fraction
+  // of the probe's wait is expired in that slot's turn instead of a wakeup of its own. Its echo is
+  // judged by the kernel's receive stamp against the deadline either way (after it: late, the
+  // probe lost), so the outcome is the same; only the loss is reported up to that much later.
+  // At the agent's 250 ms slots and the planner's 200 ms timeout floor, 0.25 saves the prober a
+  // wakeup a slot. [0, 1]; 0: every deadline wakes the prober.
+  double deferred_expiry_slack = 0.25;
 };
 
 struct UdpProberStats {
@@ -136,6 +162,11 @@ struct UdpProberStats {
   uint64_t rx_kernel_ts = 0;  // RTTs ending at the kernel receive timestamp
   uint64_t tx_kernel_ts = 0;  // ... of which also starting at the kernel send timestamp
   uint64_t rx_user_ts = 0;    // RTTs that fell back to the user-space receive time
+  // Replies read deferred without a kernel receive stamp: answered, round trip unknown (rtt_ns 0).
+  uint64_t rx_unstamped_deferred = 0;
+  // Datagrams the kernel dropped on a full socket receive buffer (SO_RXQ_OVFL), every socket.
+  uint64_t rx_queue_drops = 0;
+  uint64_t reply_reads_deferred = 0;  // 1 while replies are read deferred (ReplyReads::kDeferred)
   uint64_t abandoned = 0;     // outstanding probes of a replaced plan (no result emitted)
   uint64_t plans_applied = 0;
   uint64_t wakeups = 0;             // prober thread loop iterations (epoll returns)

@@ -248,6 +248,29 @@ TEST(UdpProberTest, RaisedFlowsRunAtThePeersRateAndTheOthersAtTheUnraisedRate) {
   EXPECT_EQ(prober->Stats().lost, 0u);
 }
 
+// Results, each with when it was taken off the queue (the realtime clock, as
+// ProbeResult::timestamp_ns, the send time, is).
+using Taken = std::vector<std::pair<ProbeResult, int64_t>>;
+
+void TakeInto(ResultQueue& q, Taken& taken) {
+  std::vector<ProbeResult> batch;
+  q.PopBatch(batch, 1 << 20);
+  const int64_t now = RealClock::Get().WallNanos();
+  for (const ProbeResult& r : batch) taken.emplace_back(r, now);
+}
+
+// Takes results every `every` for `run`.
+Taken TakeFor(ResultQueue& q, std::chrono::milliseconds run,
+              std::chrono::milliseconds every = 5ms) {
+  Taken taken;
+  const auto until = std::chrono::steady_clock::now() + run;
+  while (std::chrono::steady_clock::now() < until) {
+    TakeInto(q, taken);
+    std::this_thread::sleep_for(every);
+  }
+  return taken;
+}
+
 // Each flow's ring holds the probes it can have outstanding at its own rate: toward a silent peer
 // with a 1 s timeout, a raised flow at 20/s (20 outstanding) reports each probe lost no sooner
 // than 1 s after it was sent. On a ring sized for the peer's unraised 1/s (3 slots) each would
@@ -267,16 +290,7 @@ TEST(UdpProberTest, EachFlowsRingIsSizedForItsOwnRate) {
   plan.peers.back().raised_flows = 0b1010;
   plan.peers.back().unraised_rate_hz = 1;
   ASSERT_TRUE(prober->SetPlan(plan).ok());
-  std::vector<std::pair<ProbeResult, int64_t>> taken;  // each result, and when it was taken
-  std::vector<ProbeResult> batch;
-  const auto until = std::chrono::steady_clock::now() + 2500ms;
-  while (std::chrono::steady_clock::now() < until) {
-    batch.clear();
-    q.PopBatch(batch, 1 << 20);
-    const int64_t now = RealClock::Get().WallNanos();
-    for (const ProbeResult& r : batch) taken.emplace_back(r, now);
-    std::this_thread::sleep_for(5ms);
-  }
+  const Taken taken = TakeFor(q, 2500ms);
   prober->Stop();
   std::map<uint32_t, int> lost;
   for (const auto& [r, at] : taken) {
@@ -371,21 +385,31 @@ TEST(UdpProberTest, AnEscalatedPeerLeavesTheOtherRatesGridInstants) {
   }
 }
 
+// Without kernel stamps the round trip is timed in user space; deferred reads, which need the
+// receive stamp, fall back to reading each reply at once (slots are 20 ms apart here, so a reply
+// read deferred would read up to 20 ms).
 TEST(UdpProberTest, UserSpaceTimestampsWhenKernelStampsAreOff) {
   auto responder = StartResponder();
   ASSERT_TRUE(responder);
-  ResultQueue q(1024);
-  UdpProberOptions o;
-  o.kernel_rx_timestamps = false;
-  auto prober = StartProber(q, o);
-  ASSERT_TRUE(prober->SetPlan(Plan("peer-u", responder->port(), 1, 50)).ok());
-  std::vector<ProbeResult> results = Collect(q, 5, 5s);
-  ASSERT_GE(results.size(), 5u);
-  for (const ProbeResult& r : results) EXPECT_GT(r.rtt_ns, 0);
-  UdpProberStats s = prober->Stats();
-  EXPECT_EQ(s.rx_kernel_ts, 0u);
-  EXPECT_EQ(s.tx_kernel_ts, 0u);
-  EXPECT_GE(s.rx_user_ts, 5u);
+  for (ReplyReads mode : {ReplyReads::kImmediate, ReplyReads::kDeferred}) {
+    ResultQueue q(1024);
+    UdpProberOptions o;
+    o.kernel_rx_timestamps = false;
+    o.reply_reads = mode;
+    o.send_slots = 1;
+    auto prober = StartProber(q, o);
+    ASSERT_TRUE(prober->SetPlan(Plan("peer-u", responder->port(), 1, 50)).ok());
+    std::vector<ProbeResult> results = Collect(q, 5, 5s);
+    ASSERT_GE(results.size(), 5u);
+    for (const ProbeResult& r : results) {
+      EXPECT_GT(r.rtt_ns, 0);
+      if (mode == ReplyReads::kDeferred) EXPECT_LT(r.rtt_ns, 10'000'000);
+    }
+    const UdpProberStats s = prober->Stats();
+    EXPECT_GE(s.rx_user_ts, 5u);
+    EXPECT_EQ(s.rx_kernel_ts + s.tx_kernel_ts, 0u);
+    EXPECT_EQ(s.reply_reads_deferred + s.rx_unstamped_deferred, 0u) << "read at once";
+  }
 }
 
 TEST(UdpProberTest, ReportsTheUserSpaceRoundTripAndCarriesTheKernelStampedOne) {
@@ -581,26 +605,13 @@ TEST(UdpProberTest, EachFlowIsLostAfterItsOwnPeersTimeout) {
   UdpProberStats s = prober->Stats();
   EXPECT_EQ(s.plan_skipped[static_cast<size_t>(PlanSkip::kTimeout)], 2u);
   EXPECT_EQ(s.planned_peers, 2u);
-  // Results are taken as they come, each stamped with when it was taken (the realtime clock, as
-  // ProbeResult::timestamp_ns, the send time, is).
-  std::vector<std::pair<ProbeResult, int64_t>> taken;
-  std::vector<ProbeResult> batch;
-  auto take = [&] {
-    batch.clear();
-    q.PopBatch(batch, 1 << 20);
-    const int64_t now = RealClock::Get().WallNanos();
-    for (const ProbeResult& r : batch) taken.emplace_back(r, now);
-  };
-  const auto until = std::chrono::steady_clock::now() + 3s;
-  while (std::chrono::steady_clock::now() < until) {
-    take();
-    std::this_thread::sleep_for(5ms);
-  }
+  // Results are taken as they come, each stamped with when it was taken.
+  Taken taken = TakeFor(q, 3s);
   // The prober runs on until Stop() has joined its thread, and a probe may expire in between
   // (its last turn expires what is due): the results are taken once more after it, so that the
   // losses taken are every loss it counted.
   prober->Stop();
-  take();
+  TakeInto(q, taken);
   const uint64_t sent = prober->Stats().sent;
   int quick_lost = 0;
   for (const auto& [r, at] : taken) {
@@ -685,29 +696,35 @@ UdpProbePlan FloorPlan(uint16_t port, uint32_t flows, double rate_hz, int64_t ti
 }
 
 // A reply read after its probe was reported lost on the peer's own timeout is counted late, not
-// answered: a peer that echoes every probe 800 ms later, against a 100 ms timeout.
+// answered: a peer that echoes every probe 800 ms later, against a 100 ms timeout; with deferred
+// reads too (its reply is read at a later send slot, after the deadline's expiry pass).
 TEST(UdpProberTest, AReplyAfterThePeersTimeoutIsCountedLate) {
   DelayedEcho echo(800);
-  ResultQueue q(1024);
-  auto prober = StartProber(q);
-  ASSERT_TRUE(prober);
-  UdpProbePlan plan;
-  plan.rate_hz = 5;
-  plan.timeout_ns = 10'000'000'000;  // the plan's; the peer's own is shorter
-  plan.peers.push_back(Peer("slow-echo", echo.port(), 1, 0));
-  plan.peers.back().timeout_ns = 100'000'000;
-  ASSERT_TRUE(prober->SetPlan(plan).ok());
-  const bool counted = Eventually([&] { return prober->Stats().late >= 3; }, 10s);
-  prober->Stop();
-  const UdpProberStats s = prober->Stats();
-  EXPECT_TRUE(counted) << "late " << s.late << " lost " << s.lost;
-  // Every reply comes 700 ms after its probe's timeout: only a prober thread stalled that long
-  // could still read one as answered.
-  EXPECT_EQ(s.answered, 0u);
-  EXPECT_GE(s.lost, s.late);
-  std::vector<ProbeResult> results;
-  q.PopBatch(results, 1 << 20);
-  for (const ProbeResult& r : results) EXPECT_TRUE(r.lost) << "seq " << r.seq;
+  for (ReplyReads mode : {ReplyReads::kImmediate, ReplyReads::kDeferred}) {
+    ResultQueue q(1024);
+    UdpProberOptions o;
+    o.reply_reads = mode;
+    auto prober = StartProber(q, o);
+    ASSERT_TRUE(prober);
+    UdpProbePlan plan;
+    plan.rate_hz = 5;
+    plan.timeout_ns = 10'000'000'000;  // the plan's; the peer's own is shorter
+    plan.peers.push_back(Peer("slow-echo", echo.port(), 1, 0));
+    plan.peers.back().timeout_ns = 100'000'000;
+    ASSERT_TRUE(prober->SetPlan(plan).ok());
+    const bool counted = Eventually([&] { return prober->Stats().late >= 3; }, 10s);
+    prober->Stop();
+    const UdpProberStats s = prober->Stats();
+    EXPECT_TRUE(counted) << "late " << s.late << " lost " << s.lost;
+    // Every reply comes 700 ms after its probe's timeout: only a prober thread stalled that long
+    // could still read one as answered.
+    EXPECT_EQ(s.answered, 0u);
+    EXPECT_GE(s.lost, s.late);
+    EXPECT_EQ(s.reply_reads_deferred, mode == ReplyReads::kDeferred ? 1u : 0u);
+    std::vector<ProbeResult> results;
+    q.PopBatch(results, 1 << 20);
+    for (const ProbeResult& r : results) EXPECT_TRUE(r.lost) << "seq " << r.seq;
+  }
 }
 
 // With a timeout floor, a flow's timeout follows its round trip: a peer that echoes 300 ms late
@@ -1062,6 +1079,260 @@ TEST(UdpProberTest, AGuestWithABadDescriptorIsRefused) {
   ASSERT_TRUE(prober);
   EXPECT_FALSE(prober->AddGuest(&bad).ok());
   prober->RemoveGuest(&bad);  // not attached: nothing to do
+}
+
+
+UdpProberOptions Deferred(uint32_t send_slots = 4) {
+  UdpProberOptions o;
+  o.reply_reads = ReplyReads::kDeferred;
+  o.send_slots = send_slots;
+  o.align_send_slots = false;
+  return o;
+}
+
+int64_t Median(std::vector<int64_t> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+// Deferred reads: 3 peers x 4 flows at 2/s in 4 send slots (8 slots a second, a 2 s timeout, so
+// no deadline falls before the next slot). The prober wakes about once a slot, not once more for
+// the replies; every probe is answered; each round trip ends at the reply's kernel receive stamp,
+// so it reads like the immediate prober's kernel-stamped one, not like the ~125 ms the replies
+// waited in the buffer.
+TEST(UdpProberTest, DeferredReadsWakeOncePerSlotAndReportTheArrivalRoundTrip) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  UdpProbePlan plan;
+  plan.rate_hz = 2;
+  plan.timeout_ns = 2'000'000'000;
+  for (const char* name : {"d-a", "d-b", "d-c"}) {
+    plan.peers.push_back(Peer(name, responder->port(), 4, 0));
+  }
+  int64_t immediate_kernel_p50 = 0;
+  double immediate_wakeups = 0;
+  for (ReplyReads mode : {ReplyReads::kImmediate, ReplyReads::kDeferred}) {
+    ResultQueue q(4096);
+    UdpProberOptions o = Deferred();
+    o.reply_reads = mode;
+    auto prober = StartProber(q, o);
+    ASSERT_TRUE(prober);
+    ASSERT_TRUE(prober->SetPlan(plan).ok());
+    std::this_thread::sleep_for(600ms);  // the first period
+    const UdpProberStats s0 = prober->Stats();
+    const auto t0 = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(3s);
+    const UdpProberStats s1 = prober->Stats();
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::this_thread::sleep_for(700ms);  // the last slot's replies are read at the next slot
+    prober->Stop();
+    const UdpProberStats end = prober->Stats();
+    std::vector<ProbeResult> results;
+    q.PopBatch(results, 1 << 20);
+    std::vector<int64_t> rtt, kernel;
+    for (const ProbeResult& r : results) {
+      ASSERT_FALSE(r.lost) << r.PeerName() << " seq " << r.seq;
+      rtt.push_back(r.rtt_ns);
+      kernel.push_back(r.kernel_rtt_ns);
+      EXPECT_GT(r.rtt_ns, 0);
+      EXPECT_GT(r.kernel_rtt_ns, 0);
+      EXPECT_GE(r.rtt_ns, r.kernel_rtt_ns) << "the user-space send precedes the kernel TX stamp";
+    }
+    const double wakeups = static_cast<double>(s1.wakeups - s0.wakeups) / secs;
+    EXPECT_EQ(end.lost, 0u);
+    EXPECT_EQ(end.answered + end.abandoned, end.sent);
+    EXPECT_GE(end.sent, 70u);  // 24/s for 3.6 s and more; a loaded host stalls some slots
+    if (mode == ReplyReads::kImmediate) {
+      EXPECT_EQ(end.reply_reads_deferred, 0u);
+      immediate_kernel_p50 = Median(kernel);
+      immediate_wakeups = wakeups;
+      continue;
+    }
+    EXPECT_EQ(end.reply_reads_deferred, 1u);
+    EXPECT_EQ(end.rx_unstamped_deferred, 0u);
+    EXPECT_EQ(end.rx_kernel_ts, end.answered);
+    // 8 slots a second; a plan or a stall adds a turn now and then, a reply never does.
+    EXPECT_LE(wakeups, 8 * 1.25 + 1) << "immediate reads: " << immediate_wakeups << "/s";
+    EXPECT_GE(wakeups, 8 * 0.75);
+    // Not the deferral: every reply waited ~125 ms in the buffer.
+    for (int64_t r : rtt) EXPECT_LT(r, 20'000'000);
+    EXPECT_LE(Median(rtt), immediate_kernel_p50 + 1'000'000)
+        << "deferred p50 " << Median(rtt) << " ns, immediate kernel-stamped p50 "
+        << immediate_kernel_p50 << " ns";
+  }
+}
+
+// A reply that sits in the socket buffer when its probe's deadline comes is read in that turn,
+// before the expiry pass, and counted answered: 1 flow at 2/s in one slot with a 100 ms timeout,
+// so nothing but the deadline wakes the prober between sends. Its result is taken no sooner than
+// the deadline (it was read there), while its round trip is the network's.
+TEST(UdpProberTest, DeferredReadsCountAReplyInTheBufferAtItsDeadlineAsAnswered) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  constexpr int64_t kTimeout = 100'000'000;
+  ResultQueue q(1024);
+  auto prober = StartProber(q, Deferred(1));
+  ASSERT_TRUE(prober);
+  ASSERT_TRUE(prober->SetPlan(Plan("d-deadline", responder->port(), 1, 2, kTimeout)).ok());
+  const UdpProberStats s0 = prober->Stats();
+  const Taken taken = TakeFor(q, 2500ms, 1ms);
+  const UdpProberStats s1 = prober->Stats();
+  prober->Stop();
+  ASSERT_GE(taken.size(), 3u);
+  for (const auto& [r, at] : taken) {
+    EXPECT_FALSE(r.lost) << "seq " << r.seq;
+    EXPECT_GT(r.rtt_ns, 0);
+    EXPECT_LT(r.rtt_ns, 20'000'000) << "seq " << r.seq;
+    // Read at the deadline (1 ms for the clocks' readings), not when it came.
+    EXPECT_GE(at - r.timestamp_ns, kTimeout - 1'000'000) << "seq " << r.seq;
+  }
+  const UdpProberStats end = prober->Stats();
+  EXPECT_EQ(end.lost, 0u);
+  EXPECT_EQ(end.late, 0u);
+  // A send and a deadline a period: ~4/s over 2.5 s, never one per reply on top.
+  EXPECT_LE(s1.wakeups - s0.wakeups, 14u);
+}
+
+// Toward a silent peer deferred reads report each probe lost at its deadline, as immediate reads
+// do: no sooner than the 100 ms timeout after its send, and not a send slot (500 ms) later.
+TEST(UdpProberTest, DeferredReadsStillReportASilentPeerLostOnTime) {
+  Fd sink = testing::UdpSocket();
+  auto addr = LocalAddress(sink.get());
+  ASSERT_TRUE(addr.ok());
+  constexpr int64_t kTimeout = 100'000'000;
+  ResultQueue q(1024);
+  auto prober = StartProber(q, Deferred(1));
+  ASSERT_TRUE(prober);
+  ASSERT_TRUE(prober->SetPlan(Plan("d-silent", addr->port(), 2, 2, kTimeout)).ok());
+  const Taken taken = TakeFor(q, 2500ms, 1ms);
+  prober->Stop();
+  ASSERT_GE(taken.size(), 6u);
+  std::vector<int64_t> after;
+  for (const auto& [r, at] : taken) {
+    EXPECT_TRUE(r.lost);
+    EXPECT_GE(at - r.timestamp_ns, kTimeout - 1'000'000) << "seq " << r.seq;
+    after.push_back(at - r.timestamp_ns);
+  }
+  // A loaded host stalls a deadline now and then; the median is the deadline's.
+  EXPECT_LT(Median(after), kTimeout + 50'000'000);
+  EXPECT_EQ(prober->Stats().answered, 0u);
+}
+
+// At the agent's shape (a send slot every 250 ms, a 200 ms wait: the planner's timeout floor) a
+// deferred probe's expiry waits for the next slot, 50 ms after its deadline, instead of a wakeup of
+// its own: the prober wakes ~4 times a second, not 8. The outcome is the deadline's: an echo
+// 100 ms after its probe is answered, one 220 ms after (past the deadline, before the slot that
+// expires it) is late and its probe lost, as with a wakeup at every deadline
+// (deferred_expiry_slack 0); a silent peer's losses are reported between the deadline and the
+// next slot.
+TEST(UdpProberTest, DeferredExpiryWaitsForTheNextSlotButJudgesEchoesAtTheDeadline) {
+  DelayedEcho fast(100);
+  DelayedEcho slow(220);
+  Fd sink = testing::UdpSocket();
+  auto silent = LocalAddress(sink.get());
+  ASSERT_TRUE(silent.ok());
+  constexpr int64_t kWait = 200'000'000;
+  for (double slack : {0.25, 0.0}) {
+    ResultQueue q(4096);
+    UdpProberOptions o = Deferred(1);
+    o.deferred_expiry_slack = slack;
+    auto prober = StartProber(q, o);
+    ASSERT_TRUE(prober);
+    UdpProbePlan plan;
+    plan.rate_hz = 4;
+    plan.timeout_ns = kWait;
+    plan.peers.push_back(Peer("fast", fast.port(), 1, 0));
+    plan.peers.push_back(Peer("slow", slow.port(), 1, 0));
+    plan.peers.push_back(Peer("silent", silent->port(), 1, 0));
+    ASSERT_TRUE(prober->SetPlan(plan).ok());
+    const UdpProberStats s0 = prober->Stats();
+    const Taken taken = TakeFor(q, 2500ms, 1ms);
+    const UdpProberStats s1 = prober->Stats();
+    prober->Stop();
+    std::map<std::string, int> answered, lost;
+    std::vector<int64_t> silent_after;
+    for (const auto& [r, at] : taken) {
+      const std::string peer(r.PeerName());
+      ++(r.lost ? lost : answered)[peer];
+      if (peer == "silent") silent_after.push_back(at - r.timestamp_ns);
+      if (peer == "fast") EXPECT_FALSE(r.lost) << "slack " << slack << " seq " << r.seq;
+      if (peer != "fast") EXPECT_TRUE(r.lost) << peer << " slack " << slack << " seq " << r.seq;
+      if (r.lost) EXPECT_GE(at - r.timestamp_ns, kWait - 1'000'000) << peer << " seq " << r.seq;
+    }
+    EXPECT_GE(answered["fast"], 7) << slack;
+    EXPECT_GE(lost["slow"], 7) << slack;
+    EXPECT_GE(lost["silent"], 7) << slack;
+    EXPECT_GE(s1.late, 6u) << "the slow peer's echoes, each after its probe's deadline";
+    const uint64_t wakeups = s1.wakeups - s0.wakeups;  // 2.5 s: 10 slots, 10 deadlines
+    if (slack > 0) {
+      EXPECT_LE(wakeups, 14u);
+      // Reported at the next slot, 250 ms after the send; a loaded host adds, never subtracts.
+      EXPECT_GE(Median(silent_after), 240'000'000);
+    } else {
+      EXPECT_GE(wakeups, 17u);
+      EXPECT_LT(Median(silent_after), 240'000'000);
+    }
+  }
+}
+
+// The plan eventfd and a guest's descriptor still wake a deferred prober at once: its plan of one
+// slot a second leaves it asleep for up to a second otherwise.
+TEST(UdpProberTest, DeferredReadsLeaveGuestsAndPlansWakingTheProberAtOnce) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  CountingGuest woken(0);
+  ResultQueue q(1024);
+  auto prober = StartProber(q, Deferred(1));
+  ASSERT_TRUE(prober && prober->AddGuest(&woken).ok());
+  ASSERT_TRUE(prober->SetPlan(Plan("d-guest", responder->port(), 1, 1)).ok());
+  std::this_thread::sleep_for(100ms);
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    woken.Poke();
+    ASSERT_TRUE(Eventually([&] { return woken.readies.load() == static_cast<uint64_t>(i + 1); },
+                           2s));
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 200ms) << "poke " << i;
+    std::this_thread::sleep_for(137ms);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(prober->SetPlan(Plan("d-guest-2", responder->port(), 1, 1)).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 200ms);
+  prober->RemoveGuest(&woken);
+  prober->Stop();
+  EXPECT_EQ(prober->Stats().lost, 0u);
+}
+
+// Deferred reads do not busy-poll: a prober asked for both is refused.
+TEST(UdpProberTest, DeferredReadsRefuseBusyPolling) {
+  ResultQueue q(64);
+  UdpProberOptions spin = Deferred();
+  spin.busy_poll.max_window_ns = 300'000;
+  EXPECT_FALSE(UdpProber::Start(spin, RealClock::Get(), q).ok());
+}
+
+// Datagrams the kernel drops on a full receive buffer are counted (SO_RXQ_OVFL): a burst of 4,000
+// junk datagrams to a deferred prober's source port while it sleeps between slots.
+TEST(UdpProberTest, DeferredReadsCountReceiveQueueDrops) {
+  auto responder = StartResponder();
+  ASSERT_TRUE(responder);
+  Fd flood = testing::UdpSocket();
+  const std::vector<uint8_t> junk(1200, 0xab);
+  ResultQueue q(1024);
+  auto prober = StartProber(q, Deferred(1));
+  ASSERT_TRUE(prober && prober->SetPlan(Plan("d-flood", responder->port(), 1, 4)).ok());
+  const std::vector<uint16_t> ports = prober->SourcePorts();
+  ASSERT_EQ(ports.size(), 1u);
+  int sent = 0;
+  for (int i = 0; i < 4000; ++i) sent += testing::SendTo(flood.get(), ports[0], junk) ? 1 : 0;
+  ASSERT_GT(sent, 0);
+  // The count rides on the next datagram queued after the drops: the next probe's echo.
+  const bool counted = Eventually([&] { return prober->Stats().rx_queue_drops > 0; }, 5s);
+  prober->Stop();
+  const UdpProberStats s = prober->Stats();
+  EXPECT_TRUE(counted);
+  EXPECT_LE(s.rx_queue_drops, static_cast<uint64_t>(sent));
+  EXPECT_GT(s.answered, 0u);
 }
 
 }  // namespace

@@ -8,7 +8,8 @@ over the threads; /proc's utime + stime count 10 ms ticks, too coarse for an age
 ms a second (the tick figure is printed beside it). Wakeups are context switches (voluntary + involuntary) summed over the process's threads, the
 same count `pidstat -w -t` reports; a thread that sleeps and wakes once costs one. Threads that
 start or end inside the window count from when they are first or last seen. Prints one line per
-process, then (--threads) CPU and wakeups by thread name, (--smaps) RSS by mapping kind.
+process, then (--threads) CPU and wakeups by thread name with the involuntary switches among them
+(preemptions, not waits of the thread's own), (--smaps) RSS by mapping kind.
 """
 import argparse
 import os
@@ -47,11 +48,13 @@ def task_sample(pid):
         sched = read(f"{base}/{tid}/schedstat")
         if st is None or status is None or comm is None or sched is None:
             continue
-        cs = 0
+        cs = nv = 0
         for line in status.splitlines():
             if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
                 cs += int(line.split()[1])
-        out[tid] = (comm.strip(), stat_cpu_ticks(st), cs, int(sched.split()[0]))
+            if line.startswith("nonvoluntary_ctxt_switches"):
+                nv = int(line.split()[1])
+        out[tid] = (comm.strip(), stat_cpu_ticks(st), cs, int(sched.split()[0]), nv)
     return out
 
 
@@ -127,24 +130,27 @@ def main():
         ticks_cpu = (c1[pid] - c0[pid]) / TICK / dt * 100
         # A thread first seen in the second sample counts from 0; one that ended inside the
         # window is missing from both sums (threads here live for the whole window).
-        cpu = sum(v[3] - k0[pid].get(t, (0, 0, 0, 0))[3] for t, v in k1[pid].items()) / 1e9 / dt * 100
-        wake = sum(v[2] - k0[pid].get(t, (0, 0, v[2], 0))[2] for t, v in k1[pid].items()) / dt
+        cpu = sum(v[3] - k0[pid].get(t, (0, 0, 0, 0, 0))[3] for t, v in k1[pid].items()) / 1e9 / dt * 100
+        wake = sum(v[2] - k0[pid].get(t, (0, 0, v[2], 0, 0))[2] for t, v in k1[pid].items()) / dt
         rss = status_field(pid, "VmRSS") / 1024
         print(f"{label:<12} pid {pid:<7} CPU {cpu:6.3f}% of a core  RSS {rss:6.1f} MiB  "
               f"threads {len(k1[pid]):3d}  wakeups {wake:7.1f}/s  ({dt:.0f} s; "
               f"ticks {ticks_cpu:.3f}%)")
         if a.threads:
             by = {}
-            for t, (comm, ticks, cs, ns) in k1[pid].items():
-                _, _, cs0, ns0 = k0[pid].get(t, (comm, ticks, 0, 0))
-                e = by.setdefault(comm, [0, 0, 0])
+            for t, (comm, ticks, cs, ns, nv) in k1[pid].items():
+                _, _, cs0, ns0, nv0 = k0[pid].get(t, (comm, ticks, 0, 0, 0))
+                e = by.setdefault(comm, [0, 0, 0, 0])
                 e[0] += 1
                 e[1] += ns - ns0
                 e[2] += cs - cs0
-            for comm, (n, ns, cs) in sorted(by.items(), key=lambda kv: (-kv[1][1], -kv[1][2])):
+                e[3] += nv - nv0
+            for comm, (n, ns, cs, nv) in sorted(by.items(), key=lambda kv: (-kv[1][1], -kv[1][2])):
                 per = f"  {ns / cs / 1e3:5.1f} us/wakeup" if cs else ""
+                # Involuntary switches: preempted (on loopback often by a peer's thread that the
+                # thread's own send woke), not a wait of its own that ended.
                 print(f"    {comm:<18} x{n:<2} CPU {ns / 1e9 / dt * 100:6.3f}%  "
-                      f"wakeups {cs / dt:6.1f}/s{per}")
+                      f"wakeups {cs / dt:6.1f}/s{per}  (involuntary {nv / dt:.1f}/s)")
         if a.smaps:
             kinds = smaps_by_kind(pid)
             small = sum(kb for kb in kinds.values() if kb < 256)

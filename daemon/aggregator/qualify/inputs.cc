@@ -81,7 +81,7 @@ void QualifyInputs::OnResults(std::span<const aggregator::ReportedProbe> results
     }
     if (r.lost) {
       ++s.lost;
-    } else {
+    } else if (r.rtt_ns > 0) {  // 0: answered, round trip unknown (docs/probes.md)
       s.rtt.Record(r.rtt_ns);
       s.halves[c->half_].Record(r.rtt_ns);
     }
