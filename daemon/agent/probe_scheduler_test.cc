@@ -233,6 +233,20 @@ void AddUdpPeer(v1::ProbePlan& plan, std::string node, std::string address, uint
   p->set_rate_pps(20);
 }
 
+// Probes the scheduler's own responder on loopback (peer "peer") with `flows` UDP flows at
+// `rate_pps` for 2.2 s, then stops the scheduler.
+void ProbeOwnResponder(ProbeScheduler& scheduler, uint32_t flows, uint32_t rate_pps) {
+  v1::ProbePlan plan;
+  plan.set_version(1);
+  AddUdpPeer(plan, "peer", "127.0.0.1", scheduler.responder_port());
+  v1::PlannedPeer& peer = *plan.mutable_peers(0);
+  for (uint32_t j = 1; j < flows; ++j) peer.add_src_ports(j);
+  peer.set_rate_pps(rate_pps);
+  scheduler.ApplyPlan(plan);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2200));
+  scheduler.Stop();
+}
+
 // The rounds of the tcp_bw results batched so far (a requested burst's probe_seq is its round),
 // with how many results each.
 std::map<uint64_t, int> BurstRounds(OutboundBuffer& buffer, int* lost) {
@@ -485,15 +499,7 @@ TEST(ProbeScheduler, TheFlowsOfARateGoOutInItsSendSlots) {
     ProbeScheduler scheduler(
         o, buffer, [] {}, registry);
     ASSERT_TRUE(scheduler.Start().ok());
-    v1::ProbePlan plan;
-    plan.set_version(1);
-    AddUdpPeer(plan, "peer", "127.0.0.1", scheduler.responder_port());
-    v1::PlannedPeer& peer = *plan.mutable_peers(0);
-    for (int j = 1; j < 20; ++j) peer.add_src_ports(static_cast<uint32_t>(j));  // 20 flows
-    peer.set_rate_pps(1);
-    scheduler.ApplyPlan(plan);
-    std::this_thread::sleep_for(std::chrono::milliseconds(2200));
-    scheduler.Stop();
+    ProbeOwnResponder(scheduler, 20, 1);
     std::vector<int64_t> sent;
     for (const v1::ProbeBatch& b : buffer.TakeUnsent(1 << 20)) {
       const v1::ProbeColumns& c = b.columns();
@@ -528,14 +534,7 @@ TEST(ProbeScheduler, DeferredReplyReadsReportTheNetworksRoundTrip) {
   ProbeScheduler scheduler(
       o, buffer, [] {}, registry);
   ASSERT_TRUE(scheduler.Start().ok());
-  v1::ProbePlan plan;
-  plan.set_version(1);
-  AddUdpPeer(plan, "peer", "127.0.0.1", scheduler.responder_port());
-  plan.mutable_peers(0)->add_src_ports(1);
-  plan.mutable_peers(0)->set_rate_pps(2);
-  scheduler.ApplyPlan(plan);
-  std::this_thread::sleep_for(std::chrono::milliseconds(2200));
-  scheduler.Stop();
+  ProbeOwnResponder(scheduler, 2, 2);
   int answered = 0;
   for (const v1::ProbeBatch& b : buffer.TakeUnsent(1 << 20)) {
     const v1::ProbeColumns& c = b.columns();

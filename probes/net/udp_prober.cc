@@ -1132,9 +1132,9 @@ int64_t UdpProber::Loop::NextDeadline() const {
       int64_t due = p.send_mono + p.wait_ns;
       // Deferred reads: a send slot soon after the deadline expires the probe instead of a
       // wakeup of its own (HandleReply judges its echo by the receive stamp meanwhile).
-      const double slack = options_.deferred_expiry_slack * static_cast<double>(p.wait_ns);
       if (deferred_ && next_send_time_ >= due &&
-          static_cast<double>(next_send_time_ - due) <= slack) {
+          static_cast<double>(next_send_time_ - due) <=
+              options_.deferred_expiry_slack * static_cast<double>(p.wait_ns)) {
         due = next_send_time_;
       }
       next = std::min(next, due);

@@ -761,8 +761,6 @@ void Analyzer::LogTimeline(const Evaluation& ev) const {
           "expected={:.0f}",
           map_->links()[b.link].id, b.significance, b.bad, b.expected);
     }
-  }
-  if (map_) {
     for (const LinkBlame& b : ev.fresh_latency) {
       spdlog::debug(
           "component=analysis msg=\"link slow on the freshest seconds\" link={} estimate={:.4f} "

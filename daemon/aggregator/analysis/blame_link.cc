@@ -142,19 +142,16 @@ void Blamer::LinkLevel() {
   }
   for (const auto& [node, list] : by_node) NodeNics(node, list);
   AmbiguousGroups(ambiguous);
-  std::set<aggregator::SwitchIndex> rolled_up;
-  for (const auto& [sw, list] : rolled) {
-    if (!list.empty()) rolled_up.insert(sw);
-  }
-  FreshLatencyLeads(with_data, rolled_up);
+  FreshLatencyLeads(with_data, rolled);
 }
 
-void Blamer::FreshLatencyLeads(const std::vector<uint32_t>& with_data,
-                               const std::set<aggregator::SwitchIndex>& rolled) {
+void Blamer::FreshLatencyLeads(
+    const std::vector<uint32_t>& with_data,
+    const std::map<aggregator::SwitchIndex, std::vector<const Verdict*>>& rolled) {
   if (!c_.correlated_fresh_latency_lead || ev_.fresh_latency.empty()) return;
   const FabricMap& map = *ctx_.map;
-  // Fabric links blamed on the freshest seconds, by the switch all of a blame's links touch (a
-  // tied group counts once), and their fresh slow shares.
+  // Fabric links blamed on the freshest seconds (each link of a tied group), by the switch all of
+  // a blame's links touch, and the blamed links' fresh slow shares.
   std::map<aggregator::SwitchIndex, std::set<LinkIndex>> fresh;
   std::map<aggregator::SwitchIndex, std::vector<double>> shares;
   for (const LinkBlame& b : ev_.fresh_latency) {
@@ -162,13 +159,14 @@ void Blamer::FreshLatencyLeads(const std::vector<uint32_t>& with_data,
     group.insert(group.end(), b.tied.begin(), b.tied.end());
     if (map.links()[b.link].IsAccess()) continue;
     for (aggregator::SwitchIndex sw : CommonSwitches(group)) {
-      fresh[sw].insert(b.link);
-      for (LinkIndex l : group) fresh[sw].insert(l);
+      fresh[sw].insert(group.begin(), group.end());
       shares[sw].push_back(ctx_.tomography.FreshSlowShare(b.link));
     }
   }
   for (auto& [sw, links] : fresh) {
-    if (rolled.contains(sw)) continue;
+    // Rolled up with a finding on the window's evidence (a roll-up whose verdicts all went to
+    // other switches made none).
+    if (auto it = rolled.find(sw); it != rolled.end() && !it->second.empty()) continue;
     // As for the window's roll-up (LinkLevel): explain-away credits a flow over two of the
     // switch's links to the first blamed, so with two blamed a link of the switch whose own
     // fresh share over all its flows is at least half theirs counts too.

@@ -60,8 +60,10 @@ class Blamer {
   // Switches (not rolled up in this evaluation) whose links queue on the freshest seconds alone,
   // correlated: Evaluation::fresh_latency_leads (AnalysisConfig::correlated_fresh_latency_lead).
   // `with_data`: per switch, its fabric links with probes in the window.
-  void FreshLatencyLeads(const std::vector<uint32_t>& with_data,
-                         const std::set<aggregator::SwitchIndex>& rolled);
+  // `rolled`: LinkLevel's switch roll-ups with their verdicts.
+  void FreshLatencyLeads(
+      const std::vector<uint32_t>& with_data,
+      const std::map<aggregator::SwitchIndex, std::vector<const Verdict*>>& rolled);
   void PairLevel();
   void NodeFindingLevel();
   // A device shared by the lossy rdma_ud device pairs (rdma_loss.h) is a NIC fault.

@@ -108,7 +108,7 @@ struct Analyzer::Evaluation {
   // one lost flow that no loss blame explains. Only escalation and the tracker's weak lead act on
   // them (never the sibling rule).
   std::vector<LinkBlame> lead_loss;
-  // Latency blames on the last two complete seconds alone (Tomography::LocalizeFreshLatency),
+  // Latency blames on the freshest data alone (Tomography::LocalizeFreshLatency),
   // for the switches' fresh latency leads only (AnalysisConfig::correlated_fresh_latency_lead).
   std::vector<LinkBlame> fresh_latency;
 

@@ -89,8 +89,6 @@ void Tomography::Reset() {
   for (auto& e : explained_) e.clear();
 }
 
-bool Tomography::IsBad(const FlowObs& o, Signal s) { return IsBad(o, s, false); }
-
 bool Tomography::IsBad(const FlowObs& o, Signal s, bool fresh) {
   switch (s) {
     case Signal::kLoss:

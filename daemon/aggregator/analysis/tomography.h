@@ -150,9 +150,10 @@ class Tomography {
   void Add(const FlowObs& obs);
   // Localizes one signal; flows explained by an earlier call stay usable for other signals.
   std::vector<LinkBlame> Localize(Signal signal, const SignalSpec& spec);
-  // Localizes latency on the last two complete seconds alone (SignalSpec::fresh: each flow's
-  // recent RTT samples and slow ones stand for its window's), with its own explaining away; what
-  // the window's latency blames explained is left as it was.
+  // Localizes latency on the freshest data alone (SignalSpec::fresh: each flow's RTT samples of
+  // the last two complete seconds and the tick's own so far, and the slow ones, stand for its
+  // window's), with its own explaining away; what the window's latency blames explained is left
+  // as it was.
   std::vector<LinkBlame> LocalizeFreshLatency(SignalSpec spec);
   // Escalation leads: each flow with a lost probe that the last Localize(kLoss) left unexplained
   // and whose path is known (fabric links it surely crossed) blames the one of those links with
@@ -204,8 +205,9 @@ class Tomography {
   // Whether bad flow i was explained by a blamed link of `signal`.
   bool Explained(Signal signal, uint32_t i) const { return explained_[Idx(signal)][i] != 0; }
 
-  // Whether the flow is bad for the signal (a lost probe, a slow sample, a low burst).
-  static bool IsBad(const FlowObs& o, Signal s);
+  // Whether the flow is bad for the signal (a lost probe, a slow sample, a low burst); `fresh`:
+  // latency on the freshest data (SignalSpec::fresh).
+  static bool IsBad(const FlowObs& o, Signal s, bool fresh = false);
 
   // Calls fn(link, weight) once per candidate link of `obs`; weight is the share of its candidate
   // paths that cross the link.
@@ -223,7 +225,6 @@ class Tomography {
   // A flow's observations of the signal, and how many of them were bad.
   static double Count(const FlowObs& o, Signal s, bool fresh = false);
   static uint32_t BadCount(const FlowObs& o, Signal s, bool fresh = false);
-  static bool IsBad(const FlowObs& o, Signal s, bool fresh);
   static double Expected(const LinkTotals& t, Signal s);
 
   std::shared_ptr<const FabricMap> map_;

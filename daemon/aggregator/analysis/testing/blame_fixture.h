@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "daemon/aggregator/analysis/blamer.h"
@@ -13,9 +14,16 @@
 
 namespace fw::analysis::testing {
 
+// `yaml` parsed as a fabric map (a test failure when it does not parse).
+inline std::shared_ptr<const FabricMap> ParsedMap(std::string_view yaml) {
+  auto m = FabricMap::Parse(yaml);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return std::make_shared<const FabricMap>(std::move(m).value());
+}
+
 // leaves l1 (hosts a, b) and l2 (host c; d with two NICs), spine s1.
 inline std::shared_ptr<const FabricMap> TwoLeafMap() {
-  auto m = FabricMap::Parse(R"(
+  return ParsedMap(R"(
 switches: [{name: l1, tier: leaf}, {name: l2, tier: leaf}, {name: s1, tier: spine}]
 links: [{a: l1, b: s1}, {a: l2, b: s1}]
 hosts:
@@ -25,14 +33,12 @@ hosts:
   - {node: d, nic: e0, address: 198.18.1.2, switch: l2}
   - {node: d, nic: e1, address: 198.18.1.3, switch: l2}
 )");
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  return std::make_shared<const FabricMap>(std::move(m).value());
 }
 
 // Leaves l1 (host a), l2 (host b), l3 (hosts c, d) under spine s1: a switch with three fabric
 // links.
 inline std::shared_ptr<const FabricMap> ThreeLeafMap() {
-  auto m = FabricMap::Parse(R"(
+  return ParsedMap(R"(
 switches: [{name: l1, tier: leaf}, {name: l2, tier: leaf}, {name: l3, tier: leaf},
            {name: s1, tier: spine}]
 links: [{a: l1, b: s1}, {a: l2, b: s1}, {a: l3, b: s1}]
@@ -42,15 +48,13 @@ hosts:
   - {node: c, nic: e0, address: 198.18.2.1, switch: l3}
   - {node: d, nic: e0, address: 198.18.2.2, switch: l3}
 )");
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  return std::make_shared<const FabricMap>(std::move(m).value());
 }
 
 // A leaf-per-host fabric (every NIC of a host on the host's one leaf): leaves l1 (host a, NICs e0
 // and e1) and l2 (host b, the same), spines s1 and s2, ECMP. Two NIC pairs of a and b cross the
 // same leaf-spine links, each with flow ids of its own.
 inline std::shared_ptr<const FabricMap> LeafPerHostMap() {
-  auto m = FabricMap::Parse(R"(
+  return ParsedMap(R"(
 routing: ecmp
 switches: [{name: l1, tier: leaf}, {name: l2, tier: leaf}, {name: s1, tier: spine},
            {name: s2, tier: spine}]
@@ -61,8 +65,6 @@ hosts:
   - {node: b, nic: e0, address: 198.18.1.1, switch: l2}
   - {node: b, nic: e1, address: 198.18.1.2, switch: l2}
 )");
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  return std::make_shared<const FabricMap>(std::move(m).value());
 }
 
 // A loss blame on link `l`: `loss` over 1,000 probes, `recent_loss` over the last 40 (the last two
