@@ -174,6 +174,10 @@ Status Agent::Start(ReportOn report_on) {
     } else if (options_.probe_reply_reads != "immediate") {
       return Status::InvalidArgument("--probe-reply-reads must be immediate or deferred");
     }
+    if (options_.probe_tx_timestamps != "on" && options_.probe_tx_timestamps != "off") {
+      return Status::InvalidArgument("--probe-tx-timestamps must be on or off");
+    }
+    po.kernel_tx_timestamps = options_.probe_tx_timestamps == "on";
     if (options_.plan_max_targets < 1 || !(options_.plan_max_pps > 0) ||
         !(options_.plan_max_bytes_per_s > 0)) {
       return Status::InvalidArgument(

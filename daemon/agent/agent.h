@@ -47,6 +47,10 @@ struct AgentOptions {
   // When the UDP prober reads its replies (net::ReplyReads): "immediate" (each reply wakes it) or
   // "deferred" (in the turns it takes anyway; rtt from the kernel receive stamp).
   std::string probe_reply_reads = "immediate";
+  // "on": the UDP prober takes software TX stamps (net::UdpProberOptions::kernel_tx_timestamps),
+  // a stamped clone of each probe on the socket's error queue and a drain per socket and slot,
+  // for a kernel-stamped round trip that nothing in the agent reports; "off": none.
+  std::string probe_tx_timestamps = "on";
   // Local ceilings on what a plan may ask (PlanCeilings; docs/probes.md, "Plan ceilings").
   int plan_max_targets = 4096;
   double plan_max_pps = 10'000;

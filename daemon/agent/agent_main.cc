@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
   binding.Bind("probe-send-phase-ms", &o.probe_send_phase_ms);
   binding.Bind("probe-send-slots", &o.probe_send_slots);
   binding.Bind("probe-reply-reads", &o.probe_reply_reads);
+  binding.Bind("probe-tx-timestamps", &o.probe_tx_timestamps);
   binding.Bind("plan-max-targets", &o.plan_max_targets);
   binding.Bind("plan-max-pps", &o.plan_max_pps);
   binding.Bind("plan-max-bytes-per-s", &o.plan_max_bytes_per_s);
@@ -160,6 +161,11 @@ int main(int argc, char** argv) {
                  "anyway to send and expire; rtt ends at the kernel's receive stamp; "
                  "docs/probes.md) (default immediate)")
       ->check(CLI::IsMember({"immediate", "deferred"}));
+  app.add_option("--probe-tx-timestamps", o.probe_tx_timestamps,
+                 "on|off: the UDP prober's software TX stamps, a stamped copy of each probe read "
+                 "back from the error queue for a kernel-stamped round trip the agent does not "
+                 "report (docs/probes.md) (default on)")
+      ->check(CLI::IsMember({"on", "off"}));
   // Ceilings on what any plan may ask; a plan past them is trimmed and counted (docs/probes.md).
   app.add_option("--plan-max-targets", o.plan_max_targets,
                  "most plan entries probed; later ones are left out")

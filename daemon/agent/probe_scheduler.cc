@@ -838,6 +838,7 @@ Status ProbeScheduler::StartProbers() {
   base.send_slot_phase_ns = std::max<int64_t>(0, options_.send_slot_phase_ns);
   base.send_slots = std::max<uint32_t>(1, options_.send_slots);
   base.reply_reads = options_.reply_reads;
+  base.kernel_tx_timestamps = options_.kernel_tx_timestamps;
   if (options_.nics.empty()) {
     net::UdpProberOptions uo = base;
     // Probes leave from the probe address (when it is one), so that the peers' allow lists,

@@ -87,6 +87,8 @@ struct ProbeSchedulerOptions {
   uint32_t send_slots = 4;
   // When the UDP probers read their replies (net::UdpProberOptions::reply_reads).
   net::ReplyReads reply_reads = net::ReplyReads::kImmediate;
+  // The UDP probers' software TX stamps (net::UdpProberOptions::kernel_tx_timestamps).
+  bool kernel_tx_timestamps = true;
   // What any plan may ask of this node (--plan-max-targets, --plan-max-pps,
   // --plan-max-bytes-per-s); a plan past them is trimmed and counted (plan_guard.h).
   PlanCeilings ceilings;

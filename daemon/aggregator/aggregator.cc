@@ -161,6 +161,16 @@ Status Aggregator::Start() {
   go.max_message_bytes = options_.limits.max_message_bytes;
   go.max_findings_per_report = options_.limits.max_findings_per_report;
   go.journal = journal;  // acks are durable (docs/durability.md)
+  if (options_.grpc_queues < 0 || options_.grpc_queues > GrpcServer::kMaxCompletionQueues) {
+    return Status::InvalidArgument("grpc-queues must be 0.." +
+                                   std::to_string(GrpcServer::kMaxCompletionQueues));
+  }
+  // Sized to the map's nodes, not to the streams that connect (agents the map lacks are still
+  // served): a fleet far beyond its map sets --grpc-queues.
+  go.completion_queues = options_.grpc_queues;
+  if (go.completion_queues == 0) {
+    go.completion_queues = GrpcServer::CompletionQueuesFor(map_ ? map_->NodeCount() : 0);
+  }
   auto grpc = GrpcServer::Start(go, fleet_, *this, registry_);
   if (!grpc.ok()) return grpc.status();
   grpc_ = std::move(*grpc);

@@ -47,6 +47,9 @@ struct AggregatorOptions {
   // The most the heartbeat timeout stretches while the aggregator is behind (FleetState::Options).
   double heartbeat_grace_max_s = 105;
   bool record_test_batches = false;
+  // gRPC completion queues (--grpc-queues); 0: GrpcServer::CompletionQueuesFor the fabric map's
+  // nodes.
+  int grpc_queues = 0;
   // gRPC mTLS material (nullopt: --insecure) and the HTTP web config (docs/security.md).
   std::optional<tls::TlsMaterial> tls;
   std::optional<http::WebConfig> web;

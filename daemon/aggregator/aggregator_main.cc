@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   binding.Bind("collective-interval", &collective_interval);
   binding.Bind("escalation-probe-timeout", &escalation_timeout);
   binding.Bind("probe-timeout-floor", &timeout_floor);
+  binding.Bind("grpc-queues", &o.grpc_queues);
   fw::tls::TlsFiles tls_files;
   std::string web_config;
   fw::tls::BindTlsConfig(binding, &tls_files);
@@ -83,6 +84,11 @@ int main(int argc, char** argv) {
       "agents' UDP probe timeouts follow each flow's round trip down to this floor, so a lost "
       "probe is reported within it instead of the fixed timeout (at most 60s; 0: fixed) "
       "(default 200ms)");
+  app.add_option(
+         "--grpc-queues", o.grpc_queues,
+         "gRPC completion queues, a thread each; 0: 1 for a fabric map of up to 5,000 nodes, "
+         "else 4 (default 0)")
+      ->check(CLI::Range(0, fw::aggregator::GrpcServer::kMaxCompletionQueues));
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
   fw::tls::AddTlsFlags(app, &tls_files, "the aggregator (it must name the host agents dial)");
   app.add_option("--web-config,--web-config-file", web_config,

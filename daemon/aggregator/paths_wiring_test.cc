@@ -145,7 +145,8 @@ class EscalationWiring : public ::testing::Test {
       for (int h = 0; h < s.hosts_per_leaf; ++h) {
         AgentInfo a;
         a.node = SyntheticFleet::HostName(l, h);
-        a.endpoints.push_back({"198.18." + std::to_string(l) + "." + std::to_string(h + 1), 9753});
+        a.endpoints.push_back(
+            {"198.18." + std::to_string(l) + "." + std::to_string(h + 1), 9753, {}});
         live_.push_back(std::move(a));
       }
     }

@@ -1,8 +1,10 @@
-// The sampling pass: open directory descriptors once per scan, then openat/read/close each file.
+// The sampling pass: directory descriptors opened once per scan, value files kept open and re-read.
 #include "probes/counters/sampler.h"
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,6 +59,62 @@ std::vector<std::string> ListDir(const fs::path& p, bool dirs_only) {
   return out;
 }
 
+// What a directory looked like at the last look, to tell whether any of its files can have been
+// unlinked or replaced since (either changes the directory's mtime and ctime).
+struct DirStamp {
+  bool valid = false;
+  bool quiet = false;  // at that look, the ctime was at least kQuiet old
+  dev_t dev = 0;
+  ino_t ino = 0;
+  nlink_t nlink = 0;
+  timespec mtime{}, ctime{};
+  // The directory changed since the last slow pass, which is the first pass that reads (and so
+  // checks) every file of it.
+  bool dirty = false;
+};
+
+// File timestamps come from a coarse clock (a tick of several ms), so a change made in the same
+// tick as a look can leave them equal; a directory whose ctime was this old at a look cannot.
+// This assumes timestamps at most this coarse and from this host's clock, as on a local
+// filesystem (only trees outside sysfs, test trees, are checked this way); a network filesystem
+// whose server clock lags could make a change look quiet.
+constexpr int64_t kQuietNs = 1'000'000'000;
+
+int64_t Ns(const timespec& t) { return static_cast<int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec; }
+
+// Whether directory `fd` is as it was at the last look and was quiet then: no file in it was
+// unlinked, renamed over or added since. Updates the stamp. False on the first look and when the
+// directory cannot be stat()ed.
+bool DirUnchanged(int fd, DirStamp& s) {
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    s = DirStamp{};
+    return false;
+  }
+  const bool same = s.valid && s.quiet && s.dev == st.st_dev && s.ino == st.st_ino &&
+                    s.nlink == st.st_nlink && Ns(s.mtime) == Ns(st.st_mtim) &&
+                    Ns(s.ctime) == Ns(st.st_ctim);
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  s.valid = true;
+  s.quiet = Ns(now) - std::max(Ns(st.st_mtim), Ns(st.st_ctim)) >= kQuietNs;
+  s.dev = st.st_dev;
+  s.ino = st.st_ino;
+  s.nlink = st.st_nlink;
+  s.mtime = st.st_mtim;
+  s.ctime = st.st_ctim;
+  return same;
+}
+
+// The same directory (device and inode) behind both descriptors.
+bool SameDir(int a, int b) {
+  struct stat sa {
+  }, sb{};
+  if (a < 0 || b < 0) return a < 0 && b < 0;
+  return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
 }  // namespace
 
 const char* ReadErrorName(ReadError e) {
@@ -89,7 +147,9 @@ const CounterReading* PortSample::Find(CounterRole role) const {
 struct Sampler::PortHandle {
   int port_fd = -1, counters_fd = -1, hw_fd = -1;
   int state_fd = -1, phys_fd = -1;            // kept open, re-read with pread
+  int rate_fd = -1, link_fd = -1;             // likewise
   bool on_sysfs = false;                      // see RereadFileAt's check_unlinked
+  DirStamp port_stamp, counters_stamp, hw_stamp;  // outside sysfs only
   std::vector<std::optional<uint64_t>> prev;  // parallel to PortSample::counters
   std::vector<int> fds;                       // parallel to PortSample::counters; -1 when closed
   int64_t prev_mono_ns = 0;       // the previous pass of this port
@@ -105,8 +165,13 @@ struct Sampler::PortHandle {
     std::swap(hw_fd, o.hw_fd);
     std::swap(state_fd, o.state_fd);
     std::swap(phys_fd, o.phys_fd);
+    std::swap(rate_fd, o.rate_fd);
+    std::swap(link_fd, o.link_fd);
     std::swap(fds, o.fds);
     on_sysfs = o.on_sysfs;
+    port_stamp = o.port_stamp;
+    counters_stamp = o.counters_stamp;
+    hw_stamp = o.hw_stamp;
     prev = std::move(o.prev);
     prev_mono_ns = o.prev_mono_ns;
     slow_prev_mono_ns = o.slow_prev_mono_ns;
@@ -120,6 +185,8 @@ struct Sampler::PortHandle {
     CloseFd(hw_fd);
     CloseFd(state_fd);
     CloseFd(phys_fd);
+    CloseFd(rate_fd);
+    CloseFd(link_fd);
     for (int& fd : fds) CloseFd(fd);
   }
 };
@@ -141,7 +208,7 @@ void Sampler::Rescan() {
   }
   handles_.clear();
   samples_.clear();
-  open_files_ = 0;  // the surviving handles' descriptors close with `old`; new ones open lazily
+  open_files_ = 0;  // counts the descriptors carried over below; the rest close with `old`
   const fs::path ib = fs::path(options_.sysfs_root) / "class" / "infiniband";
   for (const std::string& dev : ListDir(ib, true)) {
     const fs::path dev_dir = ib / dev;
@@ -204,14 +271,29 @@ void Sampler::Rescan() {
       h.fds.assign(s.counters.size(), -1);
       if (auto it = old.find({dev, port}); it != old.end()) {
         const PortSample& before = it->second.second;
-        const PortHandle& bh = it->second.first;
+        PortHandle& bh = it->second.first;
         h.prev_mono_ns = bh.prev_mono_ns;
         h.slow_prev_mono_ns = bh.slow_prev_mono_ns;  // slow_wait stays 0: read it all first
+        // In the same directories the kept descriptors carry over, so a rescan opens only what
+        // is new. A file replaced meanwhile is noticed by its next read as on any pass (sysfs
+        // fails it; elsewhere the fresh stamps make the first pass check every file).
+        const bool same_dirs = SameDir(h.port_fd, bh.port_fd) &&
+                               SameDir(h.counters_fd, bh.counters_fd) && SameDir(h.hw_fd, bh.hw_fd);
+        if (same_dirs) {
+          std::swap(h.state_fd, bh.state_fd);
+          std::swap(h.phys_fd, bh.phys_fd);
+          std::swap(h.rate_fd, bh.rate_fd);
+          std::swap(h.link_fd, bh.link_fd);
+        }
         for (size_t i = 0; i < s.counters.size(); ++i) {
           for (size_t j = 0; j < before.counters.size(); ++j) {
             if (before.counters[j].name == s.counters[i].name &&
                 before.counters[j].group == s.counters[i].group) {
               h.prev[i] = bh.prev[j];
+              if (same_dirs && j < bh.fds.size() && bh.fds[j] >= 0) {
+                std::swap(h.fds[i], bh.fds[j]);
+                ++open_files_;
+              }
               break;
             }
           }
@@ -237,11 +319,29 @@ void Sampler::ReadPort(PortHandle& h, PortSample& s) {
   const double slow_interval_s =
       h.slow_prev_mono_ns > 0 ? static_cast<double>(s.mono_ns - h.slow_prev_mono_ns) * 1e-9 : 0;
 
+  // Outside sysfs a kept descriptor keeps serving a file that was unlinked or replaced, so its
+  // reads fstat() it: in a directory that changed since its last look (see DirUnchanged), and
+  // until a slow pass has read every file of it, since a file of the slow tier (or rate,
+  // link_layer) is not read on the fast pass that sees the change.
+  auto needs_check = [&](int fd, DirStamp& stamp) {
+    if (h.on_sysfs) return false;
+    const bool changed = !DirUnchanged(fd, stamp);  // may reset the stamp, `dirty` included
+    stamp.dirty = stamp.dirty || changed;
+    return stamp.dirty;
+  };
+  const bool check_port = needs_check(h.port_fd, h.port_stamp);
+  const bool check_counters = needs_check(h.counters_fd, h.counters_stamp);
+  const bool check_hw = needs_check(h.hw_fd, h.hw_stamp);
+  auto reread = [&](int dirfd, const char* name, int& fd, bool keep, bool check) {
+    ++stats_.files_read;
+    stats_.files_opened += fd < 0 ? 1 : 0;
+    stats_.unlink_checks += check ? 1 : 0;
+    return RereadFileAt(dirfd, name, fd, keep, check, buf, sizeof(buf), len, err);
+  };
+
   // State, kept open. A missing state file means the port (or its device) is gone.
   const int state_before = s.state_id, phys_before = s.phys_state_id;
-  ++stats_.files_read;
-  ReadResult r = RereadFileAt(h.port_fd, "state", h.state_fd, true, !h.on_sysfs, buf,
-                              sizeof(buf), len, err);
+  ReadResult r = reread(h.port_fd, "state", h.state_fd, true, check_port);
   if (gone(r)) {
     s.vanished = true;
   } else if (r == ReadResult::kOk) {
@@ -255,9 +355,7 @@ void Sampler::ReadPort(PortHandle& h, PortSample& s) {
     ++stats_.io_errors;
   }
   if (!s.vanished) {
-    ++stats_.files_read;
-    if (RereadFileAt(h.port_fd, "phys_state", h.phys_fd, true, !h.on_sysfs, buf, sizeof(buf), len,
-                     err) == ReadResult::kOk) {
+    if (reread(h.port_fd, "phys_state", h.phys_fd, true, check_port) == ReadResult::kOk) {
       if (auto v = ParseEnumValue({buf, len}); v.ok()) {
         s.phys_state_id = v->id;
         if (s.phys_state != v->name) s.phys_state.assign(v->name);
@@ -268,8 +366,7 @@ void Sampler::ReadPort(PortHandle& h, PortSample& s) {
     // The signalling rate changes only when the link retrains, which moves state or phys_state.
     if (slow_pass || s.state_id != state_before || s.phys_state_id != phys_before) {
       s.rate_gbps.reset();
-      ++stats_.files_read;
-      if (ReadSmallFileAt(h.port_fd, "rate", buf, sizeof(buf), len, err) == ReadResult::kOk) {
+      if (reread(h.port_fd, "rate", h.rate_fd, true, check_port) == ReadResult::kOk) {
         if (auto v = ParseRateGbps({buf, len}); v.ok()) {
           s.rate_gbps = *v;
         } else {
@@ -278,9 +375,7 @@ void Sampler::ReadPort(PortHandle& h, PortSample& s) {
       }
     }
     if (slow_pass) {
-      ++stats_.files_read;
-      if (ReadSmallFileAt(h.port_fd, "link_layer", buf, sizeof(buf), len, err) ==
-          ReadResult::kOk) {
+      if (reread(h.port_fd, "link_layer", h.link_fd, true, check_port) == ReadResult::kOk) {
         std::string_view t(buf, len);
         while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.remove_suffix(1);
         if (s.link_layer != t) s.link_layer.assign(t);
@@ -321,14 +416,17 @@ void Sampler::ReadPort(PortHandle& h, PortSample& s) {
         }
       }
     } else {
-      const int dir = c.group == CounterGroup::kCounters ? h.counters_fd : h.hw_fd;
+      const bool in_counters = c.group == CounterGroup::kCounters;
+      const int dir = in_counters ? h.counters_fd : h.hw_fd;
       int& fd = h.fds[i];
       const bool was_open = fd >= 0;
-      ++stats_.files_read;
-      r = dir < 0 ? ReadResult::kMissing
-                  : RereadFileAt(dir, c.name.c_str(), fd,
-                                 was_open || open_files_ < options_.max_open_files, !h.on_sysfs,
-                                 buf, sizeof(buf), len, err);
+      if (dir < 0) {
+        ++stats_.files_read;
+        r = ReadResult::kMissing;
+      } else {
+        r = reread(dir, c.name.c_str(), fd, was_open || open_files_ < options_.max_open_files,
+                   in_counters ? check_counters : check_hw);
+      }
       open_files_ += (fd >= 0 ? 1 : 0) - (was_open ? 1 : 0);
       if (r == ReadResult::kOk) {
         auto v = ParseCounterValue({buf, len});
@@ -385,6 +483,9 @@ void Sampler::ReadPort(PortHandle& h, PortSample& s) {
   }
   h.prev_mono_ns = s.mono_ns;
   if (slow_pass) h.slow_prev_mono_ns = s.mono_ns;
+  if (slow_pass && !s.vanished) {
+    h.port_stamp.dirty = h.counters_stamp.dirty = h.hw_stamp.dirty = false;
+  }
 
   auto rate_of = [&](CounterRole role) -> std::optional<double> {
     const CounterReading* c = s.Find(role);

@@ -97,6 +97,11 @@ struct SamplerStats {
   uint64_t vanished = 0, resets = 0, wraps = 0;
   uint64_t rescans = 0;
   uint64_t files_read = 0;  // counter, state, phys_state, rate and link_layer reads (all passes)
+  uint64_t files_opened = 0;  // of those reads, the ones that had to open the file first
+  // Outside sysfs only: reads that also fstat() the file to notice it was unlinked (RereadFileAt's
+  // check_unlinked). Made only for files whose directory changed since its previous look, or less
+  // than a second before that look (file timestamps are coarser than a pass).
+  uint64_t unlink_checks = 0;
 };
 
 // Not thread-safe: one owner calls SampleOnce(). Holds directory descriptors of the ports it found.

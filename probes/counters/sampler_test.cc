@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "probes/counters/fake_sysfs.h"
 
@@ -202,7 +203,7 @@ TEST_F(SamplerSynthetic, KeptDescriptorsRereadNewValuesWithinTheirCap) {
   Sampler capped({.sysfs_root = fs_.root(), .max_open_files = 3}, clock_);
   capped.SampleOnce();
   const size_t dirs = 3;   // the port, counters/ and hw_counters/ directories
-  const size_t state = 2;  // state and phys_state, always kept
+  const size_t state = 4;  // state, phys_state, rate and link_layer, always kept
   EXPECT_EQ(OpenFdCount(), before + dirs + state + 3);
   fs_.Counter("mlx5_0", 1, "port_xmit_data", "3000");
   fs_.HwCounter("mlx5_0", 1, "rp_cnp_handled", "10");
@@ -289,6 +290,106 @@ TEST_F(SamplerSynthetic, AStateChangeRereadsTheRateAtOnce) {
   const PortSample& gone = tiered.SampleOnce().front();
   EXPECT_TRUE(gone.vanished);
   EXPECT_EQ(Counter(gone, "out_of_buffer")->error, ReadError::kGone);
+}
+
+// A kept descriptor outside sysfs serves an unlinked file; the sampler fstat()s kept files only
+// in a directory that changed since its last look, or that had changed less than a second before.
+TEST_F(SamplerSynthetic, UnlinkChecksOnlyWhereADirectoryChanged) {
+  std::this_thread::sleep_for(1100ms);  // the fixture's directories are now quiet
+  Pass();                               // first look: every file checked
+  const SamplerStats first = sampler_.stats();
+  EXPECT_EQ(first.unlink_checks, first.files_read);
+  EXPECT_EQ(first.files_opened, first.files_read);
+  clock_.Advance(1s);
+  fs_.Counter("mlx5_0", 1, "port_xmit_data", "1250");  // rewritten in place: no directory change
+  EXPECT_DOUBLE_EQ(*Pass().xmit_bytes_per_s, 1000.0);
+  const SamplerStats quiet = sampler_.stats();
+  EXPECT_EQ(quiet.files_read - first.files_read, first.files_read);  // rate, link_layer too
+  EXPECT_EQ(quiet.unlink_checks, first.unlink_checks);
+  EXPECT_EQ(quiet.files_opened, first.files_opened);
+
+  // One counter file unlinked, one hw counter replaced by a rename: their directories changed,
+  // so their files are checked (the port directory's are not); the unlinked one reads missing at
+  // once and the replaced one reads its new file, not the kept old one.
+  fs_.Remove(fs_.PortDir("mlx5_0", 1) + "/counters/symbol_error");
+  fs_.Write(fs_.PortDir("mlx5_0", 1) + "/hw_counters/.new", "5000\n");
+  std::filesystem::rename(
+      std::filesystem::path(fs_.root()) / fs_.PortDir("mlx5_0", 1) / "hw_counters/.new",
+      std::filesystem::path(fs_.root()) / fs_.PortDir("mlx5_0", 1) / "hw_counters/rp_cnp_handled");
+  clock_.Advance(1s);
+  const PortSample& p = Pass();
+  EXPECT_EQ(Counter(p, "symbol_error")->error, ReadError::kMissing);
+  EXPECT_FALSE(p.vanished);
+  const SamplerStats changed = sampler_.stats();
+  EXPECT_EQ(changed.unlink_checks - quiet.unlink_checks, 7u);  // 4 counters/ + 3 hw_counters/
+  // rp_cnp_handled: the replaced file reads missing once (its kept descriptor is dropped), then
+  // the new file is opened and read.
+  EXPECT_EQ(Counter(p, "rp_cnp_handled")->error, ReadError::kMissing);
+  clock_.Advance(1s);
+  EXPECT_EQ(Counter(Pass(), "rp_cnp_handled")->value, 5000u);
+}
+
+// A file read only on slow passes (rate, a slow-tier counter) and replaced while a fast pass
+// sees its directory change is still checked on the next slow pass, not read through the kept
+// descriptor of the old file.
+TEST_F(SamplerSynthetic, AFileOfTheSlowTierReplacedBeforeAFastPassIsReadAnewOnTheNextSlowPass) {
+  fs_.HwCounter("mlx5_0", 1, "rx_write_requests", "100");  // no role: slow tier
+  Sampler tiered({.sysfs_root = fs_.root(), .slow_every = 3}, clock_);
+  std::this_thread::sleep_for(1100ms);  // the directories are quiet
+  tiered.SampleOnce();                  // pass 1, slow: every file opened and kept
+  const std::string port = fs_.PortDir("mlx5_0", 1);
+  const std::filesystem::path root(fs_.root());
+  fs_.Write(port + "/.rate", "200 Gb/sec (4X HDR)\n");
+  std::filesystem::rename(root / port / ".rate", root / port / "rate");
+  fs_.Write(port + "/hw_counters/.new", "160\n");
+  std::filesystem::rename(root / port / "hw_counters/.new",
+                          root / port / "hw_counters/rx_write_requests");
+  std::this_thread::sleep_for(1100ms);  // quiet again before the fast pass looks
+  clock_.Advance(1s);
+  const PortSample& p2 = tiered.SampleOnce().front();  // fast: sees both directories changed
+  EXPECT_FALSE(Counter(p2, "rx_write_requests")->fresh);
+  clock_.Advance(1s);
+  tiered.SampleOnce();  // fast
+  clock_.Advance(1s);
+  // Pass 4, slow: both files are checked, and their kept (old) descriptors dropped: each reads
+  // missing once, never the old file's value, as in UnlinkChecksOnlyWhereADirectoryChanged.
+  const PortSample& p4 = tiered.SampleOnce().front();
+  EXPECT_FALSE(p4.rate_gbps.has_value());
+  EXPECT_EQ(Counter(p4, "rx_write_requests")->error, ReadError::kMissing);
+  for (int pass = 5; pass <= 6; ++pass) {
+    clock_.Advance(1s);
+    tiered.SampleOnce();
+  }
+  clock_.Advance(1s);
+  // Pass 7, slow: the new files, opened afresh.
+  const PortSample& p7 = tiered.SampleOnce().front();
+  EXPECT_EQ(p7.rate_gbps, 200.0);
+  const CounterReading* slow = Counter(p7, "rx_write_requests");
+  EXPECT_TRUE(slow->fresh);
+  EXPECT_EQ(slow->value, 160u);
+}
+
+TEST_F(SamplerSynthetic, ARescanKeepsTheDescriptorsOfAPortInTheSameDirectories) {
+  Sampler rescanning({.sysfs_root = fs_.root(), .rescan_every = 1}, clock_);
+  rescanning.SampleOnce();
+  const SamplerStats first = rescanning.stats();
+  fs_.Counter("mlx5_0", 1, "port_xmit_data", "1250");
+  clock_.Advance(1s);
+  const PortSample& p = rescanning.SampleOnce().front();
+  EXPECT_EQ(rescanning.stats().rescans, first.rescans + 1);
+  EXPECT_EQ(rescanning.stats().files_opened, first.files_opened);  // nothing opened again
+  EXPECT_DOUBLE_EQ(*p.xmit_bytes_per_s, 1000.0);                   // history kept as before
+  // The port's directory replaced by a new one: nothing carries over, the new files are read.
+  fs_.Remove("class/infiniband/mlx5_0");
+  fs_.AddPort("mlx5_0", 1);
+  fs_.Counter("mlx5_0", 1, "port_xmit_data", "2000");
+  clock_.Advance(1s);
+  const uint64_t opened = rescanning.stats().files_opened;
+  const PortSample& q = rescanning.SampleOnce().front();
+  EXPECT_FALSE(q.vanished);
+  EXPECT_EQ(Counter(q, "port_xmit_data")->value, 2000u);
+  EXPECT_EQ(q.state, "ACTIVE");
+  EXPECT_EQ(rescanning.stats().files_opened - opened, 5u);  // state, phys_state, rate, link, 1
 }
 
 TEST(SamplerEmpty, NoInfinibandClassMeansNoPorts) {

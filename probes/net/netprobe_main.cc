@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
   int timeout_ms = 1000, cpu_lead_ms = 120;
   double send_phase_ms = 0;
   uint64_t bytes = 4u << 20;
-  bool user_ts = false, kernel_rtt = false, respond_own_thread = false, per_burst = false;
+  bool user_ts = false, no_tx_ts = false, kernel_rtt = false, respond_own_thread = false,
+       per_burst = false;
   uint16_t respond_port = 0;
   const fw::net::BusyPollOptions busy_defaults;
   double busy_poll_us = static_cast<double>(busy_defaults.max_window_ns) / 1e3;  // 0: off
@@ -68,6 +69,9 @@ int main(int argc, char** argv) {
                   "send slots start this many ms after each point of the wall clock's grid of "
                   "slot lengths (-1: no grid, phased from the start)");
   udp->add_flag("--user-timestamps", user_ts, "do not use kernel timestamps at all");
+  udp->add_flag("--no-tx-timestamps", no_tx_ts,
+                "kernel RX stamps only: no TX stamps from the error queue (the agent's "
+                "--probe-tx-timestamps off)");
   udp->add_flag("--kernel-rtt", kernel_rtt,
                 "report the kernel-stamped round trip (default: the user-space one)");
   udp->add_option("--busy-poll-us", busy_poll_us,
@@ -154,6 +158,7 @@ int main(int argc, char** argv) {
     o.align_send_slots = send_phase_ms >= 0;
     o.send_slot_phase_ns = static_cast<int64_t>(std::max(0.0, send_phase_ms) * 1e6);
     o.kernel_rx_timestamps = !user_ts;
+    o.kernel_tx_timestamps = !no_tx_ts;
     o.report_kernel_rtt = kernel_rtt;
     o.busy_poll.max_window_ns = static_cast<int64_t>(busy_poll_us * 1e3);
     o.busy_poll.cpu_share = busy_poll_cpu_pct / 100;
@@ -218,7 +223,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  fw::net::TcpTarget t{"target", ip, addr->port()};
+  fw::net::TcpTarget t{"target", ip, addr->port(), {}};
   if (*bw) {
     fw::net::BandwidthProbe probe(clock, nullptr, opt_key);
     fw::net::BandwidthOptions o;

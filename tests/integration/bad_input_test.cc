@@ -304,6 +304,15 @@ TEST(BadInputTest, BadConfigIsAClearErrorNamingTheKeyOrFile) {
     EXPECT_NE(read(log).find("missing.yaml: cannot read"), std::string::npos) << read(log);
     std::filesystem::remove(log);
   }
+  // A value out of its range in the file, where the command line's range check does not apply.
+  std::string queues = dir.path() + "/queues.yaml";
+  std::ofstream(queues) << "grpc-queues: 9\n";
+  std::string log = dir.path() + "/queues.log";
+  EXPECT_EQ(RunToExit({FW_AGGREGATOR_BIN, "--insecure", "--config", queues, "--grpc-listen",
+                       "127.0.0.1:0", "--http-listen", "127.0.0.1:0"},
+                      log),
+            3);
+  EXPECT_NE(read(log).find("grpc-queues must be 0..4"), std::string::npos) << read(log);
 }
 
 }  // namespace

@@ -23,15 +23,26 @@ class Fleet {
  public:
   explicit Fleet(const TempDir& dir) : dir_(dir.path()) {}
 
-  void StartAggregator(int grpc_port = 0) {
+  void StartAggregator(int grpc_port = 0, const std::vector<std::string>& extra_args = {}) {
     std::string port_file = dir_ + "/agg.ports";
     std::filesystem::remove(port_file);
-    agg_ = std::make_unique<Process>(
-        std::vector<std::string>{
-            FW_AGGREGATOR_BIN, "--insecure", "--grpc-listen", "127.0.0.1:" + std::to_string(grpc_port),
-            "--http-listen", "127.0.0.1:0", "--heartbeat-timeout", "3s", "--tick", "500ms",
-            "--state-dir", dir_ + "/state", "--record-test-batches", "--port-file", port_file},
-        dir_ + "/aggregator.log");
+    std::vector<std::string> argv{FW_AGGREGATOR_BIN,
+                                  "--insecure",
+                                  "--grpc-listen",
+                                  "127.0.0.1:" + std::to_string(grpc_port),
+                                  "--http-listen",
+                                  "127.0.0.1:0",
+                                  "--heartbeat-timeout",
+                                  "3s",
+                                  "--tick",
+                                  "500ms",
+                                  "--state-dir",
+                                  dir_ + "/state",
+                                  "--record-test-batches",
+                                  "--port-file",
+                                  port_file};
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    agg_ = std::make_unique<Process>(argv, dir_ + "/aggregator.log");
     ASSERT_TRUE(
         WaitUntil([&] { return ReadPort(port_file, "grpc_port") > 0; }, std::chrono::seconds(20)))
         << "aggregator did not start; see " << dir_ << "/aggregator.log";

@@ -92,7 +92,9 @@ TEST(RestartStateTest, AgentsGetANewNodeInTheirPlanAfterAggregatorRestart) {
   std::printf("new node in the existing agents' plans %.1f s after it started\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - joined).count());
   for (auto& [name, p] : fleet.agents_) {
-    if (p->pid() > 0 && name != "node-x") EXPECT_EQ(p->Stop(seconds(10)), 0) << name;
+    if (p->pid() > 0 && name != "node-x") {
+      EXPECT_EQ(p->Stop(seconds(10)), 0) << name;
+    }
   }
 }
 

@@ -47,13 +47,23 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     cur_.a = std::min(pair.src, pair.dst);
     cur_.b = std::max(pair.src, pair.dst);
     cur_.mapped = a_.map_ && pair.paths.path_class != PathClass::kUnknown && pair.paths.core;
-    if (cur_.mapped) cur_.paths = pair.paths;
+    cur_paths_ = cur_.mapped ? &pair.paths : nullptr;
     has_data_ = false;
     cur_guard_by_ = {};
     if (pair.baseline.median_s > 0) ++ev_.baselines_ready;
   }
 
   void Flow(const PairRef& pair, const FlowRef& flow, const FlowWindow& w) override {
+    // The flow's access links' sums, its hosts' stats and its core paths are read below, each a
+    // cache miss at fleet scale: asked for together here, they load while the flow is judged.
+    {
+      const PathSet& ps = flow.paths ? *flow.paths : pair.paths;
+      a_.tomography_.Prefetch(ps.src_access);
+      a_.tomography_.Prefetch(ps.dst_access);
+      if (ps.core) __builtin_prefetch(ps.core.get());
+      if (pair.src < ev_.hosts.size()) __builtin_prefetch(&ev_.hosts[pair.src]);
+      if (pair.dst < ev_.hosts.size()) __builtin_prefetch(&ev_.hosts[pair.dst]);
+    }
     has_data_ = true;
     ++ev_.flows;
     const int ci = ClassIndex(pair.paths.path_class);
@@ -172,7 +182,7 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     if (own_paths && bad && !cur_.rail_bad) {
       // The pair's findings (and escalation) look at the paths of its bad flows' rail.
       cur_.mapped = true;
-      cur_.paths = paths;
+      cur_paths_ = &paths;
       cur_.rail_bad = true;
     }
     if (a_.ResolveWay(pair, paths, flow, now_ns_, o)) ++ev_.traced_flows;
@@ -223,6 +233,7 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     const bool fresh = agg.flows == 0;
     if (fresh) {
       agg = cur_;
+      if (cur_paths_) agg.paths = *cur_paths_;
       return;
     }
     agg.flows += cur_.flows;
@@ -243,7 +254,7 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
     // unnamed result's), as for a single PairRef above: escalation and pair findings look there.
     if ((!agg.mapped && cur_.mapped) || (cur_.rail_bad && !agg.rail_bad)) {
       agg.mapped = true;
-      agg.paths = cur_.paths;
+      agg.paths = *cur_paths_;
       agg.rail_bad = cur_.rail_bad;
     }
   }
@@ -251,7 +262,10 @@ class Analyzer::ScanVisitor final : public FlowTable::Visitor {
  private:
   Analyzer& a_;
   Evaluation& ev_;
+  // The pair's sums so far; its `paths` stay empty: cur_paths_ stands for them (copied into
+  // ev_.pairs only for the pairs kept there, not once per pair scanned).
   PairAgg cur_;
+  const PathSet* cur_paths_ = nullptr;  // the pair's or a bad flow's paths while cur_.mapped
   std::array<uint32_t, kSignalCount> cur_guard_by_{};
   bool has_data_ = false;
   const int64_t now_ns_;

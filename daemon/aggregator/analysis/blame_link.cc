@@ -40,7 +40,7 @@ void Blamer::LinkLevel() {
   std::vector<uint32_t> with_data(map.switches().size(), 0);
   for (LinkIndex l = 0; l < map.links().size(); ++l) {
     const Link& link = map.links()[l];
-    if (link.IsAccess() || ctx_.tomography.totals()[l].probes <= 0) continue;
+    if (link.IsAccess() || ctx_.tomography.totals(l).probes <= 0) continue;
     ++with_data[link.a];
     ++with_data[link.b];
   }
@@ -78,7 +78,7 @@ void Blamer::LinkLevel() {
   std::map<aggregator::SwitchIndex, std::vector<LinkIndex>> alike;
   for (LinkIndex l = 0; l < map.links().size(); ++l) {
     const Link& link = map.links()[l];
-    if (link.IsAccess() || blamed_.count(l) || ctx_.tomography.totals()[l].probes <= 0) continue;
+    if (link.IsAccess() || blamed_.count(l) || ctx_.tomography.totals(l).probes <= 0) continue;
     for (aggregator::SwitchIndex sw : {link.a, link.b}) {
       auto it = reference.find(sw);
       if (it == reference.end() || blamed_count[sw] < 2) continue;
@@ -216,7 +216,7 @@ void Blamer::AmbiguousGroups(const std::vector<const Verdict*>& groups) {
   std::map<aggregator::SwitchIndex, std::map<aggregator::SwitchIndex, LinkIndex>> neighbors;
   for (LinkIndex l = 0; l < map.links().size(); ++l) {
     const Link& link = map.links()[l];
-    if (link.IsAccess() || ctx_.tomography.totals()[l].probes <= 0) continue;
+    if (link.IsAccess() || ctx_.tomography.totals(l).probes <= 0) continue;
     neighbors[link.a][link.b] = l;
     neighbors[link.b][link.a] = l;
   }

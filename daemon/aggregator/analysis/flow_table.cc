@@ -49,20 +49,30 @@ FlowWindow FlowTable::WindowOf(const FlowSeen& f, uint32_t now_s) const {
   const uint32_t top = std::max(now_s, f.last_s);
   const uint32_t lo = top > kSlots - 1 ? top - (kSlots - 1) : 1;
   uint32_t ratio_q = 0;
-  for (uint32_t sec = lo; sec <= hi; ++sec) {
-    const FlowSlot& slot = f.slots[sec % kSlots];
+  // The window's sums: every slot when the window holds kSlots seconds (a flow that reported this
+  // second), else its seconds one by one. Integer sums, so the order does not matter.
+  auto add = [&](const FlowSlot& slot) {
     w.probes += slot.probes;
     w.lost += slot.lost;
     w.rtt += slot.judged;
     w.slow += slot.slow;
     ratio_q += slot.ratio_q;
-    if (sec + 2 >= now_s) {
-      w.fresh_probes += slot.probes;
-      w.fresh_lost += slot.lost;
-      w.fresh_rtt += slot.judged;
-      w.fresh_slow += slot.slow;
+  };
+  if (hi - lo + 1 == kSlots) {
+    for (const FlowSlot& slot : f.slots) add(slot);
+  } else {
+    for (uint32_t sec = lo, i = lo % kSlots; sec <= hi; ++sec, i = i + 1 == kSlots ? 0 : i + 1) {
+      add(f.slots[i]);
     }
-    if (sec + 2 >= now_s && sec < now_s) {
+  }
+  // The freshest seconds: the two complete ones before now_s and now_s itself, those in the window.
+  for (uint32_t sec = std::max(lo, now_s > 2 ? now_s - 2 : 0); sec <= hi; ++sec) {
+    const FlowSlot& slot = f.slots[sec % kSlots];
+    w.fresh_probes += slot.probes;
+    w.fresh_lost += slot.lost;
+    w.fresh_rtt += slot.judged;
+    w.fresh_slow += slot.slow;
+    if (sec < now_s) {
       w.recent_probes += slot.probes;
       w.recent_lost += slot.lost;
       w.recent_rtt += slot.judged;

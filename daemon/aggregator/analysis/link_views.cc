@@ -33,7 +33,7 @@ std::vector<LinkView> BuildLinkViews(const BlameContext& ctx, const Analyzer::Ev
   out.reserve(n);
   for (LinkIndex l = 0; l < n; ++l) {
     const aggregator::Link& link = map.links()[l];
-    const LinkTotals& t = ctx.tomography.totals()[l];
+    const LinkTotals& t = ctx.tomography.totals(l);
     LinkView v;
     v.id = link.id;
     std::string own_element;

@@ -53,38 +53,18 @@ bool BadAlone(const SignalSpec& spec, double bad, double samples, double min_sam
 
 Tomography::Tomography(std::shared_ptr<const FabricMap> map) : map_(std::move(map)) {
   const size_t n = map_ ? map_->links().size() : 0;
-  totals_.resize(n);
-  recent_probes_.resize(n);
-  last_probes_.resize(n);
-  sure_flows_.resize(n);
-  dead_flows_.resize(n);
-  dead_run_.resize(n);
-  fresh_probes_.resize(n);
-  recent_rtt_.resize(n);
-  fresh_rtt_.resize(n);
-  fresh_slow_.resize(n);
+  links_.resize(n);
+  link_ends_.resize(n);
+  for (size_t l = 0; l < n; ++l) link_ends_[l] = {map_->links()[l].a, map_->links()[l].b};
   crossing_.resize(n);
-  crossing_n_.resize(n);
   stamp_.resize(n);
   weight_.resize(n);
-  link_sure_.resize(n);
   switch_sure_.resize(map_ ? map_->switches().size() : 0);
 }
 
 void Tomography::Reset() {
-  std::fill(totals_.begin(), totals_.end(), LinkTotals{});
-  std::fill(recent_probes_.begin(), recent_probes_.end(), 0.0);
-  std::fill(last_probes_.begin(), last_probes_.end(), 0.0);
-  std::fill(sure_flows_.begin(), sure_flows_.end(), 0u);
-  std::fill(dead_flows_.begin(), dead_flows_.end(), 0u);
-  std::fill(dead_run_.begin(), dead_run_.end(), 0u);
-  std::fill(fresh_probes_.begin(), fresh_probes_.end(), 0.0);
-  std::fill(recent_rtt_.begin(), recent_rtt_.end(), 0.0);
-  std::fill(fresh_rtt_.begin(), fresh_rtt_.end(), 0.0);
-  std::fill(fresh_slow_.begin(), fresh_slow_.end(), 0.0);
-  std::fill(crossing_n_.begin(), crossing_n_.end(), uint8_t{0});
+  std::fill(links_.begin(), links_.end(), PerLink{});
   std::fill(switch_sure_.begin(), switch_sure_.end(), Counts{});
-  std::fill(link_sure_.begin(), link_sure_.end(), Counts{});
   bad_.clear();
   for (auto& e : explained_) e.clear();
 }
@@ -141,18 +121,18 @@ void Tomography::Add(const FlowObs& o) {
   const bool has_bw = o.bw_ratio >= 0;
   flow_switches_.clear();
   ForEachCandidate(o, [&](LinkIndex l, double w) {
+    PerLink& pl = links_[l];
     if (w >= 0.999 && o.fresh_probes > 0) {
-      ++sure_flows_[l];
+      ++pl.sure_flows;
       if (o.lost_run > 0) {
-        ++dead_flows_[l];
-        dead_run_[l] += o.lost_run;
+        ++pl.dead_flows;
+        pl.dead_run += o.lost_run;
       }
     }
     if (w >= 0.999 && o.probes > 0 && map_) {
-      link_sure_[l].probes += o.probes;
-      link_sure_[l].lost += o.lost;
-      const aggregator::Link& link = map_->links()[l];
-      for (aggregator::SwitchIndex sw : {link.a, link.b}) {
+      pl.sure.probes += o.probes;
+      pl.sure.lost += o.lost;
+      for (aggregator::SwitchIndex sw : link_ends_[l]) {
         if (sw == aggregator::kNoIndex || sw >= switch_sure_.size()) continue;
         if (std::find(flow_switches_.begin(), flow_switches_.end(), sw) != flow_switches_.end()) {
           continue;
@@ -162,7 +142,7 @@ void Tomography::Add(const FlowObs& o) {
         switch_sure_[sw].lost += o.lost;
       }
     }
-    LinkTotals& t = totals_[l];
+    LinkTotals& t = pl.totals;
     t.probes += w * o.probes;
     t.lost += w * o.lost;
     t.rtt += w * o.rtt;
@@ -174,12 +154,12 @@ void Tomography::Add(const FlowObs& o) {
       if (o.bw_bad) t.bw_bad += w;
     }
     ++t.flows;
-    recent_probes_[l] += w * o.recent_probes;
-    last_probes_[l] += w * o.last_probes;
-    fresh_probes_[l] += w * o.fresh_probes;
-    recent_rtt_[l] += w * o.recent_rtt;
-    fresh_rtt_[l] += w * o.fresh_rtt;
-    fresh_slow_[l] += w * o.fresh_slow;
+    pl.recent_probes += w * o.recent_probes;
+    pl.last_probes += w * o.last_probes;
+    pl.fresh_probes += w * o.fresh_probes;
+    pl.recent_rtt += w * o.recent_rtt;
+    pl.fresh_rtt += w * o.fresh_rtt;
+    pl.fresh_slow += w * o.fresh_slow;
     // A link's first NIC pairs that surely crossed it, with their flows that did. The scan visits
     // a node pair's good flows together, so while they come the NIC pairs listed for it are the
     // link's last ones: once the list is full, a good flow looks among those alone (one
@@ -187,8 +167,12 @@ void Tomography::Add(const FlowObs& o) {
     // are few: each looks for its NIC pair in the whole list, so that a listed NIC pair's lossy
     // flows are in its set; so does a flow while the list has room (another transport's flows of
     // a listed pair come apart from its others).
-    uint8_t& n = crossing_n_[l];
-    if (w >= 0.999 && o.probes > 0) {
+    uint8_t& n = pl.crossing_n;
+    // A good flow of another node pair than the last listed, on a full list, adds nothing: known
+    // from the link's record alone, without reading its list.
+    const bool passes_full_list = n == kCrossingPairs && !(o.lost > 0 || o.slow > 0 || o.bw_bad) &&
+                                  (pl.crossing_src != o.src || pl.crossing_dst != o.dst);
+    if (w >= 0.999 && o.probes > 0 && !passes_full_list) {
       auto& pairs = crossing_[l];
       CrossingPair* known = nullptr;
       for (uint8_t k = n; k > 0 && pairs[k - 1].src == o.src && pairs[k - 1].dst == o.dst; --k) {
@@ -207,6 +191,8 @@ void Tomography::Add(const FlowObs& o) {
       } else if (n < kCrossingPairs) {
         pairs[n++] =
             CrossingPair{o.src, o.dst, o.pair_flows, o.flow_bit, o.src_access, o.dst_access};
+        pl.crossing_src = o.src;
+        pl.crossing_dst = o.dst;
       }
     }
   });
@@ -214,7 +200,7 @@ void Tomography::Add(const FlowObs& o) {
 }
 
 double Tomography::RawEstimate(LinkIndex l, Signal s, double min_expected) const {
-  const LinkTotals& t = totals_[l];
+  const LinkTotals& t = links_[l].totals;
   const double expected = Expected(t, s);
   if (expected <= 0 || expected < min_expected) return -1;
   switch (s) {
@@ -229,7 +215,7 @@ double Tomography::RawEstimate(LinkIndex l, Signal s, double min_expected) const
 }
 
 double Tomography::RawSurprise(LinkIndex l, Signal s, double background) const {
-  const LinkTotals& t = totals_[l];
+  const LinkTotals& t = links_[l].totals;
   const double bad = s == Signal::kLoss ? t.lost : (s == Signal::kLatency ? t.slow : t.bw_bad);
   return PoissonSurprise(std::floor(bad), Expected(t, s) * background);
 }
@@ -238,11 +224,12 @@ std::optional<LinkBlame> Tomography::LeadOf(const FlowObs& o, const SignalSpec& 
   if (!map_ || o.lost == 0) return std::nullopt;
   LinkIndex best = aggregator::kNoIndex;
   ForEachCandidate(o, [&](LinkIndex l, double w) {
-    if (w < 0.999 || l >= totals_.size() || map_->links()[l].IsAccess()) return;
-    if (best == aggregator::kNoIndex || totals_[l].probes < totals_[best].probes) best = l;
+    if (w < 0.999 || l >= links_.size() || map_->links()[l].IsAccess()) return;
+    if (best == aggregator::kNoIndex || links_[l].totals.probes < links_[best].totals.probes)
+      best = l;
   });
   if (best == aggregator::kNoIndex) return std::nullopt;
-  const double expected = totals_[best].probes;
+  const double expected = links_[best].totals.probes;
   if (expected < spec.min_expected) return std::nullopt;
   const double surprise = PoissonSurprise(o.lost, expected * spec.background);
   if (surprise < spec.significance) return std::nullopt;
@@ -286,7 +273,7 @@ std::vector<LinkBlame> Tomography::LocalizeFreshLatency(SignalSpec spec) {
 }
 
 std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spec) {
-  const size_t n = totals_.size();
+  const size_t n = links_.size();
   std::vector<LinkBlame> blames;
   auto& explained = explained_[Idx(signal)];
   explained.assign(bad_.size(), 0);
@@ -296,7 +283,7 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
   std::vector<double> expected(n);
   const bool fresh = spec.fresh && signal == Signal::kLatency;
   for (size_t l = 0; l < n; ++l) {
-    expected[l] = fresh ? fresh_rtt_[l] : Expected(totals_[l], signal);
+    expected[l] = fresh ? links_[l].fresh_rtt : Expected(links_[l].totals, signal);
   }
   std::vector<double> bad(n, 0.0);
   std::vector<uint32_t> flows(n, 0);
@@ -457,19 +444,22 @@ std::vector<LinkBlame> Tomography::Localize(Signal signal, const SignalSpec& spe
         ++bw_n;
       }
     }
-    blame.recent_probes = recent_probes_[best];
-    blame.last_probes = last_probes_[best];
-    blame.recent_loss =
-        recent_probes_[best] > 0 ? std::min(1.0, recent_lost / recent_probes_[best]) : 0;
-    blame.last_loss = last_probes_[best] > 0 ? std::min(1.0, last_lost / last_probes_[best]) : 0;
-    blame.fresh_probes = fresh_probes_[best];
-    blame.sure_flows = sure_flows_[best];
-    blame.dead_flows = dead_flows_[best];
-    blame.dead_run = dead_run_[best];
+    blame.recent_probes = links_[best].recent_probes;
+    blame.last_probes = links_[best].last_probes;
+    blame.recent_loss = links_[best].recent_probes > 0
+                            ? std::min(1.0, recent_lost / links_[best].recent_probes)
+                            : 0;
+    blame.last_loss =
+        links_[best].last_probes > 0 ? std::min(1.0, last_lost / links_[best].last_probes) : 0;
+    blame.fresh_probes = links_[best].fresh_probes;
+    blame.sure_flows = links_[best].sure_flows;
+    blame.dead_flows = links_[best].dead_flows;
+    blame.dead_run = links_[best].dead_run;
     blame.fresh_loss =
-        fresh_probes_[best] > 0 ? std::min(1.0, fresh_lost / fresh_probes_[best]) : 0;
-    blame.recent_rtt = recent_rtt_[best];
-    blame.recent_slow = recent_rtt_[best] > 0 ? std::min(1.0, recent_slow / recent_rtt_[best]) : 0;
+        links_[best].fresh_probes > 0 ? std::min(1.0, fresh_lost / links_[best].fresh_probes) : 0;
+    blame.recent_rtt = links_[best].recent_rtt;
+    blame.recent_slow =
+        links_[best].recent_rtt > 0 ? std::min(1.0, recent_slow / links_[best].recent_rtt) : 0;
     blame.inflation = rtt > 0 ? ratio / rtt : 0;
     blame.bandwidth_ratio = bw_n > 0 ? bw / bw_n : 0;
 

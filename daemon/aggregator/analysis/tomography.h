@@ -166,14 +166,15 @@ class Tomography {
   // (Analyzer::BetweenTicks). Nothing when the flow lost no probe or the rule is not met.
   std::optional<LinkBlame> LeadOf(const FlowObs& o, const SignalSpec& spec);
 
-  const std::vector<LinkTotals>& totals() const { return totals_; }
+  // REQUIRES: l < the map's links.
+  const LinkTotals& totals(LinkIndex l) const { return links_[l].totals; }
   // Up to kCrossingPairs NIC pairs whose flows surely crossed link l in the window, the first the
   // scan met, each with the ids of its UDP flows that did (escalation raises those flows: their
   // probes cross the link). The scan visits a node pair's flows together (its NIC pairs'
   // interleaved), so a NIC pair listed has every such flow's id.
   static constexpr size_t kCrossingPairs = 8;
   std::span<const CrossingPair> CrossingPairs(LinkIndex l) const {
-    return {crossing_[l].data(), crossing_n_[l]};
+    return {crossing_[l].data(), links_[l].crossing_n};
   }
   // Probes and lost ones in the window over the flows whose path surely crossed a switch
   // (SureOfSwitch) or a link (SureOfLink); each flow counts once per switch. Together they give
@@ -185,14 +186,14 @@ class Tomography {
   Counts SureOfSwitch(aggregator::SwitchIndex s) const {
     return s < switch_sure_.size() ? switch_sure_[s] : Counts{};
   }
-  Counts SureOfLink(LinkIndex l) const { return l < link_sure_.size() ? link_sure_[l] : Counts{}; }
+  Counts SureOfLink(LinkIndex l) const { return l < links_.size() ? links_[l].sure : Counts{}; }
   // A link's RTT samples of the freshest data (the last two complete seconds and the tick's own
   // so far) over every flow that may cross it (Σ weight · samples), and the slow share of them,
   // before anything is explained away.
-  double FreshRtt(LinkIndex l) const { return l < fresh_rtt_.size() ? fresh_rtt_[l] : 0; }
+  double FreshRtt(LinkIndex l) const { return l < links_.size() ? links_[l].fresh_rtt : 0; }
   double FreshSlowShare(LinkIndex l) const {
-    return l < fresh_rtt_.size() && fresh_rtt_[l] > 0
-               ? std::min(1.0, fresh_slow_[l] / fresh_rtt_[l])
+    return l < links_.size() && links_[l].fresh_rtt > 0
+               ? std::min(1.0, links_[l].fresh_slow / links_[l].fresh_rtt)
                : 0;
   }
   // A link's own rate of bad observations over every flow that may cross it, before anything is
@@ -202,6 +203,13 @@ class Tomography {
   // away) arise from `background` alone (PoissonSurprise).
   double RawSurprise(LinkIndex l, Signal s, double background) const;
   const std::vector<FlowObs>& bad_flows() const { return bad_; }
+  // Asks for link l's sums ahead of an Add() that will touch them (the scan's flows reach their
+  // links in random order: each link's record is a cache miss otherwise). No effect on results.
+  void Prefetch(LinkIndex l) const {
+    if (l >= links_.size()) return;
+    const auto* p = reinterpret_cast<const char*>(&links_[l]);
+    for (size_t off = 0; off < sizeof(PerLink); off += 64) __builtin_prefetch(p + off);
+  }
   // Whether bad flow i was explained by a blamed link of `signal`.
   bool Explained(Signal signal, uint32_t i) const { return explained_[Idx(signal)][i] != 0; }
 
@@ -228,24 +236,32 @@ class Tomography {
   static double Expected(const LinkTotals& t, Signal s);
 
   std::shared_ptr<const FabricMap> map_;
-  std::vector<LinkTotals> totals_;
+  // What a scan adds up per link, in one record: Add() touches a flow's few links, each in one
+  // or two cache lines rather than one per sum (the scan's cost at fleet scale).
+  struct PerLink {
+    LinkTotals totals;
+    double recent_probes = 0;  // Σ weight · probes of the last two seconds
+    double last_probes = 0;    // the same for the last second
+    double fresh_probes = 0;   // ...for the last two seconds and the tick's own so far
+    double recent_rtt = 0;     // Σ weight · RTT samples of the last two seconds
+    double fresh_rtt = 0;      // ...for the last two seconds and the tick's own so far
+    double fresh_slow = 0;     // ...and of those the slow ones
+    Counts sure;               // SureOfLink
+    // Over the flows that surely cross it with fresh probes: their count, those on a run of
+    // losses, and the runs' sum (LinkBlame::sure_flows, dead_flows, dead_run).
+    uint32_t sure_flows = 0;
+    uint32_t dead_flows = 0;
+    uint32_t dead_run = 0;
+    uint8_t crossing_n = 0;   // entries of crossing_ in use
+    NodeId crossing_src = 0;  // the last entry's nodes
+    NodeId crossing_dst = 0;
+  };
+  std::vector<PerLink> links_;
+  std::vector<std::array<aggregator::SwitchIndex, 2>> link_ends_;  // per link, its switches a, b
   std::vector<FlowObs> bad_;
   std::array<std::vector<uint8_t>, kSignalCount> explained_;
-  std::vector<double> recent_probes_;  // per link, Σ weight · probes of the last two seconds
-  std::vector<double> last_probes_;    // per link, the same for the last second
-  // Per link, over the flows that surely cross it with fresh probes: their count, those on a run
-  // of losses, and the runs' sum (LinkBlame::sure_flows, dead_flows, dead_run).
-  std::vector<uint32_t> sure_flows_;
-  std::vector<uint32_t> dead_flows_;
-  std::vector<uint32_t> dead_run_;
-  std::vector<double> fresh_probes_;   // ...for the last two seconds and the tick's own so far
-  std::vector<double> recent_rtt_;     // per link, Σ weight · RTT samples of the last two seconds
-  std::vector<double> fresh_rtt_;      // ...for the last two seconds and the tick's own so far
-  std::vector<double> fresh_slow_;     // ...and of those the slow ones
   std::vector<std::array<CrossingPair, kCrossingPairs>> crossing_;  // per link (CrossingPairs)
-  std::vector<uint8_t> crossing_n_;
-  std::vector<Counts> switch_sure_;                     // per switch (SureOfSwitch)
-  std::vector<Counts> link_sure_;                       // per link (SureOfLink)
+  std::vector<Counts> switch_sure_;                                 // per switch (SureOfSwitch)
   std::vector<aggregator::SwitchIndex> flow_switches_;  // scratch of Add()
   // Candidate-dedup scratch.
   std::vector<uint32_t> stamp_;

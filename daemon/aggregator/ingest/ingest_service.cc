@@ -1,10 +1,12 @@
 // Agent sessions on gRPC's async API: one read in flight, a write queue, never blocking.
 //
-// Every call, the unary Qualify and ListFindings too, is served on kCompletionQueues completion
-// queues, each drained by a thread of its own (docs/performance.md, "Aggregator ingest"): libgrpc
-// as Debian builds it (without NDEBUG) searches every operation outstanding on a queue at each
-// completion, so one queue for every stream (the callback API's) costs O(streams) per completion,
-// and the callback API's executor hands each completion to another thread besides.
+// Every call, the unary Qualify and ListFindings too, is served on Options::completion_queues
+// completion queues, each drained by a thread of its own (docs/performance.md, "Aggregator
+// ingest"): libgrpc as Debian builds it (without NDEBUG) searches every operation outstanding on a
+// queue at each completion, so one queue for every stream (the callback API's) costs O(streams) per
+// completion, and the callback API's executor hands each completion to another thread besides. A
+// small fleet is served on one queue all the same (GrpcServer::CompletionQueuesFor): up to a few
+// thousand streams the scan costs less than handing completions between the queues' threads.
 #include "daemon/aggregator/ingest/ingest_service.h"
 
 #include <google/protobuf/arena.h>
@@ -12,6 +14,7 @@
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -997,7 +1000,8 @@ class GrpcServerImpl final : public GrpcServer {
     // carries a resend after a restart at tens of MB/s per stream on a datacenter round trip.
     builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     builder.RegisterService(&service_);
-    for (int i = 0; i < kCompletionQueues; ++i) cqs_.push_back(builder.AddCompletionQueue());
+    const int queues = std::clamp(options.completion_queues, 1, kMaxCompletionQueues);
+    for (int i = 0; i < queues; ++i) cqs_.push_back(builder.AddCompletionQueue());
     server_ = builder.BuildAndStart();
     if (!server_ || port_ == 0) {
       for (auto& cq : cqs_) {  // nothing was started on them
@@ -1011,7 +1015,8 @@ class GrpcServerImpl final : public GrpcServer {
       return Status::Unavailable("cannot listen for gRPC on " + options.listen +
                                  " (address in use or invalid?)");
     }
-    for (int i = 0; i < kCompletionQueues; ++i) {
+    spdlog::info("msg=\"grpc completion queues\" queues={}", queues);
+    for (int i = 0; i < queues; ++i) {
       grpc::ServerCompletionQueue* cq = cqs_[static_cast<size_t>(i)].get();
       // A few requests per queue so that a burst of (re)connecting agents waits on no thread.
       for (int r = 0; r < kRequestsPerQueue; ++r) service_.AwaitConnect(cq);
@@ -1072,12 +1077,6 @@ class GrpcServerImpl final : public GrpcServer {
   ~GrpcServerImpl() override { Shutdown(0.5); }
 
  private:
-  // Each queue's outstanding operations are about 1/kCompletionQueues of the streams' (see the top
-  // of this file); a queue's thread sleeps in Next() while it has nothing to do. Four: with two,
-  // 16,000 streams on a loaded 2-core host fell about 100 s behind while the fleet connected and
-  // 8,000-10,100 of them were ended early; four kept every stream at load 10-14 and cost about 10%
-  // less per result than eight, whose threads wake each other more (docs/performance.md).
-  static constexpr int kCompletionQueues = 4;
   static constexpr int kRequestsPerQueue = 4;
   Service service_;
   metrics::Registry& registry_;
@@ -1088,6 +1087,14 @@ class GrpcServerImpl final : public GrpcServer {
 };
 
 }  // namespace
+
+// Four at most: with two, 16,000 streams on a loaded 2-core host fell about 100 s behind while the
+// fleet connected and 8,000-10,100 of them were ended early; four kept every stream at load 10-14
+// and cost about 10% less per result than eight, whose threads wake each other more
+// (docs/performance.md).
+int GrpcServer::CompletionQueuesFor(size_t nodes) {
+  return nodes == 0 || nodes > kOneQueueNodes ? kMaxCompletionQueues : 1;
+}
 
 StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const Options& options, FleetState& fleet,
                                                         IngestSink& sink,

@@ -97,7 +97,20 @@ class GrpcServer {
     int max_findings_per_report = 1024;
     // The durable ingest journal (OpenIngestJournal); null acks at once (docs/durability.md).
     std::shared_ptr<IngestJournal> journal;
+    // Completion queues, each drained by a thread of its own (CompletionQueuesFor).
+    int completion_queues = 4;
   };
+  // Completion queues for a fleet of `nodes` (0: unknown). Two costs pull apart
+  // (docs/performance.md, "Cut: one completion queue for a fleet of up to 5,000"): Debian's
+  // libgrpc scans every operation outstanding on a queue at each of its completions (about 0.5 ns
+  // each, so the scan grows with the streams per queue), and with several queues the thread that
+  // polls hands most completions to another queue's thread (a futex wake and a context switch
+  // each). One queue has no hand-overs and was the cheaper at 4,000 streams; at 16,000 its scan
+  // made it fall behind, and four kept up. So one queue up to kOneQueueNodes, else (or unknown)
+  // kMaxCompletionQueues.
+  static constexpr size_t kOneQueueNodes = 5000;
+  static constexpr int kMaxCompletionQueues = 4;
+  static int CompletionQueuesFor(size_t nodes);
   // Starts serving. `fleet` and `sink` must outlive the server.
   static StatusOr<std::unique_ptr<GrpcServer>> Start(const Options& options, FleetState& fleet,
                                                      IngestSink& sink, metrics::Registry& registry);

@@ -224,8 +224,9 @@ class CountingSink final : public IngestSink {
   std::map<uint64_t, int> stored_ FW_GUARDED_BY(mu_);
 };
 
-// A server with the durable journal, so every ack goes through the committer and its pacing.
-class IngestServiceStreamTest : public ::testing::Test {
+// A server with the durable journal, so every ack goes through the committer and its pacing; on
+// one completion queue (a fleet of up to GrpcServer::kOneQueueNodes) and on the most.
+class IngestServiceStreamTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     auto j = IngestJournal::Open(IngestJournalPath(dir_.path()), 0);
@@ -233,6 +234,7 @@ class IngestServiceStreamTest : public ::testing::Test {
     GrpcServer::Options o;
     o.listen = "127.0.0.1:0";
     o.journal = std::shared_ptr<IngestJournal>(std::move(*j));
+    o.completion_queues = GetParam();
     auto s = GrpcServer::Start(o, fleet_, sink_, registry_);
     ASSERT_TRUE(s.ok()) << s.status().message();
     server_ = std::move(*s);
@@ -294,7 +296,7 @@ class IngestServiceStreamTest : public ::testing::Test {
   std::unique_ptr<v1::Aggregator::Stub> stub_;
 };
 
-TEST_F(IngestServiceStreamTest, SeveralBatchesGetFewerAcksAndTheLastCoversThemAll) {
+TEST_P(IngestServiceStreamTest, SeveralBatchesGetFewerAcksAndTheLastCoversThemAll) {
   auto st = Open();
   ASSERT_TRUE(Hello(*st, 0));
   // The resume point comes without waiting for pacing: the agent sends nothing before it.
@@ -316,7 +318,7 @@ TEST_F(IngestServiceStreamTest, SeveralBatchesGetFewerAcksAndTheLastCoversThemAl
   EXPECT_TRUE(st->rw->Finish().ok());
 }
 
-TEST_F(IngestServiceStreamTest, AnAckLostWithItsStreamIsAnsweredByTheResumePointAndNotStoredTwice) {
+TEST_P(IngestServiceStreamTest, AnAckLostWithItsStreamIsAnsweredByTheResumePointAndNotStoredTwice) {
   {
     auto st = Open();
     ASSERT_TRUE(Hello(*st, 0));
@@ -349,7 +351,7 @@ TEST_F(IngestServiceStreamTest, AnAckLostWithItsStreamIsAnsweredByTheResumePoint
 
 // An ack still held for pacing when the server stops is durable and goes out before the stream
 // ends (the agent drops that batch instead of resending it).
-TEST_F(IngestServiceStreamTest, AShutdownSendsTheHeldAck) {
+TEST_P(IngestServiceStreamTest, AShutdownSendsTheHeldAck) {
   auto st = Open();
   ASSERT_TRUE(Hello(*st, 0));
   ASSERT_EQ(AcksThrough(*st, 0), std::vector<uint64_t>{0});
@@ -361,6 +363,19 @@ TEST_F(IngestServiceStreamTest, AShutdownSendsTheHeldAck) {
   server_.reset();
   ASSERT_FALSE(acks.empty());
   EXPECT_EQ(acks.back(), 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Queues, IngestServiceStreamTest,
+                         ::testing::Values(1, GrpcServer::kMaxCompletionQueues));
+
+TEST(IngestServiceQueues, OneQueueForASmallFleetTheMostForALargeOrUnknownOne) {
+  EXPECT_EQ(GrpcServer::CompletionQueuesFor(1), 1);
+  EXPECT_EQ(GrpcServer::CompletionQueuesFor(4000), 1);
+  EXPECT_EQ(GrpcServer::CompletionQueuesFor(GrpcServer::kOneQueueNodes), 1);
+  EXPECT_EQ(GrpcServer::CompletionQueuesFor(GrpcServer::kOneQueueNodes + 1),
+            GrpcServer::kMaxCompletionQueues);
+  EXPECT_EQ(GrpcServer::CompletionQueuesFor(16000), GrpcServer::kMaxCompletionQueues);
+  EXPECT_EQ(GrpcServer::CompletionQueuesFor(0), GrpcServer::kMaxCompletionQueues);
 }
 
 }  // namespace

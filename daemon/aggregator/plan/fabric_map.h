@@ -153,6 +153,8 @@ class FabricMap {
   std::optional<HostNicIndex> FindHostNic(std::string_view node, std::string_view nic) const;
   // The NICs of a node in map order; empty when the node is not in the map.
   const std::vector<HostNicIndex>& NicsOfNode(std::string_view node) const;
+  // Nodes with at least one NIC in the map.
+  size_t NodeCount() const { return nics_by_node_.size(); }
   // The NICs attached to a switch in map order.
   const std::vector<HostNicIndex>& NicsOnSwitch(SwitchIndex s) const;
 
