@@ -90,7 +90,11 @@ void EscalationStage::Tick() { Apply(analyzer_.escalation_candidates()); }
 
 bool EscalationStage::BetweenTicks() {
   std::vector<aggregator::EscalationRequest> leads = analyzer_.TakeBetweenTickLeads();
-  if (leads.empty()) return false;
+  // Without new leads, only to end the escalations whose course is over (a lead's half second)
+  // on time: the last tick's requests renew nothing they did not renew at the tick.
+  if (leads.empty() && !budget_.HasExpiredBy(static_cast<double>(clock_.MonotonicNanos()) * 1e-9)) {
+    return false;
+  }
   std::vector<aggregator::EscalationRequest> requests = analyzer_.escalation_candidates();
   requests.insert(requests.end(), std::make_move_iterator(leads.begin()),
                   std::make_move_iterator(leads.end()));

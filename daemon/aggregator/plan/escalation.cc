@@ -56,6 +56,16 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
     if (ordinary && a.lead) {
       a.lead = false;
       promoted.insert(it->first);
+      // The lead's dense course is over: its pairs run on at the ordinary rate.
+      double extra = 0;
+      for (EscalationPair& p : a.pairs) {
+        if (p.rate_factor > config_.rate_factor) {
+          p.rate_factor = config_.rate_factor;
+          changed = true;
+        }
+        extra += PairCost(p, p.rate_factor);
+      }
+      a.extra_pps = extra;
     }
     if (ordinary && now_s < a.since_s + config_.max_duration_s) {
       a.until_s = std::min(now_s + config_.duration_s, a.since_s + config_.max_duration_s);
@@ -112,13 +122,22 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
                      if (x->lead != y->lead) return y->lead;
                      return x->priority > y->priority;
                    });
-  // A lead gives way: when an ordinary request cannot get its first pair at the full rate from
-  // what is left, the running leads end (their element may start a lead again after cooldown_s).
+  // Running leads spend what leads may (lead_cap), not the ordinary requests' budget: they last
+  // a fraction of a second, and the evidence they were started for is confirmed only by their
+  // dense probes. A lead gives way when an ordinary request's first pair at the full rate would
+  // take all escalations together past what leads may spend (with leads at the plain budget,
+  // whenever that pair does not fit beside them): the running leads end (their element may start
+  // a lead again after cooldown_s).
+  double lead_extra = 0;
+  for (const auto& [element, a] : active_) {
+    if (a.lead) lead_extra += a.extra_pps;
+  }
   const auto first_ordinary = std::find_if(order.begin(), order.end(),
                                            [](const EscalationRequest* r) { return !r->lead; });
-  if (first_ordinary != order.end() &&
+  if (first_ordinary != order.end() && lead_extra > 0 &&
       PairCost((*first_ordinary)->pairs.front(), config_.rate_factor) >
-          ((*first_ordinary)->lead_budget ? lead_cap : budget) - stats_.extra_pps) {
+          lead_cap - stats_.extra_pps) {
+    lead_extra = 0;
     for (auto it = active_.begin(); it != active_.end();) {
       if (!it->second.lead) {
         ++it;
@@ -152,11 +171,12 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
   }
   // Adds `r`'s pairs not escalated yet to `a`, while the budget lasts and `a` has room.
   auto add_pairs = [&](const EscalationRequest& r, Active& a, double spent, double cap) {
+    const double full = a.lead ? config_.lead_rate_factor : config_.rate_factor;
     for (const EscalationPair& p : r.pairs) {
       if (a.pairs.size() >= config_.max_pairs_per_element) break;
       if (p.a == p.b || RaisedFlows(p) == 0 || is_taken(p)) continue;
       const double left = cap - spent - a.extra_pps;
-      double factor = config_.rate_factor;
+      double factor = full;
       if (PairCost(p, factor) > left) {
         // What the budget left pays for, if worth it.
         factor = 1 + left / PairCost(p, 2.0);
@@ -197,7 +217,12 @@ bool EscalationBudget::Update(double now_s, const std::vector<EscalationRequest>
                          config_.max_duration_s);
     a.suspicion = r->suspicion;
     a.lead = r->lead;
-    add_pairs(*r, a, stats_.extra_pps, r->lead ? lead_cap : budget);
+    // A lead spends what all escalations leave of lead_cap; an ordinary request what ordinary
+    // ones leave of the budget, and no more than all of them leave of lead_cap.
+    const double spent =
+        r->lead ? stats_.extra_pps
+                : std::max(stats_.extra_pps - lead_extra, stats_.extra_pps - (lead_cap - budget));
+    add_pairs(*r, a, spent, r->lead ? lead_cap : budget);
     if (r->lead_budget && !r->lead && !r->suspicion) {
       a.plain_pairs = a.pairs.size();
       a.plain_extra_pps = a.extra_pps;
@@ -302,6 +327,13 @@ std::map<std::string, EscalationBudget::Escalated> EscalationBudget::Escalations
   std::map<std::string, Escalated> out;
   for (const auto& [element, a] : active_) out[element] = Escalated{a.since_s, a.pairs};
   return out;
+}
+
+bool EscalationBudget::HasExpiredBy(double now_s) const {
+  return std::any_of(active_.begin(), active_.end(), [now_s](const auto& kv) {
+    const Active& a = kv.second;
+    return now_s >= a.until_s || (a.boost_until_s > 0 && now_s >= a.boost_until_s);
+  });
 }
 
 double EscalationBudget::EscalatedSince(const std::string& element) const {

@@ -34,14 +34,21 @@ struct EscalationConfig {
   // (its lost flow's) starts no other lead for `cooldown_s` either, whichever link names it. 1 s:
   // the escalation starts at the evaluation that saw the lead and the next evaluation reads the
   // dense second; it either asks for the link as an ordinary escalation then, or the lead ends.
-  double lead_duration_s = 1;
+  double lead_duration_s = 0.5;
+  // A lead's pairs probe at this multiple of the base rate (rate_factor applies once the lead is
+  // asked for as an ordinary escalation). A lead's dense probes count only where they are in by
+  // the next evaluation, a fraction of a second after the lead started: three times the
+  // ordinary rate for half the ordinary lead's second gives that evaluation three times the lost
+  // probes of a 5 % link for about one and a half times the probes a lead used to cost
+  // (docs/analysis.md, "Dense leads").
+  double lead_rate_factor = 30;
   // Leads may spend up to this many extra probes per second (all escalations together, leads
   // served last), or the plain budget where that is more: a lead raises the pairs whose flows
   // surely crossed its link, and its next evaluation needs ~80 probes over the link in that one
   // second to reach a finding's significance from 5 % loss. A healthy fleet pays it for
   // `lead_duration_s` per lost probe (docs/analysis.md, "Escalation leads"). Weak evidence that is
   // no suspicion may spend it too for `lead_duration_s` (EscalationRequest::lead_budget).
-  double lead_budget_pps = 150;
+  double lead_budget_pps = 450;
   // The extra probes of all escalations together stay within this share of the fleet's planned
   // probes per second (the target: escalation under 5 % of baseline probe traffic).
   double budget_fraction = 0.03;
@@ -172,6 +179,9 @@ class EscalationBudget {
   // ...and what leads may spend (EscalationConfig::lead_budget_pps).
   double LeadBudgetPps(double baseline_pps) const;
 
+  // Whether some escalation's course (or a lead's budget lent to weak evidence) is over at `now_s`
+  // (Update's clock): the next Update ends it.
+  bool HasExpiredBy(double now_s) const;
   // Whether `element` is escalated now, and since when (seconds, Update's clock); -1 when not.
   double EscalatedSince(const std::string& element) const;
   // The budget of the last Update (with or without a suspicion).

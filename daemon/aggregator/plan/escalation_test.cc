@@ -271,13 +271,14 @@ EscalationRequest Lead(const std::string& element, int pairs, uint32_t flows = 1
 TEST(EscalationBudgetTest, ALeadIsShortAndNotRenewedWhileItStaysALead) {
   EscalationConfig c;
   c.lead_duration_s = 3;
+  c.lead_rate_factor = 30;
   c.cooldown_s = 60;
   EscalationBudget b(c);
   const std::vector<EscalationRequest> lead = {Lead("link:x", 1)};
   EXPECT_TRUE(b.Update(0, lead, 1'000, 1.0));
   EXPECT_EQ(b.stats().started, 1u);
   EXPECT_EQ(b.stats().leads_started, 1u);
-  EXPECT_DOUBLE_EQ(b.stats().extra_pps, 18.0);  // one one-flow pair at 10x, both directions
+  EXPECT_DOUBLE_EQ(b.stats().extra_pps, 58.0);  // one one-flow pair at 30x, both directions
   EXPECT_FALSE(b.Update(1, lead, 1'000, 1.0));
   EXPECT_FALSE(b.Update(2, lead, 1'000, 1.0));
   EXPECT_DOUBLE_EQ(b.EscalatedSince("link:x"), 0);
@@ -286,8 +287,8 @@ TEST(EscalationBudgetTest, ALeadIsShortAndNotRenewedWhileItStaysALead) {
   for (int t = 4; t < 63; ++t) EXPECT_FALSE(b.Update(t, lead, 1'000, 1.0)) << "t=" << t;
   EXPECT_TRUE(b.Update(63, lead, 1'000, 1.0));  // cooled down
   EXPECT_EQ(b.stats().leads_started, 2u);
-  // Three seconds of 18 extra probes/s a minute: a lead is cheap.
-  EXPECT_NEAR(b.stats().extra_probes, 3 * 18.0, 1e-9);
+  // Three seconds of 58 extra probes/s a minute: a lead is cheap.
+  EXPECT_NEAR(b.stats().extra_probes, 3 * 58.0, 1e-9);
 }
 
 // Weak evidence that is no suspicion (EscalationRequest::lead_budget) spends what a lead may for
@@ -344,7 +345,8 @@ TEST(EscalationBudgetTest, AnEndedLeadDoesNotBlockAnOrdinaryEscalation) {
 // as one: renewed past the lead's 3 s and widened to the request's pairs, keeping its start.
 TEST(EscalationBudgetTest, ALeadThatBecomesOrdinaryIsRenewedAndWidened) {
   EscalationConfig c;
-  c.lead_budget_pps = 0;  // leads at the plain floor
+  c.lead_budget_pps = 0;    // leads at the plain floor...
+  c.lead_rate_factor = 10;  // ...and the ordinary rate
   EscalationBudget b(c);
   EscalationRequest r = Lead("link:x", 12);
   EXPECT_TRUE(b.Update(0, {r}, 1'000, 1.0));
@@ -388,7 +390,7 @@ TEST(EscalationBudgetTest, LeadsAreServedLastAndGiveWayToOrdinaryRequests) {
   EXPECT_LT(running.EscalatedSince("link:lead"), 0);
   EXPECT_DOUBLE_EQ(running.EscalatedSince("link:weak"), 1);
   EXPECT_LE(running.stats().extra_pps, 20.0);
-  // Leads spend at most lead_budget_pps (150/s by default) together, and never raise the others'
+  // Leads spend at most lead_budget_pps (450/s by default) together, and never raise the others'
   // floor: an ordinary request beside them gets the plain 40/s, served first.
   EscalationBudget many;
   std::vector<EscalationRequest> leads;
@@ -396,12 +398,67 @@ TEST(EscalationBudgetTest, LeadsAreServedLastAndGiveWayToOrdinaryRequests) {
   leads.push_back(Suspect("link:weak", 4));
   many.Update(0, leads, 1'000, 1.0);
   EXPECT_DOUBLE_EQ(many.last_budget_pps(), 40);
-  EXPECT_DOUBLE_EQ(many.LeadBudgetPps(1'000), 150);
-  EXPECT_LE(many.stats().extra_pps, 150.0);
-  EXPECT_GT(many.stats().extra_pps, 140.0);
-  // The weak link's 3 pairs (40/s), then 6 leads at 10x and a 7th at the 2x the rest pays for.
-  EXPECT_EQ(many.stats().active_elements, 1u + 7u);
+  EXPECT_DOUBLE_EQ(many.LeadBudgetPps(1'000), 450);
+  EXPECT_LE(many.stats().extra_pps, 450.0);
+  EXPECT_GT(many.stats().extra_pps, 440.0);
+  // The weak link's 3 pairs (40/s), then 7 leads at 30x (58/s each) and an 8th at the 3x the
+  // rest pays for.
+  EXPECT_EQ(many.stats().active_elements, 1u + 8u);
   EXPECT_DOUBLE_EQ(many.EscalatedSince("link:weak"), 0);
+}
+
+// Ordinary escalations at 10x the base rate, leads at 30x within `lead_budget_pps`.
+EscalationConfig DenseLeads(double lead_budget_pps) {
+  EscalationConfig c;
+  c.rate_factor = 10;
+  c.lead_rate_factor = 30;
+  c.lead_budget_pps = lead_budget_pps;
+  return c;
+}
+
+// A lead probes at lead_rate_factor for its short course; asked for as an ordinary escalation, its
+// pairs run on at the ordinary rate_factor (its overlays follow).
+TEST(EscalationBudgetTest, ALeadIsDenseAndDropsToTheOrdinaryRateWhenAskedForAsOne) {
+  EscalationBudget b(DenseLeads(450));
+  EscalationRequest r = Lead("link:x", 2);
+  EXPECT_TRUE(b.Update(0, {r}, 1'000, 1.0));
+  EXPECT_DOUBLE_EQ(b.stats().extra_pps, 2 * 58.0);
+  for (const PlanOverlay& o : b.Overlays()) EXPECT_DOUBLE_EQ(o.rate_pps, 30.0) << o.id;
+  r.lead = false;  // weak loss on the link at the next evaluation
+  EXPECT_TRUE(b.Update(0.4, {r}, 1'000, 1.0));
+  EXPECT_DOUBLE_EQ(b.EscalatedSince("link:x"), 0);
+  EXPECT_DOUBLE_EQ(b.stats().extra_pps, 2 * 18.0);
+  for (const PlanOverlay& o : b.Overlays()) EXPECT_DOUBLE_EQ(o.rate_pps, 10.0) << o.id;
+  EXPECT_FALSE(b.Update(5, {r}, 1'000, 1.0));  // renewed as an ordinary escalation
+  EXPECT_DOUBLE_EQ(b.stats().extra_pps, 2 * 18.0);
+}
+
+// A running lead spends what leads may, not the ordinary budget: an ordinary request that fits
+// the plain budget beside it starts without ending it; one that would take all escalations past
+// what leads may spend ends it.
+TEST(EscalationBudgetTest, AnOrdinaryRequestEndsALeadOnlyWhereLeadsCannotPayForBoth) {
+  EscalationConfig c = DenseLeads(150);
+  c.min_budget_pps = 40;
+  c.min_rate_factor = 10;  // full rate or nothing
+  EscalationBudget b(c);
+  EXPECT_TRUE(b.Update(0, {Lead("link:lead", 2)}, 100, 1.0));
+  EXPECT_DOUBLE_EQ(b.stats().extra_pps, 2 * 58.0);
+  EXPECT_TRUE(b.Update(0.25, {Lead("link:lead", 2), Suspect("link:weak", 2)}, 100, 1.0));
+  EXPECT_DOUBLE_EQ(b.EscalatedSince("link:lead"), 0);
+  EXPECT_DOUBLE_EQ(b.EscalatedSince("link:weak"), 0.25);
+  // One weak pair: a second would take all escalations past the 150/s leads may spend.
+  EXPECT_DOUBLE_EQ(b.stats().extra_pps, 2 * 58.0 + 18.0);
+  EXPECT_EQ(b.stats().active_pairs, 2u + 1u);
+
+  EscalationBudget full(c);
+  EXPECT_TRUE(full.Update(0, {Lead("link:lead", 3)}, 100, 1.0));  // 2 at 30x, 1 at the 18x left
+  EXPECT_EQ(full.stats().active_pairs, 3u);
+  EXPECT_DOUBLE_EQ(full.stats().extra_pps, 150.0);
+  // The weak link's first pair (18/s) would take the lead's 150/s past 150/s: the lead ends.
+  EXPECT_TRUE(full.Update(0.25, {Suspect("link:weak", 1), Suspect("link:w2", 1)}, 100, 1.0));
+  EXPECT_LT(full.EscalatedSince("link:lead"), 0);
+  EXPECT_EQ(full.stats().active_pairs, 2u);
+  EXPECT_LE(full.stats().extra_pps, 40.0);
 }
 
 // The link a lead names can move along its lost flow's path from one evaluation to the next (the

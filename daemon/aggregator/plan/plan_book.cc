@@ -180,7 +180,7 @@ bool PlanBook::MaybeReplan(int64_t now,
   const int64_t cost = clock_.MonotonicNanos() - now;
   replan_seconds_.Set(static_cast<double>(cost) / 1e9);
   (full ? replan_spacing_ns_ : partial_spacing_ns_) =
-      std::clamp<int64_t>(5 * cost, 1'000'000'000, 30'000'000'000);
+      std::clamp<int64_t>(5 * cost, full ? 1'000'000'000 : kPartialSpacingNs, 30'000'000'000);
   return true;
 }
 

@@ -122,7 +122,11 @@ class PlanBook {
   std::unordered_set<std::string> overlay_touched_ FW_GUARDED_BY(overlay_mu_);
   // Tick thread only: the prober index of the last full re-plan, updated by the partial ones.
   std::unique_ptr<ProberIndex> probers_;
-  int64_t partial_spacing_ns_ = 1'000'000'000;
+  // A partial re-plan (overlays only) is spaced by 5x its own cost, at least kPartialSpacingNs: an
+  // escalation lead started between ticks reaches its agents within the 250 ms pass that started
+  // it, not after the 1 s a full re-plan waits (docs/planner.md, "Leads between ticks").
+  static constexpr int64_t kPartialSpacingNs = 200'000'000;
+  int64_t partial_spacing_ns_ = kPartialSpacingNs;
   size_t last_replan_nodes_ = 0;
   std::atomic<int64_t> last_membership_ns_{0};  // written by gRPC threads, read by the tick
   int64_t first_pending_ns_ = 0;                // tick thread only; 0 when nothing is pending

@@ -107,6 +107,38 @@ TEST_F(PlanBookTest, AnEscalatedPairsEntriesCarryTheOverlaysProbeTimeout) {
   EXPECT_EQ(timeouts("a"), (std::map<std::string, uint32_t>{{"b", 0}, {"c", 0}}));
 }
 
+// Overlay changes alone re-plan within a quarter second of each other (an escalation lead started
+// between ticks reaches its agents in the pass that started it), at least kPartialSpacingNs
+// (200 ms) apart on a fleet whose partial re-plan costs little.
+TEST_F(PlanBookTest, OverlayChangesReplanWithinAQuarterSecondOfEachOther) {
+  const std::vector<AgentInfo> live = {Agent("a", "10.0.0.1"), Agent("b", "10.0.0.2"),
+                                       Agent("c", "10.0.0.3")};
+  Replan(live);
+  auto rate = [&](const std::string& node) {
+    double out = 0;
+    const auto plan = book_.PlanFor(node);
+    EXPECT_TRUE(plan.has_value()) << node;
+    if (!plan) return out;
+    for (const fabricwatch::v1::PlannedPeer& p : plan->peers()) out = std::max(out, p.rate_pps());
+    return out;
+  };
+  const PlanOverlay o{"escalation:a~b", {"a", "b"}, 30, 1};
+  book_.SetOverlay(o);
+  clock_.Advance(std::chrono::milliseconds(250));
+  ASSERT_TRUE(book_.MaybeReplan(clock_.MonotonicNanos(), [&] { return live; }));
+  EXPECT_DOUBLE_EQ(rate("a"), 30);
+  book_.ClearOverlay(o.id);
+  clock_.Advance(std::chrono::milliseconds(250));
+  ASSERT_TRUE(book_.MaybeReplan(clock_.MonotonicNanos(), [&] { return live; }));
+  EXPECT_DOUBLE_EQ(rate("a"), 1);
+  book_.SetOverlay(o);
+  clock_.Advance(std::chrono::milliseconds(100));
+  EXPECT_FALSE(book_.MaybeReplan(clock_.MonotonicNanos(), [&] { return live; }));
+  clock_.Advance(std::chrono::milliseconds(100));
+  EXPECT_TRUE(book_.MaybeReplan(clock_.MonotonicNanos(), [&] { return live; }));
+  EXPECT_DOUBLE_EQ(rate("b"), 30);
+}
+
 // An escalation that raises some flows of a pair puts them on the wire (PlannedPeer.raised_flows,
 // with the rate of the others in unraised_rate_pps); the other direction, none of whose flows
 // crossed, stays as planned; every plan is plain again once the overlay ends.
