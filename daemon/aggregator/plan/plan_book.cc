@@ -198,9 +198,10 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live,
   // second pass below, once the allow lists are known; meanwhile readers get the node's old
   // version number (which its agent already has or will replace), never a missing plan.
   //
-  // A partial re-plan (`only`) replaces its nodes' entries in the kept prober index: the allow lists
-  // that can change are those of the nodes their old or new plans name (a node's list depends on
-  // who names it and on its probers' addresses, which only their own plans add to).
+  // A partial re-plan (`only`) replaces its nodes' entries in the kept prober index: the allow
+  // lists that can change are those of the nodes that their old and new plans do not both name, or
+  // that either names when the node's own addresses changed (a node's list depends on who names it
+  // and on its probers' addresses, which only their own plans add to; ProberIndex::ReplacePlans).
   if (!only) probers_ = std::make_unique<ProberIndex>(live);
   ProberIndex& probers = *probers_;
   std::unordered_set<std::string> body_changed;
@@ -209,17 +210,16 @@ void PlanBook::Replan(const std::vector<AgentInfo>& live,
   size_t planned = 0;
   const auto summary = planner_.PlanEach(live, [&](const std::string& node, Plan&& plan) {
     ++planned;
+    // The burst's receiver must admit this node's bursts like its probes.
+    std::vector<PlannedPeer> receivers(plan.bursts.size());
+    for (size_t i = 0; i < plan.bursts.size(); ++i) receivers[i].node = plan.bursts[i].node;
     if (only) {
-      for (std::string& named : probers.ClearPlans(node)) lists_to_check.insert(std::move(named));
+      for (std::string& named : probers.ReplacePlans(node, plan.peers, receivers)) {
+        lists_to_check.insert(std::move(named));
+      }
       lists_to_check.insert(node);
-      for (const PlannedPeer& peer : plan.peers) lists_to_check.insert(peer.node);
-      for (const PlannedBurst& b : plan.bursts) lists_to_check.insert(b.node);
-    }
-    probers.AddPlan(node, plan.peers);
-    if (!plan.bursts.empty()) {
-      // The burst's receiver must admit this node's bursts like its probes.
-      std::vector<PlannedPeer> receivers(plan.bursts.size());
-      for (size_t i = 0; i < plan.bursts.size(); ++i) receivers[i].node = plan.bursts[i].node;
+    } else {
+      probers.AddPlan(node, plan.peers);
       probers.AddPlan(node, receivers);
     }
     v1::ProbePlan p;

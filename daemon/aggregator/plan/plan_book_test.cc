@@ -332,6 +332,132 @@ TEST(PlanBookPartialTest, OverlayChangesReplanOnlyTheirNodesAndReadAsAFullReplan
   FreshBook full(map, live, {});
   EXPECT_EQ(Wire(book.book, live), Wire(full.book, live));
 }
+
+// The same on two rails (every node has a NIC on a leaf of each), with the overlays an escalation
+// and a qualification make: NIC pairs and flow sets, pairs that were not peers (their entries are
+// added, so allow lists change), a burst, an overlay replaced by one with other flows. After each
+// partial re-plan every plan and allow list reads exactly as a full re-plan's, and exactly the
+// nodes whose plan or list changed got a new version (and are sent).
+TEST(PlanBookPartialTest, TwoRailsOverlaysReadAsAFullReplanAndBumpOnlyWhatChanged) {
+  constexpr int kSpines = 3, kLeaves = 5, kHosts = 4;
+  std::string y = "routing: ecmp\nswitches:\n";
+  for (int s = 1; s <= kSpines; ++s)
+    y += "  - {name: spine" + std::to_string(s) + ", tier: spine}\n";
+  for (int r = 0; r < 2; ++r) {
+    for (int l = 1; l <= kLeaves; ++l) {
+      y += "  - {name: r" + std::to_string(r) + "leaf" + std::to_string(l) + ", tier: leaf}\n";
+    }
+  }
+  y += "links:\n";
+  for (int r = 0; r < 2; ++r) {
+    for (int l = 1; l <= kLeaves; ++l) {
+      for (int s = 1; s <= kSpines; ++s) {
+        y += "  - {a: r" + std::to_string(r) + "leaf" + std::to_string(l) + ", b: spine" +
+             std::to_string(s) + "}\n";
+      }
+    }
+  }
+  y += "hosts:\n";
+  std::vector<AgentInfo> live;
+  for (int l = 1; l <= kLeaves; ++l) {
+    for (int h = 1; h <= kHosts; ++h) {
+      AgentInfo a;
+      a.node = "n" + std::to_string(l) + "-" + std::to_string(h);
+      for (int r = 0; r < 2; ++r) {
+        const std::string nic = "eth" + std::to_string(r);
+        const std::string addr =
+            "10." + std::to_string(r) + "." + std::to_string(l) + "." + std::to_string(h);
+        y += "  - {node: " + a.node + ", nic: " + nic + ", address: " + addr + ", switch: r" +
+             std::to_string(r) + "leaf" + std::to_string(l) + "}\n";
+        a.endpoints.push_back({addr, 9753, nic});
+      }
+      live.push_back(std::move(a));
+    }
+  }
+  auto parsed = FabricMap::Parse(y);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  const auto map = std::make_shared<const FabricMap>(std::move(parsed).value());
+  FreshBook book(map, live, {});
+
+  auto escalation = [](const std::string& a, const std::string& b, const std::string& nic,
+                       uint64_t a_flows, uint64_t trace_id) {
+    PlanOverlay o;
+    o.id = "escalation:" + a + "~" + b + "/" + nic + "~" + nic;
+    o.nodes = {a, b};
+    o.nics = {nic, nic};
+    o.rate_pps = 10;
+    o.flows = 1;
+    o.probe_timeout_ms = 250;
+    o.trace_id = trace_id;
+    o.flow_sets = {a_flows, 0};
+    return o;
+  };
+  PlanOverlay qualification;
+  qualification.id = "q1";
+  qualification.nodes = {"n1-1", "n4-2", "n5-3"};
+  qualification.rate_pps = 5;
+  qualification.bursts.push_back({"n2-4", "n5-1", 1u << 20, 0x10001, 3.0});
+  qualification.bursts.push_back({"n3-3", "n3-2", 1u << 20, 0x10001, 3.0, /*rdma_rc=*/true});
+  const PlanOverlay e1 = escalation("n1-2", "n3-4", "eth0", FlowBit(0), 11);
+  const PlanOverlay e2 = escalation("n2-1", "n5-4", "eth1", kAllFlows, 12);
+  const PlanOverlay e1_wider = escalation("n1-2", "n3-4", "eth0", FlowBit(0) | FlowBit(5), 13);
+  const PlanOverlay e3 = escalation("n4-4", "n4-1", "eth1", FlowBit(0), 14);
+  const std::vector<std::vector<PlanOverlay>> steps = {{e1},
+                                                       {e1, e2},
+                                                       {e1_wider, e2, qualification},
+                                                       {e2, qualification, e3},
+                                                       {e3},
+                                                       {},
+                                                       {qualification},
+                                                       {}};
+
+  auto versions = [&] {
+    std::map<std::string, uint64_t> out;
+    for (const AgentInfo& a : live) {
+      auto plan = book.book.PlanFor(a.node);
+      if (plan) out[a.node] = plan->version();
+    }
+    return out;
+  };
+  std::vector<PlanOverlay> now;
+  size_t bumped_total = 0;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const auto& step = steps[k];
+    const auto wire_before = Wire(book.book, live);
+    const auto versions_before = versions();
+    std::set<std::string> named;  // the nodes of the overlays set or cleared
+    auto name = [&](const PlanOverlay& o) {
+      named.insert(o.nodes.begin(), o.nodes.end());
+      for (const OverlayBurst& b : o.bursts) named.insert({b.src, b.dst});
+    };
+    for (const PlanOverlay& o : now) {
+      if (std::none_of(step.begin(), step.end(),
+                       [&](const PlanOverlay& x) { return x.id == o.id; })) {
+        book.book.ClearOverlay(o.id);
+        name(o);
+      }
+    }
+    for (const PlanOverlay& o : step) {
+      book.book.SetOverlay(o);
+      name(o);
+    }
+    now = step;
+    book.clock.Advance(std::chrono::seconds(60));
+    ASSERT_TRUE(book.book.MaybeReplan(book.clock.MonotonicNanos(), [&] { return live; }));
+    EXPECT_LE(book.book.last_replan_nodes(), named.size()) << "step " << k;
+    FreshBook full(map, live, step);
+    const auto wire = Wire(book.book, live);
+    EXPECT_EQ(wire, Wire(full.book, live)) << "step " << k;
+    const auto versions_after = versions();
+    for (const auto& [node, text] : wire) {
+      const bool changed = wire_before.at(node) != text;
+      EXPECT_EQ(versions_after.at(node) != versions_before.at(node), changed)
+          << "step " << k << ": " << node;
+      bumped_total += changed;
+    }
+  }
+  EXPECT_GT(bumped_total, 10u);
+}
 }  // namespace
 }  // namespace fw::aggregator
 

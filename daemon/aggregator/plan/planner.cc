@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -68,6 +69,8 @@ struct Planner::MapView {
   std::vector<std::vector<HostNicIndex>> live_on;  // by switch index
   std::vector<uint64_t> nic_hash;                  // by host NIC index
   std::vector<SwitchIndex> leaves;                 // the switches with live NICs, in index order
+  // FlowsForCoverage by path count (0: not yet): a fleet's leaf pairs have few distinct counts.
+  mutable std::vector<uint32_t> coverage_flows;
 };
 
 PlanSet Planner::PlanFor(const std::vector<AgentInfo>& live) const {
@@ -87,7 +90,15 @@ Planner::LeafPairShape Planner::ShapeOf(const MapView& view, SwitchIndex l1, Swi
   const uint32_t max_flows = std::max<uint32_t>(1, config_.max_flows_per_pair);
   LeafPairShape shape;
   if (view.map.routing() == Routing::kEcmp) {
-    const uint32_t k = FlowsForCoverage(paths, config_.coverage);
+    constexpr size_t kMemoPaths = 4096;
+    if (paths < kMemoPaths && paths >= view.coverage_flows.size()) {
+      view.coverage_flows.resize(paths + 1, 0);
+    }
+    uint32_t k = paths < view.coverage_flows.size() ? view.coverage_flows[paths] : 0;
+    if (k == 0) {
+      k = FlowsForCoverage(paths, config_.coverage);
+      if (paths < view.coverage_flows.size()) view.coverage_flows[paths] = k;
+    }
     shape.reps = (k + max_flows - 1) / max_flows;
     shape.flows_each = (k + shape.reps - 1) / shape.reps;
   } else {
@@ -323,25 +334,48 @@ void Planner::PlanLeaves(FleetDemand& d, const AgentIndex& agent_of,
                       [&](HostNicIndex a, HostNicIndex b) { return key(a) < key(b); });
     return v;
   };
+  // Whether one of `these` (NICs on `leaf`) can be among the `want` first of ranked(leaf, salt):
+  // false when at least `want` NICs there rank strictly before each of them, whatever order the
+  // sort gives equal keys. Rules a leaf pair out without the sort.
+  auto any_ranked_within = [&](SwitchIndex leaf, const std::vector<HostNicIndex>& these,
+                               uint64_t salt, size_t want) {
+    for (HostNicIndex s : these) {
+      const uint64_t mine = Mix(view.nic_hash[s] ^ salt);
+      size_t before = 0;
+      for (HostNicIndex o : view.live_on[leaf]) before += Mix(view.nic_hash[o] ^ salt) < mine;
+      if (before < want) return true;
+    }
+    return false;
+  };
   const size_t nl = view.leaves.size();
-  // A node's plan is the union of what each of its leaves gives it, and a leaf's part depends only
-  // on the leaf, the fleet's shapes and the hashes: the leaves of `only`'s nodes suffice for them.
+  // A node's plan is the union of what each of its NICs' leaves gives that NIC, and a leaf's part
+  // for a NIC depends only on the leaf, the fleet's shapes and the hashes: with `only`, the leaves
+  // of its nodes are planned, and only the peers of its nodes' NICs are built.
   std::vector<bool> wanted_leaf(nl, only == nullptr);
+  std::vector<bool> wanted_nic(only ? nics.size() : 0);
+  auto wanted = [&](HostNicIndex s) { return !only || wanted_nic[s]; };
   if (only) {
-    for (size_t i = 0; i < nl; ++i) {
-      wanted_leaf[i] =
-          std::any_of(d.nodes_on[i].begin(), d.nodes_on[i].end(),
-                      [&](std::string_view n) { return only->contains(std::string(n)); });
+    std::vector<size_t> leaf_pos(map_->switches().size(), nl);
+    for (size_t i = 0; i < nl; ++i) leaf_pos[view.leaves[i]] = i;
+    for (const std::string& node : *only) {
+      if (!agent_of.contains(node)) continue;  // not live: no NIC of it is in the view
+      for (HostNicIndex s : map_->NicsOfNode(node)) {
+        wanted_nic[s] = true;
+        if (leaf_pos[nics[s].leaf] < nl) wanted_leaf[leaf_pos[nics[s].leaf]] = true;
+      }
     }
   }
   for (size_t i = 0; i < nl; ++i) {
     if (!wanted_leaf[i]) continue;
     const SwitchIndex l1 = view.leaves[i];
     const auto& on = view.live_on[l1];
+    std::vector<HostNicIndex> wanted_on;  // with `only`: the NICs of its nodes on this leaf
+    if (only) std::copy_if(on.begin(), on.end(), std::back_inserter(wanted_on), wanted);
     // Room for the leaf's peers and a few representatives up front: growing 16,000 vectors by
     // doubling costs slack and copies.
     constexpr size_t kInterLeafRoom = 16;
     for (HostNicIndex s : on) {
+      if (!wanted(s)) continue;
       auto& peers = pending[nics[s].node].peers;
       peers.reserve(peers.size() + on.size() - 1 + kInterLeafRoom);
       for (HostNicIndex dn : on) {
@@ -355,13 +389,15 @@ void Planner::PlanLeaves(FleetDemand& d, const AgentIndex& agent_of,
       const size_t n1 = on.size(), n2 = view.live_on[l2].size();
       const uint64_t salt =
           Hash(map_->switches()[l1].name + ">" + map_->switches()[l2].name, config_.seed);
+      const size_t used = std::min<size_t>(shape.reps, n1);  // the sources r walks
+      if (only && !any_ranked_within(l1, wanted_on, salt, used)) continue;
       const auto srcs = ranked(l1, salt, shape.reps);
       const auto dsts = ranked(l2, Mix(salt), shape.reps);
       for (uint32_t r = 0; r < shape.reps; ++r) {
         // Distinct NIC pairs: r walks the sources, and each lap over them shifts the
         // destinations.
         const size_t a = r % n1, b = r / n1;
-        add_peer(srcs[a], dsts[(a + b) % n2], shape.flows_each);
+        if (wanted(srcs[a])) add_peer(srcs[a], dsts[(a + b) % n2], shape.flows_each);
       }
     }
     // A node is finished when its last leaf has been planned.

@@ -1,7 +1,6 @@
 // Planner: coverage bound, intra-leaf mesh, inter-leaf representatives, map-less sampled mesh,
 // determinism, stability under churn, and budgets.
 #include "daemon/aggregator/plan/planner.h"
-#include "daemon/aggregator/plan/testing/leaf_spine.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,6 +12,9 @@
 #include <random>
 #include <set>
 #include <tuple>
+#include <unordered_set>
+
+#include "daemon/aggregator/plan/testing/leaf_spine.h"
 
 namespace fw::aggregator {
 namespace {
@@ -411,6 +413,53 @@ TEST(PlannerTest, PlanEachHandsEveryNodeOverOnceWithPlanForsPlans) {
   }
   EXPECT_LE(planned, 300.0 + 1e-6);  // the cap holds across mapped and unmapped nodes
   EXPECT_GT(planned, 150.0);         // and is not wasted: the grid rounds down by < 9%
+}
+
+// A re-plan of some nodes (`only`) builds only their NICs' peers and skips the leaf pairs where
+// none of them is a representative: each named live node still gets exactly PlanFor's plan, with
+// several representatives per leaf pair (fewer and more than a leaf's hosts), an overlay, a node
+// outside the map and a name that is not live.
+TEST(PlannerTest, PlanEachOfSomeNodesGivesThemPlanForsPlans) {
+  for (const uint32_t max_flows : {16u, 8u}) {
+    const auto map = LeafSpine(8, 6, 5);
+    auto agents = AgentsOf(*map);
+    agents.push_back(AgentInfo{"extra", {{"198.18.9.1", 9753, ""}}});
+    PlannerConfig cfg;
+    cfg.max_flows_per_pair = max_flows;  // 50 flows for 8 paths: 4 or 7 representatives
+    Planner planner(cfg, map);
+    PlanOverlay o{"escalation:n1-2~n4-5", {"n1-2", "n4-5"}, 10, 1};
+    o.trace_id = 3;
+    planner.SetOverlay(o);
+    const PlanSet whole = planner.PlanFor(agents);
+    std::mt19937 rng(max_flows);
+    for (int round = 0; round < 20; ++round) {
+      std::unordered_set<std::string> only = {"gone"};
+      const size_t n = 1 + rng() % 6;
+      while (only.size() < n + 1) only.insert(agents[rng() % agents.size()].node);
+      std::map<std::string, Plan> got;
+      planner.PlanEach(
+          agents, [&](const std::string& node, Plan&& plan) { got.emplace(node, std::move(plan)); },
+          &only);
+      ASSERT_EQ(got.size(), only.size() - 1) << "round " << round;
+      for (const auto& [node, plan] : got) {
+        const Plan& want = whole.plans.at(node);
+        ASSERT_EQ(plan.peers.size(), want.peers.size()) << node;
+        for (size_t i = 0; i < plan.peers.size(); ++i) {
+          const PlannedPeer& a = plan.peers[i];
+          const PlannedPeer& b = want.peers[i];
+          EXPECT_EQ(std::tie(a.node, a.address, a.port, a.src_address, a.src_nic, a.dst_nic,
+                             a.flows, a.transport, a.path_class, a.bandwidth, a.raised_flows),
+                    std::tie(b.node, b.address, b.port, b.src_address, b.src_nic, b.dst_nic,
+                             b.flows, b.transport, b.path_class, b.bandwidth, b.raised_flows))
+              << node << " peer " << i;
+          EXPECT_EQ(a.rate_pps, b.rate_pps) << node << " peer " << i;
+        }
+        EXPECT_EQ(plan.trace_requests.size(), want.trace_requests.size()) << node;
+        EXPECT_EQ(plan.planned.pps, want.planned.pps) << node;
+        EXPECT_EQ(plan.bw_interval_s, want.bw_interval_s) << node;
+      }
+    }
+  }
 }
 
 // A node with NICs under two leaves is finished only after both: its one plan holds the peers of

@@ -2,6 +2,7 @@
 #include "daemon/aggregator/plan/prober_index.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace fw::aggregator {
 
@@ -33,34 +34,64 @@ ProberIndex::ProberIndex(const std::vector<AgentInfo>& live) {
 }
 
 void ProberIndex::AddPlan(const std::string& prober, const std::vector<PlannedPeer>& peers) {
-  auto p = index_.find(prober);
-  if (p == index_.end()) return;
+  if (auto p = index_.find(prober); p != index_.end()) Add(p->second, peers);
+}
+
+void ProberIndex::Add(uint32_t prober, const std::vector<PlannedPeer>& peers) {
   for (const PlannedPeer& peer : peers) {
-    AddUnique(addresses_[p->second], peer.src_address);
+    AddUnique(addresses_[prober], peer.src_address);
     auto t = index_.find(peer.node);
-    if (t != index_.end() && t->second != p->second) {
-      probers_[t->second].push_back(p->second);
-      targets_[p->second].push_back(t->second);
+    if (t != index_.end() && t->second != prober) {
+      probers_[t->second].push_back(prober);
+      targets_[prober].push_back(t->second);
     }
   }
+}
+
+std::vector<uint32_t> ProberIndex::Clear(uint32_t prober) {
+  std::vector<uint32_t> named = std::move(targets_[prober]);
+  targets_[prober].clear();
+  std::sort(named.begin(), named.end());
+  named.erase(std::unique(named.begin(), named.end()), named.end());
+  for (uint32_t t : named) std::erase(probers_[t], prober);
+  addresses_[prober].resize(endpoint_addresses_[prober]);
+  return named;
 }
 
 std::vector<std::string> ProberIndex::ClearPlans(const std::string& prober) {
   auto p = index_.find(prober);
   if (p == index_.end()) return {};
-  const uint32_t me = p->second;
-  std::vector<uint32_t>& targets = targets_[me];
-  std::sort(targets.begin(), targets.end());
-  targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
   std::vector<std::string> named;
-  named.reserve(targets.size());
-  for (uint32_t t : targets) {
-    std::erase(probers_[t], me);
-    named.push_back(*names_[t]);
-  }
-  targets.clear();
-  addresses_[me].resize(endpoint_addresses_[me]);
+  for (uint32_t t : Clear(p->second)) named.push_back(*names_[t]);
   return named;
+}
+
+std::vector<std::string> ProberIndex::ReplacePlans(const std::string& prober,
+                                                   const std::vector<PlannedPeer>& peers,
+                                                   const std::vector<PlannedPeer>& more) {
+  auto p = index_.find(prober);
+  if (p == index_.end()) return {};
+  const uint32_t me = p->second;
+  const std::vector<std::string> addresses_before = addresses_[me];
+  const std::vector<uint32_t> before = Clear(me);
+  Add(me, peers);
+  Add(me, more);
+  std::vector<uint32_t> after = targets_[me];
+  std::sort(after.begin(), after.end());
+  after.erase(std::unique(after.begin(), after.end()), after.end());
+  // Addresses compared in order: a reordering alone counts as a change, which only costs checks.
+  std::vector<uint32_t> changed;
+  if (addresses_[me] != addresses_before) {
+    std::set_union(before.begin(), before.end(), after.begin(), after.end(),
+                   std::back_inserter(changed));
+  } else {
+    std::set_symmetric_difference(before.begin(), before.end(), after.begin(), after.end(),
+                                  std::back_inserter(changed));
+  }
+  std::vector<std::string> out;
+  out.reserve(changed.size());
+  for (uint32_t t : changed) out.push_back(*names_[t]);
+  return out;
 }
 
 std::vector<std::string> ProberIndex::AllowedFor(const std::string& node) const {

@@ -32,8 +32,20 @@ class ProberIndex {
   // Forgets what `prober`'s plans added (its targets, the addresses its plans probe from), as if
   // they had never been added; returns the nodes those plans named, whose allow lists may change.
   std::vector<std::string> ClearPlans(const std::string& prober);
+  // Replaces what `prober`'s plans added by `peers` and `more` (ClearPlans, then AddPlan of each).
+  // Returns the nodes whose AllowedFor() may differ from before: those named by the old plans or
+  // the new ones but not by both, or by either when the addresses the prober's plans probe from
+  // changed. Every other list reads as before, since a list depends only on who names the node and
+  // on those probers' addresses.
+  std::vector<std::string> ReplacePlans(const std::string& prober,
+                                        const std::vector<PlannedPeer>& peers,
+                                        const std::vector<PlannedPeer>& more);
 
  private:
+  void Add(uint32_t prober, const std::vector<PlannedPeer>& peers);
+  // Forgets what the prober's plans added; returns the indices they named, sorted, no repeats.
+  std::vector<uint32_t> Clear(uint32_t prober);
+
   std::unordered_map<std::string, uint32_t> index_;
   std::vector<const std::string*> names_;            // by node index: index_'s keys
   std::vector<std::vector<std::string>> addresses_;  // by node index

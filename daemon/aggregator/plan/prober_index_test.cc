@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <map>
+#include <random>
 #include <set>
+#include <string>
+#include <vector>
 
 namespace fw::aggregator {
 namespace {
@@ -78,6 +81,66 @@ TEST(ProberIndexTest, SampledMeshEveryPlannedProbeIsAllowedAndNoOther) {
     if (allowed.size() != 4) ++asymmetric;  // probed by more or fewer than it probes
   }
   EXPECT_GT(asymmetric, 0u);
+}
+
+// A partial re-plan re-checks only the lists ReplacePlans returns: every list that changed must be
+// among them, over random plans, re-plans and address changes.
+TEST(ProberIndexTest, ReplacePlansReturnsEveryListThatChanged) {
+  std::vector<AgentInfo> live;
+  for (int i = 0; i < 40; ++i) {
+    live.push_back(Agent("n" + std::to_string(i), {"10.2." + std::to_string(i) + ".1"}));
+  }
+  live.push_back(Agent("nameless", {}));
+  std::mt19937 rng(5);
+  auto random_plan = [&] {
+    std::vector<PlannedPeer> peers;
+    const size_t n = rng() % 6;
+    for (size_t k = 0; k < n; ++k) {
+      // Now and then a local address of its own, and now and then a node that is not live.
+      const std::string src = rng() % 5 == 0 ? "192.168.0." + std::to_string(rng() % 3) : "";
+      peers.push_back(Peer(rng() % 20 == 0 ? "gone" : live[rng() % live.size()].node, src));
+    }
+    return peers;
+  };
+  ProberIndex index(live);
+  for (const AgentInfo& a : live) index.AddPlan(a.node, random_plan());
+  auto lists = [&] {
+    std::map<std::string, Addresses> out;
+    for (const AgentInfo& a : live) out[a.node] = index.AllowedFor(a.node);
+    return out;
+  };
+  size_t changed_lists = 0, returned = 0;
+  for (int step = 0; step < 300; ++step) {
+    const auto before = lists();
+    const std::string& prober = live[rng() % live.size()].node;
+    const std::vector<std::string> may = index.ReplacePlans(prober, random_plan(), random_plan());
+    returned += may.size();
+    const std::set<std::string> may_set(may.begin(), may.end());
+    EXPECT_EQ(may_set.size(), may.size());
+    const auto after = lists();
+    for (const auto& [node, list] : after) {
+      if (list == before.at(node)) continue;
+      ++changed_lists;
+      EXPECT_TRUE(may_set.contains(node)) << "step " << step << ": " << node << " after " << prober;
+    }
+  }
+  EXPECT_GT(changed_lists, 100u);
+  // Unchanged targets are not returned: far fewer than every node each old or new plan names.
+  EXPECT_LT(returned, 300u * 8);
+
+  // The same plans through ReplacePlans read as a fresh index built from them.
+  ProberIndex fresh(live);
+  std::map<std::string, std::vector<PlannedPeer>> plans;
+  ProberIndex replaced(live);
+  for (const AgentInfo& a : live) replaced.AddPlan(a.node, random_plan());
+  for (const AgentInfo& a : live) {
+    plans[a.node] = random_plan();
+    fresh.AddPlan(a.node, plans[a.node]);
+    replaced.ReplacePlans(a.node, plans[a.node], {});
+  }
+  for (const AgentInfo& a : live) {
+    EXPECT_EQ(replaced.AllowedFor(a.node), fresh.AllowedFor(a.node)) << a.node;
+  }
 }
 
 }  // namespace
