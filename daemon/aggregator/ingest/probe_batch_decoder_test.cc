@@ -413,6 +413,41 @@ TEST(ProbeBatchDecoderTest, ABadColumnNicIsDroppedFromEveryRowThatNamesIt) {
   }
 }
 
+// NIC names are checked for UTF-8 with the rest of the table (the rows only check their length):
+// a table naming a NIC that is not clean UTF-8 is refused whole, also right after the source's
+// previous, clean table was cached, and that cache does not answer for the bad one.
+TEST(ProbeBatchDecoderTest, ANicNameThatIsNotUtf8RefusesTheTableAfterACachedOne) {
+  auto batch_with_nic = [](const std::string& nic) {
+    v1::ProbeBatch b;
+    v1::ProbeColumns& c = *b.mutable_columns();
+    const uint32_t peer = AddName(c, "node-a");
+    const uint32_t n = AddName(c, nic);
+    c.add_peer(peer);
+    c.add_transport(v1::TRANSPORT_UDP);
+    c.add_src_nic(n);
+    c.add_dst_nic(n);
+    return b;
+  };
+  NameInterner names;
+  const PeerResolver resolve = [&](std::string_view p) { return names.Intern(p); };
+  PeerNameCache cache;
+  std::vector<ReportedProbe> out;
+  const NodeId me = names.Intern("me");
+  ASSERT_EQ(DecodeProbeBatch("me", me, batch_with_nic("mlx5_0"), resolve, out, &cache, 1).appended,
+            1u);
+  for (const std::string& bad :
+       {std::string("mlx5\xff"), std::string("ml\x01x"), std::string("mlx5_\xc3")}) {
+    const DecodeOutcome o =
+        DecodeProbeBatch("me", me, batch_with_nic(bad), resolve, out, &cache, 1);
+    EXPECT_EQ(o.column_error, ColumnError::kNameTable);
+    EXPECT_EQ(o.appended, 0u);
+    // And the clean table again: decoded as before.
+    EXPECT_EQ(
+        DecodeProbeBatch("me", me, batch_with_nic("mlx5_0"), resolve, out, &cache, 1).appended, 1u);
+    EXPECT_EQ(out[0].src_nic, "mlx5_0");
+  }
+}
+
 // A repeated name table resolves nothing again until the epoch changes; a changed table or a
 // refused peer is handled as without the cache.
 TEST(ProbeBatchDecoderTest, RepeatedNameTableIsResolvedOncePerEpoch) {
