@@ -692,5 +692,46 @@ TEST(ProbeIngestTest, ASessionSourceDecodesAsByNameAndStartsOverForAnotherNode) 
   EXPECT_NE(source.cache, cache_x);
 }
 
+// Re-plans hand ingest the known nodes again and again: the same set keeps every source's name
+// cache (no name is resolved again), a changed set starts a new epoch, whose answers follow it.
+TEST(ProbeIngestTest, TheSameKnownNodesKeepTheNameCachesAndAnotherSetIsObeyed) {
+  auto names = std::make_shared<NameInterner>();
+  metrics::Registry registry;
+  ProbeIngest ingest(names, registry);
+  auto nodes_of = [](std::vector<std::string> list) {
+    std::vector<NodeView> nodes(list.size());
+    for (size_t i = 0; i < list.size(); ++i) nodes[i].name = list[i];
+    return nodes;
+  };
+  const v1::ProbeBatch batch = ColumnBatch();  // rows to node-a, node-b, node-a
+  ProbeIngest::Source source;
+  ingest.SetKnownNodes(nodes_of({"node-x", "node-a", "node-b"}));
+  ASSERT_EQ(ingest.Decode("node-x", batch, source).size(), 3u);
+  ASSERT_NE(source.cache, nullptr);
+  const uint64_t epoch = source.cache->epoch;
+  // The same nodes in another order: the same epoch, the same results.
+  ingest.SetKnownNodes(nodes_of({"node-b", "node-x", "node-a"}));
+  const auto same = ingest.Decode("node-x", batch, source);
+  ASSERT_EQ(same.size(), 3u);
+  EXPECT_EQ(same[1].dst_id, names->Find("node-b"));
+  EXPECT_EQ(source.cache->epoch, epoch);
+  // node-b retired: a new epoch, and its row is refused.
+  ingest.SetKnownNodes(nodes_of({"node-x", "node-a"}));
+  const auto without_b = ingest.Decode("node-x", batch, source);
+  ASSERT_EQ(without_b.size(), 2u);
+  EXPECT_EQ(without_b[0].dst_id, names->Find("node-a"));
+  EXPECT_EQ(without_b[1].dst_id, names->Find("node-a"));
+  EXPECT_NE(source.cache->epoch, epoch);
+  // Back again: accepted again.
+  ingest.SetKnownNodes(nodes_of({"node-x", "node-a", "node-b"}));
+  EXPECT_EQ(ingest.Decode("node-x", batch, source).size(), 3u);
+  // A node interned since (a new agent's Hello) but not in the set changes nothing either.
+  const uint64_t before_new = source.cache->epoch;
+  names->Intern("node-new");
+  ingest.SetKnownNodes(nodes_of({"node-x", "node-a", "node-b"}));
+  EXPECT_EQ(ingest.Decode("node-x", batch, source).size(), 3u);
+  EXPECT_EQ(source.cache->epoch, before_new);
+}
+
 }  // namespace
 }  // namespace fw::aggregator
