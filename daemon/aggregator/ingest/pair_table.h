@@ -21,6 +21,7 @@
 #include "common/mutex.h"
 #include "daemon/aggregator/ingest/pair_windows.h"
 #include "daemon/aggregator/ingest/source_pair_index.h"
+#include "daemon/aggregator/ingest/source_runs.h"
 #include "daemon/aggregator/model/name_interner.h"
 #include "daemon/aggregator/model/reported_probe.h"
 #include "daemon/aggregator/plan/fabric_map.h"
@@ -272,6 +273,11 @@ class PairTable {
   std::string_view NameOf(NodeId id) const;
   // kNoIndex when the table is full.
   uint32_t FindOrCreateLocked(Shard& shard, NodeId src, NodeId dst, Transport t)
+      FW_REQUIRES(shard.mu);
+  // REQUIRES: the shard's lock held (by `runs`). Asks for the memory of the results a few
+  // positions ahead of `runs`' current one, where the source's previous batch went; changes
+  // nothing.
+  void PrefetchAheadLocked(const Shard& shard, const SourceRuns<Shard>& runs, int64_t now_ns)
       FW_REQUIRES(shard.mu);
   // REQUIRES: the pair's shard lock held. The FlowSeen::nics of a result naming these NICs (the
   // NIC pair is added when new).

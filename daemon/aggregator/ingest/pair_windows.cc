@@ -305,6 +305,21 @@ WindowStats PairWindows::Snapshot(int64_t now_ns, Window w) const {
   return st;
 }
 
+int PairWindows::SlotIndexOf(int t, int64_t now_ns) {
+  const TierSpec& tier = kTiers[t];
+  const uint32_t epoch = EpochOf(now_ns, tier.slot_seconds);
+  return tier.offset + static_cast<int>(epoch % static_cast<uint32_t>(tier.slots));
+}
+
+void PairWindows::Prefetch(int64_t now_ns) const {
+  __builtin_prefetch(tier_epoch_.data(), 1);
+  for (int t : {0, kTier10s}) __builtin_prefetch(&slots_[SlotIndexOf(t, now_ns)], 1);
+}
+
+void PairWindows::PrefetchBuckets(int64_t now_ns) const {
+  for (int t : {0, kTier10s}) slots_[SlotIndexOf(t, now_ns)].rtt.Prefetch();
+}
+
 size_t PairWindows::HeapBytes() const {
   size_t total = 0;
   for (const Slot& s : slots_) total += s.rtt.HeapBytes();

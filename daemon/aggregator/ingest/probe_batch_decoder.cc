@@ -318,13 +318,17 @@ DecodeOutcome Decode(std::string_view node, NodeId node_id, const v1::ProbeBatch
         return i < names.size() ? names[i] : std::string_view();
       };
       // Per name: whether it passes CleanNic, decided the first time a row names it as a NIC (a
-      // table names a rail's NIC once, its rows each time).
+      // table names a rail's NIC once, its rows each time). Every name of the table passed
+      // IsCleanUtf8 when it was split (this batch or the cached table's), so only the length is
+      // left to check.
       thread_local std::vector<uint8_t> nic_state;  // kNicUnknown, kNicClean or kNicRefused
       enum : uint8_t { kNicUnknown, kNicClean, kNicRefused };
       nic_state.assign(ids->size(), kNicUnknown);
       auto clean_nic = [&](uint32_t i) -> std::string_view {
         uint8_t& state = nic_state[i];  // i < ids->size(): CheckColumns checked the NIC columns
-        if (state == kNicUnknown) state = CleanNic(name_of(i)) ? kNicClean : kNicRefused;
+        if (state == kNicUnknown) {
+          state = name_of(i).size() <= kMaxNicNameBytes ? kNicClean : kNicRefused;
+        }
         return state == kNicClean ? name_of(i) : std::string_view();
       };
       for (size_t i = 0; i < n; ++i) {

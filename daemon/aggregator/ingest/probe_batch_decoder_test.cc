@@ -413,6 +413,41 @@ TEST(ProbeBatchDecoderTest, ABadColumnNicIsDroppedFromEveryRowThatNamesIt) {
   }
 }
 
+// NIC names are checked for UTF-8 with the rest of the table (the rows only check their length):
+// a table naming a NIC that is not clean UTF-8 is refused whole, also right after the source's
+// previous, clean table was cached, and that cache does not answer for the bad one.
+TEST(ProbeBatchDecoderTest, ANicNameThatIsNotUtf8RefusesTheTableAfterACachedOne) {
+  auto batch_with_nic = [](const std::string& nic) {
+    v1::ProbeBatch b;
+    v1::ProbeColumns& c = *b.mutable_columns();
+    const uint32_t peer = AddName(c, "node-a");
+    const uint32_t n = AddName(c, nic);
+    c.add_peer(peer);
+    c.add_transport(v1::TRANSPORT_UDP);
+    c.add_src_nic(n);
+    c.add_dst_nic(n);
+    return b;
+  };
+  NameInterner names;
+  const PeerResolver resolve = [&](std::string_view p) { return names.Intern(p); };
+  PeerNameCache cache;
+  std::vector<ReportedProbe> out;
+  const NodeId me = names.Intern("me");
+  ASSERT_EQ(DecodeProbeBatch("me", me, batch_with_nic("mlx5_0"), resolve, out, &cache, 1).appended,
+            1u);
+  for (const std::string& bad :
+       {std::string("mlx5\xff"), std::string("ml\x01x"), std::string("mlx5_\xc3")}) {
+    const DecodeOutcome o =
+        DecodeProbeBatch("me", me, batch_with_nic(bad), resolve, out, &cache, 1);
+    EXPECT_EQ(o.column_error, ColumnError::kNameTable);
+    EXPECT_EQ(o.appended, 0u);
+    // And the clean table again: decoded as before.
+    EXPECT_EQ(
+        DecodeProbeBatch("me", me, batch_with_nic("mlx5_0"), resolve, out, &cache, 1).appended, 1u);
+    EXPECT_EQ(out[0].src_nic, "mlx5_0");
+  }
+}
+
 // A repeated name table resolves nothing again until the epoch changes; a changed table or a
 // refused peer is handled as without the cache.
 TEST(ProbeBatchDecoderTest, RepeatedNameTableIsResolvedOncePerEpoch) {
@@ -655,6 +690,47 @@ TEST(ProbeIngestTest, ASessionSourceDecodesAsByNameAndStartsOverForAnotherNode) 
   EXPECT_EQ(other[0].src_id, names->Find("node-c"));
   EXPECT_EQ(source.id, names->Find("node-c"));
   EXPECT_NE(source.cache, cache_x);
+}
+
+// Re-plans hand ingest the known nodes again and again: the same set keeps every source's name
+// cache (no name is resolved again), a changed set starts a new epoch, whose answers follow it.
+TEST(ProbeIngestTest, TheSameKnownNodesKeepTheNameCachesAndAnotherSetIsObeyed) {
+  auto names = std::make_shared<NameInterner>();
+  metrics::Registry registry;
+  ProbeIngest ingest(names, registry);
+  auto nodes_of = [](std::vector<std::string> list) {
+    std::vector<NodeView> nodes(list.size());
+    for (size_t i = 0; i < list.size(); ++i) nodes[i].name = list[i];
+    return nodes;
+  };
+  const v1::ProbeBatch batch = ColumnBatch();  // rows to node-a, node-b, node-a
+  ProbeIngest::Source source;
+  ingest.SetKnownNodes(nodes_of({"node-x", "node-a", "node-b"}));
+  ASSERT_EQ(ingest.Decode("node-x", batch, source).size(), 3u);
+  ASSERT_NE(source.cache, nullptr);
+  const uint64_t epoch = source.cache->epoch;
+  // The same nodes in another order: the same epoch, the same results.
+  ingest.SetKnownNodes(nodes_of({"node-b", "node-x", "node-a"}));
+  const auto same = ingest.Decode("node-x", batch, source);
+  ASSERT_EQ(same.size(), 3u);
+  EXPECT_EQ(same[1].dst_id, names->Find("node-b"));
+  EXPECT_EQ(source.cache->epoch, epoch);
+  // node-b retired: a new epoch, and its row is refused.
+  ingest.SetKnownNodes(nodes_of({"node-x", "node-a"}));
+  const auto without_b = ingest.Decode("node-x", batch, source);
+  ASSERT_EQ(without_b.size(), 2u);
+  EXPECT_EQ(without_b[0].dst_id, names->Find("node-a"));
+  EXPECT_EQ(without_b[1].dst_id, names->Find("node-a"));
+  EXPECT_NE(source.cache->epoch, epoch);
+  // Back again: accepted again.
+  ingest.SetKnownNodes(nodes_of({"node-x", "node-a", "node-b"}));
+  EXPECT_EQ(ingest.Decode("node-x", batch, source).size(), 3u);
+  // A node interned since (a new agent's Hello) but not in the set changes nothing either.
+  const uint64_t before_new = source.cache->epoch;
+  names->Intern("node-new");
+  ingest.SetKnownNodes(nodes_of({"node-x", "node-a", "node-b"}));
+  EXPECT_EQ(ingest.Decode("node-x", batch, source).size(), 3u);
+  EXPECT_EQ(source.cache->epoch, before_new);
 }
 
 }  // namespace

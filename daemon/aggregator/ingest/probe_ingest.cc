@@ -84,12 +84,18 @@ std::span<const ReportedProbe> ProbeIngest::Decode(const std::string& node,
 
 void ProbeIngest::SetKnownNodes(const std::vector<NodeView>& nodes) {
   auto known = std::make_shared<KnownNodes>();
-  known->epoch = ++known_epoch_;
   for (const NodeView& n : nodes) {
     const NodeId id = names_->Intern(n.name);
     if (id >= known->by_id.size()) known->by_id.resize(id + 1, 0);
     known->by_id[id] = 1;
   }
+  // The resolver's answer for a name depends only on its interned id (which never changes) and on
+  // `by_id`: with the same set every answer is the same, so the name caches stay valid. Re-plans
+  // come every second or so while escalations run, and each new epoch made every source resolve
+  // all its names again through the shared interner.
+  const auto current = std::atomic_load(&known_nodes_);
+  if (current && current->by_id == known->by_id) return;
+  known->epoch = ++known_epoch_;
   std::atomic_store(&known_nodes_, std::shared_ptr<const KnownNodes>(known));
 }
 

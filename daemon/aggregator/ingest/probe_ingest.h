@@ -50,7 +50,8 @@ class ProbeIngest {
                                         const fabricwatch::v1::ProbeBatch& batch, Source& source);
 
   // From now on, results are accepted only for peers among `nodes` (the agents that said Hello).
-  // Before the first call every peer is accepted.
+  // Before the first call every peer is accepted. The same set as the current one changes nothing:
+  // the sources' name caches stay valid (a new set starts a new epoch, which invalidates them).
   void SetKnownNodes(const std::vector<NodeView>& nodes);
 
  private:
@@ -60,7 +61,7 @@ class ProbeIngest {
   // Ids of the agents that have said Hello; results naming any other peer are dropped, so garbage
   // cannot grow the tables. Null until the first SetKnownNodes() (everything is accepted).
   // Replaced wholesale by the tick thread, read lock-free by ingest. `epoch` changes with every
-  // replacement and invalidates the name caches.
+  // replacement (only when the set changes) and invalidates the name caches.
   struct KnownNodes {
     uint64_t epoch = 0;
     std::vector<uint8_t> by_id;  // 1 for a known node's id

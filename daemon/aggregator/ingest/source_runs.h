@@ -61,6 +61,11 @@ class SourceRuns {
   Shard& shard() const { return *shard_; }
   // Where this position went last time, or null; the caller checks that it still fits.
   const Entry* Cached() const { return k_ < recent_->size() ? &(*recent_)[k_] : nullptr; }
+  // Where the position `d` ahead of this one went last time, or null: for prefetching only (the
+  // current batch may differ there).
+  const Entry* Ahead(size_t d) const {
+    return k_ + d < recent_->size() ? &(*recent_)[k_ + d] : nullptr;
+  }
   // Records where this position went this time.
   void Remember(const Entry& e) {
     if (k_ >= kMaxRecentPerSource) return;
