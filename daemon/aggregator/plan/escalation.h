@@ -38,9 +38,9 @@ struct EscalationConfig {
   // A lead's pairs probe at this multiple of the base rate (rate_factor applies once the lead is
   // asked for as an ordinary escalation). A lead's dense probes count only where they are in by
   // the next evaluation, a fraction of a second after the lead started: three times the
-  // ordinary rate for half the ordinary lead's second gives that evaluation three times the lost
-  // probes of a 5 % link for about one and a half times the probes a lead used to cost
-  // (docs/analysis.md, "Dense leads").
+  // ordinary rate for half a second gives that evaluation three times the lost probes of a 5 %
+  // link for about the probes of one second at the ordinary rate (docs/analysis.md, "Dense
+  // leads").
   double lead_rate_factor = 30;
   // Leads may spend up to this many extra probes per second (all escalations together, leads
   // served last), or the plain budget where that is more: a lead raises the pairs whose flows

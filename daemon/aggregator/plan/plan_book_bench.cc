@@ -2,20 +2,19 @@
 // name, in a 16,000-node leaf-spine fleet with a map, as the aggregator's tick runs it
 // (SetOverlay, then MaybeReplan once the spacing allows).
 #include <benchmark/benchmark.h>
+#include <spdlog/spdlog.h>
 #include <stdlib.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <spdlog/spdlog.h>
-
 #include "common/clock.h"
+#include "common/testing/temp_dir.h"
 #include "daemon/aggregator/plan/plan_book.h"
 #include "exporter/registry.h"
 
@@ -61,20 +60,12 @@ std::shared_ptr<const FabricMap> Fabric(int spines, int leaves, int hosts,
 struct Fleet {
   Fleet(int spines, int leaves, int hosts) {
     spdlog::set_level(spdlog::level::err);  // a line or two per re-plan otherwise
-    char tmpl[] = "/tmp/fw-plan-book-bench.XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) std::abort();
-    dir = tmpl;
     map = Fabric(spines, leaves, hosts, live);
     book = std::make_unique<PlanBook>(PlannerConfig{}, map, clock, registry);
-    if (!book->Start(dir).ok()) std::abort();
+    if (!book->Start(dir.path()).ok()) std::abort();
     book->NoteMembershipChange();
     if (!Replan()) std::abort();
     Drain();
-  }
-  ~Fleet() {
-    book.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
   }
   bool Replan() {
     clock.Advance(std::chrono::seconds(60));
@@ -122,7 +113,7 @@ struct Fleet {
     return out;
   }
 
-  std::string dir;
+  fw::testing::TempDir dir{"fw-plan-book-bench"};  // declared before `book`: removed after it
   FakeClock clock;
   metrics::Registry registry;
   std::vector<AgentInfo> live;
